@@ -1,0 +1,144 @@
+package norn
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a stable, machine-readable error class. Over HTTP each maps to one
+// status code (see server): not_found 404, conflict 409, lease_lost 409,
+// cancelled 409, invalid_argument 400, too_large 413, unauthenticated 401,
+// permission_denied 403, unavailable 503, internal 500.
+type Code string
+
+// The error codes of DESIGN §4.
+const (
+	CodeNotFound         Code = "not_found"
+	CodeConflict         Code = "conflict"
+	CodeLeaseLost        Code = "lease_lost"
+	CodeCancelled        Code = "cancelled"
+	CodeInvalidArgument  Code = "invalid_argument"
+	CodeDuplicate        Code = "duplicate"
+	CodeTooLarge         Code = "too_large"
+	CodeUnauthenticated  Code = "unauthenticated"
+	CodePermissionDenied Code = "permission_denied"
+	CodeUnavailable      Code = "unavailable"
+	CodeInternal         Code = "internal"
+)
+
+// Error is the typed error every Store returns for expected failures. Compare
+// with errors.Is against the sentinels (ErrNotFound, ...), which match on Code,
+// or extract with errors.As to read Field and Message.
+type Error struct {
+	Code    Code
+	Message string
+	// Field names the offending input for invalid_argument and too_large,
+	// e.g. "queue", "tasks[3].priority", "update[0].if_version".
+	Field string
+	// Err is an underlying cause, if any.
+	Err error
+}
+
+func (e *Error) Error() string {
+	msg := e.Message
+	if msg == "" {
+		msg = string(e.Code)
+	}
+	if e.Field != "" {
+		msg = e.Field + ": " + msg
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is matches any *Error with the same Code, so errors.Is(err, ErrNotFound)
+// works for every not-found error whatever its message.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// Sentinels for errors.Is. Never return these directly where a message can
+// say more; use the constructors.
+var (
+	ErrNotFound         = &Error{Code: CodeNotFound, Message: "not found"}
+	ErrConflict         = &Error{Code: CodeConflict, Message: "conflict"}
+	ErrLeaseLost        = &Error{Code: CodeLeaseLost, Message: "lease lost"}
+	ErrCancelled        = &Error{Code: CodeCancelled, Message: "task was cancelled"}
+	ErrInvalidArgument  = &Error{Code: CodeInvalidArgument, Message: "invalid argument"}
+	ErrDuplicate        = &Error{Code: CodeDuplicate, Message: "duplicate"}
+	ErrTooLarge         = &Error{Code: CodeTooLarge, Message: "too large"}
+	ErrUnauthenticated  = &Error{Code: CodeUnauthenticated, Message: "unauthenticated"}
+	ErrPermissionDenied = &Error{Code: CodePermissionDenied, Message: "permission denied"}
+	ErrUnavailable      = &Error{Code: CodeUnavailable, Message: "unavailable"}
+	ErrClosed           = &Error{Code: CodeUnavailable, Message: "store is closed"}
+)
+
+// Errorf builds an *Error with a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Invalid builds an invalid_argument error naming field.
+func Invalid(field, format string, args ...any) *Error {
+	return &Error{Code: CodeInvalidArgument, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// TooLarge builds a too_large error naming field.
+func TooLarge(field, format string, args ...any) *Error {
+	return &Error{Code: CodeTooLarge, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// NotFound builds a not_found error for a task id.
+func NotFound(id string) *Error {
+	return &Error{Code: CodeNotFound, Message: fmt.Sprintf("task %q not found", id)}
+}
+
+// LeaseLost builds a lease_lost error: the caller's lease is not the current one.
+func LeaseLost(id string, lease uint64) *Error {
+	return &Error{Code: CodeLeaseLost, Message: fmt.Sprintf("task %q: lease %d is not the current lease", id, lease)}
+}
+
+// Cancelled builds a cancelled error for a worker call on a cancelled task.
+func Cancelled(id string) *Error {
+	return &Error{Code: CodeCancelled, Message: fmt.Sprintf("task %q was cancelled", id)}
+}
+
+// Unavailable wraps a backend failure (database down, store closed) so
+// clients see a retryable 503 rather than an internal error.
+func Unavailable(err error) *Error {
+	return &Error{Code: CodeUnavailable, Message: "store unavailable", Err: err}
+}
+
+// CodeOf returns the Code of err, CodeInternal for untyped errors and "" for nil.
+func CodeOf(err error) Code {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// WithFieldPrefix returns err with its Field prefixed (e.g. "tasks[3]."),
+// used when one item of a batch is invalid. Non-*Error errors pass through.
+func WithFieldPrefix(err error, prefix string) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	c := *e
+	if c.Field == "" {
+		c.Field = prefix
+	} else {
+		c.Field = prefix + "." + c.Field
+	}
+	return &c
+}

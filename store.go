@@ -1,0 +1,481 @@
+package norn
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Store is the whole of Norn's contract: every client, worker and admin
+// operation of DESIGN §4. store/embedded, store/postgres and client (HTTP)
+// implement it, and store/storetest checks that they behave the same.
+//
+// Rules every implementation follows:
+//   - ctx comes first on every call; a cancelled ctx aborts waiting calls.
+//   - Expected failures are *Error values (match with errors.Is against the
+//     sentinels); nothing is changed when an error is returned.
+//   - Returned tasks are copies the caller may keep and modify.
+//   - No caller-supplied code runs while the store holds a lock.
+type Store interface {
+	ClientAPI
+	WorkerAPI
+	AdminAPI
+	// Close releases the store. Calls after Close fail with ErrClosed.
+	Close() error
+}
+
+// ClientAPI submits, reads, changes and removes tasks.
+type ClientAPI interface {
+	// Submit stores tasks atomically: either all are stored or none (an
+	// invalid task rejects the whole batch, its error naming "tasks[i].field").
+	// Submitting an id that already exists returns the existing task with
+	// Duplicate set and changes nothing. Ids may depend on ids earlier or
+	// later in the same batch.
+	Submit(ctx context.Context, tasks ...NewTask) ([]Submitted, error)
+	// Get returns one task, or ErrNotFound.
+	Get(ctx context.Context, id string) (*Task, error)
+	// GetMany returns the tasks that exist, in request order, and the ids that do not.
+	GetMany(ctx context.Context, ids []string) (found []*Task, missing []string, err error)
+	// List returns one page of tasks matching q and a cursor for the next
+	// page ("" when there is none).
+	List(ctx context.Context, q Query) (Page, error)
+	// Stream iterates over every task matching q (q.Limit caps the total if
+	// > 0) without holding the result set in memory. Close it when done.
+	Stream(ctx context.Context, q Query) (TaskIterator, error)
+	// Count returns how many tasks match f.
+	Count(ctx context.Context, f Filter) (int64, error)
+	// CountGrouped returns counts of tasks matching f grouped by queue and
+	// status, omitting zero groups, sorted by queue then status order.
+	CountGrouped(ctx context.Context, f Filter) ([]GroupCount, error)
+	// Cancel makes a scheduled, blocked, ready or running task cancelled.
+	// Cancelling a cancelled task returns it unchanged; a completed or
+	// aborted one is ErrConflict.
+	Cancel(ctx context.Context, id string) (*Task, error)
+	// Update changes priority, run_at or labels of a task that is not
+	// running and not terminal (ErrConflict otherwise, and on an IfVersion
+	// mismatch).
+	Update(ctx context.Context, id string, u Update) (*Task, error)
+	// Delete removes a task in any status, with its history and log.
+	Delete(ctx context.Context, id string) error
+	// DeleteMatching removes every task matching f and returns how many. An
+	// empty filter is refused (invalid_argument) so nobody wipes a store by accident.
+	DeleteMatching(ctx context.Context, f Filter) (int64, error)
+	// ReadLog returns log entries with Seq > after, in order, at most limit (0 = all).
+	ReadLog(ctx context.Context, id string, after uint64, limit int) ([]LogEntry, error)
+	// Transact applies a transaction all or nothing.
+	Transact(ctx context.Context, tx Txn) (*TxnResult, error)
+}
+
+// WorkerAPI is what a worker needs: claim, then report on its leases.
+type WorkerAPI interface {
+	// RegisterWorker returns a new unique id "worker-<n>" from a durable sequence.
+	RegisterWorker(ctx context.Context, info WorkerInfo) (string, error)
+	// Claim leases up to N ready tasks from the first non-paused queue in
+	// order that has any (then the next queue, to fill N), by priority desc
+	// then ready time. With Wait > 0 and nothing ready it waits until a task
+	// becomes ready or Wait passes, then returns what it has (possibly none).
+	Claim(ctx context.Context, req ClaimRequest) ([]*Task, error)
+	// Heartbeat extends the lease and optionally records progress. It returns
+	// the new deadline. ErrLeaseLost, ErrCancelled or ErrNotFound tell the
+	// worker to stop.
+	Heartbeat(ctx context.Context, ref LeaseRef, hb Heartbeat) (time.Time, error)
+	// AppendLog appends to the task's update log under a live lease. With
+	// Seq 0 the next number is assigned; a non-zero Seq must equal the next
+	// number (ErrConflict otherwise), which makes retried appends safe.
+	AppendLog(ctx context.Context, ref LeaseRef, entry LogAppend) (LogEntry, error)
+	// Complete finishes the task successfully (progress becomes 1).
+	Complete(ctx context.Context, ref LeaseRef, result json.RawMessage) error
+	// Fail records an error and retries with backoff if the task's retry
+	// policy allows, otherwise aborts it.
+	Fail(ctx context.Context, ref LeaseRef, e ErrorInfo) error
+	// Abort finishes the task unsuccessfully for good.
+	Abort(ctx context.Context, ref LeaseRef, e ErrorInfo) error
+	// Yield gives the task back: ready at once, history TaskYield, and the
+	// attempt does not count.
+	Yield(ctx context.Context, ref LeaseRef) error
+	// LeaseBatch applies many lease operations; each has its own result and
+	// one failing does not stop the others.
+	LeaseBatch(ctx context.Context, ops []LeaseOp) ([]LeaseOpResult, error)
+}
+
+// AdminAPI covers queues, workers, statistics, events and the monitor.
+type AdminAPI interface {
+	// Queues lists every queue that has tasks or settings, with counts.
+	Queues(ctx context.Context) ([]QueueInfo, error)
+	// Queue returns one queue (a queue nobody used yet reads as empty with defaults).
+	Queue(ctx context.Context, name string) (QueueInfo, error)
+	// UpdateQueue pauses/resumes a queue and changes its defaults.
+	UpdateQueue(ctx context.Context, name string, u QueueUpdate) (QueueInfo, error)
+	// Workers lists registered workers with when they were last seen.
+	Workers(ctx context.Context) ([]WorkerInfo, error)
+	// Stats returns counts by queue×status, totals and active workers.
+	Stats(ctx context.Context) (Stats, error)
+	// Sweep runs the monitor duties due now (timeouts, delays and backoffs,
+	// dependency release, retention purge) and reports what it did. Stores
+	// run these on their own; Sweep makes them deterministic under a fake
+	// clock and lets operators force a pass.
+	Sweep(ctx context.Context) (SweepReport, error)
+	// Subscribe streams task state changes matching f. Delivery is best
+	// effort: a subscriber that falls behind receives an event of kind
+	// EventLagged and should re-read state.
+	Subscribe(ctx context.Context, f EventFilter) (EventStream, error)
+}
+
+// NewTask is a submission. Zero values mean "default": a UUIDv7 id,
+// priority 0, run now, the queue's timeout/retry/max_attempts defaults.
+type NewTask struct {
+	// ID is optional; supply one (1..128 chars) to make submission idempotent.
+	ID       string            `json:"id,omitempty"`
+	Queue    string            `json:"queue"`
+	Spec     json.RawMessage   `json:"spec,omitempty"`
+	Priority uint32            `json:"priority,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	// RunAt delays the task until this time.
+	RunAt time.Time `json:"run_at,omitzero"`
+	// Delay delays the task by this long from submission (ignored if RunAt is set).
+	Delay     Duration `json:"delay,omitzero"`
+	DependsOn []string `json:"depends_on,omitempty"`
+	// MaxAttempts nil = queue default (0 = unlimited).
+	MaxAttempts *int `json:"max_attempts,omitempty"`
+	// Retry nil = queue default (none).
+	Retry *RetryPolicy `json:"retry,omitempty"`
+	// Timeout 0 = queue default (DefaultTimeout).
+	Timeout Duration `json:"timeout,omitzero"`
+}
+
+// Submitted is one result of Submit.
+type Submitted struct {
+	Task *Task `json:"task"`
+	// Duplicate is true when the id already existed; Task is then the existing task.
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// Order is the sort order of List and Stream.
+type Order string
+
+// Orders.
+const (
+	// OrderID (default): by id ascending; UUIDv7 ids make this oldest first.
+	OrderID Order = ""
+	// OrderNewest: by id descending.
+	OrderNewest Order = "newest"
+	// OrderPriority: priority descending, then id ascending.
+	OrderPriority Order = "priority"
+)
+
+// Filter selects tasks. Empty fields match everything; all set fields must match.
+type Filter struct {
+	// Queues: any of these queues.
+	Queues []string `json:"queues,omitempty"`
+	// Statuses: any of these statuses (use ParseStatuses for aliases).
+	Statuses []Status `json:"statuses,omitempty"`
+	// Labels: every key must be present with this value.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Owner: the current or last owner.
+	Owner string `json:"owner,omitempty"`
+	// IDContains: a substring of the id (the dashboard's text search).
+	IDContains    string    `json:"id_contains,omitempty"`
+	CreatedAfter  time.Time `json:"created_after,omitzero"`
+	CreatedBefore time.Time `json:"created_before,omitzero"`
+	UpdatedAfter  time.Time `json:"updated_after,omitzero"`
+	UpdatedBefore time.Time `json:"updated_before,omitzero"`
+}
+
+// Query is a Filter plus paging and view options.
+type Query struct {
+	Filter
+	// Limit: page size for List (default 100, max 1000); total cap for Stream (0 = all).
+	Limit int `json:"limit,omitempty"`
+	// Cursor from a previous Page.NextCursor. Opaque.
+	Cursor  string `json:"cursor,omitempty"`
+	Order   Order  `json:"order,omitempty"`
+	Summary bool   `json:"summary,omitempty"`
+}
+
+// Page is one page of List.
+type Page struct {
+	Tasks      []*Task `json:"tasks"`
+	NextCursor string  `json:"next_cursor,omitempty"`
+}
+
+// Iterator walks a result without holding it in memory, like sql.Rows.
+type Iterator[T any] interface {
+	// Next advances; false at the end or on error (check Err).
+	Next() bool
+	// Item returns the current item, valid until the next call to Next.
+	Item() T
+	// Err returns the error that stopped iteration, if any.
+	Err() error
+	// Close releases resources; safe to call more than once.
+	Close() error
+}
+
+// TaskIterator streams tasks.
+type TaskIterator = Iterator[*Task]
+
+// EventStream streams events.
+type EventStream = Iterator[Event]
+
+// GroupCount is one queue×status count.
+type GroupCount struct {
+	Queue  string `json:"queue"`
+	Status Status `json:"status"`
+	Count  int64  `json:"count"`
+}
+
+// Update changes a not-running task. Nil fields are left alone.
+type Update struct {
+	Priority *uint32 `json:"priority,omitempty"`
+	// RunAt moves the start time; a past or zero time makes the task ready now.
+	RunAt *time.Time `json:"run_at,omitempty"`
+	// Labels replaces the labels entirely when non-nil (an empty map clears them).
+	Labels map[string]string `json:"labels,omitempty"`
+	// IfVersion, when non-zero, must equal the task's version (ErrConflict otherwise).
+	IfVersion uint64 `json:"if_version,omitempty"`
+}
+
+// Txn is an atomic set of operations: all of them apply or none does.
+// Operations apply in the order submit, update, cancel, delete, after every
+// Require assertion holds.
+type Txn struct {
+	Submit  []NewTask     `json:"submit,omitempty"`
+	Update  []TxnUpdate   `json:"update,omitempty"`
+	Cancel  []string      `json:"cancel,omitempty"`
+	Delete  []string      `json:"delete,omitempty"`
+	Require []Requirement `json:"require,omitempty"`
+}
+
+// TxnUpdate is one update inside a transaction.
+type TxnUpdate struct {
+	ID string `json:"id"`
+	Update
+}
+
+// Requirement asserts a task exists (and, if Version > 0, is at that version).
+type Requirement struct {
+	ID      string `json:"id"`
+	Version uint64 `json:"version,omitempty"`
+}
+
+// TxnResult reports what a transaction did.
+type TxnResult struct {
+	Submitted []Submitted `json:"submitted"`
+	Updated   []*Task     `json:"updated"`
+	Cancelled []*Task     `json:"cancelled"`
+	Deleted   int         `json:"deleted"`
+}
+
+// WorkerInfo describes a registered worker.
+type WorkerInfo struct {
+	// ID is assigned by RegisterWorker.
+	ID string `json:"id,omitempty"`
+	// Name is free-form (host, process) for operators.
+	Name       string    `json:"name,omitempty"`
+	Queues     []string  `json:"queues,omitempty"`
+	Registered time.Time `json:"registered,omitzero"`
+	// LastSeen is refreshed by claims and heartbeats (stores may coarsen it to a few seconds).
+	LastSeen time.Time `json:"last_seen,omitzero"`
+}
+
+// ClaimRequest asks for up to N tasks.
+type ClaimRequest struct {
+	Worker string `json:"worker"`
+	// Queues in preference order.
+	Queues []string `json:"queues"`
+	// N tasks at most (default 1, max 1000).
+	N int `json:"n,omitempty"`
+	// Lease overrides the tasks' own timeout as the lease length when > 0.
+	Lease time.Duration `json:"lease,omitempty"`
+	// Wait long-polls up to this long when nothing is ready (max 5m).
+	Wait time.Duration `json:"wait,omitempty"`
+}
+
+// LeaseRef names a lease: every worker call must present the current one.
+type LeaseRef struct {
+	TaskID string `json:"id"`
+	Worker string `json:"worker"`
+	Lease  uint64 `json:"lease"`
+}
+
+// Heartbeat is the optional payload of a heartbeat.
+type Heartbeat struct {
+	// Progress 0..1, nil to leave unchanged.
+	Progress *float64 `json:"progress,omitempty"`
+	// Extend overrides the lease extension when > 0 (default: the task's timeout).
+	Extend time.Duration `json:"extend,omitempty"`
+}
+
+// LogAppend is one log append.
+type LogAppend struct {
+	Seq  uint64          `json:"seq,omitempty"`
+	Data json.RawMessage `json:"data"`
+}
+
+// LeaseOpKind names a batched lease operation.
+type LeaseOpKind string
+
+// Lease operation kinds.
+const (
+	OpHeartbeat LeaseOpKind = "heartbeat"
+	OpComplete  LeaseOpKind = "complete"
+	OpFail      LeaseOpKind = "fail"
+	OpAbort     LeaseOpKind = "abort"
+	OpYield     LeaseOpKind = "yield"
+)
+
+// LeaseOp is one operation of LeaseBatch.
+type LeaseOp struct {
+	Op LeaseOpKind `json:"op"`
+	LeaseRef
+	Heartbeat
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *ErrorInfo      `json:"error,omitempty"`
+}
+
+// LeaseOpResult is the outcome of one LeaseOp: Err is nil on success.
+type LeaseOpResult struct {
+	// Deadline is the new deadline after a heartbeat.
+	Deadline time.Time `json:"deadline,omitzero"`
+	Err      *Error    `json:"error,omitempty"`
+}
+
+// Retention says how long terminal tasks are kept, per terminal status;
+// 0 keeps them forever.
+type Retention struct {
+	Completed Duration `json:"completed"`
+	Aborted   Duration `json:"aborted"`
+	Cancelled Duration `json:"cancelled"`
+}
+
+// For returns the retention of a terminal status (0 for others).
+func (r Retention) For(s Status) time.Duration {
+	switch s {
+	case StatusCompleted:
+		return r.Completed.D()
+	case StatusAborted:
+		return r.Aborted.D()
+	case StatusCancelled:
+		return r.Cancelled.D()
+	}
+	return 0
+}
+
+// DefaultRetention keeps completed tasks a day and failed or cancelled ones a
+// week, as River does: long enough to inspect, short enough not to grow forever.
+var DefaultRetention = Retention{
+	Completed: Duration(24 * time.Hour),
+	Aborted:   Duration(7 * 24 * time.Hour),
+	Cancelled: Duration(7 * 24 * time.Hour),
+}
+
+// QueueDefaults apply to tasks submitted to a queue that do not set their own.
+type QueueDefaults struct {
+	// Timeout: default DefaultTimeout (10s).
+	Timeout Duration `json:"timeout"`
+	// Retry: default none.
+	Retry *RetryPolicy `json:"retry,omitempty"`
+	// MaxAttempts: default 0 (unlimited).
+	MaxAttempts int `json:"max_attempts"`
+	// Retention applies to the queue's terminal tasks, measured from when
+	// they became terminal, using the setting current at sweep time.
+	// Default DefaultRetention.
+	Retention Retention `json:"retention"`
+}
+
+// DefaultQueueDefaults returns the defaults of a queue nobody configured.
+func DefaultQueueDefaults() QueueDefaults {
+	return QueueDefaults{Timeout: Duration(DefaultTimeout), Retention: DefaultRetention}
+}
+
+// QueueInfo describes a queue.
+type QueueInfo struct {
+	Name     string           `json:"name"`
+	Paused   bool             `json:"paused"`
+	Counts   map[Status]int64 `json:"counts"`
+	Defaults QueueDefaults    `json:"defaults"`
+}
+
+// QueueUpdate changes a queue. Nil fields are left alone.
+type QueueUpdate struct {
+	Paused      *bool        `json:"paused,omitempty"`
+	Timeout     *Duration    `json:"timeout,omitempty"`
+	Retry       *RetryPolicy `json:"retry,omitempty"`
+	MaxAttempts *int         `json:"max_attempts,omitempty"`
+	Retention   *Retention   `json:"retention,omitempty"`
+}
+
+// Stats summarises the store.
+type Stats struct {
+	Counts        []GroupCount     `json:"counts"`
+	Totals        map[Status]int64 `json:"totals"`
+	Total         int64            `json:"total"`
+	Workers       int              `json:"workers"`
+	ActiveWorkers int              `json:"active_workers"`
+}
+
+// ActiveWorkerWindow is how recently a worker must have been seen to count as active.
+const ActiveWorkerWindow = time.Minute
+
+// SweepReport counts what one monitor pass did.
+type SweepReport struct {
+	TimedOut int `json:"timed_out"`
+	Released int `json:"released"`
+	Aborted  int `json:"aborted"`
+	Purged   int `json:"purged"`
+}
+
+// EventKind names a task state change.
+type EventKind string
+
+// Event kinds: the history types plus these.
+const (
+	EventSubmitted EventKind = "TaskSubmit"
+	EventUpdated   EventKind = "TaskUpdate"
+	EventDeleted   EventKind = "TaskDelete"
+	EventProgress  EventKind = "TaskProgress"
+	// EventLagged: the subscriber fell behind and events were dropped.
+	EventLagged EventKind = "Lagged"
+)
+
+// Event is a task state change.
+type Event struct {
+	Kind    EventKind `json:"kind"`
+	TaskID  string    `json:"task_id,omitempty"`
+	Queue   string    `json:"queue,omitempty"`
+	Status  Status    `json:"status,omitempty"`
+	Version uint64    `json:"version,omitempty"`
+	Time    time.Time `json:"time"`
+}
+
+// EventFilter selects events; empty fields match all.
+type EventFilter struct {
+	Queues []string `json:"queues,omitempty"`
+	TaskID string   `json:"task_id,omitempty"`
+}
+
+// Match reports whether e passes the filter (lagged events always pass).
+func (f EventFilter) Match(e Event) bool {
+	if e.Kind == EventLagged {
+		return true
+	}
+	if f.TaskID != "" && e.TaskID != f.TaskID {
+		return false
+	}
+	if len(f.Queues) > 0 && !contains(f.Queues, e.Queue) {
+		return false
+	}
+	return true
+}
+
+// Clock is the time source of a store. The embedded store defaults to the
+// process clock; the Postgres store defaults to the database's clock and uses
+// a Clock only when one is injected (tests).
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the process clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }

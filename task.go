@@ -1,0 +1,265 @@
+// Package norn is a persistent task scheduling system: clients submit tasks,
+// workers lease them, heartbeat, report progress and finish them, and a
+// monitor guarantees every task terminates.
+//
+// This package holds the public domain types (Task, Status, errors) and the
+// Store interface. Implementations live in store/embedded (Pebble, in-process)
+// and store/postgres (cluster mode); package client implements the same
+// interface over HTTP, so code can move between them without changes.
+package norn
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Status is the lifecycle state of a task. See DESIGN §3 for the transitions.
+type Status string
+
+// The task statuses.
+const (
+	// StatusScheduled: waiting for run_at (a delay or a retry backoff).
+	StatusScheduled Status = "scheduled"
+	// StatusBlocked: waiting for dependencies to complete.
+	StatusBlocked Status = "blocked"
+	// StatusReady: claimable now.
+	StatusReady Status = "ready"
+	// StatusRunning: leased by a worker until its deadline.
+	StatusRunning Status = "running"
+	// StatusCompleted: finished successfully (terminal).
+	StatusCompleted Status = "completed"
+	// StatusAborted: failed for good (terminal).
+	StatusAborted Status = "aborted"
+	// StatusCancelled: cancelled by a client (terminal).
+	StatusCancelled Status = "cancelled"
+)
+
+// AllStatuses lists every status in lifecycle order.
+var AllStatuses = []Status{StatusScheduled, StatusBlocked, StatusReady, StatusRunning,
+	StatusCompleted, StatusAborted, StatusCancelled}
+
+// Terminal reports whether no further transition (other than deletion) is possible.
+func (s Status) Terminal() bool {
+	return s == StatusCompleted || s == StatusAborted || s == StatusCancelled
+}
+
+// Valid reports whether s is one of the seven statuses.
+func (s Status) Valid() bool {
+	for _, v := range AllStatuses {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Pending reports whether the task has not finished yet.
+func (s Status) Pending() bool { return s.Valid() && !s.Terminal() }
+
+// HistoryType names an entry in a task's history.
+type HistoryType string
+
+// History entry types (DESIGN §2). Heartbeats are never recorded.
+const (
+	TaskAssignment HistoryType = "TaskAssignment" // claimed by a worker
+	TaskTimeout    HistoryType = "TaskTimeout"    // lease expired; back to ready (or aborted)
+	TaskYield      HistoryType = "TaskYield"      // owner gave it back
+	TaskRetry      HistoryType = "TaskRetry"      // owner failed it; scheduled for retry
+	TaskCancel     HistoryType = "TaskCancel"     // cancelled by a client
+	TaskComplete   HistoryType = "TaskComplete"   // completed by its owner
+	TaskAbort      HistoryType = "TaskAbort"      // aborted (by owner, retries used up, dependency failed, attempts exhausted)
+	TaskRelease    HistoryType = "TaskRelease"    // dependency satisfied or delay elapsed
+)
+
+// HistoryEntry is one recorded event in a task's life.
+type HistoryEntry struct {
+	Type     HistoryType `json:"type"`
+	Time     time.Time   `json:"time"`
+	Worker   string      `json:"worker,omitempty"`
+	Lease    uint64      `json:"lease,omitempty"`
+	Progress float64     `json:"progress,omitempty"`
+	// Error is set for TaskRetry, TaskAbort and TaskTimeout entries.
+	Error *ErrorInfo `json:"error,omitempty"`
+}
+
+// ErrorInfo describes why an attempt failed. Code is machine-readable
+// (e.g. "timeout", "attempts_exhausted", "dependency_failed", or the worker's own).
+type ErrorInfo struct {
+	Code        string         `json:"code"`
+	Description string         `json:"description,omitempty"`
+	Args        map[string]any `json:"args,omitempty"`
+}
+
+// Error codes the store itself writes into ErrorInfo.Code.
+const (
+	CodeTimeout           = "timeout"
+	CodeAttemptsExhausted = "attempts_exhausted"
+	CodeDependencyFailed  = "dependency_failed"
+	CodeRetriesExhausted  = "retries_exhausted"
+)
+
+// Duration is a time.Duration that reads and writes JSON as a Go duration
+// string ("10s", "1h30m"). Plain JSON numbers are rejected: a bare number is
+// ambiguous (seconds? nanoseconds?) and a silent guess is worse than an error.
+type Duration time.Duration
+
+// D converts to time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// String formats like time.Duration.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON parses a Go duration string; negative durations are rejected.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string like \"10s\"")
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("invalid duration %q", s)
+	}
+	if v < 0 {
+		return fmt.Errorf("duration %q is negative", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// RetryPolicy says how a failed task is retried: the n-th retry (0-based)
+// waits Base·2^n, capped at Max. The zero value means "never retry".
+type RetryPolicy struct {
+	MaxRetries int      `json:"max_retries"`
+	Base       Duration `json:"base,omitzero"`
+	Max        Duration `json:"max,omitzero"`
+}
+
+// Backoff returns the wait before retry number n (0-based): Base·2^n capped at
+// Max (no cap when Max is 0). It never overflows.
+func (r RetryPolicy) Backoff(n int) time.Duration {
+	base := r.Base.D()
+	if base <= 0 {
+		return 0
+	}
+	if n < 0 {
+		n = 0
+	}
+	d := base
+	for i := 0; i < n; i++ {
+		if d > (1<<62)/2 {
+			d = 1 << 62
+			break
+		}
+		d *= 2
+		if r.Max > 0 && d >= r.Max.D() {
+			break
+		}
+	}
+	if r.Max > 0 && d > r.Max.D() {
+		d = r.Max.D()
+	}
+	return d
+}
+
+// DefaultTimeout is the lease length a task gets when neither it nor its
+// queue says otherwise.
+const DefaultTimeout = 10 * time.Second
+
+// Task is the full record of a task. The JSON form is the wire format of the
+// HTTP API. Fields marked "summary" are kept in the summary view; spec,
+// result, errors and history are omitted there.
+type Task struct {
+	ID       string            `json:"id"`
+	Queue    string            `json:"queue"`
+	Spec     json.RawMessage   `json:"spec,omitempty"`
+	Priority uint32            `json:"priority"`
+	Status   Status            `json:"status"`
+	Progress float64           `json:"progress"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Created  time.Time         `json:"created"`
+	Updated  time.Time         `json:"updated"`
+	// RunAt: not claimable before this time.
+	RunAt     time.Time `json:"run_at"`
+	DependsOn []string  `json:"depends_on,omitempty"`
+	// Owner is the worker holding (or that last held) the task.
+	Owner string `json:"owner,omitempty"`
+	// Deadline is the lease expiry while running.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// Lease is the claim number: +1 on every claim, never reused. It is the
+	// fencing token every worker call must present.
+	Lease uint64 `json:"lease"`
+	// Attempts counts claims that were not yielded back.
+	Attempts int `json:"attempts"`
+	// MaxAttempts aborts the task with attempts_exhausted when reached by a
+	// timeout or a failure; 0 means unlimited.
+	MaxAttempts int          `json:"max_attempts"`
+	Retry       *RetryPolicy `json:"retry,omitempty"`
+	// Timeout is the lease length granted on claim and heartbeat.
+	Timeout Duration        `json:"timeout"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Errors  []ErrorInfo     `json:"errors,omitempty"`
+	History []HistoryEntry  `json:"history,omitempty"`
+	// HistoryDropped counts the oldest history entries dropped by the cap.
+	HistoryDropped int `json:"history_dropped,omitempty"`
+	// Version is +1 on every write; use it for compare-and-set updates.
+	Version uint64 `json:"version"`
+}
+
+// Summary returns a copy without spec, result, errors and history.
+func (t *Task) Summary() *Task {
+	c := *t
+	c.Spec, c.Result, c.Errors, c.History, c.HistoryDropped = nil, nil, nil, nil, 0
+	return &c
+}
+
+// Clone returns a deep copy, so a store can hand out tasks without sharing
+// memory with its own state.
+func (t *Task) Clone() *Task {
+	c := *t
+	if t.Labels != nil {
+		c.Labels = make(map[string]string, len(t.Labels))
+		for k, v := range t.Labels {
+			c.Labels[k] = v
+		}
+	}
+	c.Spec = cloneRaw(t.Spec)
+	c.Result = cloneRaw(t.Result)
+	c.DependsOn = append([]string(nil), t.DependsOn...)
+	if t.DependsOn == nil {
+		c.DependsOn = nil
+	}
+	if t.Retry != nil {
+		r := *t.Retry
+		c.Retry = &r
+	}
+	if t.Errors != nil {
+		c.Errors = append([]ErrorInfo(nil), t.Errors...)
+	}
+	if t.History != nil {
+		c.History = append([]HistoryEntry(nil), t.History...)
+	}
+	return &c
+}
+
+func cloneRaw(b json.RawMessage) json.RawMessage {
+	if b == nil {
+		return nil
+	}
+	return append(json.RawMessage(nil), b...)
+}
+
+// LogEntry is one update in a task's log (Skuld's checkpoints). Seq starts at
+// 1 and is contiguous per task across all claims, so a later claimant can
+// resume from the last checkpoint.
+type LogEntry struct {
+	Seq   uint64          `json:"seq"`
+	Lease uint64          `json:"lease"`
+	Time  time.Time       `json:"time"`
+	Data  json.RawMessage `json:"data"`
+}

@@ -1,0 +1,420 @@
+package norn
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Limits every store enforces (the server adds request-size limits on top).
+const (
+	MaxIDLength       = 128
+	MaxQueueLength    = 128
+	MaxSpecBytes      = 1 << 20 // 1 MiB
+	MaxResultBytes    = 1 << 20
+	MaxLogBytes       = 1 << 20
+	MaxLabels         = 64
+	MaxLabelKeyLength = 128
+	MaxLabelValLength = 1024
+	MaxDependencies   = 1000
+	MaxBatch          = 10000
+	MaxClaim          = 1000
+	MaxClaimWait      = 5 * time.Minute
+	MaxListLimit      = 1000
+	DefaultListLimit  = 100
+	MaxErrorBytes     = 64 << 10
+)
+
+// ValidQueueName reports whether q is 1..128 chars of [A-Za-z0-9._:-].
+func ValidQueueName(q string) bool {
+	if len(q) == 0 || len(q) > MaxQueueLength {
+		return false
+	}
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9',
+			c == '.', c == '_', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// ValidateQueue returns an invalid_argument error naming field if q is not a valid queue name.
+func ValidateQueue(field, q string) error {
+	if !ValidQueueName(q) {
+		if q == "" {
+			return Invalid(field, "queue name is required")
+		}
+		return Invalid(field, "queue name %q must be 1..%d characters of [A-Za-z0-9._:-]", truncate(q, 40), MaxQueueLength)
+	}
+	return nil
+}
+
+// ValidateID checks a task id: 1..128 bytes of printable, non-space UTF-8
+// without '/' or ',' (they separate ids in URLs).
+func ValidateID(field, id string) error {
+	if id == "" {
+		return Invalid(field, "id is required")
+	}
+	if len(id) > MaxIDLength {
+		return Invalid(field, "id is longer than %d bytes", MaxIDLength)
+	}
+	for _, r := range id {
+		if r <= ' ' || r == 0x7f || r == '/' || r == ',' || r == '?' || r == '#' || r == '%' || r == 0xfffd {
+			return Invalid(field, "id %q contains a character that is not allowed (space, control, '/', ',', '?', '#', '%%')", truncate(id, 40))
+		}
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// ValidateJSON checks that raw is a single valid JSON value no larger than max.
+func ValidateJSON(field string, raw json.RawMessage, max int) error {
+	if len(raw) > max {
+		return TooLarge(field, "is %d bytes, more than the limit of %d", len(raw), max)
+	}
+	if len(raw) > 0 && !json.Valid(raw) {
+		return Invalid(field, "is not valid JSON")
+	}
+	return nil
+}
+
+// ValidateLabels checks the number and size of labels.
+func ValidateLabels(field string, labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return Invalid(field, "has %d labels, more than the limit of %d", len(labels), MaxLabels)
+	}
+	for k, v := range labels {
+		if k == "" || len(k) > MaxLabelKeyLength {
+			return Invalid(field, "label key %q must be 1..%d bytes", truncate(k, 40), MaxLabelKeyLength)
+		}
+		if strings.ContainsAny(k, ":,") {
+			return Invalid(field, "label key %q must not contain ':' or ','", truncate(k, 40))
+		}
+		if len(v) > MaxLabelValLength {
+			return Invalid(field+"."+k, "label value is longer than %d bytes", MaxLabelValLength)
+		}
+	}
+	return nil
+}
+
+// ValidateRetry checks a retry policy.
+func ValidateRetry(field string, r *RetryPolicy) error {
+	if r == nil {
+		return nil
+	}
+	if r.MaxRetries < 0 {
+		return Invalid(field+".max_retries", "must not be negative")
+	}
+	if r.Base < 0 || r.Max < 0 {
+		return Invalid(field, "durations must not be negative")
+	}
+	if r.Max > 0 && r.Base > r.Max {
+		return Invalid(field+".base", "base %s is larger than max %s", r.Base, r.Max)
+	}
+	return nil
+}
+
+// Validate checks a submission without touching any store. Dependencies are
+// only checked for shape here; their existence is the store's job.
+func (n *NewTask) Validate() error {
+	if n.ID != "" {
+		if err := ValidateID("id", n.ID); err != nil {
+			return err
+		}
+	}
+	if err := ValidateQueue("queue", n.Queue); err != nil {
+		return err
+	}
+	if err := ValidateJSON("spec", n.Spec, MaxSpecBytes); err != nil {
+		return err
+	}
+	if err := ValidateLabels("labels", n.Labels); err != nil {
+		return err
+	}
+	if n.Delay < 0 {
+		return Invalid("delay", "must not be negative")
+	}
+	if n.Timeout < 0 {
+		return Invalid("timeout", "must not be negative")
+	}
+	if n.MaxAttempts != nil && *n.MaxAttempts < 0 {
+		return Invalid("max_attempts", "must not be negative")
+	}
+	if err := ValidateRetry("retry", n.Retry); err != nil {
+		return err
+	}
+	if len(n.DependsOn) > MaxDependencies {
+		return Invalid("depends_on", "has %d ids, more than the limit of %d", len(n.DependsOn), MaxDependencies)
+	}
+	seen := make(map[string]bool, len(n.DependsOn))
+	for i, d := range n.DependsOn {
+		f := fmt.Sprintf("depends_on[%d]", i)
+		if err := ValidateID(f, d); err != nil {
+			return err
+		}
+		if d == n.ID {
+			return Invalid(f, "a task cannot depend on itself")
+		}
+		if seen[d] {
+			return Invalid(f, "duplicate dependency %q", d)
+		}
+		seen[d] = true
+	}
+	return nil
+}
+
+// ValidateBatch validates every task of a batch, naming the index of the
+// first invalid one ("tasks[3].queue"), and rejects duplicate ids in the batch.
+func ValidateBatch(prefix string, tasks []NewTask) error {
+	if len(tasks) > MaxBatch {
+		return TooLarge(prefix, "batch has %d tasks, more than the limit of %d", len(tasks), MaxBatch)
+	}
+	ids := make(map[string]int, len(tasks))
+	for i := range tasks {
+		p := fmt.Sprintf("%s[%d]", prefix, i)
+		if err := tasks[i].Validate(); err != nil {
+			return WithFieldPrefix(err, p)
+		}
+		if id := tasks[i].ID; id != "" {
+			if j, ok := ids[id]; ok {
+				return Invalid(p+".id", "id %q appears twice in the batch (also at index %d)", id, j)
+			}
+			ids[id] = i
+		}
+	}
+	return nil
+}
+
+// ValidateProgress checks 0 ≤ p ≤ 1.
+func ValidateProgress(field string, p float64) error {
+	if math.IsNaN(p) || p < 0 || p > 1 {
+		return Invalid(field, "progress must be between 0 and 1")
+	}
+	return nil
+}
+
+// ValidateErrorInfo checks a worker-supplied error.
+func ValidateErrorInfo(field string, e ErrorInfo) error {
+	if len(e.Code)+len(e.Description) > MaxErrorBytes {
+		return TooLarge(field, "error is larger than %d bytes", MaxErrorBytes)
+	}
+	return nil
+}
+
+// Validate checks the shape of a claim request and fills defaults (N=1).
+func (r *ClaimRequest) Validate() error {
+	if r.Worker == "" {
+		return Invalid("worker", "worker id is required")
+	}
+	if len(r.Queues) == 0 {
+		return Invalid("queues", "at least one queue is required")
+	}
+	for i, q := range r.Queues {
+		if err := ValidateQueue(fmt.Sprintf("queues[%d]", i), q); err != nil {
+			return err
+		}
+	}
+	if r.N == 0 {
+		r.N = 1
+	}
+	if r.N < 0 || r.N > MaxClaim {
+		return Invalid("n", "must be between 1 and %d", MaxClaim)
+	}
+	if r.Lease < 0 {
+		return Invalid("lease", "must not be negative")
+	}
+	if r.Wait < 0 || r.Wait > MaxClaimWait {
+		return Invalid("wait", "must be between 0 and %s", MaxClaimWait)
+	}
+	return nil
+}
+
+// Validate checks a lease reference.
+func (r LeaseRef) Validate() error {
+	if err := ValidateID("id", r.TaskID); err != nil {
+		return err
+	}
+	if r.Worker == "" {
+		return Invalid("worker", "worker id is required")
+	}
+	if r.Lease == 0 {
+		return Invalid("lease", "lease number is required")
+	}
+	return nil
+}
+
+// Validate checks an update.
+func (u *Update) Validate() error {
+	if u.Labels != nil {
+		if err := ValidateLabels("labels", u.Labels); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Validate checks a queue update.
+func (u *QueueUpdate) Validate() error {
+	if u.Timeout != nil && *u.Timeout <= 0 {
+		return Invalid("timeout", "must be positive")
+	}
+	if u.MaxAttempts != nil && *u.MaxAttempts < 0 {
+		return Invalid("max_attempts", "must not be negative")
+	}
+	if err := ValidateRetry("retry", u.Retry); err != nil {
+		return err
+	}
+	if u.Retention != nil {
+		r := u.Retention
+		if r.Completed < 0 || r.Aborted < 0 || r.Cancelled < 0 {
+			return Invalid("retention", "durations must not be negative")
+		}
+	}
+	return nil
+}
+
+// Validate checks the shape of a filter.
+func (f *Filter) Validate() error {
+	for i, q := range f.Queues {
+		if err := ValidateQueue(fmt.Sprintf("queues[%d]", i), q); err != nil {
+			return err
+		}
+	}
+	for i, s := range f.Statuses {
+		if !s.Valid() {
+			return Invalid(fmt.Sprintf("statuses[%d]", i), "unknown status %q", s)
+		}
+	}
+	return ValidateLabels("labels", f.Labels)
+}
+
+// Empty reports whether the filter matches every task.
+func (f *Filter) Empty() bool {
+	return len(f.Queues) == 0 && len(f.Statuses) == 0 && len(f.Labels) == 0 && f.Owner == "" &&
+		f.IDContains == "" && f.CreatedAfter.IsZero() && f.CreatedBefore.IsZero() &&
+		f.UpdatedAfter.IsZero() && f.UpdatedBefore.IsZero()
+}
+
+// Match reports whether t passes the filter. Time bounds are exclusive:
+// CreatedAfter matches created > bound, CreatedBefore matches created < bound.
+func (f *Filter) Match(t *Task) bool {
+	if len(f.Queues) > 0 && !contains(f.Queues, t.Queue) {
+		return false
+	}
+	if len(f.Statuses) > 0 && !containsStatus(f.Statuses, t.Status) {
+		return false
+	}
+	for k, v := range f.Labels {
+		if tv, ok := t.Labels[k]; !ok || tv != v {
+			return false
+		}
+	}
+	if f.Owner != "" && t.Owner != f.Owner {
+		return false
+	}
+	if f.IDContains != "" && !strings.Contains(t.ID, f.IDContains) {
+		return false
+	}
+	if !f.CreatedAfter.IsZero() && !t.Created.After(f.CreatedAfter) {
+		return false
+	}
+	if !f.CreatedBefore.IsZero() && !t.Created.Before(f.CreatedBefore) {
+		return false
+	}
+	if !f.UpdatedAfter.IsZero() && !t.Updated.After(f.UpdatedAfter) {
+		return false
+	}
+	if !f.UpdatedBefore.IsZero() && !t.Updated.Before(f.UpdatedBefore) {
+		return false
+	}
+	return true
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func containsStatus(list []Status, s Status) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// statusAliases are the work-queue aliases of DESIGN §4.
+var statusAliases = map[string][]Status{
+	"pending":   {StatusScheduled, StatusBlocked, StatusReady, StatusRunning},
+	"succeeded": {StatusCompleted},
+	"failed":    {StatusAborted},
+	"terminal":  {StatusCompleted, StatusAborted, StatusCancelled},
+}
+
+// ParseStatuses parses a comma-separated list of statuses and aliases
+// (pending, succeeded, failed, terminal) into a sorted set without duplicates.
+func ParseStatuses(s string) ([]Status, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	set := map[Status]bool{}
+	for _, part := range strings.Split(s, ",") {
+		p := strings.ToLower(strings.TrimSpace(part))
+		if al, ok := statusAliases[p]; ok {
+			for _, st := range al {
+				set[st] = true
+			}
+			continue
+		}
+		st := Status(p)
+		if !st.Valid() {
+			return nil, Invalid("status", "unknown status %q (want one of scheduled, blocked, ready, running, completed, aborted, cancelled, pending, succeeded, failed, terminal)", truncate(part, 40))
+		}
+		set[st] = true
+	}
+	out := make([]Status, 0, len(set))
+	for _, st := range AllStatuses {
+		if set[st] {
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
+// StatusIndex is the position of s in AllStatuses (for sorting), or len(AllStatuses).
+func StatusIndex(s Status) int {
+	for i, v := range AllStatuses {
+		if v == s {
+			return i
+		}
+	}
+	return len(AllStatuses)
+}
+
+// SortGroupCounts sorts by queue, then status lifecycle order.
+func SortGroupCounts(g []GroupCount) {
+	sort.Slice(g, func(i, j int) bool {
+		if g[i].Queue != g[j].Queue {
+			return g[i].Queue < g[j].Queue
+		}
+		return StatusIndex(g[i].Status) < StatusIndex(g[j].Status)
+	})
+}
