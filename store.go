@@ -284,10 +284,10 @@ type ClaimRequest struct {
 	Queues []string `json:"queues"`
 	// N tasks at most (default 1, max 1000).
 	N int `json:"n,omitempty"`
-	// Lease overrides the tasks' own timeout as the lease length when > 0.
-	Lease time.Duration `json:"lease,omitempty"`
+	// Timeout overrides the tasks' own timeout as the lease length when > 0.
+	Timeout Duration `json:"timeout,omitzero"`
 	// Wait long-polls up to this long when nothing is ready (max 5m).
-	Wait time.Duration `json:"wait,omitempty"`
+	Wait Duration `json:"wait,omitzero"`
 }
 
 // LeaseRef names a lease: every worker call must present the current one.
@@ -302,7 +302,7 @@ type Heartbeat struct {
 	// Progress 0..1, nil to leave unchanged.
 	Progress *float64 `json:"progress,omitempty"`
 	// Extend overrides the lease extension when > 0 (default: the task's timeout).
-	Extend time.Duration `json:"extend,omitempty"`
+	Extend Duration `json:"extend,omitzero"`
 }
 
 // LogAppend is one log append.

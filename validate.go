@@ -233,10 +233,10 @@ func (r *ClaimRequest) Validate() error {
 	if r.N < 0 || r.N > MaxClaim {
 		return Invalid("n", "must be between 1 and %d", MaxClaim)
 	}
-	if r.Lease < 0 {
-		return Invalid("lease", "must not be negative")
+	if r.Timeout < 0 {
+		return Invalid("timeout", "must not be negative")
 	}
-	if r.Wait < 0 || r.Wait > MaxClaimWait {
+	if r.Wait < 0 || r.Wait.D() > MaxClaimWait {
 		return Invalid("wait", "must be between 0 and %s", MaxClaimWait)
 	}
 	return nil
