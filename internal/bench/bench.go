@@ -1,0 +1,577 @@
+// Package bench implements the workloads of `norn bench`. Every workload
+// drives a norn.Store, so the same code measures the embedded store
+// in-process, the Postgres store, and either of them through a server (the
+// HTTP client implements norn.Store too).
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nornq/norn"
+)
+
+// Config parameterises the workloads. Zero fields take the documented defaults.
+type Config struct {
+	// Tasks is how many tasks a workload submits or works (default 100,000;
+	// latency: 2,000; delay: Rate × 10 s).
+	Tasks int
+	// Workers is the number of concurrent claimers (default 2×GOMAXPROCS for
+	// in-process stores, 64 over HTTP is a good choice).
+	Workers int
+	// Batch is the submit batch size; 0 runs submit at 1, 100 and 1000.
+	Batch int
+	// ClaimBatch is how many tasks a worker claims at once (default 100).
+	ClaimBatch int
+	// Rate is the submission rate of the delay workload in tasks/s (default 5,000).
+	Rate float64
+	// Delay is how far in the future delayed tasks are scheduled (default 1s).
+	Delay time.Duration
+	// SpecBytes is the size of each task's spec (default 200).
+	SpecBytes int
+	// Queued lists the backlog sizes of the scale workload (default 10,000 and 1,000,000).
+	Queued []int
+	// Queue is the queue the workloads use; each run appends a unique suffix
+	// so runs never see each other's tasks (default "bench").
+	Queue string
+	// Progress, if set, is called as work advances (done of total).
+	Progress func(phase string, done, total int64)
+}
+
+func (c *Config) defaults() {
+	if c.Workers <= 0 {
+		c.Workers = 2 * runtime.GOMAXPROCS(0)
+	}
+	if c.ClaimBatch <= 0 {
+		c.ClaimBatch = 100
+	}
+	if c.Rate <= 0 {
+		c.Rate = 5000
+	}
+	if c.Delay <= 0 {
+		c.Delay = time.Second
+	}
+	if c.SpecBytes <= 0 {
+		c.SpecBytes = 200
+	}
+	if c.Queue == "" {
+		c.Queue = "bench"
+	}
+	if len(c.Queued) == 0 {
+		c.Queued = []int{10_000, 1_000_000}
+	}
+}
+
+// Result is one measured figure. JSON field names are stable (scripts read them).
+type Result struct {
+	Workload   string  `json:"workload"`
+	Store      string  `json:"store"`
+	Durability string  `json:"durability,omitempty"`
+	Transport  string  `json:"transport"`
+	NProc      int     `json:"nproc"`
+	Tasks      int     `json:"tasks"`
+	Workers    int     `json:"workers,omitempty"`
+	Batch      int     `json:"batch,omitempty"`
+	Seconds    float64 `json:"seconds"`
+	TasksPerS  float64 `json:"tasks_per_sec"`
+	P50ms      float64 `json:"p50_ms,omitempty"`
+	P99ms      float64 `json:"p99_ms,omitempty"`
+	P999ms     float64 `json:"p999_ms,omitempty"`
+	Maxms      float64 `json:"max_ms,omitempty"`
+	// Queued is the backlog size for scale runs.
+	Queued int `json:"queued,omitempty"`
+	// Ratio is throughput at the largest backlog ÷ throughput at the smallest (scale).
+	Ratio float64 `json:"ratio,omitempty"`
+	// RSSMiB is the resident memory of this process after the workload (memory).
+	RSSMiB float64 `json:"rss_mib,omitempty"`
+}
+
+// Env describes where the workload runs; it is copied into every Result.
+type Env struct {
+	Store      string
+	Durability string
+	Transport  string
+}
+
+func (e Env) result(workload string) Result {
+	return Result{Workload: workload, Store: e.Store, Durability: e.Durability, Transport: e.Transport, NProc: runtime.NumCPU()}
+}
+
+var runSeq atomic.Int64
+
+// queueName returns a fresh queue for one run, so repeated runs against a
+// persistent store never mix their tasks.
+func queueName(base string) string {
+	return fmt.Sprintf("%s-%d-%d", base, time.Now().UnixNano()%1_000_000_000, runSeq.Add(1))
+}
+
+func spec(n int) json.RawMessage {
+	if n < 8 {
+		n = 8
+	}
+	// {"p":"xxxx"} padded to n bytes.
+	return json.RawMessage(`{"p":"` + strings.Repeat("x", n-8) + `"}`)
+}
+
+// submitAll submits n tasks in batches of b, calling progress; it is the
+// untimed setup of the work workloads and the timed body of submit.
+func submitAll(ctx context.Context, st norn.Store, queue string, n, b int, body json.RawMessage, workers int, progress func(int64)) error {
+	if b <= 0 {
+		b = 1000
+	}
+	var next, done atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	if workers <= 0 {
+		workers = 1
+	}
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			batch := make([]norn.NewTask, 0, b)
+			for {
+				start := int(next.Add(int64(b))) - b
+				if start >= n || ctx.Err() != nil {
+					return
+				}
+				end := min(start+b, n)
+				batch = batch[:0]
+				for i := start; i < end; i++ {
+					batch = append(batch, norn.NewTask{Queue: queue, Spec: body})
+				}
+				if _, err := st.Submit(ctx, batch...); err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+				d := done.Add(int64(end - start))
+				if progress != nil {
+					progress(d)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return fmt.Errorf("submit: %w", firstErr)
+	}
+	return ctx.Err()
+}
+
+// Submit measures submission throughput at each batch size.
+func Submit(ctx context.Context, st norn.Store, env Env, cfg Config) ([]Result, error) {
+	cfg.defaults()
+	n := cfg.Tasks
+	if n <= 0 {
+		n = 100_000
+	}
+	sizes := []int{1, 100, 1000}
+	if cfg.Batch > 0 {
+		sizes = []int{cfg.Batch}
+	}
+	var out []Result
+	for _, b := range sizes {
+		count := n
+		if b == 1 && count > 20_000 && cfg.Batch == 0 {
+			// Single submits are sync-bound; a smaller sample gives the same rate.
+			count = 20_000
+		}
+		q := queueName(cfg.Queue)
+		body := spec(cfg.SpecBytes)
+		phase := fmt.Sprintf("submit batch %d", b)
+		start := time.Now()
+		err := submitAll(ctx, st, q, count, b, body, cfg.Workers, func(d int64) { report(cfg, phase, d, int64(count)) })
+		el := time.Since(start)
+		if err != nil {
+			return out, err
+		}
+		r := env.result("submit")
+		r.Tasks, r.Batch, r.Workers = count, b, cfg.Workers
+		r.Seconds, r.TasksPerS = el.Seconds(), float64(count)/el.Seconds()
+		out = append(out, r)
+		cleanup(ctx, st, q)
+	}
+	return out, nil
+}
+
+func report(cfg Config, phase string, done, total int64) {
+	if cfg.Progress != nil {
+		cfg.Progress(phase, done, total)
+	}
+}
+
+// cleanup removes a run's tasks so a persistent store does not grow with
+// every benchmark run. Errors are ignored: the figures are already taken.
+func cleanup(ctx context.Context, st norn.Store, queue string) {
+	_, _ = st.DeleteMatching(ctx, norn.Filter{Queues: []string{queue}})
+}
+
+// Work pre-submits cfg.Tasks no-op tasks (untimed), then measures how fast
+// cfg.Workers concurrent workers burn them down: claim ClaimBatch, complete
+// them all in one LeaseBatch call. This is the River-comparable figure.
+func Work(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, error) {
+	cfg.defaults()
+	n := cfg.Tasks
+	if n <= 0 {
+		n = 100_000
+	}
+	q := queueName(cfg.Queue)
+	defer cleanup(ctx, st, q)
+	if err := submitAll(ctx, st, q, n, 1000, spec(cfg.SpecBytes), cfg.Workers, func(d int64) { report(cfg, "work: submitting", d, int64(n)) }); err != nil {
+		return Result{}, err
+	}
+	el, err := burnDown(ctx, st, q, n, cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	r := env.result("work")
+	r.Tasks, r.Workers, r.Batch = n, cfg.Workers, cfg.ClaimBatch
+	r.Seconds, r.TasksPerS = el.Seconds(), float64(n)/el.Seconds()
+	return r, nil
+}
+
+// burnDown claims and completes n tasks of queue with cfg.Workers workers.
+func burnDown(ctx context.Context, st norn.Store, q string, n int, cfg Config) (time.Duration, error) {
+	var done atomic.Int64
+	var firstErr error
+	var once sync.Once
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	fail := func(err error) {
+		once.Do(func() { firstErr = err; cancel() })
+	}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < cfg.Workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			worker := "bench-" + strconv.Itoa(w)
+			ops := make([]norn.LeaseOp, 0, cfg.ClaimBatch)
+			for done.Load() < int64(n) && ctx.Err() == nil {
+				tasks, err := st.Claim(ctx, norn.ClaimRequest{Worker: worker, Queues: []string{q}, N: cfg.ClaimBatch,
+					Wait: norn.Duration(50 * time.Millisecond)})
+				if err != nil {
+					if ctx.Err() == nil {
+						fail(fmt.Errorf("claim: %w", err))
+					}
+					return
+				}
+				if len(tasks) == 0 {
+					continue
+				}
+				ops = ops[:0]
+				for _, t := range tasks {
+					ops = append(ops, norn.LeaseOp{Op: norn.OpComplete, LeaseRef: norn.LeaseRef{TaskID: t.ID, Worker: worker, Lease: t.Lease}})
+				}
+				res, err := st.LeaseBatch(ctx, ops)
+				if err != nil {
+					fail(fmt.Errorf("complete: %w", err))
+					return
+				}
+				for _, r := range res {
+					if r.Err != nil {
+						fail(fmt.Errorf("complete: %w", r.Err))
+						return
+					}
+				}
+				report(cfg, "work", done.Add(int64(len(tasks))), int64(n))
+			}
+		}(w)
+	}
+	wg.Wait()
+	el := time.Since(start)
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	return el, ctx.Err()
+}
+
+// Latency measures submit → claim with a waiting long-poll claimer on an
+// idle system: one task at a time, so queueing never inflates the figure.
+func Latency(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, error) {
+	cfg.defaults()
+	n := cfg.Tasks
+	if n <= 0 {
+		n = 2000
+	}
+	q := queueName(cfg.Queue)
+	defer cleanup(ctx, st, q)
+	type claimed struct {
+		at   time.Time
+		task *norn.Task
+		err  error
+	}
+	deliveries := func(ts []*norn.Task, at time.Time, err error) []claimed {
+		if err != nil {
+			return []claimed{{err: err}}
+		}
+		out := make([]claimed, len(ts))
+		for i, t := range ts {
+			out[i] = claimed{at: at, task: t}
+		}
+		return out
+	}
+	ch := make(chan claimed, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			ts, err := st.Claim(ctx, norn.ClaimRequest{Worker: "bench-latency", Queues: []string{q}, N: 1, Wait: norn.Duration(30 * time.Second)})
+			at := time.Now()
+			if err != nil {
+				ts = nil
+			}
+			for _, c := range deliveries(ts, at, err) {
+				select {
+				case ch <- c:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	lat := make([]time.Duration, 0, n)
+	body := spec(cfg.SpecBytes)
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		// Let the claimer get back into its long poll so we measure wake-up,
+		// not a claim that happened to be in flight.
+		t0 := time.Now()
+		if _, err := st.Submit(ctx, norn.NewTask{Queue: q, Spec: body}); err != nil {
+			return Result{}, fmt.Errorf("submit: %w", err)
+		}
+		var c claimed
+		select {
+		case c = <-ch:
+		case <-time.After(30 * time.Second):
+			return Result{}, fmt.Errorf("no claim within 30s of submit %d", i)
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		}
+		if c.err != nil {
+			return Result{}, fmt.Errorf("claim: %w", c.err)
+		}
+		lat = append(lat, c.at.Sub(t0))
+		if err := st.Complete(ctx, norn.LeaseRef{TaskID: c.task.ID, Worker: "bench-latency", Lease: c.task.Lease}, nil); err != nil {
+			return Result{}, fmt.Errorf("complete: %w", err)
+		}
+		report(cfg, "latency", int64(i+1), int64(n))
+	}
+	el := time.Since(start)
+	r := env.result("latency")
+	r.Tasks, r.Seconds, r.TasksPerS = n, el.Seconds(), float64(n)/el.Seconds()
+	setPercentiles(&r, lat)
+	return r, nil
+}
+
+// Delay submits tasks at cfg.Rate with run_at = now + cfg.Delay while
+// claimers long-poll, and measures firing lateness = claim time − run_at.
+func Delay(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, error) {
+	cfg.defaults()
+	n := cfg.Tasks
+	if n <= 0 {
+		n = int(cfg.Rate * 10)
+	}
+	q := queueName(cfg.Queue)
+	defer cleanup(ctx, st, q)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var mu sync.Mutex
+	lat := make([]time.Duration, 0, n)
+	var got atomic.Int64
+	errc := make(chan error, cfg.Workers+1)
+	var wg sync.WaitGroup
+	for w := 0; w < cfg.Workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			worker := "bench-delay-" + strconv.Itoa(w)
+			for got.Load() < int64(n) && ctx.Err() == nil {
+				ts, err := st.Claim(ctx, norn.ClaimRequest{Worker: worker, Queues: []string{q}, N: cfg.ClaimBatch, Wait: norn.Duration(time.Second)})
+				at := time.Now()
+				if err != nil {
+					if ctx.Err() == nil {
+						errc <- fmt.Errorf("claim: %w", err)
+					}
+					return
+				}
+				if len(ts) == 0 {
+					continue
+				}
+				ops := make([]norn.LeaseOp, 0, len(ts))
+				mu.Lock()
+				for _, t := range ts {
+					lat = append(lat, at.Sub(t.RunAt))
+					ops = append(ops, norn.LeaseOp{Op: norn.OpComplete, LeaseRef: norn.LeaseRef{TaskID: t.ID, Worker: worker, Lease: t.Lease}})
+				}
+				mu.Unlock()
+				if _, err := st.LeaseBatch(ctx, ops); err != nil && ctx.Err() == nil {
+					errc <- fmt.Errorf("complete: %w", err)
+					return
+				}
+				report(cfg, "delay", got.Add(int64(len(ts))), int64(n))
+			}
+		}(w)
+	}
+
+	// Submit in small time slices so the offered rate is smooth.
+	body := spec(cfg.SpecBytes)
+	start := time.Now()
+	const slice = 10 * time.Millisecond
+	perSlice := cfg.Rate * slice.Seconds()
+	sent := 0
+	for sent < n && ctx.Err() == nil {
+		due := int(math.Min(float64(n), perSlice*float64(time.Since(start)/slice+1)))
+		if due > sent {
+			batch := make([]norn.NewTask, 0, due-sent)
+			runAt := time.Now().Add(cfg.Delay)
+			for i := sent; i < due; i++ {
+				batch = append(batch, norn.NewTask{Queue: q, Spec: body, RunAt: runAt})
+			}
+			if _, err := st.Submit(ctx, batch...); err != nil {
+				return Result{}, fmt.Errorf("submit: %w", err)
+			}
+			sent = due
+		}
+		select {
+		case err := <-errc:
+			return Result{}, err
+		case <-time.After(time.Until(start.Add(slice * (time.Since(start)/slice + 1)))):
+		}
+	}
+	waitDone := make(chan struct{})
+	go func() { wg.Wait(); close(waitDone) }()
+	select {
+	case <-waitDone:
+	case err := <-errc:
+		return Result{}, err
+	case <-time.After(cfg.Delay + 60*time.Second):
+		return Result{}, fmt.Errorf("only %d of %d delayed tasks fired within %s", got.Load(), n, cfg.Delay+60*time.Second)
+	}
+	el := time.Since(start)
+	r := env.result("delay")
+	r.Tasks, r.Workers, r.Seconds, r.TasksPerS = n, cfg.Workers, el.Seconds(), float64(n)/el.Seconds()
+	setPercentiles(&r, lat)
+	return r, nil
+}
+
+// Scale measures work throughput with different backlogs: the same number
+// of tasks is burnt down from a queue that holds Queued[i] tasks, so claim
+// cost growing with queue length would show as a falling ratio.
+func Scale(ctx context.Context, st norn.Store, env Env, cfg Config) ([]Result, error) {
+	cfg.defaults()
+	n := cfg.Tasks
+	if n <= 0 {
+		n = 50_000
+	}
+	var out []Result
+	for _, queued := range cfg.Queued {
+		if queued < n {
+			queued = n
+		}
+		q := queueName(cfg.Queue)
+		if err := submitAll(ctx, st, q, queued, 1000, spec(cfg.SpecBytes), cfg.Workers,
+			func(d int64) { report(cfg, fmt.Sprintf("scale: queueing %d", queued), d, int64(queued)) }); err != nil {
+			return out, err
+		}
+		el, err := burnDown(ctx, st, q, n, cfg)
+		cleanup(ctx, st, q)
+		if err != nil {
+			return out, err
+		}
+		r := env.result("scale")
+		r.Tasks, r.Workers, r.Batch, r.Queued = n, cfg.Workers, cfg.ClaimBatch, queued
+		r.Seconds, r.TasksPerS = el.Seconds(), float64(n)/el.Seconds()
+		out = append(out, r)
+	}
+	if len(out) > 1 {
+		out[len(out)-1].Ratio = out[len(out)-1].TasksPerS / out[0].TasksPerS
+	}
+	return out, nil
+}
+
+// Memory queues cfg.Tasks ready tasks (default 1M, 200-byte specs) and
+// reports this process's resident memory: meaningful for in-process stores.
+// For a server, read the server process's RSS instead (ServerRSS).
+func Memory(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, error) {
+	cfg.defaults()
+	n := cfg.Tasks
+	if n <= 0 {
+		n = 1_000_000
+	}
+	q := queueName(cfg.Queue)
+	defer cleanup(ctx, st, q)
+	start := time.Now()
+	if err := submitAll(ctx, st, q, n, 1000, spec(cfg.SpecBytes), cfg.Workers, func(d int64) { report(cfg, "memory: submitting", d, int64(n)) }); err != nil {
+		return Result{}, err
+	}
+	el := time.Since(start)
+	runtime.GC()
+	rss, err := RSS(os.Getpid())
+	if err != nil {
+		return Result{}, err
+	}
+	r := env.result("memory")
+	r.Tasks, r.Seconds, r.TasksPerS = n, el.Seconds(), float64(n)/el.Seconds()
+	r.RSSMiB = float64(rss) / (1 << 20)
+	return r, nil
+}
+
+// RSS reads the resident set size of a process from /proc (Linux only).
+func RSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read RSS: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) >= 1 {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("parse VmRSS %q: %w", rest, err)
+				}
+				return kb << 10, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+// Percentile returns the p-th percentile (0..100) of sorted durations using
+// the nearest-rank method.
+func Percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	// The epsilon keeps float error (99.9/100*1000 = 999.0000000001) from
+	// bumping the rank.
+	rank := int(math.Ceil(p/100*float64(len(sorted)) - 1e-9))
+	rank = max(1, min(rank, len(sorted)))
+	return sorted[rank-1]
+}
+
+func setPercentiles(r *Result, lat []time.Duration) {
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	r.P50ms = ms(Percentile(lat, 50))
+	r.P99ms = ms(Percentile(lat, 99))
+	r.P999ms = ms(Percentile(lat, 99.9))
+	r.Maxms = ms(Percentile(lat, 100))
+}
