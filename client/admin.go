@@ -1,0 +1,97 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"github.com/nornq/norn"
+)
+
+type queuesBody struct {
+	Queues []norn.QueueInfo `json:"queues"`
+}
+
+type queueBody struct {
+	Queue norn.QueueInfo `json:"queue"`
+}
+
+// Queues lists queues with counts (GET /v1/queues).
+func (c *Client) Queues(ctx context.Context) ([]norn.QueueInfo, error) {
+	var out queuesBody
+	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/queues"}, &out); err != nil {
+		return nil, err
+	}
+	if out.Queues == nil {
+		out.Queues = []norn.QueueInfo{}
+	}
+	return out.Queues, nil
+}
+
+func queuePath(name string) (string, error) {
+	if err := norn.ValidateQueue("queue", name); err != nil {
+		return "", err
+	}
+	return "/v1/queues/" + url.PathEscape(name), nil
+}
+
+// Queue returns one queue (GET /v1/queues/{queue}).
+func (c *Client) Queue(ctx context.Context, name string) (norn.QueueInfo, error) {
+	p, err := queuePath(name)
+	if err != nil {
+		return norn.QueueInfo{}, err
+	}
+	var out queueBody
+	if err := c.do(ctx, request{method: http.MethodGet, path: p}, &out); err != nil {
+		return norn.QueueInfo{}, err
+	}
+	return out.Queue, nil
+}
+
+// UpdateQueue pauses/resumes a queue or changes its defaults
+// (PATCH /v1/queues/{queue}; admin role).
+func (c *Client) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate) (norn.QueueInfo, error) {
+	p, err := queuePath(name)
+	if err != nil {
+		return norn.QueueInfo{}, err
+	}
+	var out queueBody
+	if err := c.do(ctx, request{method: http.MethodPatch, path: p, body: u}, &out); err != nil {
+		return norn.QueueInfo{}, err
+	}
+	return out.Queue, nil
+}
+
+type workersBody struct {
+	Workers []norn.WorkerInfo `json:"workers"`
+}
+
+// Workers lists registered workers (GET /v1/workers).
+func (c *Client) Workers(ctx context.Context) ([]norn.WorkerInfo, error) {
+	var out workersBody
+	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/workers"}, &out); err != nil {
+		return nil, err
+	}
+	if out.Workers == nil {
+		out.Workers = []norn.WorkerInfo{}
+	}
+	return out.Workers, nil
+}
+
+// Stats returns counts by queue×status and totals (GET /v1/stats).
+func (c *Client) Stats(ctx context.Context) (norn.Stats, error) {
+	var out norn.Stats
+	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/stats"}, &out); err != nil {
+		return norn.Stats{}, err
+	}
+	return out, nil
+}
+
+// Sweep runs the monitor duties due now (POST /v1/sweep; admin role).
+func (c *Client) Sweep(ctx context.Context) (norn.SweepReport, error) {
+	var out norn.SweepReport
+	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/sweep"}, &out); err != nil {
+		return norn.SweepReport{}, err
+	}
+	return out, nil
+}

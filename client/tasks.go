@@ -1,0 +1,279 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nornq/norn"
+)
+
+type taskBody struct {
+	Task      *norn.Task `json:"task"`
+	Duplicate bool       `json:"duplicate,omitempty"`
+}
+
+type batchRequest struct {
+	Tasks []norn.NewTask `json:"tasks"`
+}
+
+type batchResponse struct {
+	Tasks      []*norn.Task `json:"tasks"`
+	Duplicates []string     `json:"duplicates"`
+}
+
+// Submit stores tasks atomically through POST /v1/tasks/batch; duplicates
+// (ids that already existed) come back with Duplicate set.
+func (c *Client) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Submitted, error) {
+	if tasks == nil {
+		tasks = []norn.NewTask{}
+	}
+	var out batchResponse
+	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/tasks/batch", body: batchRequest{Tasks: tasks}}, &out); err != nil {
+		return nil, err
+	}
+	dup := make(map[string]bool, len(out.Duplicates))
+	for _, id := range out.Duplicates {
+		dup[id] = true
+	}
+	subs := make([]norn.Submitted, len(out.Tasks))
+	for i, t := range out.Tasks {
+		subs[i] = norn.Submitted{Task: t, Duplicate: t != nil && dup[t.ID]}
+	}
+	return subs, nil
+}
+
+// Get returns one task (GET /v1/tasks/{id}).
+func (c *Client) Get(ctx context.Context, id string) (*norn.Task, error) {
+	if err := checkID("id", id); err != nil {
+		return nil, err
+	}
+	var out taskBody
+	if err := c.do(ctx, request{method: http.MethodGet, path: taskPath(id, "")}, &out); err != nil {
+		return nil, err
+	}
+	return out.Task, nil
+}
+
+type manyBody struct {
+	Tasks   []*norn.Task `json:"tasks"`
+	Missing []string     `json:"missing"`
+}
+
+// GetMany returns the tasks that exist, in request order, and the missing
+// ids (GET /v1/tasks/{id1},{id2},…).
+func (c *Client) GetMany(ctx context.Context, ids []string) ([]*norn.Task, []string, error) {
+	switch len(ids) {
+	case 0:
+		return []*norn.Task{}, nil, nil
+	case 1:
+		// The comma route needs two ids; one id is a plain Get.
+		t, err := c.Get(ctx, ids[0])
+		if err != nil {
+			if norn.CodeOf(err) == norn.CodeNotFound {
+				return []*norn.Task{}, []string{ids[0]}, nil
+			}
+			return nil, nil, err
+		}
+		return []*norn.Task{t}, nil, nil
+	}
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		if err := checkID("ids["+strconv.Itoa(i)+"]", id); err != nil {
+			return nil, nil, err
+		}
+		parts[i] = url.PathEscape(id)
+	}
+	var out manyBody
+	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/tasks/" + strings.Join(parts, ",")}, &out); err != nil {
+		return nil, nil, err
+	}
+	if out.Tasks == nil {
+		out.Tasks = []*norn.Task{}
+	}
+	return out.Tasks, out.Missing, nil
+}
+
+// FilterValues encodes f as the query parameters of GET /v1/tasks,
+// /v1/tasks/count and DELETE /v1/tasks. Times keep nanoseconds.
+func FilterValues(f norn.Filter) url.Values {
+	v := url.Values{}
+	for _, q := range f.Queues {
+		v.Add("queue", q)
+	}
+	if len(f.Statuses) > 0 {
+		s := make([]string, len(f.Statuses))
+		for i, st := range f.Statuses {
+			s[i] = string(st)
+		}
+		v.Set("status", strings.Join(s, ","))
+	}
+	keys := make([]string, 0, len(f.Labels))
+	for k := range f.Labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v.Add("label", k+":"+f.Labels[k])
+	}
+	if f.Owner != "" {
+		v.Set("owner", f.Owner)
+	}
+	if f.IDContains != "" {
+		v.Set("id_contains", f.IDContains)
+	}
+	setTime(v, "created_after", f.CreatedAfter)
+	setTime(v, "created_before", f.CreatedBefore)
+	setTime(v, "updated_after", f.UpdatedAfter)
+	setTime(v, "updated_before", f.UpdatedBefore)
+	return v
+}
+
+func setTime(v url.Values, key string, t time.Time) {
+	if !t.IsZero() {
+		v.Set(key, t.UTC().Format(time.RFC3339Nano))
+	}
+}
+
+// QueryValues encodes q (filter, paging, order and view) for GET /v1/tasks.
+func QueryValues(q norn.Query) url.Values {
+	v := FilterValues(q.Filter)
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Cursor != "" {
+		v.Set("cursor", q.Cursor)
+	}
+	if q.Order != norn.OrderID {
+		v.Set("order", string(q.Order))
+	}
+	if q.Summary {
+		v.Set("view", "summary")
+	}
+	return v
+}
+
+// List returns one page of matching tasks (GET /v1/tasks).
+func (c *Client) List(ctx context.Context, q norn.Query) (norn.Page, error) {
+	var out norn.Page
+	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/tasks", query: QueryValues(q)}, &out); err != nil {
+		return norn.Page{}, err
+	}
+	if out.Tasks == nil {
+		out.Tasks = []*norn.Task{}
+	}
+	return out, nil
+}
+
+type countBody struct {
+	Count  int64             `json:"count"`
+	Groups []norn.GroupCount `json:"groups"`
+}
+
+// Count returns how many tasks match f (GET /v1/tasks/count).
+func (c *Client) Count(ctx context.Context, f norn.Filter) (int64, error) {
+	var out countBody
+	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/tasks/count", query: FilterValues(f)}, &out); err != nil {
+		return 0, err
+	}
+	return out.Count, nil
+}
+
+// CountGrouped returns counts by queue and status (GET /v1/tasks/count?group=queue,status).
+func (c *Client) CountGrouped(ctx context.Context, f norn.Filter) ([]norn.GroupCount, error) {
+	v := FilterValues(f)
+	v.Set("group", "queue,status")
+	var out countBody
+	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/tasks/count", query: v}, &out); err != nil {
+		return nil, err
+	}
+	if out.Groups == nil {
+		out.Groups = []norn.GroupCount{}
+	}
+	return out.Groups, nil
+}
+
+// Cancel cancels a task (POST /v1/tasks/{id}/cancel).
+func (c *Client) Cancel(ctx context.Context, id string) (*norn.Task, error) {
+	if err := checkID("id", id); err != nil {
+		return nil, err
+	}
+	var out taskBody
+	if err := c.do(ctx, request{method: http.MethodPost, path: taskPath(id, "/cancel"), body: struct{}{}}, &out); err != nil {
+		return nil, err
+	}
+	return out.Task, nil
+}
+
+// Update changes a task that is not running (PATCH /v1/tasks/{id}).
+func (c *Client) Update(ctx context.Context, id string, u norn.Update) (*norn.Task, error) {
+	if err := checkID("id", id); err != nil {
+		return nil, err
+	}
+	var out taskBody
+	if err := c.do(ctx, request{method: http.MethodPatch, path: taskPath(id, ""), body: u}, &out); err != nil {
+		return nil, err
+	}
+	return out.Task, nil
+}
+
+type deletedBody struct {
+	Deleted int64 `json:"deleted"`
+}
+
+// Delete removes one task (DELETE /v1/tasks/{id}).
+func (c *Client) Delete(ctx context.Context, id string) error {
+	if err := checkID("id", id); err != nil {
+		return err
+	}
+	return c.do(ctx, request{method: http.MethodDelete, path: taskPath(id, "")}, &deletedBody{})
+}
+
+// DeleteMatching removes every task matching f (DELETE /v1/tasks?filters);
+// the server refuses an empty filter.
+func (c *Client) DeleteMatching(ctx context.Context, f norn.Filter) (int64, error) {
+	var out deletedBody
+	if err := c.do(ctx, request{method: http.MethodDelete, path: "/v1/tasks", query: FilterValues(f)}, &out); err != nil {
+		return 0, err
+	}
+	return out.Deleted, nil
+}
+
+type logBody struct {
+	Entries []norn.LogEntry `json:"entries"`
+}
+
+// ReadLog returns log entries after seq after, at most limit (0 = all).
+func (c *Client) ReadLog(ctx context.Context, id string, after uint64, limit int) ([]norn.LogEntry, error) {
+	if err := checkID("id", id); err != nil {
+		return nil, err
+	}
+	v := url.Values{}
+	if after > 0 {
+		v.Set("after", strconv.FormatUint(after, 10))
+	}
+	if limit != 0 {
+		v.Set("limit", strconv.Itoa(limit))
+	}
+	var out logBody
+	if err := c.do(ctx, request{method: http.MethodGet, path: taskPath(id, "/log"), query: v}, &out); err != nil {
+		return nil, err
+	}
+	if out.Entries == nil {
+		out.Entries = []norn.LogEntry{}
+	}
+	return out.Entries, nil
+}
+
+// Transact applies a transaction all or nothing (POST /v1/transactions).
+func (c *Client) Transact(ctx context.Context, tx norn.Txn) (*norn.TxnResult, error) {
+	var out norn.TxnResult
+	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/transactions", body: tx}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

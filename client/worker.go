@@ -1,0 +1,161 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/nornq/norn"
+)
+
+type idBody struct {
+	ID string `json:"id"`
+}
+
+// RegisterWorker allocates a worker id (POST /v1/workers).
+func (c *Client) RegisterWorker(ctx context.Context, info norn.WorkerInfo) (string, error) {
+	info.ID = ""
+	var out idBody
+	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/workers", body: info}, &out); err != nil {
+		return "", err
+	}
+	return out.ID, nil
+}
+
+type tasksBody struct {
+	Tasks []*norn.Task `json:"tasks"`
+}
+
+// Claim leases up to req.N tasks (POST /v1/claim). With req.Wait it long
+// polls; the HTTP timeout, if any, is stretched beyond Wait.
+func (c *Client) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task, error) {
+	hc := c.hc
+	if req.Wait > 0 {
+		hc = c.withTimeoutAtLeast(req.Wait.D() + claimSlack)
+	}
+	if req.Queues == nil {
+		req.Queues = []string{}
+	}
+	var out tasksBody
+	if err := c.doWith(ctx, hc, request{method: http.MethodPost, path: "/v1/claim", body: req}, &out); err != nil {
+		return nil, err
+	}
+	if out.Tasks == nil {
+		out.Tasks = []*norn.Task{}
+	}
+	return out.Tasks, nil
+}
+
+type leaseBody struct {
+	Worker   string          `json:"worker"`
+	Lease    uint64          `json:"lease"`
+	Progress *float64        `json:"progress,omitempty"`
+	Extend   norn.Duration   `json:"extend,omitzero"`
+	Seq      uint64          `json:"seq,omitempty"`
+	Data     json.RawMessage `json:"data,omitempty"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	Error    *norn.ErrorInfo `json:"error,omitempty"`
+}
+
+type deadlineBody struct {
+	Deadline time.Time `json:"deadline"`
+}
+
+// Heartbeat extends a lease and optionally records progress
+// (POST /v1/tasks/{id}/heartbeat); it returns the new deadline.
+func (c *Client) Heartbeat(ctx context.Context, ref norn.LeaseRef, hb norn.Heartbeat) (time.Time, error) {
+	if err := checkID("id", ref.TaskID); err != nil {
+		return time.Time{}, err
+	}
+	var out deadlineBody
+	body := leaseBody{Worker: ref.Worker, Lease: ref.Lease, Progress: hb.Progress, Extend: hb.Extend}
+	if err := c.do(ctx, request{method: http.MethodPost, path: taskPath(ref.TaskID, "/heartbeat"), body: body}, &out); err != nil {
+		return time.Time{}, err
+	}
+	return out.Deadline, nil
+}
+
+type entryBody struct {
+	Entry norn.LogEntry `json:"entry"`
+}
+
+// AppendLog appends to the task's update log (POST /v1/tasks/{id}/log).
+func (c *Client) AppendLog(ctx context.Context, ref norn.LeaseRef, entry norn.LogAppend) (norn.LogEntry, error) {
+	if err := checkID("id", ref.TaskID); err != nil {
+		return norn.LogEntry{}, err
+	}
+	data := entry.Data
+	if data == nil {
+		// "data" is required on the wire; an absent value is JSON null.
+		data = json.RawMessage("null")
+	}
+	var out entryBody
+	body := leaseBody{Worker: ref.Worker, Lease: ref.Lease, Seq: entry.Seq, Data: data}
+	if err := c.do(ctx, request{method: http.MethodPost, path: taskPath(ref.TaskID, "/log"), body: body}, &out); err != nil {
+		return norn.LogEntry{}, err
+	}
+	return out.Entry, nil
+}
+
+func (c *Client) finish(ctx context.Context, ref norn.LeaseRef, verb string, body leaseBody) error {
+	if err := checkID("id", ref.TaskID); err != nil {
+		return err
+	}
+	body.Worker, body.Lease = ref.Worker, ref.Lease
+	return c.do(ctx, request{method: http.MethodPost, path: taskPath(ref.TaskID, "/"+verb), body: body}, &struct{}{})
+}
+
+// Complete finishes a task successfully (POST /v1/tasks/{id}/complete).
+func (c *Client) Complete(ctx context.Context, ref norn.LeaseRef, result json.RawMessage) error {
+	return c.finish(ctx, ref, "complete", leaseBody{Result: result})
+}
+
+// Fail records an error and retries or aborts per the task's policy
+// (POST /v1/tasks/{id}/fail).
+func (c *Client) Fail(ctx context.Context, ref norn.LeaseRef, e norn.ErrorInfo) error {
+	return c.finish(ctx, ref, "fail", leaseBody{Error: &e})
+}
+
+// Abort finishes a task unsuccessfully for good (POST /v1/tasks/{id}/abort).
+func (c *Client) Abort(ctx context.Context, ref norn.LeaseRef, e norn.ErrorInfo) error {
+	return c.finish(ctx, ref, "abort", leaseBody{Error: &e})
+}
+
+// Yield gives a task back without counting the attempt (POST /v1/tasks/{id}/yield).
+func (c *Client) Yield(ctx context.Context, ref norn.LeaseRef) error {
+	return c.finish(ctx, ref, "yield", leaseBody{})
+}
+
+type leaseBatchRequest struct {
+	Ops []norn.LeaseOp `json:"ops"`
+}
+
+type leaseResult struct {
+	Deadline time.Time  `json:"deadline"`
+	Error    *wireError `json:"error"`
+}
+
+type leaseBatchResponse struct {
+	Results []leaseResult `json:"results"`
+}
+
+// LeaseBatch applies many lease operations in one request
+// (POST /v1/leases/batch); each result carries its own error.
+func (c *Client) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.LeaseOpResult, error) {
+	if ops == nil {
+		ops = []norn.LeaseOp{}
+	}
+	var out leaseBatchResponse
+	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/leases/batch", body: leaseBatchRequest{Ops: ops}}, &out); err != nil {
+		return nil, err
+	}
+	res := make([]norn.LeaseOpResult, len(out.Results))
+	for i, r := range out.Results {
+		res[i].Deadline = r.Deadline
+		if r.Error != nil && r.Error.Code != "" {
+			res[i].Err = r.Error.err()
+		}
+	}
+	return res, nil
+}
