@@ -1,0 +1,315 @@
+package worker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nornq/norn"
+)
+
+// Exit codes of a Command's process that mean something to Norn.
+const (
+	// ExitTempFail (EX_TEMPFAIL from sysexits.h) fails the task for retry.
+	ExitTempFail = 75
+)
+
+// DefaultStderrTail is how many bytes of a command's stderr become the
+// error description when it fails.
+const DefaultStderrTail = 4096
+
+// Command is a Handler that runs an external program once per task — the
+// engine of `norn work`. The program gets:
+//   - the task's spec on stdin (nothing when the task has no spec);
+//   - NORN_TASK_ID, NORN_QUEUE, NORN_LEASE, NORN_ATTEMPT and NORN_WORKER in
+//     its environment, on top of the worker's own environment and Env.
+//
+// Its outcome:
+//   - exit 0 completes the task; stdout becomes the result: as is when it is
+//     JSON, else the text (trailing newlines removed) as a JSON string; empty
+//     stdout means no result;
+//   - exit 75 (EX_TEMPFAIL) fails the task for retry;
+//   - any other exit code aborts it; death by a signal the worker did not
+//     send (e.g. the OOM killer) fails it for retry. Either way the error
+//     description is the tail of stderr and the code is "exit_<n>" or
+//     "signal".
+//
+// Lines of the form "progress: 0.4" (or "progress: 40%") on stderr set the
+// task's progress, sent with the next heartbeat. The program runs in its own
+// process group; when the task is cancelled, its lease is lost or a shutdown
+// yields it, the whole group is killed.
+type Command struct {
+	// Path is the program (looked up in PATH when it has no slash).
+	Path string
+	// Args are the arguments after the program name.
+	Args []string
+	// Dir is the working directory; default the worker's.
+	Dir string
+	// Env is added to the worker's environment.
+	Env []string
+	// Stderr receives a copy of the program's stderr (progress lines
+	// included); nil discards it.
+	Stderr io.Writer
+	// KillGrace: on cancellation the process group first gets SIGTERM and,
+	// if still alive after KillGrace, SIGKILL. 0 sends SIGKILL at once.
+	KillGrace time.Duration
+	// StderrTail is how many bytes of stderr the error description keeps.
+	// Default DefaultStderrTail.
+	StderrTail int
+}
+
+// ServeTask runs the program for t.
+func (c *Command) ServeTask(ctx context.Context, t *Task) error {
+	path := c.Path
+	if !strings.Contains(path, "/") {
+		p, err := exec.LookPath(path)
+		if err != nil {
+			return WithCode("exec_failed", Abort(err))
+		}
+		path = p
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW)
+		return err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW, outR, outW)
+		return err
+	}
+	cmd := exec.Command(path, c.Args...)
+	cmd.Dir = c.Dir
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	cmd.Env = append(append(os.Environ(), c.Env...),
+		"NORN_TASK_ID="+t.ID,
+		"NORN_QUEUE="+t.Queue,
+		"NORN_LEASE="+strconv.FormatUint(t.Lease, 10),
+		"NORN_ATTEMPT="+strconv.Itoa(t.Attempts),
+		"NORN_WORKER="+t.Ref().Worker,
+	)
+	setProcessGroup(cmd)
+	err = cmd.Start()
+	// The child has its own copies; ours must close so EOFs arrive.
+	closeAll(inR, outW, errW)
+	if err != nil {
+		closeAll(inW, outR, errR)
+		return WithCode("exec_failed", Abort(err))
+	}
+
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		// A program that does not read its stdin gets EPIPE here; that is
+		// its business.
+		_, _ = inW.Write(t.Spec)
+		_ = inW.Close()
+	}()
+	stdout := &capped{max: norn.MaxResultBytes}
+	go func() {
+		defer wg.Done()
+		_, _ = io.Copy(stdout, outR)
+	}()
+	tailMax := c.StderrTail
+	if tailMax <= 0 {
+		tailMax = DefaultStderrTail
+	}
+	tail := &tailBuffer{max: tailMax}
+	go func() {
+		defer wg.Done()
+		scanStderr(errR, c.Stderr, tail, t.SetProgress)
+	}()
+
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	var werr error
+	killed := false
+	select {
+	case werr = <-waited:
+	case <-ctx.Done():
+		killed = true
+		if c.KillGrace > 0 {
+			signalGroup(cmd, sigTerm)
+			timer := time.NewTimer(c.KillGrace)
+			select {
+			case werr = <-waited:
+			case <-timer.C:
+				signalGroup(cmd, sigKill)
+				werr = <-waited
+			}
+			timer.Stop()
+		} else {
+			signalGroup(cmd, sigKill)
+			werr = <-waited
+		}
+	}
+	// Leftover children of the program would keep our pipes open.
+	signalGroup(cmd, sigKill)
+	_ = inW.Close()
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(2 * time.Second):
+		// Something outside the group holds the pipes; stop reading.
+		closeAll(outR, errR)
+		<-drained
+	}
+	closeAll(outR, errR)
+
+	if killed {
+		return context.Cause(ctx)
+	}
+	if werr == nil {
+		if stdout.over {
+			return WithCode("result_too_large", Abort(fmt.Errorf("stdout is larger than %d bytes", norn.MaxResultBytes)))
+		}
+		if res := ParseResult(stdout.buf.Bytes()); res != nil {
+			if err := t.SetResult(res); err != nil {
+				return WithCode("invalid_result", Abort(err))
+			}
+		}
+		return nil
+	}
+	desc := tail.String()
+	var ee *exec.ExitError
+	if !errors.As(werr, &ee) {
+		return WithCode("exec_failed", fmt.Errorf("%w\n%s", werr, desc))
+	}
+	code := ee.ExitCode()
+	switch {
+	case code == ExitTempFail:
+		return WithCode("exit_75", fmt.Errorf("exit status 75 (temporary failure)\n%s", desc))
+	case code < 0:
+		return WithCode("signal", fmt.Errorf("%s\n%s", ee.ProcessState.String(), desc))
+	default:
+		return WithCode("exit_"+strconv.Itoa(code), Abort(fmt.Errorf("exit status %d\n%s", code, desc)))
+	}
+}
+
+// ParseResult turns a command's stdout into a task result: JSON as is
+// (surrounding whitespace removed), other text as a JSON string without its
+// trailing newlines, nothing for empty or all-whitespace output.
+func ParseResult(out []byte) json.RawMessage {
+	trimmed := bytes.TrimSpace(out)
+	if len(trimmed) == 0 {
+		return nil
+	}
+	if json.Valid(trimmed) {
+		return json.RawMessage(append([]byte(nil), trimmed...))
+	}
+	text := strings.TrimRight(string(out), "\r\n")
+	raw, _ := json.Marshal(text) // strings always encode
+	return raw
+}
+
+// ParseProgress recognises a progress line: "progress: 0.4" or
+// "progress: 40%" (case-insensitive, surrounding spaces allowed), with a
+// value within 0..1 (0..100%).
+func ParseProgress(line string) (float64, bool) {
+	line = strings.TrimSpace(line)
+	const prefix = "progress:"
+	if len(line) <= len(prefix) || !strings.EqualFold(line[:len(prefix)], prefix) {
+		return 0, false
+	}
+	v := strings.TrimSpace(line[len(prefix):])
+	scale := 1.0
+	if strings.HasSuffix(v, "%") {
+		v, scale = strings.TrimSpace(strings.TrimSuffix(v, "%")), 100
+	}
+	p, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0, false
+	}
+	p /= scale
+	if !(p >= 0 && p <= 1) { // also rejects NaN
+		return 0, false
+	}
+	return p, true
+}
+
+// scanStderr copies r to copyTo and tail, and reports progress lines.
+// Overlong lines are passed through but never parsed.
+func scanStderr(r io.Reader, copyTo io.Writer, tail *tailBuffer, progress func(float64)) {
+	br := bufio.NewReaderSize(r, 4096)
+	midLine := false
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(chunk) > 0 {
+			if copyTo != nil {
+				_, _ = copyTo.Write(chunk)
+			}
+			tail.Write(chunk)
+			if !midLine && err != bufio.ErrBufferFull {
+				if p, ok := ParseProgress(string(chunk)); ok {
+					progress(p)
+				}
+			}
+		}
+		midLine = err == bufio.ErrBufferFull
+		if err != nil && err != bufio.ErrBufferFull {
+			return
+		}
+	}
+}
+
+// capped keeps the first max bytes written and notes whether more came.
+type capped struct {
+	buf  bytes.Buffer
+	max  int
+	over bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	room := c.max - c.buf.Len()
+	if len(p) > room {
+		c.over = true
+		c.buf.Write(p[:max(room, 0)])
+		return len(p), nil
+	}
+	c.buf.Write(p)
+	return len(p), nil
+}
+
+// tailBuffer keeps the last max bytes written.
+type tailBuffer struct {
+	buf []byte
+	max int
+}
+
+func (t *tailBuffer) Write(p []byte) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2*t.max {
+		t.buf = append(t.buf[:0:0], t.buf[len(t.buf)-t.max:]...)
+	}
+}
+
+// String returns the kept tail as valid UTF-8 without surrounding space.
+func (t *tailBuffer) String() string {
+	b := t.buf
+	if len(b) > t.max {
+		b = b[len(b)-t.max:]
+	}
+	return strings.TrimSpace(strings.ToValidUTF8(string(b), ""))
+}
+
+func closeAll(files ...*os.File) {
+	for _, f := range files {
+		_ = f.Close()
+	}
+}

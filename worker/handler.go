@@ -1,0 +1,207 @@
+// Package worker runs Norn tasks from Go, shaped like net/http: a Handler
+// (or HandlerFunc) does the work of one task, a ServeMux routes tasks to
+// handlers by queue, and a Worker claims tasks, keeps their leases alive with
+// heartbeats, runs the handlers with a concurrency limit and reports each
+// outcome:
+//
+//	mux := worker.NewServeMux()
+//	mux.HandleFunc("emails", func(ctx context.Context, t *worker.Task) error {
+//		var spec struct{ To string }
+//		if err := json.Unmarshal(t.Spec, &spec); err != nil {
+//			return worker.Abort(err) // malformed spec: never retry
+//		}
+//		return send(ctx, spec.To) // nil completes, an error fails (retried per policy)
+//	})
+//	w, err := worker.New(store, worker.Config{Handler: mux})
+//	...
+//	err = w.Run(ctx) // returns after a graceful shutdown when ctx is cancelled
+//
+// The same code runs on an in-process store (store/embedded) and on a remote
+// server through package client: both implement norn.Store.
+//
+// Delivery is at least once: a task whose worker is suspected dead (missed
+// heartbeats) is given to another worker, so handlers must be idempotent or
+// fence their side effects with the lease number (Task.Lease). See
+// docs/workers.md.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/nornq/norn"
+)
+
+// Handler does the work of one task. Its outcome decides what happens to the
+// task:
+//   - nil completes it (with the result set by Task.SetResult, if any);
+//   - an error fails it: it is retried per the task's retry policy, or
+//     aborted when no retries remain;
+//   - an error wrapped with Abort aborts it for good;
+//   - a panic aborts it with the panic message and stack, and the worker
+//     keeps running.
+//
+// ctx is cancelled when the task is cancelled by a client, when its lease is
+// lost (another worker may now own it) and when a shutdown's grace period
+// ends; context.Cause(ctx) says which (ErrTaskCancelled, ErrLeaseLost,
+// ErrShutdown). In the first two cases nothing the handler returns is
+// reported.
+type Handler interface {
+	ServeTask(ctx context.Context, t *Task) error
+}
+
+// HandlerFunc adapts an ordinary function to a Handler.
+type HandlerFunc func(ctx context.Context, t *Task) error
+
+// ServeTask calls f(ctx, t).
+func (f HandlerFunc) ServeTask(ctx context.Context, t *Task) error { return f(ctx, t) }
+
+// ServeMux routes a task to the handler registered for its queue. A Worker
+// whose Config.Queues is empty claims from the mux's queues, in the order they
+// were registered (that order is also the claim preference).
+type ServeMux struct {
+	mu     sync.RWMutex
+	routes map[string]Handler
+	order  []string
+}
+
+// NewServeMux returns an empty mux.
+func NewServeMux() *ServeMux { return &ServeMux{routes: map[string]Handler{}} }
+
+// Handle registers h for queue. Like http.ServeMux it panics on programming
+// errors: an invalid queue name, a nil handler or a queue registered twice.
+func (m *ServeMux) Handle(queue string, h Handler) {
+	if err := norn.ValidateQueue("queue", queue); err != nil {
+		panic("worker: " + err.Error())
+	}
+	if h == nil {
+		panic("worker: nil handler for queue " + queue)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.routes == nil {
+		m.routes = map[string]Handler{}
+	}
+	if _, dup := m.routes[queue]; dup {
+		panic("worker: multiple registrations for queue " + queue)
+	}
+	m.routes[queue] = h
+	m.order = append(m.order, queue)
+}
+
+// HandleFunc registers f for queue.
+func (m *ServeMux) HandleFunc(queue string, f func(ctx context.Context, t *Task) error) {
+	if f == nil {
+		panic("worker: nil handler for queue " + queue)
+	}
+	m.Handle(queue, HandlerFunc(f))
+}
+
+// Queues returns the registered queues in registration order.
+func (m *ServeMux) Queues() []string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return slices.Clone(m.order)
+}
+
+// Handler returns the handler for queue, or nil.
+func (m *ServeMux) Handler(queue string) Handler {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.routes[queue]
+}
+
+// ServeTask dispatches t to its queue's handler. A task from a queue nobody
+// registered is aborted: retrying it on this worker could never succeed.
+func (m *ServeMux) ServeTask(ctx context.Context, t *Task) error {
+	h := m.Handler(t.Queue)
+	if h == nil {
+		return WithCode("no_handler", Abort(fmt.Errorf("no handler registered for queue %q", t.Queue)))
+	}
+	return h.ServeTask(ctx, t)
+}
+
+// Causes of a handler's context cancellation (read with context.Cause).
+var (
+	// ErrTaskCancelled: a client cancelled the task. Nothing more is reported.
+	ErrTaskCancelled = errors.New("worker: task was cancelled")
+	// ErrLeaseLost: the lease is gone (expired and possibly re-claimed by
+	// another worker, or the task was deleted). Nothing more is reported.
+	ErrLeaseLost = errors.New("worker: lease lost")
+	// ErrShutdown: the worker is shutting down and the grace period is over;
+	// the task is yielded back to the queue.
+	ErrShutdown = errors.New("worker: shutting down")
+)
+
+// abortError marks an error as unrecoverable.
+type abortError struct{ err error }
+
+func (e *abortError) Error() string { return e.err.Error() }
+func (e *abortError) Unwrap() error { return e.err }
+
+// Abort wraps err so that returning it from a handler aborts the task for
+// good instead of failing it for retry. Abort(nil) returns nil.
+func Abort(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &abortError{err: err}
+}
+
+// IsAbort reports whether err (or an error it wraps) was made by Abort.
+func IsAbort(err error) bool {
+	var a *abortError
+	return errors.As(err, &a)
+}
+
+// codedError attaches an error code.
+type codedError struct {
+	code string
+	err  error
+}
+
+func (e *codedError) Error() string { return e.err.Error() }
+func (e *codedError) Unwrap() error { return e.err }
+
+// WithCode attaches a machine-readable code (recorded as ErrorInfo.Code in
+// the task's errors and history) to err. Without one the code is
+// "handler_error". It composes with Abort in either order. WithCode(c, nil)
+// returns nil.
+func WithCode(code string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &codedError{code: code, err: err}
+}
+
+// DefaultErrorCode is the ErrorInfo.Code recorded for a handler error that
+// carries no code of its own.
+const DefaultErrorCode = "handler_error"
+
+// errorInfo turns a handler error into what the store records.
+func errorInfo(err error) norn.ErrorInfo {
+	code := DefaultErrorCode
+	var c *codedError
+	if errors.As(err, &c) && c.code != "" {
+		code = c.code
+	}
+	return norn.ErrorInfo{Code: code, Description: truncateUTF8(err.Error(), maxDescription)}
+}
+
+// maxDescription keeps recorded errors well inside norn.MaxErrorBytes.
+const maxDescription = norn.MaxErrorBytes - 1024
+
+// truncateUTF8 cuts s to at most n bytes without splitting a UTF-8 sequence,
+// keeping the beginning.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && n < len(s) && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,125 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/nornq/norn"
+)
+
+// heartbeats keeps every running task's lease alive. One goroutine serves
+// all tasks: whatever is due (or nearly due) goes out in one LeaseBatch, so
+// a worker running many tasks makes one call per interval, not one per task.
+// A task whose lease surely expired locally (no successful heartbeat for a
+// whole lease length) is treated as lost: another worker may own it now.
+func (w *Worker) heartbeats(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for ctx.Err() == nil {
+		now := time.Now()
+		next := now.Add(time.Hour)
+		var due []*run
+		var expired []*run
+		w.mu.Lock()
+		for r := range w.runs {
+			if r.state != stRunning && r.state != stFinishing {
+				continue
+			}
+			expiry := r.lastOK.Add(r.leaseLen)
+			if !now.Before(expiry) {
+				expired = append(expired, r)
+				continue
+			}
+			if r.inflight {
+				continue
+			}
+			// Coalesce: anything due within a tenth of its interval goes
+			// out now, so tasks claimed together stay in one batch.
+			if !r.nextBeat.After(now.Add(r.interval / 10)) {
+				r.inflight = true
+				due = append(due, r)
+				continue
+			}
+			next = minTime(next, r.nextBeat, expiry)
+		}
+		w.mu.Unlock()
+		for _, r := range expired {
+			w.lose(r, norn.LeaseLost(r.ref.TaskID, r.ref.Lease))
+		}
+		if len(due) > 0 {
+			w.beat(ctx, due)
+			continue
+		}
+		timer.Reset(time.Until(next))
+		select {
+		case <-timer.C:
+		case <-w.hbKick:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// beat sends one heartbeat for each run in due.
+func (w *Worker) beat(ctx context.Context, due []*run) {
+	ops := make([]norn.LeaseOp, len(due))
+	timeout := due[0].interval
+	w.mu.Lock()
+	for i, r := range due {
+		ops[i] = norn.LeaseOp{Op: norn.OpHeartbeat, LeaseRef: r.ref,
+			Heartbeat: norn.Heartbeat{Progress: r.progress, Extend: w.extend()}}
+		r.progress = nil
+		timeout = min(timeout, r.interval)
+	}
+	w.mu.Unlock()
+	// A heartbeat slower than two intervals is as good as lost; the next
+	// round retries.
+	cctx, cancel := context.WithTimeout(ctx, max(2*timeout, 100*time.Millisecond))
+	sent := time.Now()
+	res, err := w.api.LeaseBatch(cctx, ops)
+	cancel()
+	var lost []*run
+	var lostErr []error
+	now := time.Now()
+	w.mu.Lock()
+	for i, r := range due {
+		r.inflight = false
+		e := err
+		if e == nil {
+			if i < len(res) && res[i].Err != nil {
+				e = res[i].Err
+			} else if i >= len(res) {
+				e = norn.Errorf(norn.CodeInternal, "heartbeat batch returned %d results for %d operations", len(res), len(ops))
+			}
+		}
+		switch {
+		case e == nil:
+			if sent.After(r.lastOK) {
+				r.lastOK = sent
+			}
+			r.nextBeat = sent.Add(r.interval)
+		case gone(e):
+			lost = append(lost, r)
+			lostErr = append(lostErr, e)
+		default:
+			// Transient: keep the unsent progress and retry soon.
+			if r.progress == nil {
+				r.progress = ops[i].Progress
+			}
+			r.nextBeat = now.Add(min(r.interval, 500*time.Millisecond))
+			w.log.Warn("heartbeat failed; retrying", "task", r.ref.TaskID, "err", e)
+		}
+	}
+	w.mu.Unlock()
+	for i, r := range lost {
+		w.lose(r, lostErr[i])
+	}
+}
+
+func minTime(a time.Time, bs ...time.Time) time.Time {
+	for _, b := range bs {
+		if b.Before(a) {
+			a = b
+		}
+	}
+	return a
+}
