@@ -1,0 +1,220 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nornq/norn"
+	"github.com/nornq/norn/client"
+	"github.com/spf13/cobra"
+)
+
+// Output formats of -o.
+const (
+	outTable  = "table"
+	outJSON   = "json"
+	outNDJSON = "ndjson"
+)
+
+// outputFormat validates -o; an unknown format is a usage error (exit 2).
+func outputFormat(g *Globals) (string, error) {
+	switch f := strings.ToLower(g.Output); f {
+	case "", outTable:
+		return outTable, nil
+	case outJSON, outNDJSON:
+		return f, nil
+	default:
+		return "", usagef("unknown output format %q (want table, json or ndjson)", g.Output)
+	}
+}
+
+// usagef builds a usage error (exit code 2).
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// usageArgs wraps a cobra positional-argument check so that its failure
+// exits with code 2 like every other usage error.
+func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return &usageError{msg: err.Error()}
+		}
+		return nil
+	}
+}
+
+// flagUsageError turns flag parse errors into usage errors (exit code 2).
+func flagUsageError(cmd *cobra.Command, err error) error {
+	return &usageError{msg: err.Error()}
+}
+
+// clientCommand finishes a client-side subcommand: usage-error exit codes
+// for bad flags and arguments.
+func clientCommand(cmd *cobra.Command) *cobra.Command {
+	cmd.SetFlagErrorFunc(flagUsageError)
+	if cmd.Args != nil {
+		cmd.Args = usageArgs(cmd.Args)
+	}
+	return cmd
+}
+
+// newClient connects to --server with --token.
+func newClient(g *Globals) (*client.Client, error) {
+	c, err := client.New(g.Server, client.WithToken(g.Token), client.WithUserAgent("norn-cli/1"))
+	if err != nil {
+		return nil, usagef("--server: %v", err)
+	}
+	return c, nil
+}
+
+// writeJSON writes v as indented JSON followed by a newline.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeNDJSONLine writes v as one compact JSON line.
+func writeNDJSONLine(w io.Writer, v any) error {
+	return json.NewEncoder(w).Encode(v)
+}
+
+// emit writes v as JSON (indented for json, one line for ndjson).
+func emit(w io.Writer, format string, v any) error {
+	if format == outNDJSON {
+		return writeNDJSONLine(w, v)
+	}
+	return writeJSON(w, v)
+}
+
+// table is a tab-aligned text table. Rows are flushed in blocks so a long
+// streamed listing does not buffer everything (column widths are computed
+// per block).
+type table struct {
+	tw     *tabwriter.Writer
+	header []string
+	rows   int
+}
+
+// flushEvery bounds how many rows a table buffers.
+const flushEvery = 500
+
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0), header: header}
+	if len(header) > 0 {
+		t.line(header)
+	}
+	return t
+}
+
+func (t *table) line(cells []string) {
+	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
+}
+
+// row adds one row.
+func (t *table) row(cells ...string) {
+	t.line(cells)
+	t.rows++
+	if t.rows%flushEvery == 0 {
+		t.tw.Flush()
+	}
+}
+
+// flush writes what is buffered.
+func (t *table) flush() error { return t.tw.Flush() }
+
+// ago formats a time relative to now for tables ("3s ago", "in 5m"); the
+// zero time is "-".
+func ago(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t)
+	if d < 0 {
+		return "in " + shortDuration(-d)
+	}
+	return shortDuration(d) + " ago"
+}
+
+// shortDuration rounds to the largest sensible unit: 45s, 12m, 3h, 5d.
+func shortDuration(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d/time.Hour))
+	default:
+		return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+	}
+}
+
+// dash returns s, or "-" when empty, so table columns never collapse.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// formatLabels renders labels as k=v pairs sorted by key.
+func formatLabels(l map[string]string) string {
+	if len(l) == 0 {
+		return "-"
+	}
+	keys := sortedKeys(l)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + l[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// statusCounts renders a count map in lifecycle order as columns.
+func statusCounts(c map[norn.Status]int64) []string {
+	out := make([]string, len(norn.AllStatuses))
+	for i, s := range norn.AllStatuses {
+		out[i] = fmt.Sprint(c[s])
+	}
+	return out
+}
+
+// statusHeader is the column header matching statusCounts.
+func statusHeader() []string {
+	out := make([]string, len(norn.AllStatuses))
+	for i, s := range norn.AllStatuses {
+		out[i] = strings.ToUpper(string(s))
+	}
+	return out
+}
+
+// stdinIsTerminal reports whether stdin is interactive (no piped input).
+func stdinIsTerminal() bool {
+	fi, err := os.Stdin.Stat()
+	return err != nil || fi.Mode()&os.ModeCharDevice != 0
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,263 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nornq/norn"
+	"github.com/spf13/cobra"
+)
+
+func init() {
+	register(func(g *Globals) *cobra.Command {
+		cmd := &cobra.Command{
+			Use:   "queues",
+			Short: "List queues with counts; pause, resume or configure one",
+			Long: `List every queue with its task counts by status, whether it is paused, and
+its defaults. Subcommands pause and resume claiming and change the defaults
+applied to tasks that do not set their own (admin role).`,
+			Example: `  norn queues
+  norn queues pause emails
+  norn queues set emails --timeout 30s --max-attempts 5 --retention-completed 1h`,
+			Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				format, err := outputFormat(g)
+				if err != nil {
+					return err
+				}
+				c, err := newClient(g)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				qs, err := c.Queues(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return printQueues(cmd.OutOrStdout(), format, qs)
+			},
+		}
+		cmd.AddCommand(
+			clientCommand(queueGetCmd(g)),
+			clientCommand(queuePauseCmd(g, true)),
+			clientCommand(queuePauseCmd(g, false)),
+			clientCommand(queueSetCmd(g)),
+		)
+		return clientCommand(cmd)
+	})
+}
+
+func printQueues(w io.Writer, format string, qs []norn.QueueInfo) error {
+	switch format {
+	case outJSON:
+		return writeJSON(w, qs)
+	case outNDJSON:
+		for _, q := range qs {
+			if err := writeNDJSONLine(w, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	header := append([]string{"QUEUE", "PAUSED"}, statusHeader()...)
+	header = append(header, "TIMEOUT", "MAX_ATTEMPTS", "RETRIES")
+	tab := newTable(w, header...)
+	for _, q := range qs {
+		row := append([]string{q.Name, yesNo(q.Paused)}, statusCounts(q.Counts)...)
+		retries := "-"
+		if q.Defaults.Retry != nil {
+			retries = fmt.Sprint(q.Defaults.Retry.MaxRetries)
+		}
+		row = append(row, q.Defaults.Timeout.String(), fmt.Sprint(q.Defaults.MaxAttempts), retries)
+		tab.row(row...)
+	}
+	return tab.flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func queueGetCmd(g *Globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "get QUEUE",
+		Short: "Show one queue with its counts and defaults",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			format, err := outputFormat(g)
+			if err != nil {
+				return err
+			}
+			c, err := newClient(g)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			q, err := c.Queue(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if format != outTable {
+				return emit(cmd.OutOrStdout(), format, q)
+			}
+			return describeQueue(cmd.OutOrStdout(), q)
+		},
+	}
+}
+
+func describeQueue(w io.Writer, q norn.QueueInfo) error {
+	tab := newTable(w)
+	tab.row("queue:", q.Name)
+	tab.row("paused:", yesNo(q.Paused))
+	for _, s := range norn.AllStatuses {
+		tab.row(string(s)+":", fmt.Sprint(q.Counts[s]))
+	}
+	d := q.Defaults
+	tab.row("timeout:", d.Timeout.String())
+	tab.row("max_attempts:", fmt.Sprint(d.MaxAttempts))
+	if d.Retry != nil {
+		tab.row("retry:", fmt.Sprintf("%d retries, backoff %s doubling, max %s", d.Retry.MaxRetries, d.Retry.Base, d.Retry.Max))
+	} else {
+		tab.row("retry:", "none")
+	}
+	tab.row("retention:", fmt.Sprintf("completed %s, aborted %s, cancelled %s (0s = forever)",
+		d.Retention.Completed, d.Retention.Aborted, d.Retention.Cancelled))
+	return tab.flush()
+}
+
+func queuePauseCmd(g *Globals, pause bool) *cobra.Command {
+	use, short, verb := "resume QUEUE...", "Resume claiming from queues", "resumed"
+	if pause {
+		use, short, verb = "pause QUEUE...", "Pause claiming from queues (everything else keeps working)", "paused"
+	}
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			format, err := outputFormat(g)
+			if err != nil {
+				return err
+			}
+			c, err := newClient(g)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var out []norn.QueueInfo
+			for _, name := range args {
+				p := pause
+				q, err := c.UpdateQueue(cmd.Context(), name, norn.QueueUpdate{Paused: &p})
+				if err != nil {
+					return fmt.Errorf("queue %s: %w", name, err)
+				}
+				out = append(out, q)
+				if format == outTable {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", name, verb)
+				}
+			}
+			if format != outTable {
+				return printQueues(cmd.OutOrStdout(), format, out)
+			}
+			return nil
+		},
+	}
+}
+
+func queueSetCmd(g *Globals) *cobra.Command {
+	var timeout, retryBase, retryMax, retCompleted, retAborted, retCancelled time.Duration
+	var maxAttempts, retry int
+	cmd := &cobra.Command{
+		Use:   "set QUEUE",
+		Short: "Change a queue's defaults (timeout, retries, max attempts, retention)",
+		Long: `Change the defaults a queue applies to tasks that do not set their own, and
+how long its terminal tasks are kept. Only the flags given change. Retention
+0 keeps tasks forever. --retry 0 removes the retry policy.`,
+		Example: `  norn queues set emails --timeout 1m --retry 5 --retry-base 10s --retry-max 10m
+  norn queues set emails --retention-completed 1h --retention-aborted 0`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			format, err := outputFormat(g)
+			if err != nil {
+				return err
+			}
+			fl := cmd.Flags()
+			var u norn.QueueUpdate
+			for _, d := range []time.Duration{timeout, retryBase, retryMax, retCompleted, retAborted, retCancelled} {
+				if d < 0 {
+					return usagef("durations must not be negative")
+				}
+			}
+			if fl.Changed("timeout") {
+				if timeout <= 0 {
+					return usagef("--timeout must be positive")
+				}
+				d := norn.Duration(timeout)
+				u.Timeout = &d
+			}
+			if fl.Changed("max-attempts") {
+				if maxAttempts < 0 {
+					return usagef("--max-attempts must not be negative")
+				}
+				u.MaxAttempts = &maxAttempts
+			}
+			if fl.Changed("retry") {
+				if retry < 0 {
+					return usagef("--retry must not be negative")
+				}
+				u.Retry = &norn.RetryPolicy{MaxRetries: retry, Base: norn.Duration(retryBase), Max: norn.Duration(retryMax)}
+			} else if fl.Changed("retry-base") || fl.Changed("retry-max") {
+				return usagef("--retry-base and --retry-max need --retry")
+			}
+			c, err := newClient(g)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if fl.Changed("retention-completed") || fl.Changed("retention-aborted") || fl.Changed("retention-cancelled") {
+				// Retention is one value on the wire: start from the current
+				// setting so unchanged statuses keep theirs.
+				cur, err := c.Queue(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				r := cur.Defaults.Retention
+				if fl.Changed("retention-completed") {
+					r.Completed = norn.Duration(retCompleted)
+				}
+				if fl.Changed("retention-aborted") {
+					r.Aborted = norn.Duration(retAborted)
+				}
+				if fl.Changed("retention-cancelled") {
+					r.Cancelled = norn.Duration(retCancelled)
+				}
+				u.Retention = &r
+			}
+			if u == (norn.QueueUpdate{}) {
+				return usagef("nothing to change: give at least one of --timeout, --max-attempts, --retry, --retention-*")
+			}
+			q, err := c.UpdateQueue(cmd.Context(), args[0], u)
+			if err != nil {
+				return err
+			}
+			if format != outTable {
+				return emit(cmd.OutOrStdout(), format, q)
+			}
+			return describeQueue(cmd.OutOrStdout(), q)
+		},
+	}
+	fs := cmd.Flags()
+	fs.DurationVar(&timeout, "timeout", 0, "default lease length")
+	fs.IntVar(&maxAttempts, "max-attempts", 0, "default max attempts (0 = unlimited)")
+	fs.IntVar(&retry, "retry", 0, "default retries after a failure (0 = none)")
+	fs.DurationVar(&retryBase, "retry-base", time.Second, "first retry backoff, doubled each retry (with --retry)")
+	fs.DurationVar(&retryMax, "retry-max", time.Hour, "backoff cap (with --retry; 0 = no cap)")
+	fs.DurationVar(&retCompleted, "retention-completed", 0, "keep completed tasks this long (0 = forever)")
+	fs.DurationVar(&retAborted, "retention-aborted", 0, "keep aborted tasks this long (0 = forever)")
+	fs.DurationVar(&retCancelled, "retention-cancelled", 0, "keep cancelled tasks this long (0 = forever)")
+	return cmd
+}

@@ -1,0 +1,400 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nornq/norn"
+	"github.com/nornq/norn/client"
+	"github.com/spf13/cobra"
+)
+
+// parseLabels parses key=value pairs (key:value is accepted too, as in the
+// API's label filter). Keys must be non-empty; a later duplicate key is an
+// error rather than a silent overwrite.
+func parseLabels(pairs []string) (map[string]string, error) {
+	out := make(map[string]string, len(pairs))
+	for _, p := range pairs {
+		i := strings.IndexAny(p, "=:")
+		if i < 0 {
+			return nil, fmt.Errorf("label %q must look like key=value", p)
+		}
+		k, v := p[:i], p[i+1:]
+		if k == "" {
+			return nil, fmt.Errorf("label %q has an empty key", p)
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("label key %q given twice", k)
+		}
+		out[k] = v
+	}
+	if err := norn.ValidateLabels("labels", out); err != nil {
+		return nil, errors.New(messageOf(err))
+	}
+	return out, nil
+}
+
+// maxBatchLine bounds one NDJSON line: a 1 MiB spec plus JSON escaping and
+// the other fields.
+const maxBatchLine = 4 << 20
+
+// parseBatchLine decodes one NDJSON line of `submit --batch` into a NewTask.
+// Unknown fields are rejected (a typo must not silently drop a setting),
+// defaultQueue fills a missing queue, and the task is validated so the
+// error can name the line instead of a batch index.
+func parseBatchLine(line []byte, defaultQueue string) (norn.NewTask, error) {
+	var nt norn.NewTask
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&nt); err != nil {
+		return nt, fmt.Errorf("not a task object: %v", err)
+	}
+	if dec.More() {
+		return nt, errors.New("more than one JSON value on the line")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nt, errors.New("trailing data after the task object")
+	}
+	if nt.Queue == "" {
+		nt.Queue = defaultQueue
+	}
+	if err := nt.Validate(); err != nil {
+		return nt, err
+	}
+	return nt, nil
+}
+
+// submitFlags are the per-task settings of `norn submit`.
+type submitFlags struct {
+	id          string
+	file        string
+	priority    uint32
+	labels      []string
+	delay       time.Duration
+	runAt       string
+	dependsOn   []string
+	retry       int
+	retryBase   time.Duration
+	retryMax    time.Duration
+	maxAttempts int
+	timeout     time.Duration
+	batch       string
+	chunk       int
+}
+
+func init() {
+	register(func(g *Globals) *cobra.Command {
+		sf := &submitFlags{}
+		cmd := &cobra.Command{
+			Use:   "submit QUEUE [SPEC]",
+			Short: "Submit a task (spec from an argument, --file or stdin) or a batch (--batch)",
+			Long: `Submit one task to QUEUE. The spec is any JSON value, taken from the SPEC
+argument, from --file (- for stdin), or from stdin when it is piped; with
+none of these the task has no spec.
+
+With --batch FILE.ndjson, every line of the file is a task object in the
+API's form ({"queue":"q","spec":{…},"priority":5,…}); QUEUE, if given, fills
+in lines without a queue. Lines are submitted in chunks of --chunk tasks,
+each chunk atomically, with a progress bar on stderr. Dependencies may point
+to tasks in earlier chunks or the same chunk.
+
+Submitting an id that already exists changes nothing and reports the
+existing task as a duplicate (exit code 0).`,
+			Example: `  norn submit emails '{"to":"a@example.com"}'
+  norn submit emails --file mail.json --priority 10 --label tenant=acme
+  echo '{"n":1}' | norn submit numbers --delay 5m --retry 3
+  norn submit --batch tasks.ndjson`,
+			Args: cobra.RangeArgs(0, 2),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if sf.batch != "" {
+					if len(args) > 1 {
+						return usagef("--batch takes at most a default QUEUE argument, not a spec")
+					}
+					q := ""
+					if len(args) == 1 {
+						q = args[0]
+					}
+					return runSubmitBatch(cmd, g, sf, q)
+				}
+				if len(args) == 0 {
+					return usagef("submit needs a QUEUE (or --batch FILE)")
+				}
+				return runSubmit(cmd, g, sf, args)
+			},
+		}
+		fs := cmd.Flags()
+		fs.StringVar(&sf.id, "id", "", "task id (makes the submit idempotent; default a UUIDv7)")
+		fs.StringVarP(&sf.file, "file", "f", "", "read the spec from this file (- for stdin)")
+		fs.Uint32VarP(&sf.priority, "priority", "p", 0, "priority (higher runs first)")
+		fs.StringArrayVarP(&sf.labels, "label", "l", nil, "label key=value (repeatable)")
+		fs.DurationVar(&sf.delay, "delay", 0, "run no earlier than this long from now (e.g. 30s, 5m)")
+		fs.StringVar(&sf.runAt, "run-at", "", "run no earlier than this time (RFC 3339)")
+		fs.StringSliceVar(&sf.dependsOn, "depends-on", nil, "ids this task waits for (repeatable or comma-separated)")
+		fs.IntVar(&sf.retry, "retry", 0, "retries after a failure (default: the queue's policy)")
+		fs.DurationVar(&sf.retryBase, "retry-base", time.Second, "first retry backoff, doubled each retry (with --retry)")
+		fs.DurationVar(&sf.retryMax, "retry-max", time.Hour, "backoff cap (with --retry; 0 = no cap)")
+		fs.IntVar(&sf.maxAttempts, "max-attempts", 0, "abort after this many attempts (default: the queue's; 0 with the flag given = unlimited)")
+		fs.DurationVar(&sf.timeout, "timeout", 0, "lease length per attempt (default: the queue's, 10s)")
+		fs.StringVar(&sf.batch, "batch", "", "submit every task of this NDJSON file (- for stdin)")
+		fs.IntVar(&sf.chunk, "chunk", 1000, "tasks per request with --batch (1..10000)")
+		return clientCommand(cmd)
+	})
+}
+
+// newTask builds the NewTask of a single submit from flags and arguments.
+func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reader, stdinPiped bool) (norn.NewTask, error) {
+	nt := norn.NewTask{ID: sf.id, Queue: args[0], Priority: sf.priority, DependsOn: sf.dependsOn,
+		Delay: norn.Duration(sf.delay), Timeout: norn.Duration(sf.timeout)}
+	var spec []byte
+	switch {
+	case len(args) == 2:
+		if sf.file != "" {
+			return nt, usagef("give the spec as an argument or with --file, not both")
+		}
+		spec = []byte(args[1])
+	case sf.file == "-":
+		b, err := io.ReadAll(io.LimitReader(stdin, norn.MaxSpecBytes+1))
+		if err != nil {
+			return nt, fmt.Errorf("reading the spec from stdin: %w", err)
+		}
+		spec = b
+	case sf.file != "":
+		b, err := os.ReadFile(sf.file)
+		if err != nil {
+			return nt, fmt.Errorf("reading the spec: %w", err)
+		}
+		spec = b
+	case stdinPiped:
+		b, err := io.ReadAll(io.LimitReader(stdin, norn.MaxSpecBytes+1))
+		if err != nil {
+			return nt, fmt.Errorf("reading the spec from stdin: %w", err)
+		}
+		spec = b
+	}
+	spec = bytes.TrimSpace(spec)
+	if len(spec) > 0 {
+		if !json.Valid(spec) {
+			return nt, usagef("the spec is not valid JSON (a text spec needs quotes: '\"hello\"')")
+		}
+		nt.Spec = spec
+	}
+	if len(sf.labels) > 0 {
+		l, err := parseLabels(sf.labels)
+		if err != nil {
+			return nt, usagef("--label: %v", err)
+		}
+		nt.Labels = l
+	}
+	if sf.runAt != "" {
+		t, err := time.Parse(time.RFC3339Nano, sf.runAt)
+		if err != nil {
+			return nt, usagef("--run-at: %q is not an RFC 3339 time (like 2030-01-02T15:04:05Z)", sf.runAt)
+		}
+		nt.RunAt = t.UTC()
+	}
+	if sf.delay < 0 || sf.timeout < 0 || sf.retryBase < 0 || sf.retryMax < 0 {
+		return nt, usagef("durations must not be negative")
+	}
+	if cmd.Flags().Changed("retry") {
+		if sf.retry < 0 {
+			return nt, usagef("--retry must not be negative")
+		}
+		nt.Retry = &norn.RetryPolicy{MaxRetries: sf.retry, Base: norn.Duration(sf.retryBase), Max: norn.Duration(sf.retryMax)}
+	}
+	if cmd.Flags().Changed("max-attempts") {
+		if sf.maxAttempts < 0 {
+			return nt, usagef("--max-attempts must not be negative")
+		}
+		m := sf.maxAttempts
+		nt.MaxAttempts = &m
+	}
+	return nt, nil
+}
+
+func runSubmit(cmd *cobra.Command, g *Globals, sf *submitFlags, args []string) error {
+	format, err := outputFormat(g)
+	if err != nil {
+		return err
+	}
+	nt, err := sf.newTask(cmd, args, cmd.InOrStdin(), !stdinIsTerminal())
+	if err != nil {
+		return err
+	}
+	c, err := newClient(g)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	subs, err := c.Submit(cmd.Context(), nt)
+	if err != nil {
+		return err
+	}
+	s := subs[0]
+	if format != outTable {
+		return emit(cmd.OutOrStdout(), format, s)
+	}
+	if s.Duplicate {
+		fmt.Fprintf(cmd.OutOrStdout(), "%s already exists (queue %s, status %s); nothing changed\n", s.Task.ID, s.Task.Queue, s.Task.Status)
+		return nil
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s submitted to %s (%s)\n", s.Task.ID, s.Task.Queue, s.Task.Status)
+	return nil
+}
+
+// batchResult summarises a batch submit.
+type batchResult struct {
+	Submitted  int     `json:"submitted"`
+	Duplicates int     `json:"duplicates"`
+	Seconds    float64 `json:"seconds"`
+}
+
+func runSubmitBatch(cmd *cobra.Command, g *Globals, sf *submitFlags, defaultQueue string) error {
+	format, err := outputFormat(g)
+	if err != nil {
+		return err
+	}
+	if sf.chunk < 1 || sf.chunk > norn.MaxBatch {
+		return usagef("--chunk must be between 1 and %d", norn.MaxBatch)
+	}
+	if sf.file != "" || sf.id != "" {
+		return usagef("--batch cannot be combined with --file or --id")
+	}
+	var in io.Reader = cmd.InOrStdin()
+	var total int64
+	if sf.batch != "-" {
+		f, err := os.Open(sf.batch)
+		if err != nil {
+			return fmt.Errorf("--batch: %w", err)
+		}
+		defer f.Close()
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+			total = fi.Size()
+		}
+		in = f
+	}
+	c, err := newClient(g)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	bar := NewProgress(cmd.ErrOrStderr(), "submitting", "tasks", total)
+	res, err := submitBatch(cmd.Context(), c, in, defaultQueue, sf.chunk, bar)
+	if err != nil {
+		bar.Clear()
+		if res.Submitted > 0 {
+			fmt.Fprintf(cmd.ErrOrStderr(), "norn: %d tasks were submitted before the error (%d duplicates)\n", res.Submitted, res.Duplicates)
+		}
+		return err
+	}
+	bar.Finish()
+	if format != outTable {
+		return emit(cmd.OutOrStdout(), format, res)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "submitted %d tasks (%d duplicates) in %.1fs\n", res.Submitted, res.Duplicates, res.Seconds)
+	return nil
+}
+
+// countingReader counts bytes read, for the progress bar.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// submitBatch reads NDJSON tasks from in and submits them chunk by chunk,
+// holding one chunk in memory at a time.
+func submitBatch(ctx context.Context, c *client.Client, in io.Reader, defaultQueue string, chunk int, bar *Progress) (batchResult, error) {
+	start := time.Now()
+	var res batchResult
+	cr := &countingReader{r: in}
+	sc := bufio.NewScanner(cr)
+	sc.Buffer(make([]byte, 0, 64<<10), maxBatchLine)
+	buf := make([]norn.NewTask, 0, chunk)
+	flush := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		subs, err := c.Submit(ctx, buf...)
+		if err != nil {
+			return err
+		}
+		for _, s := range subs {
+			if s.Duplicate {
+				res.Duplicates++
+			}
+		}
+		res.Submitted += len(subs)
+		buf = buf[:0]
+		bar.Set(cr.n, int64(res.Submitted))
+		return nil
+	}
+	// lines maps an index in the chunk back to its input line for error messages.
+	lines := make([]int, 0, chunk)
+	lineNo := 0
+	for sc.Scan() {
+		lineNo++
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		nt, err := parseBatchLine(line, defaultQueue)
+		if err != nil {
+			return res, usagef("line %d: %v", lineNo, err)
+		}
+		buf = append(buf, nt)
+		lines = append(lines, lineNo)
+		if len(buf) == chunk {
+			if err := flush(); err != nil {
+				return res, atLine(err, lines)
+			}
+			lines = lines[:0]
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return res, usagef("line %d: longer than %d bytes", lineNo+1, maxBatchLine)
+		}
+		return res, fmt.Errorf("reading the batch: %w", err)
+	}
+	if err := flush(); err != nil {
+		return res, atLine(err, lines)
+	}
+	res.Seconds = time.Since(start).Seconds()
+	return res, nil
+}
+
+// atLine rewrites a server error naming "tasks[i].field" to name the input
+// line instead, which is what the user can find in the file.
+func atLine(err error, lines []int) error {
+	var ne *norn.Error
+	if !errors.As(err, &ne) || !strings.HasPrefix(ne.Field, "tasks[") {
+		return err
+	}
+	end := strings.IndexByte(ne.Field, ']')
+	var i int
+	if end < 0 {
+		return err
+	}
+	if _, e := fmt.Sscanf(ne.Field[len("tasks["):end], "%d", &i); e != nil || i < 0 || i >= len(lines) {
+		return err
+	}
+	c := *ne
+	c.Field = fmt.Sprintf("line %d", lines[i])
+	if rest := strings.TrimPrefix(ne.Field[end+1:], "."); rest != "" {
+		c.Field += ", " + rest
+	}
+	return &c
+}
