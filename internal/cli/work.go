@@ -1,0 +1,133 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nornq/norn/worker"
+	"github.com/spf13/cobra"
+)
+
+// workOptions are the flags of `norn work`.
+type workOptions struct {
+	queues      []string
+	concurrency int
+	timeout     time.Duration
+	heartbeat   time.Duration
+	batch       int
+	wait        time.Duration
+	grace       time.Duration
+	killGrace   time.Duration
+	maxLoad     float64
+	name        string
+	dir         string
+	verbose     bool
+}
+
+func init() {
+	register(func(g *Globals) *cobra.Command {
+		var o workOptions
+		cmd := &cobra.Command{
+			Use:   "work -q QUEUE [-q QUEUE...] [-c N] [flags] -- COMMAND [ARGS...]",
+			Short: "Run a command once per task claimed from the given queues",
+			Long: `Claim tasks from the queues (in preference order) and run COMMAND once per
+task, at most -c at a time, heartbeating every running task.
+
+The command gets the task's spec on stdin and NORN_TASK_ID, NORN_QUEUE,
+NORN_LEASE, NORN_ATTEMPT and NORN_WORKER in its environment. Its outcome:
+  exit 0     completes the task; stdout is the result (JSON as is, other text
+             as a JSON string, nothing when empty)
+  exit 75    fails the task; it is retried per its retry policy
+  other      aborts the task for good; the tail of stderr is the error
+  a signal   (not sent by norn) fails the task for retry
+Lines "progress: 0.4" (or "progress: 40%") on stderr update the progress.
+Everything the command writes to stderr is copied to norn's stderr.
+
+When the task is cancelled or its lease lost, the command's whole process
+group gets SIGTERM, then SIGKILL after --kill-grace. On SIGTERM or Ctrl-C,
+norn stops claiming, lets running commands finish for up to --grace, then
+kills them and yields their tasks back to the queue for another worker.
+
+Flags after the first argument of COMMAND belong to COMMAND; "--" before
+it is optional but clearer.`,
+			Example: `  norn work -q thumbnails -c 4 -- ./make-thumbnail.sh
+  norn work -q emails -q emails-low --timeout 30s -- python3 send.py`,
+			Args: cobra.MinimumNArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if len(o.queues) == 0 {
+					return usagef("at least one queue is required (-q QUEUE)")
+				}
+				if o.concurrency < 1 {
+					return usagef("--concurrency must be at least 1")
+				}
+				if o.maxLoad < 0 {
+					return usagef("--max-load must not be negative")
+				}
+				c, err := newClient(g)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				level := slog.LevelInfo
+				if o.verbose {
+					level = slog.LevelDebug
+				}
+				logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+				cfg := worker.Config{
+					Handler: &worker.Command{
+						Path:      args[0],
+						Args:      args[1:],
+						Dir:       o.dir,
+						Stderr:    cmd.ErrOrStderr(),
+						KillGrace: o.killGrace,
+					},
+					Queues:            o.queues,
+					Concurrency:       o.concurrency,
+					Lease:             o.timeout,
+					HeartbeatInterval: o.heartbeat,
+					ClaimBatch:        o.batch,
+					Wait:              o.wait,
+					ShutdownGrace:     o.grace,
+					Name:              o.name,
+					Logger:            logger,
+				}
+				if o.grace == 0 {
+					cfg.ShutdownGrace = -1 // --grace 0 means yield at once
+				}
+				if o.maxLoad > 0 {
+					cfg.Capacity = worker.LoadBelow(o.maxLoad)
+				}
+				w, err := worker.New(c, cfg)
+				if err != nil {
+					return usagef("%s", messageOf(err))
+				}
+				ctx := cmd.Context()
+				go func() {
+					<-ctx.Done()
+					logger.Info("shutting down: no new tasks; running commands may finish", "grace", o.grace)
+				}()
+				if err := w.Run(ctx); err != nil {
+					return fmt.Errorf("work: %w", err)
+				}
+				return nil
+			},
+		}
+		f := cmd.Flags()
+		// Everything from COMMAND on is COMMAND's, e.g. `norn work -q x sh -c ...`.
+		f.SetInterspersed(false)
+		f.StringArrayVarP(&o.queues, "queue", "q", nil, "queue to claim from (repeatable; earlier queues are preferred)")
+		f.IntVarP(&o.concurrency, "concurrency", "c", 1, "most commands running at once")
+		f.DurationVar(&o.timeout, "timeout", 0, "lease length requested per claim and heartbeat (0 = each task's own timeout)")
+		f.DurationVar(&o.heartbeat, "heartbeat", 0, "heartbeat interval (0 = a third of the lease)")
+		f.IntVar(&o.batch, "batch", 0, fmt.Sprintf("most tasks per claim (0 = %d, never more than free slots)", worker.DefaultClaimBatch))
+		f.DurationVar(&o.wait, "wait", 0, fmt.Sprintf("long-poll wait per claim (0 = %s)", worker.DefaultWait))
+		f.DurationVar(&o.grace, "grace", worker.DefaultShutdownGrace, "on SIGTERM/Ctrl-C, how long running commands may finish before they are killed and their tasks yielded")
+		f.DurationVar(&o.killGrace, "kill-grace", 5*time.Second, "after SIGTERM to a cancelled command's process group, wait this long before SIGKILL (0 = SIGKILL at once)")
+		f.Float64Var(&o.maxLoad, "max-load", 0, "claim only while the 1-minute load average per CPU is below this (Linux; 0 = no limit)")
+		f.StringVar(&o.name, "name", "", "worker name shown to operators (default host:pid)")
+		f.StringVar(&o.dir, "dir", "", "working directory of the command (default the current one)")
+		f.BoolVarP(&o.verbose, "verbose", "v", false, "log every task outcome")
+			return clientCommand(cmd)
+	})
+}
