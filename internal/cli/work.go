@@ -128,6 +128,6 @@ it is optional but clearer.`,
 		f.StringVar(&o.name, "name", "", "worker name shown to operators (default host:pid)")
 		f.StringVar(&o.dir, "dir", "", "working directory of the command (default the current one)")
 		f.BoolVarP(&o.verbose, "verbose", "v", false, "log every task outcome")
-			return clientCommand(cmd)
+		return clientCommand(cmd)
 	})
 }
