@@ -1,0 +1,149 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nornq/norn"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a Server. Zero values mean the documented defaults.
+type Config struct {
+	// Addr is the TCP address to listen on. Default "127.0.0.1:7070". Use
+	// "127.0.0.1:0" to pick a free port (read it back with Server.Addr).
+	Addr string
+	// Store holds the tasks. Required. The server never opens or closes
+	// it: whoever created it (the CLI, a test) closes it after Run returns.
+	Store norn.Store
+	// Tokens are the accepted bearer tokens. With none, authentication is
+	// off (every request may do everything), and the server refuses to
+	// listen on a non-loopback address unless AllowUnauthenticatedNonLoopback
+	// is set. See LoadTokens and docs/security.md.
+	Tokens []Token
+	// AllowUnauthenticatedNonLoopback lets a server without tokens listen on
+	// a non-loopback address. Default false.
+	AllowUnauthenticatedNonLoopback bool
+	// TLSCert and TLSKey are PEM file paths. When both are set the server
+	// speaks HTTPS only; setting one without the other is an error.
+	TLSCert, TLSKey string
+
+	// MaxBodyBytes caps every request body. Default 8 MiB.
+	MaxBodyBytes int64
+	// MaxSpecBytes caps the spec of one task. Default 1 MiB (norn.MaxSpecBytes,
+	// which is also the most the stores accept).
+	MaxSpecBytes int
+	// MaxBatch caps the tasks of a batch submit, the operations of a
+	// transaction and the operations of a lease batch. Default 10,000
+	// (norn.MaxBatch, also the most allowed).
+	MaxBatch int
+	// MaxLabels caps the labels of one task. Default 64 (norn.MaxLabels,
+	// also the most allowed).
+	MaxLabels int
+
+	// PingInterval is how often /v1/events sends a ": ping" comment so
+	// proxies keep the stream open. Default 15s.
+	PingInterval time.Duration
+	// ShutdownTimeout bounds how long Run waits for in-flight requests
+	// after its context is done before closing connections. Default 30s.
+	ShutdownTimeout time.Duration
+
+	// Logger receives structured logs. Default slog.Default().
+	Logger *slog.Logger
+	// Registry receives the server's Prometheus metrics and is what /metrics
+	// serves. Default: a new registry with the Go and process collectors.
+	Registry *prometheus.Registry
+	// ReadyCheck is an optional extra readiness probe for /readyz (e.g. a
+	// Kafka bridge); the store is always probed.
+	ReadyCheck func(ctx context.Context) error
+	// Dashboard, when non-nil, is mounted at "/" (package server/dashboard).
+	Dashboard http.Handler
+}
+
+// Defaults of Config.
+const (
+	DefaultAddr            = "127.0.0.1:7070"
+	DefaultMaxBodyBytes    = 8 << 20
+	DefaultPingInterval    = 15 * time.Second
+	DefaultShutdownTimeout = 30 * time.Second
+)
+
+// withDefaults returns c with defaults filled in, or an error naming the
+// first invalid field.
+func (c Config) withDefaults() (Config, error) {
+	if c.Store == nil {
+		return c, norn.Invalid("Store", "a store is required")
+	}
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxBodyBytes < 1024 {
+		return c, norn.Invalid("MaxBodyBytes", "must be at least 1024, got %d", c.MaxBodyBytes)
+	}
+	if c.MaxSpecBytes == 0 {
+		c.MaxSpecBytes = norn.MaxSpecBytes
+	}
+	if c.MaxSpecBytes < 0 || c.MaxSpecBytes > norn.MaxSpecBytes {
+		return c, norn.Invalid("MaxSpecBytes", "must be between 1 and %d, got %d", norn.MaxSpecBytes, c.MaxSpecBytes)
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = norn.MaxBatch
+	}
+	if c.MaxBatch < 0 || c.MaxBatch > norn.MaxBatch {
+		return c, norn.Invalid("MaxBatch", "must be between 1 and %d, got %d", norn.MaxBatch, c.MaxBatch)
+	}
+	if c.MaxLabels == 0 {
+		c.MaxLabels = norn.MaxLabels
+	}
+	if c.MaxLabels < 0 || c.MaxLabels > norn.MaxLabels {
+		return c, norn.Invalid("MaxLabels", "must be between 1 and %d, got %d", norn.MaxLabels, c.MaxLabels)
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = DefaultPingInterval
+	}
+	if c.PingInterval < 0 {
+		return c, norn.Invalid("PingInterval", "must not be negative")
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.ShutdownTimeout < 0 {
+		return c, norn.Invalid("ShutdownTimeout", "must not be negative")
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		if c.TLSCert == "" {
+			return c, norn.Invalid("TLSCert", "TLSKey is set but TLSCert is not")
+		}
+		return c, norn.Invalid("TLSKey", "TLSCert is set but TLSKey is not")
+	}
+	for i, t := range c.Tokens {
+		if err := t.validate(); err != nil {
+			return c, norn.WithFieldPrefix(err, fmt.Sprintf("Tokens[%d]", i))
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// isLoopback reports whether addr ("host:port") only listens on loopback.
+// An empty host means every interface, which is not loopback.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,248 @@
+package server
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/nornq/norn"
+)
+
+type queuesResponse struct {
+	Queues []norn.QueueInfo `json:"queues"`
+}
+
+type queueResponse struct {
+	Queue norn.QueueInfo `json:"queue"`
+}
+
+func (s *Server) handleQueues(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	qs, err := s.store.Queues(r.Context())
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	out := make([]norn.QueueInfo, 0, len(qs))
+	for _, q := range qs {
+		if p.checkQueue(q.Name) == nil {
+			out = append(out, q)
+		}
+	}
+	writeJSON(w, http.StatusOK, queuesResponse{Queues: out})
+	return nil
+}
+
+func pathQueue(r *http.Request) (string, error) {
+	q := r.PathValue("queue")
+	if err := norn.ValidateQueue("queue", q); err != nil {
+		return "", err
+	}
+	return q, principalFrom(r.Context()).checkQueue(q)
+}
+
+func (s *Server) handleQueue(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	name, err := pathQueue(r)
+	if err != nil {
+		return err
+	}
+	q, err := s.store.Queue(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, queueResponse{Queue: q})
+	return nil
+}
+
+func (s *Server) handleUpdateQueue(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	name, err := pathQueue(r)
+	if err != nil {
+		return err
+	}
+	var u norn.QueueUpdate
+	if err := readBody(r.Body, &u, false); err != nil {
+		return err
+	}
+	if err := u.Validate(); err != nil {
+		return err
+	}
+	q, err := s.store.UpdateQueue(r.Context(), name, u)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, queueResponse{Queue: q})
+	return nil
+}
+
+func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	st, err := s.store.Stats(r.Context())
+	if err != nil {
+		return err
+	}
+	if p := principalFrom(r.Context()); p.scoped() {
+		st = scopeStats(st, p)
+	}
+	if st.Counts == nil {
+		st.Counts = []norn.GroupCount{}
+	}
+	if st.Totals == nil {
+		st.Totals = map[norn.Status]int64{}
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+// scopeStats keeps only the counts of p's queues and recomputes the totals.
+func scopeStats(st norn.Stats, p *principal) norn.Stats {
+	out := norn.Stats{Totals: map[norn.Status]int64{}, Workers: st.Workers, ActiveWorkers: st.ActiveWorkers}
+	for _, g := range st.Counts {
+		if p.checkQueue(g.Queue) != nil {
+			continue
+		}
+		out.Counts = append(out.Counts, g)
+		out.Totals[g.Status] += g.Count
+		out.Total += g.Count
+	}
+	return out
+}
+
+func (s *Server) handleSweep(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	var empty struct{}
+	if err := readBody(r.Body, &empty, true); err != nil {
+		return err
+	}
+	rep, err := s.store.Sweep(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, rep)
+	return nil
+}
+
+// handleEvents streams task state changes as server-sent events until the
+// client goes away or the server shuts down. The subscription is made
+// before the headers are sent, so a client that has the response headers
+// will see every later change.
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
+	f, err := parseEventFilter(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	if f.Queues, err = p.scopeQueues(f.Queues); err != nil {
+		return err
+	}
+	rc := http.NewResponseController(w)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.drainCtx, cancel)
+	defer stop()
+	stream, err := s.store.Subscribe(ctx, f)
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+
+	// Next blocks, so a goroutine feeds events to the loop that also pings.
+	events := make(chan norn.Event)
+	go func() {
+		defer close(events)
+		for stream.Next() {
+			select {
+			case events <- stream.Item():
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	if rc.Flush() != nil {
+		return nil
+	}
+	ping := time.NewTicker(s.cfg.PingInterval)
+	defer ping.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ping.C:
+			if _, err := fmt.Fprint(w, ": ping\n\n"); err != nil {
+				return nil
+			}
+		case e, ok := <-events:
+			if !ok {
+				return nil
+			}
+			data, err := json.Marshal(e)
+			if err != nil {
+				return nil
+			}
+			if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", e.Kind, data); err != nil {
+				return nil
+			}
+		}
+		if rc.Flush() != nil {
+			return nil
+		}
+	}
+}
+
+//go:embed openapi.json
+var openapiDoc []byte
+
+func (s *Server) handleOpenAPI(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "public, max-age=300")
+	_, _ = w.Write(openapiDoc)
+	return nil
+}
+
+type statusResponse struct {
+	Status string `json:"status"`
+}
+
+func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, statusResponse{Status: "ok"})
+	return nil
+}
+
+// readyProbeID is looked up to check the store answers: reading one id is
+// cheap on every store, and both "found" and not_found mean it answered.
+const readyProbeID = "norn-readyz-probe"
+
+func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := s.store.Get(ctx, readyProbeID); err != nil && norn.CodeOf(err) != norn.CodeNotFound {
+		return &norn.Error{Code: norn.CodeUnavailable, Message: "not ready: store: " + err.Error(), Err: err}
+	}
+	if s.cfg.ReadyCheck != nil {
+		if err := s.cfg.ReadyCheck(ctx); err != nil {
+			return &norn.Error{Code: norn.CodeUnavailable, Message: "not ready: " + err.Error(), Err: err}
+		}
+	}
+	writeJSON(w, http.StatusOK, statusResponse{Status: "ok"})
+	return nil
+}

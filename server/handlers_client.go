@@ -1,0 +1,543 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/nornq/norn"
+)
+
+// validateNewTask applies the shared validation plus the server's own
+// (possibly lower) limits, and the caller's queue scope. prefix names the
+// task in a batch ("tasks[3]"); "" for a single submit.
+func (s *Server) validateNewTask(p *principal, prefix string, nt *norn.NewTask) error {
+	wrap := func(err error) error {
+		if prefix == "" || err == nil {
+			return err
+		}
+		return norn.WithFieldPrefix(err, prefix)
+	}
+	if len(nt.Spec) > s.cfg.MaxSpecBytes {
+		return wrap(norn.TooLarge("spec", "is %d bytes, more than the limit of %d", len(nt.Spec), s.cfg.MaxSpecBytes))
+	}
+	if len(nt.Labels) > s.cfg.MaxLabels {
+		return wrap(norn.Invalid("labels", "has %d labels, more than the limit of %d", len(nt.Labels), s.cfg.MaxLabels))
+	}
+	if err := nt.Validate(); err != nil {
+		return wrap(err)
+	}
+	return wrap(p.checkQueue(nt.Queue))
+}
+
+// checkTaskScope refuses a task outside a scoped principal's queues. It
+// costs a read, so it only runs for scoped tokens.
+func (s *Server) checkTaskScope(ctx context.Context, p *principal, id string) error {
+	if !p.scoped() {
+		return nil
+	}
+	t, err := s.store.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	return p.checkQueue(t.Queue)
+}
+
+// checkTasksScope is checkTaskScope for many ids; ids that do not exist are
+// left for the store to report.
+func (s *Server) checkTasksScope(ctx context.Context, p *principal, ids []string) error {
+	if !p.scoped() || len(ids) == 0 {
+		return nil
+	}
+	found, _, err := s.store.GetMany(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for _, t := range found {
+		if err := p.checkQueue(t.Queue); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func pathID(r *http.Request) (string, error) {
+	id := r.PathValue("id")
+	return id, norn.ValidateID("id", id)
+}
+
+func noParams(r *http.Request) error { return checkParams(r.URL.Query()) }
+
+func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	var nt norn.NewTask
+	if err := readBody(r.Body, &nt, false); err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	if err := s.validateNewTask(p, "", &nt); err != nil {
+		return err
+	}
+	res, err := s.store.Submit(r.Context(), nt)
+	if err != nil {
+		return err
+	}
+	if len(res) != 1 {
+		return fmt.Errorf("store returned %d results for one task", len(res))
+	}
+	status := http.StatusCreated
+	if res[0].Duplicate {
+		status = http.StatusOK
+	} else {
+		s.m.submitted(res[0].Task.Queue, 1)
+	}
+	writeJSON(w, status, res[0])
+	return nil
+}
+
+type batchResponse struct {
+	Tasks      []*norn.Task `json:"tasks"`
+	Duplicates []string     `json:"duplicates"`
+}
+
+func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	var tasks []norn.NewTask
+	err := decodeBatch(r.Body, "tasks", s.cfg.MaxBatch, func(i int, nt *norn.NewTask) error {
+		if err := s.validateNewTask(p, fmt.Sprintf("tasks[%d]", i), nt); err != nil {
+			return err
+		}
+		tasks = append(tasks, *nt)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := norn.ValidateBatch("tasks", tasks); err != nil {
+		return err
+	}
+	resp := batchResponse{Tasks: make([]*norn.Task, 0, len(tasks)), Duplicates: []string{}}
+	if len(tasks) > 0 {
+		res, err := s.store.Submit(r.Context(), tasks...)
+		if err != nil {
+			return err
+		}
+		perQueue := map[string]int{}
+		for _, sub := range res {
+			resp.Tasks = append(resp.Tasks, sub.Task)
+			if sub.Duplicate {
+				resp.Duplicates = append(resp.Duplicates, sub.Task.ID)
+			} else {
+				perQueue[sub.Task.Queue]++
+			}
+		}
+		for q, n := range perQueue {
+			s.m.submitted(q, n)
+		}
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+type manyResponse struct {
+	Tasks   []*norn.Task `json:"tasks"`
+	Missing []string     `json:"missing"`
+}
+
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	seg := r.PathValue("id")
+	if strings.Contains(seg, ",") {
+		ids, err := splitIDs(seg, s.cfg.MaxBatch)
+		if err != nil {
+			return err
+		}
+		found, missing, err := s.store.GetMany(r.Context(), ids)
+		if err != nil {
+			return err
+		}
+		for _, t := range found {
+			if err := p.checkQueue(t.Queue); err != nil {
+				return err
+			}
+		}
+		if found == nil {
+			found = []*norn.Task{}
+		}
+		if missing == nil {
+			missing = []string{}
+		}
+		writeJSON(w, http.StatusOK, manyResponse{Tasks: found, Missing: missing})
+		return nil
+	}
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	t, err := s.store.Get(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	if err := p.checkQueue(t.Queue); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, taskResponse{Task: t})
+	return nil
+}
+
+type taskResponse struct {
+	Task *norn.Task `json:"task"`
+}
+
+// wantsNDJSON reports whether the client asked for a streamed list.
+func wantsNDJSON(r *http.Request) bool {
+	for _, a := range r.Header.Values("Accept") {
+		for _, part := range strings.Split(a, ",") {
+			mt, _, _ := strings.Cut(strings.TrimSpace(part), ";")
+			if strings.EqualFold(strings.TrimSpace(mt), "application/x-ndjson") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request) error {
+	stream := wantsNDJSON(r)
+	maxLimit := norn.MaxListLimit
+	if stream {
+		maxLimit = 0
+	}
+	q, err := parseQuery(r.URL.Query(), s.cfg.MaxLabels, maxLimit)
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	if q.Queues, err = p.scopeQueues(q.Queues); err != nil {
+		return err
+	}
+	if stream {
+		return s.streamList(w, r, q)
+	}
+	page, err := s.store.List(r.Context(), q)
+	if err != nil {
+		return err
+	}
+	if page.Tasks == nil {
+		page.Tasks = []*norn.Task{}
+	}
+	writeJSON(w, http.StatusOK, page)
+	return nil
+}
+
+// ndjsonFlushEvery bounds how many lines wait in the buffer before the
+// client sees them, so a slow producer still shows progress.
+const ndjsonFlushEvery = 256
+
+// streamList writes every match as one JSON line, never holding more than
+// one task and a small buffer. An error after the header went out becomes a
+// final {"error":…} line, since the status can no longer change.
+func (s *Server) streamList(w http.ResponseWriter, r *http.Request, q norn.Query) error {
+	it, err := s.store.Stream(r.Context(), q)
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	bw := bufio.NewWriterSize(w, 32<<10)
+	enc := json.NewEncoder(bw)
+	n := 0
+	for it.Next() {
+		if err := enc.Encode(it.Item()); err != nil {
+			return nil // the client went away; nothing more can be said
+		}
+		n++
+		if n%ndjsonFlushEvery == 0 {
+			if bw.Flush() != nil {
+				return nil
+			}
+			_ = rc.Flush()
+		}
+	}
+	if err := it.Err(); err != nil && r.Context().Err() == nil {
+		ne := toNornError(err)
+		if ne.Code == norn.CodeInternal {
+			s.log.Error("stream failed", "error", err)
+		}
+		_ = enc.Encode(errorBody{Error: toWire(ne)})
+	}
+	if bw.Flush() == nil {
+		_ = rc.Flush()
+	}
+	return nil
+}
+
+type countResponse struct {
+	Count int64 `json:"count"`
+}
+
+type groupedCountResponse struct {
+	Count  int64             `json:"count"`
+	Groups []norn.GroupCount `json:"groups"`
+}
+
+func (s *Server) handleCount(w http.ResponseWriter, r *http.Request) error {
+	v := r.URL.Query()
+	if err := checkParams(v, filterParams, []string{"group"}); err != nil {
+		return err
+	}
+	f, err := parseFilter(v, s.cfg.MaxLabels)
+	if err != nil {
+		return err
+	}
+	group, err := parseGroup(v)
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	if f.Queues, err = p.scopeQueues(f.Queues); err != nil {
+		return err
+	}
+	if !group {
+		n, err := s.store.Count(r.Context(), f)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, countResponse{Count: n})
+		return nil
+	}
+	groups, err := s.store.CountGrouped(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	resp := groupedCountResponse{Groups: groups}
+	if resp.Groups == nil {
+		resp.Groups = []norn.GroupCount{}
+	}
+	for _, g := range groups {
+		resp.Count += g.Count
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+type deletedResponse struct {
+	Deleted int64 `json:"deleted"`
+}
+
+func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	if err := s.checkTaskScope(r.Context(), principalFrom(r.Context()), id); err != nil {
+		return err
+	}
+	if err := s.store.Delete(r.Context(), id); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, deletedResponse{Deleted: 1})
+	return nil
+}
+
+func (s *Server) handleDeleteMatching(w http.ResponseWriter, r *http.Request) error {
+	v := r.URL.Query()
+	if err := checkParams(v, filterParams); err != nil {
+		return err
+	}
+	f, err := parseFilter(v, s.cfg.MaxLabels)
+	if err != nil {
+		return err
+	}
+	if f.Empty() {
+		return norn.Invalid("filter", "at least one filter parameter is required to delete by filter")
+	}
+	p := principalFrom(r.Context())
+	if f.Queues, err = p.scopeQueues(f.Queues); err != nil {
+		return err
+	}
+	n, err := s.store.DeleteMatching(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, deletedResponse{Deleted: n})
+	return nil
+}
+
+func (s *Server) validateUpdate(u *norn.Update) error {
+	if u.Labels != nil && len(u.Labels) > s.cfg.MaxLabels {
+		return norn.Invalid("labels", "has %d labels, more than the limit of %d", len(u.Labels), s.cfg.MaxLabels)
+	}
+	return u.Validate()
+}
+
+func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	var u norn.Update
+	if err := readBody(r.Body, &u, false); err != nil {
+		return err
+	}
+	if err := s.validateUpdate(&u); err != nil {
+		return err
+	}
+	if err := s.checkTaskScope(r.Context(), principalFrom(r.Context()), id); err != nil {
+		return err
+	}
+	t, err := s.store.Update(r.Context(), id, u)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, taskResponse{Task: t})
+	return nil
+}
+
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	var empty struct{}
+	if err := readBody(r.Body, &empty, true); err != nil {
+		return err
+	}
+	if err := s.checkTaskScope(r.Context(), principalFrom(r.Context()), id); err != nil {
+		return err
+	}
+	t, err := s.store.Cancel(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, taskResponse{Task: t})
+	return nil
+}
+
+type logResponse struct {
+	Entries []norn.LogEntry `json:"entries"`
+}
+
+func (s *Server) handleReadLog(w http.ResponseWriter, r *http.Request) error {
+	after, limit, err := parseLogParams(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	if err := s.checkTaskScope(r.Context(), principalFrom(r.Context()), id); err != nil {
+		return err
+	}
+	entries, err := s.store.ReadLog(r.Context(), id, after, limit)
+	if err != nil {
+		return err
+	}
+	if entries == nil {
+		entries = []norn.LogEntry{}
+	}
+	writeJSON(w, http.StatusOK, logResponse{Entries: entries})
+	return nil
+}
+
+func (s *Server) handleTransact(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	var tx norn.Txn
+	if err := readBody(r.Body, &tx, false); err != nil {
+		return err
+	}
+	ops := len(tx.Submit) + len(tx.Update) + len(tx.Cancel) + len(tx.Delete) + len(tx.Require)
+	if ops > s.cfg.MaxBatch {
+		return norn.TooLarge("body", "transaction has %d operations, more than the limit of %d", ops, s.cfg.MaxBatch)
+	}
+	p := principalFrom(r.Context())
+	for i := range tx.Submit {
+		if err := s.validateNewTask(p, fmt.Sprintf("submit[%d]", i), &tx.Submit[i]); err != nil {
+			return err
+		}
+	}
+	if err := norn.ValidateBatch("submit", tx.Submit); err != nil {
+		return err
+	}
+	var ids []string
+	for i := range tx.Update {
+		f := fmt.Sprintf("update[%d]", i)
+		if err := norn.ValidateID(f+".id", tx.Update[i].ID); err != nil {
+			return err
+		}
+		if err := s.validateUpdate(&tx.Update[i].Update); err != nil {
+			return norn.WithFieldPrefix(err, f)
+		}
+		ids = append(ids, tx.Update[i].ID)
+	}
+	for _, list := range []struct {
+		name string
+		ids  []string
+	}{{"cancel", tx.Cancel}, {"delete", tx.Delete}} {
+		for i, id := range list.ids {
+			if err := norn.ValidateID(fmt.Sprintf("%s[%d]", list.name, i), id); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+	}
+	for i, req := range tx.Require {
+		if err := norn.ValidateID(fmt.Sprintf("require[%d].id", i), req.ID); err != nil {
+			return err
+		}
+		ids = append(ids, req.ID)
+	}
+	if err := s.checkTasksScope(r.Context(), p, ids); err != nil {
+		return err
+	}
+	res, err := s.store.Transact(r.Context(), tx)
+	if err != nil {
+		return err
+	}
+	perQueue := map[string]int{}
+	for _, sub := range res.Submitted {
+		if !sub.Duplicate {
+			perQueue[sub.Task.Queue]++
+		}
+	}
+	for q, n := range perQueue {
+		s.m.submitted(q, n)
+	}
+	if res.Submitted == nil {
+		res.Submitted = []norn.Submitted{}
+	}
+	if res.Updated == nil {
+		res.Updated = []*norn.Task{}
+	}
+	if res.Cancelled == nil {
+		res.Cancelled = []*norn.Task{}
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}

@@ -1,0 +1,414 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/nornq/norn"
+)
+
+// Request bodies of the worker routes. The lease reference's task id comes
+// from the path, so it is not a body field.
+type leaseBody struct {
+	Worker string `json:"worker"`
+	Lease  uint64 `json:"lease"`
+}
+
+type heartbeatBody struct {
+	leaseBody
+	Progress *float64      `json:"progress"`
+	Extend   norn.Duration `json:"extend"`
+}
+
+type logBody struct {
+	leaseBody
+	Seq  uint64          `json:"seq"`
+	Data json.RawMessage `json:"data"`
+}
+
+type completeBody struct {
+	leaseBody
+	Result json.RawMessage `json:"result"`
+}
+
+type failBody struct {
+	leaseBody
+	Error *norn.ErrorInfo `json:"error"`
+}
+
+// queueClaimBody is the body of POST /v1/queues/{queue}/claim: a
+// ClaimRequest whose queue is in the path.
+type queueClaimBody struct {
+	Worker  string        `json:"worker"`
+	N       int           `json:"n"`
+	Timeout norn.Duration `json:"timeout"`
+	Wait    norn.Duration `json:"wait"`
+}
+
+type registerResponse struct {
+	ID string `json:"id"`
+}
+
+type workersResponse struct {
+	Workers []norn.WorkerInfo `json:"workers"`
+}
+
+type tasksResponse struct {
+	Tasks []*norn.Task `json:"tasks"`
+}
+
+func (s *Server) handleRegisterWorker(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	var info norn.WorkerInfo
+	if err := readBody(r.Body, &info, true); err != nil {
+		return err
+	}
+	// The store assigns these; a client cannot choose them.
+	info.ID, info.Registered, info.LastSeen = "", time.Time{}, time.Time{}
+	if len(info.Name) > 256 {
+		return norn.Invalid("name", "is longer than 256 bytes")
+	}
+	if len(info.Queues) > 1000 {
+		return norn.Invalid("queues", "has more than 1000 queues")
+	}
+	p := principalFrom(r.Context())
+	for i, q := range info.Queues {
+		f := fmt.Sprintf("queues[%d]", i)
+		if err := norn.ValidateQueue(f, q); err != nil {
+			return err
+		}
+		if err := p.checkQueue(q); err != nil {
+			return err
+		}
+	}
+	id, err := s.store.RegisterWorker(r.Context(), info)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, registerResponse{ID: id})
+	return nil
+}
+
+func (s *Server) handleWorkers(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	ws, err := s.store.Workers(r.Context())
+	if err != nil {
+		return err
+	}
+	if ws == nil {
+		ws = []norn.WorkerInfo{}
+	}
+	writeJSON(w, http.StatusOK, workersResponse{Workers: ws})
+	return nil
+}
+
+func (s *Server) handleClaimQueue(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	q := r.PathValue("queue")
+	if err := norn.ValidateQueue("queue", q); err != nil {
+		return err
+	}
+	var b queueClaimBody
+	if err := readBody(r.Body, &b, false); err != nil {
+		return err
+	}
+	return s.claim(w, r, norn.ClaimRequest{Worker: b.Worker, Queues: []string{q}, N: b.N, Timeout: b.Timeout, Wait: b.Wait})
+}
+
+func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	var req norn.ClaimRequest
+	if err := readBody(r.Body, &req, false); err != nil {
+		return err
+	}
+	return s.claim(w, r, req)
+}
+
+// claim validates and runs a (possibly long-polling) claim. A long poll
+// ends early, with no tasks, when the server starts shutting down, so a
+// drain never waits out a five-minute poll.
+func (s *Server) claim(w http.ResponseWriter, r *http.Request, req norn.ClaimRequest) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	for i, q := range req.Queues {
+		if err := p.checkQueue(q); err != nil {
+			return norn.WithFieldPrefix(err, fmt.Sprintf("queues[%d]", i))
+		}
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.drainCtx, cancel)
+	defer stop()
+	tasks, err := s.store.Claim(ctx, req)
+	if err != nil {
+		if s.drainCtx.Err() != nil && r.Context().Err() == nil &&
+			(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil) {
+			tasks, err = nil, nil
+		} else {
+			return err
+		}
+	}
+	if tasks == nil {
+		tasks = []*norn.Task{}
+	}
+	s.m.claimed(tasks, time.Now())
+	writeJSON(w, http.StatusOK, tasksResponse{Tasks: tasks})
+	return nil
+}
+
+// leaseRef reads the lease reference of a worker route and checks the
+// caller's queue scope (which costs a read, for scoped tokens only).
+func (s *Server) leaseRef(r *http.Request, b leaseBody) (norn.LeaseRef, error) {
+	ref := norn.LeaseRef{TaskID: r.PathValue("id"), Worker: b.Worker, Lease: b.Lease}
+	if err := ref.Validate(); err != nil {
+		return ref, err
+	}
+	return ref, s.checkTaskScope(r.Context(), principalFrom(r.Context()), ref.TaskID)
+}
+
+type deadlineResponse struct {
+	Deadline time.Time `json:"deadline"`
+}
+
+func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	var b heartbeatBody
+	if err := readBody(r.Body, &b, false); err != nil {
+		return err
+	}
+	if b.Progress != nil {
+		if err := norn.ValidateProgress("progress", *b.Progress); err != nil {
+			return err
+		}
+	}
+	ref, err := s.leaseRef(r, b.leaseBody)
+	if err != nil {
+		return err
+	}
+	d, err := s.store.Heartbeat(r.Context(), ref, norn.Heartbeat{Progress: b.Progress, Extend: b.Extend})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, deadlineResponse{Deadline: d})
+	return nil
+}
+
+type entryResponse struct {
+	Entry norn.LogEntry `json:"entry"`
+}
+
+func (s *Server) handleAppendLog(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	var b logBody
+	if err := readBody(r.Body, &b, false); err != nil {
+		return err
+	}
+	if len(b.Data) == 0 {
+		return norn.Invalid("data", "is required")
+	}
+	if err := norn.ValidateJSON("data", b.Data, norn.MaxLogBytes); err != nil {
+		return err
+	}
+	ref, err := s.leaseRef(r, b.leaseBody)
+	if err != nil {
+		return err
+	}
+	e, err := s.store.AppendLog(r.Context(), ref, norn.LogAppend{Seq: b.Seq, Data: b.Data})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, entryResponse{Entry: e})
+	return nil
+}
+
+// emptyObject is the {} body of successful finish calls.
+type emptyObject struct{}
+
+func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	var b completeBody
+	if err := readBody(r.Body, &b, false); err != nil {
+		return err
+	}
+	if err := norn.ValidateJSON("result", b.Result, norn.MaxResultBytes); err != nil {
+		return err
+	}
+	ref, err := s.leaseRef(r, b.leaseBody)
+	if err != nil {
+		return err
+	}
+	if err := s.store.Complete(r.Context(), ref, b.Result); err != nil {
+		return err
+	}
+	s.m.finished(norn.OpComplete, ref.TaskID, time.Now())
+	writeJSON(w, http.StatusOK, emptyObject{})
+	return nil
+}
+
+func (s *Server) handleFail(w http.ResponseWriter, r *http.Request) error {
+	return s.failOrAbort(w, r, norn.OpFail)
+}
+
+func (s *Server) handleAbort(w http.ResponseWriter, r *http.Request) error {
+	return s.failOrAbort(w, r, norn.OpAbort)
+}
+
+func (s *Server) failOrAbort(w http.ResponseWriter, r *http.Request, op norn.LeaseOpKind) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	var b failBody
+	if err := readBody(r.Body, &b, false); err != nil {
+		return err
+	}
+	var e norn.ErrorInfo
+	if b.Error != nil {
+		e = *b.Error
+	}
+	if err := norn.ValidateErrorInfo("error", e); err != nil {
+		return err
+	}
+	ref, err := s.leaseRef(r, b.leaseBody)
+	if err != nil {
+		return err
+	}
+	if op == norn.OpFail {
+		err = s.store.Fail(r.Context(), ref, e)
+	} else {
+		err = s.store.Abort(r.Context(), ref, e)
+	}
+	if err != nil {
+		return err
+	}
+	s.m.finished(op, ref.TaskID, time.Now())
+	writeJSON(w, http.StatusOK, emptyObject{})
+	return nil
+}
+
+func (s *Server) handleYield(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	var b leaseBody
+	if err := readBody(r.Body, &b, false); err != nil {
+		return err
+	}
+	ref, err := s.leaseRef(r, b)
+	if err != nil {
+		return err
+	}
+	if err := s.store.Yield(r.Context(), ref); err != nil {
+		return err
+	}
+	s.m.finished(norn.OpYield, ref.TaskID, time.Now())
+	writeJSON(w, http.StatusOK, emptyObject{})
+	return nil
+}
+
+// leaseResult is the wire form of norn.LeaseOpResult.
+type leaseResult struct {
+	Deadline time.Time  `json:"deadline,omitzero"`
+	Error    *wireError `json:"error,omitempty"`
+}
+
+type leaseBatchResponse struct {
+	Results []leaseResult `json:"results"`
+}
+
+// validateLeaseOp checks one op of a lease batch; errors are not prefixed.
+func validateLeaseOp(op *norn.LeaseOp) error {
+	switch op.Op {
+	case norn.OpHeartbeat, norn.OpComplete, norn.OpFail, norn.OpAbort, norn.OpYield:
+	case "":
+		return norn.Invalid("op", "is required")
+	default:
+		return norn.Invalid("op", "must be heartbeat, complete, fail, abort or yield, got %q", trunc(string(op.Op)))
+	}
+	if err := op.LeaseRef.Validate(); err != nil {
+		return err
+	}
+	if op.Progress != nil {
+		if err := norn.ValidateProgress("progress", *op.Progress); err != nil {
+			return err
+		}
+	}
+	if err := norn.ValidateJSON("result", op.Result, norn.MaxResultBytes); err != nil {
+		return err
+	}
+	if op.Error != nil {
+		if err := norn.ValidateErrorInfo("error", *op.Error); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Server) handleLeaseBatch(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	var ops []norn.LeaseOp
+	err := decodeBatch(r.Body, "ops", s.cfg.MaxBatch, func(i int, op *norn.LeaseOp) error {
+		if err := validateLeaseOp(op); err != nil {
+			return norn.WithFieldPrefix(err, fmt.Sprintf("ops[%d]", i))
+		}
+		ops = append(ops, *op)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	resp := leaseBatchResponse{Results: make([]leaseResult, 0, len(ops))}
+	if len(ops) > 0 {
+		p := principalFrom(r.Context())
+		if p.scoped() {
+			ids := make([]string, len(ops))
+			for i := range ops {
+				ids[i] = ops[i].TaskID
+			}
+			if err := s.checkTasksScope(r.Context(), p, ids); err != nil {
+				return err
+			}
+		}
+		results, err := s.store.LeaseBatch(r.Context(), ops)
+		if err != nil {
+			return err
+		}
+		if len(results) != len(ops) {
+			return fmt.Errorf("store returned %d results for %d lease ops", len(results), len(ops))
+		}
+		now := time.Now()
+		for i, res := range results {
+			lr := leaseResult{Deadline: res.Deadline}
+			if res.Err != nil {
+				we := toWire(res.Err)
+				lr.Error = &we
+			} else {
+				s.m.finished(ops[i].Op, ops[i].TaskID, now)
+			}
+			resp.Results = append(resp.Results, lr)
+		}
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}

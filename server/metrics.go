@@ -1,0 +1,291 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nornq/norn"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// unknownQueue labels finish calls on tasks this server did not hand out
+// (claimed through another node, or before a restart).
+const unknownQueue = "(unknown)"
+
+// maxTracked bounds the claims remembered for end-to-end latency and the
+// queue label of finish calls; beyond it new claims are not tracked.
+const maxTracked = 1 << 16
+
+// metrics are the Prometheus metrics of docs/metrics.md. Counters of
+// submits, claims and finishes count what passes through this server's
+// HTTP API; timeouts and retries are decided by the store's monitor, so
+// they are counted from the store's event stream.
+type metrics struct {
+	reg *prometheus.Registry
+
+	submittedTotal, claimedTotal, completedTotal, failedTotal, abortedTotal *prometheus.CounterVec
+	yieldedTotal, timedOutTotal, retriedTotal                               *prometheus.CounterVec
+	claimLatency, endToEnd                                                  *prometheus.HistogramVec
+	httpRequests                                                            *prometheus.CounterVec
+	httpDuration                                                            *prometheus.HistogramVec
+
+	mu     sync.Mutex
+	claims map[string]claimInfo // task id → what finish calls need
+}
+
+type claimInfo struct {
+	queue   string
+	created time.Time
+}
+
+// latencyBuckets span 1 ms to ~9 h: claims are usually fast, end-to-end
+// latency of delayed or retried tasks can be hours.
+var latencyBuckets = prometheus.ExponentialBuckets(0.001, 4, 13)
+
+func newMetrics(reg *prometheus.Registry, store norn.Store) (*metrics, error) {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "norn", Name: name, Help: help}, []string{"queue"})
+	}
+	m := &metrics{
+		reg:            reg,
+		submittedTotal: counter("tasks_submitted_total", "Tasks created through this server (duplicates not counted)."),
+		claimedTotal:   counter("tasks_claimed_total", "Tasks leased through this server."),
+		completedTotal: counter("tasks_completed_total", "Successful complete calls through this server."),
+		failedTotal:    counter("tasks_failed_total", "Successful fail calls through this server (the task is then retried or aborted)."),
+		abortedTotal:   counter("tasks_aborted_total", "Successful abort calls through this server."),
+		yieldedTotal:   counter("tasks_yielded_total", "Successful yield calls through this server."),
+		timedOutTotal:  counter("tasks_timed_out_total", "Leases that expired (from the store's events)."),
+		retriedTotal:   counter("tasks_retried_total", "Failures scheduled for a retry (from the store's events)."),
+		claimLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "norn", Name: "claim_latency_seconds",
+			Help: "Time from when a task could first run (run_at, or creation) to its claim.", Buckets: latencyBuckets}, []string{"queue"}),
+		endToEnd: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "norn", Name: "end_to_end_latency_seconds",
+			Help: "Time from a task's creation to its completion, for tasks claimed through this server.", Buckets: latencyBuckets}, []string{"queue"}),
+		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "norn", Name: "http_requests_total",
+			Help: "HTTP requests by method, route pattern and status code."}, []string{"method", "route", "code"}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "norn", Name: "http_request_duration_seconds",
+			Help: "HTTP request duration by method and route pattern (long polls and streams included).", Buckets: prometheus.DefBuckets},
+			[]string{"method", "route"}),
+		claims: map[string]claimInfo{},
+	}
+	for _, c := range []prometheus.Collector{m.submittedTotal, m.claimedTotal, m.completedTotal, m.failedTotal,
+		m.abortedTotal, m.yieldedTotal, m.timedOutTotal, m.retriedTotal, m.claimLatency, m.endToEnd,
+		m.httpRequests, m.httpDuration, &countsCollector{store: store}} {
+		if err := reg.Register(c); err != nil {
+			return nil, norn.Invalid("Registry", "registering metrics: %v", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+func (m *metrics) submitted(queue string, n int) {
+	m.submittedTotal.WithLabelValues(queue).Add(float64(n))
+}
+
+// claimed counts claimed tasks, observes how long each waited and
+// remembers it for the finish call.
+func (m *metrics) claimed(tasks []*norn.Task, now time.Time) {
+	if len(tasks) == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, t := range tasks {
+		m.claimedTotal.WithLabelValues(t.Queue).Inc()
+		since := t.Created
+		if t.RunAt.After(since) {
+			since = t.RunAt
+		}
+		if d := now.Sub(since); d >= 0 {
+			m.claimLatency.WithLabelValues(t.Queue).Observe(d.Seconds())
+		}
+		if _, ok := m.claims[t.ID]; ok || len(m.claims) < maxTracked {
+			m.claims[t.ID] = claimInfo{queue: t.Queue, created: t.Created}
+		}
+	}
+}
+
+// finished counts a successful lease call that ends a lease.
+func (m *metrics) finished(op norn.LeaseOpKind, id string, now time.Time) {
+	if op == norn.OpHeartbeat {
+		return
+	}
+	m.mu.Lock()
+	ci, ok := m.claims[id]
+	delete(m.claims, id)
+	m.mu.Unlock()
+	q := unknownQueue
+	if ok {
+		q = ci.queue
+	}
+	switch op {
+	case norn.OpComplete:
+		m.completedTotal.WithLabelValues(q).Inc()
+		if ok {
+			if d := now.Sub(ci.created); d >= 0 {
+				m.endToEnd.WithLabelValues(q).Observe(d.Seconds())
+			}
+		}
+	case norn.OpFail:
+		m.failedTotal.WithLabelValues(q).Inc()
+	case norn.OpAbort:
+		m.abortedTotal.WithLabelValues(q).Inc()
+	case norn.OpYield:
+		m.yieldedTotal.WithLabelValues(q).Inc()
+	}
+}
+
+// observeEvent counts monitor decisions and forgets leases that ended
+// without a finish call.
+func (m *metrics) observeEvent(e norn.Event) {
+	switch e.Kind {
+	case norn.EventKind(norn.TaskTimeout):
+		m.timedOutTotal.WithLabelValues(e.Queue).Inc()
+	case norn.EventKind(norn.TaskRetry):
+		m.retriedTotal.WithLabelValues(e.Queue).Inc()
+	case norn.EventKind(norn.TaskCancel), norn.EventDeleted, norn.EventKind(norn.TaskAbort):
+	default:
+		return
+	}
+	if e.Kind == norn.EventKind(norn.TaskRetry) {
+		return
+	}
+	m.mu.Lock()
+	delete(m.claims, e.TaskID)
+	m.mu.Unlock()
+}
+
+// followEvents feeds the store's events to observeEvent until ctx is done,
+// resubscribing after a failure.
+func (m *metrics) followEvents(ctx context.Context, store norn.Store, log *slog.Logger) {
+	for ctx.Err() == nil {
+		stream, err := store.Subscribe(ctx, norn.EventFilter{})
+		if err == nil {
+			for stream.Next() {
+				m.observeEvent(stream.Item())
+			}
+			err = stream.Err()
+			_ = stream.Close()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			log.Warn("metrics: event subscription failed; timeouts and retries are not counted until it recovers", slog.Any("error", err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// instrument records request count and duration under the route pattern
+// (never the raw path, which would make one series per task id).
+func (m *metrics) instrument(pattern string, h http.Handler) http.Handler {
+	method, route, ok := strings.Cut(pattern, " ")
+	if !ok {
+		method, route = "", pattern
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		h.ServeHTTP(sw, r)
+		meth := method
+		if meth == "" {
+			meth = r.Method
+			if len(meth) > 16 {
+				meth = "other"
+			}
+		}
+		code := sw.code
+		if code == 0 {
+			code = http.StatusOK
+		}
+		m.httpRequests.WithLabelValues(meth, route, strconv.Itoa(code)).Inc()
+		m.httpDuration.WithLabelValues(meth, route).Observe(time.Since(start).Seconds())
+	})
+}
+
+// statusWriter remembers the status code. It unwraps for
+// http.ResponseController, so streaming handlers can still flush.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush lets code that type-asserts http.Flusher flush through the wrapper.
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap exposes the underlying writer to http.ResponseController.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// countsCollector asks the store for per queue×status counts at scrape
+// time, so the gauges are exact and cost nothing between scrapes.
+type countsCollector struct {
+	store norn.Store
+}
+
+var (
+	tasksDesc = prometheus.NewDesc("norn_tasks", "Tasks in the store by queue and status.",
+		[]string{"queue", "status"}, nil)
+	workersDesc = prometheus.NewDesc("norn_workers", "Registered workers.", nil, nil)
+	activeDesc  = prometheus.NewDesc("norn_workers_active", "Workers seen within the last minute.", nil, nil)
+	storeUpDesc = prometheus.NewDesc("norn_store_up", "1 if the store answered the last scrape, else 0.", nil, nil)
+)
+
+func (c *countsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- tasksDesc
+	ch <- workersDesc
+	ch <- activeDesc
+	ch <- storeUpDesc
+}
+
+func (c *countsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := c.store.Stats(ctx)
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(storeUpDesc, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(storeUpDesc, prometheus.GaugeValue, 1)
+	for _, g := range st.Counts {
+		ch <- prometheus.MustNewConstMetric(tasksDesc, prometheus.GaugeValue, float64(g.Count), g.Queue, string(g.Status))
+	}
+	ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(st.Workers))
+	ch <- prometheus.MustNewConstMetric(activeDesc, prometheus.GaugeValue, float64(st.ActiveWorkers))
+}

@@ -1,0 +1,261 @@
+// Package server is Norn's HTTP/JSON API (API-WIRE.md, docs/api.md) over any
+// norn.Store: routes, request decoding with size limits, bearer-token auth
+// with roles and queue scopes, long-poll claims, NDJSON streaming, server-sent
+// events, Prometheus metrics, health probes and the OpenAPI document.
+//
+// The server is a library: the CLI (`norn server`) opens a store, builds a
+// Config and calls Run; tests do the same on 127.0.0.1:0.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nornq/norn"
+)
+
+// Server serves the Norn API. Create it with New, serve with Run, and
+// release the listener with Close if Run is never called.
+type Server struct {
+	cfg   Config
+	store norn.Store
+	log   *slog.Logger
+	auth  *authenticator
+	ln    net.Listener
+	http  *http.Server
+	mux   *http.ServeMux
+	m     *metrics
+
+	// drainCtx is cancelled when shutdown starts, which ends long-poll
+	// claims and event streams so they do not hold up the drain.
+	drainCtx   context.Context
+	startDrain context.CancelFunc
+	runOnce    sync.Once
+	closeOnce  sync.Once
+	tlsConfig  *tls.Config
+}
+
+// New validates cfg, binds the listen address and builds the server. It
+// does not serve until Run is called.
+func New(cfg Config) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.Tokens) == 0 && !isLoopback(cfg.Addr) && !cfg.AllowUnauthenticatedNonLoopback {
+		return nil, norn.Invalid("Addr", "no tokens are configured, so authentication is off and %q is not a loopback address; configure tokens or set AllowUnauthenticatedNonLoopback", cfg.Addr)
+	}
+	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens)}
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, norn.Invalid("TLSCert", "loading the certificate and key: %v", err)
+		}
+		s.tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	s.m, err = newMetrics(cfg.Registry, cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	s.drainCtx, s.startDrain = context.WithCancel(context.Background())
+	s.mux = http.NewServeMux()
+	s.routes()
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		s.startDrain()
+		return nil, norn.Errorf(norn.CodeUnavailable, "listen on %s: %v", cfg.Addr, err)
+	}
+	if s.tlsConfig != nil {
+		ln = tls.NewListener(ln, s.tlsConfig)
+	}
+	s.ln = ln
+	s.http = &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	return s, nil
+}
+
+// Addr returns the address the server listens on (with the real port when
+// Config.Addr asked for port 0).
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// URL returns the base URL of the server ("http://127.0.0.1:7070" or https).
+func (s *Server) URL() string {
+	if s.tlsConfig != nil {
+		return "https://" + s.Addr()
+	}
+	return "http://" + s.Addr()
+}
+
+// Handler returns the server's root handler, for tests and for embedding
+// the API in another server.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Run serves until ctx is done, then shuts down gracefully: it stops
+// accepting connections, ends long-poll claims and event streams, waits up
+// to Config.ShutdownTimeout for in-flight requests, and returns. It returns
+// nil after a clean shutdown. Run may be called once.
+func (s *Server) Run(ctx context.Context) error {
+	started := false
+	s.runOnce.Do(func() { started = true })
+	if !started {
+		return errors.New("server: Run called twice")
+	}
+	if s.auth == nil {
+		s.log.Warn("no tokens configured: authentication is off", slog.String("addr", s.Addr()))
+	}
+	s.log.Info("norn server listening", slog.String("url", s.URL()))
+
+	trackCtx, stopTrack := context.WithCancel(context.Background())
+	trackerDone := make(chan struct{})
+	go func() {
+		defer close(trackerDone)
+		s.m.followEvents(trackCtx, s.store, s.log)
+	}()
+	defer func() {
+		stopTrack()
+		<-trackerDone
+	}()
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- s.http.Serve(s.ln) }()
+
+	select {
+	case err := <-serveErr:
+		s.startDrain()
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down: draining requests")
+	s.startDrain()
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	err := s.http.Shutdown(sctx)
+	<-serveErr
+	if err != nil {
+		_ = s.http.Close()
+		return err
+	}
+	s.log.Info("server stopped")
+	return nil
+}
+
+// Close stops the server at once: it closes the listener and every
+// connection without draining. It does not close the store.
+func (s *Server) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.startDrain()
+		err = s.http.Close()
+		if cerr := s.ln.Close(); cerr != nil && err == nil && !errors.Is(cerr, net.ErrClosed) {
+			err = cerr
+		}
+	})
+	return err
+}
+
+// route is one API route: who may call it and what it does.
+type route struct {
+	pattern string
+	// roles that may call it besides admin; nil with public=true means no auth.
+	roles  []Role
+	public bool
+	h      func(w http.ResponseWriter, r *http.Request) error
+}
+
+var (
+	anyRole      = []Role{RoleClient, RoleWorker}
+	clientOnly   = []Role{RoleClient}
+	workerOnly   = []Role{RoleWorker}
+	adminOnly    = []Role{}
+	clientWorker = []Role{RoleClient, RoleWorker}
+)
+
+// apiRoutes lists every route of API-WIRE.md with its roles. The auth
+// matrix test walks this table, so a new route cannot skip the check.
+func (s *Server) apiRoutes() []route {
+	return []route{
+		{pattern: "POST /v1/tasks", roles: clientOnly, h: s.handleSubmit},
+		{pattern: "POST /v1/tasks/batch", roles: clientOnly, h: s.handleSubmitBatch},
+		{pattern: "GET /v1/tasks/count", roles: clientOnly, h: s.handleCount},
+		{pattern: "GET /v1/tasks/{id}", roles: clientWorker, h: s.handleGet},
+		{pattern: "GET /v1/tasks", roles: clientOnly, h: s.handleList},
+		{pattern: "DELETE /v1/tasks/{id}", roles: clientOnly, h: s.handleDelete},
+		{pattern: "DELETE /v1/tasks", roles: clientOnly, h: s.handleDeleteMatching},
+		{pattern: "PATCH /v1/tasks/{id}", roles: clientOnly, h: s.handleUpdate},
+		{pattern: "POST /v1/tasks/{id}/cancel", roles: clientOnly, h: s.handleCancel},
+		{pattern: "GET /v1/tasks/{id}/log", roles: clientWorker, h: s.handleReadLog},
+		{pattern: "POST /v1/transactions", roles: clientOnly, h: s.handleTransact},
+		{pattern: "POST /v1/workers", roles: workerOnly, h: s.handleRegisterWorker},
+		{pattern: "GET /v1/workers", roles: anyRole, h: s.handleWorkers},
+		{pattern: "POST /v1/queues/{queue}/claim", roles: workerOnly, h: s.handleClaimQueue},
+		{pattern: "POST /v1/claim", roles: workerOnly, h: s.handleClaim},
+		{pattern: "POST /v1/tasks/{id}/heartbeat", roles: workerOnly, h: s.handleHeartbeat},
+		{pattern: "POST /v1/tasks/{id}/log", roles: workerOnly, h: s.handleAppendLog},
+		{pattern: "POST /v1/tasks/{id}/complete", roles: workerOnly, h: s.handleComplete},
+		{pattern: "POST /v1/tasks/{id}/fail", roles: workerOnly, h: s.handleFail},
+		{pattern: "POST /v1/tasks/{id}/abort", roles: workerOnly, h: s.handleAbort},
+		{pattern: "POST /v1/tasks/{id}/yield", roles: workerOnly, h: s.handleYield},
+		{pattern: "POST /v1/leases/batch", roles: workerOnly, h: s.handleLeaseBatch},
+		{pattern: "GET /v1/queues", roles: clientOnly, h: s.handleQueues},
+		{pattern: "GET /v1/queues/{queue}", roles: clientOnly, h: s.handleQueue},
+		{pattern: "PATCH /v1/queues/{queue}", roles: adminOnly, h: s.handleUpdateQueue},
+		{pattern: "GET /v1/stats", roles: clientOnly, h: s.handleStats},
+		{pattern: "POST /v1/sweep", roles: adminOnly, h: s.handleSweep},
+		{pattern: "GET /v1/events", roles: clientOnly, h: s.handleEvents},
+		{pattern: "GET /v1/openapi.json", public: true, h: s.handleOpenAPI},
+		{pattern: "GET /healthz", public: true, h: s.handleHealthz},
+		{pattern: "GET /readyz", public: true, h: s.handleReadyz},
+	}
+}
+
+func (s *Server) routes() {
+	for _, rt := range s.apiRoutes() {
+		s.mux.Handle(rt.pattern, s.m.instrument(rt.pattern, s.wrap(rt)))
+	}
+	s.mux.Handle("GET /metrics", s.m.instrument("GET /metrics", s.m.handler()))
+	// Unknown API paths get a JSON 404 rather than the mux's text page.
+	s.mux.Handle("/v1/", s.m.instrument("/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, norn.Errorf(norn.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+	})))
+	if s.cfg.Dashboard != nil {
+		s.mux.Handle("/", s.m.instrument("/", s.cfg.Dashboard))
+	}
+}
+
+// wrap authenticates and authorizes the request, limits the body and turns
+// a returned error into the JSON error response.
+func (s *Server) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !rt.public {
+			p, err := s.auth.authenticate(r)
+			if err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+			if !p.roleAllowed(rt.roles) {
+				s.writeError(w, r, norn.Errorf(norn.CodePermissionDenied, "role %s may not call %s", p.role, rt.pattern))
+				return
+			}
+			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+		}
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		}
+		if err := rt.h(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
