@@ -1,0 +1,385 @@
+// Queue page: counts, pause/resume, defaults, and the task list with
+// filters, cursor paging and bulk actions.
+
+import { api, get, query, enc, ApiError } from "./api.js";
+import {
+  h, fill, num, STATUSES, PENDING, statusBadge, progressBar, timeEl, labelsEl, debounce, throttle, toast,
+  confirmDialog, validDuration,
+} from "./util.js";
+
+const ORDERS = [["newest", "Newest first"], ["priority", "Highest priority"], ["oldest", "Oldest first"]];
+const SIZES = [25, 50, 100, 200];
+
+export function render(ctx, name) {
+  const { main, bus, session, signal, params } = ctx;
+  const href = "#/queues/" + enc(name);
+  ctx.crumbs([{ text: "Overview", href: "#/" }, { text: name }]);
+
+  // Filters live in the URL so a filtered view can be bookmarked and shared.
+  const f = {
+    status: (params.get("status") || "").split(",").filter((s) => STATUSES.includes(s)),
+    labels: params.getAll("label").filter((l) => l.includes(":")),
+    id: params.get("id") || "",
+    order: ORDERS.some(([o]) => o === params.get("order")) ? params.get("order") : "newest",
+    limit: SIZES.includes(Number(params.get("limit"))) ? Number(params.get("limit")) : 50,
+  };
+  // cursors[i] is the cursor of page i; "previous" pops the stack.
+  let cursors = [""], nextCursor = "", info = null, admin = null;
+
+  const title = h("h1", { class: "queue-title" }, name);
+  const pausedBadge = h("span", { class: "badge paused", id: "paused-badge", hidden: true }, "paused");
+  const pauseBtn = h("button", { type: "button", id: "pause", disabled: true }, "Pause");
+  const roleNote = h("p", { class: "note", id: "role-note", hidden: true });
+  const chips = h("div", { class: "chips", id: "status-chips", role: "group", "aria-label": "Filter by status" });
+  const defaultsBox = h("div", { id: "defaults" });
+  const search = h("input", { type: "search", id: "id-search", placeholder: "Search id…", value: f.id, "aria-label": "Search id" });
+  const labelIn = h("input", { type: "text", id: "label-input", placeholder: "label key:value", "aria-label": "Label filter (key:value)" });
+  const labelChips = h("span", { class: "labels", id: "label-filters" });
+  const orderSel = h("select", { id: "order", "aria-label": "Order" }, ORDERS.map(([v, t]) => h("option", { value: v }, t)));
+  orderSel.value = f.order;
+  const sizeSel = h("select", { id: "page-size", "aria-label": "Page size" }, SIZES.map((s) => h("option", { value: s }, s + " / page")));
+  sizeSel.value = String(f.limit);
+  const matchEl = h("span", { id: "match-count", class: "muted" });
+  const cancelAllBtn = h("button", { type: "button", id: "cancel-all" }, "Cancel matching…");
+  const deleteAllBtn = h("button", { type: "button", id: "delete-all", class: "danger-outline" }, "Delete matching…");
+  const listEl = h("div", { id: "task-list" }, h("p", { class: "muted" }, "Loading…"));
+  const prevBtn = h("button", { type: "button", id: "prev", disabled: true }, "‹ Previous");
+  const nextBtn = h("button", { type: "button", id: "next", disabled: true }, "Next ›");
+  const pageEl = h("span", { id: "page-no", class: "muted" });
+  const err = h("p", { class: "error", id: "queue-error", hidden: true });
+
+  fill(main,
+    h("div", { class: "page-head" }, h("div", { class: "title-row" }, title, pausedBadge), h("div", { class: "actions" }, pauseBtn)),
+    roleNote, err, chips,
+    h("section", { class: "card" },
+      h("div", { class: "filters" },
+        search,
+        h("form", { class: "label-form", id: "label-form", onsubmit: (e) => { e.preventDefault(); addLabel(labelIn.value); } },
+          labelIn, h("button", { type: "submit" }, "Add label")),
+        orderSel, sizeSel),
+      labelChips,
+      h("div", { class: "bulk" }, matchEl, h("span", { class: "spacer" }), cancelAllBtn, deleteAllBtn),
+      listEl,
+      h("div", { class: "pager" }, prevBtn, pageEl, nextBtn)),
+    h("details", { class: "card defaults", id: "defaults-card" }, h("summary", {}, h("h2", {}, "Queue defaults")), defaultsBox));
+
+  function apiFilter(over = {}) {
+    return { queue: name, status: f.status, label: f.labels, id_contains: f.id, ...over };
+  }
+  function syncURL() {
+    const q = query({ status: f.status, label: f.labels, id: f.id, order: f.order === "newest" ? "" : f.order, limit: f.limit === 50 ? "" : f.limit });
+    history.replaceState(null, "", href + q);
+  }
+  function filtersChanged() {
+    cursors = [""];
+    syncURL();
+    renderChips();
+    renderLabelChips();
+    loadList();
+    loadCount();
+  }
+  function addLabel(v) {
+    v = v.trim();
+    const i = v.indexOf(":");
+    if (i <= 0) { toast("A label filter is key:value, e.g. env:prod", "error"); return; }
+    if (!f.labels.includes(v)) f.labels.push(v);
+    labelIn.value = "";
+    filtersChanged();
+  }
+  search.addEventListener("input", debounce(() => { f.id = search.value.trim(); filtersChanged(); }, 300));
+  orderSel.addEventListener("change", () => { f.order = orderSel.value; filtersChanged(); });
+  sizeSel.addEventListener("change", () => { f.limit = Number(sizeSel.value); filtersChanged(); });
+  prevBtn.addEventListener("click", () => { if (cursors.length > 1) { cursors.pop(); loadList(); } });
+  nextBtn.addEventListener("click", () => { if (nextCursor) { cursors.push(nextCursor); loadList(); } });
+
+  function renderChips() {
+    const c = (info && info.counts) || {};
+    const total = STATUSES.reduce((a, s) => a + (c[s] || 0), 0);
+    const chip = (s, label, n, on, click) => h("button", { type: "button", class: "chip status-chip" + (on ? " on" : "") + (s ? " st-" + s : ""),
+      "aria-pressed": on ? "true" : "false", "data-status": s || "all", onclick: click }, label + " ", h("b", {}, num(n)));
+    fill(chips,
+      chip("", "all", total, f.status.length === 0, () => { f.status = []; filtersChanged(); }),
+      STATUSES.map((s) => chip(s, s, c[s] || 0, f.status.includes(s), () => {
+        f.status = f.status.includes(s) ? f.status.filter((x) => x !== s) : [...f.status, s];
+        filtersChanged();
+      })));
+  }
+  function renderLabelChips() {
+    fill(labelChips, f.labels.map((l) => h("button", { type: "button", class: "chip removable", title: "Remove filter",
+      onclick: () => { f.labels = f.labels.filter((x) => x !== l); filtersChanged(); } }, l + " ×")));
+  }
+
+  async function loadQueue() {
+    info = (await get("v1/queues/" + enc(name), { signal })).queue;
+    pausedBadge.hidden = !info.paused;
+    pauseBtn.textContent = info.paused ? "Resume" : "Pause";
+    renderChips();
+    if (!defaultsBox.dataset.editing) renderDefaults();
+    if (admin === null) {
+      admin = await session.canAdmin(name);
+      applyRole();
+    }
+  }
+  function applyRole() {
+    pauseBtn.disabled = !admin;
+    pauseBtn.title = admin ? "" : "Pausing needs an admin token";
+    roleNote.hidden = admin;
+    roleNote.textContent = "Read-only queue settings: your token cannot pause or reconfigure this queue (admin role needed).";
+    renderDefaults();
+  }
+  pauseBtn.addEventListener("click", async () => {
+    pauseBtn.disabled = true;
+    try {
+      info = (await api("PATCH", "v1/queues/" + enc(name), { paused: !info.paused })).queue;
+      toast(info.paused ? "Queue paused: workers will not claim from it." : "Queue resumed.");
+      loadQueue().catch(show);
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 403) { session.denied(name); admin = false; applyRole(); }
+      toast(e instanceof ApiError ? e.describe() : e.message, "error");
+    } finally {
+      if (admin) pauseBtn.disabled = false;
+    }
+  });
+
+  function renderDefaults() {
+    if (!info) return;
+    const d = info.defaults || {};
+    const r = d.retry;
+    const ret = d.retention || {};
+    const forever = (v) => (!v || v === "0s" ? "forever" : v);
+    fill(defaultsBox,
+      h("dl", { class: "kv" },
+        h("dt", {}, "Timeout"), h("dd", { id: "def-timeout" }, d.timeout || "—"),
+        h("dt", {}, "Max attempts"), h("dd", { id: "def-max-attempts" }, d.max_attempts ? String(d.max_attempts) : "unlimited"),
+        h("dt", {}, "Retry"), h("dd", { id: "def-retry" }, r && r.max_retries ? `${r.max_retries}× backoff ${r.base || "0s"}${r.max ? " (max " + r.max + ")" : ""}` : "none"),
+        h("dt", {}, "Keep completed"), h("dd", {}, forever(ret.completed)),
+        h("dt", {}, "Keep aborted"), h("dd", {}, forever(ret.aborted)),
+        h("dt", {}, "Keep cancelled"), h("dd", {}, forever(ret.cancelled))),
+      admin ? h("button", { type: "button", id: "edit-defaults", onclick: editDefaults }, "Edit defaults") : null);
+  }
+  function editDefaults() {
+    const d = info.defaults || {};
+    const r = d.retry || {};
+    const ret = d.retention || {};
+    defaultsBox.dataset.editing = "1";
+    const field = (id, label, value, hint) => h("label", { class: "field" }, h("span", {}, label),
+      h("input", { id, name: id, value: value ?? "", autocomplete: "off" }), hint ? h("small", { class: "muted" }, hint) : null);
+    const msg = h("p", { class: "error", hidden: true, id: "defaults-error" });
+    const form = h("form", { class: "defaults-form", id: "defaults-form" },
+      field("timeout", "Timeout", d.timeout, "Go duration, e.g. 30s"),
+      field("max_attempts", "Max attempts", d.max_attempts || 0, "0 = unlimited"),
+      field("max_retries", "Retries", r.max_retries || 0, "0 = never retry"),
+      field("retry_base", "Retry backoff base", r.base || "0s"),
+      field("retry_max", "Retry backoff cap", r.max || "0s", "0s = no cap"),
+      field("ret_completed", "Keep completed", ret.completed || "0s", "0s = forever"),
+      field("ret_aborted", "Keep aborted", ret.aborted || "0s"),
+      field("ret_cancelled", "Keep cancelled", ret.cancelled || "0s"),
+      msg,
+      h("div", { class: "actions" },
+        h("button", { type: "button", onclick: () => { delete defaultsBox.dataset.editing; renderDefaults(); } }, "Cancel"),
+        h("button", { type: "submit", class: "primary" }, "Save")));
+    form.addEventListener("submit", async (e) => {
+      e.preventDefault();
+      const v = (id) => form.elements[id].value.trim();
+      const ints = ["max_attempts", "max_retries"];
+      for (const id of ints) {
+        if (!/^\d+$/.test(v(id))) { msg.hidden = false; msg.textContent = id + ": must be a whole number ≥ 0"; return; }
+      }
+      for (const id of ["timeout", "retry_base", "retry_max", "ret_completed", "ret_aborted", "ret_cancelled"]) {
+        if (!validDuration(v(id))) { msg.hidden = false; msg.textContent = id + ": not a duration like 10s, 5m or 24h"; return; }
+      }
+      const body = {
+        timeout: v("timeout"),
+        max_attempts: Number(v("max_attempts")),
+        retry: { max_retries: Number(v("max_retries")), base: v("retry_base"), max: v("retry_max") },
+        retention: { completed: v("ret_completed"), aborted: v("ret_aborted"), cancelled: v("ret_cancelled") },
+      };
+      try {
+        info = (await api("PATCH", "v1/queues/" + enc(name), body)).queue;
+        delete defaultsBox.dataset.editing;
+        renderDefaults();
+        toast("Queue defaults saved.");
+      } catch (e2) {
+        if (e2 instanceof ApiError && e2.status === 403) { session.denied(name); admin = false; delete defaultsBox.dataset.editing; applyRole(); }
+        msg.hidden = false;
+        msg.textContent = e2 instanceof ApiError ? e2.describe() : e2.message;
+      }
+    });
+    fill(defaultsBox, form);
+  }
+
+  let listSeq = 0;
+  async function loadList() {
+    const seq = ++listSeq;
+    const cursor = cursors[cursors.length - 1];
+    let page;
+    try {
+      page = await get("v1/tasks" + query({ ...apiFilter(), order: f.order === "oldest" ? "" : f.order, limit: f.limit, cursor, view: "summary" }), { signal });
+    } catch (e) {
+      if (seq === listSeq) show(e);
+      return;
+    }
+    if (seq !== listSeq) return; // a newer request superseded this one
+    err.hidden = true;
+    nextCursor = page.next_cursor || "";
+    prevBtn.disabled = cursors.length <= 1;
+    nextBtn.disabled = !nextCursor;
+    pageEl.textContent = "page " + cursors.length;
+    renderList(page.tasks || []);
+  }
+  function renderList(tasks) {
+    if (!tasks.length) {
+      fill(listEl, h("p", { class: "muted empty", id: "no-tasks" }, cursors.length > 1 ? "No more tasks." : "No tasks match these filters."));
+      return;
+    }
+    fill(listEl, h("table", { class: "grid tasks" },
+      h("thead", {}, h("tr", {}, ["ID", "Status", "Priority", "Progress", "Attempts", "Labels", "Created", "Updated"].map((x) => h("th", {}, x)))),
+      h("tbody", {}, tasks.map((t) => h("tr", { "data-id": t.id },
+        h("td", { class: "id", "data-label": "ID" }, h("a", { href: "#/tasks/" + enc(t.id) }, t.id)),
+        h("td", { "data-label": "Status", class: "status" }, statusBadge(t.status)),
+        h("td", { class: "num", "data-label": "Priority" }, String(t.priority)),
+        h("td", { "data-label": "Progress" }, progressBar(t.progress)),
+        h("td", { class: "num", "data-label": "Attempts" }, t.attempts + (t.max_attempts ? "/" + t.max_attempts : "")),
+        h("td", { "data-label": "Labels" }, labelsEl(t.labels, (k, v) => addLabel(k + ":" + v))),
+        h("td", { "data-label": "Created" }, timeEl(t.created)),
+        h("td", { "data-label": "Updated" }, timeEl(t.updated)))))));
+  }
+  async function loadCount() {
+    try {
+      const { count } = await get("v1/tasks/count" + query(apiFilter()), { signal });
+      matchEl.textContent = num(count) + (count === 1 ? " task matches" : " tasks match");
+      matchEl.dataset.count = count;
+    } catch (e) { show(e); }
+  }
+  function show(e) {
+    if (e.name === "AbortError") return;
+    err.hidden = false;
+    err.textContent = e instanceof ApiError && e.status === 404 ? "Unknown queue." : "Could not load: " + (e instanceof ApiError ? e.describe() : e.message);
+  }
+
+  // --- bulk actions ---------------------------------------------------------
+
+  function describe(filt) {
+    const parts = ["queue " + name];
+    if (filt.status && filt.status.length) parts.push("status " + filt.status.join(" or "));
+    for (const l of filt.label || []) parts.push("label " + l);
+    if (filt.id_contains) parts.push("id containing “" + filt.id_contains + "”");
+    return "Tasks matching " + parts.join(", ") + ".";
+  }
+
+  cancelAllBtn.addEventListener("click", async () => {
+    const statuses = f.status.length ? f.status.filter((s) => PENDING.includes(s)) : PENDING;
+    if (!statuses.length) { toast("Only scheduled, blocked, ready or running tasks can be cancelled; the status filter selects none.", "error"); return; }
+    const filt = apiFilter({ status: statuses });
+    let count;
+    try { ({ count } = await get("v1/tasks/count" + query(filt), { signal })); } catch (e) { show(e); return; }
+    if (!count) { toast("No matching task can be cancelled."); return; }
+    const ok = await confirmDialog("Cancel " + num(count) + (count === 1 ? " task?" : " tasks?"),
+      [h("p", {}, describe(filt)), h("p", {}, "Running tasks are told to stop at their next heartbeat. This cannot be undone.")],
+      "Cancel " + num(count) + (count === 1 ? " task" : " tasks"), true);
+    if (!ok) return;
+    await runBulk("Cancelling", count, async (prog) => {
+      const tried = new Set();
+      let cursor = "";
+      while (!prog.stopped) {
+        const page = await get("v1/tasks" + query({ ...filt, limit: 200, cursor, view: "summary" }));
+        const ids = (page.tasks || []).map((t) => t.id).filter((id) => !tried.has(id));
+        if (!ids.length) {
+          if (!page.next_cursor) break;
+          cursor = page.next_cursor;
+          continue;
+        }
+        ids.forEach((id) => tried.add(id));
+        try {
+          // One transaction per page; if any task changed under us (409),
+          // fall back to one call per task so the others still go through.
+          await api("POST", "v1/transactions", { cancel: ids });
+          prog.add(ids.length, 0);
+        } catch (e) {
+          if (e instanceof ApiError && (e.status === 403 || e.status === 401)) throw e;
+          for (const id of ids) {
+            if (prog.stopped) break;
+            try { await api("POST", "v1/tasks/" + enc(id) + "/cancel", {}); prog.add(1, 0); } catch (e2) {
+              if (e2 instanceof ApiError && e2.status === 403) throw e2;
+              prog.add(0, 1);
+            }
+          }
+        }
+        // Cancelled tasks leave the filter, so the next page starts over
+        // from the first one not yet tried.
+        cursor = "";
+      }
+    });
+  });
+
+  deleteAllBtn.addEventListener("click", async () => {
+    const filt = apiFilter();
+    let count;
+    try { ({ count } = await get("v1/tasks/count" + query(filt), { signal })); } catch (e) { show(e); return; }
+    if (!count) { toast("No task matches."); return; }
+    const ok = await confirmDialog("Delete " + num(count) + (count === 1 ? " task?" : " tasks?"),
+      [h("p", {}, describe(filt)), h("p", {}, "Tasks are removed with their history and log, whatever their status. This cannot be undone.")],
+      "Delete " + num(count) + (count === 1 ? " task" : " tasks"), true);
+    if (!ok) return;
+    await runBulk("Deleting", count, async (prog) => {
+      const { deleted } = await api("DELETE", "v1/tasks" + query(filt));
+      prog.add(deleted, 0);
+    });
+  });
+
+  // runBulk shows a modal progress dialog while work(prog) runs.
+  async function runBulk(verb, total, work) {
+    const bar = h("progress", { max: total, value: 0, id: "bulk-progress" });
+    const text = h("p", { id: "bulk-text" }, verb + "… 0 / " + num(total));
+    const stop = h("button", { type: "button", id: "bulk-stop" }, "Stop");
+    const d = h("dialog", { class: "modal", id: "bulk" }, h("h2", {}, verb + " tasks"), bar, text, h("div", { class: "actions" }, stop));
+    d.addEventListener("cancel", (e) => e.preventDefault());
+    document.body.append(d);
+    d.showModal();
+    const prog = {
+      done: 0, failed: 0, stopped: false,
+      add(ok, bad) {
+        this.done += ok; this.failed += bad;
+        bar.value = Math.min(total, this.done + this.failed);
+        text.textContent = verb + "… " + num(this.done) + " / " + num(total) + (this.failed ? " (" + num(this.failed) + " failed)" : "");
+      },
+    };
+    stop.addEventListener("click", () => { prog.stopped = true; stop.disabled = true; });
+    let error = null;
+    try { await work(prog); } catch (e) { error = e; }
+    const past = verb === "Cancelling" ? "Cancelled" : "Deleted";
+    const summary = past + " " + num(prog.done) + (prog.done === 1 ? " task" : " tasks") +
+      (prog.failed ? ", " + num(prog.failed) + " could not be changed" : "") + (prog.stopped ? " (stopped)" : "") + ".";
+    text.textContent = error ? summary + " Error: " + (error instanceof ApiError ? error.describe() : error.message) : summary;
+    text.dataset.done = String(prog.done);
+    bar.max = 1; bar.value = 1;
+    fill(d.querySelector(".actions"), h("button", { type: "button", class: "primary", id: "bulk-close", onclick: () => { d.close(); d.remove(); } }, "Close"));
+    toast(summary, error ? "error" : "info");
+    cursors = [""];
+    loadList(); loadCount(); loadQueue().catch(show);
+  }
+
+  // --- live updates ---------------------------------------------------------
+
+  const refreshCounts = throttle(() => { loadQueue().catch(show); loadCount(); }, 1000);
+  // Page 1 follows new tasks; later pages only restyle the rows they show,
+  // so the list does not shift under the reader.
+  const refreshFirst = throttle(() => { if (cursors.length === 1) loadList(); }, 2000);
+  const unsub = bus.subscribe((ev) => {
+    if (ev.kind === "Lagged") { refreshCounts(); refreshFirst(); return; }
+    if (ev.queue !== name) return;
+    if (ev.kind !== "TaskProgress") refreshCounts();
+    if (cursors.length === 1) { refreshFirst(); return; }
+    const row = listEl.querySelector(`tr[data-id="${CSS.escape(ev.task_id || "")}"]`);
+    if (!row) return;
+    if (ev.kind === "TaskDelete") row.classList.add("gone");
+    else if (ev.status) row.querySelector("td.status").replaceChildren(statusBadge(ev.status));
+  });
+
+  renderChips();
+  renderLabelChips();
+  loadQueue().catch(show);
+  loadList();
+  loadCount();
+  return () => { unsub(); refreshCounts.cancel(); refreshFirst.cancel(); };
+}

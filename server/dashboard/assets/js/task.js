@@ -1,0 +1,270 @@
+// Task page: every field, spec and result, history timeline, update log,
+// dependencies both ways, and the cancel / delete / resubmit actions.
+
+import { api, get, query, enc, ndjson, ApiError } from "./api.js";
+import {
+  h, fill, num, PENDING, statusBadge, progressBar, timeEl, absTime, labelsEl, pretty, throttle, toast,
+  confirmDialog, isZeroTime,
+} from "./util.js";
+
+const LOG_PAGE = 200;
+const DEPENDENT_SCAN_CAP = 50000;
+
+export function render(ctx, id) {
+  const { main, bus, signal } = ctx;
+  ctx.crumbs([{ text: "Overview", href: "#/" }, { text: "Task" }]);
+  let task = null, logAfter = 0, gone = false;
+
+  const head = h("div", { class: "page-head" });
+  const err = h("p", { class: "error", id: "task-error", hidden: true });
+  const fields = h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", {}, "Details")));
+  const fieldsBody = h("dl", { class: "kv", id: "fields" });
+  fields.append(fieldsBody);
+  const specPre = h("pre", { class: "json", id: "spec" });
+  const resultPre = h("pre", { class: "json", id: "result" });
+  const errorsBox = h("div", { id: "errors" });
+  const timeline = h("ol", { class: "timeline", id: "history" });
+  const historyNote = h("p", { class: "muted", id: "history-note", hidden: true });
+  const logList = h("ol", { class: "log", id: "log" });
+  const logMore = h("button", { type: "button", id: "log-more", hidden: true }, "Load more");
+  const depsBox = h("div", { id: "deps" });
+  const dependentsBox = h("div", { id: "dependents" });
+
+  fill(main, head, err,
+    h("div", { class: "cols" },
+      h("div", { class: "col" },
+        fields,
+        h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", {}, "Spec")), specPre),
+        h("section", { class: "card", id: "result-card" }, h("div", { class: "card-head" }, h("h2", {}, "Result")), resultPre),
+        h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", {}, "Dependencies")), depsBox, dependentsBox)),
+      h("div", { class: "col" },
+        h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", {}, "History")), historyNote, timeline, errorsBox),
+        h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", {}, "Update log")), logList, logMore))));
+
+  async function load() {
+    let t;
+    try {
+      t = (await get("v1/tasks/" + enc(id), { signal })).task;
+    } catch (e) {
+      if (e.name === "AbortError") return;
+      if (e instanceof ApiError && e.status === 404) {
+        gone = true;
+        renderGone();
+        return;
+      }
+      err.hidden = false;
+      err.textContent = "Could not load: " + (e instanceof ApiError ? e.describe() : e.message);
+      return;
+    }
+    err.hidden = true;
+    const depsChanged = !task || JSON.stringify(task.depends_on) !== JSON.stringify(t.depends_on);
+    task = t;
+    ctx.crumbs([{ text: "Overview", href: "#/" }, { text: t.queue, href: "#/queues/" + enc(t.queue) }, { text: t.id }]);
+    renderHead();
+    renderFields();
+    specPre.textContent = t.spec === undefined ? "(none)" : pretty(t.spec);
+    resultPre.textContent = t.result === undefined ? (t.status === "completed" ? "(none)" : "(not finished)") : pretty(t.result);
+    renderHistory();
+    if (depsChanged) renderDeps();
+  }
+
+  function renderGone() {
+    fill(head, h("h1", { class: "task-id" }, id));
+    fill(main, head, h("section", { class: "card", id: "task-gone" },
+      h("p", {}, "This task does not exist (it may have been deleted or purged by retention)."),
+      task ? h("p", {}, h("a", { href: "#/queues/" + enc(task.queue) }, "Back to queue " + task.queue)) : h("p", {}, h("a", { href: "#/" }, "Back to the overview"))));
+  }
+
+  function renderHead() {
+    const t = task;
+    const actions = [];
+    if (PENDING.includes(t.status)) actions.push(h("button", { type: "button", id: "cancel", onclick: cancel }, "Cancel"));
+    if (!PENDING.includes(t.status)) actions.push(h("button", { type: "button", id: "resubmit", class: "primary", onclick: resubmit }, "Resubmit as new task"));
+    actions.push(h("button", { type: "button", id: "delete", class: "danger-outline", onclick: del }, "Delete"));
+    fill(head,
+      h("div", { class: "title-row" }, h("h1", { class: "task-id" }, t.id), h("span", { id: "task-status" }, statusBadge(t.status))),
+      h("div", { class: "actions" }, actions));
+  }
+
+  function renderFields() {
+    const t = task;
+    const row = (k, v, idAttr) => [h("dt", {}, k), h("dd", idAttr ? { id: idAttr } : {}, v)];
+    const retry = t.retry && t.retry.max_retries ? `${t.retry.max_retries}× backoff ${t.retry.base || "0s"}${t.retry.max ? " (max " + t.retry.max + ")" : ""}` : "none";
+    fill(fieldsBody,
+      row("Queue", h("a", { href: "#/queues/" + enc(t.queue) }, t.queue)),
+      row("Status", statusBadge(t.status)),
+      row("Progress", h("span", { class: "progress-row" }, progressBar(t.progress, "task progress"), " " + Math.round((t.progress || 0) * 100) + "%"), "progress"),
+      row("Priority", String(t.priority)),
+      row("Labels", labelsEl(t.labels)),
+      row("Attempts", t.attempts + " of " + (t.max_attempts ? t.max_attempts : "unlimited"), "attempts"),
+      row("Lease", String(t.lease)),
+      row("Owner", t.owner ? h("code", {}, t.owner) : "—"),
+      row("Deadline", isZeroTime(t.deadline) ? "—" : h("span", {}, timeEl(t.deadline), " · " + absTime(t.deadline))),
+      row("Run at", h("span", {}, timeEl(t.run_at), " · " + absTime(t.run_at))),
+      row("Created", h("span", {}, timeEl(t.created), " · " + absTime(t.created))),
+      row("Updated", h("span", {}, timeEl(t.updated), " · " + absTime(t.updated))),
+      row("Timeout", t.timeout || "—"),
+      row("Retry", retry),
+      row("Version", String(t.version)));
+  }
+
+  function renderHistory() {
+    const t = task;
+    const hist = t.history || [];
+    historyNote.hidden = !t.history_dropped;
+    historyNote.textContent = t.history_dropped ? num(t.history_dropped) + " older entries were dropped (history is capped)." : "";
+    const created = h("li", { class: "ev ev-created" }, h("span", { class: "dot" }),
+      h("div", {}, h("b", {}, "Submitted"), " ", timeEl(t.created), h("div", { class: "muted small" }, absTime(t.created))));
+    fill(timeline, t.history_dropped ? null : created, hist.map((e) => {
+      const who = [];
+      if (e.worker) who.push("worker ", h("code", {}, e.worker));
+      if (e.lease) who.push(" · lease " + e.lease);
+      if (e.progress) who.push(" · progress " + Math.round(e.progress * 100) + "%");
+      return h("li", { class: "ev ev-" + e.type, "data-type": e.type }, h("span", { class: "dot" }),
+        h("div", {},
+          h("b", {}, label(e.type)), " ", timeEl(e.time),
+          h("div", { class: "muted small" }, absTime(e.time)),
+          who.length ? h("div", { class: "small" }, who) : null,
+          e.error ? h("div", { class: "err small" }, h("code", {}, e.error.code), e.error.description ? " — " + e.error.description : "",
+            e.error.args ? h("pre", { class: "json small" }, pretty(e.error.args)) : null) : null));
+    }));
+    const errs = t.errors || [];
+    fill(errorsBox, errs.length ? [h("h3", {}, "Errors (" + errs.length + ")"), h("ol", { class: "errors" }, errs.map((e) =>
+      h("li", {}, h("code", {}, e.code), e.description ? " — " + e.description : "", e.args ? h("pre", { class: "json small" }, pretty(e.args)) : null)))] : null);
+  }
+
+  async function loadLog(reset) {
+    if (reset) { logAfter = 0; logList.replaceChildren(); }
+    let entries;
+    try {
+      entries = (await get("v1/tasks/" + enc(id) + "/log" + query({ after: logAfter || "", limit: LOG_PAGE }), { signal })).entries || [];
+    } catch (e) {
+      if (e.name !== "AbortError" && !(e instanceof ApiError && e.status === 404)) {
+        logList.replaceChildren(h("li", { class: "error" }, "Could not read the log: " + (e instanceof ApiError ? e.describe() : e.message)));
+      }
+      return;
+    }
+    if (!entries.length && !logAfter) logList.replaceChildren(h("li", { class: "muted empty", id: "log-empty" }, "No log entries."));
+    else if (entries.length && !logAfter) logList.replaceChildren();
+    for (const e of entries) {
+      logList.append(h("li", { "data-seq": e.seq },
+        h("div", { class: "log-head" }, h("b", {}, "#" + e.seq), " lease " + e.lease + " · ", timeEl(e.time)),
+        h("pre", { class: "json" }, pretty(e.data))));
+      logAfter = Math.max(logAfter, e.seq);
+    }
+    logMore.hidden = entries.length < LOG_PAGE;
+  }
+  logMore.addEventListener("click", () => loadLog(false));
+
+  async function renderDeps() {
+    const deps = task.depends_on || [];
+    if (!deps.length) {
+      fill(depsBox, h("p", { class: "muted" }, "Depends on nothing."));
+    } else {
+      fill(depsBox, h("p", {}, "Depends on " + deps.length + ":"), h("ul", { class: "deps", id: "depends-on" }, deps.map((d) =>
+        h("li", { "data-id": d }, h("a", { href: "#/tasks/" + enc(d) }, d), " ", h("span", { class: "dep-status" })))));
+      try {
+        // One id uses the single-task path; the multi-get needs two or more.
+        let found = [], missing = [];
+        if (deps.length === 1) {
+          try { found = [(await get("v1/tasks/" + enc(deps[0]), { signal })).task]; } catch (e) {
+            if (e instanceof ApiError && e.status === 404) missing = [deps[0]]; else throw e;
+          }
+        } else {
+          const r = await get("v1/tasks/" + deps.map(enc).join(","), { signal });
+          found = r.tasks || []; missing = r.missing || [];
+        }
+        for (const t of found) {
+          const li = depsBox.querySelector(`li[data-id="${CSS.escape(t.id)}"] .dep-status`);
+          if (li) li.replaceChildren(statusBadge(t.status));
+        }
+        for (const m of missing) {
+          const li = depsBox.querySelector(`li[data-id="${CSS.escape(m)}"] .dep-status`);
+          if (li) li.replaceChildren(h("span", { class: "muted" }, "deleted"));
+        }
+      } catch (e) { /* the links still work without statuses */ }
+    }
+    // The API has no "depends on X" filter, so dependents are found by
+    // scanning tasks created since this one (a dependent can only be
+    // submitted at the same time or later), on request.
+    fill(dependentsBox, h("button", { type: "button", id: "find-dependents", onclick: findDependents }, "Find tasks that depend on this one"));
+  }
+
+  async function findDependents() {
+    const status = h("p", { class: "muted", id: "dependents-status" }, "Scanning…");
+    const list = h("ul", { class: "deps", id: "dependents-list" });
+    fill(dependentsBox, status, list);
+    const since = new Date(new Date(task.created).getTime() - 1000).toISOString();
+    let scanned = 0, found = 0;
+    try {
+      await ndjson("v1/tasks" + query({ created_after: since, view: "summary", limit: DEPENDENT_SCAN_CAP }), (t) => {
+        scanned++;
+        if ((t.depends_on || []).includes(id)) {
+          found++;
+          list.append(h("li", { "data-id": t.id }, h("a", { href: "#/tasks/" + enc(t.id) }, t.id), " ", statusBadge(t.status), " ", h("span", { class: "muted" }, t.queue)));
+        }
+        if (scanned % 1000 === 0) status.textContent = "Scanning… " + num(scanned) + " tasks";
+      }, signal);
+      status.textContent = (found ? num(found) + " task" + (found === 1 ? " depends" : "s depend") + " on this one" : "No task depends on this one") +
+        " (scanned " + num(scanned) + " tasks created since it" + (scanned >= DEPENDENT_SCAN_CAP ? "; stopped at the cap" : "") + ").";
+    } catch (e) {
+      if (e.name === "AbortError") return;
+      status.textContent = "Could not scan: " + (e instanceof ApiError ? e.describe() : e.message);
+    }
+  }
+
+  async function cancel() {
+    const b = document.getElementById("cancel");
+    if (b) b.disabled = true;
+    try {
+      task = (await api("POST", "v1/tasks/" + enc(id) + "/cancel", {})).task;
+      toast("Task cancelled.");
+      await load();
+    } catch (e) {
+      toast(e instanceof ApiError ? e.describe() : e.message, "error");
+      if (b) b.disabled = false;
+    }
+  }
+
+  async function del() {
+    const ok = await confirmDialog("Delete this task?", h("p", {}, "Task ", h("code", {}, id), " is removed with its history and log. This cannot be undone."), "Delete", true);
+    if (!ok) return;
+    try {
+      await api("DELETE", "v1/tasks/" + enc(id));
+      toast("Task deleted.");
+      location.hash = "#/queues/" + enc(task.queue);
+    } catch (e) {
+      toast(e instanceof ApiError ? e.describe() : e.message, "error");
+    }
+  }
+
+  async function resubmit() {
+    const t = task;
+    const body = { queue: t.queue, priority: t.priority, max_attempts: t.max_attempts, timeout: t.timeout };
+    if (t.spec !== undefined) body.spec = t.spec;
+    if (t.labels) body.labels = t.labels;
+    if (t.retry) body.retry = t.retry;
+    try {
+      const r = await api("POST", "v1/tasks", body);
+      toast("Resubmitted as " + r.task.id + ".");
+      location.hash = "#/tasks/" + enc(r.task.id);
+    } catch (e) {
+      toast(e instanceof ApiError ? e.describe() : e.message, "error");
+    }
+  }
+
+  const refresh = throttle(() => { if (!gone) { load(); loadLog(false); } }, 500);
+  const unsub = bus.subscribe((ev) => {
+    if (ev.kind === "Lagged" || ev.task_id === id) refresh();
+  });
+  const ticker = setInterval(() => { if (task && !gone) renderFields(); }, 15000); // relative times
+  load().then(() => { if (!gone) loadLog(true); });
+  return () => { unsub(); refresh.cancel(); clearInterval(ticker); };
+}
+
+function label(type) {
+  return {
+    TaskAssignment: "Assigned", TaskTimeout: "Timed out", TaskYield: "Yielded", TaskRetry: "Failed, will retry",
+    TaskCancel: "Cancelled", TaskComplete: "Completed", TaskAbort: "Aborted", TaskRelease: "Released",
+  }[type] || type;
+}
