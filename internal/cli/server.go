@@ -1,0 +1,255 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/storeopen"
+	"github.com/nornq/norn/server"
+	"github.com/nornq/norn/server/dashboard"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// serverEnv maps each `norn server` flag to its environment variable. A
+// flag given on the command line wins over the variable.
+var serverEnv = map[string]string{
+	"addr":                  "NORN_ADDR",
+	"store":                 "NORN_STORE",
+	"durability":            "NORN_DURABILITY",
+	"history-limit":         "NORN_HISTORY_LIMIT",
+	"max-body-bytes":        "NORN_MAX_BODY_BYTES",
+	"max-spec-bytes":        "NORN_MAX_SPEC_BYTES",
+	"max-batch":             "NORN_MAX_BATCH",
+	"max-labels":            "NORN_MAX_LABELS",
+	"tokens-file":           "NORN_TOKENS_FILE",
+	"auth-token":            "NORN_AUTH_TOKENS",
+	"allow-unauthenticated": "NORN_ALLOW_UNAUTHENTICATED",
+	"tls-cert":              "NORN_TLS_CERT",
+	"tls-key":               "NORN_TLS_KEY",
+	"log-level":             "NORN_LOG_LEVEL",
+	"log-format":            "NORN_LOG_FORMAT",
+	"shutdown-timeout":      "NORN_SHUTDOWN_TIMEOUT",
+	"dashboard":             "NORN_DASHBOARD",
+}
+
+// applyEnv sets every flag not given on the command line from its
+// environment variable, so bad values fail exactly like bad flags but name
+// the variable. Values of list flags are separated by whitespace or commas.
+func applyEnv(fs *pflag.FlagSet, env map[string]string, lookup func(string) (string, bool)) error {
+	for name, key := range env {
+		f := fs.Lookup(name)
+		if f == nil || f.Changed {
+			continue
+		}
+		v, ok := lookup(key)
+		if !ok || v == "" {
+			continue
+		}
+		vals := []string{v}
+		if f.Value.Type() == "stringArray" {
+			vals = strings.Fields(strings.ReplaceAll(v, ",", " "))
+		}
+		for _, one := range vals {
+			if err := fs.Set(name, one); err != nil {
+				return usagef("%s=%q: %v", key, v, err)
+			}
+		}
+	}
+	return nil
+}
+
+// serverFlags are the settings of `norn server`.
+type serverFlags struct {
+	addr, store, durability string
+	historyLimit            int
+	maxBody                 int64
+	maxSpec, maxBatch       int
+	maxLabels               int
+	tokensFile              string
+	authTokens              []string
+	allowUnauth             bool
+	tlsCert, tlsKey         string
+	logLevel, logFormat     string
+	shutdownTimeout         time.Duration
+	dashboard               bool
+}
+
+// parseAuthToken parses "TOKEN:ROLE[:QUEUE,QUEUE…]" from --auth-token.
+func parseAuthToken(s string) (server.Token, error) {
+	parts := strings.SplitN(s, ":", 3)
+	if len(parts) < 2 || parts[0] == "" {
+		return server.Token{}, fmt.Errorf("want TOKEN:ROLE[:QUEUE,…], got %d parts", len(parts))
+	}
+	t := server.Token{Token: parts[0], Role: server.Role(parts[1])}
+	switch t.Role {
+	case server.RoleClient, server.RoleWorker, server.RoleAdmin:
+	default:
+		return server.Token{}, fmt.Errorf("unknown role %q (want client, worker or admin)", parts[1])
+	}
+	if len(parts) == 3 && parts[2] != "" {
+		for _, q := range strings.Split(parts[2], ",") {
+			if !norn.ValidQueueName(q) {
+				return server.Token{}, fmt.Errorf("invalid queue name %q", q)
+			}
+			t.Queues = append(t.Queues, q)
+		}
+	}
+	return t, nil
+}
+
+// newLogger builds the server's slog logger from --log-level/--log-format.
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level: unknown level %q (want debug, info, warn or error)", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usagef("--log-format: unknown format %q (want text or json)", format)
+}
+
+func init() {
+	register(func(g *Globals) *cobra.Command {
+		sf := &serverFlags{}
+		cmd := &cobra.Command{
+			Use:   "server",
+			Short: "Run the Norn server (HTTP API, dashboard, metrics) on a store",
+			Long: `Run the Norn server. With no flags it stores tasks in ./norn-data (the
+embedded store) and listens on 127.0.0.1:7070; the line "norn: listening on
+URL" on stdout says where. Every flag can also be set with the environment
+variable shown in brackets; a flag on the command line wins.
+
+Without tokens, authentication is off and the server only listens on a
+loopback address unless --allow-unauthenticated is given. Tokens come from
+--tokens-file (lines "TOKEN ROLE [QUEUE,…]") and --auth-token
+TOKEN:ROLE[:QUEUE,…]; roles are client, worker and admin.
+
+SIGINT or SIGTERM shut the server down gracefully: it stops accepting
+connections, ends long polls and event streams, waits for requests in
+flight (up to --shutdown-timeout) and closes the store.`,
+			Example: `  norn server
+  norn server --addr 0.0.0.0:7070 --tokens-file /etc/norn/tokens --tls-cert cert.pem --tls-key key.pem
+  NORN_STORE=embedded:/var/lib/norn NORN_LOG_FORMAT=json norn server`,
+			Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if err := applyEnv(cmd.Flags(), serverEnv, os.LookupEnv); err != nil {
+					return err
+				}
+				return runServer(cmd, sf)
+			},
+		}
+		fs := cmd.Flags()
+		fs.StringVar(&sf.addr, "addr", server.DefaultAddr, "listen address; port 0 picks a free port")
+		fs.StringVar(&sf.store, "store", storeopen.DefaultSpec, "store: embedded:PATH")
+		fs.StringVar(&sf.durability, "durability", "strict", "embedded store: strict (reply after sync) or opportunistic (reply first, sync soon after)")
+		fs.IntVar(&sf.historyLimit, "history-limit", norn.DefaultHistoryLimit, "history entries kept per task (oldest dropped)")
+		fs.Int64Var(&sf.maxBody, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body")
+		fs.IntVar(&sf.maxSpec, "max-spec-bytes", norn.MaxSpecBytes, "largest task spec")
+		fs.IntVar(&sf.maxBatch, "max-batch", norn.MaxBatch, "most tasks in a batch submit (and ops in a transaction or lease batch)")
+		fs.IntVar(&sf.maxLabels, "max-labels", norn.MaxLabels, "most labels on a task")
+		fs.StringVar(&sf.tokensFile, "tokens-file", "", "file of accepted tokens, one \"TOKEN ROLE [QUEUE,…]\" per line")
+		fs.StringArrayVar(&sf.authTokens, "auth-token", nil, "accepted token TOKEN:ROLE[:QUEUE,…] (repeatable)")
+		fs.BoolVar(&sf.allowUnauth, "allow-unauthenticated", false, "allow a non-loopback address without tokens (anyone reaching it may do everything)")
+		fs.StringVar(&sf.tlsCert, "tls-cert", "", "TLS certificate (PEM); with --tls-key the server speaks HTTPS only")
+		fs.StringVar(&sf.tlsKey, "tls-key", "", "TLS private key (PEM)")
+		fs.StringVar(&sf.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+		fs.StringVar(&sf.logFormat, "log-format", "text", "log format: text or json (logs go to stderr)")
+		fs.DurationVar(&sf.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "how long a graceful shutdown waits for requests in flight")
+		fs.BoolVar(&sf.dashboard, "dashboard", true, "serve the web dashboard at /")
+		fs.VisitAll(func(f *pflag.Flag) {
+			if env, ok := serverEnv[f.Name]; ok {
+				f.Usage += " [" + env + "]"
+			}
+		})
+		cmd.SetFlagErrorFunc(flagUsageError)
+		cmd.Args = usageArgs(cmd.Args)
+		return cmd
+	})
+}
+
+func runServer(cmd *cobra.Command, sf *serverFlags) error {
+	log, err := newLogger(cmd.ErrOrStderr(), sf.logLevel, sf.logFormat)
+	if err != nil {
+		return err
+	}
+	var tokens []server.Token
+	if sf.tokensFile != "" {
+		if tokens, err = server.LoadTokens(sf.tokensFile); err != nil {
+			return usagef("--tokens-file: %v", err)
+		}
+	}
+	for _, s := range sf.authTokens {
+		t, err := parseAuthToken(s)
+		if err != nil {
+			return usagef("--auth-token: %v", err)
+		}
+		tokens = append(tokens, t)
+	}
+	ctx := cmd.Context()
+	st, err := storeopen.Open(ctx, sf.store, storeopen.Options{
+		Durability: sf.durability, HistoryLimit: sf.historyLimit, Logger: log,
+	})
+	if err != nil {
+		if norn.CodeOf(err) == norn.CodeInvalidArgument {
+			return usagef("--store: %v", err)
+		}
+		return err
+	}
+	defer func() {
+		if err := st.Close(); err != nil {
+			log.Error("closing the store", slog.Any("err", err))
+		}
+	}()
+	cfg := server.Config{
+		Addr: sf.addr, Store: st, Tokens: tokens, AllowUnauthenticatedNonLoopback: sf.allowUnauth,
+		TLSCert: sf.tlsCert, TLSKey: sf.tlsKey, MaxBodyBytes: sf.maxBody, MaxSpecBytes: sf.maxSpec,
+		MaxBatch: sf.maxBatch, MaxLabels: sf.maxLabels, ShutdownTimeout: sf.shutdownTimeout, Logger: log,
+	}
+	if sf.dashboard {
+		cfg.Dashboard = dashboard.Handler()
+	}
+	srv, err := server.New(cfg)
+	if err != nil {
+		var ne *norn.Error
+		if errors.As(err, &ne) && ne.Code == norn.CodeInvalidArgument {
+			return usagef("%v", serverConfigError(ne))
+		}
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "norn: listening on %s (store %s)\n", srv.URL(), sf.store)
+	if len(tokens) == 0 {
+		fmt.Fprintln(cmd.ErrOrStderr(), "norn: no tokens configured: authentication is off; anyone who can reach the address may do everything")
+	}
+	return srv.Run(ctx)
+}
+
+// serverConfigError renames server.Config fields to the flags that set them.
+func serverConfigError(ne *norn.Error) error {
+	flags := map[string]string{
+		"Addr": "--addr", "TLSCert": "--tls-cert", "TLSKey": "--tls-key", "MaxBodyBytes": "--max-body-bytes",
+		"MaxSpecBytes": "--max-spec-bytes", "MaxBatch": "--max-batch", "MaxLabels": "--max-labels",
+		"ShutdownTimeout": "--shutdown-timeout",
+	}
+	c := *ne
+	if f, ok := flags[ne.Field]; ok {
+		c.Field = f
+		if f == "--addr" && strings.Contains(ne.Message, "AllowUnauthenticatedNonLoopback") {
+			c.Message = fmt.Sprintf("no tokens are configured, so authentication is off and %s is not a loopback address; give --tokens-file or --auth-token, or --allow-unauthenticated", ne.Message[strings.Index(ne.Message, "and ")+4:strings.Index(ne.Message, " is not")])
+		}
+	} else if strings.HasPrefix(ne.Field, "Tokens[") {
+		c.Field = "tokens (" + ne.Field + ")"
+	}
+	return &c
+}

@@ -1,0 +1,101 @@
+// Package storeopen turns a store spec such as "embedded:./norn-data" into
+// an open norn.Store. It is how `norn server` (and other commands that own
+// a store) choose their backend, so adding a backend means adding one
+// opener here.
+package storeopen
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+
+	"github.com/nornq/norn"
+	"github.com/nornq/norn/store/embedded"
+)
+
+// DefaultSpec is the store `norn server` uses when none is given.
+const DefaultSpec = "embedded:./norn-data"
+
+// Options are the backend-independent settings of Open.
+type Options struct {
+	// Durability is "strict" (default) or "opportunistic"; see DESIGN §5.
+	// Backends without the distinction ignore it.
+	Durability string
+	// Clock is the time source; nil means the backend's default.
+	Clock norn.Clock
+	// HistoryLimit caps each task's history; 0 means norn.DefaultHistoryLimit.
+	HistoryLimit int
+	// Logger receives the store's operational messages; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// opener opens one kind of store; rest is the spec after "scheme:" (for
+// URL schemes, the whole spec is passed as spec).
+type opener func(ctx context.Context, spec, rest string, opts Options) (norn.Store, error)
+
+// openers are the backends compiled into this build, by spec scheme.
+var openers = map[string]opener{
+	"embedded": openEmbedded,
+}
+
+// Kinds lists the store kinds this build can open, sorted.
+func Kinds() []string {
+	out := make([]string, 0, len(openers))
+	for k := range openers {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Open opens the store named by spec: "embedded:PATH" (a data directory).
+// An unknown or unavailable kind is an invalid_argument error (field
+// "store") that lists what this build supports.
+func Open(ctx context.Context, spec string, opts Options) (norn.Store, error) {
+	spec = strings.TrimSpace(spec)
+	scheme, rest, ok := strings.Cut(spec, ":")
+	if !ok || scheme == "" {
+		return nil, norn.Invalid("store", "store %q must look like KIND:LOCATION (this build supports: %s)", spec, supported())
+	}
+	scheme = strings.ToLower(scheme)
+	if scheme == "postgresql" {
+		scheme = "postgres"
+	}
+	open, ok := openers[scheme]
+	if !ok {
+		return nil, norn.Invalid("store", "store kind %q is not available in this build (this build supports: %s)", scheme, supported())
+	}
+	return open(ctx, spec, rest, opts)
+}
+
+func supported() string {
+	kinds := Kinds()
+	for i, k := range kinds {
+		switch k {
+		case "embedded":
+			kinds[i] = "embedded:PATH"
+		case "postgres":
+			kinds[i] = "postgres://USER:PASSWORD@HOST/DB"
+		}
+	}
+	return strings.Join(kinds, ", ")
+}
+
+func openEmbedded(ctx context.Context, spec, dir string, opts Options) (norn.Store, error) {
+	if dir == "" {
+		return nil, norn.Invalid("store", "embedded store needs a directory: embedded:PATH")
+	}
+	d, err := embedded.ParseDurability(opts.Durability)
+	if err != nil {
+		return nil, err
+	}
+	st, err := embedded.Open(ctx, embedded.Options{
+		Dir: dir, Durability: d, Clock: opts.Clock, HistoryLimit: opts.HistoryLimit, Logger: opts.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", spec, err)
+	}
+	return st, nil
+}
