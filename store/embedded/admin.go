@@ -1,0 +1,300 @@
+package embedded
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"time"
+
+	"github.com/nornq/norn"
+)
+
+// queueRecord is the durable form of a queue's settings.
+type queueRecord struct {
+	Paused   bool               `json:"paused"`
+	Defaults norn.QueueDefaults `json:"defaults"`
+}
+
+// Queues lists every queue that has tasks or settings.
+func (s *Store) Queues(ctx context.Context) ([]norn.QueueInfo, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	s.mu.Lock()
+	out := []norn.QueueInfo{}
+	for _, q := range s.queues {
+		if q.configured || q.total() > 0 {
+			out = append(out, q.info())
+		}
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Queue returns one queue; an unused queue reads as empty with defaults.
+func (s *Store) Queue(ctx context.Context, name string) (norn.QueueInfo, error) {
+	if err := s.enter(); err != nil {
+		return norn.QueueInfo{}, err
+	}
+	defer s.exit()
+	if err := norn.ValidateQueue("name", name); err != nil {
+		return norn.QueueInfo{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := s.queues[name]; q != nil {
+		return q.info(), nil
+	}
+	return norn.QueueInfo{Name: name, Counts: map[norn.Status]int64{}, Defaults: norn.DefaultQueueDefaults()}, nil
+}
+
+// UpdateQueue pauses/resumes a queue and changes its defaults.
+func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate) (norn.QueueInfo, error) {
+	if err := s.enter(); err != nil {
+		return norn.QueueInfo{}, err
+	}
+	defer s.exit()
+	if err := norn.ValidateQueue("name", name); err != nil {
+		return norn.QueueInfo{}, err
+	}
+	if err := u.Validate(); err != nil {
+		return norn.QueueInfo{}, err
+	}
+	var out norn.QueueInfo
+	_, err := s.run(func(tx *txn) error {
+		_, existed := s.queues[name]
+		q := s.queue(name)
+		old := struct {
+			paused, configured bool
+			defaults           norn.QueueDefaults
+		}{q.paused, q.configured, q.defaults}
+		tx.undo = append(tx.undo, func() {
+			q.paused, q.configured, q.defaults = old.paused, old.configured, old.defaults
+			if !existed {
+				delete(s.queues, name)
+			}
+		})
+		if u.Paused != nil {
+			q.paused = *u.Paused
+			if !q.paused && len(q.ready) > 0 {
+				tx.wake = append(tx.wake, q)
+			}
+		}
+		if u.Timeout != nil {
+			q.defaults.Timeout = *u.Timeout
+		}
+		if u.Retry != nil {
+			r := *u.Retry
+			if r.MaxRetries == 0 && r.Base == 0 && r.Max == 0 {
+				q.defaults.Retry = nil
+			} else {
+				q.defaults.Retry = &r
+			}
+		}
+		if u.MaxAttempts != nil {
+			q.defaults.MaxAttempts = *u.MaxAttempts
+		}
+		if u.Retention != nil {
+			q.defaults.Retention = *u.Retention
+			// Retention is measured with the current setting: re-arm the
+			// expiry of the queue's terminal tasks.
+			for _, t := range s.tasks {
+				if t.q == q && terminal(t.st.status) {
+					s.setTimer(t, timerFor(t))
+				}
+			}
+			tx.undo = append(tx.undo, func() {
+				for _, t := range s.tasks {
+					if t.q == q && terminal(t.st.status) {
+						s.setTimer(t, timerFor(t))
+					}
+				}
+			})
+		}
+		q.configured = true
+		j, _ := json.Marshal(queueRecord{Paused: q.paused, Defaults: q.defaults})
+		tx.b.Set(queueKey(name), j, nil)
+		out = q.info()
+		return nil
+	})
+	return out, err
+}
+
+// Workers lists registered workers.
+func (s *Store) Workers(ctx context.Context) ([]norn.WorkerInfo, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	s.mu.Lock()
+	recs := make([]*workerRec, 0, len(s.workers))
+	for _, w := range s.workers {
+		recs = append(recs, w)
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].n < recs[j].n })
+	out := make([]norn.WorkerInfo, len(recs))
+	for i, w := range recs {
+		out[i] = w.info
+		out[i].Queues = append([]string(nil), w.info.Queues...)
+	}
+	s.mu.Unlock()
+	return out, nil
+}
+
+// Stats returns counts by queue×status, totals and workers.
+func (s *Store) Stats(ctx context.Context) (norn.Stats, error) {
+	if err := s.enter(); err != nil {
+		return norn.Stats{}, err
+	}
+	defer s.exit()
+	st := norn.Stats{Counts: []norn.GroupCount{}, Totals: map[norn.Status]int64{}}
+	now := s.clock.Now()
+	s.mu.Lock()
+	for _, q := range s.queues {
+		for i, n := range q.counts {
+			if n != 0 {
+				st.Counts = append(st.Counts, norn.GroupCount{Queue: q.name, Status: norn.AllStatuses[i], Count: n})
+				st.Totals[norn.AllStatuses[i]] += n
+				st.Total += n
+			}
+		}
+	}
+	st.Workers = len(s.workers)
+	for _, w := range s.workers {
+		if now.Sub(w.info.LastSeen) <= norn.ActiveWorkerWindow {
+			st.ActiveWorkers++
+		}
+	}
+	s.mu.Unlock()
+	norn.SortGroupCounts(st.Counts)
+	return st, nil
+}
+
+// sweepChunk bounds how much one monitor transaction does, so claims and
+// other writers are not held up by a large backlog of due timers.
+const sweepChunk = 1000
+
+// Sweep runs every monitor duty due at Clock.Now().
+func (s *Store) Sweep(ctx context.Context) (norn.SweepReport, error) {
+	if err := s.enter(); err != nil {
+		return norn.SweepReport{}, err
+	}
+	defer s.exit()
+	return s.sweep(ctx)
+}
+
+func (s *Store) sweep(ctx context.Context) (norn.SweepReport, error) {
+	var rep norn.SweepReport
+	for {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		more := false
+		tx, err := s.run(func(tx *txn) error {
+			for n := 0; len(s.timers) > 0 && s.timers[0].timerAt <= tx.now; n++ {
+				if n == sweepChunk {
+					more = true
+					break
+				}
+				tx.due(s.timers[0])
+			}
+			return nil
+		})
+		if err != nil {
+			return rep, err
+		}
+		rep.TimedOut += tx.report.TimedOut
+		rep.Released += tx.report.Released
+		rep.Aborted += tx.report.Aborted
+		rep.Purged += tx.report.Purged
+		if !more {
+			return rep, nil
+		}
+	}
+}
+
+// due performs the duty of a task whose timer has fired; every branch
+// moves the task's timer (or removes it), so sweeping always progresses.
+func (tx *txn) due(t *task) {
+	switch t.st.status {
+	case stScheduled:
+		ns := tx.touch(t)
+		ns.status = stReady
+		ns.readyAt = tx.now
+		tx.history(t, &ns, norn.HistoryEntry{Type: norn.TaskRelease})
+		tx.set(t, ns)
+		tx.event(norn.EventKind(norn.TaskRelease), t)
+		tx.report.Released++
+	case stRunning:
+		view := &norn.Task{Attempts: int(t.st.attempts), MaxAttempts: int(t.maxAttempts)}
+		o := norn.AfterTimeout(view, fromNanos(tx.now))
+		h := norn.HistoryEntry{Type: o.History, Worker: t.st.owner, Lease: t.st.lease, Progress: t.st.progress}
+		tx.report.TimedOut++
+		if o.Status == norn.StatusAborted {
+			tx.finishTask(t, stAborted, h, &o.Error)
+			tx.report.Aborted++
+			return
+		}
+		tx.requeue(t, o, h)
+	case stCompleted, stAborted, stCancelled:
+		tx.removeTask(t)
+		tx.report.Purged++
+	default:
+		tx.s.setTimer(t, 0)
+	}
+}
+
+// monitor runs the time-driven duties by itself: it sleeps until the
+// earliest timer and is woken early (kick) when an earlier one appears.
+func (s *Store) monitor() {
+	defer s.wg.Done()
+	tm := time.NewTimer(time.Hour)
+	tm.Stop()
+	for {
+		s.mu.Lock()
+		next := s.nextTimer()
+		s.armedAt = next
+		s.mu.Unlock()
+		var c <-chan time.Time
+		if next != 0 {
+			d := time.Duration(next - s.now())
+			if d <= 0 {
+				if err := s.enter(); err != nil {
+					return
+				}
+				_, err := s.sweep(context.Background())
+				s.exit()
+				if err != nil {
+					s.log.Error("embedded: monitor sweep failed", "err", err)
+					select {
+					case <-s.done:
+						return
+					case <-time.After(time.Second):
+					}
+				}
+				continue
+			}
+			tm.Reset(d)
+			c = tm.C
+		}
+		select {
+		case <-s.done:
+			tm.Stop()
+			return
+		case <-s.kick:
+			tm.Stop()
+		case <-c:
+		}
+	}
+}
+
+// kickMonitor wakes the monitor to re-arm (called under s.mu).
+func (s *Store) kickMonitor() {
+	s.armedAt = -1 << 63 // until the monitor re-arms, don't kick again
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,531 @@
+package embedded
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/nornq/norn"
+)
+
+// Submit stores tasks atomically; see norn.ClientAPI.
+func (s *Store) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Submitted, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(tasks) == 0 {
+		return nil, norn.Invalid("tasks", "at least one task is required")
+	}
+	if err := norn.ValidateBatch("tasks", tasks); err != nil {
+		return nil, err
+	}
+	var out []norn.Submitted
+	_, err := s.run(func(tx *txn) error {
+		var err error
+		out, err = tx.submit("tasks", tasks)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// submit inserts a validated batch. Field names in errors start with prefix.
+func (tx *txn) submit(prefix string, tasks []norn.NewTask) ([]norn.Submitted, error) {
+	s := tx.s
+	ids := make([]string, len(tasks))
+	inBatch := make(map[string]int, len(tasks))
+	for i := range tasks {
+		id := tasks[i].ID
+		if id == "" {
+			u, err := uuid.NewV7()
+			if err != nil {
+				return nil, fmt.Errorf("embedded: generate id: %w", err)
+			}
+			id = u.String()
+		}
+		ids[i] = id
+		inBatch[id] = i
+	}
+	out := make([]norn.Submitted, len(tasks))
+	// Existing ids are duplicates: returned as they are, never changed.
+	dup := make([]bool, len(tasks))
+	for i, id := range ids {
+		if t := s.tasks[id]; t != nil {
+			dup[i] = true
+			out[i] = norn.Submitted{Duplicate: true}
+		}
+	}
+	// Check dependencies and order the new tasks so that in-batch
+	// dependencies come first (Kahn); leftovers form a cycle.
+	indeg := make([]int, len(tasks))
+	var children map[int][]int
+	for i := range tasks {
+		if dup[i] {
+			continue
+		}
+		for j, d := range tasks[i].DependsOn {
+			if k, ok := inBatch[d]; ok && !dup[k] {
+				indeg[i]++
+				if children == nil {
+					children = map[int][]int{}
+				}
+				children[k] = append(children[k], i)
+				continue
+			}
+			if s.tasks[d] == nil {
+				return nil, norn.Invalid(fmt.Sprintf("%s[%d].depends_on[%d]", prefix, i, j), "dependency %q does not exist", d)
+			}
+		}
+	}
+	order := make([]int, 0, len(tasks))
+	for i := range tasks {
+		if !dup[i] && indeg[i] == 0 {
+			order = append(order, i)
+		}
+	}
+	for n := 0; n < len(order); n++ {
+		for _, c := range children[order[n]] {
+			if indeg[c]--; indeg[c] == 0 {
+				order = append(order, c)
+			}
+		}
+	}
+	for i := range tasks {
+		if !dup[i] && indeg[i] > 0 {
+			for j, d := range tasks[i].DependsOn {
+				if k, ok := inBatch[d]; ok && !dup[k] && indeg[k] > 0 {
+					return nil, norn.Invalid(fmt.Sprintf("%s[%d].depends_on[%d]", prefix, i, j), "dependency cycle through %q", d)
+				}
+			}
+		}
+	}
+	for _, i := range order {
+		out[i].Task = tx.insert(ids[i], &tasks[i])
+	}
+	for i, id := range ids {
+		if dup[i] {
+			t, err := s.readTask(id, false)
+			if err != nil {
+				return nil, err
+			}
+			out[i].Task = t
+		}
+	}
+	return out, nil
+}
+
+// insert creates one new task whose dependencies were checked.
+func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
+	s := tx.s
+	q := s.queue(n.Queue)
+	now := tx.now
+	t := &task{id: id, q: q, created: now, heapIdx: -1, timerIdx: -1}
+	t.timeout = int64(n.Timeout)
+	if t.timeout == 0 {
+		t.timeout = int64(q.defaults.Timeout)
+	}
+	if t.timeout == 0 {
+		t.timeout = int64(norn.DefaultTimeout)
+	}
+	t.maxAttempts = int64(q.defaults.MaxAttempts)
+	if n.MaxAttempts != nil {
+		t.maxAttempts = int64(*n.MaxAttempts)
+	}
+	if n.Retry != nil {
+		r := *n.Retry
+		t.retry = &r
+	} else if q.defaults.Retry != nil {
+		r := *q.defaults.Retry
+		t.retry = &r
+	}
+	st := state{priority: n.Priority, updated: now, version: 1, logNext: 1}
+	switch {
+	case !n.RunAt.IsZero():
+		st.runAt = nanos(n.RunAt)
+	case n.Delay > 0:
+		st.runAt = now + int64(n.Delay)
+	default:
+		st.runAt = now
+	}
+	var failedDep *task
+	for _, d := range n.DependsOn {
+		dt := s.tasks[d]
+		switch {
+		case dt.st.status == stCompleted:
+		case terminal(dt.st.status):
+			if failedDep == nil {
+				failedDep = dt
+			}
+		default:
+			t.depsLeft++
+			dt.dependents = append(dt.dependents, t)
+			tx.undo = append(tx.undo, func() { dt.dependents = dt.dependents[:len(dt.dependents)-1] })
+		}
+	}
+	var depErr *norn.ErrorInfo
+	switch {
+	case failedDep != nil:
+		st.status = stAborted
+		st.endedAt = now
+		depErr = &norn.ErrorInfo{Code: norn.CodeDependencyFailed,
+			Description: "dependency " + failedDep.id + " is " + string(statusOf(failedDep.st.status))}
+	case t.depsLeft > 0:
+		st.status = stBlocked
+	case st.runAt > now:
+		st.status = stScheduled
+	default:
+		st.status = stReady
+		st.readyAt = now
+	}
+	im := immutable{queue: q.name, created: now, maxAttempts: t.maxAttempts, timeout: t.timeout,
+		retry: t.retry, deps: n.DependsOn, spec: n.Spec}
+	tx.b.Set(taskKey(id, sufImmutable), im.encode(), nil)
+	if len(n.Labels) > 0 {
+		tx.b.Set(taskKey(id, sufLabels), encodeLabels(n.Labels), nil)
+	}
+	tx.b.Set(priorityKey(st.priority, id), nil, nil)
+	if depErr != nil {
+		tx.recordError(t, &st, *depErr)
+		tx.history(t, &st, norn.HistoryEntry{Type: norn.TaskAbort, Error: depErr})
+	}
+	t.st = st
+	tx.buf = st.encode(tx.buf[:0])
+	tx.b.Set(taskKey(id, sufState), tx.buf, nil)
+	tx.addTask(t)
+	tx.event(norn.EventSubmitted, t)
+	nt := t.toTask()
+	nt.Spec = cloneBytes(n.Spec)
+	if len(n.Labels) > 0 {
+		nt.Labels = make(map[string]string, len(n.Labels))
+		for k, v := range n.Labels {
+			nt.Labels[k] = v
+		}
+	}
+	if len(n.DependsOn) > 0 {
+		nt.DependsOn = append([]string(nil), n.DependsOn...)
+	}
+	if depErr != nil {
+		nt.Errors = []norn.ErrorInfo{*depErr}
+		nt.History = []norn.HistoryEntry{{Type: norn.TaskAbort, Time: fromNanos(now), Error: depErr}}
+	}
+	return nt
+}
+
+func cloneBytes(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
+
+// Get returns one task.
+func (s *Store) Get(ctx context.Context, id string) (*norn.Task, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	if err := norn.ValidateID("id", id); err != nil {
+		return nil, err
+	}
+	return s.readTask(id, false)
+}
+
+// GetMany returns the tasks that exist, in request order, and the missing ids.
+func (s *Store) GetMany(ctx context.Context, ids []string) ([]*norn.Task, []string, error) {
+	if err := s.enter(); err != nil {
+		return nil, nil, err
+	}
+	defer s.exit()
+	if len(ids) > norn.MaxBatch {
+		return nil, nil, norn.TooLarge("ids", "more than %d ids", norn.MaxBatch)
+	}
+	r := s.newReader()
+	defer r.close()
+	var found []*norn.Task
+	var missing []string
+	for i, id := range ids {
+		if err := norn.ValidateID(fmt.Sprintf("ids[%d]", i), id); err != nil {
+			return nil, nil, err
+		}
+		t, err := r.task(id, false, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		if t == nil {
+			missing = append(missing, id)
+		} else {
+			found = append(found, t)
+		}
+	}
+	return found, missing, nil
+}
+
+// Cancel cancels a pending task; see norn.ClientAPI.
+func (s *Store) Cancel(ctx context.Context, id string) (*norn.Task, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	if err := norn.ValidateID("id", id); err != nil {
+		return nil, err
+	}
+	var out *norn.Task
+	_, err := s.run(func(tx *txn) error {
+		var err error
+		out, err = tx.cancel(id)
+		return err
+	})
+	return out, err
+}
+
+func (tx *txn) cancel(id string) (*norn.Task, error) {
+	t := tx.s.tasks[id]
+	if t == nil {
+		return nil, norn.NotFound(id)
+	}
+	switch t.st.status {
+	case stCancelled:
+	case stCompleted, stAborted:
+		return nil, norn.Errorf(norn.CodeConflict, "task %q is %s and cannot be cancelled", id, statusOf(t.st.status))
+	default:
+		tx.finishTask(t, stCancelled, norn.HistoryEntry{Type: norn.TaskCancel, Worker: t.st.owner, Lease: t.st.lease}, nil)
+	}
+	return tx.readAfter(id), nil
+}
+
+// Update changes priority, run_at or labels of a task not yet running.
+func (s *Store) Update(ctx context.Context, id string, u norn.Update) (*norn.Task, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	if err := norn.ValidateID("id", id); err != nil {
+		return nil, err
+	}
+	if err := u.Validate(); err != nil {
+		return nil, err
+	}
+	var out *norn.Task
+	_, err := s.run(func(tx *txn) error {
+		var err error
+		out, err = tx.update(id, u)
+		return err
+	})
+	return out, err
+}
+
+func (tx *txn) update(id string, u norn.Update) (*norn.Task, error) {
+	t := tx.s.tasks[id]
+	if t == nil {
+		return nil, norn.NotFound(id)
+	}
+	if u.IfVersion != 0 && u.IfVersion != t.st.version {
+		return nil, &norn.Error{Code: norn.CodeConflict, Field: "if_version",
+			Message: fmt.Sprintf("task %q is at version %d, not %d", id, t.st.version, u.IfVersion)}
+	}
+	switch t.st.status {
+	case stScheduled, stBlocked, stReady:
+	default:
+		return nil, norn.Errorf(norn.CodeConflict, "task %q is %s and cannot be updated", id, statusOf(t.st.status))
+	}
+	ns := tx.touch(t)
+	if u.Priority != nil && *u.Priority != ns.priority {
+		tx.b.Delete(priorityKey(ns.priority, id), nil)
+		ns.priority = *u.Priority
+		tx.b.Set(priorityKey(ns.priority, id), nil, nil)
+	}
+	if u.RunAt != nil {
+		ra := nanos(*u.RunAt)
+		if ra == 0 || ra <= tx.now {
+			ns.runAt = tx.now
+			if !u.RunAt.IsZero() {
+				ns.runAt = ra
+			}
+			if ns.status == stScheduled {
+				ns.status = stReady
+				ns.readyAt = tx.now
+			}
+		} else {
+			ns.runAt = ra
+			if ns.status == stReady {
+				ns.status = stScheduled
+				ns.readyAt = 0
+			}
+		}
+	}
+	if u.Labels != nil {
+		if len(u.Labels) == 0 {
+			tx.b.Delete(taskKey(id, sufLabels), nil)
+		} else {
+			tx.b.Set(taskKey(id, sufLabels), encodeLabels(u.Labels), nil)
+		}
+	}
+	tx.set(t, ns)
+	tx.event(norn.EventUpdated, t)
+	return tx.readAfter(id), nil
+}
+
+// Delete removes a task in any status.
+func (s *Store) Delete(ctx context.Context, id string) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.exit()
+	if err := norn.ValidateID("id", id); err != nil {
+		return err
+	}
+	_, err := s.run(func(tx *txn) error { return tx.delete(id) })
+	return err
+}
+
+func (tx *txn) delete(id string) error {
+	t := tx.s.tasks[id]
+	if t == nil {
+		return norn.NotFound(id)
+	}
+	tx.removeTask(t)
+	return nil
+}
+
+// DeleteMatching removes every task matching f, in chunks (not atomically).
+func (s *Store) DeleteMatching(ctx context.Context, f norn.Filter) (int64, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.exit()
+	if err := f.Validate(); err != nil {
+		return 0, err
+	}
+	if f.Empty() {
+		return 0, norn.Invalid("filter", "an empty filter would delete every task; give at least one condition")
+	}
+	ids, err := s.matchingIDs(ctx, f)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	const chunk = 1000
+	for len(ids) > 0 {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		part := ids
+		if len(part) > chunk {
+			part = part[:chunk]
+		}
+		ids = ids[len(part):]
+		_, err := s.run(func(tx *txn) error {
+			for _, id := range part {
+				// Tasks deleted meanwhile are skipped; a task whose
+				// in-memory fields no longer match is left alone.
+				if t := s.tasks[id]; t != nil && matchMem(&f, t) {
+					tx.removeTask(t)
+					n++
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// Transact applies tx all or nothing.
+func (s *Store) Transact(ctx context.Context, t norn.Txn) (*norn.TxnResult, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	if len(t.Submit) > 0 {
+		if err := norn.ValidateBatch("submit", t.Submit); err != nil {
+			return nil, err
+		}
+	}
+	for i := range t.Update {
+		if err := norn.ValidateID(fmt.Sprintf("update[%d].id", i), t.Update[i].ID); err != nil {
+			return nil, err
+		}
+		if err := t.Update[i].Update.Validate(); err != nil {
+			return nil, norn.WithFieldPrefix(err, fmt.Sprintf("update[%d]", i))
+		}
+	}
+	for i, id := range t.Cancel {
+		if err := norn.ValidateID(fmt.Sprintf("cancel[%d]", i), id); err != nil {
+			return nil, err
+		}
+	}
+	for i, id := range t.Delete {
+		if err := norn.ValidateID(fmt.Sprintf("delete[%d]", i), id); err != nil {
+			return nil, err
+		}
+	}
+	for i, r := range t.Require {
+		if err := norn.ValidateID(fmt.Sprintf("require[%d].id", i), r.ID); err != nil {
+			return nil, err
+		}
+	}
+	res := &norn.TxnResult{Submitted: []norn.Submitted{}, Updated: []*norn.Task{}, Cancelled: []*norn.Task{}}
+	_, err := s.run(func(tx *txn) error {
+		for i, r := range t.Require {
+			cur := s.tasks[r.ID]
+			if cur == nil {
+				e := norn.NotFound(r.ID)
+				e.Field = fmt.Sprintf("require[%d].id", i)
+				return e
+			}
+			if r.Version != 0 && cur.st.version != r.Version {
+				return &norn.Error{Code: norn.CodeConflict, Field: fmt.Sprintf("require[%d].version", i),
+					Message: fmt.Sprintf("task %q is at version %d, not %d", r.ID, cur.st.version, r.Version)}
+			}
+		}
+		if len(t.Submit) > 0 {
+			sub, err := tx.submit("submit", t.Submit)
+			if err != nil {
+				return err
+			}
+			res.Submitted = sub
+		}
+		for i, u := range t.Update {
+			nt, err := tx.update(u.ID, u.Update)
+			if err != nil {
+				return withField(err, fmt.Sprintf("update[%d]", i))
+			}
+			res.Updated = append(res.Updated, nt)
+		}
+		for i, id := range t.Cancel {
+			nt, err := tx.cancel(id)
+			if err != nil {
+				return withField(err, fmt.Sprintf("cancel[%d]", i))
+			}
+			res.Cancelled = append(res.Cancelled, nt)
+		}
+		for i, id := range t.Delete {
+			if err := tx.delete(id); err != nil {
+				return withField(err, fmt.Sprintf("delete[%d]", i))
+			}
+			res.Deleted++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func withField(err error, prefix string) error {
+	if e, ok := err.(*norn.Error); ok && e.Field == "" {
+		c := *e
+		c.Field = prefix
+		return &c
+	}
+	return norn.WithFieldPrefix(err, prefix)
+}

@@ -1,0 +1,400 @@
+package embedded
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/nornq/norn"
+)
+
+// Key schema (see docs/design.md). Every key of one task shares the prefix
+// 't' + id + 0x00; ids cannot contain bytes <= ' ', so the 0x00 separator
+// keeps tasks in id order and makes [prefix, 't'+id+0x01) exactly one task.
+const (
+	pfxTask     = 't'
+	pfxPriority = 'p'
+	pfxQueue    = 'q'
+	pfxWorker   = 'w'
+	pfxMeta     = 'm'
+
+	sufImmutable = 'a' // written once at submit
+	sufLabels    = 'b' // rewritten only by Update
+	sufState     = 'c' // compact state record, rewritten on every transition
+	sufError     = 'e' // + be64 seq: one key per recorded error
+	sufLog       = 'g' // + be64 seq: update log
+	sufHistory   = 'h' // + be64 seq: history entries
+	sufResult    = 'r' // result of a completed task
+)
+
+var errCorrupt = errors.New("embedded: corrupt record")
+
+func taskPrefix(id string) []byte {
+	k := make([]byte, 0, len(id)+12)
+	k = append(k, pfxTask)
+	k = append(k, id...)
+	return append(k, 0)
+}
+
+func taskEnd(id string) []byte {
+	k := make([]byte, 0, len(id)+2)
+	k = append(k, pfxTask)
+	k = append(k, id...)
+	return append(k, 1)
+}
+
+func taskKey(id string, suf byte) []byte {
+	return append(taskPrefix(id), suf)
+}
+
+func taskSeqKey(id string, suf byte, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(taskKey(id, suf), seq)
+}
+
+// priorityKey orders by priority descending, then id ascending.
+func priorityKey(prio uint32, id string) []byte {
+	k := make([]byte, 0, len(id)+5)
+	k = append(k, pfxPriority)
+	k = binary.BigEndian.AppendUint32(k, ^prio)
+	return append(k, id...)
+}
+
+// splitTaskKey returns the id and the suffix part of a task key.
+func splitTaskKey(k []byte) (id string, suf []byte, ok bool) {
+	if len(k) < 3 || k[0] != pfxTask {
+		return "", nil, false
+	}
+	for i := 1; i < len(k); i++ {
+		if k[i] == 0 {
+			return string(k[1:i]), k[i+1:], i+1 < len(k)
+		}
+	}
+	return "", nil, false
+}
+
+func queueKey(name string) []byte { return append([]byte{pfxQueue}, name...) }
+
+func workerKey(n uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{pfxWorker}, n)
+}
+
+// enc appends compact binary fields.
+type enc struct{ b []byte }
+
+func (e *enc) u(v uint64)  { e.b = binary.AppendUvarint(e.b, v) }
+func (e *enc) i(v int64)   { e.b = binary.AppendVarint(e.b, v) }
+func (e *enc) s(v string)  { e.u(uint64(len(v))); e.b = append(e.b, v...) }
+func (e *enc) by(v []byte) { e.u(uint64(len(v))); e.b = append(e.b, v...) }
+func (e *enc) f(v float64) { e.b = binary.LittleEndian.AppendUint64(e.b, math.Float64bits(v)) }
+
+// dec reads what enc wrote; the first error sticks.
+type dec struct {
+	b   []byte
+	err error
+}
+
+func (d *dec) u() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errCorrupt
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) i() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err = errCorrupt
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) by() []byte {
+	n := d.u()
+	if d.err != nil {
+		return nil
+	}
+	if uint64(len(d.b)) < n {
+		d.err = errCorrupt
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) s() string { return string(d.by()) }
+
+func (d *dec) f() float64 {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) < 8 {
+		d.err = errCorrupt
+		return 0
+	}
+	v := math.Float64frombits(binary.LittleEndian.Uint64(d.b))
+	d.b = d.b[8:]
+	return v
+}
+
+// Times are stored as Unix nanoseconds; 0 is the zero time.
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// state is the mutable part of a task: everything a transition changes. Its
+// encoding is the 'c' record, a few tens of bytes.
+type state struct {
+	status   uint8 // index into norn.AllStatuses
+	priority uint32
+	progress float64
+	updated  int64
+	runAt    int64
+	deadline int64
+	readyAt  int64 // when it last became ready (claim order)
+	endedAt  int64 // when it became terminal (retention)
+	owner    string
+	lease    uint64
+	attempts int64
+	version  uint64
+	histNext uint64 // next history sequence number (= entries ever appended)
+	logNext  uint64 // next log sequence number (starts at 1)
+	errN     uint64 // errors recorded
+}
+
+const recVersion = 1
+
+func (st *state) encode(buf []byte) []byte {
+	e := enc{b: buf}
+	e.b = append(e.b, recVersion, st.status)
+	e.u(uint64(st.priority))
+	e.f(st.progress)
+	e.i(st.updated)
+	e.i(st.runAt)
+	e.i(st.deadline)
+	e.i(st.readyAt)
+	e.i(st.endedAt)
+	e.s(st.owner)
+	e.u(st.lease)
+	e.i(st.attempts)
+	e.u(st.version)
+	e.u(st.histNext)
+	e.u(st.logNext)
+	e.u(st.errN)
+	return e.b
+}
+
+func decodeState(b []byte) (state, error) {
+	var st state
+	if len(b) < 2 || b[0] != recVersion || int(b[1]) >= len(norn.AllStatuses) {
+		return st, errCorrupt
+	}
+	st.status = b[1]
+	d := dec{b: b[2:]}
+	st.priority = uint32(d.u())
+	st.progress = d.f()
+	st.updated = d.i()
+	st.runAt = d.i()
+	st.deadline = d.i()
+	st.readyAt = d.i()
+	st.endedAt = d.i()
+	st.owner = d.s()
+	st.lease = d.u()
+	st.attempts = d.i()
+	st.version = d.u()
+	st.histNext = d.u()
+	st.logNext = d.u()
+	st.errN = d.u()
+	return st, d.err
+}
+
+// immutable is the part of a task written once at submit (the 'a' record).
+type immutable struct {
+	queue       string
+	created     int64
+	maxAttempts int64
+	timeout     int64
+	retry       *norn.RetryPolicy
+	deps        []string
+	spec        []byte
+}
+
+func (im *immutable) encode() []byte {
+	e := enc{b: make([]byte, 0, 48+len(im.queue)+len(im.spec))}
+	e.b = append(e.b, recVersion)
+	e.s(im.queue)
+	e.i(im.created)
+	e.i(im.maxAttempts)
+	e.i(im.timeout)
+	if im.retry != nil {
+		e.b = append(e.b, 1)
+		e.i(int64(im.retry.MaxRetries))
+		e.i(int64(im.retry.Base))
+		e.i(int64(im.retry.Max))
+	} else {
+		e.b = append(e.b, 0)
+	}
+	e.u(uint64(len(im.deps)))
+	for _, d := range im.deps {
+		e.s(d)
+	}
+	if im.spec == nil {
+		e.b = append(e.b, 0)
+	} else {
+		e.b = append(e.b, 1)
+		e.by(im.spec)
+	}
+	return e.b
+}
+
+// decodeImmutable decodes the record; with withSpec false it skips copying
+// the spec (recovery does not need it).
+func decodeImmutable(b []byte, withSpec bool) (immutable, error) {
+	var im immutable
+	if len(b) < 1 || b[0] != recVersion {
+		return im, errCorrupt
+	}
+	d := dec{b: b[1:]}
+	im.queue = d.s()
+	im.created = d.i()
+	im.maxAttempts = d.i()
+	im.timeout = d.i()
+	if len(d.b) < 1 {
+		return im, errCorrupt
+	}
+	hasRetry := d.b[0] == 1
+	d.b = d.b[1:]
+	if hasRetry {
+		im.retry = &norn.RetryPolicy{MaxRetries: int(d.i()), Base: norn.Duration(d.i()), Max: norn.Duration(d.i())}
+	}
+	n := d.u()
+	if n > norn.MaxDependencies {
+		return im, errCorrupt
+	}
+	if n > 0 {
+		im.deps = make([]string, n)
+		for i := range im.deps {
+			im.deps[i] = d.s()
+		}
+	}
+	if d.err == nil && len(d.b) >= 1 {
+		has := d.b[0] == 1
+		d.b = d.b[1:]
+		if has {
+			sp := d.by()
+			if withSpec && d.err == nil {
+				im.spec = append(make([]byte, 0, len(sp)), sp...)
+			}
+		}
+	} else if d.err == nil {
+		d.err = errCorrupt
+	}
+	return im, d.err
+}
+
+func encodeLabels(l map[string]string) []byte {
+	e := enc{}
+	e.u(uint64(len(l)))
+	for k, v := range l {
+		e.s(k)
+		e.s(v)
+	}
+	return e.b
+}
+
+func decodeLabels(b []byte) (map[string]string, error) {
+	d := dec{b: b}
+	n := d.u()
+	if n > norn.MaxLabels*4 {
+		return nil, errCorrupt
+	}
+	if n == 0 {
+		return nil, d.err
+	}
+	m := make(map[string]string, n)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		k := d.s()
+		m[k] = d.s()
+	}
+	return m, d.err
+}
+
+func encodeHistory(h norn.HistoryEntry) []byte {
+	e := enc{b: make([]byte, 0, 48)}
+	e.s(string(h.Type))
+	e.i(nanos(h.Time))
+	e.s(h.Worker)
+	e.u(h.Lease)
+	e.f(h.Progress)
+	if h.Error != nil {
+		j, _ := json.Marshal(h.Error)
+		e.by(j)
+	} else {
+		e.u(0)
+	}
+	return e.b
+}
+
+func decodeHistory(b []byte) (norn.HistoryEntry, error) {
+	d := dec{b: b}
+	var h norn.HistoryEntry
+	h.Type = norn.HistoryType(d.s())
+	h.Time = fromNanos(d.i())
+	h.Worker = d.s()
+	h.Lease = d.u()
+	h.Progress = d.f()
+	ej := d.by()
+	if d.err != nil {
+		return h, d.err
+	}
+	if len(ej) > 0 {
+		h.Error = new(norn.ErrorInfo)
+		if err := json.Unmarshal(ej, h.Error); err != nil {
+			return h, errCorrupt
+		}
+	}
+	return h, nil
+}
+
+func encodeLog(l norn.LogEntry) []byte {
+	e := enc{b: make([]byte, 0, 16+len(l.Data))}
+	e.u(l.Lease)
+	e.i(nanos(l.Time))
+	e.by(l.Data)
+	return e.b
+}
+
+func decodeLog(seq uint64, b []byte) (norn.LogEntry, error) {
+	d := dec{b: b}
+	l := norn.LogEntry{Seq: seq}
+	l.Lease = d.u()
+	l.Time = fromNanos(d.i())
+	data := d.by()
+	if data != nil {
+		l.Data = append(json.RawMessage(nil), data...)
+	}
+	return l, d.err
+}

@@ -1,0 +1,260 @@
+package embedded
+
+import (
+	"container/heap"
+	"time"
+
+	"github.com/nornq/norn"
+)
+
+// Status indexes (positions in norn.AllStatuses) as compact bytes.
+const (
+	stScheduled uint8 = iota
+	stBlocked
+	stReady
+	stRunning
+	stCompleted
+	stAborted
+	stCancelled
+	numStatus
+)
+
+func statusCode(s norn.Status) uint8 { return uint8(norn.StatusIndex(s)) }
+
+func statusOf(c uint8) norn.Status { return norn.AllStatuses[c] }
+
+func terminal(c uint8) bool { return c >= stCompleted }
+
+// task is the in-memory index entry of one task: the state record plus what
+// the indexes need. Spec, labels, result, errors and history stay on disk.
+type task struct {
+	id          string
+	q           *queue
+	st          state
+	created     int64
+	maxAttempts int64
+	timeout     int64
+	retry       *norn.RetryPolicy
+
+	heapIdx  int   // position in q.ready, -1 when absent
+	timerIdx int   // position in the timer heap, -1 when absent
+	timerAt  int64 // when the timer fires
+
+	depsLeft   int32   // dependencies not yet completed (blocked tasks)
+	dependents []*task // tasks waiting for this one
+	deleted    bool
+}
+
+// queue holds one queue's settings, ready heap, counters and claim waiters.
+type queue struct {
+	name     string
+	paused   bool
+	defaults norn.QueueDefaults
+	// configured is true once UpdateQueue stored settings for it.
+	configured bool
+	ready      readyHeap
+	counts     [numStatus]int64
+	waiters    map[*waiter]struct{}
+}
+
+func (q *queue) total() int64 {
+	var n int64
+	for _, c := range q.counts {
+		n += c
+	}
+	return n
+}
+
+func (q *queue) info() norn.QueueInfo {
+	qi := norn.QueueInfo{Name: q.name, Paused: q.paused, Counts: map[norn.Status]int64{}, Defaults: q.defaults}
+	if q.defaults.Retry != nil {
+		r := *q.defaults.Retry
+		qi.Defaults.Retry = &r
+	}
+	for i, c := range q.counts {
+		if c != 0 {
+			qi.Counts[norn.AllStatuses[i]] = c
+		}
+	}
+	return qi
+}
+
+// waiter is a long-polling claimer; ch is closed when one of its queues gets
+// a ready task.
+type waiter struct {
+	ch   chan struct{}
+	done bool
+}
+
+func (w *waiter) wake() {
+	if !w.done {
+		w.done = true
+		close(w.ch)
+	}
+}
+
+// readyHeap orders claimable tasks: priority desc, ready time asc, id asc.
+type readyHeap []*task
+
+func (h readyHeap) Len() int { return len(h) }
+func (h readyHeap) Less(i, j int) bool {
+	a, b := h[i], h[j]
+	if a.st.priority != b.st.priority {
+		return a.st.priority > b.st.priority
+	}
+	if a.st.readyAt != b.st.readyAt {
+		return a.st.readyAt < b.st.readyAt
+	}
+	return a.id < b.id
+}
+func (h readyHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx = i
+	h[j].heapIdx = j
+}
+func (h *readyHeap) Push(x any) {
+	t := x.(*task)
+	t.heapIdx = len(*h)
+	*h = append(*h, t)
+}
+func (h *readyHeap) Pop() any {
+	old := *h
+	n := len(old)
+	t := old[n-1]
+	old[n-1] = nil
+	*h = old[:n-1]
+	t.heapIdx = -1
+	return t
+}
+
+// timerHeap orders every task with a pending time-driven duty (run_at,
+// lease deadline, retention expiry) by when it is due.
+type timerHeap []*task
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].timerAt < h[j].timerAt }
+func (h timerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].timerIdx = i
+	h[j].timerIdx = j
+}
+func (h *timerHeap) Push(x any) {
+	t := x.(*task)
+	t.timerIdx = len(*h)
+	*h = append(*h, t)
+}
+func (h *timerHeap) Pop() any {
+	old := *h
+	n := len(old)
+	t := old[n-1]
+	old[n-1] = nil
+	*h = old[:n-1]
+	t.timerIdx = -1
+	return t
+}
+
+// timerFor returns when t's next time-driven duty is due, 0 for none.
+func timerFor(t *task) int64 {
+	switch t.st.status {
+	case stScheduled:
+		return t.st.runAt
+	case stRunning:
+		return t.st.deadline
+	case stCompleted, stAborted, stCancelled:
+		r := t.q.defaults.Retention.For(statusOf(t.st.status))
+		if r <= 0 {
+			return 0
+		}
+		return t.st.endedAt + int64(r)
+	}
+	return 0
+}
+
+// index brings every in-memory index in line with t.st after a change from
+// old (counted is false when t was not counted before, i.e. it is new).
+func (s *Store) index(t *task, old state, counted bool) {
+	if counted {
+		if old.status != t.st.status {
+			t.q.counts[old.status]--
+			t.q.counts[t.st.status]++
+		}
+	} else {
+		t.q.counts[t.st.status]++
+	}
+	if t.st.status == stReady && !t.deleted {
+		if t.heapIdx >= 0 {
+			heap.Fix(&t.q.ready, t.heapIdx)
+		} else {
+			heap.Push(&t.q.ready, t)
+		}
+	} else if t.heapIdx >= 0 {
+		heap.Remove(&t.q.ready, t.heapIdx)
+	}
+	s.setTimer(t, timerFor(t))
+}
+
+// unindex removes t from every index (deletion).
+func (s *Store) unindex(t *task) {
+	t.q.counts[t.st.status]--
+	if t.heapIdx >= 0 {
+		heap.Remove(&t.q.ready, t.heapIdx)
+	}
+	s.setTimer(t, 0)
+}
+
+func (s *Store) setTimer(t *task, at int64) {
+	switch {
+	case at == 0:
+		if t.timerIdx >= 0 {
+			heap.Remove(&s.timers, t.timerIdx)
+		}
+	case t.timerIdx >= 0:
+		if t.timerAt != at {
+			t.timerAt = at
+			heap.Fix(&s.timers, t.timerIdx)
+		}
+	default:
+		t.timerAt = at
+		heap.Push(&s.timers, t)
+	}
+	if at != 0 && (s.armedAt == 0 || at < s.armedAt) {
+		s.kickMonitor()
+	}
+}
+
+// nextTimer returns the earliest due time, 0 when nothing is pending.
+func (s *Store) nextTimer() int64 {
+	if len(s.timers) == 0 {
+		return 0
+	}
+	return s.timers[0].timerAt
+}
+
+// toTask renders the in-memory part of t as a norn.Task (no spec, labels,
+// result, errors or history).
+func (t *task) toTask() *norn.Task {
+	nt := &norn.Task{
+		ID:          t.id,
+		Queue:       t.q.name,
+		Priority:    t.st.priority,
+		Status:      statusOf(t.st.status),
+		Progress:    t.st.progress,
+		Created:     fromNanos(t.created),
+		Updated:     fromNanos(t.st.updated),
+		RunAt:       fromNanos(t.st.runAt),
+		Owner:       t.st.owner,
+		Deadline:    fromNanos(t.st.deadline),
+		Lease:       t.st.lease,
+		Attempts:    int(t.st.attempts),
+		MaxAttempts: int(t.maxAttempts),
+		Timeout:     norn.Duration(t.timeout),
+		Version:     t.st.version,
+	}
+	if t.retry != nil {
+		r := *t.retry
+		nt.Retry = &r
+	}
+	return nt
+}
+
+func durationOf(n int64) time.Duration { return time.Duration(n) }

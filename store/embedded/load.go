@@ -1,0 +1,200 @@
+package embedded
+
+import (
+	"bytes"
+	"container/heap"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/nornq/norn"
+)
+
+// load rebuilds every in-memory index from disk: queue settings, the worker
+// sequence, then one pass over the tasks reading only their immutable and
+// state records (the spec bytes are skipped, not copied).
+func (s *Store) load(ctx context.Context) error {
+	if err := s.loadQueues(); err != nil {
+		return err
+	}
+	if err := s.loadWorkers(); err != nil {
+		return err
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{pfxTask}, UpperBound: []byte{pfxTask + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	type blocked struct {
+		t    *task
+		deps []string
+	}
+	var waiting []blocked
+	var im immutable
+	var haveIm bool
+	var curID []byte
+	n := 0
+	for ok := it.First(); ok; {
+		k := it.Key()
+		id, suf, valid := splitTaskKey(k)
+		if !valid {
+			return fmt.Errorf("unexpected key %q: %w", k, errCorrupt)
+		}
+		if !bytes.Equal(curID, k[1:1+len(id)]) {
+			curID = append(curID[:0], id...)
+			haveIm = false
+		}
+		switch suf[0] {
+		case sufImmutable:
+			v, err := it.ValueAndErr()
+			if err != nil {
+				return err
+			}
+			if im, err = decodeImmutable(v, false); err != nil {
+				return fmt.Errorf("task %q: %w", id, err)
+			}
+			haveIm = true
+		case sufState:
+			if !haveIm {
+				return fmt.Errorf("task %q has a state record but no immutable record: %w", id, errCorrupt)
+			}
+			v, err := it.ValueAndErr()
+			if err != nil {
+				return err
+			}
+			st, err := decodeState(v)
+			if err != nil {
+				return fmt.Errorf("task %q: %w", id, err)
+			}
+			t := &task{id: id, q: s.queue(im.queue), st: st, created: im.created, maxAttempts: im.maxAttempts,
+				timeout: im.timeout, retry: im.retry, heapIdx: -1, timerIdx: -1}
+			s.tasks[id] = t
+			t.q.counts[st.status]++
+			if st.status == stReady {
+				t.heapIdx = len(t.q.ready)
+				t.q.ready = append(t.q.ready, t)
+			}
+			if at := timerFor(t); at != 0 {
+				t.timerAt = at
+				t.timerIdx = len(s.timers)
+				s.timers = append(s.timers, t)
+			}
+			if st.status == stBlocked {
+				waiting = append(waiting, blocked{t, im.deps})
+			}
+			if n++; n%65536 == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			// Skip the rest of this task (errors, logs, history, result).
+			ok = it.Next()
+			if ok && bytes.HasPrefix(it.Key(), taskPrefix(id)) {
+				ok = it.SeekGE(taskEnd(id))
+			}
+			continue
+		}
+		ok = it.Next()
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	for _, q := range s.queues {
+		heap.Init(&q.ready)
+	}
+	heap.Init(&s.timers)
+	// Dependency counters: a dependency that is gone or completed is
+	// satisfied; a failed one means the cascade must be finished now.
+	var failed, free []*task
+	for _, b := range waiting {
+		bad := false
+		for _, d := range b.deps {
+			dt := s.tasks[d]
+			switch {
+			case dt == nil || dt.st.status == stCompleted:
+			case dt.st.status == stAborted || dt.st.status == stCancelled:
+				bad = true
+				dt.dependents = append(dt.dependents, b.t)
+			default:
+				b.t.depsLeft++
+				dt.dependents = append(dt.dependents, b.t)
+			}
+		}
+		if bad {
+			failed = append(failed, b.t)
+		} else if b.t.depsLeft == 0 {
+			free = append(free, b.t)
+		}
+	}
+	if len(failed) == 0 && len(free) == 0 {
+		return nil
+	}
+	s.log.Warn("embedded: repairing dependency state found at open", "failed", len(failed), "released", len(free))
+	_, err = s.run(func(tx *txn) error {
+		for _, t := range s.tasks {
+			if terminal(t.st.status) && t.st.status != stCompleted && len(t.dependents) > 0 {
+				tx.failDependents(t)
+			}
+		}
+		for _, t := range free {
+			if t.st.status == stBlocked {
+				t.depsLeft = 1
+				tx.releaseDependents(&task{dependents: []*task{t}})
+			}
+		}
+		return nil
+	})
+	return err
+}
+
+func (s *Store) loadQueues() error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{pfxQueue}, UpperBound: []byte{pfxQueue + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		name := string(it.Key()[1:])
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		var rec queueRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("queue %q settings: %w", name, err)
+		}
+		q := s.queue(name)
+		q.paused, q.defaults, q.configured = rec.Paused, rec.Defaults, true
+	}
+	return it.Error()
+}
+
+func (s *Store) loadWorkers() error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{pfxWorker}, UpperBound: []byte{pfxWorker + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) != 9 {
+			return fmt.Errorf("worker key %q: %w", k, errCorrupt)
+		}
+		n := binary.BigEndian.Uint64(k[1:])
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		var info norn.WorkerInfo
+		if err := json.Unmarshal(v, &info); err != nil {
+			return fmt.Errorf("worker %d: %w", n, err)
+		}
+		s.workers[info.ID] = &workerRec{n: n, info: info, persisted: nanos(info.LastSeen)}
+		if n > s.workerSeq {
+			s.workerSeq = n
+		}
+	}
+	return it.Error()
+}

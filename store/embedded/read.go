@@ -1,0 +1,624 @@
+package embedded
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/nornq/norn"
+)
+
+// reader reads whole tasks from Pebble with one reusable iterator. Reads
+// need no store lock: every transaction is one atomic batch.
+type reader struct {
+	s  *Store
+	it *pebble.Iterator
+}
+
+func (s *Store) newReader() *reader { return &reader{s: s} }
+
+func (r *reader) close() {
+	if r.it != nil {
+		r.it.Close()
+		r.it = nil
+	}
+}
+
+// task reads id; nil (no error) when it does not exist or does not match f.
+func (r *reader) task(id string, summary bool, f *norn.Filter) (*norn.Task, error) {
+	lo, hi := taskPrefix(id), taskEnd(id)
+	if r.it == nil {
+		it, err := r.s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			return nil, norn.Unavailable(err)
+		}
+		r.it = it
+	} else {
+		r.it.SetBounds(lo, hi)
+	}
+	it := r.it
+	var t *norn.Task
+	haveState := false
+	var histNext uint64
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) <= len(lo) {
+			continue
+		}
+		suf := k[len(lo)]
+		if suf == sufLog {
+			// Logs are read by ReadLog only; jump over them.
+			if !it.SeekGE(append(taskPrefix(id), sufLog+1)) {
+				break
+			}
+			k = it.Key()
+			suf = k[len(lo)]
+		}
+		if !haveState && suf > sufState {
+			return nil, fmt.Errorf("embedded: task %q has no state record: %w", id, errCorrupt)
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, norn.Unavailable(err)
+		}
+		if t == nil {
+			t = &norn.Task{ID: id}
+		}
+		switch suf {
+		case sufImmutable:
+			im, err := decodeImmutable(v, !summary)
+			if err != nil {
+				return nil, fmt.Errorf("embedded: task %q: %w", id, err)
+			}
+			t.Queue, t.Created, t.MaxAttempts, t.Timeout = im.queue, fromNanos(im.created), int(im.maxAttempts), norn.Duration(im.timeout)
+			t.Retry, t.DependsOn = im.retry, im.deps
+			if im.spec != nil {
+				t.Spec = im.spec
+			}
+		case sufLabels:
+			l, err := decodeLabels(v)
+			if err != nil {
+				return nil, fmt.Errorf("embedded: task %q labels: %w", id, err)
+			}
+			t.Labels = l
+		case sufState:
+			st, err := decodeState(v)
+			if err != nil {
+				return nil, fmt.Errorf("embedded: task %q state: %w", id, err)
+			}
+			haveState = true
+			histNext = st.histNext
+			t.Status, t.Priority, t.Progress = statusOf(st.status), st.priority, st.progress
+			t.Updated, t.RunAt, t.Deadline = fromNanos(st.updated), fromNanos(st.runAt), fromNanos(st.deadline)
+			t.Owner, t.Lease, t.Attempts, t.Version = st.owner, st.lease, int(st.attempts), st.version
+			if f != nil && !f.Match(t) {
+				return nil, nil
+			}
+			if summary {
+				return t, nil
+			}
+		case sufError:
+			var e norn.ErrorInfo
+			if err := json.Unmarshal(v, &e); err != nil {
+				return nil, fmt.Errorf("embedded: task %q error record: %w", id, errCorrupt)
+			}
+			t.Errors = append(t.Errors, e)
+		case sufHistory:
+			h, err := decodeHistory(v)
+			if err != nil {
+				return nil, fmt.Errorf("embedded: task %q history: %w", id, err)
+			}
+			t.History = append(t.History, h)
+		case sufResult:
+			t.Result = append(json.RawMessage(nil), v...)
+		}
+	}
+	if err := it.Error(); err != nil {
+		return nil, norn.Unavailable(err)
+	}
+	if t == nil {
+		return nil, nil
+	}
+	if !haveState {
+		return nil, fmt.Errorf("embedded: task %q has no state record: %w", id, errCorrupt)
+	}
+	if lim := r.s.opts.HistoryLimit; len(t.History) > lim {
+		t.History = append([]norn.HistoryEntry(nil), t.History[len(t.History)-lim:]...)
+	}
+	t.HistoryDropped = int(histNext) - len(t.History)
+	return t, nil
+}
+
+// readTask reads one task, ErrNotFound when missing.
+func (s *Store) readTask(id string, summary bool) (*norn.Task, error) {
+	r := s.newReader()
+	defer r.close()
+	t, err := r.task(id, summary, nil)
+	if err != nil {
+		return nil, err
+	}
+	if t == nil {
+		return nil, norn.NotFound(id)
+	}
+	return t, nil
+}
+
+// Cursors: base64url of an order tag and the last key position returned.
+func encodeCursor(order norn.Order, pos []byte) string {
+	return base64.RawURLEncoding.EncodeToString(append([]byte{orderTag(order)}, pos...))
+}
+
+func orderTag(o norn.Order) byte {
+	switch o {
+	case norn.OrderNewest:
+		return 'n'
+	case norn.OrderPriority:
+		return 'p'
+	}
+	return 'i'
+}
+
+func decodeCursor(order norn.Order, c string) ([]byte, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil || len(b) < 2 || b[0] != orderTag(order) {
+		return nil, norn.Invalid("cursor", "malformed cursor")
+	}
+	pos := b[1:]
+	if order == norn.OrderPriority && len(pos) < 5 {
+		return nil, norn.Invalid("cursor", "malformed cursor")
+	}
+	return pos, nil
+}
+
+func validateQuery(q *norn.Query) error {
+	if err := q.Filter.Validate(); err != nil {
+		return err
+	}
+	switch q.Order {
+	case norn.OrderID, norn.OrderNewest, norn.OrderPriority:
+	default:
+		return norn.Invalid("order", "unknown order %q (want \"\", newest or priority)", q.Order)
+	}
+	if q.Limit < 0 {
+		return norn.Invalid("limit", "must not be negative")
+	}
+	return nil
+}
+
+// List returns one page of tasks matching q.
+func (s *Store) List(ctx context.Context, q norn.Query) (norn.Page, error) {
+	if err := s.enter(); err != nil {
+		return norn.Page{}, err
+	}
+	defer s.exit()
+	if err := validateQuery(&q); err != nil {
+		return norn.Page{}, err
+	}
+	limit := q.Limit
+	if limit == 0 {
+		limit = norn.DefaultListLimit
+	}
+	if limit > norn.MaxListLimit {
+		limit = norn.MaxListLimit
+	}
+	return s.page(ctx, q, limit)
+}
+
+// page scans in the order's key order from the cursor, collecting up to
+// limit matches, and peeks for one more to decide whether a cursor is due.
+func (s *Store) page(ctx context.Context, q norn.Query, limit int) (norn.Page, error) {
+	var pos []byte
+	if q.Cursor != "" {
+		var err error
+		if pos, err = decodeCursor(q.Order, q.Cursor); err != nil {
+			return norn.Page{}, err
+		}
+	}
+	main, err := s.db.NewIter(&pebble.IterOptions{})
+	if err != nil {
+		return norn.Page{}, norn.Unavailable(err)
+	}
+	defer main.Close()
+	r := s.newReader()
+	defer r.close()
+	f := &q.Filter
+	if f.Empty() {
+		f = nil
+	}
+	page := norn.Page{Tasks: []*norn.Task{}}
+	var last []byte
+	// seek positions the main iterator at the next candidate and returns
+	// its id and cursor position.
+	next := func(first bool) (string, []byte, bool) {
+		switch q.Order {
+		case norn.OrderNewest:
+			var ok bool
+			if pos == nil {
+				ok = main.SeekLT([]byte{pfxTask + 1})
+			} else {
+				ok = main.SeekLT(taskPrefix(string(pos)))
+			}
+			if !ok || main.Key()[0] != pfxTask {
+				return "", nil, false
+			}
+			id, _, _ := splitTaskKey(main.Key())
+			return id, []byte(id), true
+		case norn.OrderPriority:
+			var ok bool
+			if pos == nil {
+				ok = main.SeekGE([]byte{pfxPriority})
+			} else {
+				ok = main.SeekGE(append(append([]byte{pfxPriority}, pos...), 0))
+			}
+			if !ok || main.Key()[0] != pfxPriority || len(main.Key()) < 6 {
+				return "", nil, false
+			}
+			k := main.Key()
+			return string(k[5:]), append([]byte(nil), k[1:]...), true
+		default:
+			var ok bool
+			if pos == nil {
+				ok = main.SeekGE([]byte{pfxTask})
+			} else {
+				ok = main.SeekGE(taskEnd(string(pos)))
+			}
+			if !ok || main.Key()[0] != pfxTask {
+				return "", nil, false
+			}
+			id, _, _ := splitTaskKey(main.Key())
+			return id, []byte(id), true
+		}
+	}
+	for n := 0; ; n++ {
+		if n%256 == 255 {
+			if err := ctx.Err(); err != nil {
+				return norn.Page{}, err
+			}
+		}
+		id, p, ok := next(pos == nil)
+		if !ok {
+			break
+		}
+		pos = p
+		t, err := r.task(id, q.Summary, f)
+		if err != nil {
+			return norn.Page{}, err
+		}
+		if t == nil {
+			continue
+		}
+		if len(page.Tasks) == limit {
+			page.NextCursor = encodeCursor(q.Order, last)
+			break
+		}
+		page.Tasks = append(page.Tasks, t)
+		last = p
+	}
+	if err := main.Error(); err != nil {
+		return norn.Page{}, norn.Unavailable(err)
+	}
+	return page, nil
+}
+
+// Stream iterates over every task matching q page by page: it holds one
+// page at a time, never the result set.
+func (s *Store) Stream(ctx context.Context, q norn.Query) (norn.TaskIterator, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	if err := validateQuery(&q); err != nil {
+		return nil, err
+	}
+	if q.Cursor != "" {
+		if _, err := decodeCursor(q.Order, q.Cursor); err != nil {
+			return nil, err
+		}
+	}
+	return &taskStream{s: s, ctx: ctx, q: q, left: q.Limit}, nil
+}
+
+const streamPage = 256
+
+type taskStream struct {
+	s      *Store
+	ctx    context.Context
+	q      norn.Query
+	left   int // remaining cap, 0 = unlimited (when q.Limit == 0)
+	buf    []*norn.Task
+	cur    *norn.Task
+	end    bool
+	err    error
+	closed bool
+}
+
+func (it *taskStream) Next() bool {
+	if it.closed || it.err != nil {
+		return false
+	}
+	if it.q.Limit > 0 && it.left == 0 {
+		it.end = true
+	}
+	for len(it.buf) == 0 {
+		if it.end {
+			it.cur = nil
+			return false
+		}
+		if err := it.ctx.Err(); err != nil {
+			it.err = err
+			return false
+		}
+		n := streamPage
+		if it.q.Limit > 0 && it.left < n {
+			n = it.left
+		}
+		if err := it.s.enter(); err != nil {
+			it.err = err
+			return false
+		}
+		p, err := it.s.page(it.ctx, it.q, n)
+		it.s.exit()
+		if err != nil {
+			it.err = err
+			return false
+		}
+		it.buf = p.Tasks
+		it.q.Cursor = p.NextCursor
+		if p.NextCursor == "" {
+			it.end = true
+		}
+	}
+	it.cur = it.buf[0]
+	it.buf[0] = nil
+	it.buf = it.buf[1:]
+	if it.q.Limit > 0 {
+		it.left--
+	}
+	return true
+}
+
+func (it *taskStream) Item() *norn.Task { return it.cur }
+func (it *taskStream) Err() error       { return it.err }
+func (it *taskStream) Close() error {
+	it.closed = true
+	it.buf, it.cur = nil, nil
+	return nil
+}
+
+// onlyQueueStatus reports whether f uses nothing but queues and statuses,
+// which the per queue×status counters answer without a scan.
+func onlyQueueStatus(f *norn.Filter) bool {
+	g := *f
+	g.Queues, g.Statuses = nil, nil
+	return g.Empty()
+}
+
+// matchMem matches every filter field except labels against memory.
+func matchMem(f *norn.Filter, t *task) bool {
+	if len(f.Queues) > 0 && !containsStr(f.Queues, t.q.name) {
+		return false
+	}
+	if len(f.Statuses) > 0 && !containsStatus(f.Statuses, t.st.status) {
+		return false
+	}
+	if f.Owner != "" && t.st.owner != f.Owner {
+		return false
+	}
+	if f.IDContains != "" && !strings.Contains(t.id, f.IDContains) {
+		return false
+	}
+	if !f.CreatedAfter.IsZero() && !(t.created > f.CreatedAfter.UnixNano()) {
+		return false
+	}
+	if !f.CreatedBefore.IsZero() && !(t.created < f.CreatedBefore.UnixNano()) {
+		return false
+	}
+	if !f.UpdatedAfter.IsZero() && !(t.st.updated > f.UpdatedAfter.UnixNano()) {
+		return false
+	}
+	if !f.UpdatedBefore.IsZero() && !(t.st.updated < f.UpdatedBefore.UnixNano()) {
+		return false
+	}
+	return true
+}
+
+func containsStr(l []string, s string) bool {
+	for _, v := range l {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func containsStatus(l []norn.Status, c uint8) bool {
+	s := statusOf(c)
+	for _, v := range l {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Count returns how many tasks match f: from the counters when f only
+// names queues and statuses, else by a scan of memory (or of disk when
+// labels are filtered).
+func (s *Store) Count(ctx context.Context, f norn.Filter) (int64, error) {
+	g, err := s.CountGrouped(ctx, f)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, c := range g {
+		n += c.Count
+	}
+	return n, nil
+}
+
+// CountGrouped returns counts by queue×status of tasks matching f.
+func (s *Store) CountGrouped(ctx context.Context, f norn.Filter) ([]norn.GroupCount, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	counts := map[string]*[numStatus]int64{}
+	add := func(q string, st uint8, n int64) {
+		c := counts[q]
+		if c == nil {
+			c = new([numStatus]int64)
+			counts[q] = c
+		}
+		c[st] += n
+	}
+	switch {
+	case onlyQueueStatus(&f):
+		s.mu.Lock()
+		for _, q := range s.queues {
+			if len(f.Queues) > 0 && !containsStr(f.Queues, q.name) {
+				continue
+			}
+			for st, n := range q.counts {
+				if n != 0 && (len(f.Statuses) == 0 || containsStatus(f.Statuses, uint8(st))) {
+					add(q.name, uint8(st), n)
+				}
+			}
+		}
+		s.mu.Unlock()
+	case len(f.Labels) == 0:
+		s.mu.Lock()
+		for _, t := range s.tasks {
+			if matchMem(&f, t) {
+				add(t.q.name, t.st.status, 1)
+			}
+		}
+		s.mu.Unlock()
+	default:
+		err := s.scan(ctx, &f, func(t *norn.Task) { add(t.Queue, statusCode(t.Status), 1) })
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := []norn.GroupCount{}
+	for q, c := range counts {
+		for st, n := range c {
+			if n != 0 {
+				out = append(out, norn.GroupCount{Queue: q, Status: norn.AllStatuses[st], Count: n})
+			}
+		}
+	}
+	norn.SortGroupCounts(out)
+	return out, nil
+}
+
+// scan calls fn with the summary of every task on disk matching f.
+func (s *Store) scan(ctx context.Context, f *norn.Filter, fn func(*norn.Task)) error {
+	main, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{pfxTask}, UpperBound: []byte{pfxTask + 1}})
+	if err != nil {
+		return norn.Unavailable(err)
+	}
+	defer main.Close()
+	r := s.newReader()
+	defer r.close()
+	n := 0
+	for ok := main.First(); ok; ok = main.SeekGE(taskEnd(lastID(main))) {
+		if n++; n%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		id := lastID(main)
+		t, err := r.task(id, true, f)
+		if err != nil {
+			return err
+		}
+		if t != nil {
+			fn(t)
+		}
+	}
+	if err := main.Error(); err != nil {
+		return norn.Unavailable(err)
+	}
+	return nil
+}
+
+func lastID(it *pebble.Iterator) string {
+	id, _, _ := splitTaskKey(it.Key())
+	return id
+}
+
+// matchingIDs lists the ids of tasks matching f.
+func (s *Store) matchingIDs(ctx context.Context, f norn.Filter) ([]string, error) {
+	var ids []string
+	if len(f.Labels) == 0 {
+		s.mu.Lock()
+		for _, t := range s.tasks {
+			if matchMem(&f, t) {
+				ids = append(ids, t.id)
+			}
+		}
+		s.mu.Unlock()
+		return ids, nil
+	}
+	err := s.scan(ctx, &f, func(t *norn.Task) { ids = append(ids, t.ID) })
+	return ids, err
+}
+
+// ReadLog returns log entries with Seq > after, at most limit (0 = all).
+func (s *Store) ReadLog(ctx context.Context, id string, after uint64, limit int) ([]norn.LogEntry, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	if err := norn.ValidateID("id", id); err != nil {
+		return nil, err
+	}
+	if limit < 0 {
+		return nil, norn.Invalid("limit", "must not be negative")
+	}
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	if _, c, err := snap.Get(taskKey(id, sufState)); err == pebble.ErrNotFound {
+		return nil, norn.NotFound(id)
+	} else if err != nil {
+		return nil, norn.Unavailable(err)
+	} else {
+		c.Close()
+	}
+	it, err := snap.NewIter(&pebble.IterOptions{
+		LowerBound: taskSeqKey(id, sufLog, after+1),
+		UpperBound: taskKey(id, sufLog+1),
+	})
+	if err != nil {
+		return nil, norn.Unavailable(err)
+	}
+	defer it.Close()
+	out := []norn.LogEntry{}
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) < 8 {
+			continue
+		}
+		seq := binary.BigEndian.Uint64(k[len(k)-8:])
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, norn.Unavailable(err)
+		}
+		e, err := decodeLog(seq, v)
+		if err != nil {
+			return nil, fmt.Errorf("embedded: task %q log %d: %w", id, seq, err)
+		}
+		out = append(out, e)
+		if limit > 0 && len(out) == limit {
+			break
+		}
+	}
+	return out, it.Error()
+}

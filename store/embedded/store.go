@@ -1,0 +1,316 @@
+// Package embedded is Norn's in-process store: Pebble holds the durable
+// records, in-memory indexes make claims O(log n) and time-driven duties
+// event-driven. One process owns a data directory at a time.
+//
+// See docs/design.md for the key schema, the indexes, group commit and the
+// recovery path.
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/nornq/norn"
+)
+
+// Durability says when a write is acknowledged.
+type Durability int
+
+const (
+	// Strict acknowledges a write only after it is synced to disk; writers
+	// that commit concurrently share one sync (group commit). A crash loses
+	// nothing acknowledged.
+	Strict Durability = iota
+	// Opportunistic acknowledges a write once it is applied and syncs it
+	// shortly after (within Options.SyncInterval). A crash of the process
+	// loses nothing (the OS holds the data); a crash of the machine may lose
+	// the last SyncInterval of writes.
+	Opportunistic
+)
+
+// String names the mode ("strict", "opportunistic").
+func (d Durability) String() string {
+	if d == Opportunistic {
+		return "opportunistic"
+	}
+	return "strict"
+}
+
+// ParseDurability parses "strict" or "opportunistic" ("" is strict).
+func ParseDurability(s string) (Durability, error) {
+	switch s {
+	case "", "strict":
+		return Strict, nil
+	case "opportunistic":
+		return Opportunistic, nil
+	}
+	return Strict, norn.Invalid("durability", "unknown durability %q (want strict or opportunistic)", s)
+}
+
+// Options configure Open.
+type Options struct {
+	// Dir is the data directory (required). It is created if missing and
+	// locked for the life of the store.
+	Dir string
+	// Durability: Strict (the default) or Opportunistic.
+	Durability Durability
+	// SyncInterval bounds how long an opportunistic write stays unsynced.
+	// Default 50ms. Ignored in Strict mode.
+	SyncInterval time.Duration
+	// Clock is the time source. Default norn.SystemClock.
+	Clock norn.Clock
+	// HistoryLimit caps each task's history (oldest dropped). Default
+	// norn.DefaultHistoryLimit.
+	HistoryLimit int
+	// Logger receives operational messages. Default slog.Default().
+	Logger *slog.Logger
+	// ManualSweep disables the background monitor so that only Sweep runs
+	// the time-driven duties. Default false. Tests driving a fake clock set
+	// it to make every duty happen exactly when they call Sweep.
+	ManualSweep bool
+	// EventBuffer is the per-subscriber event buffer; a subscriber that
+	// falls further behind gets EventLagged. Default 1024.
+	EventBuffer int
+	// CacheSize is Pebble's block cache in bytes. Default 64 MiB.
+	CacheSize int64
+}
+
+// Store is the embedded norn.Store. It is safe for concurrent use.
+type Store struct {
+	opts  Options
+	db    *pebble.DB
+	clock norn.Clock
+	log   *slog.Logger
+
+	// life guards Close against in-flight calls: every call holds it shared.
+	life   sync.RWMutex
+	closed atomic.Bool
+	done   chan struct{}
+	wg     sync.WaitGroup
+
+	// mu guards every in-memory index below. It is never held while user
+	// code runs or while waiting for a sync.
+	mu        sync.Mutex
+	tasks     map[string]*task
+	queues    map[string]*queue
+	timers    timerHeap
+	workers   map[string]*workerRec
+	workerSeq uint64
+	armedAt   int64
+	failed    error // a write failed: memory may be ahead of disk, refuse writes
+
+	kick  chan struct{} // wakes the monitor when an earlier deadline appears
+	flush chan struct{} // wakes the opportunistic syncer
+
+	subMu   sync.Mutex
+	subs    map[*subscription]struct{}
+	hasSubs atomic.Bool // lets writers skip building events nobody reads
+}
+
+type workerRec struct {
+	n         uint64
+	info      norn.WorkerInfo
+	persisted int64 // LastSeen as last written to disk
+}
+
+var _ norn.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the store in opts.Dir, rebuilding the
+// in-memory indexes from disk. A directory already opened by another store
+// (in this or another process) is refused with an error naming it.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	if opts.Dir == "" {
+		return nil, norn.Invalid("dir", "data directory is required")
+	}
+	if opts.Durability != Strict && opts.Durability != Opportunistic {
+		return nil, norn.Invalid("durability", "unknown durability %d", opts.Durability)
+	}
+	if opts.HistoryLimit < 0 || opts.SyncInterval < 0 || opts.EventBuffer < 0 || opts.CacheSize < 0 {
+		return nil, norn.Invalid("options", "limits must not be negative")
+	}
+	if opts.Clock == nil {
+		opts.Clock = norn.SystemClock{}
+	}
+	if opts.HistoryLimit == 0 {
+		opts.HistoryLimit = norn.DefaultHistoryLimit
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.SyncInterval == 0 {
+		opts.SyncInterval = 50 * time.Millisecond
+	}
+	if opts.EventBuffer == 0 {
+		opts.EventBuffer = 1024
+	}
+	if opts.CacheSize == 0 {
+		opts.CacheSize = 64 << 20
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: data directory %s: %w", opts.Dir, err)
+	}
+	cache := pebble.NewCache(opts.CacheSize)
+	defer cache.Unref()
+	popts := &pebble.Options{
+		Cache:                       cache,
+		MemTableSize:                64 << 20,
+		MemTableStopWritesThreshold: 4,
+		L0CompactionThreshold:       4,
+		L0StopWritesThreshold:       24,
+		Logger:                      pebbleLogger{opts.Logger},
+	}
+	db, err := pebble.Open(dir, popts)
+	if err != nil {
+		if isLockErr(err) {
+			return nil, fmt.Errorf("embedded: data directory %s is in use by another store (locked): %w", dir, err)
+		}
+		return nil, fmt.Errorf("embedded: open data directory %s: %w", dir, err)
+	}
+	s := &Store{
+		opts:    opts,
+		db:      db,
+		clock:   opts.Clock,
+		log:     opts.Logger,
+		done:    make(chan struct{}),
+		tasks:   map[string]*task{},
+		queues:  map[string]*queue{},
+		workers: map[string]*workerRec{},
+		kick:    make(chan struct{}, 1),
+		flush:   make(chan struct{}, 1),
+		subs:    map[*subscription]struct{}{},
+	}
+	if err := s.load(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("embedded: rebuild indexes from %s: %w", dir, err)
+	}
+	if !opts.ManualSweep {
+		s.wg.Add(1)
+		go s.monitor()
+	}
+	if opts.Durability == Opportunistic {
+		s.wg.Add(1)
+		go s.syncer()
+	}
+	return s, nil
+}
+
+func isLockErr(err error) bool {
+	msg := err.Error()
+	for _, m := range []string{"lock held", "resource temporarily unavailable", "LOCK", "locked"} {
+		if contains(msg, m) {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+// pebbleLogger routes Pebble's messages to slog at debug level (info and
+// errors from Pebble are operationally interesting only when debugging).
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+	panic(fmt.Sprintf(format, args...))
+}
+
+// enter marks a call in flight; it fails once Close has begun.
+func (s *Store) enter() error {
+	s.life.RLock()
+	if s.closed.Load() {
+		s.life.RUnlock()
+		return norn.ErrClosed
+	}
+	return nil
+}
+
+func (s *Store) exit() { s.life.RUnlock() }
+
+// Close stops the monitor, wakes waiting claimers and subscribers, syncs and
+// closes the database. It is safe to call more than once.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	close(s.done)
+	s.mu.Lock()
+	for _, q := range s.queues {
+		for w := range q.waiters {
+			w.wake()
+		}
+	}
+	s.mu.Unlock()
+	s.wg.Wait()       // the monitor and syncer see done and stop
+	s.life.Lock()     // waits for calls in flight
+	defer s.life.Unlock()
+	s.subMu.Lock()
+	for sub := range s.subs {
+		sub.closeLocked()
+	}
+	s.subMu.Unlock()
+	err := s.db.LogData(nil, pebble.Sync)
+	if cerr := s.db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (s *Store) now() int64 { return s.clock.Now().UnixNano() }
+
+// queue returns the named queue, creating it with defaults.
+func (s *Store) queue(name string) *queue {
+	q := s.queues[name]
+	if q == nil {
+		q = &queue{name: name, defaults: norn.DefaultQueueDefaults(), waiters: map[*waiter]struct{}{}}
+		s.queues[name] = q
+	}
+	return q
+}
+
+// syncer makes opportunistic writes durable shortly after they are applied.
+func (s *Store) syncer() {
+	defer s.wg.Done()
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-s.flush:
+		}
+		t.Reset(s.opts.SyncInterval)
+		select {
+		case <-s.done:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if err := s.db.LogData(nil, pebble.Sync); err != nil {
+			s.log.Error("embedded: background sync failed", "err", err)
+		}
+	}
+}
+
+var errStoreFailed = errors.New("embedded: an earlier write failed; reopen the store")

@@ -1,0 +1,347 @@
+package embedded
+
+import (
+	"encoding/json"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/nornq/norn"
+)
+
+// txn collects one atomic change: the Pebble batch that makes it durable, the
+// undo log that reverts the in-memory indexes if anything fails, the events
+// to publish and the queues whose claimers to wake. Built and committed
+// under s.mu; finished (sync wait, events) after s.mu is released.
+type txn struct {
+	s      *Store
+	now    int64
+	b      *pebble.Batch
+	undo   []func()
+	events []norn.Event
+	wake   []*queue
+	report norn.SweepReport
+	buf    []byte
+	// after runs under s.mu once the batch is applied (reads of the
+	// committed result).
+	after    []func() error
+	afterErr error
+}
+
+// readAfter returns a task that is filled with id's committed state once
+// the transaction commits (the batch itself cannot be read).
+func (tx *txn) readAfter(id string) *norn.Task {
+	nt := new(norn.Task)
+	tx.after = append(tx.after, func() error {
+		t, err := tx.s.readTask(id, false)
+		if err != nil {
+			return err
+		}
+		*nt = *t
+		return nil
+	})
+	return nt
+}
+
+func (s *Store) begin() *txn {
+	return &txn{s: s, now: s.now(), b: s.db.NewBatch()}
+}
+
+// savepoint and rollbackTo let one op of a batch fail alone.
+func (tx *txn) savepoint() (int, int) { return len(tx.undo), len(tx.events) }
+
+func (tx *txn) rollbackTo(u, e int) {
+	for i := len(tx.undo) - 1; i >= u; i-- {
+		tx.undo[i]()
+	}
+	tx.undo = tx.undo[:u]
+	tx.events = tx.events[:e]
+}
+
+// abort reverts every in-memory change and discards the batch.
+func (tx *txn) abort() {
+	tx.rollbackTo(0, 0)
+	tx.b.Close()
+	tx.b = nil
+}
+
+// commit applies the batch to Pebble (visible at once; in strict mode the
+// WAL sync is requested but awaited only in finish, outside s.mu, so that
+// concurrent writers share syncs). On failure everything is reverted.
+func (tx *txn) commit() error {
+	s := tx.s
+	if tx.b.Empty() {
+		tx.b.Close()
+		tx.b = nil
+		tx.undo = nil
+		tx.wakeQueues()
+		tx.runAfter()
+		return nil
+	}
+	var err error
+	if s.opts.Durability == Strict {
+		err = s.db.ApplyNoSyncWait(tx.b, pebble.Sync)
+	} else {
+		err = s.db.Apply(tx.b, pebble.NoSync)
+	}
+	if err != nil {
+		tx.abort()
+		s.failed = err
+		return norn.Unavailable(err)
+	}
+	tx.undo = nil
+	tx.wakeQueues()
+	tx.runAfter()
+	return nil
+}
+
+func (tx *txn) runAfter() {
+	for _, f := range tx.after {
+		if err := f(); err != nil && tx.afterErr == nil {
+			tx.afterErr = err
+		}
+	}
+}
+
+func (tx *txn) wakeQueues() {
+	for _, q := range tx.wake {
+		if q.paused {
+			continue
+		}
+		for w := range q.waiters {
+			w.wake()
+			delete(q.waiters, w)
+		}
+	}
+}
+
+// finish waits for durability (strict) and publishes events. Call it
+// without s.mu held.
+func (tx *txn) finish() error {
+	s := tx.s
+	var err error
+	if tx.b != nil {
+		if s.opts.Durability == Strict {
+			if err = tx.b.SyncWait(); err != nil {
+				err = norn.Unavailable(err)
+			}
+		} else {
+			select {
+			case s.flush <- struct{}{}:
+			default:
+			}
+		}
+		tx.b.Close()
+		tx.b = nil
+	}
+	if err == nil && len(tx.events) > 0 {
+		s.publish(tx.events)
+	}
+	return err
+}
+
+// run executes fn as one transaction under s.mu: fn's error reverts
+// everything; otherwise the batch is committed and, after s.mu is released,
+// awaited.
+func (s *Store) run(fn func(tx *txn) error) (*txn, error) {
+	s.mu.Lock()
+	if s.failed != nil {
+		s.mu.Unlock()
+		return nil, norn.Unavailable(errStoreFailed)
+	}
+	tx := s.begin()
+	if err := fn(tx); err != nil {
+		tx.abort()
+		s.mu.Unlock()
+		return nil, err
+	}
+	err := tx.commit()
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.finish(); err != nil {
+		return nil, err
+	}
+	return tx, tx.afterErr
+}
+
+// set records a changed state for t: indexes follow at once, the state
+// record goes into the batch, and the undo log can restore the old state.
+func (tx *txn) set(t *task, ns state) {
+	old := t.st
+	t.st = ns
+	tx.s.index(t, old, true)
+	tx.undo = append(tx.undo, func() {
+		cur := t.st
+		t.st = old
+		tx.s.index(t, cur, true)
+	})
+	tx.buf = ns.encode(tx.buf[:0])
+	tx.b.Set(taskKey(t.id, sufState), tx.buf, nil)
+	if ns.status == stReady && old.status != stReady {
+		tx.wake = append(tx.wake, t.q)
+	}
+}
+
+// addTask inserts a new task into the indexes (its records are written by the caller).
+func (tx *txn) addTask(t *task) {
+	s := tx.s
+	s.tasks[t.id] = t
+	s.index(t, state{}, false)
+	tx.undo = append(tx.undo, func() {
+		s.unindex(t)
+		delete(s.tasks, t.id)
+	})
+	if t.st.status == stReady {
+		tx.wake = append(tx.wake, t.q)
+	}
+}
+
+// removeTask deletes t and all its records. A task removed while pending
+// fails its dependents.
+func (tx *txn) removeTask(t *task) {
+	s := tx.s
+	wasPending := !terminal(t.st.status)
+	s.unindex(t)
+	delete(s.tasks, t.id)
+	t.deleted = true
+	tx.undo = append(tx.undo, func() {
+		t.deleted = false
+		s.tasks[t.id] = t
+		s.index(t, t.st, false)
+	})
+	tx.b.DeleteRange(taskPrefix(t.id), taskEnd(t.id), nil)
+	tx.b.Delete(priorityKey(t.st.priority, t.id), nil)
+	tx.event(norn.EventDeleted, t)
+	if wasPending {
+		tx.failDependents(t)
+	}
+}
+
+// history appends a history entry to t (whose new state ns is about to be
+// set), dropping the oldest beyond the cap.
+func (tx *txn) history(t *task, ns *state, h norn.HistoryEntry) {
+	h.Time = fromNanos(tx.now)
+	seq := ns.histNext
+	ns.histNext++
+	tx.b.Set(taskSeqKey(t.id, sufHistory, seq), encodeHistory(h), nil)
+	if lim := uint64(tx.s.opts.HistoryLimit); seq >= lim {
+		tx.b.Delete(taskSeqKey(t.id, sufHistory, seq-lim), nil)
+	}
+}
+
+// recordError appends e to t's errors.
+func (tx *txn) recordError(t *task, ns *state, e norn.ErrorInfo) {
+	j, _ := json.Marshal(e)
+	tx.b.Set(taskSeqKey(t.id, sufError, ns.errN), j, nil)
+	ns.errN++
+}
+
+func (tx *txn) event(kind norn.EventKind, t *task) {
+	if !tx.s.hasSubs.Load() {
+		return
+	}
+	tx.events = append(tx.events, norn.Event{
+		Kind: kind, TaskID: t.id, Queue: t.q.name, Status: statusOf(t.st.status),
+		Version: t.st.version, Time: fromNanos(tx.now),
+	})
+}
+
+// touch starts a new version of t's state.
+func (tx *txn) touch(t *task) state {
+	ns := t.st
+	ns.version++
+	ns.updated = tx.now
+	return ns
+}
+
+// finishTask moves t to a terminal status with a history entry (and an
+// error for aborts), then settles its dependents.
+func (tx *txn) finishTask(t *task, status uint8, h norn.HistoryEntry, e *norn.ErrorInfo) {
+	ns := tx.touch(t)
+	ns.status = status
+	ns.deadline = 0
+	ns.endedAt = tx.now
+	if e != nil {
+		h.Error = e
+		tx.recordError(t, &ns, *e)
+	}
+	tx.history(t, &ns, h)
+	tx.set(t, ns)
+	tx.event(norn.EventKind(h.Type), t)
+	if status == stCompleted {
+		tx.releaseDependents(t)
+	} else {
+		tx.failDependents(t)
+	}
+}
+
+// releaseDependents counts t's completion in every dependent; those with no
+// dependency left become ready (or scheduled when run_at is in the future).
+func (tx *txn) releaseDependents(t *task) {
+	deps := t.dependents
+	if len(deps) == 0 {
+		return
+	}
+	t.dependents = nil
+	tx.undo = append(tx.undo, func() { t.dependents = deps })
+	for _, d := range deps {
+		if d.deleted || d.st.status != stBlocked {
+			continue
+		}
+		d.depsLeft--
+		tx.undo = append(tx.undo, func() { d.depsLeft++ })
+		if d.depsLeft > 0 {
+			continue
+		}
+		ns := tx.touch(d)
+		if ns.runAt > tx.now {
+			ns.status = stScheduled
+		} else {
+			ns.status = stReady
+			ns.readyAt = tx.now
+		}
+		tx.history(d, &ns, norn.HistoryEntry{Type: norn.TaskRelease})
+		tx.set(d, ns)
+		tx.event(norn.EventKind(norn.TaskRelease), d)
+		tx.report.Released++
+	}
+}
+
+// failDependents aborts, transitively, every task still waiting for t.
+func (tx *txn) failDependents(t *task) {
+	work := []*task{t}
+	for len(work) > 0 {
+		cur := work[len(work)-1]
+		work = work[:len(work)-1]
+		deps := cur.dependents
+		if len(deps) == 0 {
+			continue
+		}
+		cur.dependents = nil
+		tx.undo = append(tx.undo, func() { cur.dependents = deps })
+		for _, d := range deps {
+			if d.deleted || terminal(d.st.status) {
+				continue
+			}
+			e := norn.ErrorInfo{Code: norn.CodeDependencyFailed,
+				Description: "dependency " + cur.id + " is " + depFate(cur)}
+			ns := tx.touch(d)
+			ns.status = stAborted
+			ns.deadline = 0
+			ns.endedAt = tx.now
+			tx.recordError(d, &ns, e)
+			tx.history(d, &ns, norn.HistoryEntry{Type: norn.TaskAbort, Error: &e})
+			tx.set(d, ns)
+			tx.event(norn.EventKind(norn.TaskAbort), d)
+			tx.report.Aborted++
+			work = append(work, d)
+		}
+	}
+}
+
+func depFate(t *task) string {
+	if t.deleted {
+		return "deleted"
+	}
+	return string(statusOf(t.st.status))
+}

@@ -1,0 +1,470 @@
+package embedded
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nornq/norn"
+)
+
+// lastSeenGranularity coarsens worker LastSeen writes: a claim or heartbeat
+// persists it only when the stored value is older than this.
+const lastSeenGranularity = 5 * time.Second
+
+// RegisterWorker allocates "worker-<n>" from the durable sequence.
+func (s *Store) RegisterWorker(ctx context.Context, info norn.WorkerInfo) (string, error) {
+	if err := s.enter(); err != nil {
+		return "", err
+	}
+	defer s.exit()
+	for i, q := range info.Queues {
+		if err := norn.ValidateQueue(fmt.Sprintf("queues[%d]", i), q); err != nil {
+			return "", err
+		}
+	}
+	var id string
+	_, err := s.run(func(tx *txn) error {
+		s.workerSeq++
+		n := s.workerSeq
+		tx.undo = append(tx.undo, func() { s.workerSeq-- })
+		info.ID = fmt.Sprintf("worker-%d", n)
+		info.Registered = fromNanos(tx.now)
+		info.LastSeen = info.Registered
+		info.Queues = append([]string(nil), info.Queues...)
+		rec := &workerRec{n: n, info: info, persisted: tx.now}
+		s.workers[info.ID] = rec
+		tx.undo = append(tx.undo, func() { delete(s.workers, info.ID) })
+		j, _ := json.Marshal(info)
+		tx.b.Set(workerKey(n), j, nil)
+		id = info.ID
+		return nil
+	})
+	return id, err
+}
+
+// seen refreshes a registered worker's LastSeen, persisting it coarsely.
+func (tx *txn) seen(worker string) {
+	w := tx.s.workers[worker]
+	if w == nil {
+		return
+	}
+	w.info.LastSeen = fromNanos(tx.now)
+	if tx.now-w.persisted >= int64(lastSeenGranularity) {
+		w.persisted = tx.now
+		j, _ := json.Marshal(w.info)
+		tx.b.Set(workerKey(w.n), j, nil)
+	}
+}
+
+// Claim leases up to N ready tasks; see norn.WorkerAPI.
+func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	var deadline <-chan time.Time
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var out []*norn.Task
+		var w *waiter
+		s.mu.Lock()
+		if s.failed != nil {
+			s.mu.Unlock()
+			return nil, norn.Unavailable(errStoreFailed)
+		}
+		tx := s.begin()
+		claimed := tx.claim(&req)
+		if len(claimed) > 0 || req.Wait <= 0 {
+			err := tx.commit()
+			if err == nil {
+				r := s.newReader()
+				out = make([]*norn.Task, 0, len(claimed))
+				for _, t := range claimed {
+					nt, rerr := r.task(t.id, false, nil)
+					if rerr != nil {
+						err = rerr
+						break
+					}
+					out = append(out, nt)
+				}
+				r.close()
+			}
+			s.mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
+			if err := tx.finish(); err != nil {
+				return nil, err
+			}
+			return out, nil
+		}
+		tx.abort()
+		w = &waiter{ch: make(chan struct{})}
+		for _, name := range req.Queues {
+			q := s.queue(name)
+			q.waiters[w] = struct{}{}
+		}
+		s.mu.Unlock()
+		if deadline == nil {
+			tm := time.NewTimer(req.Wait.D())
+			defer tm.Stop()
+			deadline = tm.C
+		}
+		var timedOut bool
+		select {
+		case <-w.ch:
+		case <-deadline:
+			timedOut = true
+		case <-ctx.Done():
+		case <-s.done:
+		}
+		s.mu.Lock()
+		for _, name := range req.Queues {
+			delete(s.queues[name].waiters, w)
+		}
+		s.mu.Unlock()
+		if s.closed.Load() {
+			return nil, norn.ErrClosed
+		}
+		if timedOut {
+			// One last try, without waiting.
+			req.Wait = 0
+		}
+	}
+}
+
+// claim pops up to req.N tasks from the first non-paused queues that have
+// any, leasing each.
+func (tx *txn) claim(req *norn.ClaimRequest) []*task {
+	s := tx.s
+	var out []*task
+	for _, name := range req.Queues {
+		q := s.queues[name]
+		if q == nil || q.paused {
+			continue
+		}
+		for len(out) < req.N && len(q.ready) > 0 {
+			t := q.ready[0]
+			ns := tx.touch(t)
+			ns.status = stRunning
+			ns.lease++
+			ns.attempts++
+			ns.owner = req.Worker
+			lease := t.timeout
+			if req.Timeout > 0 {
+				lease = int64(req.Timeout)
+			}
+			ns.deadline = tx.now + lease
+			ns.progress = 0
+			tx.history(t, &ns, norn.HistoryEntry{Type: norn.TaskAssignment, Worker: req.Worker, Lease: ns.lease})
+			tx.set(t, ns) // removes it from the ready heap
+			tx.event(norn.EventKind(norn.TaskAssignment), t)
+			out = append(out, t)
+		}
+		if len(out) == req.N {
+			break
+		}
+	}
+	if len(out) > 0 {
+		tx.seen(req.Worker)
+	}
+	return out
+}
+
+// leased returns the task ref names if ref holds its current lease.
+func (tx *txn) leased(ref norn.LeaseRef) (*task, error) {
+	if err := ref.Validate(); err != nil {
+		return nil, err
+	}
+	t := tx.s.tasks[ref.TaskID]
+	if t == nil {
+		return nil, norn.NotFound(ref.TaskID)
+	}
+	if t.st.status == stCancelled {
+		return nil, norn.Cancelled(ref.TaskID)
+	}
+	if t.st.status != stRunning || t.st.lease != ref.Lease || t.st.owner != ref.Worker {
+		return nil, norn.LeaseLost(ref.TaskID, ref.Lease)
+	}
+	return t, nil
+}
+
+// Heartbeat extends the lease and optionally records progress.
+func (s *Store) Heartbeat(ctx context.Context, ref norn.LeaseRef, hb norn.Heartbeat) (time.Time, error) {
+	if err := s.enter(); err != nil {
+		return time.Time{}, err
+	}
+	defer s.exit()
+	var dl time.Time
+	_, err := s.run(func(tx *txn) error {
+		var err error
+		dl, err = tx.heartbeat(ref, hb)
+		return err
+	})
+	return dl, err
+}
+
+func (tx *txn) heartbeat(ref norn.LeaseRef, hb norn.Heartbeat) (time.Time, error) {
+	if hb.Progress != nil {
+		if err := norn.ValidateProgress("progress", *hb.Progress); err != nil {
+			return time.Time{}, err
+		}
+	}
+	if hb.Extend < 0 {
+		return time.Time{}, norn.Invalid("extend", "must not be negative")
+	}
+	t, err := tx.leased(ref)
+	if err != nil {
+		return time.Time{}, err
+	}
+	ns := tx.touch(t)
+	ext := t.timeout
+	if hb.Extend > 0 {
+		ext = int64(hb.Extend)
+	}
+	ns.deadline = tx.now + ext
+	if hb.Progress != nil {
+		ns.progress = *hb.Progress
+	}
+	tx.set(t, ns)
+	tx.seen(ref.Worker)
+	if hb.Progress != nil {
+		tx.event(norn.EventProgress, t)
+	}
+	return fromNanos(ns.deadline), nil
+}
+
+// AppendLog appends to the task's update log under a live lease.
+func (s *Store) AppendLog(ctx context.Context, ref norn.LeaseRef, entry norn.LogAppend) (norn.LogEntry, error) {
+	if err := s.enter(); err != nil {
+		return norn.LogEntry{}, err
+	}
+	defer s.exit()
+	if err := norn.ValidateJSON("data", entry.Data, norn.MaxLogBytes); err != nil {
+		return norn.LogEntry{}, err
+	}
+	if len(entry.Data) == 0 {
+		return norn.LogEntry{}, norn.Invalid("data", "log data is required")
+	}
+	var out norn.LogEntry
+	_, err := s.run(func(tx *txn) error {
+		t, err := tx.leased(ref)
+		if err != nil {
+			return err
+		}
+		ns := t.st
+		if ns.logNext == 0 {
+			ns.logNext = 1
+		}
+		if entry.Seq != 0 && entry.Seq != ns.logNext {
+			return &norn.Error{Code: norn.CodeConflict, Field: "seq",
+				Message: fmt.Sprintf("task %q: next log sequence is %d, not %d", ref.TaskID, ns.logNext, entry.Seq)}
+		}
+		out = norn.LogEntry{Seq: ns.logNext, Lease: ref.Lease, Time: fromNanos(tx.now),
+			Data: append(json.RawMessage(nil), entry.Data...)}
+		tx.b.Set(taskSeqKey(t.id, sufLog, ns.logNext), encodeLog(out), nil)
+		ns.logNext++
+		tx.set(t, ns)
+		return nil
+	})
+	return out, err
+}
+
+// Complete finishes the task successfully.
+func (s *Store) Complete(ctx context.Context, ref norn.LeaseRef, result json.RawMessage) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.exit()
+	_, err := s.run(func(tx *txn) error { return tx.complete(ref, result) })
+	return err
+}
+
+func (tx *txn) complete(ref norn.LeaseRef, result json.RawMessage) error {
+	if err := norn.ValidateJSON("result", result, norn.MaxResultBytes); err != nil {
+		return err
+	}
+	t, err := tx.leased(ref)
+	if err != nil {
+		return err
+	}
+	if len(result) > 0 {
+		tx.b.Set(taskKey(t.id, sufResult), result, nil)
+	}
+	t2 := t.st
+	t2.progress = 1
+	old := t.st
+	t.st = t2 // progress recorded through finishTask's touch
+	tx.undo = append(tx.undo, func() { t.st.progress = old.progress })
+	tx.finishTask(t, stCompleted, norn.HistoryEntry{Type: norn.TaskComplete, Worker: ref.Worker, Lease: ref.Lease, Progress: 1}, nil)
+	return nil
+}
+
+// Fail records an error and retries with backoff or aborts.
+func (s *Store) Fail(ctx context.Context, ref norn.LeaseRef, e norn.ErrorInfo) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.exit()
+	_, err := s.run(func(tx *txn) error { return tx.fail(ref, e) })
+	return err
+}
+
+func (tx *txn) fail(ref norn.LeaseRef, e norn.ErrorInfo) error {
+	if err := norn.ValidateErrorInfo("error", e); err != nil {
+		return err
+	}
+	t, err := tx.leased(ref)
+	if err != nil {
+		return err
+	}
+	view := &norn.Task{Attempts: int(t.st.attempts), MaxAttempts: int(t.maxAttempts), Retry: t.retry}
+	o := norn.AfterFailure(view, fromNanos(tx.now), e)
+	h := norn.HistoryEntry{Type: o.History, Worker: ref.Worker, Lease: ref.Lease, Progress: t.st.progress}
+	if o.Status == norn.StatusAborted {
+		tx.finishTask(t, stAborted, h, &o.Error)
+		return nil
+	}
+	tx.requeue(t, o, h)
+	return nil
+}
+
+// requeue moves a running task back to ready or scheduled after a retry or
+// a timeout.
+func (tx *txn) requeue(t *task, o norn.Outcome, h norn.HistoryEntry) {
+	ns := tx.touch(t)
+	ns.deadline = 0
+	ns.progress = 0
+	if o.History == norn.TaskTimeout {
+		ns.owner = ""
+	}
+	if o.Status == norn.StatusScheduled && nanos(o.RunAt) > tx.now {
+		ns.status = stScheduled
+		ns.runAt = nanos(o.RunAt)
+	} else {
+		ns.status = stReady
+		ns.runAt = tx.now
+		ns.readyAt = tx.now
+	}
+	e := o.Error
+	h.Error = &e
+	tx.recordError(t, &ns, e)
+	tx.history(t, &ns, h)
+	tx.set(t, ns)
+	tx.event(norn.EventKind(o.History), t)
+}
+
+// Abort finishes the task unsuccessfully for good.
+func (s *Store) Abort(ctx context.Context, ref norn.LeaseRef, e norn.ErrorInfo) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.exit()
+	_, err := s.run(func(tx *txn) error { return tx.abortTask(ref, e) })
+	return err
+}
+
+func (tx *txn) abortTask(ref norn.LeaseRef, e norn.ErrorInfo) error {
+	if err := norn.ValidateErrorInfo("error", e); err != nil {
+		return err
+	}
+	t, err := tx.leased(ref)
+	if err != nil {
+		return err
+	}
+	tx.finishTask(t, stAborted, norn.HistoryEntry{Type: norn.TaskAbort, Worker: ref.Worker, Lease: ref.Lease, Progress: t.st.progress}, &e)
+	return nil
+}
+
+// Yield gives the task back: ready now, and the attempt does not count.
+func (s *Store) Yield(ctx context.Context, ref norn.LeaseRef) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.exit()
+	_, err := s.run(func(tx *txn) error { return tx.yield(ref) })
+	return err
+}
+
+func (tx *txn) yield(ref norn.LeaseRef) error {
+	t, err := tx.leased(ref)
+	if err != nil {
+		return err
+	}
+	ns := tx.touch(t)
+	ns.status = stReady
+	ns.readyAt = tx.now
+	ns.runAt = tx.now
+	ns.deadline = 0
+	ns.owner = ""
+	ns.progress = 0
+	if ns.attempts > 0 {
+		ns.attempts--
+	}
+	tx.history(t, &ns, norn.HistoryEntry{Type: norn.TaskYield, Worker: ref.Worker, Lease: ref.Lease, Progress: t.st.progress})
+	tx.set(t, ns)
+	tx.event(norn.EventKind(norn.TaskYield), t)
+	return nil
+}
+
+// LeaseBatch applies many lease operations in one transaction; each op
+// succeeds or fails on its own.
+func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.LeaseOpResult, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	if len(ops) > norn.MaxBatch {
+		return nil, norn.TooLarge("ops", "batch has %d operations, more than the limit of %d", len(ops), norn.MaxBatch)
+	}
+	res := make([]norn.LeaseOpResult, len(ops))
+	_, err := s.run(func(tx *txn) error {
+		for i, op := range ops {
+			u, e := tx.savepoint()
+			// A failed op writes nothing: every op checks before it writes.
+			var err error
+			switch op.Op {
+			case norn.OpHeartbeat:
+				res[i].Deadline, err = tx.heartbeat(op.LeaseRef, op.Heartbeat)
+			case norn.OpComplete:
+				err = tx.complete(op.LeaseRef, op.Result)
+			case norn.OpFail:
+				if op.Error == nil {
+					err = norn.Invalid("error", "fail needs an error")
+				} else {
+					err = tx.fail(op.LeaseRef, *op.Error)
+				}
+			case norn.OpAbort:
+				if op.Error == nil {
+					err = norn.Invalid("error", "abort needs an error")
+				} else {
+					err = tx.abortTask(op.LeaseRef, *op.Error)
+				}
+			case norn.OpYield:
+				err = tx.yield(op.LeaseRef)
+			default:
+				err = norn.Invalid("op", "unknown lease operation %q", op.Op)
+			}
+			if err != nil {
+				tx.rollbackTo(u, e)
+				ne, ok := err.(*norn.Error)
+				if !ok {
+					return err
+				}
+				res[i].Err = norn.WithFieldPrefix(ne, fmt.Sprintf("ops[%d]", i)).(*norn.Error)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
