@@ -224,7 +224,7 @@ func runServer(cmd *cobra.Command, sf *serverFlags) error {
 	if err != nil {
 		var ne *norn.Error
 		if errors.As(err, &ne) && ne.Code == norn.CodeInvalidArgument {
-			return usagef("%v", serverConfigError(ne))
+			return usagef("%v", serverConfigError(ne, sf.addr))
 		}
 		return err
 	}
@@ -236,7 +236,7 @@ func runServer(cmd *cobra.Command, sf *serverFlags) error {
 }
 
 // serverConfigError renames server.Config fields to the flags that set them.
-func serverConfigError(ne *norn.Error) error {
+func serverConfigError(ne *norn.Error, addr string) error {
 	flags := map[string]string{
 		"Addr": "--addr", "TLSCert": "--tls-cert", "TLSKey": "--tls-key", "MaxBodyBytes": "--max-body-bytes",
 		"MaxSpecBytes": "--max-spec-bytes", "MaxBatch": "--max-batch", "MaxLabels": "--max-labels",
@@ -246,7 +246,7 @@ func serverConfigError(ne *norn.Error) error {
 	if f, ok := flags[ne.Field]; ok {
 		c.Field = f
 		if f == "--addr" && strings.Contains(ne.Message, "AllowUnauthenticatedNonLoopback") {
-			c.Message = fmt.Sprintf("no tokens are configured, so authentication is off and %s is not a loopback address; give --tokens-file or --auth-token, or --allow-unauthenticated", ne.Message[strings.Index(ne.Message, "and ")+4:strings.Index(ne.Message, " is not")])
+			c.Message = fmt.Sprintf("no tokens are configured, so authentication is off and %q is not a loopback address; give --tokens-file or --auth-token, or --allow-unauthenticated", addr)
 		}
 	} else if strings.HasPrefix(ne.Field, "Tokens[") {
 		c.Field = "tokens (" + ne.Field + ")"

@@ -1,0 +1,466 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// bin is the norn binary built once for the whole test run.
+var bin string
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "norn-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bin = filepath.Join(dir, "norn")
+	build := exec.Command("go", "build", "-o", bin, "github.com/nornq/norn/cmd/norn")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building norn:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// server is a running `norn server` process.
+type server struct {
+	url  string
+	dir  string
+	cmd  *exec.Cmd
+	errb *bytes.Buffer
+	done chan error
+}
+
+// startServer runs `norn server` on a free loopback port with its data in
+// dir and waits for the line that says where it listens.
+func startServer(t *testing.T, dir string, extra ...string) *server {
+	t.Helper()
+	args := append([]string{"server", "--addr", "127.0.0.1:0", "--store", "embedded:" + dir, "--log-level", "warn"}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = cleanEnv()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errb := &bytes.Buffer{}
+	cmd.Stderr = errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{dir: dir, cmd: cmd, errb: errb, done: make(chan error, 1)}
+	urlc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "norn: listening on "); ok {
+				u, _, _ := strings.Cut(rest, " ")
+				urlc <- u
+			}
+		}
+		close(urlc)
+		s.done <- cmd.Wait()
+	}()
+	select {
+	case u, ok := <-urlc:
+		if !ok {
+			t.Fatalf("server exited before listening; stderr:\n%s", errb)
+		}
+		s.url = u
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("server did not say where it listens; stderr:\n%s", errb)
+	}
+	t.Cleanup(func() { s.stop(t) })
+	return s
+}
+
+// stop sends SIGTERM and expects a clean, prompt exit.
+func (s *server) stop(t *testing.T) {
+	t.Helper()
+	if s.cmd.ProcessState != nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Errorf("server exited with %v after SIGTERM; stderr:\n%s", err, s.errb)
+		}
+	case <-time.After(30 * time.Second):
+		s.cmd.Process.Kill()
+		t.Errorf("server did not stop after SIGTERM")
+	}
+}
+
+// cleanEnv is the environment without NORN_* settings of the developer.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NORN_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+type result struct {
+	out, err string
+	code     int
+}
+
+// norn runs the CLI against s with args and optional stdin.
+func (s *server) norn(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(cleanEnv(), "NORN_SERVER="+s.url)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("norn %v: %v", args, err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+// ok runs the CLI and fails the test unless it exits 0.
+func (s *server) ok(t *testing.T, args ...string) string {
+	t.Helper()
+	r := s.norn(t, "", args...)
+	if r.code != 0 {
+		t.Fatalf("norn %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.out, r.err)
+	}
+	return r.out
+}
+
+// fails runs the CLI and expects exit code code with want in stderr.
+func (s *server) fails(t *testing.T, code int, want string, args ...string) {
+	t.Helper()
+	r := s.norn(t, "", args...)
+	if r.code != code || !strings.Contains(r.err, want) {
+		t.Fatalf("norn %s: exit %d (want %d), stderr %q (want %q)", strings.Join(args, " "), r.code, code, r.err, want)
+	}
+}
+
+func mustContain(t *testing.T, what, got string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(got, w) {
+			t.Fatalf("%s: %q does not contain %q", what, got, w)
+		}
+	}
+}
+
+type task struct {
+	ID       string            `json:"id"`
+	Queue    string            `json:"queue"`
+	Status   string            `json:"status"`
+	Priority int               `json:"priority"`
+	Labels   map[string]string `json:"labels"`
+	Spec     json.RawMessage   `json:"spec"`
+	Result   json.RawMessage   `json:"result"`
+	Lease    uint64            `json:"lease"`
+}
+
+func decode[T any](t *testing.T, s string) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("decoding %q: %v", s, err)
+	}
+	return v
+}
+
+func TestCLI(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, t.TempDir())
+
+	// submit: arguments, idempotency, delays, stdin, bad input.
+	mustContain(t, "submit", s.ok(t, "submit", "emails", `{"to":"a@example.com"}`, "--id", "job-1", "--priority", "5", "--label", "tenant=acme"),
+		"job-1 submitted to emails (ready)")
+	mustContain(t, "duplicate", s.ok(t, "submit", "emails", `{"to":"b"}`, "--id", "job-1"), "job-1 already exists")
+	mustContain(t, "delayed", s.ok(t, "submit", "emails", "--id", "job-2", "--delay", "1h"), "(scheduled)")
+	if r := s.norn(t, `{"from":"stdin"}`, "submit", "emails", "--id", "job-3", "-o", "json"); r.code != 0 ||
+		string(decode[struct{ Task task }](t, r.out).Task.Spec) != `{"from":"stdin"}` {
+		t.Fatalf("submit from stdin: %+v", r)
+	}
+	s.fails(t, 2, "not valid JSON", "submit", "emails", "{nope")
+	s.fails(t, 2, "--label", "submit", "emails", "--label", "novalue")
+	s.fails(t, 1, "queue", "submit", "bad queue!")
+	s.fails(t, 2, "unknown output format", "list", "-o", "yaml")
+	s.fails(t, 2, "unknown flag", "list", "--bogus")
+
+	// submit --batch: 2,500 tasks in 3 chunks, with a dependency on an earlier chunk.
+	var b strings.Builder
+	for i := 0; i < 2500; i++ {
+		fmt.Fprintf(&b, `{"id":"b-%04d","spec":{"i":%d},"labels":{"kind":"batch"}}`+"\n", i, i)
+	}
+	fmt.Fprintln(&b, `{"id":"b-dep","queue":"later","depends_on":["b-0001"]}`)
+	batch := filepath.Join(t.TempDir(), "tasks.ndjson")
+	os.WriteFile(batch, []byte(b.String()), 0o644)
+	mustContain(t, "batch", s.ok(t, "submit", "batch", "--batch", batch, "--chunk", "1000"), "submitted 2501 tasks (0 duplicates)")
+	bad := filepath.Join(t.TempDir(), "bad.ndjson")
+	os.WriteFile(bad, []byte(`{"queue":"q"}`+"\n\n"+`{"queue":"q","priorty":1}`+"\n"), 0o644)
+	s.fails(t, 2, "line 3", "submit", "--batch", bad)
+
+	// list: table, json, ndjson, filters.
+	mustContain(t, "list table", s.ok(t, "list", "-q", "emails"), "ID", "job-1", "job-2", "job-3", "scheduled")
+	all := decode[[]task](t, s.ok(t, "list", "-q", "batch", "--limit", "0", "-o", "json"))
+	if len(all) != 2500 || all[0].ID != "b-0000" || string(all[7].Spec) != `{"i":7}` {
+		t.Fatalf("list -o json: %d tasks, first %+v", len(all), all[0])
+	}
+	nd := strings.Split(strings.TrimSpace(s.ok(t, "list", "--label", "tenant=acme", "-o", "ndjson")), "\n")
+	if len(nd) != 1 || decode[task](t, nd[0]).ID != "job-1" {
+		t.Fatalf("list --label: %q", nd)
+	}
+	r := s.norn(t, "", "list", "-q", "batch", "--limit", "2")
+	if r.code != 0 || strings.Count(r.out, "b-0") != 2 || !strings.Contains(r.err, "--limit 0") {
+		t.Fatalf("list --limit 2: %+v", r)
+	}
+	mustContain(t, "blocked", s.ok(t, "list", "-s", "blocked"), "b-dep")
+
+	// get: one, several, missing.
+	j1 := decode[task](t, s.ok(t, "get", "job-1", "-o", "json"))
+	if j1.Priority != 5 || j1.Labels["tenant"] != "acme" || j1.Status != "ready" {
+		t.Fatalf("get job-1: %+v", j1)
+	}
+	mustContain(t, "get table", s.ok(t, "get", "job-1"), "queue:", "emails", "tenant=acme", `{"to":"a@example.com"}`)
+	r = s.norn(t, "", "get", "job-1", "nope", "-o", "json")
+	if r.code != 1 || !strings.Contains(r.err, "nope") || len(decode[[]task](t, r.out)) != 1 {
+		t.Fatalf("get with a missing id: %+v", r)
+	}
+	s.fails(t, 1, "not found", "get", "nope")
+
+	// count.
+	if got := strings.TrimSpace(s.ok(t, "count", "-q", "batch")); got != "2500" {
+		t.Fatalf("count = %q", got)
+	}
+	cg := decode[struct {
+		Count  int
+		Groups []struct {
+			Queue, Status string
+			Count         int
+		}
+	}](t, s.ok(t, "count", "--group", "-o", "json"))
+	if cg.Count != 2504 || len(cg.Groups) != 4 {
+		t.Fatalf("count --group: %+v", cg)
+	}
+
+	// cancel and delete.
+	mustContain(t, "cancel", s.ok(t, "cancel", "job-1"), "job-1 cancelled")
+	mustContain(t, "cancel again", s.ok(t, "cancel", "job-1"), "job-1 cancelled")
+	s.fails(t, 1, "not found", "cancel", "nope")
+	mustContain(t, "after cancel", s.ok(t, "get", "job-1"), "cancelled", "TaskCancel")
+	mustContain(t, "delete", s.ok(t, "delete", "job-2"), "deleted 1 tasks")
+	s.fails(t, 2, "at least one filter", "delete")
+	mustContain(t, "dry run", s.ok(t, "delete", "-q", "batch", "--dry-run"), "would delete 2500 tasks")
+	mustContain(t, "delete by filter", s.ok(t, "delete", "-q", "batch", "-s", "ready"), "deleted 2500 tasks")
+	mustContain(t, "dependent aborted", s.ok(t, "get", "b-dep"), "aborted", "dependency_failed")
+
+	// queues.
+	mustContain(t, "pause", s.ok(t, "queues", "pause", "emails"), "emails paused")
+	type queue struct {
+		Name     string
+		Paused   bool
+		Counts   map[string]int
+		Defaults struct {
+			Timeout     string
+			MaxAttempts int `json:"max_attempts"`
+			Retention   struct{ Completed string }
+		}
+	}
+	qs := decode[[]queue](t, s.ok(t, "queues", "-o", "json"))
+	found := false
+	for _, q := range qs {
+		if q.Name == "emails" {
+			found = q.Paused && q.Counts["cancelled"] == 1 && q.Counts["ready"] == 1
+		}
+	}
+	if !found {
+		t.Fatalf("queues after pause: %+v", qs)
+	}
+	mustContain(t, "queues table", s.ok(t, "queues"), "QUEUE", "PAUSED", "emails", "yes")
+	mustContain(t, "resume", s.ok(t, "queues", "resume", "emails"), "emails resumed")
+	q := decode[queue](t, s.ok(t, "queues", "set", "emails", "--timeout", "30s", "--max-attempts", "3", "--retention-completed", "1h", "-o", "json"))
+	if q.Paused || q.Defaults.Timeout != "30s" || q.Defaults.MaxAttempts != 3 || q.Defaults.Retention.Completed != "1h0m0s" {
+		t.Fatalf("queues set: %+v", q)
+	}
+	s.fails(t, 2, "nothing to change", "queues", "set", "emails")
+
+	// stats.
+	st := decode[struct {
+		Total  int
+		Totals map[string]int
+	}](t, s.ok(t, "stats", "-o", "json"))
+	if st.Total != 3 || st.Totals["cancelled"] != 1 || st.Totals["aborted"] != 1 {
+		t.Fatalf("stats: %+v", st)
+	}
+	mustContain(t, "stats table", s.ok(t, "stats"), "QUEUE", "emails", "total", "3 tasks")
+}
+
+func TestWatch(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, t.TempDir())
+	cmd := exec.Command(bin, "watch", "-q", "watched", "--count", "2", "-o", "ndjson")
+	cmd.Env = append(cleanEnv(), "NORN_SERVER="+s.url)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	// The watcher subscribes asynchronously: keep submitting until it has
+	// seen two events (an unrelated queue's task must not count).
+	deadline := time.After(30 * time.Second)
+	for i := 0; ; i++ {
+		s.ok(t, "submit", "other", "--id", fmt.Sprintf("o-%d", i))
+		s.ok(t, "submit", "watched", "--id", fmt.Sprintf("w-%d", i))
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("watch: %v; stderr %s", err, errb.String())
+			}
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			if len(lines) != 2 {
+				t.Fatalf("watch printed %q", out.String())
+			}
+			for _, l := range lines {
+				ev := decode[struct{ Kind, Queue, TaskID string }](t, l)
+				if ev.Kind != "TaskSubmit" || ev.Queue != "watched" || !strings.HasPrefix(ev.TaskID, "w-") {
+					t.Fatalf("unexpected event %q", l)
+				}
+			}
+			return
+		case <-deadline:
+			cmd.Process.Kill()
+			t.Fatalf("watch saw fewer than 2 events; stdout %q stderr %q", out.String(), errb.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// TestCurlFlow is the README's quick start with plain HTTP: submit, claim
+// and complete, then see the task in `norn list`. It also checks that a
+// graceful stop keeps the data for the next start.
+func TestCurlFlow(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := startServer(t, dir)
+	call := func(method, path, body string, want int) map[string]any {
+		t.Helper()
+		req, _ := http.NewRequest(method, s.url+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != want {
+			t.Fatalf("%s %s: %d %s (want %d)", method, path, resp.StatusCode, b, want)
+		}
+		return decode[map[string]any](t, string(b))
+	}
+	sub := call("POST", "/v1/tasks", `{"queue":"emails","spec":{"to":"ada@example.com"}}`, 201)
+	id := sub["task"].(map[string]any)["id"].(string)
+	w := call("POST", "/v1/workers", `{"name":"curl"}`, 201)["id"].(string)
+	claimed := call("POST", "/v1/queues/emails/claim", fmt.Sprintf(`{"worker":%q,"n":1,"timeout":"30s"}`, w), 200)
+	tasks := claimed["tasks"].([]any)
+	if len(tasks) != 1 || tasks[0].(map[string]any)["id"] != id {
+		t.Fatalf("claim: %v", claimed)
+	}
+	lease := tasks[0].(map[string]any)["lease"].(float64)
+	call("POST", "/v1/tasks/"+id+"/complete", fmt.Sprintf(`{"worker":%q,"lease":%d,"result":{"sent":true}}`, w, int(lease)), 200)
+	errBody := call("POST", "/v1/tasks/"+id+"/complete", fmt.Sprintf(`{"worker":%q,"lease":%d}`, w, int(lease)+1), 409)
+	if errBody["error"].(map[string]any)["code"] != "lease_lost" {
+		t.Fatalf("stale lease: %v", errBody)
+	}
+	mustContain(t, "list", s.ok(t, "list", "-s", "completed"), id, "emails", "completed", "100%")
+
+	s.stop(t)
+	s2 := startServer(t, dir)
+	got := decode[task](t, s2.ok(t, "get", id, "-o", "json"))
+	if got.Status != "completed" || string(got.Result) != `{"sent":true}` {
+		t.Fatalf("after restart: %+v", got)
+	}
+}
+
+func TestServerSettings(t *testing.T) {
+	t.Parallel()
+	runServer := func(env []string, args ...string) result {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, append([]string{"server"}, args...)...)
+		cmd.Env = append(cleanEnv(), env...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		return result{out.String(), errb.String(), code}
+	}
+	dir := "embedded:" + t.TempDir()
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{args: []string{"--store", "postgres://u:p@localhost/norn"}, want: "embedded:PATH"},
+		{env: []string{"NORN_STORE=nope"}, want: "embedded:PATH"},
+		{args: []string{"--store", dir, "--addr", "0.0.0.0:0"}, want: "--allow-unauthenticated"},
+		{args: []string{"--store", dir, "--durability", "eventually"}, want: "durability"},
+		{args: []string{"--store", dir, "--log-format", "xml"}, want: "--log-format"},
+		{args: []string{"--store", dir, "--auth-token", "t:root"}, want: "--auth-token"},
+		{env: []string{"NORN_MAX_BATCH=many"}, want: "NORN_MAX_BATCH"},
+		{args: []string{"--store", dir, "--tls-cert", "c.pem"}, want: "--tls-key"},
+	} {
+		r := runServer(tc.env, tc.args...)
+		if r.code != 2 || !strings.Contains(r.err, tc.want) {
+			t.Errorf("norn server %v %v: exit %d, stderr %q (want 2 and %q)", tc.env, tc.args, r.code, r.err, tc.want)
+		}
+	}
+
+	// Tokens: the CLI needs one, and NORN_TOKEN provides it.
+	s := startServer(t, t.TempDir(), "--auth-token", "adm1n:admin", "--auth-token", "cl1ent:client:emails")
+	s.fails(t, 1, "unauthenticated", "list")
+	r := s.norn(t, "", "--token", "cl1ent", "submit", "other")
+	if r.code != 1 || !strings.Contains(r.err, "permission") {
+		t.Fatalf("client token on another queue: %+v", r)
+	}
+	s.ok(t, "--token", "cl1ent", "submit", "emails", "--id", "t1")
+	s.fails(t, 1, "permission", "--token", "cl1ent", "queues", "pause", "emails")
+	s.ok(t, "--token", "adm1n", "queues", "pause", "emails")
+
+	// An unreachable server is a clear, non-zero failure.
+	off := &server{url: "http://127.0.0.1:1"}
+	off.fails(t, 1, "unavailable", "stats")
+}
