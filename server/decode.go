@@ -32,7 +32,18 @@ func decodeStrict(raw []byte, v any, path string) error {
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
 		return fmt.Errorf("decodeStrict: need a non-nil pointer, got %T", v)
 	}
-	return decodeValue(bytes.TrimSpace(raw), rv.Elem(), path)
+	raw = bytes.TrimSpace(raw)
+	if !json.Valid(raw) {
+		// Malformed JSON cannot be blamed on a field; say where it broke.
+		var x any
+		err := json.Unmarshal(raw, &x)
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return norn.Invalid(rootField(path), "malformed JSON at byte %d: %v", se.Offset, se)
+		}
+		return norn.Invalid(rootField(path), "malformed JSON: unexpected end of input")
+	}
+	return decodeValue(raw, rv.Elem(), path)
 }
 
 var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()

@@ -222,7 +222,8 @@ func (s *Server) handleAppendLog(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if len(b.Data) == 0 {
-		return norn.Invalid("data", "is required")
+		// An absent or null entry is a JSON null entry, as the client sends it.
+		b.Data = json.RawMessage("null")
 	}
 	if err := norn.ValidateJSON("data", b.Data, norn.MaxLogBytes); err != nil {
 		return err
