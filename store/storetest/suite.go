@@ -1,0 +1,98 @@
+package storetest
+
+import (
+	"os"
+	"strconv"
+	"testing"
+)
+
+// Options tunes Run for slow stores. The zero value runs everything at full
+// size, which is what every store must pass in CI.
+type Options struct {
+	// StreamTasks is how many tasks the constant-memory streaming test
+	// writes. 0 means 100,000 (or env NORN_STORETEST_STREAM_TASKS).
+	StreamTasks int
+}
+
+// Run runs the conformance suite against stores made by f. Every subtest
+// gets its own store and FakeClock and runs in parallel with the others,
+// except the memory measurement of streaming, which runs alone first (its
+// heap figures would be meaningless next to other subtests). Call Run from
+// a non-parallel top-level test for the same reason.
+func Run(t *testing.T, f Factory) { RunWith(t, f, Options{}) }
+
+// RunWith is Run with options.
+func RunWith(t *testing.T, f Factory, o Options) {
+	if o.StreamTasks == 0 {
+		o.StreamTasks = 100_000
+		if v, err := strconv.Atoi(os.Getenv("NORN_STORETEST_STREAM_TASKS")); err == nil && v > 0 {
+			o.StreamTasks = v
+		}
+	}
+	t.Run("StreamConstantMemory", func(t *testing.T) { testStreamMemory(t, f, o.StreamTasks) })
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, f)
+		})
+	}
+}
+
+var tests = []struct {
+	name string
+	fn   func(*testing.T, Factory)
+}{
+	// Client API.
+	{"SubmitDefaults", testSubmitDefaults},
+	{"SubmitBatchAndGetMany", testSubmitBatchAndGetMany},
+	{"SubmitIdempotent", testSubmitIdempotent},
+	{"SubmitDelays", testSubmitDelays},
+	{"Cancel", testCancel},
+	{"CancelRunning", testCancelRunning},
+	{"Update", testUpdate},
+	{"UpdateRunAt", testUpdateRunAt},
+	{"Delete", testDelete},
+	{"DeleteMatching", testDeleteMatching},
+	{"ListOrdersPagingSummary", testListOrdersPaging},
+	{"ListFilters", testListFilters},
+	{"FiltersAndCountsAgree", testFiltersAgree},
+	{"Transaction", testTransaction},
+	{"TransactionRollback", testTransactionRollback},
+	// Dependencies.
+	{"DependencyChain", testDependencyChain},
+	{"DependencyDiamond", testDependencyDiamond},
+	{"DependencyRejected", testDependencyRejected},
+	{"DependencyAlreadyCompleted", testDependencyCompleted},
+	{"DependencyFailureCascade", testDependencyCascade},
+	{"DependencyWithDelay", testDependencyDelay},
+	// Worker API.
+	{"RegisterWorkers", testRegisterWorkers},
+	{"ClaimFields", testClaimFields},
+	{"ClaimQueuesAndN", testClaimQueuesAndN},
+	{"ClaimWait", testClaimWait},
+	{"ClaimPausedQueue", testClaimPaused},
+	{"Heartbeat", testHeartbeat},
+	{"Log", testLog},
+	{"Complete", testComplete},
+	{"FailBackoffSchedule", testFailBackoff},
+	{"FailMaxAttempts", testFailMaxAttempts},
+	{"Abort", testAbort},
+	{"Yield", testYield},
+	{"Timeout", testTimeout},
+	{"TimeoutMaxAttempts", testTimeoutMaxAttempts},
+	{"HistoryCap", testHistoryCap},
+	{"LeaseBatch", testLeaseBatch},
+	{"Fencing", testFencing},
+	{"FencingAfterReclaim", testFencingAfterReclaim},
+	{"ReadyTimeOrdering", testReadyTimeOrdering},
+	{"Ordering10k", testOrdering10k},
+	{"ConcurrentClaims", testConcurrentClaims},
+	// Admin API.
+	{"Queues", testQueues},
+	{"QueueDefaults", testQueueDefaults},
+	{"Retention", testRetention},
+	{"Stats", testStats},
+	{"Subscribe", testSubscribe},
+	// Bad input.
+	{"InvalidInput", testInvalidInput},
+}
