@@ -128,7 +128,7 @@ function drawChart(canvas, data) {
     const y = padT + hgt - (hgt * g) / 4;
     ctx.beginPath(); ctx.moveTo(padL, Math.round(y) + 0.5); ctx.lineTo(padL + w, Math.round(y) + 0.5); ctx.stroke();
     const v = (max * g) / 4;
-    ctx.fillText(v >= 10 || v === 0 ? String(Math.round(v)) : v.toFixed(1), padL - 4, y);
+    ctx.fillText(Number.isInteger(v) ? String(v) : String(+v.toFixed(2)), padL - 4, y);
   }
   ctx.textAlign = "center";
   ctx.textBaseline = "top";
