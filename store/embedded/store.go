@@ -262,8 +262,8 @@ func (s *Store) Close() error {
 		}
 	}
 	s.mu.Unlock()
-	s.wg.Wait()       // the monitor and syncer see done and stop
-	s.life.Lock()     // waits for calls in flight
+	s.wg.Wait()   // the monitor and syncer see done and stop
+	s.life.Lock() // waits for calls in flight
 	defer s.life.Unlock()
 	s.subMu.Lock()
 	for sub := range s.subs {
