@@ -1,0 +1,230 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nornq/norn"
+)
+
+const queueCols = `name, paused, timeout_ns, retry, max_attempts, retention_completed_ns, retention_aborted_ns, retention_cancelled_ns`
+
+func emptyCounts() map[norn.Status]int64 {
+	m := make(map[norn.Status]int64, len(norn.AllStatuses))
+	for _, s := range norn.AllStatuses {
+		m[s] = 0
+	}
+	return m
+}
+
+// Queues lists every queue that has tasks or settings.
+func (s *Store) Queues(ctx context.Context) ([]norn.QueueInfo, error) {
+	return s.queues(ctx, nil)
+}
+
+func (s *Store) queues(ctx context.Context, only *string) ([]norn.QueueInfo, error) {
+	byName := map[string]*norn.QueueInfo{}
+	var names []string
+	get := func(name string) *norn.QueueInfo {
+		q := byName[name]
+		if q == nil {
+			q = &norn.QueueInfo{Name: name, Counts: emptyCounts(), Defaults: norn.DefaultQueueDefaults()}
+			byName[name] = q
+			names = append(names, name)
+		}
+		return q
+	}
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		byName, names = map[string]*norn.QueueInfo{}, nil
+		b := &pgx.Batch{}
+		b.Queue(s.q(`SELECT `+queueCols+` FROM {s}.queues WHERE $1::text IS NULL OR name = $1`), only)
+		b.Queue(s.q(`SELECT queue, status, count(*) FROM {s}.tasks WHERE $1::text IS NULL OR queue = $1 GROUP BY 1, 2`), only)
+		br := conn.SendBatch(ctx, b)
+		defer br.Close()
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			name, d, err := scanQueue(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			q := get(name)
+			q.Paused, q.Defaults = d.paused, d.QueueDefaults
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows, err = br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var name, st string
+			var n int64
+			if err := rows.Scan(&name, &st, &n); err != nil {
+				rows.Close()
+				return err
+			}
+			get(name).Counts[norn.Status(st)] = n
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return br.Close()
+	})
+	if err != nil {
+		return nil, err
+	}
+	sortStrings(names)
+	out := make([]norn.QueueInfo, 0, len(names))
+	for _, n := range names {
+		out = append(out, *byName[n])
+	}
+	return out, nil
+}
+
+func sortStrings(s []string) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+// Queue returns one queue; an unused queue reads as empty with defaults.
+func (s *Store) Queue(ctx context.Context, name string) (norn.QueueInfo, error) {
+	if err := norn.ValidateQueue("name", name); err != nil {
+		return norn.QueueInfo{}, err
+	}
+	qs, err := s.queues(ctx, &name)
+	if err != nil {
+		return norn.QueueInfo{}, err
+	}
+	if len(qs) == 0 {
+		return norn.QueueInfo{Name: name, Counts: emptyCounts(), Defaults: norn.DefaultQueueDefaults()}, nil
+	}
+	return qs[0], nil
+}
+
+// UpdateQueue pauses or resumes a queue and changes its defaults.
+func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate) (norn.QueueInfo, error) {
+	if err := norn.ValidateQueue("name", name); err != nil {
+		return norn.QueueInfo{}, err
+	}
+	if err := u.Validate(); err != nil {
+		return norn.QueueInfo{}, err
+	}
+	resumed := false
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		d := queueDefaults{QueueDefaults: norn.DefaultQueueDefaults()}
+		row := tx.QueryRow(ctx, s.q(`SELECT `+queueCols+` FROM {s}.queues WHERE name = $1 FOR UPDATE`), name)
+		if _, got, err := scanQueue(row); err == nil {
+			d = got
+		} else if err != pgx.ErrNoRows {
+			return err
+		}
+		wasPaused := d.paused
+		if u.Paused != nil {
+			d.paused = *u.Paused
+		}
+		if u.Timeout != nil {
+			d.Timeout = *u.Timeout
+		}
+		if u.Retry != nil {
+			r := *u.Retry
+			d.Retry = &r
+			if r == (norn.RetryPolicy{}) {
+				d.Retry = nil
+			}
+		}
+		if u.MaxAttempts != nil {
+			d.MaxAttempts = *u.MaxAttempts
+		}
+		if u.Retention != nil {
+			d.Retention = *u.Retention
+		}
+		resumed = wasPaused && !d.paused
+		var retry *string
+		if d.Retry != nil {
+			b, _ := json.Marshal(d.Retry)
+			r := string(b)
+			retry = &r
+		}
+		_, err := tx.Exec(ctx, s.q(`INSERT INTO {s}.queues (`+queueCols+`) VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8)
+ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, timeout_ns = EXCLUDED.timeout_ns, retry = EXCLUDED.retry,
+	max_attempts = EXCLUDED.max_attempts, retention_completed_ns = EXCLUDED.retention_completed_ns,
+	retention_aborted_ns = EXCLUDED.retention_aborted_ns, retention_cancelled_ns = EXCLUDED.retention_cancelled_ns`),
+			name, d.paused, int64(d.Timeout), retry, d.MaxAttempts, int64(d.Retention.Completed),
+			int64(d.Retention.Aborted), int64(d.Retention.Cancelled))
+		if err != nil {
+			return err
+		}
+		if resumed {
+			// Claimers on every node should look again.
+			_, err = tx.Exec(ctx, "SELECT pg_notify($1, $2)", s.channel, "wake")
+		}
+		return err
+	})
+	if err != nil {
+		return norn.QueueInfo{}, err
+	}
+	if resumed {
+		s.wake.fire()
+	}
+	return s.Queue(ctx, name)
+}
+
+// Workers lists registered workers in registration order.
+func (s *Store) Workers(ctx context.Context) ([]norn.WorkerInfo, error) {
+	var out []norn.WorkerInfo
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		out = []norn.WorkerInfo{}
+		rows, err := conn.Query(ctx, s.q(`SELECT id, coalesce(name, ''), queues, registered, last_seen FROM {s}.workers ORDER BY n`))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var w norn.WorkerInfo
+			if err := rows.Scan(&w.ID, &w.Name, &w.Queues, &w.Registered, &w.LastSeen); err != nil {
+				return err
+			}
+			w.Registered, w.LastSeen = w.Registered.UTC(), w.LastSeen.UTC()
+			out = append(out, w)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// Stats returns counts by queue and status, totals and worker counts.
+func (s *Store) Stats(ctx context.Context) (norn.Stats, error) {
+	groups, err := s.groupCounts(ctx, "TRUE", nil)
+	if err != nil {
+		return norn.Stats{}, err
+	}
+	st := norn.Stats{Counts: groups, Totals: emptyCounts()}
+	for _, g := range groups {
+		st.Totals[g.Status] += g.Count
+		st.Total += g.Count
+	}
+	err = s.withConn(ctx, func(conn *pgx.Conn) error {
+		now, err := s.dbNow(ctx, conn)
+		if err != nil {
+			return err
+		}
+		return conn.QueryRow(ctx, s.q(`SELECT count(*), count(*) FILTER (WHERE last_seen > $1) FROM {s}.workers`),
+			now.Add(-norn.ActiveWorkerWindow)).Scan(&st.Workers, &st.ActiveWorkers)
+	})
+	return st, err
+}
+
+var _ = time.Second

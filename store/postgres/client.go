@@ -1,0 +1,760 @@
+package postgres
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nornq/norn"
+)
+
+// Get returns one task.
+func (s *Store) Get(ctx context.Context, id string) (*norn.Task, error) {
+	if err := norn.ValidateID("id", id); err != nil {
+		return nil, err
+	}
+	found, _, err := s.GetMany(ctx, []string{id})
+	if err != nil {
+		return nil, err
+	}
+	if len(found) == 0 {
+		return nil, norn.NotFound(id)
+	}
+	return found[0], nil
+}
+
+// GetMany returns the tasks that exist, in request order, and the missing ids.
+func (s *Store) GetMany(ctx context.Context, ids []string) ([]*norn.Task, []string, error) {
+	for i, id := range ids {
+		if err := norn.ValidateID(fmt.Sprintf("ids[%d]", i), id); err != nil {
+			return nil, nil, err
+		}
+	}
+	var recs map[string]*rec
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		var err error
+		recs, err = s.readFull(ctx, conn, ids)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	found := []*norn.Task{}
+	var missing []string
+	for _, id := range ids {
+		if r := recs[id]; r != nil {
+			found = append(found, r.task())
+		} else {
+			missing = append(missing, id)
+		}
+	}
+	return found, missing, nil
+}
+
+// where builds the SQL condition of a filter with its arguments, numbered
+// from len(args)+1.
+func where(f norn.Filter, args []any) (string, []any) {
+	var conds []string
+	add := func(cond string, v any) {
+		args = append(args, v)
+		conds = append(conds, strings.ReplaceAll(cond, "$?", fmt.Sprintf("$%d", len(args))))
+	}
+	if len(f.Queues) > 0 {
+		add("t.queue = ANY($?)", f.Queues)
+	}
+	if len(f.Statuses) > 0 {
+		st := make([]string, len(f.Statuses))
+		for i, s := range f.Statuses {
+			st[i] = string(s)
+		}
+		add("t.status = ANY($?)", st)
+	}
+	if len(f.Labels) > 0 {
+		b, _ := json.Marshal(f.Labels)
+		add("t.labels @> $?::jsonb", string(b))
+	}
+	if f.Owner != "" {
+		add("t.owner = $?", f.Owner)
+	}
+	if f.IDContains != "" {
+		add("strpos(t.id, $?) > 0", f.IDContains)
+	}
+	if !f.CreatedAfter.IsZero() {
+		add("t.created > $?", f.CreatedAfter)
+	}
+	if !f.CreatedBefore.IsZero() {
+		add("t.created < $?", f.CreatedBefore)
+	}
+	if !f.UpdatedAfter.IsZero() {
+		add("t.updated > $?", f.UpdatedAfter)
+	}
+	if !f.UpdatedBefore.IsZero() {
+		add("t.updated < $?", f.UpdatedBefore)
+	}
+	if len(conds) == 0 {
+		return "TRUE", args
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// cursor is the position after the last task of a page.
+type cursor struct {
+	Order    norn.Order `json:"o"`
+	ID       string     `json:"i"`
+	Priority uint32     `json:"p,omitempty"`
+}
+
+func encodeCursor(c cursor) string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s string, order norn.Order) (*cursor, error) {
+	if s == "" {
+		return nil, nil
+	}
+	bad := norn.Invalid("cursor", "malformed cursor; pass next_cursor from the previous page unchanged")
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, bad
+	}
+	var c cursor
+	if err := json.Unmarshal(b, &c); err != nil || c.ID == "" || c.Order != order {
+		return nil, bad
+	}
+	return &c, nil
+}
+
+func validOrder(o norn.Order) error {
+	switch o {
+	case norn.OrderID, norn.OrderNewest, norn.OrderPriority:
+		return nil
+	}
+	return norn.Invalid("order", "unknown order %q (want \"\", newest or priority)", o)
+}
+
+// pageSQL builds the keyset query of one page after c.
+func (s *Store) pageSQL(q norn.Query, c *cursor, limit int) (string, []any) {
+	cond, args := where(q.Filter, nil)
+	var order string
+	switch q.Order {
+	case norn.OrderNewest:
+		order = "t.id DESC"
+		if c != nil {
+			args = append(args, c.ID)
+			cond += fmt.Sprintf(" AND t.id < $%d", len(args))
+		}
+	case norn.OrderPriority:
+		order = "t.priority DESC, t.id"
+		if c != nil {
+			args = append(args, int64(c.Priority), c.ID)
+			cond += fmt.Sprintf(" AND (t.priority < $%d OR (t.priority = $%d AND t.id > $%d))", len(args)-1, len(args)-1, len(args))
+		}
+	default:
+		order = "t.id"
+		if c != nil {
+			args = append(args, c.ID)
+			cond += fmt.Sprintf(" AND t.id > $%d", len(args))
+		}
+	}
+	cols := colsFull
+	if q.Summary {
+		cols = colsSummary
+	}
+	args = append(args, limit)
+	return s.q(fmt.Sprintf("SELECT %s FROM {s}.tasks t WHERE %s ORDER BY %s LIMIT $%d", cols, cond, order, len(args))), args
+}
+
+func (s *Store) page(ctx context.Context, q norn.Query, c *cursor, limit int) ([]*norn.Task, error) {
+	sql, args := s.pageSQL(q, c, limit)
+	var out []*norn.Task
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		out = out[:0]
+		rows, err := conn.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			r, err := scanRec(rows)
+			if err != nil {
+				return err
+			}
+			t := r.task()
+			if q.Summary {
+				t = t.Summary()
+			}
+			out = append(out, t)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+func checkQuery(q *norn.Query) error {
+	if err := q.Filter.Validate(); err != nil {
+		return err
+	}
+	if err := validOrder(q.Order); err != nil {
+		return err
+	}
+	if q.Limit < 0 {
+		return norn.Invalid("limit", "must not be negative")
+	}
+	return nil
+}
+
+// List returns one page.
+func (s *Store) List(ctx context.Context, q norn.Query) (norn.Page, error) {
+	if err := checkQuery(&q); err != nil {
+		return norn.Page{}, err
+	}
+	limit := q.Limit
+	if limit == 0 {
+		limit = norn.DefaultListLimit
+	}
+	if limit > norn.MaxListLimit {
+		return norn.Page{}, norn.Invalid("limit", "must be at most %d", norn.MaxListLimit)
+	}
+	c, err := decodeCursor(q.Cursor, q.Order)
+	if err != nil {
+		return norn.Page{}, err
+	}
+	tasks, err := s.page(ctx, q, c, limit+1)
+	if err != nil {
+		return norn.Page{}, err
+	}
+	p := norn.Page{Tasks: tasks}
+	if len(tasks) > limit {
+		p.Tasks = tasks[:limit]
+		last := p.Tasks[limit-1]
+		p.NextCursor = encodeCursor(cursor{Order: q.Order, ID: last.ID, Priority: last.Priority})
+	}
+	if p.Tasks == nil {
+		p.Tasks = []*norn.Task{}
+	}
+	return p, nil
+}
+
+// Stream walks every matching task page by page (keyset pagination), so
+// memory stays constant whatever the result size.
+func (s *Store) Stream(ctx context.Context, q norn.Query) (norn.TaskIterator, error) {
+	if err := checkQuery(&q); err != nil {
+		return nil, err
+	}
+	c, err := decodeCursor(q.Cursor, q.Order)
+	if err != nil {
+		return nil, err
+	}
+	if s.closed.Load() {
+		return nil, norn.ErrClosed
+	}
+	return &taskIter{s: s, ctx: ctx, q: q, cur: c, left: q.Limit}, nil
+}
+
+const streamPage = 500
+
+type taskIter struct {
+	s     *Store
+	ctx   context.Context
+	q     norn.Query
+	cur   *cursor
+	buf   []*norn.Task
+	item  *norn.Task
+	left  int // remaining cap (0 = none when q.Limit == 0)
+	done  bool
+	err   error
+	count int
+}
+
+func (it *taskIter) Next() bool {
+	if it.done {
+		return false
+	}
+	if it.q.Limit > 0 && it.count >= it.q.Limit {
+		it.done = true
+		return false
+	}
+	if len(it.buf) == 0 {
+		n := streamPage
+		if it.q.Limit > 0 {
+			n = min(n, it.q.Limit-it.count)
+		}
+		page, err := it.s.page(it.ctx, it.q, it.cur, n)
+		if err != nil {
+			it.err, it.done = err, true
+			return false
+		}
+		if len(page) == 0 {
+			it.done = true
+			return false
+		}
+		last := page[len(page)-1]
+		it.cur = &cursor{Order: it.q.Order, ID: last.ID, Priority: last.Priority}
+		it.buf = page
+	}
+	it.item = it.buf[0]
+	it.buf[0] = nil
+	it.buf = it.buf[1:]
+	it.count++
+	return true
+}
+
+func (it *taskIter) Item() *norn.Task { return it.item }
+func (it *taskIter) Err() error       { return it.err }
+func (it *taskIter) Close() error {
+	it.done, it.buf = true, nil
+	return nil
+}
+
+// Count returns how many tasks match f.
+func (s *Store) Count(ctx context.Context, f norn.Filter) (int64, error) {
+	if err := f.Validate(); err != nil {
+		return 0, err
+	}
+	cond, args := where(f, nil)
+	var n int64
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, s.q("SELECT count(*) FROM {s}.tasks t WHERE "+cond), args...).Scan(&n)
+	})
+	return n, err
+}
+
+// CountGrouped counts matching tasks by queue and status.
+func (s *Store) CountGrouped(ctx context.Context, f norn.Filter) ([]norn.GroupCount, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	cond, args := where(f, nil)
+	return s.groupCounts(ctx, cond, args)
+}
+
+func (s *Store) groupCounts(ctx context.Context, cond string, args []any) ([]norn.GroupCount, error) {
+	var out []norn.GroupCount
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		out = []norn.GroupCount{}
+		rows, err := conn.Query(ctx, s.q("SELECT t.queue, t.status, count(*) FROM {s}.tasks t WHERE "+cond+" GROUP BY 1, 2"), args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var g norn.GroupCount
+			var st string
+			if err := rows.Scan(&g.Queue, &st, &g.Count); err != nil {
+				return err
+			}
+			g.Status = norn.Status(st)
+			out = append(out, g)
+		}
+		return rows.Err()
+	})
+	norn.SortGroupCounts(out)
+	return out, err
+}
+
+// Cancel cancels a task that has not finished.
+func (s *Store) Cancel(ctx context.Context, id string) (*norn.Task, error) {
+	if err := norn.ValidateID("id", id); err != nil {
+		return nil, err
+	}
+	res, err := s.Transact(ctx, norn.Txn{Cancel: []string{id}})
+	if err != nil {
+		return nil, stripField(err)
+	}
+	return res.Cancelled[0], nil
+}
+
+// Update changes a task that is not running and not terminal.
+func (s *Store) Update(ctx context.Context, id string, u norn.Update) (*norn.Task, error) {
+	if err := norn.ValidateID("id", id); err != nil {
+		return nil, err
+	}
+	if err := u.Validate(); err != nil {
+		return nil, err
+	}
+	res, err := s.Transact(ctx, norn.Txn{Update: []norn.TxnUpdate{{ID: id, Update: u}}})
+	if err != nil {
+		return nil, stripField(err)
+	}
+	return res.Updated[0], nil
+}
+
+// Delete removes a task with its history and log.
+func (s *Store) Delete(ctx context.Context, id string) error {
+	if err := norn.ValidateID("id", id); err != nil {
+		return err
+	}
+	_, err := s.Transact(ctx, norn.Txn{Delete: []string{id}})
+	return stripField(err)
+}
+
+// stripField removes the transaction position ("cancel[0]") that a
+// single-task call has no use for.
+func stripField(err error) error {
+	ne, ok := err.(*norn.Error)
+	if !ok || ne.Field == "" {
+		return err
+	}
+	c := *ne
+	if i := strings.Index(c.Field, "]"); i >= 0 && strings.Contains(c.Field[:i], "[") {
+		c.Field = strings.TrimPrefix(c.Field[i+1:], ".")
+	}
+	return &c
+}
+
+// DeleteMatching removes every task matching a non-empty filter, in
+// batches, aborting blocked dependents of pending tasks it removes.
+func (s *Store) DeleteMatching(ctx context.Context, f norn.Filter) (int64, error) {
+	if err := f.Validate(); err != nil {
+		return 0, err
+	}
+	if f.Empty() {
+		return 0, norn.Invalid("filter", "an empty filter would delete every task; give at least one condition")
+	}
+	var total int64
+	for {
+		var n int
+		err := s.withTx(ctx, func(tx pgx.Tx) error {
+			cond, args := where(f, nil)
+			rows, err := tx.Query(ctx, s.q("SELECT t.id FROM {s}.tasks t WHERE "+cond+" ORDER BY t.id LIMIT 1000 FOR UPDATE"), args...)
+			if err != nil {
+				return err
+			}
+			ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			now, err := s.dbNow(ctx, tx)
+			if err != nil {
+				return err
+			}
+			n, err = s.deleteIDs(ctx, tx, now, ids)
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		total += int64(n)
+		if n < 1000 {
+			return total, nil
+		}
+	}
+}
+
+// deleteIDs removes tasks with their history and log and cascades the
+// deletion of pending tasks to their blocked dependents.
+func (s *Store) deleteIDs(ctx context.Context, q querier, now time.Time, ids []string) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	rows, err := q.Query(ctx, s.q(`WITH d AS (DELETE FROM {s}.tasks t WHERE t.id = ANY($1)
+	RETURNING t.id, t.queue, t.status AS old_status, 'deleted'::text AS status, t.version + 1 AS version,
+	'TaskDelete'::text AS kind, $2::timestamptz AS time),
+dh AS (DELETE FROM {s}.task_history h USING d WHERE h.task_id = d.id),
+dl AS (DELETE FROM {s}.task_log l USING d WHERE l.task_id = d.id)`+s.eventsCTE("d")+`
+SELECT d.id, d.old_status FROM d, (SELECT count(*) FROM nt) AS n`), ids, now)
+	if err != nil {
+		return 0, err
+	}
+	var pendingIDs []string
+	n := 0
+	for rows.Next() {
+		var id, st string
+		if err := rows.Scan(&id, &st); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		n++
+		if norn.Status(st).Pending() {
+			pendingIDs = append(pendingIDs, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if len(pendingIDs) > 0 {
+		if _, err := s.cascade(ctx, q, now, pendingIDs); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// Transact applies a transaction all or nothing: submits first, then
+// updates, cancels and deletes, all on rows locked for the transaction,
+// after every requirement held.
+func (s *Store) Transact(ctx context.Context, txn norn.Txn) (*norn.TxnResult, error) {
+	if err := validateTxn(&txn); err != nil {
+		return nil, err
+	}
+	var res *norn.TxnResult
+	var wakeReady, wakeSched bool
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		res = &norn.TxnResult{Submitted: []norn.Submitted{}, Updated: []*norn.Task{}, Cancelled: []*norn.Task{}}
+		wakeReady, wakeSched = false, false
+		// Lock what the transaction reads or changes first, so the
+		// requirements still hold when it commits.
+		var lockIDs []string
+		for _, r := range txn.Require {
+			lockIDs = append(lockIDs, r.ID)
+		}
+		for _, u := range txn.Update {
+			lockIDs = append(lockIDs, u.ID)
+		}
+		lockIDs = append(lockIDs, txn.Cancel...)
+		lockIDs = append(lockIDs, txn.Delete...)
+		if len(lockIDs) > 0 {
+			if _, err := s.readCore(ctx, tx, lockIDs, true); err != nil {
+				return err
+			}
+		}
+		if len(txn.Submit) > 0 {
+			sub, err := s.submitIn(ctx, tx, "submit", txn.Submit)
+			if err != nil {
+				return err
+			}
+			res.Submitted = sub
+			for _, r := range sub {
+				wakeReady = wakeReady || (!r.Duplicate && r.Task.Status == norn.StatusReady)
+				wakeSched = wakeSched || (!r.Duplicate && r.Task.Status == norn.StatusScheduled)
+			}
+		}
+		now, err := s.dbNow(ctx, tx)
+		if err != nil {
+			return err
+		}
+		now = micro(now)
+		recs, err := s.readCore(ctx, tx, lockIDs, false)
+		if err != nil {
+			return err
+		}
+		for i, r := range txn.Require {
+			got := recs[r.ID]
+			if got == nil {
+				e := norn.Errorf(norn.CodeConflict, "required task %q does not exist", r.ID)
+				e.Field = fmt.Sprintf("require[%d].id", i)
+				return e
+			}
+			if r.Version != 0 && got.Version != r.Version {
+				e := norn.Errorf(norn.CodeConflict, "required task %q is at version %d, not %d", r.ID, got.Version, r.Version)
+				e.Field = fmt.Sprintf("require[%d].version", i)
+				return e
+			}
+		}
+		changes := map[string]*change{}
+		var order []*change
+		curOf := func(id string) *rec {
+			if c := changes[id]; c != nil {
+				return c.cur
+			}
+			if r := recs[id]; r != nil {
+				return r.clone()
+			}
+			return nil
+		}
+		record := func(r *rec, kind norn.EventKind, h *norn.HistoryEntry) {
+			c := changes[r.ID]
+			if c == nil {
+				c = &change{old: recs[r.ID], cur: r}
+				changes[r.ID] = c
+				order = append(order, c)
+			}
+			c.kind = kind
+			if h != nil {
+				c.hist = append(c.hist, *h)
+			}
+		}
+		var updated, cancelled []*rec
+		for i, u := range txn.Update {
+			field := fmt.Sprintf("update[%d]", i)
+			r := curOf(u.ID)
+			if r == nil {
+				return fieldErr(field, norn.NotFound(u.ID))
+			}
+			if err := applyUpdate(r, u.Update, now); err != nil {
+				return fieldErr(field, err)
+			}
+			record(r, norn.EventUpdated, nil)
+			updated = append(updated, r)
+			wakeReady = wakeReady || r.Status == norn.StatusReady
+			wakeSched = wakeSched || r.Status == norn.StatusScheduled
+		}
+		for i, id := range txn.Cancel {
+			field := fmt.Sprintf("cancel[%d]", i)
+			r := curOf(id)
+			if r == nil {
+				return fieldErr(field, norn.NotFound(id))
+			}
+			switch r.Status {
+			case norn.StatusCancelled:
+				cancelled = append(cancelled, r)
+				continue
+			case norn.StatusCompleted, norn.StatusAborted:
+				e := norn.Errorf(norn.CodeConflict, "task %q is already %s", id, r.Status)
+				e.Field = field
+				return e
+			}
+			r.Status, r.Deadline, r.endedAt, r.pendingDeps = norn.StatusCancelled, time.Time{}, now, 0
+			record(r, norn.EventKind(norn.TaskCancel), &norn.HistoryEntry{Type: norn.TaskCancel, Time: now})
+			cancelled = append(cancelled, r)
+		}
+		deleted := map[string]bool{}
+		for i, id := range txn.Delete {
+			if curOf(id) == nil || deleted[id] {
+				return fieldErr(fmt.Sprintf("delete[%d]", i), norn.NotFound(id))
+			}
+			deleted[id] = true
+		}
+		// Write the changes (the version each carries is recomputed by apply
+		// from the locked original, plus one write).
+		var writes []*change
+		for _, c := range order {
+			if !deleted[c.cur.ID] {
+				writes = append(writes, c)
+			}
+		}
+		ar, err := s.apply(ctx, tx, true, now, writes)
+		if err != nil {
+			return err
+		}
+		for _, c := range writes {
+			if !ar.ok[c.cur.ID] {
+				return fmt.Errorf("task %q: %w", c.cur.ID, errConcurrent)
+			}
+		}
+		if len(ar.released) > 0 {
+			wakeReady = true
+		}
+		var delIDs []string
+		for id := range deleted {
+			delIDs = append(delIDs, id)
+		}
+		n, err := s.deleteIDs(ctx, tx, now, delIDs)
+		if err != nil {
+			return err
+		}
+		res.Deleted = n
+		for _, r := range updated {
+			res.Updated = append(res.Updated, nil)
+			res.Updated[len(res.Updated)-1] = r.Task.Clone()
+		}
+		for _, r := range cancelled {
+			res.Cancelled = append(res.Cancelled, r.Task.Clone())
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Returned tasks carry their history as stored: read them back.
+	if len(res.Updated)+len(res.Cancelled) > 0 {
+		var ids []string
+		for _, t := range res.Updated {
+			ids = append(ids, t.ID)
+		}
+		for _, t := range res.Cancelled {
+			ids = append(ids, t.ID)
+		}
+		var full map[string]*rec
+		err := s.withConn(ctx, func(conn *pgx.Conn) error {
+			var err error
+			full, err = s.readFull(ctx, conn, ids)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		fill := func(ts []*norn.Task) {
+			for i, t := range ts {
+				if f := full[t.ID]; f != nil && f.Version == t.Version {
+					ts[i] = f.task()
+				}
+			}
+		}
+		fill(res.Updated)
+		fill(res.Cancelled)
+	}
+	if wakeReady {
+		s.wake.fire()
+	}
+	if wakeSched {
+		s.sweepWake.fire()
+	}
+	return res, nil
+}
+
+func validateTxn(txn *norn.Txn) error {
+	if err := norn.ValidateBatch("submit", txn.Submit); err != nil {
+		return err
+	}
+	for i := range txn.Update {
+		f := fmt.Sprintf("update[%d]", i)
+		if err := norn.ValidateID(f+".id", txn.Update[i].ID); err != nil {
+			return err
+		}
+		if err := txn.Update[i].Update.Validate(); err != nil {
+			return norn.WithFieldPrefix(err, f)
+		}
+	}
+	for i, id := range txn.Cancel {
+		if err := norn.ValidateID(fmt.Sprintf("cancel[%d]", i), id); err != nil {
+			return err
+		}
+	}
+	for i, id := range txn.Delete {
+		if err := norn.ValidateID(fmt.Sprintf("delete[%d]", i), id); err != nil {
+			return err
+		}
+	}
+	for i, r := range txn.Require {
+		if err := norn.ValidateID(fmt.Sprintf("require[%d].id", i), r.ID); err != nil {
+			return err
+		}
+	}
+	if n := len(txn.Submit) + len(txn.Update) + len(txn.Cancel) + len(txn.Delete) + len(txn.Require); n > norn.MaxBatch {
+		return norn.TooLarge("txn", "transaction has %d operations, more than the limit of %d", n, norn.MaxBatch)
+	}
+	return nil
+}
+
+// applyUpdate changes priority, run_at and labels of a not-running task.
+func applyUpdate(r *rec, u norn.Update, now time.Time) error {
+	if u.IfVersion != 0 && u.IfVersion != r.Version {
+		return norn.Errorf(norn.CodeConflict, "task %q is at version %d, not %d", r.ID, r.Version, u.IfVersion)
+	}
+	switch r.Status {
+	case norn.StatusScheduled, norn.StatusBlocked, norn.StatusReady:
+	default:
+		return norn.Errorf(norn.CodeConflict, "task %q is %s; only scheduled, blocked or ready tasks can be updated", r.ID, r.Status)
+	}
+	if u.Priority != nil {
+		r.Priority = *u.Priority
+	}
+	if u.Labels != nil {
+		r.Labels = u.Labels
+		if len(r.Labels) == 0 {
+			r.Labels = nil
+		}
+	}
+	if u.RunAt != nil {
+		at := micro(*u.RunAt)
+		if u.RunAt.IsZero() || !at.After(now) {
+			at = now
+		}
+		r.RunAt = at
+		switch {
+		case r.Status == norn.StatusScheduled && !at.After(now):
+			r.Status, r.readyAt = norn.StatusReady, now
+		case r.Status == norn.StatusReady && at.After(now):
+			r.Status = norn.StatusScheduled
+		}
+	}
+	return nil
+}

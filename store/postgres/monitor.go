@@ -1,0 +1,306 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nornq/norn"
+)
+
+// sweepBatch bounds every sweep statement so a backlog is worked off in
+// short transactions instead of one huge one.
+const sweepBatch = 1000
+
+// Sweep runs one monitor pass now: expired leases, due delays and
+// backoffs, retention. Every change is a compare-and-set on the (status,
+// lease, version) read, so two nodes sweeping at once, or a worker
+// finishing a task while it is swept, can never be overwritten.
+func (s *Store) Sweep(ctx context.Context) (norn.SweepReport, error) {
+	var rep norn.SweepReport
+	if err := s.sweepTimeouts(ctx, &rep); err != nil {
+		return rep, err
+	}
+	if err := s.sweepDelays(ctx, &rep); err != nil {
+		return rep, err
+	}
+	if err := s.sweepRetention(ctx, &rep); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// sweepCandidates reads tasks matching cond (a condition on t and $1 =
+// now) without locking them.
+func (s *Store) sweepCandidates(ctx context.Context, conn *pgx.Conn, cond, order string) (time.Time, []*rec, error) {
+	now, err := s.dbNow(ctx, conn)
+	if err != nil {
+		return now, nil, err
+	}
+	now = micro(now)
+	rows, err := conn.Query(ctx, s.q(`SELECT `+colsCore+` FROM {s}.tasks t WHERE `+cond+` ORDER BY `+order+` LIMIT $2`), now, sweepBatch)
+	if err != nil {
+		return now, nil, err
+	}
+	defer rows.Close()
+	var out []*rec
+	for rows.Next() {
+		r, err := scanRec(rows)
+		if err != nil {
+			return now, nil, err
+		}
+		out = append(out, r)
+	}
+	return now, out, rows.Err()
+}
+
+func (s *Store) sweepTimeouts(ctx context.Context, rep *norn.SweepReport) error {
+	for {
+		var n int
+		err := s.withConn(ctx, func(conn *pgx.Conn) error {
+			now, cands, err := s.sweepCandidates(ctx, conn, `t.status = 'running' AND t.deadline < $1`, `t.deadline`)
+			if err != nil {
+				return err
+			}
+			n = len(cands)
+			if s.cfg.sweepPause != nil && n > 0 {
+				s.cfg.sweepPause()
+			}
+			changes := make([]*change, 0, n)
+			for _, o := range cands {
+				r := o.clone()
+				out := norn.AfterTimeout(&r.Task, now)
+				h := norn.HistoryEntry{Type: out.History, Time: now, Worker: r.Owner, Lease: r.Lease, Progress: r.Progress, Error: &out.Error}
+				r.Errors = append(r.Errors, out.Error)
+				r.Status, r.Deadline = out.Status, time.Time{}
+				if out.Status == norn.StatusReady {
+					r.Owner, r.Progress, r.readyAt = "", 0, now
+				} else {
+					r.endedAt = now
+				}
+				changes = append(changes, &change{old: o, cur: r, hist: []norn.HistoryEntry{h}, kind: norn.EventKind(out.History)})
+			}
+			res, err := s.apply(ctx, conn, false, now, changes)
+			if err != nil {
+				return err
+			}
+			for _, c := range changes {
+				if !res.ok[c.cur.ID] {
+					continue // a heartbeat, completion or reclaim won the race
+				}
+				if c.cur.Status == norn.StatusReady {
+					rep.TimedOut++
+				} else {
+					rep.Aborted++
+				}
+			}
+			rep.Aborted += len(res.aborted)
+			if len(res.ok) > 0 {
+				s.wake.fire()
+			}
+			return nil
+		})
+		if err != nil || n < sweepBatch {
+			return err
+		}
+	}
+}
+
+func (s *Store) sweepDelays(ctx context.Context, rep *norn.SweepReport) error {
+	for {
+		var n int
+		err := s.withConn(ctx, func(conn *pgx.Conn) error {
+			now, cands, err := s.sweepCandidates(ctx, conn, `t.status = 'scheduled' AND t.run_at <= $1`, `t.run_at`)
+			if err != nil {
+				return err
+			}
+			n = len(cands)
+			if s.cfg.sweepPause != nil && n > 0 {
+				s.cfg.sweepPause()
+			}
+			changes := make([]*change, 0, n)
+			for _, o := range cands {
+				r := o.clone()
+				r.Status, r.readyAt = norn.StatusReady, now
+				changes = append(changes, &change{old: o, cur: r,
+					hist: []norn.HistoryEntry{{Type: norn.TaskRelease, Time: now}}, kind: norn.EventKind(norn.TaskRelease)})
+			}
+			res, err := s.apply(ctx, conn, false, now, changes)
+			if err != nil {
+				return err
+			}
+			rep.Released += len(res.ok)
+			if len(res.ok) > 0 {
+				s.wake.fire()
+			}
+			return nil
+		})
+		if err != nil || n < sweepBatch {
+			return err
+		}
+	}
+}
+
+// sweepRetention deletes terminal tasks whose queue's retention for their
+// status has passed since they ended. The index on (status, ended_at)
+// bounds the scan to tasks older than the shortest retention in force.
+func (s *Store) sweepRetention(ctx context.Context, rep *norn.SweepReport) error {
+	for _, st := range []struct {
+		status norn.Status
+		col    string
+		def    time.Duration
+	}{
+		{norn.StatusCompleted, "retention_completed_ns", norn.DefaultRetention.Completed.D()},
+		{norn.StatusAborted, "retention_aborted_ns", norn.DefaultRetention.Aborted.D()},
+		{norn.StatusCancelled, "retention_cancelled_ns", norn.DefaultRetention.Cancelled.D()},
+	} {
+		for {
+			var n int
+			err := s.withConn(ctx, func(conn *pgx.Conn) error {
+				now, err := s.dbNow(ctx, conn)
+				if err != nil {
+					return err
+				}
+				now = micro(now)
+				var minNS *int64
+				if err := conn.QueryRow(ctx, s.q(`SELECT min(`+st.col+`) FROM {s}.queues WHERE `+st.col+` > 0`)).Scan(&minNS); err != nil {
+					return err
+				}
+				minRet := st.def
+				if minNS != nil && time.Duration(*minNS) < minRet {
+					minRet = time.Duration(*minNS)
+				}
+				rows, err := conn.Query(ctx, s.q(fmt.Sprintf(`SELECT t.id FROM {s}.tasks t LEFT JOIN {s}.queues q ON q.name = t.queue
+WHERE t.status = $1 AND t.ended_at IS NOT NULL AND t.ended_at <= $2
+	AND coalesce(q.%[1]s, $3) > 0 AND t.ended_at + (coalesce(q.%[1]s, $3) / 1000) * interval '1 microsecond' <= $4
+ORDER BY t.ended_at LIMIT $5`, st.col)), string(st.status), now.Add(-minRet), int64(st.def), now, sweepBatch)
+				if err != nil {
+					return err
+				}
+				ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				if err != nil {
+					return err
+				}
+				n = len(ids)
+				if n == 0 {
+					return nil
+				}
+				// Only tasks still terminal in that status go: one that was
+				// deleted or replaced meanwhile is left alone.
+				tag, err := conn.Exec(ctx, s.q(`WITH d AS (DELETE FROM {s}.tasks t WHERE t.id = ANY($1) AND t.status = $2
+	RETURNING t.id, t.queue, 'deleted'::text AS status, t.version + 1 AS version, 'TaskDelete'::text AS kind, $3::timestamptz AS time),
+dh AS (DELETE FROM {s}.task_history h USING d WHERE h.task_id = d.id),
+dl AS (DELETE FROM {s}.task_log l USING d WHERE l.task_id = d.id)`+s.eventsCTE("d")+`
+SELECT d.id FROM d, (SELECT count(*) FROM nt) AS x`), ids, string(st.status), now)
+				if err != nil {
+					return err
+				}
+				rep.Purged += int(tag.RowsAffected())
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if n < sweepBatch {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// monitor runs on every node: it tries to become the leader with a
+// session-level advisory lock on a dedicated connection and, while it
+// holds it, sweeps whenever something is due (at most SweepInterval apart).
+// When the leader's session dies the lock is released by the server and
+// another node takes over at its next attempt.
+func (s *Store) monitor() {
+	defer s.wg.Done()
+	var lockConn *pgx.Conn
+	defer func() {
+		if lockConn != nil {
+			lockConn.Close(context.Background())
+		}
+		s.leader.Store(false)
+	}()
+	for {
+		if lockConn == nil || lockConn.IsClosed() {
+			s.leader.Store(false)
+			ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+			c, err := pgx.ConnectConfig(ctx, s.connCfg)
+			cancel()
+			if err == nil {
+				lockConn = c
+			} else {
+				lockConn = nil
+			}
+		}
+		if lockConn != nil && !s.leader.Load() {
+			ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+			var got bool
+			err := lockConn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", s.cfg.LeaderLockKey).Scan(&got)
+			cancel()
+			if err != nil {
+				lockConn.Close(context.Background())
+				lockConn = nil
+			} else if got {
+				s.leader.Store(true)
+				s.cfg.Logger.Info("norn: this node now leads the monitor", "schema", s.cfg.Schema)
+			}
+		}
+		wait := s.cfg.LeaderRetry
+		if s.leader.Load() {
+			// Still leading? A dead session means the lock is gone.
+			ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+			err := lockConn.Ping(ctx)
+			cancel()
+			if err != nil {
+				s.leader.Store(false)
+				lockConn.Close(context.Background())
+				lockConn = nil
+				s.cfg.Logger.Warn("norn: lost the monitor leadership", "err", err)
+				continue
+			}
+			ctx, cancel = context.WithTimeout(s.ctx, time.Minute)
+			if _, err := s.Sweep(ctx); err != nil && s.ctx.Err() == nil {
+				s.cfg.Logger.Warn("norn: sweep failed", "err", err)
+			}
+			wait = s.nextDue(ctx)
+			cancel()
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-s.ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		case <-s.sweepWake.wait():
+			timer.Stop()
+		}
+	}
+}
+
+// nextDue returns how long until the next delay or lease deadline is due,
+// capped at SweepInterval.
+func (s *Store) nextDue(ctx context.Context) time.Duration {
+	wait := s.cfg.SweepInterval
+	if s.cfg.Clock != nil {
+		return wait // a fake clock does not move with real time
+	}
+	var d *float64
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, s.q(`SELECT extract(epoch FROM least(
+	(SELECT min(run_at) FROM {s}.tasks WHERE status = 'scheduled'),
+	(SELECT min(deadline) FROM {s}.tasks WHERE status = 'running')) - clock_timestamp())`)).Scan(&d)
+	})
+	if err != nil || d == nil {
+		return wait
+	}
+	due := time.Duration(*d*float64(time.Second)) + time.Millisecond
+	if due < 5*time.Millisecond {
+		due = 5 * time.Millisecond
+	}
+	return min(due, wait)
+}

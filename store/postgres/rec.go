@@ -1,0 +1,185 @@
+package postgres
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nornq/norn"
+)
+
+// rec is a task as stored: the public Task plus the bookkeeping columns.
+type rec struct {
+	norn.Task
+	readyAt      time.Time
+	endedAt      time.Time
+	pendingDeps  int
+	historyCount int
+	logSeq       uint64
+}
+
+// Column lists for reading tasks. All three have the same shape so one scan
+// function reads them; the lighter ones put NULL where data is not needed.
+const (
+	colsBase = `t.id, t.queue, t.priority, t.status, t.progress, t.labels, t.created, t.updated, t.run_at,
+t.ready_at, t.ended_at, t.depends_on, t.pending_deps, t.owner, t.deadline, t.lease, t.attempts,
+t.max_attempts, t.retry, t.timeout_ns, t.history_count, t.log_seq, t.version`
+	historyAgg = `(SELECT jsonb_agg(jsonb_build_object('type', h.type, 'time', h.time, 'worker', h.worker,
+'lease', h.lease, 'progress', h.progress, 'error', h.error) ORDER BY h.seq)
+FROM {s}.task_history h WHERE h.task_id = t.id)`
+	// colsFull: everything, history included.
+	colsFull = colsBase + `, t.spec, t.result, t.errors, ` + historyAgg
+	// colsCore: what a state change needs (errors, to append to them).
+	colsCore = colsBase + `, NULL::bytea, NULL::bytea, t.errors, NULL::jsonb`
+	// colsSummary: the summary view.
+	colsSummary = colsBase + `, NULL::bytea, NULL::bytea, NULL::jsonb, NULL::jsonb`
+)
+
+// scanRec reads one row of any of the column lists.
+func scanRec(row pgx.Row) (*rec, error) {
+	var (
+		r                  rec
+		priority           int64
+		status             string
+		labels, retry      []byte
+		ended, deadline    *time.Time
+		owner              *string
+		deps               []string
+		pending, attempts  int32
+		maxAttempts, hcnt  int32
+		lease, timeoutNS   int64
+		logSeq, version    int64
+		spec, result       []byte
+		errs, hist         []byte
+		created, updated   time.Time
+		runAt, readyAt     time.Time
+	)
+	err := row.Scan(&r.ID, &r.Queue, &priority, &status, &r.Progress, &labels, &created, &updated, &runAt,
+		&readyAt, &ended, &deps, &pending, &owner, &deadline, &lease, &attempts,
+		&maxAttempts, &retry, &timeoutNS, &hcnt, &logSeq, &version,
+		&spec, &result, &errs, &hist)
+	if err != nil {
+		return nil, err
+	}
+	r.Priority = uint32(priority)
+	r.Status = norn.Status(status)
+	r.Created, r.Updated, r.RunAt, r.readyAt = created.UTC(), updated.UTC(), runAt.UTC(), readyAt.UTC()
+	if ended != nil {
+		r.endedAt = ended.UTC()
+	}
+	if deadline != nil {
+		r.Deadline = deadline.UTC()
+	}
+	if owner != nil {
+		r.Owner = *owner
+	}
+	if len(deps) > 0 {
+		r.DependsOn = deps
+	}
+	r.pendingDeps, r.Attempts, r.MaxAttempts, r.historyCount = int(pending), int(attempts), int(maxAttempts), int(hcnt)
+	r.Lease, r.Timeout, r.logSeq, r.Version = uint64(lease), norn.Duration(timeoutNS), uint64(logSeq), uint64(version)
+	if len(labels) > 0 {
+		if err := json.Unmarshal(labels, &r.Labels); err != nil {
+			return nil, fmt.Errorf("task %q labels: %w", r.ID, err)
+		}
+	}
+	if len(retry) > 0 {
+		r.Retry = new(norn.RetryPolicy)
+		if err := json.Unmarshal(retry, r.Retry); err != nil {
+			return nil, fmt.Errorf("task %q retry: %w", r.ID, err)
+		}
+	}
+	if spec != nil {
+		r.Spec = spec
+	}
+	if result != nil {
+		r.Result = result
+	}
+	if len(errs) > 0 {
+		if err := json.Unmarshal(errs, &r.Errors); err != nil {
+			return nil, fmt.Errorf("task %q errors: %w", r.ID, err)
+		}
+	}
+	if len(hist) > 0 {
+		if err := json.Unmarshal(hist, &r.History); err != nil {
+			return nil, fmt.Errorf("task %q history: %w", r.ID, err)
+		}
+		for i := range r.History {
+			r.History[i].Time = r.History[i].Time.UTC()
+		}
+		r.HistoryDropped = r.historyCount - len(r.History)
+	}
+	return &r, nil
+}
+
+// task returns the public view.
+func (r *rec) task() *norn.Task {
+	t := r.Task.Clone()
+	return t
+}
+
+// clone copies the record so a change can be computed beside the original.
+func (r *rec) clone() *rec {
+	c := *r
+	c.Task = *r.Task.Clone()
+	return &c
+}
+
+// labelsJSON encodes labels for a jsonb column (NULL when none).
+func labelsJSON(l map[string]string) *string {
+	if len(l) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(l)
+	s := string(b)
+	return &s
+}
+
+func errorsJSON(e []norn.ErrorInfo) *string {
+	if len(e) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(e)
+	s := string(b)
+	return &s
+}
+
+func retryJSON(r *norn.RetryPolicy) *string {
+	if r == nil {
+		return nil
+	}
+	b, _ := json.Marshal(r)
+	s := string(b)
+	return &s
+}
+
+func strPtr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func micro(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// statements holds the quoted schema the SQL is written against.
+type statements struct {
+	schema string
+}
+
+func newStatements(schema string) *statements { return &statements{schema: schema} }
+
+// q substitutes the schema into a statement.
+func (s *Store) q(sql string) string {
+	return strings.ReplaceAll(sql, "{s}", s.sql.schema)
+}

@@ -1,0 +1,453 @@
+// Package postgres is the cluster-mode norn.Store: any number of Norn nodes
+// share one PostgreSQL database, which is the only state. Claims take ready
+// tasks with one FOR UPDATE SKIP LOCKED statement on a partial index,
+// every other state change is a compare-and-set on the task's (status,
+// lease, version), LISTEN/NOTIFY wakes long-polling claimers on every node,
+// and one node at a time (an advisory-lock leader) runs the monitor sweeps.
+// See docs/postgres.md.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/nornq/norn"
+)
+
+// DefaultSchema is the schema Norn's tables live in unless configured.
+const DefaultSchema = "norn"
+
+// Config configures Open. Only URL is required.
+type Config struct {
+	// URL is the database, as a postgres:// URL or key=value string.
+	// Required. Connection parameters in it (sslmode, connect_timeout,
+	// default_query_exec_mode, ...) are honoured.
+	URL string
+	// Schema holds Norn's tables (default DefaultSchema, "norn"), so several
+	// deployments can share a database.
+	Schema string
+	// Migrate applies pending migrations on Open. Without it Open refuses a
+	// schema that is not at the latest version.
+	Migrate bool
+	// Clock, when set, replaces the database clock (tests inject a fake
+	// clock). Default nil: every time comes from the database's clock, so
+	// node clocks need not agree.
+	Clock norn.Clock
+	// HistoryLimit caps each task's history (default norn.DefaultHistoryLimit).
+	HistoryLimit int
+	// PollInterval is how often a long-polling Claim looks again when no
+	// notification arrived, the fallback for lost notifications (default 1s).
+	PollInterval time.Duration
+	// SweepInterval is the longest the monitor leader waits between sweeps
+	// (default 1s); it sweeps sooner when the next delay or deadline is due.
+	SweepInterval time.Duration
+	// LeaderRetry is how often a node that is not the monitor leader tries
+	// to become it (default 1s): a dead leader is replaced within about this long.
+	LeaderRetry time.Duration
+	// LeaderLockKey is the advisory lock key of the monitor leader (default:
+	// derived from Schema, so deployments sharing a database elect their
+	// own leaders).
+	LeaderLockKey int64
+	// DisableMonitor turns the automatic monitor off on this node (Sweep
+	// still works). Tests with a fake clock use it; a cluster needs at least
+	// one node with the monitor on.
+	DisableMonitor bool
+	// MaxConns caps the connection pool (default max(8, 2×GOMAXPROCS)). The
+	// store also keeps two dedicated sessions: the listener and the leader lock.
+	MaxConns int
+	// Logger receives operational messages (default slog.Default()).
+	Logger *slog.Logger
+
+	// sweepPause, when set (tests), runs between a sweep's read and its
+	// compare-and-set write, to prove a racing change is never overwritten.
+	sweepPause func()
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	o := *c
+	if o.URL == "" {
+		return o, norn.Invalid("url", "database URL is required")
+	}
+	if o.Schema == "" {
+		o.Schema = DefaultSchema
+	}
+	if len(o.Schema) > 40 {
+		return o, norn.Invalid("schema", "schema name must be at most 40 bytes")
+	}
+	if o.HistoryLimit < 0 {
+		return o, norn.Invalid("history_limit", "must not be negative")
+	}
+	if o.HistoryLimit == 0 {
+		o.HistoryLimit = norn.DefaultHistoryLimit
+	}
+	if o.PollInterval < 0 || o.SweepInterval < 0 || o.LeaderRetry < 0 {
+		return o, norn.Invalid("poll_interval", "intervals must not be negative")
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = time.Second
+	}
+	if o.SweepInterval == 0 {
+		o.SweepInterval = time.Second
+	}
+	if o.LeaderRetry == 0 {
+		o.LeaderRetry = time.Second
+	}
+	if o.LeaderLockKey == 0 {
+		o.LeaderLockKey = lockKey("norn-leader:" + o.Schema)
+	}
+	if o.MaxConns < 0 {
+		return o, norn.Invalid("max_conns", "must not be negative")
+	}
+	if o.MaxConns == 0 {
+		o.MaxConns = max(8, 2*runtime.GOMAXPROCS(0))
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, nil
+}
+
+func lockKey(s string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return int64(h.Sum64())
+}
+
+// Store is the PostgreSQL norn.Store. It is safe for concurrent use.
+type Store struct {
+	cfg     Config
+	connCfg *pgx.ConnConfig
+	pool    *pool
+	sql     *statements
+	chanLit string // the NOTIFY channel as a quoted SQL literal
+	channel string
+
+	closed    atomic.Bool
+	ctx       context.Context // cancelled by Close
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	wake      *broadcaster // ready tasks: long-polling claimers
+	sweepWake *broadcaster // new delays: the monitor leader
+	subs      *subscribers
+	leader    atomic.Bool
+}
+
+var _ norn.Store = (*Store)(nil)
+
+// Open connects, checks (or with Config.Migrate applies) the schema, starts
+// the listener and the monitor, and returns the store.
+func Open(ctx context.Context, c Config) (*Store, error) {
+	cfg, err := c.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	connCfg, err := pgx.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, norn.Invalid("url", "cannot parse database URL: %v", err)
+	}
+	// All times cross the wire in UTC so history JSON built by the
+	// database parses the same everywhere.
+	connCfg.RuntimeParams["timezone"] = "UTC"
+	if cfg.Migrate {
+		if _, err := Migrate(ctx, cfg.URL, cfg.Schema, -1); err != nil {
+			return nil, err
+		}
+	}
+	s := &Store{
+		cfg:       cfg,
+		connCfg:   connCfg,
+		sql:       newStatements(quoteIdent(cfg.Schema)),
+		channel:   "norn:" + cfg.Schema,
+		wake:      newBroadcaster(),
+		sweepWake: newBroadcaster(),
+		subs:      newSubscribers(),
+	}
+	s.chanLit = "'" + strings.ReplaceAll(s.channel, "'", "''") + "'"
+	s.pool = newPool(connCfg, cfg.MaxConns)
+	err = s.withConn(ctx, func(conn *pgx.Conn) error { return checkSchema(ctx, conn, cfg.Schema) })
+	if err != nil {
+		s.pool.close()
+		return nil, err
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	ready := make(chan error, 1)
+	s.wg.Add(1)
+	go s.listen(ready)
+	select {
+	case err := <-ready:
+		if err != nil {
+			s.Close()
+			return nil, norn.Unavailable(fmt.Errorf("listen: %w", err))
+		}
+	case <-ctx.Done():
+		s.Close()
+		return nil, ctx.Err()
+	}
+	if !cfg.DisableMonitor {
+		s.wg.Add(1)
+		go s.monitor()
+	}
+	return s, nil
+}
+
+// Close stops the monitor and the listener and closes every connection.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.wg.Wait()
+	s.pool.close()
+	s.subs.closeAll()
+	return nil
+}
+
+// IsLeader reports whether this node currently runs the monitor sweeps.
+func (s *Store) IsLeader() bool { return s.leader.Load() }
+
+// querier is what both a connection and a transaction offer.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// withConn runs f on a pooled connection, retrying serialization failures
+// and deadlocks, and maps backend failures to norn errors.
+func (s *Store) withConn(ctx context.Context, f func(conn *pgx.Conn) error) error {
+	if s.closed.Load() {
+		return norn.ErrClosed
+	}
+	for attempt := 0; ; attempt++ {
+		conn, err := s.pool.acquire(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return norn.Unavailable(err)
+		}
+		err = f(conn)
+		s.pool.release(conn, err)
+		if err != nil && retryable(err) && attempt < 8 {
+			time.Sleep(time.Duration(attempt+1) * time.Millisecond)
+			continue
+		}
+		if err != nil && ctx.Err() != nil && !isNornErr(err) {
+			return ctx.Err()
+		}
+		return mapErr(err)
+	}
+}
+
+// withTx runs f in a transaction on a pooled connection (retried as withConn).
+func (s *Store) withTx(ctx context.Context, f func(tx pgx.Tx) error) error {
+	return s.withConn(ctx, func(conn *pgx.Conn) error {
+		return pgx.BeginFunc(ctx, conn, f)
+	})
+}
+
+func isNornErr(err error) bool {
+	var ne *norn.Error
+	return errors.As(err, &ne)
+}
+
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "40001" || pe.Code == "40P01"
+	}
+	return false
+}
+
+// mapErr turns backend failures into norn errors: lost or refused
+// connections become unavailable (retryable, HTTP 503); norn errors pass
+// through; anything else is an internal error with its cause.
+func mapErr(err error) error {
+	if err == nil || isNornErr(err) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"), // connection exception
+			strings.HasPrefix(pe.Code, "53"), // insufficient resources
+			strings.HasPrefix(pe.Code, "57"), // operator intervention: shutdown, cannot connect now
+			pe.Code == "40001", pe.Code == "40P01",
+			pe.Code == "25006": // read-only transaction: a standby after failover
+			return norn.Unavailable(err)
+		}
+		return fmt.Errorf("postgres: %w", err)
+	}
+	if connectionLost(err) {
+		return norn.Unavailable(err)
+	}
+	return fmt.Errorf("postgres: %w", err)
+}
+
+func connectionLost(err error) bool {
+	var ne net.Error
+	var ce *pgconn.ConnectError
+	return errors.As(err, &ne) || errors.As(err, &ce) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err) ||
+		strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "connection reset")
+}
+
+// pool is a small connection pool over pgx.Conn: pgxpool's dependency
+// (puddle) is not in this module's go.sum, and the store needs little: a
+// bounded set of sessions, health checks after idling, and dropping
+// sessions that failed.
+type pool struct {
+	cfg  *pgx.ConnConfig
+	sem  chan struct{}
+	mu   sync.Mutex
+	idle []idleConn
+	done bool
+}
+
+type idleConn struct {
+	c    *pgx.Conn
+	when time.Time
+}
+
+func newPool(cfg *pgx.ConnConfig, maxConns int) *pool {
+	return &pool{cfg: cfg, sem: make(chan struct{}, maxConns)}
+}
+
+func (p *pool) acquire(ctx context.Context) (*pgx.Conn, error) {
+	select {
+	case p.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	for {
+		p.mu.Lock()
+		if p.done {
+			p.mu.Unlock()
+			<-p.sem
+			return nil, norn.ErrClosed
+		}
+		var ic idleConn
+		if n := len(p.idle); n > 0 {
+			ic = p.idle[n-1]
+			p.idle = p.idle[:n-1]
+		}
+		p.mu.Unlock()
+		if ic.c == nil {
+			c, err := pgx.ConnectConfig(ctx, p.cfg)
+			if err != nil {
+				<-p.sem
+				return nil, err
+			}
+			return c, nil
+		}
+		if ic.c.IsClosed() {
+			continue
+		}
+		// A session idle for a while may have died with a server restart;
+		// check it cheaply rather than fail the caller's first query.
+		if time.Since(ic.when) > 5*time.Second {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := ic.c.Ping(pctx)
+			cancel()
+			if err != nil {
+				ic.c.Close(context.Background())
+				continue
+			}
+		}
+		return ic.c, nil
+	}
+}
+
+// release returns c to the pool unless the session is broken or left in
+// a transaction by an error.
+func (p *pool) release(c *pgx.Conn, err error) {
+	defer func() { <-p.sem }()
+	broken := c.IsClosed() || c.PgConn().TxStatus() != 'I'
+	if err != nil && !broken {
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) && !isNornErr(err) {
+			broken = true // a network error or cancellation: the session state is unknown
+		}
+	}
+	p.mu.Lock()
+	if broken || p.done {
+		p.mu.Unlock()
+		c.Close(context.Background())
+		return
+	}
+	p.idle = append(p.idle, idleConn{c, time.Now()})
+	p.mu.Unlock()
+}
+
+func (p *pool) close() {
+	p.mu.Lock()
+	p.done = true
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, ic := range idle {
+		ic.c.Close(context.Background())
+	}
+}
+
+// nowOf returns the injected clock's time, or zero (meaning: ask the database).
+func (s *Store) clockNow() *time.Time {
+	if s.cfg.Clock == nil {
+		return nil
+	}
+	t := s.cfg.Clock.Now().UTC().Truncate(time.Microsecond)
+	return &t
+}
+
+// dbNow returns the time to use for a change: the injected clock's, or the
+// database's clock_timestamp().
+func (s *Store) dbNow(ctx context.Context, q querier) (time.Time, error) {
+	if t := s.clockNow(); t != nil {
+		return *t, nil
+	}
+	var t time.Time
+	if err := q.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&t); err != nil {
+		return t, err
+	}
+	return t.UTC(), nil
+}
+
+// broadcaster wakes every waiter at once.
+type broadcaster struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func newBroadcaster() *broadcaster { return &broadcaster{ch: make(chan struct{})} }
+
+func (b *broadcaster) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ch
+}
+
+func (b *broadcaster) fire() {
+	b.mu.Lock()
+	close(b.ch)
+	b.ch = make(chan struct{})
+	b.mu.Unlock()
+}

@@ -1,0 +1,503 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nornq/norn"
+)
+
+// RegisterWorker allocates "worker-<n>" from the database sequence.
+func (s *Store) RegisterWorker(ctx context.Context, info norn.WorkerInfo) (string, error) {
+	var id string
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, s.q(`WITH n AS (SELECT nextval('{s}.worker_seq') AS n,
+	coalesce($3::timestamptz, clock_timestamp()) AS now)
+INSERT INTO {s}.workers (n, id, name, queues, registered, last_seen)
+SELECT n.n, 'worker-' || n.n, $1, $2, n.now, n.now FROM n RETURNING id`),
+			info.Name, info.Queues, s.clockNow()).Scan(&id)
+	})
+	return id, err
+}
+
+// claimSQL leases up to $2 ready tasks of queue $1 in claim order with one
+// statement: the partial index yields candidates, SKIP LOCKED lets
+// concurrent claimers take different ones, and the assignment, its history
+// entry, the worker's last-seen time and the events are written together.
+func (s *Store) claimSQL() string {
+	return s.q(`WITH n AS (SELECT coalesce($3::timestamptz, clock_timestamp()) AS now),
+c AS (SELECT t.id FROM {s}.tasks t
+	WHERE t.status = 'ready' AND t.queue = $1
+	AND NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = $1 AND q.paused)
+	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED),
+upd AS (UPDATE {s}.tasks t SET status = 'running', owner = $4, lease = t.lease + 1, attempts = t.attempts + 1,
+	deadline = n.now + (coalesce($5::bigint, t.timeout_ns) / 1000) * interval '1 microsecond',
+	updated = n.now, version = t.version + 1, history_count = t.history_count + 1
+	FROM c, n WHERE t.id = c.id AND t.status = 'ready'
+	RETURNING ` + colsFull + `),
+h AS (INSERT INTO {s}.task_history (task_id, seq, type, time, worker, lease)
+	SELECT id, history_count, 'TaskAssignment', updated, owner, lease FROM upd)` +
+		replaceHL(trimHistory, "$6") + `,
+w AS (UPDATE {s}.workers w SET last_seen = n.now FROM n WHERE w.id = $4 AND w.last_seen < n.now - interval '1 second')` +
+		`, e AS (SELECT 'TaskAssignment'::text AS kind, id, queue, status, version, updated AS time FROM upd)` +
+		s.eventsCTE("e") + `
+SELECT upd.* FROM upd, (SELECT count(*) FROM nt) AS x ORDER BY upd.priority DESC, upd.ready_at, upd.id`)
+}
+
+// Claim leases ready tasks, long-polling when req.Wait is set: it sleeps
+// until a notification says a task became ready (on any node) or
+// PollInterval passes, whichever is first.
+func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	var deadline time.Time
+	if req.Wait > 0 {
+		deadline = time.Now().Add(req.Wait.D())
+	}
+	for {
+		wake := s.wake.wait() // before claiming, so a notification in between is not missed
+		got, err := s.claimOnce(ctx, req)
+		if err != nil || len(got) > 0 || req.Wait <= 0 {
+			return got, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return got, nil
+		}
+		timer := time.NewTimer(min(left, s.cfg.PollInterval))
+		select {
+		case <-wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, ctx.Err()
+		case <-s.ctx.Done():
+			timer.Stop()
+			return nil, norn.ErrClosed
+		}
+		timer.Stop()
+	}
+}
+
+func (s *Store) claimOnce(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task, error) {
+	var out []*norn.Task
+	var timeout *int64
+	if req.Timeout > 0 {
+		ns := int64(req.Timeout)
+		timeout = &ns
+	}
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		out = out[:0]
+		for _, queue := range req.Queues {
+			want := req.N - len(out)
+			if want <= 0 {
+				break
+			}
+			rows, err := conn.Query(ctx, s.claimSQL(), queue, want, s.clockNow(), req.Worker, timeout, s.cfg.HistoryLimit)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				r, err := scanRec(rows)
+				if err != nil {
+					rows.Close()
+					return err
+				}
+				// The history read in RETURNING predates this statement's
+				// own entry; add it.
+				r.History = append(r.History, norn.HistoryEntry{Type: norn.TaskAssignment, Time: r.Updated,
+					Worker: r.Owner, Lease: r.Lease})
+				if drop := len(r.History) - s.cfg.HistoryLimit; drop > 0 {
+					r.History = append([]norn.HistoryEntry(nil), r.History[drop:]...)
+				}
+				r.HistoryDropped = r.historyCount - len(r.History)
+				out = append(out, r.task())
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Heartbeat extends the lease.
+func (s *Store) Heartbeat(ctx context.Context, ref norn.LeaseRef, hb norn.Heartbeat) (time.Time, error) {
+	res, err := s.LeaseBatch(ctx, []norn.LeaseOp{{Op: norn.OpHeartbeat, LeaseRef: ref, Heartbeat: hb}})
+	if err != nil {
+		return time.Time{}, err
+	}
+	if res[0].Err != nil {
+		return time.Time{}, res[0].Err
+	}
+	return res[0].Deadline, nil
+}
+
+// Complete finishes the task successfully.
+func (s *Store) Complete(ctx context.Context, ref norn.LeaseRef, result json.RawMessage) error {
+	return s.single(ctx, norn.LeaseOp{Op: norn.OpComplete, LeaseRef: ref, Result: result})
+}
+
+// Fail records an error and retries or aborts.
+func (s *Store) Fail(ctx context.Context, ref norn.LeaseRef, e norn.ErrorInfo) error {
+	return s.single(ctx, norn.LeaseOp{Op: norn.OpFail, LeaseRef: ref, Error: &e})
+}
+
+// Abort finishes the task unsuccessfully.
+func (s *Store) Abort(ctx context.Context, ref norn.LeaseRef, e norn.ErrorInfo) error {
+	return s.single(ctx, norn.LeaseOp{Op: norn.OpAbort, LeaseRef: ref, Error: &e})
+}
+
+// Yield gives the task back.
+func (s *Store) Yield(ctx context.Context, ref norn.LeaseRef) error {
+	return s.single(ctx, norn.LeaseOp{Op: norn.OpYield, LeaseRef: ref})
+}
+
+func (s *Store) single(ctx context.Context, op norn.LeaseOp) error {
+	res, err := s.LeaseBatch(ctx, []norn.LeaseOp{op})
+	if err != nil {
+		return err
+	}
+	if res[0].Err != nil {
+		return res[0].Err
+	}
+	return nil
+}
+
+// LeaseBatch applies many lease operations in two round trips: one read of
+// every task involved, one pipelined compare-and-set write. Operations that
+// lose a race with a concurrent change are decided again on fresh state.
+func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.LeaseOpResult, error) {
+	if len(ops) > norn.MaxBatch {
+		return nil, norn.TooLarge("ops", "batch has %d operations, more than the limit of %d", len(ops), norn.MaxBatch)
+	}
+	results := make([]norn.LeaseOpResult, len(ops))
+	todo := make([]int, 0, len(ops))
+	for i, op := range ops {
+		if err := validateLeaseOp(op); err != nil {
+			results[i].Err = asNornErr(err)
+			continue
+		}
+		todo = append(todo, i)
+	}
+	for round := 0; len(todo) > 0; round++ {
+		if round > 20 {
+			return nil, norn.Unavailable(fmt.Errorf("lease operations keep losing races with concurrent changes"))
+		}
+		var retry []int
+		err := s.withConn(ctx, func(conn *pgx.Conn) error {
+			retry = retry[:0]
+			ids := make([]string, 0, len(todo))
+			for _, i := range todo {
+				ids = append(ids, ops[i].TaskID)
+			}
+			now, recs, err := s.readWithNow(ctx, conn, ids)
+			if err != nil {
+				return err
+			}
+			// Decide every operation in order on the evolving state; several
+			// operations on one task become one change.
+			changes := map[string]*change{}
+			var order []*change
+			opsOf := map[string][]int{}
+			for _, i := range todo {
+				op := ops[i]
+				id := op.TaskID
+				c := changes[id]
+				var r *rec
+				if c != nil {
+					r = c.cur
+				} else if o := recs[id]; o != nil {
+					r = o.clone()
+				}
+				dl, kind, hist, err := s.decide(op, r, now)
+				results[i] = norn.LeaseOpResult{Deadline: dl, Err: asNornErr(err)}
+				if err != nil {
+					continue
+				}
+				if c == nil {
+					c = &change{old: recs[id], cur: r}
+					changes[id] = c
+					order = append(order, c)
+				}
+				c.hist = append(c.hist, hist...)
+				if kind != "" || c.kind == "" {
+					c.kind = kind
+				}
+				opsOf[id] = append(opsOf[id], i)
+			}
+			res, err := s.apply(ctx, conn, false, now, order)
+			if err != nil {
+				return err
+			}
+			for _, c := range order {
+				if !res.ok[c.cur.ID] {
+					retry = append(retry, opsOf[c.cur.ID]...)
+				}
+			}
+			if len(res.released) > 0 || readyAmong(order) {
+				s.wake.fire()
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		todo = retry
+	}
+	return results, nil
+}
+
+func readyAmong(cs []*change) bool {
+	for _, c := range cs {
+		if c.cur.Status == norn.StatusReady && c.old.Status != norn.StatusReady {
+			return true
+		}
+	}
+	return false
+}
+
+func validateLeaseOp(op norn.LeaseOp) error {
+	if err := op.LeaseRef.Validate(); err != nil {
+		return err
+	}
+	switch op.Op {
+	case norn.OpHeartbeat:
+		if op.Progress != nil {
+			if err := norn.ValidateProgress("progress", *op.Progress); err != nil {
+				return err
+			}
+		}
+		if op.Extend < 0 {
+			return norn.Invalid("extend", "must not be negative")
+		}
+	case norn.OpComplete:
+		return norn.ValidateJSON("result", op.Result, norn.MaxResultBytes)
+	case norn.OpFail, norn.OpAbort:
+		if op.Error == nil {
+			return norn.Invalid("error", "an error is required")
+		}
+		return norn.ValidateErrorInfo("error", *op.Error)
+	case norn.OpYield:
+	default:
+		return norn.Invalid("op", "unknown operation %q", op.Op)
+	}
+	return nil
+}
+
+// readWithNow reads tasks and the time in one round trip.
+func (s *Store) readWithNow(ctx context.Context, q querier, ids []string) (time.Time, map[string]*rec, error) {
+	b := &pgx.Batch{}
+	b.Queue("SELECT clock_timestamp()")
+	b.Queue(s.q(`SELECT `+colsCore+` FROM {s}.tasks t WHERE t.id = ANY($1)`), ids)
+	br := q.SendBatch(ctx, b)
+	defer br.Close()
+	var now time.Time
+	if err := br.QueryRow().Scan(&now); err != nil {
+		return now, nil, err
+	}
+	if c := s.clockNow(); c != nil {
+		now = *c
+	}
+	now = micro(now)
+	rows, err := br.Query()
+	if err != nil {
+		return now, nil, err
+	}
+	recs := map[string]*rec{}
+	for rows.Next() {
+		r, err := scanRec(rows)
+		if err != nil {
+			rows.Close()
+			return now, nil, err
+		}
+		recs[r.ID] = r
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return now, nil, err
+	}
+	return now, recs, br.Close()
+}
+
+// checkLease is the fencing rule shared by every worker call.
+func checkLease(r *rec, ref norn.LeaseRef) error {
+	if r == nil {
+		return norn.NotFound(ref.TaskID)
+	}
+	if r.Status == norn.StatusCancelled {
+		return norn.Cancelled(ref.TaskID)
+	}
+	if r.Status != norn.StatusRunning || r.Lease != ref.Lease || r.Owner != ref.Worker {
+		return norn.LeaseLost(ref.TaskID, ref.Lease)
+	}
+	return nil
+}
+
+// decide applies one lease operation to r in memory (the same rules the
+// embedded store follows, through the shared pure decisions of package norn).
+func (s *Store) decide(op norn.LeaseOp, r *rec, now time.Time) (deadline time.Time, kind norn.EventKind, hist []norn.HistoryEntry, err error) {
+	if err := checkLease(r, op.LeaseRef); err != nil {
+		return time.Time{}, "", nil, err
+	}
+	entry := func(t norn.HistoryType, e *norn.ErrorInfo) norn.HistoryEntry {
+		return norn.HistoryEntry{Type: t, Time: now, Worker: r.Owner, Lease: r.Lease, Progress: r.Progress, Error: e}
+	}
+	switch op.Op {
+	case norn.OpHeartbeat:
+		ext := r.Timeout.D()
+		if op.Extend > 0 {
+			ext = op.Extend.D()
+		}
+		r.Deadline = micro(now.Add(ext))
+		if op.Progress != nil {
+			r.Progress = *op.Progress
+			kind = norn.EventProgress
+		}
+		return r.Deadline, kind, nil, nil
+	case norn.OpComplete:
+		r.Progress = 1
+		r.Status = norn.StatusCompleted
+		r.Result = append(json.RawMessage(nil), op.Result...)
+		if len(r.Result) == 0 {
+			r.Result = nil
+		}
+		r.Deadline, r.endedAt = time.Time{}, now
+		return time.Time{}, norn.EventKind(norn.TaskComplete), []norn.HistoryEntry{entry(norn.TaskComplete, nil)}, nil
+	case norn.OpFail:
+		e := *op.Error
+		o := norn.AfterFailure(&r.Task, now, e)
+		h := entry(o.History, &o.Error)
+		r.Errors = append(r.Errors, o.Error)
+		r.Status = o.Status
+		r.Deadline = time.Time{}
+		switch o.Status {
+		case norn.StatusAborted:
+			r.endedAt = now
+		case norn.StatusReady:
+			r.Owner, r.Progress, r.readyAt = "", 0, now
+			r.RunAt = now
+		case norn.StatusScheduled:
+			r.Owner, r.Progress = "", 0
+			r.RunAt = micro(o.RunAt)
+		}
+		return time.Time{}, norn.EventKind(o.History), []norn.HistoryEntry{h}, nil
+	case norn.OpAbort:
+		e := *op.Error
+		r.Errors = append(r.Errors, e)
+		r.Status, r.Deadline, r.endedAt = norn.StatusAborted, time.Time{}, now
+		return time.Time{}, norn.EventKind(norn.TaskAbort), []norn.HistoryEntry{entry(norn.TaskAbort, &e)}, nil
+	case norn.OpYield:
+		h := entry(norn.TaskYield, nil)
+		r.Status, r.Owner, r.Progress, r.Deadline, r.readyAt = norn.StatusReady, "", 0, time.Time{}, now
+		r.Attempts--
+		return time.Time{}, norn.EventKind(norn.TaskYield), []norn.HistoryEntry{h}, nil
+	}
+	return time.Time{}, "", nil, norn.Invalid("op", "unknown operation %q", op.Op)
+}
+
+func asNornErr(err error) *norn.Error {
+	if err == nil {
+		return nil
+	}
+	if ne, ok := err.(*norn.Error); ok {
+		return ne
+	}
+	return &norn.Error{Code: norn.CodeInternal, Message: err.Error()}
+}
+
+// AppendLog appends a log entry under a live lease in one statement.
+func (s *Store) AppendLog(ctx context.Context, ref norn.LeaseRef, entry norn.LogAppend) (norn.LogEntry, error) {
+	if err := ref.Validate(); err != nil {
+		return norn.LogEntry{}, err
+	}
+	if err := norn.ValidateJSON("data", entry.Data, norn.MaxLogBytes); err != nil {
+		return norn.LogEntry{}, err
+	}
+	var out norn.LogEntry
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		var seq int64
+		var at time.Time
+		err := conn.QueryRow(ctx, s.q(`WITH n AS (SELECT coalesce($5::timestamptz, clock_timestamp()) AS now),
+t AS (UPDATE {s}.tasks SET log_seq = log_seq + 1
+	WHERE id = $1 AND status = 'running' AND lease = $2 AND owner = $3 AND ($4 = 0 OR log_seq + 1 = $4)
+	RETURNING id, log_seq),
+i AS (INSERT INTO {s}.task_log (task_id, seq, lease, time, data) SELECT t.id, t.log_seq, $2, n.now, $6 FROM t, n)
+SELECT t.log_seq, n.now FROM t, n`), ref.TaskID, int64(ref.Lease), ref.Worker, int64(entry.Seq), s.clockNow(), []byte(entry.Data)).Scan(&seq, &at)
+		if err == pgx.ErrNoRows {
+			recs, err := s.readCore(ctx, conn, []string{ref.TaskID}, false)
+			if err != nil {
+				return err
+			}
+			r := recs[ref.TaskID]
+			if err := checkLease(r, ref); err != nil {
+				return err
+			}
+			return norn.Errorf(norn.CodeConflict, "task %q: log sequence %d is not the next one (%d)", ref.TaskID, entry.Seq, r.logSeq+1)
+		}
+		if err != nil {
+			return err
+		}
+		out = norn.LogEntry{Seq: uint64(seq), Lease: ref.Lease, Time: at.UTC(), Data: append(json.RawMessage(nil), entry.Data...)}
+		return nil
+	})
+	return out, err
+}
+
+// ReadLog returns log entries after a sequence number.
+func (s *Store) ReadLog(ctx context.Context, id string, after uint64, limit int) ([]norn.LogEntry, error) {
+	if err := norn.ValidateID("id", id); err != nil {
+		return nil, err
+	}
+	if limit < 0 {
+		return nil, norn.Invalid("limit", "must not be negative")
+	}
+	var out []norn.LogEntry
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		out = nil
+		var lim any
+		if limit > 0 {
+			lim = limit
+		}
+		b := &pgx.Batch{}
+		b.Queue(s.q(`SELECT 1 FROM {s}.tasks WHERE id = $1`), id)
+		b.Queue(s.q(`SELECT seq, lease, time, data FROM {s}.task_log WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`), id, int64(after), lim)
+		br := conn.SendBatch(ctx, b)
+		defer br.Close()
+		var one int
+		if err := br.QueryRow().Scan(&one); err != nil {
+			if err == pgx.ErrNoRows {
+				return norn.NotFound(id)
+			}
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var e norn.LogEntry
+			var seq, lease int64
+			var data []byte
+			if err := rows.Scan(&seq, &lease, &e.Time, &data); err != nil {
+				rows.Close()
+				return err
+			}
+			e.Seq, e.Lease, e.Time, e.Data = uint64(seq), uint64(lease), e.Time.UTC(), data
+			out = append(out, e)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return br.Close()
+	})
+	return out, err
+}

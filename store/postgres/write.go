@@ -1,0 +1,420 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nornq/norn"
+)
+
+// change is one computed state change of a task: old is the state it was
+// computed from, and the write only applies if the row still has old's
+// (status, lease, version) — the compare-and-set every transition uses.
+type change struct {
+	old  *rec
+	cur  *rec
+	hist []norn.HistoryEntry
+	// kind is the event published (empty: none, e.g. a plain heartbeat).
+	kind norn.EventKind
+}
+
+// eventsCTE publishes one notification line per row of the CTE src
+// (columns kind, id, queue, status, version, time), in chunks that stay well
+// under NOTIFY's 8000-byte payload limit. The statement's final SELECT must
+// reference nt, or PostgreSQL never evaluates it.
+func (s *Store) eventsCTE(src string) string {
+	return `, ev AS (SELECT kind || chr(9) || id || chr(9) || queue || chr(9) || status || chr(9) || version::text
+	|| chr(9) || (extract(epoch FROM time) * 1000000)::bigint::text AS line FROM ` + src + ` WHERE kind <> ''),
+nt AS (SELECT pg_notify(` + s.chanLit + `, string_agg(line, chr(10))) FROM
+	(SELECT line, (row_number() OVER () - 1) / 20 AS g FROM ev) x GROUP BY g)`
+}
+
+const trimHistory = `, tr AS (DELETE FROM {s}.task_history d USING upd
+	WHERE d.task_id = upd.id AND upd.history_count > $HL AND d.seq <= upd.history_count - $HL)`
+
+func (s *Store) casSQL() string {
+	return s.q(`WITH u AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::text[],
+	$6::bigint[], $7::float8[], $8::text[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[],
+	$12::timestamptz[], $13::int[], $14::text[], $15::timestamptz[], $16::bigint[], $17::int[], $18::bytea[],
+	$19::text[], $20::int[], $21::bigint[], $22::text[])
+	AS u(id, old_version, old_status, old_lease, status, priority, progress, labels, updated, run_at, ready_at,
+	ended_at, pending_deps, owner, deadline, lease, attempts, result, errors, history_count, version, kind)),
+upd AS (UPDATE {s}.tasks t SET status = u.status, priority = u.priority, progress = u.progress,
+	labels = u.labels::jsonb, updated = u.updated, run_at = u.run_at, ready_at = u.ready_at,
+	ended_at = u.ended_at, pending_deps = u.pending_deps, owner = u.owner, deadline = u.deadline,
+	lease = u.lease, attempts = u.attempts, result = u.result, errors = u.errors::jsonb,
+	history_count = u.history_count, version = u.version
+	FROM u WHERE t.id = u.id AND t.version = u.old_version AND t.status = u.old_status AND t.lease = u.old_lease
+	RETURNING t.id, t.queue, t.status, t.version, t.history_count, u.kind, t.updated AS time),
+h AS (INSERT INTO {s}.task_history (task_id, seq, type, time, worker, lease, progress, error)
+	SELECT x.task_id, x.seq, x.type, x.time, x.worker, x.lease, x.progress, x.error::jsonb
+	FROM unnest($23::text[], $24::int[], $25::text[], $26::timestamptz[], $27::text[], $28::bigint[],
+	$29::float8[], $30::text[]) AS x(task_id, seq, type, time, worker, lease, progress, error)
+	WHERE x.task_id IN (SELECT id FROM upd))` + replaceHL(trimHistory, "$31") + s.eventsCTE("upd") + `
+SELECT id, (SELECT count(*) FROM nt) FROM upd`)
+}
+
+func replaceHL(sql, param string) string {
+	out := []byte{}
+	for i := 0; i < len(sql); i++ {
+		if i+3 <= len(sql) && sql[i:i+3] == "$HL" {
+			out = append(out, param...)
+			i += 2
+			continue
+		}
+		out = append(out, sql[i])
+	}
+	return string(out)
+}
+
+// releaseSQL releases the blocked dependents of tasks that just completed
+// ($1 ids at $2 versions): one fewer pending dependency each, and those with
+// none left become ready (or scheduled while run_at is ahead) with a
+// TaskRelease entry. Dependents are locked in id order so concurrent
+// releases cannot deadlock.
+func (s *Store) releaseSQL() string {
+	return s.q(`WITH c AS (SELECT t.id FROM {s}.tasks t JOIN unnest($1::text[], $2::bigint[]) x(id, v)
+	ON t.id = x.id AND t.version = x.v WHERE t.status = 'completed'),
+ca AS (SELECT array_agg(id) AS ids FROM c),
+d AS (SELECT b.id, (SELECT count(*) FROM unnest(b.depends_on) dep WHERE dep = ANY(ca.ids))::int AS n
+	FROM {s}.tasks b, ca WHERE ca.ids IS NOT NULL AND b.status = 'blocked' AND b.depends_on && ca.ids
+	ORDER BY b.id FOR UPDATE OF b),
+upd AS (UPDATE {s}.tasks b SET pending_deps = b.pending_deps - d.n,
+	status = CASE WHEN b.pending_deps - d.n > 0 THEN 'blocked' WHEN b.run_at > $3 THEN 'scheduled' ELSE 'ready' END,
+	ready_at = CASE WHEN b.pending_deps - d.n <= 0 THEN $3 ELSE b.ready_at END,
+	history_count = b.history_count + CASE WHEN b.pending_deps - d.n <= 0 THEN 1 ELSE 0 END,
+	version = b.version + CASE WHEN b.pending_deps - d.n <= 0 THEN 1 ELSE 0 END,
+	updated = CASE WHEN b.pending_deps - d.n <= 0 THEN $3 ELSE b.updated END
+	FROM d WHERE b.id = d.id AND b.status = 'blocked'
+	RETURNING b.id, b.queue, b.status, b.version, b.history_count,
+	CASE WHEN b.status = 'blocked' THEN '' ELSE 'TaskRelease' END AS kind, b.updated AS time),
+h AS (INSERT INTO {s}.task_history (task_id, seq, type, time)
+	SELECT id, history_count, 'TaskRelease', time FROM upd WHERE kind <> '')` +
+		replaceHL(trimHistory, "$4") + s.eventsCTE("upd") + `
+SELECT id, status, (SELECT count(*) FROM nt) FROM upd`)
+}
+
+// cascadeSQL aborts the blocked dependents of tasks that failed ($1 ids;
+// where $2 holds a version the failure is checked against it, where it is
+// NULL the id is taken as failed or deleted) with dependency_failed, and
+// returns them so the caller can cascade further.
+func (s *Store) cascadeSQL() string {
+	return s.q(`WITH f AS (SELECT x.id FROM unnest($1::text[], $2::bigint[]) x(id, v) WHERE x.v IS NULL OR EXISTS
+	(SELECT 1 FROM {s}.tasks t WHERE t.id = x.id AND t.version = x.v AND t.status IN ('aborted', 'cancelled'))),
+fa AS (SELECT array_agg(id) AS ids FROM f),
+d AS (SELECT b.id, jsonb_build_object('code', 'dependency_failed', 'description',
+	'dependency ' || (SELECT x FROM unnest(b.depends_on) x WHERE x = ANY(fa.ids) LIMIT 1) || ' was aborted, cancelled or deleted') AS err
+	FROM {s}.tasks b, fa WHERE fa.ids IS NOT NULL AND b.status = 'blocked' AND b.depends_on && fa.ids
+	ORDER BY b.id FOR UPDATE OF b),
+upd AS (UPDATE {s}.tasks b SET status = 'aborted', ended_at = $3, updated = $3, version = b.version + 1,
+	history_count = b.history_count + 1, errors = coalesce(b.errors, '[]'::jsonb) || jsonb_build_array(d.err)
+	FROM d WHERE b.id = d.id AND b.status = 'blocked'
+	RETURNING b.id, b.queue, b.status, b.version, b.history_count, 'TaskAbort'::text AS kind, b.updated AS time, d.err),
+h AS (INSERT INTO {s}.task_history (task_id, seq, type, time, error)
+	SELECT id, history_count, 'TaskAbort', time, err FROM upd)` +
+		replaceHL(trimHistory, "$4") + s.eventsCTE("upd") + `
+SELECT id, (SELECT count(*) FROM nt) FROM upd`)
+}
+
+// applyResult says which changes took effect.
+type applyResult struct {
+	ok       map[string]bool // task id → the compare-and-set succeeded
+	released []string        // dependents released to ready/scheduled
+	aborted  []string        // dependents aborted by a failure cascade
+}
+
+// apply writes changes with compare-and-set, releases or aborts
+// dependents of tasks that completed or failed, and publishes events — in
+// one round trip when no failure cascade is possible. q is a connection
+// (inTx false) or the caller's transaction (inTx true).
+func (s *Store) apply(ctx context.Context, q querier, inTx bool, now time.Time, changes []*change) (applyResult, error) {
+	res := applyResult{ok: map[string]bool{}}
+	if len(changes) == 0 {
+		return res, nil
+	}
+	n := len(changes)
+	var (
+		ids, oldStatus, status, kinds        = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		oldVersion, oldLease, prio, lease    = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		version                              = make([]int64, n)
+		progress                             = make([]float64, n)
+		labels, owner, errs                  = make([]*string, n), make([]*string, n), make([]*string, n)
+		updated, runAt, readyAt              = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
+		ended, deadline                      = make([]*time.Time, n), make([]*time.Time, n)
+		pending, attempts, hcount            = make([]int32, n), make([]int32, n), make([]int32, n)
+		result                               = make([][]byte, n)
+		hID, hType                           []string
+		hSeq                                 []int32
+		hTime                                []time.Time
+		hWorker, hErr                        []*string
+		hLease                               []*int64
+		hProg                                []*float64
+		completed, completedV, failed, failV []any
+	)
+	for i, c := range changes {
+		o, t := c.old, c.cur
+		for _, h := range c.hist {
+			t.historyCount++
+			hID = append(hID, t.ID)
+			hSeq = append(hSeq, int32(t.historyCount))
+			hType = append(hType, string(h.Type))
+			hTime = append(hTime, micro(h.Time))
+			hWorker = append(hWorker, strPtr(h.Worker))
+			if h.Lease != 0 {
+				l := int64(h.Lease)
+				hLease = append(hLease, &l)
+			} else {
+				hLease = append(hLease, nil)
+			}
+			if h.Progress != 0 {
+				p := h.Progress
+				hProg = append(hProg, &p)
+			} else {
+				hProg = append(hProg, nil)
+			}
+			if h.Error != nil {
+				b, _ := json.Marshal(h.Error)
+				e := string(b)
+				hErr = append(hErr, &e)
+			} else {
+				hErr = append(hErr, nil)
+			}
+		}
+		t.Version = o.Version + 1
+		t.Updated = now
+		ids[i], oldStatus[i], status[i], kinds[i] = t.ID, string(o.Status), string(t.Status), string(c.kind)
+		oldVersion[i], oldLease[i], prio[i], lease[i] = int64(o.Version), int64(o.Lease), int64(t.Priority), int64(t.Lease)
+		version[i] = int64(t.Version)
+		progress[i] = t.Progress
+		labels[i], owner[i], errs[i] = labelsJSON(t.Labels), strPtr(t.Owner), errorsJSON(t.Errors)
+		updated[i], runAt[i], readyAt[i] = micro(t.Updated), micro(t.RunAt), micro(t.readyAt)
+		ended[i], deadline[i] = timePtr(micro(t.endedAt)), timePtr(micro(t.Deadline))
+		pending[i], attempts[i], hcount[i] = int32(t.pendingDeps), int32(t.Attempts), int32(t.historyCount)
+		result[i] = t.Result
+		if t.Status != o.Status {
+			switch t.Status {
+			case norn.StatusCompleted:
+				completed, completedV = append(completed, t.ID), append(completedV, int64(t.Version))
+			case norn.StatusAborted, norn.StatusCancelled:
+				failed, failV = append(failed, t.ID), append(failV, int64(t.Version))
+			}
+		}
+	}
+	ownTx := !inTx && len(failed) > 0
+	b := &pgx.Batch{}
+	if ownTx {
+		b.Queue("BEGIN")
+	}
+	b.Queue(s.casSQL(), ids, oldVersion, oldStatus, oldLease, status, prio, progress, labels, updated, runAt,
+		readyAt, ended, pending, owner, deadline, lease, attempts, result, errs, hcount, version, kinds,
+		hID, hSeq, hType, hTime, hWorker, hLease, hProg, hErr, s.cfg.HistoryLimit)
+	if len(completed) > 0 {
+		b.Queue(s.releaseSQL(), toStrings(completed), toInt64s(completedV), now, s.cfg.HistoryLimit)
+	}
+	if len(failed) > 0 {
+		b.Queue(s.cascadeSQL(), toStrings(failed), toInt64s(failV), now, s.cfg.HistoryLimit)
+	}
+	var next []string
+	err := func() error {
+		br := q.SendBatch(ctx, b)
+		defer br.Close()
+		if ownTx {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id string
+			var cnt int64
+			if err := rows.Scan(&id, &cnt); err != nil {
+				rows.Close()
+				return err
+			}
+			res.ok[id] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(completed) > 0 {
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var id, st string
+				var cnt int64
+				if err := rows.Scan(&id, &st, &cnt); err != nil {
+					rows.Close()
+					return err
+				}
+				if st != string(norn.StatusBlocked) {
+					res.released = append(res.released, id)
+				}
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
+		if len(failed) > 0 {
+			got, err := scanIDs(br)
+			if err != nil {
+				return err
+			}
+			next = got
+		}
+		return br.Close()
+	}()
+	if err != nil {
+		if ownTx {
+			_, _ = q.Exec(context.Background(), "ROLLBACK")
+		}
+		return res, err
+	}
+	res.aborted = append(res.aborted, next...)
+	if len(next) > 0 {
+		more, err := s.cascade(ctx, q, now, next)
+		if err != nil {
+			if ownTx {
+				_, _ = q.Exec(context.Background(), "ROLLBACK")
+			}
+			return res, err
+		}
+		res.aborted = append(res.aborted, more...)
+	}
+	if ownTx {
+		if _, err := q.Exec(ctx, "COMMIT"); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// cascade aborts, level by level, every blocked task depending on ids
+// (tasks that failed or were deleted) and returns what it aborted. Each level
+// is its own statement so it sees dependents committed while the previous
+// level waited for their locks.
+func (s *Store) cascade(ctx context.Context, q querier, now time.Time, ids []string) ([]string, error) {
+	var all []string
+	for len(ids) > 0 {
+		rows, err := q.Query(ctx, s.cascadeSQL(), ids, make([]*int64, len(ids)), now, s.cfg.HistoryLimit)
+		if err != nil {
+			return all, err
+		}
+		var next []string
+		for rows.Next() {
+			var id string
+			var cnt int64
+			if err := rows.Scan(&id, &cnt); err != nil {
+				rows.Close()
+				return all, err
+			}
+			next = append(next, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return all, err
+		}
+		all = append(all, next...)
+		ids = next
+	}
+	return all, nil
+}
+
+func scanIDs(br pgx.BatchResults) ([]string, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		var cnt int64
+		if err := rows.Scan(&id, &cnt); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
+func toStrings(v []any) []string {
+	out := make([]string, len(v))
+	for i, x := range v {
+		out[i] = x.(string)
+	}
+	return out
+}
+
+func toInt64s(v []any) []int64 {
+	out := make([]int64, len(v))
+	for i, x := range v {
+		out[i] = x.(int64)
+	}
+	return out
+}
+
+// readCore reads the state-change view of tasks by id (no locks unless
+// lock is set: then FOR UPDATE, in id order so lockers cannot deadlock).
+func (s *Store) readCore(ctx context.Context, q querier, ids []string, lock bool) (map[string]*rec, error) {
+	sql := `SELECT ` + colsCore + ` FROM {s}.tasks t WHERE t.id = ANY($1)`
+	if lock {
+		sql += ` ORDER BY t.id FOR UPDATE`
+	}
+	rows, err := q.Query(ctx, s.q(sql), ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string]*rec, len(ids))
+	for rows.Next() {
+		r, err := scanRec(rows)
+		if err != nil {
+			return nil, err
+		}
+		out[r.ID] = r
+	}
+	return out, rows.Err()
+}
+
+// readFull reads complete tasks (history included) by id.
+func (s *Store) readFull(ctx context.Context, q querier, ids []string) (map[string]*rec, error) {
+	rows, err := q.Query(ctx, s.q(`SELECT `+colsFull+` FROM {s}.tasks t WHERE t.id = ANY($1)`), ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string]*rec, len(ids))
+	for rows.Next() {
+		r, err := scanRec(rows)
+		if err != nil {
+			return nil, err
+		}
+		out[r.ID] = r
+	}
+	return out, rows.Err()
+}
+
+// errConcurrent marks a compare-and-set that lost to a concurrent change;
+// callers re-read and decide again.
+var errConcurrent = errors.New("concurrent change")
+
+func fieldErr(prefix string, err error) error {
+	if prefix == "" {
+		return err
+	}
+	return norn.WithFieldPrefix(err, prefix)
+}
+
+var _ = fmt.Sprintf
