@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nornq/norn"
@@ -35,6 +36,7 @@ type metrics struct {
 	claimLatency, endToEnd                                                  *prometheus.HistogramVec
 	httpRequests                                                            *prometheus.CounterVec
 	httpDuration                                                            *prometheus.HistogramVec
+	inFlight                                                                atomic.Int64
 
 	mu     sync.Mutex
 	claims map[string]claimInfo // task id → what finish calls need
@@ -80,7 +82,10 @@ func newMetrics(reg *prometheus.Registry, store norn.Store) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.submittedTotal, m.claimedTotal, m.completedTotal, m.failedTotal,
 		m.abortedTotal, m.yieldedTotal, m.timedOutTotal, m.retriedTotal, m.claimLatency, m.endToEnd,
-		m.httpRequests, m.httpDuration, &countsCollector{store: store}} {
+		m.httpRequests, m.httpDuration, &countsCollector{store: store},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "norn", Name: "http_requests_in_flight",
+			Help: "HTTP requests being served (long polls and streams included)."},
+			func() float64 { return float64(m.inFlight.Load()) })} {
 		if err := reg.Register(c); err != nil {
 			return nil, norn.Invalid("Registry", "registering metrics: %v", err)
 		}
@@ -195,6 +200,9 @@ func (m *metrics) followEvents(ctx context.Context, store norn.Store, log *slog.
 	}
 }
 
+// httpInFlight returns the number of requests being served.
+func (m *metrics) httpInFlight() int64 { return m.inFlight.Load() }
+
 // instrument records request count and duration under the route pattern
 // (never the raw path, which would make one series per task id).
 func (m *metrics) instrument(pattern string, h http.Handler) http.Handler {
@@ -204,6 +212,8 @@ func (m *metrics) instrument(pattern string, h http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		m.inFlight.Add(1)
+		defer m.inFlight.Add(-1)
 		sw := &statusWriter{ResponseWriter: w}
 		h.ServeHTTP(sw, r)
 		meth := method
