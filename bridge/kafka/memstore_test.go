@@ -239,7 +239,6 @@ func (s *memStore) Transact(ctx context.Context, tx norn.Txn) (*norn.TxnResult, 
 	return res, nil
 }
 
-
 func (s *memStore) Count(ctx context.Context, f norn.Filter) (int64, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
