@@ -62,19 +62,19 @@ func (w *Worker) heartbeats(ctx context.Context) {
 // beat sends one heartbeat for each run in due.
 func (w *Worker) beat(ctx context.Context, due []*run) {
 	ops := make([]norn.LeaseOp, len(due))
-	timeout := due[0].interval
+	sent := time.Now()
+	expiry := sent.Add(time.Hour)
 	w.mu.Lock()
 	for i, r := range due {
 		ops[i] = norn.LeaseOp{Op: norn.OpHeartbeat, LeaseRef: r.ref,
 			Heartbeat: norn.Heartbeat{Progress: r.progress, Extend: w.extend()}}
 		r.progress = nil
-		timeout = min(timeout, r.interval)
+		expiry = minTime(expiry, r.lastOK.Add(r.leaseLen))
 	}
 	w.mu.Unlock()
-	// A heartbeat slower than two intervals is as good as lost; the next
-	// round retries.
-	cctx, cancel := context.WithTimeout(ctx, max(2*timeout, 100*time.Millisecond))
-	sent := time.Now()
+	// A heartbeat answered after the earliest lease surely expired is
+	// worthless; stop waiting then and let the next round decide.
+	cctx, cancel := context.WithTimeout(ctx, max(expiry.Sub(sent), 100*time.Millisecond))
 	res, err := w.api.LeaseBatch(cctx, ops)
 	cancel()
 	var lost []*run
