@@ -41,21 +41,21 @@ FROM {s}.task_history h WHERE h.task_id = t.id)`
 // scanRec reads one row of any of the column lists.
 func scanRec(row pgx.Row) (*rec, error) {
 	var (
-		r                  rec
-		priority           int64
-		status             string
-		labels, retry      []byte
-		ended, deadline    *time.Time
-		owner              *string
-		deps               []string
-		pending, attempts  int32
-		maxAttempts, hcnt  int32
-		lease, timeoutNS   int64
-		logSeq, version    int64
-		spec, result       []byte
-		errs, hist         []byte
-		created, updated   time.Time
-		runAt, readyAt     time.Time
+		r                 rec
+		priority          int64
+		status            string
+		labels, retry     []byte
+		ended, deadline   *time.Time
+		owner             *string
+		deps              []string
+		pending, attempts int32
+		maxAttempts, hcnt int32
+		lease, timeoutNS  int64
+		logSeq, version   int64
+		spec, result      []byte
+		errs, hist        []byte
+		created, updated  time.Time
+		runAt, readyAt    time.Time
 	)
 	err := row.Scan(&r.ID, &r.Queue, &priority, &status, &r.Progress, &labels, &created, &updated, &runAt,
 		&readyAt, &ended, &deps, &pending, &owner, &deadline, &lease, &attempts,

@@ -1,0 +1,365 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/pgtest"
+	"github.com/nornq/norn/store/storetest"
+)
+
+func TestMigrationsWellFormed(t *testing.T) {
+	t.Parallel()
+	ms, err := loadMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) == 0 || ms[0].Version != 1 {
+		t.Fatalf("migrations %+v", ms)
+	}
+}
+
+func TestMigrateUpDownStatusAndOpenRefusal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, schema := pgtest.Schema(t)
+	// Unmigrated: Open refuses and says how to fix it.
+	_, err := Open(ctx, Config{URL: url, Schema: schema})
+	if !errors.Is(err, norn.ErrUnavailable) || !strings.Contains(err.Error(), "norn migrate up") {
+		t.Fatalf("Open on an unmigrated schema: %v", err)
+	}
+	st, err := Status(ctx, url, schema)
+	if err != nil || st.Current != 0 || len(st.Pending) != LatestVersion() {
+		t.Fatalf("Status before: %+v, %v", st, err)
+	}
+	st, err = Migrate(ctx, url, schema, -1)
+	if err != nil || st.Current != LatestVersion() || len(st.Pending) != 0 || len(st.Applied) != LatestVersion() {
+		t.Fatalf("Migrate up: %+v, %v", st, err)
+	}
+	// Idempotent.
+	if _, err := Migrate(ctx, url, schema, -1); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, Config{URL: url, Schema: schema, DisableMonitor: true})
+	if err != nil {
+		t.Fatalf("Open after migrate: %v", err)
+	}
+	s.Close()
+	// A schema newer than this binary is refused, by Open and by Migrate.
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "INSERT INTO "+quoteIdent(schema)+".schema_migrations VALUES (999, 'future', now())"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(ctx, Config{URL: url, Schema: schema, Migrate: true})
+	if err == nil || !strings.Contains(err.Error(), "newer than this binary") {
+		t.Fatalf("Open on a newer schema: %v", err)
+	}
+	if _, err := conn.Exec(ctx, "DELETE FROM "+quoteIdent(schema)+".schema_migrations WHERE version = 999"); err != nil {
+		t.Fatal(err)
+	}
+	// Down to zero removes every table.
+	st, err = Migrate(ctx, url, schema, 0)
+	if err != nil || st.Current != 0 {
+		t.Fatalf("Migrate down: %+v, %v", st, err)
+	}
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename <> 'schema_migrations'", schema).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d tables left after migrating down (%v)", n, err)
+	}
+}
+
+func TestSubmitTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, nil, func(c *Config) { c.DisableMonitor = true })
+	conn, err := pgx.Connect(ctx, s.cfg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, commit := range []bool{true, false} {
+		id := "rolled-back"
+		if commit {
+			id = "committed"
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.SubmitTx(ctx, tx, norn.NewTask{ID: id, Queue: "q"})
+		if err != nil || len(res) != 1 || res[0].Task.ID != id {
+			t.Fatalf("SubmitTx: %+v, %v", res, err)
+		}
+		// Invisible to the store until the transaction commits.
+		if _, err := s.Get(ctx, id); !errors.Is(err, norn.ErrNotFound) {
+			t.Fatalf("task visible before commit: %v", err)
+		}
+		if commit {
+			err = tx.Commit(ctx)
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Get(ctx, id)
+		if commit && err != nil {
+			t.Fatalf("committed task: %v", err)
+		}
+		if !commit && !errors.Is(err, norn.ErrNotFound) {
+			t.Fatalf("rolled back task: %v", err)
+		}
+	}
+	got, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: 10})
+	if err != nil || len(got) != 1 || got[0].ID != "committed" {
+		t.Fatalf("claim after SubmitTx: %v, %v", got, err)
+	}
+}
+
+// TestSweepNeverOverwritesRacingChange pauses each sweep between its read
+// and its write and lets a worker complete (or a client cancel) the task in
+// between: the sweep's compare-and-set must then change nothing.
+func TestSweepNeverOverwritesRacingChange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := storetest.NewFakeClock()
+	var race func()
+	s := openTest(t, clock, func(c *Config) {
+		c.DisableMonitor = true
+		c.sweepPause = func() {
+			if race != nil {
+				race()
+				race = nil
+			}
+		}
+	})
+	if _, err := s.Submit(ctx, norn.NewTask{ID: "run", Queue: "q"}, norn.NewTask{ID: "later", Queue: "q", Delay: norn.Duration(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("claim: %v %v", got, err)
+	}
+	clock.Advance(time.Hour) // the lease expired and the delay is due
+	race = func() {
+		if err := s.Complete(ctx, norn.LeaseRef{TaskID: "run", Worker: "w", Lease: got[0].Lease}, json.RawMessage(`"done"`)); err != nil {
+			t.Errorf("racing Complete: %v", err)
+		}
+		if _, err := s.Cancel(ctx, "later"); err != nil {
+			t.Errorf("racing Cancel: %v", err)
+		}
+	}
+	rep, err := s.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.TimedOut != 0 || rep.Released != 0 {
+		t.Fatalf("sweep report %+v: it overwrote racing changes", rep)
+	}
+	if tk, _ := s.Get(ctx, "run"); tk.Status != norn.StatusCompleted || string(tk.Result) != `"done"` {
+		t.Fatalf("completed task after racing sweep: %s %s", tk.Status, tk.Result)
+	}
+	if tk, _ := s.Get(ctx, "later"); tk.Status != norn.StatusCancelled {
+		t.Fatalf("cancelled task after racing sweep: %s", tk.Status)
+	}
+}
+
+func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestMonitorLeaderFailover runs two nodes: exactly one leads; when its
+// lock session is killed the lead passes on within seconds, and the
+// monitor keeps timing out expired leases with the real database clock.
+func TestMonitorLeaderFailover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, schema := pgtest.Schema(t)
+	open := func() *Store {
+		s, err := Open(ctx, Config{URL: url, Schema: schema, Migrate: true, LeaderRetry: 100 * time.Millisecond,
+			SweepInterval: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	a, b := open(), open()
+	leaders := func() int {
+		n := 0
+		for _, s := range []*Store{a, b} {
+			if s.IsLeader() {
+				n++
+			}
+		}
+		return n
+	}
+	waitUntil(t, "a leader", 10*time.Second, func() bool { return leaders() == 1 })
+	old := a
+	if b.IsLeader() {
+		old = b
+	}
+	key := old.cfg.LeaderLockKey
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var killed int
+	err = conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory'
+		AND classid = $1 AND objid = $2 AND granted`, int64(uint32(uint64(key)>>32)), int64(uint32(uint64(key)))).Scan(&killed)
+	if err != nil || killed != 1 {
+		t.Fatalf("terminated %d leader sessions (%v)", killed, err)
+	}
+	waitUntil(t, "the old leader to notice", 10*time.Second, func() bool { return !old.IsLeader() || leaders() == 1 })
+	waitUntil(t, "a new leader", 10*time.Second, func() bool { return leaders() == 1 })
+
+	// The monitor works: a lease of 100ms expires and the task is ready again.
+	if _, err := a.Submit(ctx, norn.NewTask{ID: "t", Queue: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, Timeout: norn.Duration(100 * time.Millisecond)})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("claim: %v %v", got, err)
+	}
+	waitUntil(t, "the lease to time out", 10*time.Second, func() bool {
+		tk, err := a.Get(ctx, "t")
+		return err == nil && tk.Status == norn.StatusReady
+	})
+}
+
+// TestListenerReconnects kills the listener's session: after it
+// reconnects, a submit on another node still wakes a waiting claim long
+// before the (hour-long) polling fallback would.
+func TestListenerReconnects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, schema := pgtest.Schema(t)
+	open := func() *Store {
+		s, err := Open(ctx, Config{URL: url, Schema: schema, Migrate: true, PollInterval: time.Hour, DisableMonitor: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	waiter, submitter := open(), open()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	listeners := func() []int32 {
+		rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE query = $1 ORDER BY pid`, "LISTEN "+quoteIdent(waiter.channel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pids
+	}
+	before := listeners()
+	if len(before) != 2 {
+		t.Fatalf("%d listener sessions, want 2", len(before))
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) pid", before); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "listeners to reconnect", 10*time.Second, func() bool {
+		now := listeners()
+		return len(now) == 2 && now[0] != before[0] && now[1] != before[1] && now[0] != before[1]
+	})
+	done := make(chan []*norn.Task, 1)
+	go func() {
+		got, err := waiter.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"lp"}, Wait: norn.Duration(time.Minute)})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- got
+	}()
+	time.Sleep(100 * time.Millisecond) // let the claim start waiting
+	if _, err := submitter.Submit(ctx, norn.NewTask{ID: "x", Queue: "lp"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-done:
+		if len(got) != 1 || got[0].ID != "x" {
+			t.Fatalf("woken claim got %v", got)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("a submit on another node did not wake the waiting claim")
+	}
+}
+
+// TestDatabaseRestart: while PostgreSQL is down calls fail with
+// unavailable (never a panic or a hang); after it is back the store
+// works again by itself, and nothing committed was lost.
+func TestDatabaseRestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := pgtest.NewCluster(t)
+	s, err := Open(ctx, Config{URL: c.URL(), Schema: "norn", Migrate: true, LeaderRetry: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Submit(ctx, norn.NewTask{ID: "kept", Queue: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Stop("immediate"); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	_, err = s.Get(cctx, "kept")
+	if !errors.Is(err, norn.ErrUnavailable) {
+		t.Fatalf("Get with the database down: %v (code %s), want unavailable", err, norn.CodeOf(err))
+	}
+	_, err = s.Submit(cctx, norn.NewTask{Queue: "q"})
+	if !errors.Is(err, norn.ErrUnavailable) {
+		t.Fatalf("Submit with the database down: %v, want unavailable", err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the store to recover", 20*time.Second, func() bool {
+		_, err := s.Get(ctx, "kept")
+		return err == nil
+	})
+	// Claims are woken again once the listener is back.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var got []*norn.Task
+	go func() {
+		defer wg.Done()
+		got, _ = s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q2"}, Wait: norn.Duration(20 * time.Second)})
+	}()
+	if _, err := s.Submit(ctx, norn.NewTask{ID: "after", Queue: "q2"}); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if len(got) != 1 || got[0].ID != "after" {
+		t.Fatalf("claim after restart: %v", got)
+	}
+}
