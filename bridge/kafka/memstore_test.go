@@ -253,3 +253,19 @@ func (s *memStore) Count(ctx context.Context, f norn.Filter) (int64, error) {
 	}
 	return n, nil
 }
+
+func (s *memStore) DeleteMatching(ctx context.Context, f norn.Filter) (int64, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for id, t := range s.tasks {
+		if f.Match(t) {
+			delete(s.tasks, id)
+			n++
+		}
+	}
+	return n, nil
+}

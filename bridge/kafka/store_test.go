@@ -8,7 +8,7 @@ import (
 )
 
 // newStore returns the store the bridge tests run on.
-func newStore(t *testing.T) norn.Store {
+func newStore(t testing.TB) norn.Store {
 	t.Helper()
 	st := newMemStore()
 	t.Cleanup(func() { _ = st.Close() })
