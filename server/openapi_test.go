@@ -1,0 +1,255 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+
+	"github.com/nornq/norn"
+)
+
+func loadOpenAPI(t *testing.T) *openapi3.T {
+	t.Helper()
+	doc, err := openapi3.NewLoader().LoadFromData(openapiDoc)
+	if err != nil {
+		t.Fatalf("loading openapi.json: %v", err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		t.Fatalf("openapi.json is not a valid OpenAPI 3 document: %v", err)
+	}
+	return doc
+}
+
+// findRoute matches a concrete path against the document's path templates,
+// preferring the template with the most literal segments (/v1/tasks/count
+// over /v1/tasks/{id}), as the server's mux does.
+func findRoute(doc *openapi3.T, method, path string) (*routers.Route, map[string]string) {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	var best *routers.Route
+	var bestParams map[string]string
+	bestLiterals := -1
+	for tmpl, item := range doc.Paths.Map() {
+		tsegs := strings.Split(strings.Trim(tmpl, "/"), "/")
+		if len(tsegs) != len(segs) {
+			continue
+		}
+		params := map[string]string{}
+		literals := 0
+		ok := true
+		for i, ts := range tsegs {
+			if strings.HasPrefix(ts, "{") {
+				params[strings.Trim(ts, "{}")] = segs[i]
+				continue
+			}
+			if ts != segs[i] {
+				ok = false
+				break
+			}
+			literals++
+		}
+		op := item.GetOperation(method)
+		if !ok || op == nil || literals <= bestLiterals {
+			continue
+		}
+		best = &routers.Route{Spec: doc, Path: tmpl, PathItem: item, Method: method, Operation: op}
+		bestParams, bestLiterals = params, literals
+	}
+	return best, bestParams
+}
+
+var registerDecoders sync.Once
+
+// TestOpenAPIDocument checks the document is valid and describes exactly
+// the server's routes.
+func TestOpenAPIDocument(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	var documented []string
+	for tmpl, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			documented = append(documented, method+" "+tmpl)
+		}
+	}
+	sort.Strings(documented)
+	var served []string
+	for _, rt := range (&Server{}).apiRoutes() {
+		served = append(served, rt.pattern)
+	}
+	served = append(served, "GET /metrics")
+	sort.Strings(served)
+	if strings.Join(documented, "\n") != strings.Join(served, "\n") {
+		t.Errorf("documented routes:\n%s\n\nserved routes:\n%s", strings.Join(documented, "\n"), strings.Join(served, "\n"))
+	}
+}
+
+// TestOpenAPIResponses drives every route of a real server and validates
+// each response (status, content type, body schema) against the document.
+func TestOpenAPIResponses(t *testing.T) {
+	t.Parallel()
+	registerDecoders.Do(func() {
+		openapi3filter.RegisterBodyDecoder("application/x-ndjson", openapi3filter.FileBodyDecoder)
+		openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.FileBodyDecoder)
+	})
+	doc := loadOpenAPI(t)
+	e := startServer(t, func(c *Config) {
+		c.Tokens = []Token{{Token: "admin", Role: RoleAdmin}}
+	})
+	tok := withToken("admin")
+	covered := map[string]bool{}
+
+	check := func(method, path string, status int, header http.Header, body []byte) error {
+		req, _ := http.NewRequest(method, e.base+path, nil)
+		route, params := findRoute(doc, method, req.URL.Path)
+		if route == nil {
+			return errors.New("no documented route")
+		}
+		covered[method+" "+route.Path] = true
+		in := &openapi3filter.ResponseValidationInput{
+			RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
+			Status:                 status,
+			Header:                 header,
+			Options:                &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+		}
+		in.SetBodyBytes(body)
+		return openapi3filter.ValidateResponse(context.Background(), in)
+	}
+	validate := func(method, path string, status int, header http.Header, body []byte) {
+		t.Helper()
+		if err := check(method, path, status, header, body); err != nil {
+			t.Errorf("%s %s → %d %s\ndoes not match the document: %v", method, path, status, truncBytes(body), err)
+		}
+	}
+	// The validator must be able to fail: wrong shapes and undeclared
+	// statuses are refused.
+	jsonHeader := http.Header{"Content-Type": {"application/json"}}
+	for _, bad := range []struct {
+		status int
+		body   string
+	}{
+		{200, `{"task":{"id":1}}`},
+		{200, `{"task":{"id":"a","queue":"q"},"extra":true}`},
+		{418, `{}`},
+		{404, `{"error":{"code":"nope","message":"m"}}`},
+	} {
+		if err := check("GET", "/v1/tasks/a", bad.status, jsonHeader, []byte(bad.body)); err == nil {
+			t.Errorf("validator accepted %d %s", bad.status, bad.body)
+		}
+	}
+	call := func(want int, method, path, body string, opts ...reqOpt) response {
+		t.Helper()
+		r := e.must(want, method, path, body, append([]reqOpt{tok}, opts...)...)
+		validate(method, path, r.status, r.header, r.body)
+		return r
+	}
+
+	// Errors of each class.
+	call(401, "GET", "/v1/stats", "", withToken("wrong"))
+	call(400, "POST", "/v1/tasks", `{"queue":"q","x":1}`)
+	call(404, "GET", "/v1/tasks/nope", "")
+	call(413, "POST", "/v1/tasks", `{"queue":"q","spec":"`+strings.Repeat("x", norn.MaxSpecBytes)+`"}`)
+
+	call(201, "POST", "/v1/tasks", `{"id":"a","queue":"q","spec":{"x":1},"labels":{"k":"v"},"retry":{"max_retries":1,"base":"1s"},"max_attempts":3}`)
+	call(200, "POST", "/v1/tasks", `{"id":"a","queue":"q"}`)
+	call(200, "POST", "/v1/tasks/batch", `{"tasks":[{"id":"b","queue":"q","depends_on":["a"]},{"id":"c","queue":"q","delay":"1h"},{"id":"a","queue":"q"}]}`)
+	call(200, "GET", "/v1/tasks/a", "")
+	call(200, "GET", "/v1/tasks/a,b,zz", "")
+	call(200, "GET", "/v1/tasks?queue=q&limit=1", "")
+	call(200, "GET", "/v1/tasks?view=summary&order=newest", "")
+	call(200, "GET", "/v1/tasks?queue=q", "", withHeader("Accept", "application/x-ndjson"))
+	call(200, "GET", "/v1/tasks/count?queue=q", "")
+	call(200, "GET", "/v1/tasks/count?group=queue,status", "")
+	call(200, "PATCH", "/v1/tasks/c", `{"priority":4,"run_at":"2030-01-01T00:00:00Z"}`)
+	call(409, "PATCH", "/v1/tasks/c", `{"priority":4,"if_version":99}`)
+
+	var reg registerResponse
+	call(201, "POST", "/v1/workers", `{"name":"w","queues":["q"]}`).decode(t, &reg)
+	call(200, "GET", "/v1/workers", "")
+	var tr tasksResponse
+	call(200, "POST", "/v1/queues/q/claim", `{"worker":"`+reg.ID+`","n":1,"timeout":"30s"}`).decode(t, &tr)
+	if len(tr.Tasks) != 1 {
+		t.Fatalf("claimed %d", len(tr.Tasks))
+	}
+	lease := `"worker":"` + reg.ID + `","lease":` + itoa(tr.Tasks[0].Lease)
+	call(200, "POST", "/v1/tasks/a/heartbeat", `{`+lease+`,"progress":0.25}`)
+	call(200, "POST", "/v1/tasks/a/log", `{`+lease+`,"data":{"step":1}}`)
+	call(200, "GET", "/v1/tasks/a/log?after=0&limit=10", "")
+	call(200, "POST", "/v1/tasks/a/yield", `{`+lease+`}`)
+	call(409, "POST", "/v1/tasks/a/complete", `{`+lease+`}`)
+	call(200, "POST", "/v1/claim", `{"worker":"`+reg.ID+`","queues":["q"]}`).decode(t, &tr)
+	lease = `"worker":"` + reg.ID + `","lease":` + itoa(tr.Tasks[0].Lease)
+	call(200, "POST", "/v1/leases/batch", `{"ops":[{"op":"heartbeat","id":"a",`+lease+`},{"op":"yield","id":"a","worker":"x","lease":1}]}`)
+	call(200, "POST", "/v1/tasks/a/fail", `{`+lease+`,"error":{"code":"boom","description":"d","args":{"n":1}}}`)
+	call(200, "POST", "/v1/claim", `{"worker":"`+reg.ID+`","queues":["q"],"wait":"10s"}`).decode(t, &tr)
+	if len(tr.Tasks) == 1 {
+		lease = `"worker":"` + reg.ID + `","lease":` + itoa(tr.Tasks[0].Lease)
+		call(200, "POST", "/v1/tasks/"+tr.Tasks[0].ID+"/abort", `{`+lease+`,"error":{"code":"bad"}}`)
+	} else {
+		t.Fatalf("retry not claimable: %d tasks", len(tr.Tasks))
+	}
+	call(201, "POST", "/v1/tasks", `{"id":"d","queue":"q"}`)
+	call(200, "POST", "/v1/claim", `{"worker":"`+reg.ID+`","queues":["q"]}`).decode(t, &tr)
+	lease = `"worker":"` + reg.ID + `","lease":` + itoa(tr.Tasks[0].Lease)
+	call(200, "POST", "/v1/tasks/"+tr.Tasks[0].ID+"/complete", `{`+lease+`,"result":{"ok":true}}`)
+	call(200, "GET", "/v1/tasks/"+tr.Tasks[0].ID, "")
+	call(200, "POST", "/v1/tasks/c/cancel", "")
+	call(200, "POST", "/v1/transactions", `{"submit":[{"id":"t1","queue":"q2"}],"update":[{"id":"t1","priority":2}],"require":[{"id":"a"}]}`)
+	call(200, "DELETE", "/v1/tasks/t1", "")
+	call(200, "DELETE", "/v1/tasks?status=cancelled", "")
+	call(400, "DELETE", "/v1/tasks", "")
+	call(200, "GET", "/v1/queues", "")
+	call(200, "GET", "/v1/queues/q", "")
+	call(200, "PATCH", "/v1/queues/q", `{"paused":true,"timeout":"20s","retry":{"max_retries":2,"base":"1s","max":"10s"},"retention":{"completed":"1h","aborted":"2h","cancelled":"0s"}}`)
+	call(200, "GET", "/v1/stats", "")
+	call(200, "POST", "/v1/sweep", "")
+	call(200, "GET", "/v1/openapi.json", "")
+	call(200, "GET", "/healthz", "")
+	call(200, "GET", "/readyz", "")
+	call(200, "GET", "/metrics", "")
+
+	// Events: read the stream until one event arrived, then validate what was read.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.base+"/v1/events?queue=q", nil)
+	req.Header.Set("Authorization", "Bearer admin")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.must(201, "POST", "/v1/tasks", `{"queue":"q"}`, tok)
+	var got bytes.Buffer
+	buf := make([]byte, 4096)
+	for !bytes.Contains(got.Bytes(), []byte("\n\n")) {
+		n, err := resp.Body.Read(buf)
+		got.Write(buf[:n])
+		if err != nil {
+			t.Fatalf("events: %v after %q", err, got.String())
+		}
+	}
+	resp.Body.Close()
+	validate("GET", "/v1/events?queue=q", resp.StatusCode, resp.Header, got.Bytes())
+
+	for tmpl, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			if !covered[method+" "+tmpl] {
+				t.Errorf("%s %s: no response was validated", method, tmpl)
+			}
+		}
+	}
+}
+
+func truncBytes(b []byte) string {
+	if len(b) > 300 {
+		return string(b[:300]) + "…"
+	}
+	return string(b)
+}
