@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"sort"
@@ -26,11 +28,33 @@ type batchResponse struct {
 	Duplicates []string     `json:"duplicates"`
 }
 
+// checkRaw rejects a json.RawMessage that is not valid JSON with the error
+// a store gives, because encoding/json cannot even put it in the request.
+// Size limits are left to the server, which knows its configuration.
+func checkRaw(field string, raw json.RawMessage) error {
+	if len(raw) > 0 && !json.Valid(raw) {
+		return norn.Invalid(field, "is not valid JSON")
+	}
+	return nil
+}
+
+func checkSpecs(prefix string, tasks []norn.NewTask) error {
+	for i := range tasks {
+		if err := checkRaw(fmt.Sprintf("%s[%d].spec", prefix, i), tasks[i].Spec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Submit stores tasks atomically through POST /v1/tasks/batch; duplicates
 // (ids that already existed) come back with Duplicate set.
 func (c *Client) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Submitted, error) {
 	if tasks == nil {
 		tasks = []norn.NewTask{}
+	}
+	if err := checkSpecs("tasks", tasks); err != nil {
+		return nil, err
 	}
 	var out batchResponse
 	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/tasks/batch", body: batchRequest{Tasks: tasks}}, &out); err != nil {
@@ -215,7 +239,7 @@ func (c *Client) Update(ctx context.Context, id string, u norn.Update) (*norn.Ta
 		return nil, err
 	}
 	var out taskBody
-	if err := c.do(ctx, request{method: http.MethodPatch, path: taskPath(id, ""), body: u}, &out); err != nil {
+	if err := c.do(ctx, request{method: http.MethodPatch, path: taskPath(id, ""), body: wireUpdate(u)}, &out); err != nil {
 		return nil, err
 	}
 	return out.Task, nil
@@ -269,10 +293,50 @@ func (c *Client) ReadLog(ctx context.Context, id string, after uint64, limit int
 	return out.Entries, nil
 }
 
+// updateBody is norn.Update on the wire. Labels is a pointer so that an
+// empty, non-nil map (which clears the labels) is sent as {} instead of
+// being dropped by omitempty, which would leave the labels alone.
+type updateBody struct {
+	Priority  *uint32            `json:"priority,omitempty"`
+	RunAt     *time.Time         `json:"run_at,omitempty"`
+	Labels    *map[string]string `json:"labels,omitempty"`
+	IfVersion uint64             `json:"if_version,omitempty"`
+}
+
+func wireUpdate(u norn.Update) updateBody {
+	b := updateBody{Priority: u.Priority, RunAt: u.RunAt, IfVersion: u.IfVersion}
+	if u.Labels != nil {
+		l := u.Labels
+		b.Labels = &l
+	}
+	return b
+}
+
+type txnUpdateBody struct {
+	ID string `json:"id"`
+	updateBody
+}
+
+// txnBody is norn.Txn on the wire (see updateBody for why).
+type txnBody struct {
+	Submit  []norn.NewTask     `json:"submit,omitempty"`
+	Update  []txnUpdateBody    `json:"update,omitempty"`
+	Cancel  []string           `json:"cancel,omitempty"`
+	Delete  []string           `json:"delete,omitempty"`
+	Require []norn.Requirement `json:"require,omitempty"`
+}
+
 // Transact applies a transaction all or nothing (POST /v1/transactions).
 func (c *Client) Transact(ctx context.Context, tx norn.Txn) (*norn.TxnResult, error) {
+	if err := checkSpecs("submit", tx.Submit); err != nil {
+		return nil, err
+	}
+	body := txnBody{Submit: tx.Submit, Cancel: tx.Cancel, Delete: tx.Delete, Require: tx.Require}
+	for _, u := range tx.Update {
+		body.Update = append(body.Update, txnUpdateBody{ID: u.ID, updateBody: wireUpdate(u.Update)})
+	}
 	var out norn.TxnResult
-	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/transactions", body: tx}, &out); err != nil {
+	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/transactions", body: body}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -85,6 +86,9 @@ func (c *Client) AppendLog(ctx context.Context, ref norn.LeaseRef, entry norn.Lo
 	if err := checkID("id", ref.TaskID); err != nil {
 		return norn.LogEntry{}, err
 	}
+	if err := checkRaw("data", entry.Data); err != nil {
+		return norn.LogEntry{}, err
+	}
 	data := entry.Data
 	if data == nil {
 		// "data" is required on the wire; an absent value is JSON null.
@@ -108,6 +112,9 @@ func (c *Client) finish(ctx context.Context, ref norn.LeaseRef, verb string, bod
 
 // Complete finishes a task successfully (POST /v1/tasks/{id}/complete).
 func (c *Client) Complete(ctx context.Context, ref norn.LeaseRef, result json.RawMessage) error {
+	if err := checkRaw("result", result); err != nil {
+		return err
+	}
 	return c.finish(ctx, ref, "complete", leaseBody{Result: result})
 }
 
@@ -145,6 +152,11 @@ type leaseBatchResponse struct {
 func (c *Client) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.LeaseOpResult, error) {
 	if ops == nil {
 		ops = []norn.LeaseOp{}
+	}
+	for i := range ops {
+		if err := checkRaw(fmt.Sprintf("ops[%d].result", i), ops[i].Result); err != nil {
+			return nil, err
+		}
 	}
 	var out leaseBatchResponse
 	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/leases/batch", body: leaseBatchRequest{Ops: ops}}, &out); err != nil {
