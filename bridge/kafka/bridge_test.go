@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -210,9 +210,11 @@ func TestTakeOver(t *testing.T) {
 			cfg := testConfig(kc)
 
 			held := make(chan []string, 100)
-			var firstHold atomic.Int64
+			var leaseEnds sync.Map // task id → end of A's hold
 			die := func(ts []*norn.Task) bool {
-				firstHold.CompareAndSwap(0, time.Now().UnixNano())
+				for _, tk := range ts {
+					leaseEnds.Store(tk.ID, tk.Deadline)
+				}
 				ids := make([]string, len(ts))
 				for i, tk := range ts {
 					ids[i] = tk.ID
@@ -274,7 +276,8 @@ func TestTakeOver(t *testing.T) {
 				if len(got) > 0 && afterPublish {
 					got = got[1:] // A's own publish
 				}
-				holdEnd := time.Unix(0, firstHold.Load()).Add(cfg.HoldTime - 10*time.Millisecond)
+				end, _ := leaseEnds.Load(id)
+				holdEnd, _ := end.(time.Time)
 				if len(got) > 0 && got[0].at.Before(holdEnd) {
 					t.Errorf("%s taken over %s before the hold time ended", id, holdEnd.Sub(got[0].at))
 				}

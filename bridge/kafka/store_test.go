@@ -5,12 +5,17 @@ import (
 	"testing"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/store/embedded"
 )
 
-// newStore returns the store the bridge tests run on.
+// newStore returns the store the bridge tests run on: the embedded store
+// in a fresh directory, with its own monitor running as in production.
 func newStore(t testing.TB) norn.Store {
 	t.Helper()
-	st := newMemStore()
+	st, err := embedded.Open(context.Background(), embedded.Options{Dir: t.TempDir(), Logger: testLogger()})
+	if err != nil {
+		t.Fatalf("opening the embedded store: %v", err)
+	}
 	t.Cleanup(func() { _ = st.Close() })
 	return st
 }
