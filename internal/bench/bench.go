@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,7 +45,12 @@ type Config struct {
 	// Queue is the queue the workloads use; each run appends a unique suffix
 	// so runs never see each other's tasks (default "bench").
 	Queue string
-	// Progress, if set, is called as work advances (done of total).
+	// RSSPid is the process whose resident memory the memory workload
+	// reports: 0 (the default) means this process, which is right for an
+	// in-process store; pass a server's pid when benchmarking over HTTP.
+	RSSPid int
+	// Progress, if set, is called as work advances (done of total). It may
+	// be called from several goroutines at once.
 	Progress func(phase string, done, total int64)
 }
 
@@ -94,6 +100,8 @@ type Result struct {
 	Ratio float64 `json:"ratio,omitempty"`
 	// RSSMiB is the resident memory of this process after the workload (memory).
 	RSSMiB float64 `json:"rss_mib,omitempty"`
+	// Runs is how many runs the figures are the median of (1 when not repeated).
+	Runs int `json:"runs"`
 }
 
 // Env describes where the workload runs; it is copied into every Result.
@@ -104,7 +112,7 @@ type Env struct {
 }
 
 func (e Env) result(workload string) Result {
-	return Result{Workload: workload, Store: e.Store, Durability: e.Durability, Transport: e.Transport, NProc: runtime.NumCPU()}
+	return Result{Workload: workload, Store: e.Store, Durability: e.Durability, Transport: e.Transport, NProc: runtime.NumCPU(), Runs: 1}
 }
 
 var runSeq atomic.Int64
@@ -242,6 +250,8 @@ func Work(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, erro
 }
 
 // burnDown claims and completes n tasks of queue with cfg.Workers workers.
+// The clock stops when the n-th completion is acknowledged, not when the
+// last worker's (empty) long poll returns, so short runs are not inflated.
 func burnDown(ctx context.Context, st norn.Store, q string, n int, cfg Config) (time.Duration, error) {
 	var done atomic.Int64
 	var firstErr error
@@ -251,6 +261,8 @@ func burnDown(ctx context.Context, st norn.Store, q string, n int, cfg Config) (
 	fail := func(err error) {
 		once.Do(func() { firstErr = err; cancel() })
 	}
+	var endOnce sync.Once
+	var end time.Time
 	var wg sync.WaitGroup
 	start := time.Now()
 	for w := 0; w < cfg.Workers; w++ {
@@ -286,16 +298,22 @@ func burnDown(ctx context.Context, st norn.Store, q string, n int, cfg Config) (
 						return
 					}
 				}
-				report(cfg, "work", done.Add(int64(len(tasks))), int64(n))
+				d := done.Add(int64(len(tasks)))
+				if d >= int64(n) {
+					endOnce.Do(func() { end = time.Now() })
+				}
+				report(cfg, "work", d, int64(n))
 			}
 		}(w)
 	}
 	wg.Wait()
-	el := time.Since(start)
 	if firstErr != nil {
 		return 0, firstErr
 	}
-	return el, ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	return end.Sub(start), nil
 }
 
 // Latency measures submit → claim with a waiting long-poll claimer on an
@@ -472,32 +490,31 @@ func Delay(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, err
 }
 
 // Scale measures work throughput with different backlogs: the same number
-// of tasks is burnt down from a queue that holds Queued[i] tasks, so claim
-// cost growing with queue length would show as a falling ratio.
+// of tasks (cfg.Tasks, at most and by default the smallest backlog) is burnt
+// down from a queue that holds Queued[i] tasks, so claim cost growing with
+// queue length shows as a falling ratio.
 func Scale(ctx context.Context, st norn.Store, env Env, cfg Config) ([]Result, error) {
 	cfg.defaults()
-	n := cfg.Tasks
-	if n <= 0 {
-		n = 50_000
+	n := slices.Min(cfg.Queued)
+	if cfg.Tasks > 0 {
+		n = min(n, cfg.Tasks)
 	}
 	var out []Result
 	for _, queued := range cfg.Queued {
-		if queued < n {
-			queued = n
-		}
+		count := n
 		q := queueName(cfg.Queue)
 		if err := submitAll(ctx, st, q, queued, 1000, spec(cfg.SpecBytes), cfg.Workers,
 			func(d int64) { report(cfg, fmt.Sprintf("scale: queueing %d", queued), d, int64(queued)) }); err != nil {
 			return out, err
 		}
-		el, err := burnDown(ctx, st, q, n, cfg)
+		el, err := burnDown(ctx, st, q, count, cfg)
 		cleanup(ctx, st, q)
 		if err != nil {
 			return out, err
 		}
 		r := env.result("scale")
-		r.Tasks, r.Workers, r.Batch, r.Queued = n, cfg.Workers, cfg.ClaimBatch, queued
-		r.Seconds, r.TasksPerS = el.Seconds(), float64(n)/el.Seconds()
+		r.Tasks, r.Workers, r.Batch, r.Queued = count, cfg.Workers, cfg.ClaimBatch, queued
+		r.Seconds, r.TasksPerS = el.Seconds(), float64(count)/el.Seconds()
 		out = append(out, r)
 	}
 	if len(out) > 1 {
@@ -523,7 +540,11 @@ func Memory(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, er
 	}
 	el := time.Since(start)
 	runtime.GC()
-	rss, err := RSS(os.Getpid())
+	pid := cfg.RSSPid
+	if pid == 0 {
+		pid = os.Getpid()
+	}
+	rss, err := RSS(pid)
 	if err != nil {
 		return Result{}, err
 	}

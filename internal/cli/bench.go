@@ -1,0 +1,428 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nornq/norn"
+	"github.com/nornq/norn/client"
+	"github.com/nornq/norn/internal/bench"
+	"github.com/nornq/norn/internal/storeopen"
+	"github.com/nornq/norn/server"
+	"github.com/spf13/cobra"
+)
+
+// benchOptions are the flags of `norn bench`.
+type benchOptions struct {
+	store      string
+	durability string
+	transport  string
+	tasks      int
+	workers    int
+	batch      int
+	claimBatch int
+	rate       float64
+	delay      time.Duration
+	specBytes  int
+	queued     []int
+	runs       int
+	serverPid  int
+	cpuProfile string
+	memProfile string
+}
+
+// Transports of --transport.
+const (
+	transportInproc = "inproc"
+	transportHTTP   = "http"
+)
+
+func init() {
+	register(func(g *Globals) *cobra.Command {
+		var o benchOptions
+		cmd := &cobra.Command{
+			Use:   "bench WORKLOAD... [flags]",
+			Short: "Measure throughput, latency and memory of a store (in-process or over HTTP)",
+			Long: `Run benchmark workloads and print their figures (a table, or one JSON object
+per result with -o json).
+
+Workloads (or "all" for every one, in this order):
+  submit   submission throughput at batch sizes 1, 100 and 1000 (or --batch)
+  work     burn-down of --tasks pre-submitted no-op tasks by --workers workers
+           claiming --claim-batch at a time and completing them in one call
+  latency  submit → claim with a waiting long-poll claimer on an idle queue:
+           p50/p99/p99.9/max, one task at a time
+  delay    tasks with run_at = now + --delay submitted at --rate per second;
+           firing lateness = claim time − run_at
+  scale    work throughput with each --queued backlog (default 10k and 1M);
+           the ratio is largest backlog ÷ smallest
+  memory   queue --tasks ready tasks (default 1M) and report resident memory
+           (this process, or --server-pid's)
+
+Where it runs:
+  default                  in-process against --store (default: an embedded
+                           store in a temporary directory, removed afterwards)
+  --transport http         the same store behind an in-process HTTP server on
+                           127.0.0.1, driven through the Go client
+  --server URL             an already running server (its store is whatever
+                           it was started with; --store then only labels the
+                           figures)
+
+--runs K repeats each workload K times and reports, for every figure, the
+median of the K runs. Each run uses fresh queues and deletes its tasks
+afterwards, so runs against a persistent store do not pile up.`,
+			Example: `  norn bench all
+  norn bench submit work --runs 3 -o json
+  norn bench work --tasks 1000000 --workers 4 --claim-batch 100
+  norn bench latency delay --transport http
+  norn bench memory --server http://127.0.0.1:7070 --server-pid $(pidof norn)`,
+			Args: cobra.MinimumNArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return runBench(cmd, g, &o, args)
+			},
+		}
+		f := cmd.Flags()
+		f.StringVar(&o.store, "store", "", "store spec: embedded:DIR or postgres://… (default: embedded store in a temporary directory)")
+		f.StringVar(&o.durability, "durability", "strict", "store durability: strict or opportunistic")
+		f.StringVar(&o.transport, "transport", transportInproc, "inproc (Go API) or http (in-process server + client); --server implies http")
+		f.IntVar(&o.tasks, "tasks", 0, "tasks per workload (default: submit/work 100000, latency 2000, delay rate×10s, scale the smallest backlog, memory 1000000)")
+		f.IntVar(&o.workers, "workers", 0, "concurrent submitters/claimers (default 2×GOMAXPROCS in-process, 32 over HTTP)")
+		f.IntVar(&o.batch, "batch", 0, "submit batch size (default: submit runs 1, 100 and 1000)")
+		f.IntVar(&o.claimBatch, "claim-batch", 0, "tasks per claim (default 100)")
+		f.Float64Var(&o.rate, "rate", 0, "delay workload submission rate in tasks/s (default 5000)")
+		f.DurationVar(&o.delay, "delay", 0, "delay workload: how far in the future run_at is (default 1s)")
+		f.IntVar(&o.specBytes, "spec-bytes", 0, "size of each task's spec in bytes (default 200)")
+		f.IntSliceVar(&o.queued, "queued", nil, "scale workload backlogs (default 10000,1000000)")
+		f.IntVar(&o.runs, "runs", 1, "repeat each workload K times and report the medians")
+		f.IntVar(&o.serverPid, "server-pid", 0, "memory workload: report this process's RSS (a server's) instead of our own")
+		f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+		f.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end of the run to this file")
+		return clientCommand(cmd)
+	})
+}
+
+// benchWorkloads expands "all" and rejects unknown names (usage error).
+func benchWorkloads(args []string) ([]string, error) {
+	var out []string
+	for _, a := range args {
+		a = strings.ToLower(a)
+		if a == "all" {
+			out = append(out, bench.Workloads...)
+			continue
+		}
+		known := false
+		for _, w := range bench.Workloads {
+			known = known || w == a
+		}
+		if !known {
+			return nil, usagef("unknown workload %q (want %s or all)", a, strings.Join(bench.Workloads, ", "))
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+func (o *benchOptions) validate() error {
+	switch {
+	case o.transport != transportInproc && o.transport != transportHTTP:
+		return usagef("--transport: unknown transport %q (want inproc or http)", o.transport)
+	case o.tasks < 0:
+		return usagef("--tasks must not be negative")
+	case o.workers < 0:
+		return usagef("--workers must not be negative")
+	case o.batch < 0 || o.batch > norn.MaxBatch:
+		return usagef("--batch must be between 1 and %d", norn.MaxBatch)
+	case o.claimBatch < 0:
+		return usagef("--claim-batch must not be negative")
+	case o.rate < 0:
+		return usagef("--rate must not be negative")
+	case o.delay < 0:
+		return usagef("--delay must not be negative")
+	case o.specBytes < 0 || o.specBytes > norn.MaxSpecBytes:
+		return usagef("--spec-bytes must be between 8 and %d", norn.MaxSpecBytes)
+	case o.runs < 1:
+		return usagef("--runs must be at least 1")
+	case o.serverPid < 0:
+		return usagef("--server-pid must not be negative")
+	}
+	for _, q := range o.queued {
+		if q < 1 {
+			return usagef("--queued sizes must be positive, got %d", q)
+		}
+	}
+	return nil
+}
+
+// benchTarget is what the workloads run against, and how to tear it down.
+type benchTarget struct {
+	store   norn.Store
+	env     bench.Env
+	closers []func() error
+}
+
+func (t *benchTarget) close() error {
+	var first error
+	for i := len(t.closers) - 1; i >= 0; i-- {
+		if err := t.closers[i](); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// benchHTTPClient allows enough idle connections per host for every worker:
+// the default of 2 would make most requests open a new connection and
+// measure TCP handshakes instead of the server.
+func benchHTTPClient(workers int) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = workers + 64
+	tr.MaxIdleConnsPerHost = workers + 64
+	return &http.Client{Transport: tr}
+}
+
+// storeKind is the part of a store spec before the location, used to label
+// results without leaking paths or passwords.
+func storeKind(spec string) string {
+	kind, _, _ := strings.Cut(spec, ":")
+	kind = strings.ToLower(kind)
+	if kind == "postgresql" {
+		kind = "postgres"
+	}
+	return kind
+}
+
+// openBenchTarget opens the store (or connects to --server) and wraps it in
+// an in-process server when --transport http asks for one.
+func openBenchTarget(ctx context.Context, cmd *cobra.Command, g *Globals, o *benchOptions, logger *slog.Logger, workers int) (*benchTarget, error) {
+	t := &benchTarget{}
+	if cmd.Flags().Changed("server") {
+		if cmd.Flags().Changed("transport") && o.transport != transportHTTP {
+			return nil, usagef("--server runs over HTTP; it cannot be combined with --transport %s", o.transport)
+		}
+		c, err := client.New(g.Server, client.WithToken(g.Token), client.WithUserAgent("norn-bench/1"),
+			client.WithHTTPClient(benchHTTPClient(workers)))
+		if err != nil {
+			return nil, usagef("--server: %v", err)
+		}
+		t.store = c
+		t.closers = append(t.closers, c.Close)
+		t.env = bench.Env{Store: "remote", Transport: transportHTTP}
+		if cmd.Flags().Changed("store") {
+			t.env.Store = storeKind(o.store)
+		}
+		if cmd.Flags().Changed("durability") {
+			t.env.Durability = o.durability
+		}
+		return t, nil
+	}
+	spec := o.store
+	if spec == "" {
+		dir, err := os.MkdirTemp("", "norn-bench-")
+		if err != nil {
+			return nil, fmt.Errorf("temporary store directory: %w", err)
+		}
+		t.closers = append(t.closers, func() error { return os.RemoveAll(dir) })
+		spec = "embedded:" + dir
+	}
+	st, err := storeopen.Open(ctx, spec, storeopen.Options{Durability: o.durability, Logger: logger})
+	if err != nil {
+		_ = t.close()
+		if norn.CodeOf(err) == norn.CodeInvalidArgument {
+			return nil, usagef("--store: %v", err)
+		}
+		return nil, err
+	}
+	t.closers = append(t.closers, st.Close)
+	t.store = st
+	t.env = bench.Env{Store: storeKind(spec), Durability: o.durability, Transport: transportInproc}
+	if o.transport == transportHTTP {
+		srv, err := server.New(server.Config{Addr: "127.0.0.1:0", Store: st, Logger: logger})
+		if err != nil {
+			_ = t.close()
+			return nil, fmt.Errorf("in-process server: %w", err)
+		}
+		sctx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.Run(sctx) }()
+		t.closers = append(t.closers, func() error { stop(); return <-done })
+		c, err := client.New(srv.URL(), client.WithUserAgent("norn-bench/1"), client.WithHTTPClient(benchHTTPClient(workers)))
+		if err != nil {
+			_ = t.close()
+			return nil, err
+		}
+		t.closers = append(t.closers, c.Close)
+		t.store = c
+		t.env.Transport = transportHTTP
+	}
+	return t, nil
+}
+
+func runBench(cmd *cobra.Command, g *Globals, o *benchOptions, args []string) (err error) {
+	workloads, err := benchWorkloads(args)
+	if err != nil {
+		return err
+	}
+	format, err := outputFormat(g)
+	if err != nil {
+		return err
+	}
+	if err := o.validate(); err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	stderr := cmd.ErrOrStderr()
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	remote := cmd.Flags().Changed("server") || o.transport == transportHTTP
+	workers := o.workers
+	if workers == 0 && remote {
+		// HTTP round trips leave the CPU idle while waiting, so more
+		// concurrent requests are needed to keep the server busy.
+		workers = 32
+	}
+	t, err := openBenchTarget(ctx, cmd, g, o, logger, max(workers, 2*runtime.GOMAXPROCS(0)))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := t.close(); cerr != nil && err == nil {
+			err = fmt.Errorf("closing the store: %w", cerr)
+		}
+	}()
+
+	bar := &benchProgress{w: stderr}
+	cfg := bench.Config{
+		Tasks: o.tasks, Workers: workers, Batch: o.batch, ClaimBatch: o.claimBatch,
+		Rate: o.rate, Delay: o.delay, SpecBytes: o.specBytes, Queued: o.queued,
+		RSSPid: o.serverPid, Progress: bar.update,
+	}
+	out := cmd.OutOrStdout()
+	var all []bench.Result
+	defer func() {
+		// Print what was measured even when a later workload fails.
+		if format == outTable && len(all) > 0 {
+			if werr := writeBenchTable(out, all); werr != nil && err == nil {
+				err = werr
+			}
+		}
+	}()
+	for _, w := range workloads {
+		runs := make([][]bench.Result, 0, o.runs)
+		for k := 0; k < o.runs; k++ {
+			bar.run = fmt.Sprintf("%s %d/%d", w, k+1, o.runs)
+			rs, err := bench.Run(ctx, w, t.store, t.env, cfg)
+			bar.clear()
+			if err != nil {
+				return fmt.Errorf("%s: %w", w, err)
+			}
+			runs = append(runs, rs)
+		}
+		med, err := bench.Median(runs)
+		if err != nil {
+			return fmt.Errorf("%s: %w", w, err)
+		}
+		all = append(all, med...)
+		if format != outTable {
+			for _, r := range med {
+				if err := emit(out, format, r); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if o.memProfile != "" {
+		runtime.GC()
+		f, err := os.Create(o.memProfile)
+		if err != nil {
+			return fmt.Errorf("--memprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			return fmt.Errorf("--memprofile: %w", err)
+		}
+	}
+	return nil
+}
+
+// benchProgress adapts the workloads' progress callbacks (phase, done,
+// total; from many goroutines) to one Progress bar per phase.
+type benchProgress struct {
+	w     io.Writer
+	run   string
+	mu    sync.Mutex
+	phase string
+	bar   *Progress
+}
+
+func (b *benchProgress) update(phase string, done, total int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.bar == nil || phase != b.phase {
+		if b.bar != nil {
+			b.bar.Clear()
+		}
+		b.phase = phase
+		b.bar = NewProgress(b.w, b.run+": "+phase, "tasks", total)
+	}
+	b.bar.Set(done, done)
+}
+
+func (b *benchProgress) clear() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.bar != nil {
+		b.bar.Clear()
+		b.bar = nil
+	}
+}
+
+// writeBenchTable prints every result in one aligned table; figures a
+// workload does not measure are "-".
+func writeBenchTable(w io.Writer, rs []bench.Result) error {
+	num := func(v float64, prec int) string {
+		if v == 0 {
+			return "-"
+		}
+		return strconv.FormatFloat(v, 'f', prec, 64)
+	}
+	integer := func(v int) string {
+		if v == 0 {
+			return "-"
+		}
+		return strconv.Itoa(v)
+	}
+	t := newTable(w, "WORKLOAD", "STORE", "DURABILITY", "TRANSPORT", "NPROC", "TASKS", "WORKERS", "BATCH", "QUEUED",
+		"SECONDS", "TASKS/S", "P50_MS", "P99_MS", "P99.9_MS", "MAX_MS", "RSS_MIB", "RATIO", "RUNS")
+	for _, r := range rs {
+		t.row(r.Workload, dash(r.Store), dash(r.Durability), r.Transport, integer(r.NProc), integer(r.Tasks),
+			integer(r.Workers), integer(r.Batch), integer(r.Queued), num(r.Seconds, 3), num(r.TasksPerS, 0),
+			num(r.P50ms, 3), num(r.P99ms, 3), num(r.P999ms, 3), num(r.Maxms, 3), num(r.RSSMiB, 1), num(r.Ratio, 3),
+			integer(r.Runs))
+	}
+	return t.flush()
+}
