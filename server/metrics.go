@@ -47,7 +47,7 @@ type claimInfo struct {
 	created time.Time
 }
 
-// latencyBuckets span 1 ms to ~9 h: claims are usually fast, end-to-end
+// latencyBuckets span 1 ms to ~4.7 h: claims are usually fast, end-to-end
 // latency of delayed or retried tasks can be hours.
 var latencyBuckets = prometheus.ExponentialBuckets(0.001, 4, 13)
 
