@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nornq/norn"
 )
@@ -48,6 +49,28 @@ func decodeStrict(raw []byte, v any, path string) error {
 
 var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
 var rawMessageType = reflect.TypeFor[json.RawMessage]()
+var durationType = reflect.TypeFor[norn.Duration]()
+
+// decodeDuration reads a Go duration string. Unlike norn.Duration's own
+// UnmarshalJSON it lets negative values through, so the shared validators
+// (NewTask.Validate, ValidateRetry, …) refuse them with the same field
+// names the stores use ("retry", not "retry.base"): a client sees the same
+// error over HTTP as in process.
+func decodeDuration(raw []byte, v reflect.Value, path string) error {
+	if bytes.Equal(raw, []byte("null")) {
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return norn.Invalid(rootField(path), "must be a duration string like \"10s\"")
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return norn.Invalid(rootField(path), "invalid duration %q", trunc(s))
+	}
+	v.SetInt(int64(d))
+	return nil
+}
 
 func fieldName(path, name string) string {
 	if path == "" {
@@ -85,6 +108,8 @@ func decodeValue(raw []byte, v reflect.Value, path string) error {
 		}
 		v.SetBytes(append([]byte(nil), raw...))
 		return nil
+	case t == durationType:
+		return decodeDuration(raw, v, path)
 	case reflect.PointerTo(t).Implements(unmarshalerType):
 		return plainUnmarshal(raw, v, path)
 	case t.Kind() == reflect.Pointer:

@@ -197,6 +197,9 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	if b.Extend < 0 {
+		return norn.Invalid("extend", "must not be negative")
+	}
 	ref, err := s.leaseRef(r, b.leaseBody)
 	if err != nil {
 		return err
@@ -352,6 +355,9 @@ func validateLeaseOp(op *norn.LeaseOp) error {
 		if err := norn.ValidateProgress("progress", *op.Progress); err != nil {
 			return err
 		}
+	}
+	if op.Extend < 0 {
+		return norn.Invalid("extend", "must not be negative")
 	}
 	if err := norn.ValidateJSON("result", op.Result, norn.MaxResultBytes); err != nil {
 		return err
