@@ -58,7 +58,7 @@ func remoteStore(t *testing.T, clock norn.Clock) norn.Store {
 // streaming memory test uses fewer tasks than in-process stores (every task
 // crosses JSON twice under -race); NORN_STORETEST_STREAM_TASKS overrides.
 func TestConformance(t *testing.T) {
-	n := 10_000
+	n := 25_000
 	if v, err := strconv.Atoi(os.Getenv("NORN_STORETEST_STREAM_TASKS")); err == nil && v > 0 {
 		n = v
 	}

@@ -25,8 +25,10 @@ type streamLine struct {
 // all) by reading GET /v1/tasks as NDJSON one line at a time, so memory stays
 // constant however many tasks match. Close stops the request.
 func (c *Client) Stream(ctx context.Context, q norn.Query) (norn.TaskIterator, error) {
+	if err := checkFilter(q.Filter); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(ctx)
-	q.Cursor = ""
 	resp, err := c.send(ctx, c.withTimeoutAtLeast(0), request{
 		method: http.MethodGet, path: "/v1/tasks", query: QueryValues(q), accept: "application/x-ndjson",
 	})

@@ -56,6 +56,12 @@ func (c *Client) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Subm
 	if err := checkSpecs("tasks", tasks); err != nil {
 		return nil, err
 	}
+	// The stores validate exactly this first; doing it here gives the same
+	// errors (fields included) whatever the server's decoder would say,
+	// and saves a round trip for a batch that cannot succeed.
+	if err := norn.ValidateBatch("tasks", tasks); err != nil {
+		return nil, err
+	}
 	var out batchResponse
 	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/tasks/batch", body: batchRequest{Tasks: tasks}}, &out); err != nil {
 		return nil, err
@@ -163,6 +169,12 @@ func setTime(v url.Values, key string, t time.Time) {
 	}
 }
 
+// checkFilter gives the store's error for a malformed filter (the server
+// would name its query parameter instead of the Filter field).
+func checkFilter(f norn.Filter) error {
+	return f.Validate()
+}
+
 // QueryValues encodes q (filter, paging, order and view) for GET /v1/tasks.
 func QueryValues(q norn.Query) url.Values {
 	v := FilterValues(q.Filter)
@@ -183,6 +195,9 @@ func QueryValues(q norn.Query) url.Values {
 
 // List returns one page of matching tasks (GET /v1/tasks).
 func (c *Client) List(ctx context.Context, q norn.Query) (norn.Page, error) {
+	if err := checkFilter(q.Filter); err != nil {
+		return norn.Page{}, err
+	}
 	var out norn.Page
 	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/tasks", query: QueryValues(q)}, &out); err != nil {
 		return norn.Page{}, err
@@ -200,6 +215,9 @@ type countBody struct {
 
 // Count returns how many tasks match f (GET /v1/tasks/count).
 func (c *Client) Count(ctx context.Context, f norn.Filter) (int64, error) {
+	if err := checkFilter(f); err != nil {
+		return 0, err
+	}
 	var out countBody
 	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/tasks/count", query: FilterValues(f)}, &out); err != nil {
 		return 0, err
@@ -209,6 +227,9 @@ func (c *Client) Count(ctx context.Context, f norn.Filter) (int64, error) {
 
 // CountGrouped returns counts by queue and status (GET /v1/tasks/count?group=queue,status).
 func (c *Client) CountGrouped(ctx context.Context, f norn.Filter) ([]norn.GroupCount, error) {
+	if err := checkFilter(f); err != nil {
+		return nil, err
+	}
 	v := FilterValues(f)
 	v.Set("group", "queue,status")
 	var out countBody
@@ -260,6 +281,9 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 // DeleteMatching removes every task matching f (DELETE /v1/tasks?filters);
 // the server refuses an empty filter.
 func (c *Client) DeleteMatching(ctx context.Context, f norn.Filter) (int64, error) {
+	if err := checkFilter(f); err != nil {
+		return 0, err
+	}
 	var out deletedBody
 	if err := c.do(ctx, request{method: http.MethodDelete, path: "/v1/tasks", query: FilterValues(f)}, &out); err != nil {
 		return 0, err
@@ -329,6 +353,9 @@ type txnBody struct {
 // Transact applies a transaction all or nothing (POST /v1/transactions).
 func (c *Client) Transact(ctx context.Context, tx norn.Txn) (*norn.TxnResult, error) {
 	if err := checkSpecs("submit", tx.Submit); err != nil {
+		return nil, err
+	}
+	if err := norn.ValidateBatch("submit", tx.Submit); err != nil {
 		return nil, err
 	}
 	body := txnBody{Submit: tx.Submit, Cancel: tx.Cancel, Delete: tx.Delete, Require: tx.Require}
