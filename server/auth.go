@@ -111,7 +111,7 @@ type principal struct {
 	queues []string // nil: every queue
 }
 
-// allQueues is the principal used when authentication is off.
+// unrestricted is the principal of every request when authentication is off.
 var unrestricted = &principal{role: RoleAdmin}
 
 // authenticator checks bearer tokens. Tokens are looked up by their

@@ -789,3 +789,25 @@ func TestConfigValidation(t *testing.T) {
 		s.Close()
 	}
 }
+
+// TestDashboardMount: the dashboard handler serves "/" while API routes,
+// unknown API paths and probes keep their own handlers.
+func TestDashboardMount(t *testing.T) {
+	t.Parallel()
+	e := startServer(t, func(c *Config) {
+		c.Dashboard = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "dashboard "+r.URL.Path)
+		})
+	})
+	if r := e.must(200, "GET", "/", ""); string(r.body) != "dashboard /" {
+		t.Fatalf("/ served %q", r.body)
+	}
+	if r := e.must(200, "GET", "/assets/app.js", ""); string(r.body) != "dashboard /assets/app.js" {
+		t.Fatalf("asset served %q", r.body)
+	}
+	if c, _ := e.must(404, "GET", "/v1/unknown", "").errorOf(t); c != norn.CodeNotFound {
+		t.Fatalf("unknown API path: %s", c)
+	}
+	e.must(200, "GET", "/healthz", "")
+	e.must(200, "GET", "/v1/stats", "")
+}
