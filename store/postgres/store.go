@@ -23,6 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nornq/norn"
 )
@@ -130,7 +131,7 @@ func lockKey(s string) int64 {
 type Store struct {
 	cfg     Config
 	connCfg *pgx.ConnConfig
-	pool    *pool
+	pool    *pgxpool.Pool
 	sql     *statements
 	chanLit string // the NOTIFY channel as a quoted SQL literal
 	channel string
@@ -176,10 +177,13 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		subs:      newSubscribers(),
 	}
 	s.chanLit = "'" + strings.ReplaceAll(s.channel, "'", "''") + "'"
-	s.pool = newPool(connCfg, cfg.MaxConns)
+	s.pool, err = newPool(connCfg, cfg.MaxConns)
+	if err != nil {
+		return nil, err
+	}
 	err = s.withConn(ctx, func(conn *pgx.Conn) error { return checkSchema(ctx, conn, cfg.Schema) })
 	if err != nil {
-		s.pool.close()
+		s.pool.Close()
 		return nil, err
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -212,7 +216,7 @@ func (s *Store) Close() error {
 		s.cancel()
 	}
 	s.wg.Wait()
-	s.pool.close()
+	s.pool.Close()
 	s.subs.closeAll()
 	return nil
 }
@@ -235,15 +239,18 @@ func (s *Store) withConn(ctx context.Context, f func(conn *pgx.Conn) error) erro
 		return norn.ErrClosed
 	}
 	for attempt := 0; ; attempt++ {
-		conn, err := s.pool.acquire(ctx)
+		conn, err := s.pool.Acquire(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			if s.closed.Load() {
+				return norn.ErrClosed
+			}
 			return norn.Unavailable(err)
 		}
-		err = f(conn)
-		s.pool.release(conn, err)
+		err = f(conn.Conn())
+		release(conn, err)
 		if err != nil && retryable(err) && attempt < 8 {
 			time.Sleep(time.Duration(attempt+1) * time.Millisecond)
 			continue
@@ -311,102 +318,39 @@ func connectionLost(err error) bool {
 		strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "connection reset")
 }
 
-// pool is a small connection pool over pgx.Conn: pgxpool's dependency
-// (puddle) is not in this module's go.sum, and the store needs little: a
-// bounded set of sessions, health checks after idling, and dropping
-// sessions that failed.
-type pool struct {
-	cfg  *pgx.ConnConfig
-	sem  chan struct{}
-	mu   sync.Mutex
-	idle []idleConn
-	done bool
-}
-
-type idleConn struct {
-	c    *pgx.Conn
-	when time.Time
-}
-
-func newPool(cfg *pgx.ConnConfig, maxConns int) *pool {
-	return &pool{cfg: cfg, sem: make(chan struct{}, maxConns)}
-}
-
-func (p *pool) acquire(ctx context.Context) (*pgx.Conn, error) {
-	select {
-	case p.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+// newPool builds the pgxpool for everything but the listener and the leader
+// lock (those need sessions of their own). Statements are prepared and
+// cached per connection (pgx's default exec mode), so hot statements are
+// parsed and planned once per session.
+func newPool(connCfg *pgx.ConnConfig, maxConns int) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig("")
+	if err != nil {
+		return nil, err
 	}
-	for {
-		p.mu.Lock()
-		if p.done {
-			p.mu.Unlock()
-			<-p.sem
-			return nil, norn.ErrClosed
-		}
-		var ic idleConn
-		if n := len(p.idle); n > 0 {
-			ic = p.idle[n-1]
-			p.idle = p.idle[:n-1]
-		}
-		p.mu.Unlock()
-		if ic.c == nil {
-			c, err := pgx.ConnectConfig(ctx, p.cfg)
-			if err != nil {
-				<-p.sem
-				return nil, err
-			}
-			return c, nil
-		}
-		if ic.c.IsClosed() {
-			continue
-		}
-		// A session idle for a while may have died with a server restart;
-		// check it cheaply rather than fail the caller's first query.
-		if time.Since(ic.when) > 5*time.Second {
-			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := ic.c.Ping(pctx)
-			cancel()
-			if err != nil {
-				ic.c.Close(context.Background())
-				continue
-			}
-		}
-		return ic.c, nil
-	}
+	pc.ConnConfig = connCfg.Copy()
+	pc.MaxConns = int32(maxConns)
+	pc.MaxConnIdleTime = 5 * time.Minute
+	pc.HealthCheckPeriod = 10 * time.Second
+	// A session idle for a while may have died with a server restart:
+	// check it cheaply rather than fail the caller's first query.
+	pc.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool { return p.IdleDuration > time.Second }
+	pc.PingTimeout = 5 * time.Second
+	return pgxpool.NewWithConfig(context.Background(), pc)
 }
 
-// release returns c to the pool unless the session is broken or left in
-// a transaction by an error.
-func (p *pool) release(c *pgx.Conn, err error) {
-	defer func() { <-p.sem }()
-	broken := c.IsClosed() || c.PgConn().TxStatus() != 'I'
-	if err != nil && !broken {
+// release returns c to the pool. A session left in a transaction or broken
+// by a network error or a cancellation (its state is unknown) is closed
+// first, so the pool drops it instead of handing it out again.
+func release(c *pgxpool.Conn, err error) {
+	if err != nil && !c.Conn().IsClosed() {
 		var pe *pgconn.PgError
-		if !errors.As(err, &pe) && !isNornErr(err) {
-			broken = true // a network error or cancellation: the session state is unknown
+		if c.Conn().PgConn().TxStatus() != 'I' || (!errors.As(err, &pe) && !isNornErr(err) && !errors.Is(err, pgx.ErrNoRows)) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = c.Conn().Close(ctx)
+			cancel()
 		}
 	}
-	p.mu.Lock()
-	if broken || p.done {
-		p.mu.Unlock()
-		c.Close(context.Background())
-		return
-	}
-	p.idle = append(p.idle, idleConn{c, time.Now()})
-	p.mu.Unlock()
-}
-
-func (p *pool) close() {
-	p.mu.Lock()
-	p.done = true
-	idle := p.idle
-	p.idle = nil
-	p.mu.Unlock()
-	for _, ic := range idle {
-		ic.c.Close(context.Background())
-	}
+	c.Release()
 }
 
 // nowOf returns the injected clock's time, or zero (meaning: ask the database).
