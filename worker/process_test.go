@@ -7,6 +7,7 @@ package worker_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -51,6 +53,9 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// Handlers in mode "count" track how many of them run at once.
+var procRunning, procPeak atomic.Int32
 
 // workerProcess is the body of a worker process: a Go SDK worker on the
 // HTTP client whose handler behaves as NORN_TEST_MODE says. It stops
@@ -88,6 +93,17 @@ func workerProcess() int {
 				case <-time.After(10 * time.Millisecond):
 				}
 			}
+		case "count": // complete after a short while, reporting the peak concurrency seen
+			n := procRunning.Add(1)
+			defer procRunning.Add(-1)
+			for {
+				p := procPeak.Load()
+				if n <= p || procPeak.CompareAndSwap(p, n) {
+					break
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+			return tk.SetResult(map[string]int32{"peak": procPeak.Load()})
 		default: // complete at once
 			return tk.SetResult(map[string]int{"pid": os.Getpid()})
 		}
@@ -421,5 +437,27 @@ printf '{"spec":%s,"attempt":%s}' "$spec" "$NORN_ATTEMPT"`
 	}
 	if err := p.wait(t, 10*time.Second); err != nil {
 		t.Errorf("norn work exit after SIGTERM: %v", err)
+	}
+}
+
+func TestProcessConcurrencyLimitNeverExceeded(t *testing.T) {
+	t.Parallel()
+	st, url := startServer(t)
+	const limit = 3
+	ids := submitN(t, st, "counted", 30, 10*time.Second)
+	startProc(t, "worker", workerEnv(url, "counted", "count", t.TempDir(), limit, time.Second))
+	peak := 0
+	for _, id := range ids {
+		tk := waitStatus(t, st, id, 20*time.Second, norn.StatusCompleted)
+		var res struct{ Peak int }
+		if err := json.Unmarshal(tk.Result, &res); err != nil {
+			t.Fatalf("result %s: %v", tk.Result, err)
+		}
+		peak = max(peak, res.Peak)
+	}
+	if peak > limit {
+		t.Errorf("%d handlers ran at once in the worker process, limit %d", peak, limit)
+	} else if peak < 2 {
+		t.Errorf("peak %d: tasks never ran in parallel, the check proves nothing", peak)
 	}
 }
