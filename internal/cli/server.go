@@ -229,9 +229,6 @@ func runServer(cmd *cobra.Command, sf *serverFlags) error {
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "norn: listening on %s (store %s)\n", srv.URL(), sf.store)
-	if len(tokens) == 0 {
-		fmt.Fprintln(cmd.ErrOrStderr(), "norn: no tokens configured: authentication is off; anyone who can reach the address may do everything")
-	}
 	return srv.Run(ctx)
 }
 
