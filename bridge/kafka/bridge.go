@@ -3,7 +3,6 @@ package kafkabridge
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -93,7 +92,7 @@ func (b *Bridge) Stats() Stats { return b.m.stats() }
 // Healthy reports whether a Kafka broker answers, for /healthz and /readyz.
 func (b *Bridge) Healthy(ctx context.Context) error {
 	if err := b.cl.Ping(ctx); err != nil {
-		return norn.Unavailable(fmt.Errorf("kafka: %w", err))
+		return &norn.Error{Code: norn.CodeUnavailable, Message: "kafka unavailable", Err: err}
 	}
 	return nil
 }

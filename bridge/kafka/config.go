@@ -58,7 +58,8 @@ type Config struct {
 	Queue string
 	// TimingAdvance fires messages this much before their deadline to make
 	// up for the bridge's own latency; a message whose deadline is within
-	// it when consumed is published at once. Default 50ms.
+	// it when consumed is published at once. Default 50ms (zero means the
+	// default; use 1ns to fire at the deadline itself).
 	TimingAdvance time.Duration
 	// HoldTime is the lease a node takes on a due message: if the node has
 	// not published and deleted it by then, another node takes it over.
