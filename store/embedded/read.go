@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -40,23 +41,53 @@ func (r *reader) task(id string, summary bool, f *norn.Filter) (*norn.Task, erro
 	} else {
 		r.it.SetBounds(lo, hi)
 	}
-	it := r.it
-	var t *norn.Task
+	if !r.it.First() {
+		if err := r.it.Error(); err != nil {
+			return nil, norn.Unavailable(err)
+		}
+		return nil, nil
+	}
+	return r.s.decodeTask(r.it, id, lo, summary, f)
+}
+
+// skipTask moves it past the remaining keys of the task with prefix lo:
+// a few Next calls (the usual case), else one seek.
+func skipTask(it *pebble.Iterator, id string, lo []byte) bool {
+	for i := 0; i < 8; i++ {
+		if !it.Valid() || !bytes.HasPrefix(it.Key(), lo) {
+			return it.Valid()
+		}
+		it.Next()
+	}
+	if it.Valid() && bytes.HasPrefix(it.Key(), lo) {
+		return it.SeekGE(taskEnd(id))
+	}
+	return it.Valid()
+}
+
+// decodeTask reads the task whose first key it is positioned at (prefix
+// lo) and leaves it at the first key after the task. It returns nil when
+// the task does not match f.
+func (s *Store) decodeTask(it *pebble.Iterator, id string, lo []byte, summary bool, f *norn.Filter) (*norn.Task, error) {
+	t := &norn.Task{ID: id}
 	haveState := false
 	var histNext uint64
-	for ok := it.First(); ok; ok = it.Next() {
+	for ok := it.Valid(); ok; {
 		k := it.Key()
+		if !bytes.HasPrefix(k, lo) {
+			break
+		}
 		if len(k) <= len(lo) {
+			ok = it.Next()
 			continue
 		}
 		suf := k[len(lo)]
 		if suf == sufLog {
 			// Logs are read by ReadLog only; jump over them.
-			if !it.SeekGE(append(taskPrefix(id), sufLog+1)) {
+			if ok = it.SeekGE(taskKey(id, sufLog+1)); !ok {
 				break
 			}
-			k = it.Key()
-			suf = k[len(lo)]
+			continue
 		}
 		if !haveState && suf > sufState {
 			return nil, fmt.Errorf("embedded: task %q has no state record: %w", id, errCorrupt)
@@ -64,9 +95,6 @@ func (r *reader) task(id string, summary bool, f *norn.Filter) (*norn.Task, erro
 		v, err := it.ValueAndErr()
 		if err != nil {
 			return nil, norn.Unavailable(err)
-		}
-		if t == nil {
-			t = &norn.Task{ID: id}
 		}
 		switch suf {
 		case sufImmutable:
@@ -95,11 +123,13 @@ func (r *reader) task(id string, summary bool, f *norn.Filter) (*norn.Task, erro
 			t.Status, t.Priority, t.Progress = statusOf(st.status), st.priority, st.progress
 			t.Updated, t.RunAt, t.Deadline = fromNanos(st.updated), fromNanos(st.runAt), fromNanos(st.deadline)
 			t.Owner, t.Lease, t.Attempts, t.Version = st.owner, st.lease, int(st.attempts), st.version
-			if f != nil && !f.Match(t) {
-				return nil, nil
-			}
-			if summary {
-				return t, nil
+			if (f != nil && !f.Match(t)) || summary {
+				it.Next()
+				skipTask(it, id, lo)
+				if summary && (f == nil || f.Match(t)) {
+					return t, it.Error()
+				}
+				return nil, it.Error()
 			}
 		case sufError:
 			var e norn.ErrorInfo
@@ -116,17 +146,18 @@ func (r *reader) task(id string, summary bool, f *norn.Filter) (*norn.Task, erro
 		case sufResult:
 			t.Result = append(json.RawMessage(nil), v...)
 		}
+		ok = it.Next()
 	}
 	if err := it.Error(); err != nil {
 		return nil, norn.Unavailable(err)
 	}
-	if t == nil {
-		return nil, nil
-	}
 	if !haveState {
+		if t.Queue == "" {
+			return nil, nil // no such task
+		}
 		return nil, fmt.Errorf("embedded: task %q has no state record: %w", id, errCorrupt)
 	}
-	if lim := r.s.opts.HistoryLimit; len(t.History) > lim {
+	if lim := s.opts.HistoryLimit; len(t.History) > lim {
 		t.History = append([]norn.HistoryEntry(nil), t.History[len(t.History)-lim:]...)
 	}
 	t.HistoryDropped = int(histNext) - len(t.History)
@@ -231,6 +262,7 @@ func (s *Store) page(ctx context.Context, q norn.Query, limit int) (norn.Page, e
 	}
 	page := norn.Page{Tasks: []*norn.Task{}}
 	var last []byte
+	started := false
 	// seek positions the main iterator at the next candidate and returns
 	// its id and cursor position.
 	next := func(first bool) (string, []byte, bool) {
@@ -261,9 +293,13 @@ func (s *Store) page(ctx context.Context, q norn.Query, limit int) (norn.Page, e
 			return string(k[5:]), append([]byte(nil), k[1:]...), true
 		default:
 			var ok bool
-			if pos == nil {
+			switch {
+			case pos == nil:
 				ok = main.SeekGE([]byte{pfxTask})
-			} else {
+			case !first:
+				// decodeTask left the iterator at the next task.
+				ok = main.Valid()
+			default:
 				ok = main.SeekGE(taskEnd(string(pos)))
 			}
 			if !ok || main.Key()[0] != pfxTask {
@@ -279,12 +315,20 @@ func (s *Store) page(ctx context.Context, q norn.Query, limit int) (norn.Page, e
 				return norn.Page{}, err
 			}
 		}
-		id, p, ok := next(pos == nil)
+		id, p, ok := next(!started)
+		started = true
 		if !ok {
 			break
 		}
 		pos = p
-		t, err := r.task(id, q.Summary, f)
+		var t *norn.Task
+		var err error
+		if q.Order == norn.OrderID {
+			// The main iterator walks the task's keys itself.
+			t, err = s.decodeTask(main, id, taskPrefix(id), q.Summary, f)
+		} else {
+			t, err = r.task(id, q.Summary, f)
+		}
 		if err != nil {
 			return norn.Page{}, err
 		}
@@ -525,17 +569,15 @@ func (s *Store) scan(ctx context.Context, f *norn.Filter, fn func(*norn.Task)) e
 		return norn.Unavailable(err)
 	}
 	defer main.Close()
-	r := s.newReader()
-	defer r.close()
 	n := 0
-	for ok := main.First(); ok; ok = main.SeekGE(taskEnd(lastID(main))) {
+	for ok := main.First(); ok; ok = main.Valid() {
 		if n++; n%1024 == 0 {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 		}
 		id := lastID(main)
-		t, err := r.task(id, true, f)
+		t, err := s.decodeTask(main, id, taskPrefix(id), true, f)
 		if err != nil {
 			return err
 		}
