@@ -118,10 +118,10 @@ func testRetention(t *testing.T, f Factory) {
 	if _, err := e.s.UpdateQueue(e.ctx, "keep", norn.QueueUpdate{Retention: &norn.Retention{}}); err != nil {
 		t.Fatal(err)
 	}
-	e.submit(norn.NewTask{ID: "r-c", Queue: "r"}, norn.NewTask{ID: "r-a", Queue: "r"}, norn.NewTask{ID: "r-x", Queue: "r"},
-		norn.NewTask{ID: "r-live", Queue: "r", Delay: dur(1000 * h)},
-		norn.NewTask{ID: "k-c", Queue: "keep"}, norn.NewTask{ID: "k-a", Queue: "keep"},
-		norn.NewTask{ID: "d-c", Queue: "dflt"}, norn.NewTask{ID: "d-a", Queue: "dflt"},
+	e.submit(norn.NewTask{ID: "r1-c", Queue: "r"}, norn.NewTask{ID: "r2-a", Queue: "r"}, norn.NewTask{ID: "r3-x", Queue: "r"},
+		norn.NewTask{ID: "r4-live", Queue: "r", Delay: dur(1000 * h)},
+		norn.NewTask{ID: "k1-c", Queue: "keep"}, norn.NewTask{ID: "k2-a", Queue: "keep"},
+		norn.NewTask{ID: "d1-c", Queue: "dflt"}, norn.NewTask{ID: "d2-a", Queue: "dflt"},
 		norn.NewTask{ID: "late", Queue: "late"})
 	rc := e.claim("w", "r")
 	if _, err := e.s.AppendLog(e.ctx, ref(rc), norn.LogAppend{Data: []byte(`1`)}); err != nil {
@@ -131,7 +131,7 @@ func testRetention(t *testing.T, f Factory) {
 	if err := e.s.Abort(e.ctx, ref(e.claim("w", "r")), norn.ErrorInfo{Code: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.s.Cancel(e.ctx, "r-x"); err != nil {
+	if _, err := e.s.Cancel(e.ctx, "r3-x"); err != nil {
 		t.Fatal(err)
 	}
 	e.complete(e.claim("w", "keep"), "")
@@ -150,30 +150,30 @@ func testRetention(t *testing.T, f Factory) {
 		}
 	}
 	e.advance(59 * time.Minute)
-	present("r-c", "r-a", "r-x", "r-live", "k-c", "k-a", "d-c", "d-a", "late")
+	present("r1-c", "r2-a", "r3-x", "r4-live", "k1-c", "k2-a", "d1-c", "d2-a", "late")
 	e.advance(2 * time.Minute) // 1h01m
-	e.gone("r-c")
-	_, err := e.s.ReadLog(e.ctx, "r-c", 0, 0)
+	e.gone("r1-c")
+	_, err := e.s.ReadLog(e.ctx, "r1-c", 0, 0)
 	wantErr(t, "ReadLog of a purged task", err, norn.ErrNotFound)
-	present("r-a", "r-x")
+	present("r2-a", "r3-x")
 	e.advance(h) // 2h01m
-	e.gone("r-a")
-	present("r-x")
+	e.gone("r2-a")
+	present("r3-x")
 	// Retention in force at sweep time applies, measured from completion.
 	if _, err := e.s.UpdateQueue(e.ctx, "late", norn.QueueUpdate{Retention: &norn.Retention{Completed: dur(2 * h), Aborted: dur(h), Cancelled: dur(h)}}); err != nil {
 		t.Fatal(err)
 	}
 	e.advance(h) // 3h01m
-	e.gone("r-x")
+	e.gone("r3-x")
 	e.gone("late")
 	e.advance(20 * h) // 23h01m
-	present("d-c", "d-a", "k-c", "k-a", "r-live")
+	present("d1-c", "d2-a", "k1-c", "k2-a", "r4-live")
 	e.advance(2 * h) // 25h01m
-	e.gone("d-c")
-	present("d-a")
+	e.gone("d1-c")
+	present("d2-a")
 	e.advance(7 * 24 * h) // past 7 days
-	e.gone("d-a")
-	present("k-c", "k-a", "r-live")
+	e.gone("d2-a")
+	present("k1-c", "k2-a", "r4-live")
 	n, err := e.s.Count(e.ctx, norn.Filter{})
 	if err != nil || n != 3 {
 		t.Fatalf("Count after purges = %d, %v; want 3", n, err)

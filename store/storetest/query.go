@@ -304,6 +304,7 @@ func testStreamMemory(t *testing.T, f Factory, n int) {
 	e := newEnv(t, f)
 	spec := json.RawMessage(`{"payload":"` + strings.Repeat("x", 200) + `"}`)
 	batch := make([]norn.NewTask, 0, 1000)
+	start := time.Now()
 	for i := 0; i < n; i++ {
 		batch = append(batch, norn.NewTask{Queue: "mem", Spec: spec, Labels: map[string]string{"i": strconv.Itoa(i)}})
 		if len(batch) == cap(batch) || i == n-1 {
@@ -311,6 +312,8 @@ func testStreamMemory(t *testing.T, f Factory, n int) {
 			batch = batch[:0]
 		}
 	}
+	t.Logf("submitted %d tasks in %v", n, time.Since(start))
+	start = time.Now()
 	heap := func() uint64 {
 		runtime.GC()
 		var m runtime.MemStats
@@ -361,6 +364,7 @@ func testStreamMemory(t *testing.T, f Factory, n int) {
 		t.Fatalf("Stream returned %d tasks, want %d", count, n)
 	}
 	bound := perTask * uint64(n) / 4
+	t.Logf("measured and streamed in %v", time.Since(start))
 	t.Logf("streamed %d tasks: peak heap growth %d KiB; holding them would take ~%d KiB (%d B/task); bound %d KiB",
 		n, peak>>10, perTask*uint64(n)>>10, perTask, bound>>10)
 	if peak > bound {

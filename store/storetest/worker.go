@@ -191,10 +191,12 @@ func testClaimWait(t *testing.T, f Factory) {
 	}
 	got := waitFor("submit", func() { e.submitOne(norn.NewTask{ID: "woke", Queue: "lp"}) })
 	eqStrings(t, "claim woken by submit", ids(got), []string{"woke"})
+	e.complete(got[0], "")
 
 	e.submitOne(norn.NewTask{ID: "later", Queue: "lp", Delay: dur(time.Minute)})
 	got = waitFor("delay elapsing", func() { e.advance(2 * time.Minute) })
 	eqStrings(t, "claim woken by a delay elapsing", ids(got), []string{"later"})
+	e.complete(got[0], "")
 
 	// A cancelled context ends the wait early.
 	ctx, cancel := context.WithTimeout(e.ctx, 200*time.Millisecond)
