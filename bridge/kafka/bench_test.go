@@ -5,6 +5,9 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/nornq/norn/internal/pgtest"
+	"github.com/nornq/norn/store/postgres"
 )
 
 // TestBench runs the benchmark driver small, so `norn bench delay` is known
@@ -46,6 +49,28 @@ func BenchmarkSLA(b *testing.B) {
 	}
 	for i := 0; i < b.N; i++ {
 		r, err := Bench(context.Background(), newStore(b), BenchConfig{Rate: 1000, N: 10000, Delay: 3 * time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Log(r)
+		reportBench(b, r)
+	}
+}
+
+// BenchmarkSLAPostgres is BenchmarkSLA on the Postgres store with two
+// bridge nodes, each with its own connection (NORN_BENCH_BIG=1 only).
+func BenchmarkSLAPostgres(b *testing.B) {
+	if os.Getenv("NORN_BENCH_BIG") == "" {
+		b.Skip("set NORN_BENCH_BIG=1 to run the 10 s SLA benchmark")
+	}
+	url, schema := pgtest.Schema(b)
+	st, err := postgres.Open(context.Background(), postgres.Config{URL: url, Schema: schema, Migrate: true, Logger: testLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	for i := 0; i < b.N; i++ {
+		r, err := Bench(context.Background(), st, BenchConfig{Rate: 1000, N: 10000, Delay: 3 * time.Second, Nodes: 2})
 		if err != nil {
 			b.Fatal(err)
 		}
