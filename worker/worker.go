@@ -249,8 +249,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer cancelClaims()
 	go func() {
 		select {
-		case <-ctx.Done():
-			w.beginStop(nil)
+		case <-claimCtx.Done():
+			// Run's own ctx ended (not just Run returning): shut down.
+			if ctx.Err() != nil {
+				w.beginStop(nil)
+			}
 		case <-w.stop:
 		}
 		cancelClaims()
