@@ -209,7 +209,7 @@ func testStats(t *testing.T, f Factory) {
 }
 
 // events reads a stream into a channel until ctx ends.
-func events(t *testing.T, e *env, f norn.EventFilter) (<-chan norn.Event, context.CancelFunc) {
+func events(t *testing.T, e *env, f norn.EventFilter) <-chan norn.Event {
 	t.Helper()
 	ctx, cancel := context.WithCancel(e.ctx)
 	st, err := e.s.Subscribe(ctx, f)
@@ -232,10 +232,14 @@ func events(t *testing.T, e *env, f norn.EventFilter) (<-chan norn.Event, contex
 	}()
 	t.Cleanup(func() {
 		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("event stream: Next still blocked 10s after its context was cancelled")
+		}
 		st.Close()
-		<-done
 	})
-	return ch, cancel
+	return ch
 }
 
 // nextEvent returns the next event that is not a lag marker.
@@ -269,9 +273,9 @@ func wantEvent(t *testing.T, what string, ch <-chan norn.Event, kind norn.EventK
 
 func testSubscribe(t *testing.T, f Factory) {
 	e := newEnv(t, f)
-	all, _ := events(t, e, norn.EventFilter{})
-	byQueue, _ := events(t, e, norn.EventFilter{Queues: []string{"q2"}})
-	byTask, _ := events(t, e, norn.EventFilter{TaskID: "x2"})
+	all := events(t, e, norn.EventFilter{})
+	byQueue := events(t, e, norn.EventFilter{Queues: []string{"q2"}})
+	byTask := events(t, e, norn.EventFilter{TaskID: "x2"})
 	x1 := e.submitOne(norn.NewTask{ID: "x1", Queue: "q1"})
 	ev := wantEvent(t, "submit", all, norn.EventSubmitted, "x1", "q1", norn.StatusReady)
 	if ev.Version != x1.Version || !ev.Time.Equal(e.now()) {
