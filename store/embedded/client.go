@@ -183,20 +183,15 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 		st.status = stReady
 		st.readyAt = now
 	}
-	im := immutable{queue: q.name, created: now, maxAttempts: t.maxAttempts, timeout: t.timeout,
-		retry: t.retry, deps: n.DependsOn, spec: n.Spec}
-	tx.b.Set(taskKey(id, sufImmutable), im.encode(), nil)
-	if len(n.Labels) > 0 {
-		tx.b.Set(taskKey(id, sufLabels), encodeLabels(n.Labels), nil)
-	}
-	tx.b.Set(priorityKey(st.priority, id), nil, nil)
 	if depErr != nil {
 		tx.recordError(t, &st, *depErr)
 		tx.history(t, &st, norn.HistoryEntry{Type: norn.TaskAbort, Error: depErr})
 	}
+	im := immutable{queue: q.name, created: now, maxAttempts: t.maxAttempts, timeout: t.timeout,
+		retry: t.retry, deps: n.DependsOn, spec: n.Spec, labels: n.Labels, st: st}
+	tx.buf = im.encode(tx.buf[:0])
+	tx.b.Set(taskKey(id, sufImmutable), tx.buf, nil)
 	t.st = st
-	tx.buf = st.encode(tx.buf[:0])
-	tx.b.Set(taskKey(id, sufState), tx.buf, nil)
 	tx.addTask(t)
 	tx.event(norn.EventSubmitted, t)
 	nt := t.toTask()
@@ -335,10 +330,8 @@ func (tx *txn) update(id string, u norn.Update) (*norn.Task, error) {
 		return nil, norn.Errorf(norn.CodeConflict, "task %q is %s and cannot be updated", id, statusOf(t.st.status))
 	}
 	ns := tx.touch(t)
-	if u.Priority != nil && *u.Priority != ns.priority {
-		tx.b.Delete(priorityKey(ns.priority, id), nil)
+	if u.Priority != nil {
 		ns.priority = *u.Priority
-		tx.b.Set(priorityKey(ns.priority, id), nil, nil)
 	}
 	if u.RunAt != nil {
 		ra := nanos(*u.RunAt)
@@ -360,11 +353,7 @@ func (tx *txn) update(id string, u norn.Update) (*norn.Task, error) {
 		}
 	}
 	if u.Labels != nil {
-		if len(u.Labels) == 0 {
-			tx.b.Delete(taskKey(id, sufLabels), nil)
-		} else {
-			tx.b.Set(taskKey(id, sufLabels), encodeLabels(u.Labels), nil)
-		}
+		tx.b.Set(taskKey(id, sufLabels), encodeLabels(u.Labels), nil)
 	}
 	tx.set(t, ns)
 	tx.event(norn.EventUpdated, t)

@@ -15,14 +15,13 @@ import (
 // keeps tasks in id order and makes [prefix, 't'+id+0x01) exactly one task.
 const (
 	pfxTask     = 't'
-	pfxPriority = 'p'
 	pfxQueue    = 'q'
 	pfxWorker   = 'w'
 	pfxMeta     = 'm'
 
-	sufImmutable = 'a' // written once at submit
-	sufLabels    = 'b' // rewritten only by Update
-	sufState     = 'c' // compact state record, rewritten on every transition
+	sufImmutable = 'a' // written once at submit, with the initial labels and state
+	sufLabels    = 'b' // labels set by Update (supersede those in 'a')
+	sufState     = 'c' // compact state record of every later transition (supersedes 'a')
 	sufError     = 'e' // + be64 seq: one key per recorded error
 	sufLog       = 'g' // + be64 seq: update log
 	sufHistory   = 'h' // + be64 seq: history entries
@@ -51,14 +50,6 @@ func taskKey(id string, suf byte) []byte {
 
 func taskSeqKey(id string, suf byte, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(taskKey(id, suf), seq)
-}
-
-// priorityKey orders by priority descending, then id ascending.
-func priorityKey(prio uint32, id string) []byte {
-	k := make([]byte, 0, len(id)+5)
-	k = append(k, pfxPriority)
-	k = binary.BigEndian.AppendUint32(k, ^prio)
-	return append(k, id...)
 }
 
 // splitTaskKey returns the id and the suffix part of a task key.
@@ -240,11 +231,18 @@ type immutable struct {
 	retry       *norn.RetryPolicy
 	deps        []string
 	spec        []byte
+	// labels and st are the task's labels and state at submit; a later
+	// labels record ('b') or state record ('c') supersedes them, so a
+	// submit writes one key per task.
+	labels map[string]string
+	st     state
 }
 
-func (im *immutable) encode() []byte {
-	e := enc{b: make([]byte, 0, 48+len(im.queue)+len(im.spec))}
-	e.b = append(e.b, recVersion)
+const immVersion = 2
+
+func (im *immutable) encode(buf []byte) []byte {
+	e := enc{b: buf}
+	e.b = append(e.b, immVersion)
 	e.s(im.queue)
 	e.i(im.created)
 	e.i(im.maxAttempts)
@@ -267,14 +265,15 @@ func (im *immutable) encode() []byte {
 		e.b = append(e.b, 1)
 		e.by(im.spec)
 	}
-	return e.b
+	e.b = appendLabels(e.b, im.labels)
+	return im.st.encode(e.b)
 }
 
-// decodeImmutable decodes the record; with withSpec false it skips copying
-// the spec (recovery does not need it).
-func decodeImmutable(b []byte, withSpec bool) (immutable, error) {
+// decodeImmutable decodes the record; withSpec and withLabels false skip
+// copying what a caller does not need (recovery needs neither).
+func decodeImmutable(b []byte, withSpec, withLabels bool) (immutable, error) {
 	var im immutable
-	if len(b) < 1 || b[0] != recVersion {
+	if len(b) < 1 || b[0] != immVersion {
 		return im, errCorrupt
 	}
 	d := dec{b: b[1:]}
@@ -312,11 +311,25 @@ func decodeImmutable(b []byte, withSpec bool) (immutable, error) {
 	} else if d.err == nil {
 		d.err = errCorrupt
 	}
-	return im, d.err
+	if d.err != nil {
+		return im, d.err
+	}
+	var err error
+	var rest []byte
+	if withLabels {
+		im.labels, rest, err = decodeLabelsPrefix(d.b)
+	} else {
+		rest, err = skipLabels(d.b)
+	}
+	if err != nil {
+		return im, err
+	}
+	im.st, err = decodeState(rest)
+	return im, err
 }
 
-func encodeLabels(l map[string]string) []byte {
-	e := enc{}
+func appendLabels(b []byte, l map[string]string) []byte {
+	e := enc{b: b}
 	e.u(uint64(len(l)))
 	for k, v := range l {
 		e.s(k)
@@ -325,21 +338,41 @@ func encodeLabels(l map[string]string) []byte {
 	return e.b
 }
 
+func encodeLabels(l map[string]string) []byte { return appendLabels(nil, l) }
+
 func decodeLabels(b []byte) (map[string]string, error) {
+	m, _, err := decodeLabelsPrefix(b)
+	return m, err
+}
+
+// decodeLabelsPrefix decodes labels at the start of b and returns the rest.
+func decodeLabelsPrefix(b []byte) (map[string]string, []byte, error) {
 	d := dec{b: b}
 	n := d.u()
 	if n > norn.MaxLabels*4 {
-		return nil, errCorrupt
+		return nil, nil, errCorrupt
 	}
 	if n == 0 {
-		return nil, d.err
+		return nil, d.b, d.err
 	}
 	m := make(map[string]string, n)
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		k := d.s()
 		m[k] = d.s()
 	}
-	return m, d.err
+	return m, d.b, d.err
+}
+
+func skipLabels(b []byte) ([]byte, error) {
+	d := dec{b: b}
+	n := d.u()
+	if n > norn.MaxLabels*4 {
+		return nil, errCorrupt
+	}
+	for i := uint64(0); i < 2*n && d.err == nil; i++ {
+		d.by()
+	}
+	return d.b, d.err
 }
 
 func encodeHistory(h norn.HistoryEntry) []byte {

@@ -32,71 +32,57 @@ func (s *Store) load(ctx context.Context) error {
 		deps []string
 	}
 	var waiting []blocked
-	var im immutable
-	var haveIm bool
-	var curID []byte
 	n := 0
 	for ok := it.First(); ok; {
-		k := it.Key()
-		id, suf, valid := splitTaskKey(k)
-		if !valid {
-			return fmt.Errorf("unexpected key %q: %w", k, errCorrupt)
+		id, suf, valid := splitTaskKey(it.Key())
+		if !valid || suf[0] != sufImmutable {
+			return fmt.Errorf("task %q: records without an immutable record: %w", id, errCorrupt)
 		}
-		if !bytes.Equal(curID, k[1:1+len(id)]) {
-			curID = append(curID[:0], id...)
-			haveIm = false
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
 		}
-		switch suf[0] {
-		case sufImmutable:
-			v, err := it.ValueAndErr()
-			if err != nil {
-				return err
-			}
-			if im, err = decodeImmutable(v, false); err != nil {
-				return fmt.Errorf("task %q: %w", id, err)
-			}
-			haveIm = true
-		case sufState:
-			if !haveIm {
-				return fmt.Errorf("task %q has a state record but no immutable record: %w", id, errCorrupt)
+		im, err := decodeImmutable(v, false, false)
+		if err != nil {
+			return fmt.Errorf("task %q: %w", id, err)
+		}
+		st := im.st
+		lo := taskPrefix(id)
+		for ok = it.Next(); ok && bytes.HasPrefix(it.Key(), lo) && it.Key()[len(lo)] <= sufState; ok = it.Next() {
+			if it.Key()[len(lo)] != sufState {
+				continue
 			}
 			v, err := it.ValueAndErr()
 			if err != nil {
 				return err
 			}
-			st, err := decodeState(v)
-			if err != nil {
+			if st, err = decodeState(v); err != nil {
 				return fmt.Errorf("task %q: %w", id, err)
 			}
-			t := &task{id: id, q: s.queue(im.queue), st: st, created: im.created, maxAttempts: im.maxAttempts,
-				timeout: im.timeout, retry: im.retry, heapIdx: -1, timerIdx: -1}
-			s.tasks[id] = t
-			t.q.counts[st.status]++
-			if st.status == stReady {
-				t.heapIdx = len(t.q.ready)
-				t.q.ready = append(t.q.ready, t)
-			}
-			if at := timerFor(t); at != 0 {
-				t.timerAt = at
-				t.timerIdx = len(s.timers)
-				s.timers = append(s.timers, t)
-			}
-			if st.status == stBlocked {
-				waiting = append(waiting, blocked{t, im.deps})
-			}
-			if n++; n%65536 == 0 {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-			}
-			// Skip the rest of this task (errors, logs, history, result).
-			ok = it.Next()
-			if ok && bytes.HasPrefix(it.Key(), taskPrefix(id)) {
-				ok = it.SeekGE(taskEnd(id))
-			}
-			continue
 		}
-		ok = it.Next()
+		t := &task{id: id, q: s.queue(im.queue), st: st, created: im.created, maxAttempts: im.maxAttempts,
+			timeout: im.timeout, retry: im.retry, heapIdx: -1, timerIdx: -1}
+		s.tasks[id] = t
+		t.q.counts[st.status]++
+		if st.status == stReady {
+			t.heapIdx = len(t.q.ready)
+			t.q.ready = append(t.q.ready, t)
+		}
+		if at := timerFor(t); at != 0 {
+			t.timerAt = at
+			t.timerIdx = len(s.timers)
+			s.timers = append(s.timers, t)
+		}
+		if st.status == stBlocked {
+			waiting = append(waiting, blocked{t, im.deps})
+		}
+		if n++; n%65536 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		// Skip the rest of this task (errors, logs, history, result).
+		ok = skipTask(it, id, lo)
 	}
 	if err := it.Error(); err != nil {
 		return err

@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"bytes"
+	"container/heap"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -67,70 +68,82 @@ func skipTask(it *pebble.Iterator, id string, lo []byte) bool {
 
 // decodeTask reads the task whose first key it is positioned at (prefix
 // lo) and leaves it at the first key after the task. It returns nil when
-// the task does not match f.
+// the task does not exist or does not match f.
 func (s *Store) decodeTask(it *pebble.Iterator, id string, lo []byte, summary bool, f *norn.Filter) (*norn.Task, error) {
-	t := &norn.Task{ID: id}
-	haveState := false
-	var histNext uint64
-	for ok := it.Valid(); ok; {
+	var t *norn.Task
+	var st state
+	// The core records: 'a' (immutable, initial labels and state), then
+	// optionally 'b' (labels) and 'c' (state) superseding parts of it.
+	for it.Valid() {
 		k := it.Key()
-		if !bytes.HasPrefix(k, lo) {
+		if !bytes.HasPrefix(k, lo) || len(k) == len(lo) || k[len(lo)] > sufState {
 			break
 		}
-		if len(k) <= len(lo) {
-			ok = it.Next()
-			continue
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, norn.Unavailable(err)
+		}
+		switch k[len(lo)] {
+		case sufImmutable:
+			im, err := decodeImmutable(v, !summary, true)
+			if err != nil {
+				return nil, fmt.Errorf("embedded: task %q: %w", id, err)
+			}
+			t = &norn.Task{ID: id, Queue: im.queue, Created: fromNanos(im.created), MaxAttempts: int(im.maxAttempts),
+				Timeout: norn.Duration(im.timeout), Retry: im.retry, DependsOn: im.deps, Spec: im.spec, Labels: im.labels}
+			st = im.st
+		case sufLabels:
+			if t == nil {
+				return nil, fmt.Errorf("embedded: task %q has labels but no record: %w", id, errCorrupt)
+			}
+			if t.Labels, err = decodeLabels(v); err != nil {
+				return nil, fmt.Errorf("embedded: task %q labels: %w", id, err)
+			}
+		case sufState:
+			if t == nil {
+				return nil, fmt.Errorf("embedded: task %q has a state but no record: %w", id, errCorrupt)
+			}
+			if st, err = decodeState(v); err != nil {
+				return nil, fmt.Errorf("embedded: task %q state: %w", id, err)
+			}
+		}
+		it.Next()
+	}
+	if err := it.Error(); err != nil {
+		return nil, norn.Unavailable(err)
+	}
+	if t == nil {
+		if it.Valid() && bytes.HasPrefix(it.Key(), lo) {
+			return nil, fmt.Errorf("embedded: task %q has records but no immutable record: %w", id, errCorrupt)
+		}
+		return nil, nil
+	}
+	t.Status, t.Priority, t.Progress = statusOf(st.status), st.priority, st.progress
+	t.Updated, t.RunAt, t.Deadline = fromNanos(st.updated), fromNanos(st.runAt), fromNanos(st.deadline)
+	t.Owner, t.Lease, t.Attempts, t.Version = st.owner, st.lease, int(st.attempts), st.version
+	if (f != nil && !f.Match(t)) || summary {
+		skipTask(it, id, lo)
+		if f != nil && !f.Match(t) {
+			return nil, it.Error()
+		}
+		return t, it.Error()
+	}
+	for ok := it.Valid(); ok; {
+		k := it.Key()
+		if !bytes.HasPrefix(k, lo) || len(k) == len(lo) {
+			break
 		}
 		suf := k[len(lo)]
 		if suf == sufLog {
 			// Logs are read by ReadLog only; jump over them.
-			if ok = it.SeekGE(taskKey(id, sufLog+1)); !ok {
-				break
-			}
+			ok = it.SeekGE(taskKey(id, sufLog+1))
 			continue
-		}
-		if !haveState && suf > sufState {
-			return nil, fmt.Errorf("embedded: task %q has no state record: %w", id, errCorrupt)
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {
 			return nil, norn.Unavailable(err)
 		}
 		switch suf {
-		case sufImmutable:
-			im, err := decodeImmutable(v, !summary)
-			if err != nil {
-				return nil, fmt.Errorf("embedded: task %q: %w", id, err)
-			}
-			t.Queue, t.Created, t.MaxAttempts, t.Timeout = im.queue, fromNanos(im.created), int(im.maxAttempts), norn.Duration(im.timeout)
-			t.Retry, t.DependsOn = im.retry, im.deps
-			if im.spec != nil {
-				t.Spec = im.spec
-			}
-		case sufLabels:
-			l, err := decodeLabels(v)
-			if err != nil {
-				return nil, fmt.Errorf("embedded: task %q labels: %w", id, err)
-			}
-			t.Labels = l
-		case sufState:
-			st, err := decodeState(v)
-			if err != nil {
-				return nil, fmt.Errorf("embedded: task %q state: %w", id, err)
-			}
-			haveState = true
-			histNext = st.histNext
-			t.Status, t.Priority, t.Progress = statusOf(st.status), st.priority, st.progress
-			t.Updated, t.RunAt, t.Deadline = fromNanos(st.updated), fromNanos(st.runAt), fromNanos(st.deadline)
-			t.Owner, t.Lease, t.Attempts, t.Version = st.owner, st.lease, int(st.attempts), st.version
-			if (f != nil && !f.Match(t)) || summary {
-				it.Next()
-				skipTask(it, id, lo)
-				if summary && (f == nil || f.Match(t)) {
-					return t, it.Error()
-				}
-				return nil, it.Error()
-			}
 		case sufError:
 			var e norn.ErrorInfo
 			if err := json.Unmarshal(v, &e); err != nil {
@@ -151,16 +164,10 @@ func (s *Store) decodeTask(it *pebble.Iterator, id string, lo []byte, summary bo
 	if err := it.Error(); err != nil {
 		return nil, norn.Unavailable(err)
 	}
-	if !haveState {
-		if t.Queue == "" {
-			return nil, nil // no such task
-		}
-		return nil, fmt.Errorf("embedded: task %q has no state record: %w", id, errCorrupt)
-	}
 	if lim := s.opts.HistoryLimit; len(t.History) > lim {
 		t.History = append([]norn.HistoryEntry(nil), t.History[len(t.History)-lim:]...)
 	}
-	t.HistoryDropped = int(histNext) - len(t.History)
+	t.HistoryDropped = int(st.histNext) - len(t.History)
 	return t, nil
 }
 
@@ -249,6 +256,9 @@ func (s *Store) page(ctx context.Context, q norn.Query, limit int) (norn.Page, e
 			return norn.Page{}, err
 		}
 	}
+	if q.Order == norn.OrderPriority {
+		return s.pagePriority(ctx, q, limit, pos)
+	}
 	main, err := s.db.NewIter(&pebble.IterOptions{})
 	if err != nil {
 		return norn.Page{}, norn.Unavailable(err)
@@ -279,18 +289,6 @@ func (s *Store) page(ctx context.Context, q norn.Query, limit int) (norn.Page, e
 			}
 			id, _, _ := splitTaskKey(main.Key())
 			return id, []byte(id), true
-		case norn.OrderPriority:
-			var ok bool
-			if pos == nil {
-				ok = main.SeekGE([]byte{pfxPriority})
-			} else {
-				ok = main.SeekGE(append(append([]byte{pfxPriority}, pos...), 0))
-			}
-			if !ok || main.Key()[0] != pfxPriority || len(main.Key()) < 6 {
-				return "", nil, false
-			}
-			k := main.Key()
-			return string(k[5:]), append([]byte(nil), k[1:]...), true
 		default:
 			var ok bool
 			switch {
@@ -346,6 +344,113 @@ func (s *Store) page(ctx context.Context, q norn.Query, limit int) (norn.Page, e
 		return norn.Page{}, norn.Unavailable(err)
 	}
 	return page, nil
+}
+
+// prioKey is a position in priority order: priority desc, then id asc.
+type prioKey struct {
+	prio uint32
+	id   string
+}
+
+func (a prioKey) before(b prioKey) bool {
+	if a.prio != b.prio {
+		return a.prio > b.prio
+	}
+	return a.id < b.id
+}
+
+func (a prioKey) cursor() []byte {
+	return append(binary.BigEndian.AppendUint32(nil, a.prio), a.id...)
+}
+
+// prioHeap is a max-heap (the last in order on top) used to keep the
+// first K positions of a scan.
+type prioHeap []prioKey
+
+func (h prioHeap) Len() int           { return len(h) }
+func (h prioHeap) Less(i, j int) bool { return h[j].before(h[i]) }
+func (h prioHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *prioHeap) Push(x any)        { *h = append(*h, x.(prioKey)) }
+func (h *prioHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// firstByPriority returns, in order, the first k tasks after pos (nil: from
+// the start) whose in-memory fields match f. Priority order has no disk
+// index (a submit writes one key per task), so each page selects from
+// memory in O(n log k).
+func (s *Store) firstByPriority(after *prioKey, f *norn.Filter, k int) []prioKey {
+	h := make(prioHeap, 0, k)
+	s.mu.Lock()
+	for _, t := range s.tasks {
+		c := prioKey{t.st.priority, t.id}
+		if after != nil && !after.before(c) {
+			continue
+		}
+		if len(h) == k && !c.before(h[0]) {
+			continue
+		}
+		if !matchMem(f, t) {
+			continue
+		}
+		if len(h) == k {
+			h[0] = c
+			heap.Fix(&h, 0)
+		} else {
+			heap.Push(&h, c)
+		}
+	}
+	s.mu.Unlock()
+	out := make([]prioKey, len(h))
+	for i := len(h) - 1; i >= 0; i-- {
+		out[i] = heap.Pop(&h).(prioKey)
+	}
+	return out
+}
+
+func (s *Store) pagePriority(ctx context.Context, q norn.Query, limit int, pos []byte) (norn.Page, error) {
+	var after *prioKey
+	if pos != nil {
+		after = &prioKey{binary.BigEndian.Uint32(pos), string(pos[4:])}
+	}
+	f := &q.Filter
+	var ff *norn.Filter
+	if !f.Empty() {
+		ff = f
+	}
+	r := s.newReader()
+	defer r.close()
+	page := norn.Page{Tasks: []*norn.Task{}}
+	var last prioKey
+	for {
+		if err := ctx.Err(); err != nil {
+			return norn.Page{}, err
+		}
+		cands := s.firstByPriority(after, f, limit+1)
+		for i := range cands {
+			c := cands[i]
+			after = &c
+			t, err := r.task(c.id, q.Summary, ff)
+			if err != nil {
+				return norn.Page{}, err
+			}
+			if t == nil {
+				continue
+			}
+			if len(page.Tasks) == limit {
+				page.NextCursor = encodeCursor(q.Order, last.cursor())
+				return page, nil
+			}
+			page.Tasks = append(page.Tasks, t)
+			last = c
+		}
+		if len(cands) < limit+1 {
+			return page, nil
+		}
+	}
 }
 
 // Stream iterates over every task matching q page by page: it holds one

@@ -210,7 +210,6 @@ func (tx *txn) removeTask(t *task) {
 		s.index(t, t.st, false)
 	})
 	tx.b.DeleteRange(taskPrefix(t.id), taskEnd(t.id), nil)
-	tx.b.Delete(priorityKey(t.st.priority, t.id), nil)
 	tx.event(norn.EventDeleted, t)
 	if wasPending {
 		tx.failDependents(t)
