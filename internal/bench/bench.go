@@ -100,6 +100,14 @@ type Result struct {
 	Ratio float64 `json:"ratio,omitempty"`
 	// RSSMiB is the resident memory of this process after the workload (memory).
 	RSSMiB float64 `json:"rss_mib,omitempty"`
+	// CPUSeconds is the user+system CPU time this process spent in the timed
+	// part of the workload (all goroutines, including the store's background
+	// work when it runs in-process). Unlike Seconds it hardly depends on
+	// what else the machine runs, so TasksPerCPUSec is the figure to compare
+	// on a shared machine. Zero where it cannot be measured.
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
+	// TasksPerCPUSec is Tasks ÷ CPUSeconds.
+	TasksPerCPUSec float64 `json:"tasks_per_cpu_sec,omitempty"`
 	// Runs is how many runs the figures are the median of (1 when not repeated).
 	Runs int `json:"runs"`
 }
@@ -113,6 +121,27 @@ type Env struct {
 
 func (e Env) result(workload string) Result {
 	return Result{Workload: workload, Store: e.Store, Durability: e.Durability, Transport: e.Transport, NProc: runtime.NumCPU(), Runs: 1}
+}
+
+// timing measures the wall and CPU time of a workload's timed part.
+type timing struct {
+	wall time.Time
+	cpu  time.Duration
+}
+
+func startTiming() timing { return timing{wall: time.Now(), cpu: cpuTime()} }
+
+// finish fills Tasks, Seconds, TasksPerS and the CPU figures of r. end is
+// when the timed part ended (the zero time means now).
+func (tm timing) finish(r *Result, tasks int, end time.Time) {
+	if end.IsZero() {
+		end = time.Now()
+	}
+	el := end.Sub(tm.wall).Seconds()
+	r.Tasks, r.Seconds, r.TasksPerS = tasks, el, float64(tasks)/el
+	if c := (cpuTime() - tm.cpu).Seconds(); c > 0 && tm.cpu > 0 {
+		r.CPUSeconds, r.TasksPerCPUSec = c, float64(tasks)/c
+	}
 }
 
 var runSeq atomic.Int64
@@ -198,15 +227,14 @@ func Submit(ctx context.Context, st norn.Store, env Env, cfg Config) ([]Result, 
 		q := queueName(cfg.Queue)
 		body := spec(cfg.SpecBytes)
 		phase := fmt.Sprintf("submit batch %d", b)
-		start := time.Now()
+		tm := startTiming()
 		err := submitAll(ctx, st, q, count, b, body, cfg.Workers, func(d int64) { report(cfg, phase, d, int64(count)) })
-		el := time.Since(start)
+		r := env.result("submit")
+		tm.finish(&r, count, time.Time{})
 		if err != nil {
 			return out, err
 		}
-		r := env.result("submit")
-		r.Tasks, r.Batch, r.Workers = count, b, cfg.Workers
-		r.Seconds, r.TasksPerS = el.Seconds(), float64(count)/el.Seconds()
+		r.Batch, r.Workers = b, cfg.Workers
 		out = append(out, r)
 		cleanup(ctx, st, q)
 	}
@@ -239,20 +267,18 @@ func Work(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, erro
 	if err := submitAll(ctx, st, q, n, 1000, spec(cfg.SpecBytes), cfg.Workers, func(d int64) { report(cfg, "work: submitting", d, int64(n)) }); err != nil {
 		return Result{}, err
 	}
-	el, err := burnDown(ctx, st, q, n, cfg)
-	if err != nil {
+	r := env.result("work")
+	if err := burnDown(ctx, st, q, n, cfg, &r); err != nil {
 		return Result{}, err
 	}
-	r := env.result("work")
-	r.Tasks, r.Workers, r.Batch = n, cfg.Workers, cfg.ClaimBatch
-	r.Seconds, r.TasksPerS = el.Seconds(), float64(n)/el.Seconds()
+	r.Workers, r.Batch = cfg.Workers, cfg.ClaimBatch
 	return r, nil
 }
 
 // burnDown claims and completes n tasks of queue with cfg.Workers workers.
 // The clock stops when the n-th completion is acknowledged, not when the
 // last worker's (empty) long poll returns, so short runs are not inflated.
-func burnDown(ctx context.Context, st norn.Store, q string, n int, cfg Config) (time.Duration, error) {
+func burnDown(ctx context.Context, st norn.Store, q string, n int, cfg Config, r *Result) error {
 	var done atomic.Int64
 	var firstErr error
 	var once sync.Once
@@ -264,7 +290,7 @@ func burnDown(ctx context.Context, st norn.Store, q string, n int, cfg Config) (
 	var endOnce sync.Once
 	var end time.Time
 	var wg sync.WaitGroup
-	start := time.Now()
+	tm := startTiming()
 	for w := 0; w < cfg.Workers; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -308,12 +334,13 @@ func burnDown(ctx context.Context, st norn.Store, q string, n int, cfg Config) (
 	}
 	wg.Wait()
 	if firstErr != nil {
-		return 0, firstErr
+		return firstErr
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return err
 	}
-	return end.Sub(start), nil
+	tm.finish(r, n, end)
+	return nil
 }
 
 // Latency measures submit → claim with a waiting long-poll claimer on an
@@ -365,7 +392,7 @@ func Latency(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, e
 	}()
 	lat := make([]time.Duration, 0, n)
 	body := spec(cfg.SpecBytes)
-	start := time.Now()
+	tm := startTiming()
 	for i := 0; i < n; i++ {
 		// Let the claimer get back into its long poll so we measure wake-up,
 		// not a claim that happened to be in flight.
@@ -390,9 +417,8 @@ func Latency(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, e
 		}
 		report(cfg, "latency", int64(i+1), int64(n))
 	}
-	el := time.Since(start)
 	r := env.result("latency")
-	r.Tasks, r.Seconds, r.TasksPerS = n, el.Seconds(), float64(n)/el.Seconds()
+	tm.finish(&r, n, time.Time{})
 	setPercentiles(&r, lat)
 	return r, nil
 }
@@ -450,7 +476,8 @@ func Delay(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, err
 
 	// Submit in small time slices so the offered rate is smooth.
 	body := spec(cfg.SpecBytes)
-	start := time.Now()
+	tm := startTiming()
+	start := tm.wall
 	const slice = 10 * time.Millisecond
 	perSlice := cfg.Rate * slice.Seconds()
 	sent := 0
@@ -482,9 +509,9 @@ func Delay(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, err
 	case <-time.After(cfg.Delay + 60*time.Second):
 		return Result{}, fmt.Errorf("only %d of %d delayed tasks fired within %s", got.Load(), n, cfg.Delay+60*time.Second)
 	}
-	el := time.Since(start)
 	r := env.result("delay")
-	r.Tasks, r.Workers, r.Seconds, r.TasksPerS = n, cfg.Workers, el.Seconds(), float64(n)/el.Seconds()
+	tm.finish(&r, n, time.Time{})
+	r.Workers = cfg.Workers
 	setPercentiles(&r, lat)
 	return r, nil
 }
@@ -507,14 +534,13 @@ func Scale(ctx context.Context, st norn.Store, env Env, cfg Config) ([]Result, e
 			func(d int64) { report(cfg, fmt.Sprintf("scale: queueing %d", queued), d, int64(queued)) }); err != nil {
 			return out, err
 		}
-		el, err := burnDown(ctx, st, q, count, cfg)
+		r := env.result("scale")
+		err := burnDown(ctx, st, q, count, cfg, &r)
 		cleanup(ctx, st, q)
 		if err != nil {
 			return out, err
 		}
-		r := env.result("scale")
-		r.Tasks, r.Workers, r.Batch, r.Queued = count, cfg.Workers, cfg.ClaimBatch, queued
-		r.Seconds, r.TasksPerS = el.Seconds(), float64(count)/el.Seconds()
+		r.Workers, r.Batch, r.Queued = cfg.Workers, cfg.ClaimBatch, queued
 		out = append(out, r)
 	}
 	if len(out) > 1 {
@@ -534,11 +560,12 @@ func Memory(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, er
 	}
 	q := queueName(cfg.Queue)
 	defer cleanup(ctx, st, q)
-	start := time.Now()
+	tm := startTiming()
 	if err := submitAll(ctx, st, q, n, 1000, spec(cfg.SpecBytes), cfg.Workers, func(d int64) { report(cfg, "memory: submitting", d, int64(n)) }); err != nil {
 		return Result{}, err
 	}
-	el := time.Since(start)
+	r := env.result("memory")
+	tm.finish(&r, n, time.Time{})
 	runtime.GC()
 	pid := cfg.RSSPid
 	if pid == 0 {
@@ -548,8 +575,6 @@ func Memory(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, er
 	if err != nil {
 		return Result{}, err
 	}
-	r := env.result("memory")
-	r.Tasks, r.Seconds, r.TasksPerS = n, el.Seconds(), float64(n)/el.Seconds()
 	r.RSSMiB = float64(rss) / (1 << 20)
 	return r, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -121,6 +122,9 @@ func checkCommon(t *testing.T, r Result, workload string, env Env, tasks int) {
 	}
 	if !(r.Seconds > 0) || !(r.TasksPerS > 0) {
 		t.Errorf("%s: seconds %v tasks/s %v, want both > 0", workload, r.Seconds, r.TasksPerS)
+	}
+	if runtime.GOOS == "linux" && (!(r.CPUSeconds > 0) || r.TasksPerCPUSec != float64(r.Tasks)/r.CPUSeconds) {
+		t.Errorf("%s: cpu seconds %v tasks/cpu-s %v", workload, r.CPUSeconds, r.TasksPerCPUSec)
 	}
 	if d := r.TasksPerS - float64(r.Tasks)/r.Seconds; d > 1e-6*r.TasksPerS || d < -1e-6*r.TasksPerS {
 		t.Errorf("%s: tasks/s %v is not tasks/seconds %v", workload, r.TasksPerS, float64(r.Tasks)/r.Seconds)
