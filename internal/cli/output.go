@@ -207,10 +207,11 @@ func statusHeader() []string {
 	return out
 }
 
-// stdinIsTerminal reports whether stdin is interactive (no piped input).
-func stdinIsTerminal() bool {
+// stdinPiped reports whether stdin is a pipe or a redirected file, i.e.
+// input was deliberately given. Terminals, /dev/null and sockets are not.
+func stdinPiped() bool {
 	fi, err := os.Stdin.Stat()
-	return err != nil || fi.Mode()&os.ModeCharDevice != 0
+	return err == nil && (fi.Mode()&os.ModeNamedPipe != 0 || fi.Mode().IsRegular())
 }
 
 // isTerminal reports whether f is a terminal.

@@ -224,7 +224,7 @@ func runSubmit(cmd *cobra.Command, g *Globals, sf *submitFlags, args []string) e
 	if err != nil {
 		return err
 	}
-	nt, err := sf.newTask(cmd, args, cmd.InOrStdin(), !stdinIsTerminal())
+	nt, err := sf.newTask(cmd, args, cmd.InOrStdin(), stdinPiped())
 	if err != nil {
 		return err
 	}
