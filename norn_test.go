@@ -190,6 +190,7 @@ func TestNewTaskValidate(t *testing.T) {
 		{"bad spec", NewTask{Queue: "q", Spec: json.RawMessage(`{`)}, "spec", CodeInvalidArgument},
 		{"big spec", NewTask{Queue: "q", Spec: json.RawMessage(`"` + strings.Repeat("x", MaxSpecBytes) + `"`)}, "spec", CodeTooLarge},
 		{"bad id", NewTask{ID: "a/b", Queue: "q"}, "id", CodeInvalidArgument},
+		{"reserved id", NewTask{ID: "count", Queue: "q"}, "id", CodeInvalidArgument},
 		{"long id", NewTask{ID: strings.Repeat("i", 129), Queue: "q"}, "id", CodeInvalidArgument},
 		{"negative max attempts", NewTask{Queue: "q", MaxAttempts: &neg}, "max_attempts", CodeInvalidArgument},
 		{"self dependency", NewTask{ID: "a", Queue: "q", DependsOn: []string{"a"}}, "depends_on[0]", CodeInvalidArgument},

@@ -57,13 +57,18 @@ func ValidateQueue(field, q string) error {
 }
 
 // ValidateID checks a task id: 1..128 bytes of printable, non-space UTF-8
-// without '/' or ',' (they separate ids in URLs).
+// without '/' or ',' (they separate ids in URLs), and not the reserved "count".
 func ValidateID(field, id string) error {
 	if id == "" {
 		return Invalid(field, "id is required")
 	}
 	if len(id) > MaxIDLength {
 		return Invalid(field, "id is longer than %d bytes", MaxIDLength)
+	}
+	if id == "count" {
+		// GET /v1/tasks/count is the count route, so a task with this id
+		// could never be read over HTTP.
+		return Invalid(field, "id %q is reserved", id)
 	}
 	for _, r := range id {
 		if r <= ' ' || r == 0x7f || r == '/' || r == ',' || r == '?' || r == '#' || r == '%' || r == 0xfffd {
