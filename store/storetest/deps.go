@@ -156,6 +156,14 @@ func testDependencyCascade(t *testing.T, f Factory) {
 			t.Fatalf("task %q: TaskAbort entry error %+v, want code %s", id, h.Error, norn.CodeDependencyFailed)
 		}
 	}
+	// Depending on a task that already failed fails at once.
+	for _, dep := range []string{"a1", "c1"} {
+		tk := e.submitOne(norn.NewTask{Queue: "q", DependsOn: []string{dep}})
+		if tk.Status != norn.StatusAborted {
+			t.Fatalf("task depending on %s (failed): %s, want aborted", dep, tk.Status)
+		}
+		lastError(t, tk, norn.CodeDependencyFailed)
+	}
 	e.status("ok", norn.StatusReady)
 	if c := e.claim("w", "q"); c.ID != "ok" {
 		t.Fatalf("claimed %q, want ok", c.ID)
