@@ -32,6 +32,11 @@ t.max_attempts, t.retry, t.timeout_ns, t.history_count, t.log_seq, t.version`
 FROM {s}.task_history h WHERE h.task_id = t.id)`
 	// colsFull: everything, history included.
 	colsFull = colsBase + `, t.spec, t.result, t.errors, ` + historyAgg
+	// colsClaim: everything, for a task a claim just assigned (t is the new
+	// row). Its history is read only if it had any before this claim: a
+	// fresh task's history is just the assignment, which the caller adds,
+	// so the common claim reads no history rows at all.
+	colsClaim = colsBase + `, t.spec, t.result, t.errors, CASE WHEN t.history_count > 1 THEN ` + historyAgg + ` END`
 	// colsCore: what a state change needs (errors, to append to them).
 	colsCore = colsBase + `, NULL::bytea, NULL::bytea, t.errors, NULL::jsonb`
 	// colsSummary: the summary view.

@@ -77,7 +77,14 @@ func (s *Store) wakeForSubmitted(out []norn.Submitted) {
 	}
 }
 
-func (s *Store) insertSQL() string {
+// insertSQL inserts a batch; with onConflict, ids that exist already are
+// skipped (and reported as duplicates by the caller), otherwise the plain
+// INSERT spares the speculative insertion every row pays for ON CONFLICT.
+func (s *Store) insertSQL(onConflict bool) string {
+	conflict := ""
+	if onConflict {
+		conflict = "ON CONFLICT (id) DO NOTHING"
+	}
 	return s.q(`WITH ins AS (INSERT INTO {s}.tasks (id, queue, spec, priority, status, labels, created, updated, run_at,
 	ready_at, ended_at, depends_on, pending_deps, max_attempts, retry, timeout_ns, errors, history_count, version)
 SELECT u.id, u.queue, u.spec, u.priority, u.status, u.labels::jsonb, $16, $16, u.run_at, $16, u.ended_at,
@@ -86,7 +93,7 @@ FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::text[], $6::t
 	$8::timestamptz[], $9::text[], $10::int[], $11::int[], $12::text[], $13::bigint[], $14::text[], $15::int[])
 	AS u(id, queue, spec, priority, status, labels, run_at, ended_at, deps, pending, max_attempts, retry,
 	timeout_ns, errors, hcount)
-ON CONFLICT (id) DO NOTHING
+` + conflict + `
 RETURNING id, queue, status, version, 'TaskSubmit'::text AS kind, created AS time),
 h AS (INSERT INTO {s}.task_history (task_id, seq, type, time, error)
 	SELECT x.id, 1, 'TaskAbort', $16, x.err::jsonb FROM unnest($17::text[], $18::text[]) AS x(id, err)
@@ -109,6 +116,9 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 	copy(tasks, in)
 	batch := make(map[string]int, len(tasks))
 	queues := map[string]bool{}
+	// Ids the caller chose may exist already; generated ones (UUIDv7)
+	// cannot, so they need neither a lookup nor ON CONFLICT.
+	lookup := make([]string, 0, len(tasks))
 	for i := range tasks {
 		if tasks[i].ID == "" {
 			u, err := uuid.NewV7()
@@ -116,13 +126,14 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 				return nil, err
 			}
 			tasks[i].ID = u.String()
+		} else {
+			lookup = append(lookup, tasks[i].ID)
 		}
 		batch[tasks[i].ID] = i
 		queues[tasks[i].Queue] = true
 	}
-	lookup := make([]string, 0, len(tasks))
+	clientIDs := len(lookup) > 0
 	for i := range tasks {
-		lookup = append(lookup, tasks[i].ID)
 		for _, d := range tasks[i].DependsOn {
 			if _, ok := batch[d]; !ok {
 				lookup = append(lookup, d)
@@ -143,7 +154,9 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 	if hasDeps(tasks) {
 		lock = " ORDER BY id FOR SHARE"
 	}
-	b.Queue(s.q(`SELECT id, status FROM {s}.tasks WHERE id = ANY($1)`+lock), lookup)
+	if len(lookup) > 0 {
+		b.Queue(s.q(`SELECT id, status FROM {s}.tasks WHERE id = ANY($1)`+lock), lookup)
+	}
 	b.Queue(s.q(`SELECT name, paused, timeout_ns, retry, max_attempts, retention_completed_ns, retention_aborted_ns,
 	retention_cancelled_ns FROM {s}.queues WHERE name = ANY($1)`), qnames)
 	br := q.SendBatch(ctx, b)
@@ -155,23 +168,25 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 		if err := br.QueryRow().Scan(&now); err != nil {
 			return err
 		}
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var id, st string
-			if err := rows.Scan(&id, &st); err != nil {
-				rows.Close()
+		if len(lookup) > 0 {
+			rows, err := br.Query()
+			if err != nil {
 				return err
 			}
-			existing[id] = norn.Status(st)
+			for rows.Next() {
+				var id, st string
+				if err := rows.Scan(&id, &st); err != nil {
+					rows.Close()
+					return err
+				}
+				existing[id] = norn.Status(st)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		rows, err = br.Query()
+		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
@@ -340,7 +355,7 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 	}
 	inserted := map[string]bool{}
 	if n > 0 {
-		rows, err := q.Query(ctx, s.insertSQL(), ids, qs, specs, prio, status, labelsP, runAt, ended, depsP,
+		rows, err := q.Query(ctx, s.insertSQL(clientIDs), ids, qs, specs, prio, status, labelsP, runAt, ended, depsP,
 			pending, maxAtt, retryP, timeouts, errsP, hcount, now, abortIDs, abortErrs)
 		if err != nil {
 			return nil, err

@@ -38,7 +38,7 @@ upd AS (UPDATE {s}.tasks t SET status = 'running', owner = $4, lease = t.lease +
 	deadline = n.now + (coalesce($5::bigint, t.timeout_ns) / 1000) * interval '1 microsecond',
 	updated = n.now, version = t.version + 1, history_count = t.history_count + 1
 	FROM c, n WHERE t.id = c.id AND t.status = 'ready'
-	RETURNING ` + colsFull + `),
+	RETURNING ` + colsClaim + `),
 h AS (INSERT INTO {s}.task_history (task_id, seq, type, time, worker, lease)
 	SELECT id, history_count, 'TaskAssignment', updated, owner, lease FROM upd)` +
 		replaceHL(trimHistory, "$6") + `,
@@ -187,6 +187,19 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 		}
 		todo = append(todo, i)
 	}
+	if fast := completions(ops, todo); len(fast) > 0 {
+		done, err := s.completeFast(ctx, ops, fast)
+		if err != nil {
+			return nil, err
+		}
+		rest := todo[:0]
+		for _, i := range todo {
+			if !done[i] {
+				rest = append(rest, i)
+			}
+		}
+		todo = rest
+	}
 	for round := 0; len(todo) > 0; round++ {
 		if round > 20 {
 			return nil, norn.Unavailable(fmt.Errorf("lease operations keep losing races with concurrent changes"))
@@ -253,6 +266,105 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 		todo = retry
 	}
 	return results, nil
+}
+
+// completions returns the operations the complete fast path may take:
+// all of todo when every one is a completion of a different task (several
+// operations on one task must be decided in order by the general path).
+func completions(ops []norn.LeaseOp, todo []int) []int {
+	seen := make(map[string]bool, len(todo))
+	for _, i := range todo {
+		if ops[i].Op != norn.OpComplete || seen[ops[i].TaskID] {
+			return nil
+		}
+		seen[ops[i].TaskID] = true
+	}
+	return todo
+}
+
+// completeSQL completes tasks ($1 ids, $2 leases, $3 workers, $4 results)
+// that are still running under the given lease and owner: one
+// compare-and-set UPDATE with the TaskComplete history rows, the history
+// trim and the events in the same statement.
+func (s *Store) completeSQL() string {
+	return s.q(`WITH n AS (SELECT coalesce($5::timestamptz, clock_timestamp()) AS now),
+upd AS (UPDATE {s}.tasks t SET status = 'completed', progress = 1, result = x.result, deadline = NULL,
+	ended_at = n.now, updated = n.now, version = t.version + 1, history_count = t.history_count + 1
+	FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[]) AS x(id, lease, worker, result), n
+	WHERE t.id = x.id AND t.status = 'running' AND t.lease = x.lease AND t.owner = x.worker
+	RETURNING t.id, t.queue, t.status, t.version, t.history_count, t.owner, t.lease,
+	'TaskComplete'::text AS kind, t.updated AS time),
+h AS (INSERT INTO {s}.task_history (task_id, seq, type, time, worker, lease, progress)
+	SELECT id, history_count, 'TaskComplete', time, owner, lease, 1 FROM upd)` +
+		replaceHL(trimHistory, "$6") + s.eventsCTE("upd") + `
+SELECT id, (SELECT count(*) FROM nt) FROM upd`)
+}
+
+// completeFast applies completions (ops[i] for i in idx, distinct tasks) in
+// one round trip: the compare-and-set of completeSQL and, pipelined in the
+// same implicit transaction, the release of their dependents. It returns
+// the operations that took effect; the others (lease lost, cancelled, not
+// found, ...) go through the general path, which reads the tasks and says
+// why. No read precedes the write: a live lease is all a completion needs.
+func (s *Store) completeFast(ctx context.Context, ops []norn.LeaseOp, idx []int) (map[int]bool, error) {
+	ids := make([]string, len(idx))
+	leases := make([]int64, len(idx))
+	workers := make([]string, len(idx))
+	results := make([][]byte, len(idx))
+	at := make(map[string]int, len(idx))
+	for k, i := range idx {
+		op := ops[i]
+		ids[k], leases[k], workers[k] = op.TaskID, int64(op.Lease), op.Worker
+		if len(op.Result) > 0 {
+			results[k] = op.Result
+		}
+		at[op.TaskID] = i
+	}
+	done := make(map[int]bool, len(idx))
+	released := false
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		clear(done)
+		released = false
+		b := &pgx.Batch{}
+		b.Queue(s.completeSQL(), ids, leases, workers, results, s.clockNow(), s.cfg.HistoryLimit)
+		b.Queue(s.releaseSQL(), ids, make([]*int64, len(ids)), s.clockNow(), s.cfg.HistoryLimit)
+		br := conn.SendBatch(ctx, b)
+		defer br.Close()
+		got, err := scanIDs(br)
+		if err != nil {
+			return err
+		}
+		for _, id := range got {
+			done[at[id]] = true
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id, st string
+			var cnt int64
+			if err := rows.Scan(&id, &st, &cnt); err != nil {
+				rows.Close()
+				return err
+			}
+			if st != string(norn.StatusBlocked) {
+				released = true
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return br.Close()
+	})
+	if err != nil {
+		return nil, err
+	}
+	if released {
+		s.wake.fire()
+	}
+	return done, nil
 }
 
 func readyAmong(cs []*change) bool {
