@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/nornq/norn"
@@ -46,6 +47,15 @@ func fill(b *testing.B, s *Store, queue string, n int) {
 	}
 }
 
+// maxRSSMiB is the process's peak resident set size so far.
+func maxRSSMiB() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Maxrss) / 1024 // Linux reports KiB
+}
+
 func queuedSizes() []int {
 	if os.Getenv("NORN_BENCH_BIG") == "1" {
 		return []int{10_000, 1_000_000}
@@ -78,11 +88,16 @@ func BenchmarkSubmit(b *testing.B) {
 						}
 					})
 				} else {
-					for i := 0; i < b.N; i++ {
-						if _, err := s.Submit(bg, nts...); err != nil {
-							b.Fatal(err)
+					// Four concurrent submitters, as in DESIGN §5's budget.
+					b.SetParallelism(2)
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() {
+							if _, err := s.Submit(bg, nts...); err != nil {
+								b.Error(err)
+								return
+							}
 						}
-					}
+					})
 				}
 				b.StopTimer()
 				b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "tasks/s")
@@ -102,6 +117,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 				b.Run(fmt.Sprintf("%s/queued=%d/n=%d", m.name, queued, n), func(b *testing.B) {
 					s := benchStore(b, m.d)
 					fill(b, s, "q", queued)
+					rss := maxRSSMiB()
 					var done atomic.Int64
 					b.ResetTimer()
 					if n == 1 {
@@ -145,6 +161,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 					}
 					b.StopTimer()
 					b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "tasks/s")
+					b.ReportMetric(rss, "maxRSS-MiB")
 				})
 			}
 		}

@@ -133,9 +133,9 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 	if t.timeout == 0 {
 		t.timeout = int64(norn.DefaultTimeout)
 	}
-	t.maxAttempts = int64(q.defaults.MaxAttempts)
+	t.maxAttempts = int32(q.defaults.MaxAttempts)
 	if n.MaxAttempts != nil {
-		t.maxAttempts = int64(*n.MaxAttempts)
+		t.maxAttempts = int32(*n.MaxAttempts)
 	}
 	if n.Retry != nil {
 		r := *n.Retry
@@ -164,8 +164,9 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 			}
 		default:
 			t.depsLeft++
-			dt.dependents = append(dt.dependents, t)
-			tx.undo = append(tx.undo, func() { dt.dependents = dt.dependents[:len(dt.dependents)-1] })
+			prev := s.getDependents(dt)
+			s.setDependents(dt, append(prev, t))
+			tx.undo = append(tx.undo, func() { s.setDependents(dt, prev) })
 		}
 	}
 	var depErr *norn.ErrorInfo
@@ -187,7 +188,7 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 		tx.recordError(t, &st, *depErr)
 		tx.history(t, &st, norn.HistoryEntry{Type: norn.TaskAbort, Error: depErr})
 	}
-	im := immutable{queue: q.name, created: now, maxAttempts: t.maxAttempts, timeout: t.timeout,
+	im := immutable{queue: q.name, created: now, maxAttempts: int64(t.maxAttempts), timeout: t.timeout,
 		retry: t.retry, deps: n.DependsOn, spec: n.Spec, labels: n.Labels, st: st}
 	tx.buf = im.encode(tx.buf[:0])
 	tx.b.Set(taskKey(id, sufImmutable), tx.buf, nil)

@@ -14,10 +14,10 @@ import (
 // 't' + id + 0x00; ids cannot contain bytes <= ' ', so the 0x00 separator
 // keeps tasks in id order and makes [prefix, 't'+id+0x01) exactly one task.
 const (
-	pfxTask     = 't'
-	pfxQueue    = 'q'
-	pfxWorker   = 'w'
-	pfxMeta     = 'm'
+	pfxTask   = 't'
+	pfxQueue  = 'q'
+	pfxWorker = 'w'
+	pfxMeta   = 'm'
 
 	sufImmutable = 'a' // written once at submit, with the initial labels and state
 	sufLabels    = 'b' // labels set by Update (supersede those in 'a')
@@ -169,11 +169,11 @@ type state struct {
 	endedAt  int64 // when it became terminal (retention)
 	owner    string
 	lease    uint64
-	attempts int64
+	attempts int32
+	errN     uint32 // errors recorded
 	version  uint64
 	histNext uint64 // next history sequence number (= entries ever appended)
 	logNext  uint64 // next log sequence number (starts at 1)
-	errN     uint64 // errors recorded
 }
 
 const recVersion = 1
@@ -190,11 +190,11 @@ func (st *state) encode(buf []byte) []byte {
 	e.i(st.endedAt)
 	e.s(st.owner)
 	e.u(st.lease)
-	e.i(st.attempts)
+	e.i(int64(st.attempts))
 	e.u(st.version)
 	e.u(st.histNext)
 	e.u(st.logNext)
-	e.u(st.errN)
+	e.u(uint64(st.errN))
 	return e.b
 }
 
@@ -214,11 +214,11 @@ func decodeState(b []byte) (state, error) {
 	st.endedAt = d.i()
 	st.owner = d.s()
 	st.lease = d.u()
-	st.attempts = d.i()
+	st.attempts = int32(d.i())
 	st.version = d.u()
 	st.histNext = d.u()
 	st.logNext = d.u()
-	st.errN = d.u()
+	st.errN = uint32(d.u())
 	return st, d.err
 }
 

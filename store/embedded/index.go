@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"container/heap"
-	"time"
 
 	"github.com/nornq/norn"
 )
@@ -28,21 +27,23 @@ func terminal(c uint8) bool { return c >= stCompleted }
 // task is the in-memory index entry of one task: the state record plus what
 // the indexes need. Spec, labels, result, errors and history stay on disk.
 type task struct {
-	id          string
-	q           *queue
-	st          state
-	created     int64
-	maxAttempts int64
-	timeout     int64
-	retry       *norn.RetryPolicy
+	id      string
+	q       *queue
+	st      state
+	created int64
+	timeout int64
+	retry   *norn.RetryPolicy
+	timerAt int64 // when the timer fires
 
-	heapIdx  int   // position in q.ready, -1 when absent
-	timerIdx int   // position in the timer heap, -1 when absent
-	timerAt  int64 // when the timer fires
-
-	depsLeft   int32   // dependencies not yet completed (blocked tasks)
-	dependents []*task // tasks waiting for this one
-	deleted    bool
+	heapIdx     int32 // position in q.ready, -1 when absent
+	timerIdx    int32 // position in the timer heap, -1 when absent
+	maxAttempts int32
+	depsLeft    int32 // dependencies not yet completed (blocked tasks)
+	// hasDependents: s.dependents has an entry for this task. Kept out of
+	// the struct because few tasks have dependents and a million tasks in
+	// memory make every byte count (docs/benchmarks.md).
+	hasDependents bool
+	deleted       bool
 }
 
 // queue holds one queue's settings, ready heap, counters and claim waiters.
@@ -109,12 +110,12 @@ func (h readyHeap) Less(i, j int) bool {
 }
 func (h readyHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx = i
-	h[j].heapIdx = j
+	h[i].heapIdx = int32(i)
+	h[j].heapIdx = int32(j)
 }
 func (h *readyHeap) Push(x any) {
 	t := x.(*task)
-	t.heapIdx = len(*h)
+	t.heapIdx = int32(len(*h))
 	*h = append(*h, t)
 }
 func (h *readyHeap) Pop() any {
@@ -135,12 +136,12 @@ func (h timerHeap) Len() int           { return len(h) }
 func (h timerHeap) Less(i, j int) bool { return h[i].timerAt < h[j].timerAt }
 func (h timerHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].timerIdx = i
-	h[j].timerIdx = j
+	h[i].timerIdx = int32(i)
+	h[j].timerIdx = int32(j)
 }
 func (h *timerHeap) Push(x any) {
 	t := x.(*task)
-	t.timerIdx = len(*h)
+	t.timerIdx = int32(len(*h))
 	*h = append(*h, t)
 }
 func (h *timerHeap) Pop() any {
@@ -183,12 +184,12 @@ func (s *Store) index(t *task, old state, counted bool) {
 	}
 	if t.st.status == stReady && !t.deleted {
 		if t.heapIdx >= 0 {
-			heap.Fix(&t.q.ready, t.heapIdx)
+			heap.Fix(&t.q.ready, int(t.heapIdx))
 		} else {
 			heap.Push(&t.q.ready, t)
 		}
 	} else if t.heapIdx >= 0 {
-		heap.Remove(&t.q.ready, t.heapIdx)
+		heap.Remove(&t.q.ready, int(t.heapIdx))
 	}
 	s.setTimer(t, timerFor(t))
 }
@@ -197,7 +198,7 @@ func (s *Store) index(t *task, old state, counted bool) {
 func (s *Store) unindex(t *task) {
 	t.q.counts[t.st.status]--
 	if t.heapIdx >= 0 {
-		heap.Remove(&t.q.ready, t.heapIdx)
+		heap.Remove(&t.q.ready, int(t.heapIdx))
 	}
 	s.setTimer(t, 0)
 }
@@ -206,12 +207,12 @@ func (s *Store) setTimer(t *task, at int64) {
 	switch {
 	case at == 0:
 		if t.timerIdx >= 0 {
-			heap.Remove(&s.timers, t.timerIdx)
+			heap.Remove(&s.timers, int(t.timerIdx))
 		}
 	case t.timerIdx >= 0:
 		if t.timerAt != at {
 			t.timerAt = at
-			heap.Fix(&s.timers, t.timerIdx)
+			heap.Fix(&s.timers, int(t.timerIdx))
 		}
 	default:
 		t.timerAt = at
@@ -257,4 +258,20 @@ func (t *task) toTask() *norn.Task {
 	return nt
 }
 
-func durationOf(n int64) time.Duration { return time.Duration(n) }
+// getDependents returns the tasks waiting for t.
+func (s *Store) getDependents(t *task) []*task {
+	if !t.hasDependents {
+		return nil
+	}
+	return s.dependents[t]
+}
+
+func (s *Store) setDependents(t *task, d []*task) {
+	if len(d) == 0 {
+		delete(s.dependents, t)
+		t.hasDependents = false
+		return
+	}
+	s.dependents[t] = d
+	t.hasDependents = true
+}

@@ -60,17 +60,17 @@ func (s *Store) load(ctx context.Context) error {
 				return fmt.Errorf("task %q: %w", id, err)
 			}
 		}
-		t := &task{id: id, q: s.queue(im.queue), st: st, created: im.created, maxAttempts: im.maxAttempts,
+		t := &task{id: id, q: s.queue(im.queue), st: st, created: im.created, maxAttempts: int32(im.maxAttempts),
 			timeout: im.timeout, retry: im.retry, heapIdx: -1, timerIdx: -1}
 		s.tasks[id] = t
 		t.q.counts[st.status]++
 		if st.status == stReady {
-			t.heapIdx = len(t.q.ready)
+			t.heapIdx = int32(len(t.q.ready))
 			t.q.ready = append(t.q.ready, t)
 		}
 		if at := timerFor(t); at != 0 {
 			t.timerAt = at
-			t.timerIdx = len(s.timers)
+			t.timerIdx = int32(len(s.timers))
 			s.timers = append(s.timers, t)
 		}
 		if st.status == stBlocked {
@@ -102,10 +102,10 @@ func (s *Store) load(ctx context.Context) error {
 			case dt == nil || dt.st.status == stCompleted:
 			case dt.st.status == stAborted || dt.st.status == stCancelled:
 				bad = true
-				dt.dependents = append(dt.dependents, b.t)
+				s.setDependents(dt, append(s.getDependents(dt), b.t))
 			default:
 				b.t.depsLeft++
-				dt.dependents = append(dt.dependents, b.t)
+				s.setDependents(dt, append(s.getDependents(dt), b.t))
 			}
 		}
 		if bad {
@@ -120,14 +120,16 @@ func (s *Store) load(ctx context.Context) error {
 	s.log.Warn("embedded: repairing dependency state found at open", "failed", len(failed), "released", len(free))
 	_, err = s.run(func(tx *txn) error {
 		for _, t := range s.tasks {
-			if terminal(t.st.status) && t.st.status != stCompleted && len(t.dependents) > 0 {
+			if terminal(t.st.status) && t.st.status != stCompleted && t.hasDependents {
 				tx.failDependents(t)
 			}
 		}
 		for _, t := range free {
 			if t.st.status == stBlocked {
 				t.depsLeft = 1
-				tx.releaseDependents(&task{dependents: []*task{t}})
+				fake := &task{}
+				s.setDependents(fake, []*task{t})
+				tx.releaseDependents(fake)
 			}
 		}
 		return nil

@@ -97,14 +97,16 @@ type Store struct {
 
 	// mu guards every in-memory index below. It is never held while user
 	// code runs or while waiting for a sync.
-	mu        sync.Mutex
-	tasks     map[string]*task
-	queues    map[string]*queue
-	timers    timerHeap
-	workers   map[string]*workerRec
-	workerSeq uint64
-	armedAt   int64
-	failed    error // a write failed: memory may be ahead of disk, refuse writes
+	mu      sync.Mutex
+	tasks   map[string]*task
+	queues  map[string]*queue
+	timers  timerHeap
+	workers map[string]*workerRec
+	// dependents maps a task to the tasks waiting for it.
+	dependents map[*task][]*task
+	workerSeq  uint64
+	armedAt    int64
+	failed     error // a write failed: memory may be ahead of disk, refuse writes
 
 	kick  chan struct{} // wakes the monitor when an earlier deadline appears
 	flush chan struct{} // wakes the opportunistic syncer
@@ -175,17 +177,18 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("embedded: open data directory %s: %w", dir, err)
 	}
 	s := &Store{
-		opts:    opts,
-		db:      db,
-		clock:   opts.Clock,
-		log:     opts.Logger,
-		done:    make(chan struct{}),
-		tasks:   map[string]*task{},
-		queues:  map[string]*queue{},
-		workers: map[string]*workerRec{},
-		kick:    make(chan struct{}, 1),
-		flush:   make(chan struct{}, 1),
-		subs:    map[*subscription]struct{}{},
+		opts:       opts,
+		db:         db,
+		clock:      opts.Clock,
+		log:        opts.Logger,
+		done:       make(chan struct{}),
+		tasks:      map[string]*task{},
+		queues:     map[string]*queue{},
+		workers:    map[string]*workerRec{},
+		dependents: map[*task][]*task{},
+		kick:       make(chan struct{}, 1),
+		flush:      make(chan struct{}, 1),
+		subs:       map[*subscription]struct{}{},
 	}
 	if err := s.load(ctx); err != nil {
 		db.Close()

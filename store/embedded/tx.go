@@ -231,7 +231,7 @@ func (tx *txn) history(t *task, ns *state, h norn.HistoryEntry) {
 // recordError appends e to t's errors.
 func (tx *txn) recordError(t *task, ns *state, e norn.ErrorInfo) {
 	j, _ := json.Marshal(e)
-	tx.b.Set(taskSeqKey(t.id, sufError, ns.errN), j, nil)
+	tx.b.Set(taskSeqKey(t.id, sufError, uint64(ns.errN)), j, nil)
 	ns.errN++
 }
 
@@ -277,12 +277,12 @@ func (tx *txn) finishTask(t *task, status uint8, h norn.HistoryEntry, e *norn.Er
 // releaseDependents counts t's completion in every dependent; those with no
 // dependency left become ready (or scheduled when run_at is in the future).
 func (tx *txn) releaseDependents(t *task) {
-	deps := t.dependents
+	deps := tx.s.getDependents(t)
 	if len(deps) == 0 {
 		return
 	}
-	t.dependents = nil
-	tx.undo = append(tx.undo, func() { t.dependents = deps })
+	tx.s.setDependents(t, nil)
+	tx.undo = append(tx.undo, func() { tx.s.setDependents(t, deps) })
 	for _, d := range deps {
 		if d.deleted || d.st.status != stBlocked {
 			continue
@@ -312,12 +312,12 @@ func (tx *txn) failDependents(t *task) {
 	for len(work) > 0 {
 		cur := work[len(work)-1]
 		work = work[:len(work)-1]
-		deps := cur.dependents
+		deps := tx.s.getDependents(cur)
 		if len(deps) == 0 {
 			continue
 		}
-		cur.dependents = nil
-		tx.undo = append(tx.undo, func() { cur.dependents = deps })
+		tx.s.setDependents(cur, nil)
+		tx.undo = append(tx.undo, func() { tx.s.setDependents(cur, deps) })
 		for _, d := range deps {
 			if d.deleted || terminal(d.st.status) {
 				continue
