@@ -3,6 +3,7 @@ package client
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -186,5 +187,45 @@ func FuzzReadSSE(f *testing.F) {
 			}
 			_ = fmt.Sprint(ev)
 		}
+	})
+}
+
+func FuzzDecodeError(f *testing.F) {
+	f.Add(409, `{"error":{"code":"lease_lost","message":"m"}}`)
+	f.Add(400, `{"error":{"code":"invalid_argument","message":"m","field":"tasks[0].queue"}}`)
+	f.Add(502, `<html>`)
+	f.Add(404, ``)
+	f.Fuzz(func(t *testing.T, status int, body string) {
+		if status < 100 || status > 999 {
+			return
+		}
+		err := decodeError(&http.Response{StatusCode: status, Body: io.NopCloser(strings.NewReader(body))})
+		var ne *norn.Error
+		if !errors.As(err, &ne) || ne.Code == "" {
+			t.Fatalf("decodeError(%d, %q) = %#v, want a coded *norn.Error", status, body, err)
+		}
+	})
+}
+
+func FuzzStreamLines(f *testing.F) {
+	f.Add(`{"id":"a","queue":"q"}` + "\n" + `{"error":{"code":"internal","message":"x"}}` + "\n")
+	f.Add(`{"id":"a"}{"id":"b"}`)
+	f.Add(`{"id":1}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		ctx, cancel := context.WithCancel(context.Background())
+		rc := io.NopCloser(strings.NewReader(body))
+		it := &taskIter{ctx: ctx, cancel: cancel, body: rc, dec: json.NewDecoder(rc)}
+		for i := 0; it.Next(); i++ {
+			if it.Item() == nil || i > len(body) {
+				t.Fatal("Next without an item, or more items than bytes")
+			}
+		}
+		if err := it.Err(); err != nil && norn.CodeOf(err) == norn.CodeInternal && !strings.Contains(body, "internal") {
+			var ne *norn.Error
+			if !errors.As(err, &ne) || ne.Err == nil {
+				t.Fatalf("internal error without a cause: %v", err)
+			}
+		}
+		it.Close()
 	})
 }
