@@ -300,4 +300,13 @@ func testSubscribe(t *testing.T, f Factory) {
 	wantEvent(t, "queue filter", byQueue, norn.EventSubmitted, "x3", "q2", norn.StatusReady)
 	wantEvent(t, "queue filter", byQueue, norn.EventKind(norn.TaskCancel), "x2", "q2", norn.StatusCancelled)
 	wantEvent(t, "task filter skips x3", byTask, norn.EventKind(norn.TaskCancel), "x2", "q2", norn.StatusCancelled)
+	// Monitor-driven changes are events too.
+	e.submitOne(norn.NewTask{ID: "x4", Queue: "q2", Delay: dur(time.Minute)})
+	wantEvent(t, "delayed submit", byQueue, norn.EventSubmitted, "x4", "q2", norn.StatusScheduled)
+	e.advance(2 * time.Minute)
+	wantEvent(t, "release", byQueue, norn.EventKind(norn.TaskRelease), "x4", "q2", norn.StatusReady)
+	e.claim("w", "q2")
+	wantEvent(t, "claim", byQueue, norn.EventKind(norn.TaskAssignment), "x3", "q2", norn.StatusRunning)
+	e.advance(norn.DefaultTimeout + time.Second)
+	wantEvent(t, "timeout", byQueue, norn.EventKind(norn.TaskTimeout), "x3", "q2", norn.StatusReady)
 }
