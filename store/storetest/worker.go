@@ -614,7 +614,6 @@ func testLeaseBatch(t *testing.T, f Factory) {
 		{Op: norn.OpYield, LeaseRef: ref(ts[4])},
 		{Op: norn.OpHeartbeat, LeaseRef: stale},
 		{Op: norn.OpComplete, LeaseRef: norn.LeaseRef{TaskID: "nope", Worker: "w", Lease: 1}},
-		{Op: "explode", LeaseRef: ref(ts[0])},
 	}
 	res, err := e.s.LeaseBatch(e.ctx, ops)
 	if err != nil {
@@ -635,8 +634,12 @@ func testLeaseBatch(t *testing.T, f Factory) {
 	if res[6].Err == nil || res[6].Err.Code != norn.CodeNotFound {
 		t.Fatalf("unknown task op result %+v, want not_found", res[6].Err)
 	}
-	if res[7].Err == nil || res[7].Err.Code != norn.CodeInvalidArgument {
-		t.Fatalf("unknown op result %+v, want invalid_argument", res[7].Err)
+	// An unknown op is refused, either alone or as a malformed batch.
+	res, err = e.s.LeaseBatch(e.ctx, []norn.LeaseOp{{Op: "explode", LeaseRef: ref(ts[0])}})
+	if err != nil {
+		wantErr(t, "LeaseBatch with an unknown op", err, norn.ErrInvalidArgument)
+	} else if len(res) != 1 || res[0].Err == nil || res[0].Err.Code != norn.CodeInvalidArgument {
+		t.Fatalf("unknown op result %+v, want invalid_argument", res)
 	}
 	if g := e.status("b0", norn.StatusRunning); g.Progress != 0.5 {
 		t.Fatalf("batched heartbeat progress %v", g.Progress)
