@@ -148,22 +148,37 @@ type leaseBatchResponse struct {
 }
 
 // LeaseBatch applies many lease operations in one request
-// (POST /v1/leases/batch); each result carries its own error.
+// (POST /v1/leases/batch); each result carries its own error. An operation
+// of an unknown kind gets its own invalid_argument result, as in the
+// stores, instead of failing the whole request at the server's decoder.
 func (c *Client) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.LeaseOpResult, error) {
-	if ops == nil {
-		ops = []norn.LeaseOp{}
-	}
+	res := make([]norn.LeaseOpResult, len(ops))
+	send := make([]norn.LeaseOp, 0, len(ops))
+	at := make([]int, 0, len(ops)) // index in ops of each sent op
 	for i := range ops {
 		if err := checkRaw(fmt.Sprintf("ops[%d].result", i), ops[i].Result); err != nil {
 			return nil, err
 		}
+		switch ops[i].Op {
+		case norn.OpHeartbeat, norn.OpComplete, norn.OpFail, norn.OpAbort, norn.OpYield:
+			send = append(send, ops[i])
+			at = append(at, i)
+		default:
+			res[i].Err = norn.Invalid("op", "unknown lease operation %q", ops[i].Op)
+		}
+	}
+	if len(send) == 0 && len(ops) > 0 {
+		return res, nil
 	}
 	var out leaseBatchResponse
-	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/leases/batch", body: leaseBatchRequest{Ops: ops}}, &out); err != nil {
+	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/leases/batch", body: leaseBatchRequest{Ops: send}}, &out); err != nil {
 		return nil, err
 	}
-	res := make([]norn.LeaseOpResult, len(out.Results))
-	for i, r := range out.Results {
+	if len(out.Results) != len(send) {
+		return nil, &norn.Error{Code: norn.CodeInternal, Message: fmt.Sprintf("server returned %d results for %d lease operations", len(out.Results), len(send))}
+	}
+	for j, r := range out.Results {
+		i := at[j]
 		res[i].Deadline = r.Deadline
 		if r.Error != nil && r.Error.Code != "" {
 			res[i].Err = r.Error.err()
