@@ -94,6 +94,10 @@ type Result struct {
 	P99ms      float64 `json:"p99_ms,omitempty"`
 	P999ms     float64 `json:"p999_ms,omitempty"`
 	Maxms      float64 `json:"max_ms,omitempty"`
+	// Rate is the submission rate the delay workload achieved, in tasks/s:
+	// when it is well below the configured rate, the store (or the network)
+	// could not take the offered load and the lateness figures say so.
+	Rate float64 `json:"rate,omitempty"`
 	// Queued is the backlog size for scale runs.
 	Queued int `json:"queued,omitempty"`
 	// Ratio is throughput at the largest backlog ÷ throughput at the smallest (scale).
@@ -439,7 +443,7 @@ func Delay(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, err
 	var mu sync.Mutex
 	lat := make([]time.Duration, 0, n)
 	var got atomic.Int64
-	errc := make(chan error, cfg.Workers+1)
+	errc := make(chan error, cfg.Workers+max(4, cfg.Workers)+1) // claimers + submitters, so no send blocks
 	var wg sync.WaitGroup
 	for w := 0; w < cfg.Workers; w++ {
 		wg.Add(1)
@@ -474,32 +478,63 @@ func Delay(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, err
 		}(w)
 	}
 
-	// Submit in small time slices so the offered rate is smooth.
+	// Submit in small time slices so the offered rate is smooth. Several
+	// submitters share the slices: one synced submit per 10 ms slice would
+	// cap the rate at the store's (or the network's) round-trip time.
 	body := spec(cfg.SpecBytes)
+	batches := make(chan []norn.NewTask, 64)
+	var subWG sync.WaitGroup
+	for range max(4, cfg.Workers) {
+		subWG.Add(1)
+		go func() {
+			defer subWG.Done()
+			for batch := range batches {
+				if _, err := st.Submit(ctx, batch...); err != nil {
+					if ctx.Err() == nil {
+						errc <- fmt.Errorf("submit: %w", err)
+					}
+					return
+				}
+			}
+		}()
+	}
 	tm := startTiming()
 	start := tm.wall
 	const slice = 10 * time.Millisecond
+	const maxChunk = 1000
 	perSlice := cfg.Rate * slice.Seconds()
 	sent := 0
+	var submitErr error
+pace:
 	for sent < n && ctx.Err() == nil {
 		due := int(math.Min(float64(n), perSlice*float64(time.Since(start)/slice+1)))
-		if due > sent {
-			batch := make([]norn.NewTask, 0, due-sent)
-			runAt := time.Now().Add(cfg.Delay)
-			for i := sent; i < due; i++ {
+		runAt := time.Now().Add(cfg.Delay)
+		for sent < due {
+			end := min(due, sent+maxChunk)
+			batch := make([]norn.NewTask, 0, end-sent)
+			for i := sent; i < end; i++ {
 				batch = append(batch, norn.NewTask{Queue: q, Spec: body, RunAt: runAt})
 			}
-			if _, err := st.Submit(ctx, batch...); err != nil {
-				return Result{}, fmt.Errorf("submit: %w", err)
+			select {
+			case batches <- batch:
+			case submitErr = <-errc:
+				break pace
 			}
-			sent = due
+			sent = end
 		}
 		select {
-		case err := <-errc:
-			return Result{}, err
+		case submitErr = <-errc:
+			break pace
 		case <-time.After(time.Until(start.Add(slice * (time.Since(start)/slice + 1)))):
 		}
 	}
+	close(batches)
+	subWG.Wait()
+	if submitErr != nil {
+		return Result{}, submitErr
+	}
+	r := env.result("delay")
+	r.Rate = float64(n) / time.Since(start).Seconds()
 	waitDone := make(chan struct{})
 	go func() { wg.Wait(); close(waitDone) }()
 	select {
@@ -509,7 +544,6 @@ func Delay(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, err
 	case <-time.After(cfg.Delay + 60*time.Second):
 		return Result{}, fmt.Errorf("only %d of %d delayed tasks fired within %s", got.Load(), n, cfg.Delay+60*time.Second)
 	}
-	r := env.result("delay")
 	tm.finish(&r, n, time.Time{})
 	r.Workers = cfg.Workers
 	setPercentiles(&r, lat)

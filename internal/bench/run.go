@@ -73,6 +73,7 @@ func Median(runs [][]Result) ([]Result, error) {
 		med(func(r *Result) *float64 { return &r.P999ms })
 		med(func(r *Result) *float64 { return &r.Maxms })
 		med(func(r *Result) *float64 { return &r.RSSMiB })
+		med(func(r *Result) *float64 { return &r.Rate })
 		med(func(r *Result) *float64 { return &r.CPUSeconds })
 		med(func(r *Result) *float64 { return &r.TasksPerCPUSec })
 		r.Runs = len(runs)

@@ -229,6 +229,9 @@ func TestWorkloads(t *testing.T) {
 				// Lateness may round to 0 ms but never be negative: a task
 				// claimed before its run_at fired early.
 				checkPercentiles(t, r, true)
+				if !(r.Rate > 0) || r.Rate > 2000*1.5 {
+					t.Errorf("achieved submit rate %v, want (0, 3000] for 2000 offered", r.Rate)
+				}
 				if st.completed.Load() != 200 {
 					t.Errorf("completed %d, want 200", st.completed.Load())
 				}

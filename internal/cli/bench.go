@@ -416,11 +416,11 @@ func writeBenchTable(w io.Writer, rs []bench.Result) error {
 		}
 		return strconv.Itoa(v)
 	}
-	t := newTable(w, "WORKLOAD", "STORE", "DURABILITY", "TRANSPORT", "NPROC", "TASKS", "WORKERS", "BATCH", "QUEUED",
+	t := newTable(w, "WORKLOAD", "STORE", "DURABILITY", "TRANSPORT", "NPROC", "TASKS", "WORKERS", "BATCH", "QUEUED", "RATE",
 		"SECONDS", "TASKS/S", "TASKS/CPU_S", "P50_MS", "P99_MS", "P99.9_MS", "MAX_MS", "RSS_MIB", "RATIO", "RUNS")
 	for _, r := range rs {
 		t.row(r.Workload, dash(r.Store), dash(r.Durability), r.Transport, integer(r.NProc), integer(r.Tasks),
-			integer(r.Workers), integer(r.Batch), integer(r.Queued), num(r.Seconds, 3), num(r.TasksPerS, 0),
+			integer(r.Workers), integer(r.Batch), integer(r.Queued), num(r.Rate, 0), num(r.Seconds, 3), num(r.TasksPerS, 0),
 			num(r.TasksPerCPUSec, 0), num(r.P50ms, 3), num(r.P99ms, 3), num(r.P999ms, 3), num(r.Maxms, 3), num(r.RSSMiB, 1), num(r.Ratio, 3),
 			integer(r.Runs))
 	}
