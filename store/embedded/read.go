@@ -201,7 +201,7 @@ func orderTag(o norn.Order) byte {
 }
 
 func decodeCursor(order norn.Order, c string) ([]byte, error) {
-	b, err := base64.RawURLEncoding.DecodeString(c)
+	b, err := base64.RawURLEncoding.Strict().DecodeString(c)
 	if err != nil || len(b) < 2 || b[0] != orderTag(order) {
 		return nil, norn.Invalid("cursor", "malformed cursor")
 	}

@@ -1,0 +1,115 @@
+package embedded
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/nornq/norn"
+)
+
+func TestTaskKeysSortByID(t *testing.T) {
+	t.Parallel()
+	// Every key of "ab" sorts before every key of "ab!" and "abc", whatever
+	// the suffix: a scan in key order is a scan in id order.
+	ids := []string{"a", "ab", "ab!", "abc", "b"}
+	for i := 0; i+1 < len(ids); i++ {
+		last := taskSeqKey(ids[i], sufResult, 1<<63)
+		first := taskKey(ids[i+1], sufImmutable)
+		if bytes.Compare(last, first) >= 0 || bytes.Compare(taskEnd(ids[i]), first) > 0 {
+			t.Errorf("keys of %q do not all sort before %q", ids[i], ids[i+1])
+		}
+	}
+	id, suf, ok := splitTaskKey(taskSeqKey("x-1", sufHistory, 7))
+	if !ok || id != "x-1" || suf[0] != sufHistory {
+		t.Fatalf("splitTaskKey: %q %q %v", id, suf, ok)
+	}
+}
+
+func TestRecordsRoundTrip(t *testing.T) {
+	t.Parallel()
+	st := state{status: stRunning, priority: 7, progress: 0.25, updated: 1, runAt: 2, deadline: 3, readyAt: 4,
+		endedAt: 5, owner: "worker-1", lease: 9, attempts: 3, version: 11, histNext: 12, logNext: 13, errN: 2}
+	got, err := decodeState(st.encode(nil))
+	if err != nil || got != st {
+		t.Fatalf("state round trip: %+v, %v", got, err)
+	}
+	im := immutable{queue: "q", created: 99, maxAttempts: 3, timeout: int64(time.Second),
+		retry: &norn.RetryPolicy{MaxRetries: 2, Base: norn.Duration(time.Second)}, deps: []string{"a", "b"},
+		spec: []byte(`{"x":1}`), labels: map[string]string{"k": "v"}, st: st}
+	gim, err := decodeImmutable(im.encode(nil), true, true)
+	if err != nil || !reflect.DeepEqual(gim, im) {
+		t.Fatalf("immutable round trip:\n%+v\n%+v\n%v", gim, im, err)
+	}
+	min, err := decodeImmutable(im.encode(nil), false, false)
+	if err != nil || min.spec != nil || min.labels != nil || min.st != st || min.queue != "q" {
+		t.Fatalf("minimal decode: %+v %v", min, err)
+	}
+	h := norn.HistoryEntry{Type: norn.TaskAbort, Time: time.Unix(5, 6).UTC(), Worker: "w", Lease: 2, Progress: 0.5,
+		Error: &norn.ErrorInfo{Code: "x", Description: "y"}}
+	gh, err := decodeHistory(encodeHistory(h))
+	if err != nil || !reflect.DeepEqual(gh, h) {
+		t.Fatalf("history round trip: %+v %v", gh, err)
+	}
+	l := norn.LogEntry{Seq: 4, Lease: 2, Time: time.Unix(7, 0).UTC(), Data: json.RawMessage(`[1]`)}
+	gl, err := decodeLog(4, encodeLog(l))
+	if err != nil || !reflect.DeepEqual(gl, l) {
+		t.Fatalf("log round trip: %+v %v", gl, err)
+	}
+}
+
+// Decoders of disk records must reject garbage with an error, never panic.
+func FuzzDecodeRecords(f *testing.F) {
+	st := state{status: stReady, owner: "w"}
+	im := immutable{queue: "q", deps: []string{"d"}, spec: []byte(`1`), st: st}
+	f.Add(st.encode(nil))
+	f.Add(im.encode(nil))
+	f.Add(encodeHistory(norn.HistoryEntry{Type: norn.TaskRetry}))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _ = decodeState(b)
+		_, _ = decodeImmutable(b, true, true)
+		_, _ = decodeImmutable(b, false, false)
+		_, _ = decodeHistory(b)
+		_, _ = decodeLog(1, b)
+		_, _ = decodeLabels(b)
+	})
+}
+
+// Cursors come from clients: anything malformed is invalid_argument on
+// field "cursor"; a valid one round-trips.
+func FuzzCursor(f *testing.F) {
+	f.Add("", "x")
+	f.Add("priority", encodeCursor(norn.OrderPriority, prioKey{3, "id"}.cursor()))
+	f.Add("newest", encodeCursor(norn.OrderNewest, []byte("abc")))
+	f.Add("", "!!!")
+	f.Fuzz(func(t *testing.T, order, c string) {
+		o := norn.Order(order)
+		pos, err := decodeCursor(o, c)
+		if err != nil {
+			var ne *norn.Error
+			if !errors.As(err, &ne) || ne.Code != norn.CodeInvalidArgument || ne.Field != "cursor" {
+				t.Fatalf("decodeCursor(%q) error %v is not invalid_argument on cursor", c, err)
+			}
+			return
+		}
+		if encodeCursor(o, pos) != c {
+			t.Fatalf("cursor %q does not round-trip", c)
+		}
+	})
+}
+
+func TestListRejectsBadCursor(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, Options{})
+	for _, c := range []string{"nope!", encodeCursor(norn.OrderNewest, []byte("x"))} {
+		_, err := s.List(bg, norn.Query{Cursor: c})
+		var ne *norn.Error
+		if !errors.As(err, &ne) || ne.Field != "cursor" {
+			t.Errorf("List with cursor %q: %v", c, err)
+		}
+	}
+}
