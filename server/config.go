@@ -60,6 +60,10 @@ type Config struct {
 	// ReadyCheck is an optional extra readiness probe for /readyz (e.g. a
 	// Kafka bridge); the store is always probed.
 	ReadyCheck func(ctx context.Context) error
+	// HealthCheck is an optional liveness probe of a component the server
+	// runs beside the API (e.g. the Kafka bridge's broker connectivity):
+	// when it fails, /healthz answers 503 naming the cause. Default none.
+	HealthCheck func(ctx context.Context) error
 	// Dashboard, when non-nil, is mounted at "/" (package server/dashboard).
 	Dashboard http.Handler
 }

@@ -224,6 +224,13 @@ type statusResponse struct {
 }
 
 func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) error {
+	if s.cfg.HealthCheck != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if err := s.cfg.HealthCheck(ctx); err != nil {
+			return &norn.Error{Code: norn.CodeUnavailable, Message: "unhealthy: " + err.Error(), Err: err}
+		}
+	}
 	writeJSON(w, http.StatusOK, statusResponse{Status: "ok"})
 	return nil
 }

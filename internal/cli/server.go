@@ -1,18 +1,23 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/nornq/norn"
+	kafkabridge "github.com/nornq/norn/bridge/kafka"
 	"github.com/nornq/norn/internal/storeopen"
 	"github.com/nornq/norn/server"
 	"github.com/nornq/norn/server/dashboard"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -37,6 +42,8 @@ var serverEnv = map[string]string{
 	"log-format":            "NORN_LOG_FORMAT",
 	"shutdown-timeout":      "NORN_SHUTDOWN_TIMEOUT",
 	"dashboard":             "NORN_DASHBOARD",
+	"schema":                "NORN_SCHEMA",
+	"migrate":               "NORN_MIGRATE",
 }
 
 // applyEnv sets every flag not given on the command line from its
@@ -79,6 +86,11 @@ type serverFlags struct {
 	logLevel, logFormat     string
 	shutdownTimeout         time.Duration
 	dashboard               bool
+	schema                  string
+	migrate                 bool
+	// kafka configures the optional Kafka delay bridge run beside the API
+	// (on when --kafka-brokers is given).
+	kafka kafkabridge.Config
 }
 
 // parseAuthToken parses "TOKEN:ROLE[:QUEUE,QUEUE…]" from --auth-token.
@@ -152,7 +164,9 @@ flight (up to --shutdown-timeout) and closes the store.`,
 		}
 		fs := cmd.Flags()
 		fs.StringVar(&sf.addr, "addr", server.DefaultAddr, "listen address; port 0 picks a free port")
-		fs.StringVar(&sf.store, "store", storeopen.DefaultSpec, "store: embedded:PATH")
+		fs.StringVar(&sf.store, "store", storeopen.DefaultSpec, "store: embedded:PATH or postgres://USER:PASSWORD@HOST/DB")
+		fs.StringVar(&sf.schema, "schema", "", "postgres store: schema holding Norn's tables (default norn)")
+		fs.BoolVar(&sf.migrate, "migrate", false, "postgres store: apply pending schema migrations on start")
 		fs.StringVar(&sf.durability, "durability", "strict", "embedded store: strict (reply after sync) or opportunistic (reply first, sync soon after)")
 		fs.IntVar(&sf.historyLimit, "history-limit", norn.DefaultHistoryLimit, "history entries kept per task (oldest dropped)")
 		fs.Int64Var(&sf.maxBody, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body")
@@ -173,6 +187,8 @@ flight (up to --shutdown-timeout) and closes the store.`,
 				f.Usage += " [" + env + "]"
 			}
 		})
+		// The bridge's flags carry their own NORN_KAFKA_* defaults.
+		kafkabridge.RegisterFlags(fs, &sf.kafka)
 		cmd.SetFlagErrorFunc(flagUsageError)
 		cmd.Args = usageArgs(cmd.Args)
 		return cmd
@@ -198,8 +214,18 @@ func runServer(cmd *cobra.Command, sf *serverFlags) error {
 		tokens = append(tokens, t)
 	}
 	ctx := cmd.Context()
+	useKafka := len(sf.kafka.Brokers) > 0
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if useKafka {
+		sf.kafka.Logger, sf.kafka.Registerer = log, reg
+		if err := sf.kafka.Validate(); err != nil {
+			return usagef("%v", err)
+		}
+	}
 	st, err := storeopen.Open(ctx, sf.store, storeopen.Options{
 		Durability: sf.durability, HistoryLimit: sf.historyLimit, Logger: log,
+		Schema: sf.schema, Migrate: sf.migrate,
 	})
 	if err != nil {
 		if norn.CodeOf(err) == norn.CodeInvalidArgument {
@@ -216,9 +242,19 @@ func runServer(cmd *cobra.Command, sf *serverFlags) error {
 		Addr: sf.addr, Store: st, Tokens: tokens, AllowUnauthenticatedNonLoopback: sf.allowUnauth,
 		TLSCert: sf.tlsCert, TLSKey: sf.tlsKey, MaxBodyBytes: sf.maxBody, MaxSpecBytes: sf.maxSpec,
 		MaxBatch: sf.maxBatch, MaxLabels: sf.maxLabels, ShutdownTimeout: sf.shutdownTimeout, Logger: log,
+		Registry: reg,
 	}
 	if sf.dashboard {
 		cfg.Dashboard = dashboard.Handler()
+	}
+	var bridge *kafkabridge.Bridge
+	if useKafka {
+		if bridge, err = kafkabridge.New(sf.kafka, st); err != nil {
+			return usagef("%v", err)
+		}
+		defer bridge.Close()
+		cfg.HealthCheck = bridge.Healthy
+		cfg.ReadyCheck = bridge.Healthy
 	}
 	srv, err := server.New(cfg)
 	if err != nil {
@@ -228,8 +264,38 @@ func runServer(cmd *cobra.Command, sf *serverFlags) error {
 		}
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "norn: listening on %s (store %s)\n", srv.URL(), sf.store)
-	return srv.Run(ctx)
+	fmt.Fprintf(cmd.OutOrStdout(), "norn: listening on %s (store %s)\n", srv.URL(), redactURL(sf.store))
+	if bridge == nil {
+		return srv.Run(ctx)
+	}
+	// The bridge and the API share one lifetime: when either stops, both do.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	bridgeDone := make(chan error, 1)
+	go func() {
+		err := bridge.Run(ctx)
+		cancel()
+		bridgeDone <- err
+	}()
+	fmt.Fprintf(cmd.OutOrStdout(), "norn: kafka delay bridge %s -> %s (brokers %s)\n", sf.kafka.InTopic, sf.kafka.OutTopic, strings.Join(sf.kafka.Brokers, ","))
+	runErr := srv.Run(ctx)
+	cancel()
+	if err := <-bridgeDone; err != nil && runErr == nil && !errors.Is(err, context.Canceled) {
+		runErr = fmt.Errorf("kafka bridge: %w", err)
+	}
+	return runErr
+}
+
+// redactURL hides the password of a postgres:// store URL before it is printed.
+func redactURL(spec string) string {
+	u, err := url.Parse(spec)
+	if err != nil || u.User == nil {
+		return spec
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
 }
 
 // serverConfigError renames server.Config fields to the flags that set them.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/store/embedded"
+	"github.com/nornq/norn/store/postgres"
 )
 
 // DefaultSpec is the store `norn server` uses when none is given.
@@ -29,6 +30,12 @@ type Options struct {
 	HistoryLimit int
 	// Logger receives the store's operational messages; nil means slog.Default().
 	Logger *slog.Logger
+	// Schema is the Postgres schema holding Norn's tables (default "norn"),
+	// so several deployments can share a database. Ignored by other kinds.
+	Schema string
+	// Migrate applies pending Postgres migrations on open; without it a
+	// schema that is not at the latest version is refused. Ignored by other kinds.
+	Migrate bool
 }
 
 // opener opens one kind of store; rest is the spec after "scheme:" (for
@@ -38,6 +45,7 @@ type opener func(ctx context.Context, spec, rest string, opts Options) (norn.Sto
 // openers are the backends compiled into this build, by spec scheme.
 var openers = map[string]opener{
 	"embedded": openEmbedded,
+	"postgres": openPostgres,
 }
 
 // Kinds lists the store kinds this build can open, sorted.
@@ -50,7 +58,8 @@ func Kinds() []string {
 	return out
 }
 
-// Open opens the store named by spec: "embedded:PATH" (a data directory).
+// Open opens the store named by spec: "embedded:PATH" (a data directory) or
+// a "postgres://" / "postgresql://" URL.
 // An unknown or unavailable kind is an invalid_argument error (field
 // "store") that lists what this build supports.
 func Open(ctx context.Context, spec string, opts Options) (norn.Store, error) {
@@ -96,6 +105,18 @@ func openEmbedded(ctx context.Context, spec, dir string, opts Options) (norn.Sto
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", spec, err)
+	}
+	return st, nil
+}
+
+func openPostgres(ctx context.Context, spec, _ string, opts Options) (norn.Store, error) {
+	st, err := postgres.Open(ctx, postgres.Config{
+		URL: spec, Schema: opts.Schema, Migrate: opts.Migrate, Clock: opts.Clock,
+		HistoryLimit: opts.HistoryLimit, Logger: opts.Logger,
+	})
+	if err != nil {
+		// The URL may hold a password: name the store by its kind only.
+		return nil, fmt.Errorf("opening the postgres store: %w", err)
 	}
 	return st, nil
 }

@@ -446,7 +446,7 @@ func TestServerSettings(t *testing.T) {
 		args []string
 		want string
 	}{
-		{args: []string{"--store", "postgres://u:p@localhost/norn"}, want: "embedded:PATH"},
+		{args: []string{"--store", "mysql://u:p@localhost/norn"}, want: "postgres://"},
 		{env: []string{"NORN_STORE=nope"}, want: "embedded:PATH"},
 		{args: []string{"--store", dir, "--addr", "0.0.0.0:0"}, want: "--allow-unauthenticated"},
 		{args: []string{"--store", dir, "--durability", "eventually"}, want: "durability"},
@@ -459,6 +459,13 @@ func TestServerSettings(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.err, tc.want) {
 			t.Errorf("norn server %v %v: exit %d, stderr %q (want 2 and %q)", tc.env, tc.args, r.code, r.err, tc.want)
 		}
+	}
+
+	// A Postgres store that cannot be reached is a runtime failure (exit 1)
+	// that says which store, without printing the password.
+	if r := runServer(nil, "--store", "postgres://u:secret@127.0.0.1:1/norn"); r.code != 1 ||
+		!strings.Contains(r.err, "postgres store") || strings.Contains(r.err, "secret") {
+		t.Errorf("unreachable postgres: exit %d, stderr %q", r.code, r.err)
 	}
 
 	// Tokens: the CLI needs one, and NORN_TOKEN provides it.
