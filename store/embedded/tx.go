@@ -121,6 +121,11 @@ func (tx *txn) finish() error {
 	if tx.b != nil {
 		if s.opts.Durability == Strict {
 			if err = tx.b.SyncWait(); err != nil {
+				// The change is visible but maybe not durable: refuse
+				// further writes rather than build on it.
+				s.mu.Lock()
+				s.failed = err
+				s.mu.Unlock()
 				err = norn.Unavailable(err)
 			}
 		} else {
