@@ -37,7 +37,7 @@ c AS (SELECT t.id FROM {s}.tasks t
 upd AS (UPDATE {s}.tasks t SET status = 'running', owner = $4, lease = t.lease + 1, attempts = t.attempts + 1,
 	deadline = n.now + (coalesce($5::bigint, t.timeout_ns) / 1000) * interval '1 microsecond',
 	updated = n.now, version = t.version + 1, history_count = t.history_count + 1
-	FROM c, n WHERE t.id = c.id AND t.status = 'ready'
+	FROM c, n WHERE t.id = c.id
 	RETURNING ` + colsClaim + `),
 h AS (INSERT INTO {s}.task_history (task_id, seq, type, time, worker, lease)
 	SELECT id, history_count, 'TaskAssignment', updated, owner, lease FROM upd)` +
@@ -47,6 +47,12 @@ w AS (UPDATE {s}.workers w SET last_seen = n.now FROM n WHERE w.id = $4 AND w.la
 		s.eventsCTE("e") + `
 SELECT upd.* FROM upd, (SELECT count(*) FROM nt) AS x ORDER BY upd.priority DESC, upd.ready_at, upd.id`)
 }
+
+// The assignment joins c by id only: c's rows are locked and were
+// re-checked as ready when locked, so a status condition there would add
+// nothing but a trap — with stale statistics the planner used it to scan the
+// whole claim index as the outer side of the join (a million-row backlog
+// made every claim read it all).
 
 // Claim leases ready tasks, long-polling when req.Wait is set: it sleeps
 // until a notification says a task became ready (on any node) or
@@ -285,13 +291,17 @@ func completions(ops []norn.LeaseOp, todo []int) []int {
 // completeSQL completes tasks ($1 ids, $2 leases, $3 workers, $4 results)
 // that are still running under the given lease and owner: one
 // compare-and-set UPDATE with the TaskComplete history rows, the history
-// trim and the events in the same statement.
+// trim and the events in the same statement. The status is compared with
+// n.running, a join condition, rather than the literal 'running': a
+// literal lets the planner prove the tasks_running partial index applies,
+// and with stale statistics it then scanned every running task as the
+// outer side of the join instead of looking the batch up by id.
 func (s *Store) completeSQL() string {
-	return s.q(`WITH n AS (SELECT coalesce($5::timestamptz, clock_timestamp()) AS now),
+	return s.q(`WITH n AS (SELECT coalesce($5::timestamptz, clock_timestamp()) AS now, 'running'::text AS running),
 upd AS (UPDATE {s}.tasks t SET status = 'completed', progress = 1, result = x.result, deadline = NULL,
 	ended_at = n.now, updated = n.now, version = t.version + 1, history_count = t.history_count + 1
 	FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[]) AS x(id, lease, worker, result), n
-	WHERE t.id = x.id AND t.status = 'running' AND t.lease = x.lease AND t.owner = x.worker
+	WHERE t.id = x.id AND t.status = n.running AND t.lease = x.lease AND t.owner = x.worker
 	RETURNING t.id, t.queue, t.status, t.version, t.history_count, t.owner, t.lease,
 	'TaskComplete'::text AS kind, t.updated AS time),
 h AS (INSERT INTO {s}.task_history (task_id, seq, type, time, worker, lease, progress)
