@@ -63,10 +63,10 @@ func (c *counting) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.L
 // same store behind a real server reached through the HTTP client.
 type target struct {
 	name string
-	open func(t *testing.T) (norn.Store, Env)
+	open func(t testing.TB) (norn.Store, Env)
 }
 
-func openEmbedded(t *testing.T) *embedded.Store {
+func openEmbedded(t testing.TB) *embedded.Store {
 	t.Helper()
 	st, err := embedded.Open(context.Background(), embedded.Options{Dir: t.TempDir(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -78,10 +78,10 @@ func openEmbedded(t *testing.T) *embedded.Store {
 }
 
 var targets = []target{
-	{"inproc", func(t *testing.T) (norn.Store, Env) {
+	{"inproc", func(t testing.TB) (norn.Store, Env) {
 		return openEmbedded(t), Env{Store: "embedded", Durability: "strict", Transport: "inproc"}
 	}},
-	{"http", func(t *testing.T) (norn.Store, Env) {
+	{"http", func(t testing.TB) (norn.Store, Env) {
 		st := openEmbedded(t)
 		srv, err := server.New(server.Config{Addr: "127.0.0.1:0", Store: st,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -332,4 +332,65 @@ func TestMedian(t *testing.T) {
 	if got, err := Median(nil); got != nil || err != nil {
 		t.Errorf("Median(nil) = %v, %v", got, err)
 	}
+}
+
+// BenchmarkHotPaths measures the hot paths in-process and over HTTP (server + client on
+// loopback, embedded store): one op is a 1000-task batch submit, or a
+// 100-task claim completed with one lease batch. The store's own
+// benchmarks (store/embedded) measure the same paths without HTTP, so the
+// difference is the cost of the wire.
+func BenchmarkHotPaths(b *testing.B) {
+	for _, tg := range targets {
+		b.Run(tg.name, func(b *testing.B) {
+			benchHotPaths(b, tg)
+		})
+	}
+}
+
+func benchHotPaths(b *testing.B, tg target) {
+	st, _ := tg.open(b)
+	ctx := context.Background()
+	body := spec(200)
+	batch := func(q string, n int) []norn.NewTask {
+		out := make([]norn.NewTask, n)
+		for i := range out {
+			out[i] = norn.NewTask{Queue: q, Spec: body}
+		}
+		return out
+	}
+	b.Run("submit-batch-1000", func(b *testing.B) {
+		q := queueName("bench-submit")
+		ts := batch(q, 1000)
+		b.ResetTimer()
+		for range b.N {
+			if _, err := st.Submit(ctx, ts...); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "tasks/s")
+	})
+	b.Run("claim-complete-100", func(b *testing.B) {
+		q := queueName("bench-claim")
+		for range b.N {
+			if _, err := st.Submit(ctx, batch(q, 100)...); err != nil {
+				b.Fatal(err)
+			}
+		}
+		ops := make([]norn.LeaseOp, 0, 100)
+		b.ResetTimer()
+		for range b.N {
+			tasks, err := st.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{q}, N: 100})
+			if err != nil || len(tasks) != 100 {
+				b.Fatalf("claimed %d: %v", len(tasks), err)
+			}
+			ops = ops[:0]
+			for _, t := range tasks {
+				ops = append(ops, norn.LeaseOp{Op: norn.OpComplete, LeaseRef: norn.LeaseRef{TaskID: t.ID, Worker: "w", Lease: t.Lease}})
+			}
+			if _, err := st.LeaseBatch(ctx, ops); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "tasks/s")
+	})
 }
