@@ -24,7 +24,7 @@ func (s *Store) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Submi
 		return nil, err
 	}
 	var out []norn.Submitted
-	_, err := s.run(func(tx *txn) error {
+	_, err := s.runSized(batchSizeHint(tasks), func(tx *txn) error {
 		var err error
 		out, err = tx.submit("tasks", tasks)
 		return err
@@ -33,6 +33,15 @@ func (s *Store) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Submi
 		return nil, err
 	}
 	return out, nil
+}
+
+// batchSizeHint estimates the batch bytes a submit writes.
+func batchSizeHint(tasks []norn.NewTask) int {
+	n := 0
+	for i := range tasks {
+		n += 160 + len(tasks[i].ID) + len(tasks[i].Queue) + len(tasks[i].Spec) + 40*len(tasks[i].Labels) + 40*len(tasks[i].DependsOn)
+	}
+	return n
 }
 
 // submit inserts a validated batch. Field names in errors start with prefix.

@@ -41,7 +41,11 @@ func (tx *txn) readAfter(id string) *norn.Task {
 	return nt
 }
 
-func (s *Store) begin() *txn {
+func (s *Store) begin(sizeHint int) *txn {
+	if sizeHint > 0 {
+		// Large batches grow by doubling; sizing them up front saves the copies.
+		return &txn{s: s, now: s.now(), b: s.db.NewBatchWithSize(sizeHint)}
+	}
 	return &txn{s: s, now: s.now(), b: s.db.NewBatch()}
 }
 
@@ -147,12 +151,17 @@ func (tx *txn) finish() error {
 // everything; otherwise the batch is committed and, after s.mu is released,
 // awaited.
 func (s *Store) run(fn func(tx *txn) error) (*txn, error) {
+	return s.runSized(0, fn)
+}
+
+// runSized is run with a hint of the batch size in bytes.
+func (s *Store) runSized(sizeHint int, fn func(tx *txn) error) (*txn, error) {
 	s.mu.Lock()
 	if s.failed != nil {
 		s.mu.Unlock()
 		return nil, norn.Unavailable(errStoreFailed)
 	}
-	tx := s.begin()
+	tx := s.begin(sizeHint)
 	if err := fn(tx); err != nil {
 		tx.abort()
 		s.mu.Unlock()

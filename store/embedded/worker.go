@@ -79,7 +79,7 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 			s.mu.Unlock()
 			return nil, norn.Unavailable(errStoreFailed)
 		}
-		tx := s.begin()
+		tx := s.begin(0)
 		claimed := tx.claim(&req)
 		if len(claimed) > 0 || req.Wait <= 0 {
 			err := tx.commit()
