@@ -45,6 +45,11 @@ type Config struct {
 	// Queue is the queue the workloads use; each run appends a unique suffix
 	// so runs never see each other's tasks (default "bench").
 	Queue string
+	// Settle is how long the work and scale workloads wait between queueing
+	// their backlog and burning it down, so background work the queueing
+	// caused (an LSM store's flushes and compactions) can finish first
+	// (default 0: measure right away, as a busy system would).
+	Settle time.Duration
 	// RSSPid is the process whose resident memory the memory workload
 	// reports: 0 (the default) means this process, which is right for an
 	// in-process store; pass a server's pid when benchmarking over HTTP.
@@ -271,12 +276,30 @@ func Work(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, erro
 	if err := submitAll(ctx, st, q, n, 1000, spec(cfg.SpecBytes), cfg.Workers, func(d int64) { report(cfg, "work: submitting", d, int64(n)) }); err != nil {
 		return Result{}, err
 	}
+	if err := settle(ctx, cfg.Settle); err != nil {
+		return Result{}, err
+	}
 	r := env.result("work")
 	if err := burnDown(ctx, st, q, n, cfg, &r); err != nil {
 		return Result{}, err
 	}
 	r.Workers, r.Batch = cfg.Workers, cfg.ClaimBatch
 	return r, nil
+}
+
+// settle waits d (or until ctx is done).
+func settle(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // burnDown claims and completes n tasks of queue with cfg.Workers workers.
@@ -566,6 +589,9 @@ func Scale(ctx context.Context, st norn.Store, env Env, cfg Config) ([]Result, e
 		q := queueName(cfg.Queue)
 		if err := submitAll(ctx, st, q, queued, 1000, spec(cfg.SpecBytes), cfg.Workers,
 			func(d int64) { report(cfg, fmt.Sprintf("scale: queueing %d", queued), d, int64(queued)) }); err != nil {
+			return out, err
+		}
+		if err := settle(ctx, cfg.Settle); err != nil {
 			return out, err
 		}
 		r := env.result("scale")

@@ -37,6 +37,7 @@ type benchOptions struct {
 	queued     []int
 	runs       int
 	serverPid  int
+	settle     time.Duration
 	cpuProfile string
 	memProfile string
 }
@@ -103,6 +104,7 @@ afterwards, so runs against a persistent store do not pile up.`,
 		f.DurationVar(&o.delay, "delay", 0, "delay workload: how far in the future run_at is (default 1s)")
 		f.IntVar(&o.specBytes, "spec-bytes", 0, "size of each task's spec in bytes (default 200)")
 		f.IntSliceVar(&o.queued, "queued", nil, "scale workload backlogs (default 10000,1000000)")
+		f.DurationVar(&o.settle, "settle", 0, "work/scale: pause between queueing the backlog and burning it down (lets flushes and compactions finish)")
 		f.IntVar(&o.runs, "runs", 1, "repeat each workload K times and report the medians")
 		f.IntVar(&o.serverPid, "server-pid", 0, "memory workload: report this process's RSS (a server's) instead of our own")
 		f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -152,6 +154,8 @@ func (o *benchOptions) validate() error {
 		return usagef("--spec-bytes must be between 8 and %d", norn.MaxSpecBytes)
 	case o.runs < 1:
 		return usagef("--runs must be at least 1")
+	case o.settle < 0:
+		return usagef("--settle must not be negative")
 	case o.serverPid < 0:
 		return usagef("--server-pid must not be negative")
 	}
@@ -319,7 +323,7 @@ func runBench(cmd *cobra.Command, g *Globals, o *benchOptions, args []string) (e
 	cfg := bench.Config{
 		Tasks: o.tasks, Workers: workers, Batch: o.batch, ClaimBatch: o.claimBatch,
 		Rate: o.rate, Delay: o.delay, SpecBytes: o.specBytes, Queued: o.queued,
-		RSSPid: o.serverPid, Progress: bar.update,
+		Settle: o.settle, RSSPid: o.serverPid, Progress: bar.update,
 	}
 	out := cmd.OutOrStdout()
 	var all []bench.Result
