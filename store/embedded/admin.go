@@ -63,14 +63,14 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 		return norn.QueueInfo{}, err
 	}
 	var out norn.QueueInfo
-	_, err := s.run(func(tx *txn) error {
+	err := s.run(func(tx *txn) error {
 		_, existed := s.queues[name]
 		q := s.queue(name)
 		old := struct {
 			paused, configured bool
 			defaults           norn.QueueDefaults
 		}{q.paused, q.configured, q.defaults}
-		tx.undo = append(tx.undo, func() {
+		tx.onUndo(func() {
 			q.paused, q.configured, q.defaults = old.paused, old.configured, old.defaults
 			if !existed {
 				delete(s.queues, name)
@@ -105,7 +105,7 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 					s.setTimer(t, timerFor(t))
 				}
 			}
-			tx.undo = append(tx.undo, func() {
+			tx.onUndo(func() {
 				for _, t := range s.tasks {
 					if t.q == q && terminal(t.st.status) {
 						s.setTimer(t, timerFor(t))
@@ -192,7 +192,8 @@ func (s *Store) sweep(ctx context.Context) (norn.SweepReport, error) {
 			return rep, err
 		}
 		more := false
-		tx, err := s.run(func(tx *txn) error {
+		var part norn.SweepReport
+		err := s.run(func(tx *txn) error {
 			for n := 0; len(s.timers) > 0 && s.timers[0].timerAt <= tx.now; n++ {
 				if n == sweepChunk {
 					more = true
@@ -200,15 +201,16 @@ func (s *Store) sweep(ctx context.Context) (norn.SweepReport, error) {
 				}
 				tx.due(s.timers[0])
 			}
+			part = tx.report
 			return nil
 		})
 		if err != nil {
 			return rep, err
 		}
-		rep.TimedOut += tx.report.TimedOut
-		rep.Released += tx.report.Released
-		rep.Aborted += tx.report.Aborted
-		rep.Purged += tx.report.Purged
+		rep.TimedOut += part.TimedOut
+		rep.Released += part.Released
+		rep.Aborted += part.Aborted
+		rep.Purged += part.Purged
 		if !more {
 			return rep, nil
 		}

@@ -24,7 +24,7 @@ func (s *Store) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Submi
 		return nil, err
 	}
 	var out []norn.Submitted
-	_, err := s.runSized(batchSizeHint(tasks), func(tx *txn) error {
+	err := s.runSized(batchSizeHint(tasks), func(tx *txn) error {
 		var err error
 		out, err = tx.submit("tasks", tasks)
 		return err
@@ -175,7 +175,7 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 			t.depsLeft++
 			prev := s.getDependents(dt)
 			s.setDependents(dt, append(prev, t))
-			tx.undo = append(tx.undo, func() { s.setDependents(dt, prev) })
+			tx.onUndo(func() { s.setDependents(dt, prev) })
 		}
 	}
 	var depErr *norn.ErrorInfo
@@ -200,7 +200,7 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 	im := immutable{queue: q.name, created: now, maxAttempts: int64(t.maxAttempts), timeout: t.timeout,
 		retry: t.retry, deps: n.DependsOn, spec: n.Spec, labels: n.Labels, st: st}
 	tx.buf = im.encode(tx.buf[:0])
-	tx.b.Set(taskKey(id, sufImmutable), tx.buf, nil)
+	tx.b.Set(tx.key(id, sufImmutable), tx.buf, nil)
 	t.st = st
 	tx.addTask(t)
 	tx.event(norn.EventSubmitted, t)
@@ -281,7 +281,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (*norn.Task, error) {
 		return nil, err
 	}
 	var out *norn.Task
-	_, err := s.run(func(tx *txn) error {
+	err := s.run(func(tx *txn) error {
 		var err error
 		out, err = tx.cancel(id)
 		return err
@@ -317,7 +317,7 @@ func (s *Store) Update(ctx context.Context, id string, u norn.Update) (*norn.Tas
 		return nil, err
 	}
 	var out *norn.Task
-	_, err := s.run(func(tx *txn) error {
+	err := s.run(func(tx *txn) error {
 		var err error
 		out, err = tx.update(id, u)
 		return err
@@ -379,7 +379,7 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	if err := norn.ValidateID("id", id); err != nil {
 		return err
 	}
-	_, err := s.run(func(tx *txn) error { return tx.delete(id) })
+	err := s.run(func(tx *txn) error { return tx.delete(id) })
 	return err
 }
 
@@ -419,7 +419,7 @@ func (s *Store) DeleteMatching(ctx context.Context, f norn.Filter) (int64, error
 			part = part[:chunk]
 		}
 		ids = ids[len(part):]
-		_, err := s.run(func(tx *txn) error {
+		err := s.run(func(tx *txn) error {
 			for _, id := range part {
 				// Tasks deleted meanwhile are skipped; a task whose
 				// in-memory fields no longer match is left alone.
@@ -472,7 +472,7 @@ func (s *Store) Transact(ctx context.Context, t norn.Txn) (*norn.TxnResult, erro
 		}
 	}
 	res := &norn.TxnResult{Submitted: []norn.Submitted{}, Updated: []*norn.Task{}, Cancelled: []*norn.Task{}}
-	_, err := s.run(func(tx *txn) error {
+	err := s.run(func(tx *txn) error {
 		for i, r := range t.Require {
 			cur := s.tasks[r.ID]
 			if cur == nil {

@@ -375,8 +375,10 @@ func skipLabels(b []byte) ([]byte, error) {
 	return d.b, d.err
 }
 
-func encodeHistory(h norn.HistoryEntry) []byte {
-	e := enc{b: make([]byte, 0, 48)}
+func encodeHistory(h norn.HistoryEntry) []byte { return appendHistory(make([]byte, 0, 48), h) }
+
+func appendHistory(buf []byte, h norn.HistoryEntry) []byte {
+	e := enc{b: buf}
 	e.s(string(h.Type))
 	e.i(nanos(h.Time))
 	e.s(h.Worker)

@@ -118,7 +118,7 @@ func (s *Store) load(ctx context.Context) error {
 		return nil
 	}
 	s.log.Warn("embedded: repairing dependency state found at open", "failed", len(failed), "released", len(free))
-	_, err = s.run(func(tx *txn) error {
+	err = s.run(func(tx *txn) error {
 		for _, t := range s.tasks {
 			if terminal(t.st.status) && t.st.status != stCompleted && t.hasDependents {
 				tx.failDependents(t)

@@ -1,7 +1,9 @@
 package embedded
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/nornq/norn"
@@ -15,11 +17,13 @@ type txn struct {
 	s      *Store
 	now    int64
 	b      *pebble.Batch
-	undo   []func()
+	undo   []undoStep
 	events []norn.Event
 	wake   []*queue
 	report norn.SweepReport
 	buf    []byte
+	kbuf   []byte // scratch for keys (Batch.Set copies them)
+	hbuf   []byte // scratch for history records
 	// after runs under s.mu once the batch is applied (reads of the
 	// committed result).
 	after    []func() error
@@ -41,12 +45,41 @@ func (tx *txn) readAfter(id string) *norn.Task {
 	return nt
 }
 
+// undoStep reverts one in-memory change: either t's state back to old, or
+// fn. State changes, the common case, need no closure.
+type undoStep struct {
+	t   *task
+	old state
+	fn  func()
+}
+
+func (tx *txn) onUndo(fn func()) { tx.undo = append(tx.undo, undoStep{fn: fn}) }
+
+// key returns a task key in scratch space, valid until the next call.
+func (tx *txn) key(id string, suf byte) []byte {
+	k := append(tx.kbuf[:0], pfxTask)
+	k = append(k, id...)
+	k = append(k, 0, suf)
+	tx.kbuf = k
+	return k
+}
+
+func (tx *txn) seqKey(id string, suf byte, seq uint64) []byte {
+	k := binary.BigEndian.AppendUint64(tx.key(id, suf), seq)
+	tx.kbuf = k
+	return k
+}
+
 func (s *Store) begin(sizeHint int) *txn {
+	tx := txnPool.Get().(*txn)
+	tx.s, tx.now = s, s.now()
 	if sizeHint > 0 {
 		// Large batches grow by doubling; sizing them up front saves the copies.
-		return &txn{s: s, now: s.now(), b: s.db.NewBatchWithSize(sizeHint)}
+		tx.b = s.db.NewBatchWithSize(sizeHint)
+	} else {
+		tx.b = s.db.NewBatch()
 	}
-	return &txn{s: s, now: s.now(), b: s.db.NewBatch()}
+	return tx
 }
 
 // savepoint and rollbackTo let one op of a batch fail alone.
@@ -54,7 +87,14 @@ func (tx *txn) savepoint() (int, int) { return len(tx.undo), len(tx.events) }
 
 func (tx *txn) rollbackTo(u, e int) {
 	for i := len(tx.undo) - 1; i >= u; i-- {
-		tx.undo[i]()
+		st := &tx.undo[i]
+		if st.fn != nil {
+			st.fn()
+			continue
+		}
+		cur := st.t.st
+		st.t.st = st.old
+		tx.s.index(st.t, cur, true)
 	}
 	tx.undo = tx.undo[:u]
 	tx.events = tx.events[:e]
@@ -75,7 +115,7 @@ func (tx *txn) commit() error {
 	if tx.b.Empty() {
 		tx.b.Close()
 		tx.b = nil
-		tx.undo = nil
+		tx.undo = tx.undo[:0]
 		tx.wakeQueues()
 		tx.runAfter()
 		return nil
@@ -91,7 +131,7 @@ func (tx *txn) commit() error {
 		s.failed = err
 		return norn.Unavailable(err)
 	}
-	tx.undo = nil
+	tx.undo = tx.undo[:0]
 	tx.wakeQueues()
 	tx.runAfter()
 	return nil
@@ -150,32 +190,52 @@ func (tx *txn) finish() error {
 // run executes fn as one transaction under s.mu: fn's error reverts
 // everything; otherwise the batch is committed and, after s.mu is released,
 // awaited.
-func (s *Store) run(fn func(tx *txn) error) (*txn, error) {
+func (s *Store) run(fn func(tx *txn) error) error {
 	return s.runSized(0, fn)
 }
 
 // runSized is run with a hint of the batch size in bytes.
-func (s *Store) runSized(sizeHint int, fn func(tx *txn) error) (*txn, error) {
+func (s *Store) runSized(sizeHint int, fn func(tx *txn) error) error {
 	s.mu.Lock()
 	if s.failed != nil {
 		s.mu.Unlock()
-		return nil, norn.Unavailable(errStoreFailed)
+		return norn.Unavailable(errStoreFailed)
 	}
 	tx := s.begin(sizeHint)
+	defer tx.release()
 	if err := fn(tx); err != nil {
 		tx.abort()
 		s.mu.Unlock()
-		return nil, err
+		return err
 	}
 	err := tx.commit()
 	s.mu.Unlock()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := tx.finish(); err != nil {
-		return nil, err
+		return err
 	}
-	return tx, tx.afterErr
+	return tx.afterErr
+}
+
+// txnPool recycles transactions with their scratch buffers and undo log,
+// which the hot paths would otherwise allocate on every call.
+var txnPool = sync.Pool{New: func() any { return new(txn) }}
+
+// release returns tx to the pool; tx must not be used afterwards.
+func (tx *txn) release() {
+	if cap(tx.undo) > 4096 || cap(tx.buf) > 64<<10 {
+		return // don't keep what one huge transaction grew
+	}
+	// Drop references to tasks and closures so the pool pins nothing.
+	clear(tx.undo[:cap(tx.undo)])
+	clear(tx.events[:cap(tx.events)])
+	clear(tx.wake[:cap(tx.wake)])
+	clear(tx.after[:cap(tx.after)])
+	*tx = txn{undo: tx.undo[:0], events: tx.events[:0], wake: tx.wake[:0], buf: tx.buf[:0],
+		kbuf: tx.kbuf[:0], hbuf: tx.hbuf[:0], after: tx.after[:0]}
+	txnPool.Put(tx)
 }
 
 // set records a changed state for t: indexes follow at once, the state
@@ -184,13 +244,9 @@ func (tx *txn) set(t *task, ns state) {
 	old := t.st
 	t.st = ns
 	tx.s.index(t, old, true)
-	tx.undo = append(tx.undo, func() {
-		cur := t.st
-		t.st = old
-		tx.s.index(t, cur, true)
-	})
+	tx.undo = append(tx.undo, undoStep{t: t, old: old})
 	tx.buf = ns.encode(tx.buf[:0])
-	tx.b.Set(taskKey(t.id, sufState), tx.buf, nil)
+	tx.b.Set(tx.key(t.id, sufState), tx.buf, nil)
 	if ns.status == stReady && old.status != stReady {
 		tx.wake = append(tx.wake, t.q)
 	}
@@ -201,7 +257,7 @@ func (tx *txn) addTask(t *task) {
 	s := tx.s
 	s.tasks[t.id] = t
 	s.index(t, state{}, false)
-	tx.undo = append(tx.undo, func() {
+	tx.onUndo(func() {
 		s.unindex(t)
 		delete(s.tasks, t.id)
 	})
@@ -218,7 +274,7 @@ func (tx *txn) removeTask(t *task) {
 	s.unindex(t)
 	delete(s.tasks, t.id)
 	t.deleted = true
-	tx.undo = append(tx.undo, func() {
+	tx.onUndo(func() {
 		t.deleted = false
 		s.tasks[t.id] = t
 		s.index(t, t.st, false)
@@ -236,16 +292,17 @@ func (tx *txn) history(t *task, ns *state, h norn.HistoryEntry) {
 	h.Time = fromNanos(tx.now)
 	seq := ns.histNext
 	ns.histNext++
-	tx.b.Set(taskSeqKey(t.id, sufHistory, seq), encodeHistory(h), nil)
+	tx.hbuf = appendHistory(tx.hbuf[:0], h)
+	tx.b.Set(tx.seqKey(t.id, sufHistory, seq), tx.hbuf, nil)
 	if lim := uint64(tx.s.opts.HistoryLimit); seq >= lim {
-		tx.b.Delete(taskSeqKey(t.id, sufHistory, seq-lim), nil)
+		tx.b.Delete(tx.seqKey(t.id, sufHistory, seq-lim), nil)
 	}
 }
 
 // recordError appends e to t's errors.
 func (tx *txn) recordError(t *task, ns *state, e norn.ErrorInfo) {
 	j, _ := json.Marshal(e)
-	tx.b.Set(taskSeqKey(t.id, sufError, uint64(ns.errN)), j, nil)
+	tx.b.Set(tx.seqKey(t.id, sufError, uint64(ns.errN)), j, nil)
 	ns.errN++
 }
 
@@ -296,13 +353,13 @@ func (tx *txn) releaseDependents(t *task) {
 		return
 	}
 	tx.s.setDependents(t, nil)
-	tx.undo = append(tx.undo, func() { tx.s.setDependents(t, deps) })
+	tx.onUndo(func() { tx.s.setDependents(t, deps) })
 	for _, d := range deps {
 		if d.deleted || d.st.status != stBlocked {
 			continue
 		}
 		d.depsLeft--
-		tx.undo = append(tx.undo, func() { d.depsLeft++ })
+		tx.onUndo(func() { d.depsLeft++ })
 		if d.depsLeft > 0 {
 			continue
 		}
@@ -331,7 +388,7 @@ func (tx *txn) failDependents(t *task) {
 			continue
 		}
 		tx.s.setDependents(cur, nil)
-		tx.undo = append(tx.undo, func() { tx.s.setDependents(cur, deps) })
+		tx.onUndo(func() { tx.s.setDependents(cur, deps) })
 		for _, d := range deps {
 			if d.deleted || terminal(d.st.status) {
 				continue

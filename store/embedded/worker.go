@@ -25,17 +25,17 @@ func (s *Store) RegisterWorker(ctx context.Context, info norn.WorkerInfo) (strin
 		}
 	}
 	var id string
-	_, err := s.run(func(tx *txn) error {
+	err := s.run(func(tx *txn) error {
 		s.workerSeq++
 		n := s.workerSeq
-		tx.undo = append(tx.undo, func() { s.workerSeq-- })
+		tx.onUndo(func() { s.workerSeq-- })
 		info.ID = fmt.Sprintf("worker-%d", n)
 		info.Registered = fromNanos(tx.now)
 		info.LastSeen = info.Registered
 		info.Queues = append([]string(nil), info.Queues...)
 		rec := &workerRec{n: n, info: info, persisted: tx.now}
 		s.workers[info.ID] = rec
-		tx.undo = append(tx.undo, func() { delete(s.workers, info.ID) })
+		tx.onUndo(func() { delete(s.workers, info.ID) })
 		j, _ := json.Marshal(info)
 		tx.b.Set(workerKey(n), j, nil)
 		id = info.ID
@@ -203,7 +203,7 @@ func (s *Store) Heartbeat(ctx context.Context, ref norn.LeaseRef, hb norn.Heartb
 	}
 	defer s.exit()
 	var dl time.Time
-	_, err := s.run(func(tx *txn) error {
+	err := s.run(func(tx *txn) error {
 		var err error
 		dl, err = tx.heartbeat(ref, hb)
 		return err
@@ -254,7 +254,7 @@ func (s *Store) AppendLog(ctx context.Context, ref norn.LeaseRef, entry norn.Log
 		return norn.LogEntry{}, norn.Invalid("data", "log data is required")
 	}
 	var out norn.LogEntry
-	_, err := s.run(func(tx *txn) error {
+	err := s.run(func(tx *txn) error {
 		t, err := tx.leased(ref)
 		if err != nil {
 			return err
@@ -283,7 +283,7 @@ func (s *Store) Complete(ctx context.Context, ref norn.LeaseRef, result json.Raw
 		return err
 	}
 	defer s.exit()
-	_, err := s.run(func(tx *txn) error { return tx.complete(ref, result) })
+	err := s.run(func(tx *txn) error { return tx.complete(ref, result) })
 	return err
 }
 
@@ -296,13 +296,13 @@ func (tx *txn) complete(ref norn.LeaseRef, result json.RawMessage) error {
 		return err
 	}
 	if len(result) > 0 {
-		tx.b.Set(taskKey(t.id, sufResult), result, nil)
+		tx.b.Set(tx.key(t.id, sufResult), result, nil)
 	}
 	t2 := t.st
 	t2.progress = 1
 	old := t.st
 	t.st = t2 // progress recorded through finishTask's touch
-	tx.undo = append(tx.undo, func() { t.st.progress = old.progress })
+	tx.onUndo(func() { t.st.progress = old.progress })
 	tx.finishTask(t, stCompleted, norn.HistoryEntry{Type: norn.TaskComplete, Worker: ref.Worker, Lease: ref.Lease, Progress: 1}, nil)
 	return nil
 }
@@ -313,7 +313,7 @@ func (s *Store) Fail(ctx context.Context, ref norn.LeaseRef, e norn.ErrorInfo) e
 		return err
 	}
 	defer s.exit()
-	_, err := s.run(func(tx *txn) error { return tx.fail(ref, e) })
+	err := s.run(func(tx *txn) error { return tx.fail(ref, e) })
 	return err
 }
 
@@ -367,7 +367,7 @@ func (s *Store) Abort(ctx context.Context, ref norn.LeaseRef, e norn.ErrorInfo) 
 		return err
 	}
 	defer s.exit()
-	_, err := s.run(func(tx *txn) error { return tx.abortTask(ref, e) })
+	err := s.run(func(tx *txn) error { return tx.abortTask(ref, e) })
 	return err
 }
 
@@ -389,7 +389,7 @@ func (s *Store) Yield(ctx context.Context, ref norn.LeaseRef) error {
 		return err
 	}
 	defer s.exit()
-	_, err := s.run(func(tx *txn) error { return tx.yield(ref) })
+	err := s.run(func(tx *txn) error { return tx.yield(ref) })
 	return err
 }
 
@@ -425,7 +425,7 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 		return nil, norn.TooLarge("ops", "batch has %d operations, more than the limit of %d", len(ops), norn.MaxBatch)
 	}
 	res := make([]norn.LeaseOpResult, len(ops))
-	_, err := s.run(func(tx *txn) error {
+	err := s.run(func(tx *txn) error {
 		for i, op := range ops {
 			u, e := tx.savepoint()
 			// A failed op writes nothing: every op checks before it writes.
