@@ -458,7 +458,7 @@ func (s *Store) deleteIDs(ctx context.Context, q querier, now time.Time, ids []s
 	'TaskDelete'::text AS kind, $2::timestamptz AS time),
 dh AS (DELETE FROM {s}.task_history h USING d WHERE h.task_id = d.id),
 dl AS (DELETE FROM {s}.task_log l USING d WHERE l.task_id = d.id)`+s.eventsCTE("d")+`
-SELECT d.id, d.old_status FROM d, (SELECT count(*) FROM nt) AS n`), ids, now)
+SELECT d.id, d.old_status FROM d WHERE (SELECT count(*) FROM nt) >= 0`), ids, now)
 	if err != nil {
 		return 0, err
 	}

@@ -108,37 +108,41 @@ func (s *Store) sweepTimeouts(ctx context.Context, rep *norn.SweepReport) error 
 	}
 }
 
+// delaySQL releases due delays and backoffs ($1: now, or NULL for the
+// database clock; $2 rows at most) in one statement: the due tasks are
+// locked (SKIP LOCKED: a task some other transaction is changing is left
+// for the next sweep) and re-checked as still scheduled and due, so there is
+// no gap between reading and writing in which a cancel or update could be
+// overwritten, and two nodes sweeping at once release each task once.
+func (s *Store) delaySQL() string {
+	return s.q(`WITH n AS (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now),
+c AS (SELECT t.id FROM {s}.tasks t WHERE t.status = 'scheduled' AND t.run_at <= (SELECT now FROM n)
+	ORDER BY t.run_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+upd AS (UPDATE {s}.tasks t SET status = 'ready', ready_at = n.now, updated = n.now, version = t.version + 1,
+	history_count = t.history_count + 1
+	FROM c, n WHERE t.id = c.id
+	RETURNING t.id, t.queue, t.status, t.version, t.history_count, 'TaskRelease'::text AS kind, t.updated AS time),
+h AS (INSERT INTO {s}.task_history (task_id, seq, type, time) SELECT id, history_count, 'TaskRelease', time FROM upd)` +
+		replaceHL(trimHistory, "$3") + s.eventsCTE("upd") + `
+SELECT count(*), (SELECT count(*) FROM nt) FROM upd`)
+}
+
 func (s *Store) sweepDelays(ctx context.Context, rep *norn.SweepReport) error {
 	for {
-		var n int
+		var n int64
 		err := s.withConn(ctx, func(conn *pgx.Conn) error {
-			now, cands, err := s.sweepCandidates(ctx, conn, `t.status = 'scheduled' AND t.run_at <= $1`, `t.run_at`)
-			if err != nil {
-				return err
-			}
-			n = len(cands)
-			if s.cfg.sweepPause != nil && n > 0 {
-				s.cfg.sweepPause()
-			}
-			changes := make([]*change, 0, n)
-			for _, o := range cands {
-				r := o.clone()
-				r.Status, r.readyAt = norn.StatusReady, now
-				changes = append(changes, &change{old: o, cur: r,
-					hist: []norn.HistoryEntry{{Type: norn.TaskRelease, Time: now}}, kind: norn.EventKind(norn.TaskRelease)})
-			}
-			res, err := s.apply(ctx, conn, false, now, changes)
-			if err != nil {
-				return err
-			}
-			rep.Released += len(res.ok)
-			if len(res.ok) > 0 {
-				s.wake.fire()
-			}
-			return nil
+			var cnt int64
+			return conn.QueryRow(ctx, s.delaySQL(), s.clockNow(), sweepBatch, s.cfg.HistoryLimit).Scan(&n, &cnt)
 		})
-		if err != nil || n < sweepBatch {
+		if err != nil {
 			return err
+		}
+		rep.Released += int(n)
+		if n > 0 {
+			s.wake.fire()
+		}
+		if n < sweepBatch {
+			return nil
 		}
 	}
 }
@@ -193,7 +197,7 @@ ORDER BY t.ended_at LIMIT $5`, st.col)), string(st.status), now.Add(-minRet), in
 	RETURNING t.id, t.queue, 'deleted'::text AS status, t.version + 1 AS version, 'TaskDelete'::text AS kind, $3::timestamptz AS time),
 dh AS (DELETE FROM {s}.task_history h USING d WHERE h.task_id = d.id),
 dl AS (DELETE FROM {s}.task_log l USING d WHERE l.task_id = d.id)`+s.eventsCTE("d")+`
-SELECT d.id FROM d, (SELECT count(*) FROM nt) AS x`), ids, string(st.status), now)
+SELECT d.id FROM d WHERE (SELECT count(*) FROM nt) >= 0`), ids, string(st.status), now)
 				if err != nil {
 					return err
 				}
@@ -213,9 +217,11 @@ SELECT d.id FROM d, (SELECT count(*) FROM nt) AS x`), ids, string(st.status), no
 
 // monitor runs on every node: it tries to become the leader with a
 // session-level advisory lock on a dedicated connection and, while it
-// holds it, sweeps whenever something is due (at most SweepInterval apart).
-// When the leader's session dies the lock is released by the server and
-// another node takes over at its next attempt.
+// holds it, sweeps timeouts and delays as they fall due and runs a full
+// sweep (retention too) every SweepInterval. A new delay reported by any
+// node wakes it to recompute when the next one is due. When the leader's
+// session dies the lock is released by the server and another node takes
+// over at its next attempt.
 func (s *Store) monitor() {
 	defer s.wg.Done()
 	var lockConn *pgx.Conn
@@ -225,6 +231,7 @@ func (s *Store) monitor() {
 		}
 		s.leader.Store(false)
 	}()
+	var lastFull, lastPing time.Time
 	for {
 		if lockConn == nil || lockConn.IsClosed() {
 			s.leader.Store(false)
@@ -247,28 +254,53 @@ func (s *Store) monitor() {
 				lockConn = nil
 			} else if got {
 				s.leader.Store(true)
+				lastFull, lastPing = time.Time{}, time.Now()
 				s.cfg.Logger.Info("norn: this node now leads the monitor", "schema", s.cfg.Schema)
 			}
 		}
 		wait := s.cfg.LeaderRetry
+		// Taken before looking at what is due, so a delay reported while
+		// we look is not missed.
+		wake := s.sweepWake.wait()
 		if s.leader.Load() {
 			// Still leading? A dead session means the lock is gone.
-			ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-			err := lockConn.Ping(ctx)
-			cancel()
-			if err != nil {
-				s.leader.Store(false)
-				lockConn.Close(context.Background())
-				lockConn = nil
-				s.cfg.Logger.Warn("norn: lost the monitor leadership", "err", err)
-				continue
+			if time.Since(lastPing) >= s.cfg.LeaderRetry {
+				ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+				err := lockConn.Ping(ctx)
+				cancel()
+				if err != nil {
+					s.leader.Store(false)
+					lockConn.Close(context.Background())
+					lockConn = nil
+					s.cfg.Logger.Warn("norn: lost the monitor leadership", "err", err)
+					continue
+				}
+				lastPing = time.Now()
 			}
-			ctx, cancel = context.WithTimeout(s.ctx, time.Minute)
-			if _, err := s.Sweep(ctx); err != nil && s.ctx.Err() == nil {
+			ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+			var err error
+			due := s.nextDue(ctx)
+			switch {
+			case time.Since(lastFull) >= s.cfg.SweepInterval:
+				_, err = s.Sweep(ctx)
+				lastFull = time.Now()
+				due = s.nextDue(ctx)
+			case due <= 0:
+				var rep norn.SweepReport
+				if err = s.sweepTimeouts(ctx, &rep); err == nil {
+					err = s.sweepDelays(ctx, &rep)
+				}
+				due = s.nextDue(ctx)
+			}
+			cancel()
+			if err != nil && s.ctx.Err() == nil {
 				s.cfg.Logger.Warn("norn: sweep failed", "err", err)
 			}
-			wait = s.nextDue(ctx)
-			cancel()
+			wait = max(min(due, s.cfg.SweepInterval-time.Since(lastFull)), 5*time.Millisecond)
+		} else {
+			// Only the leader cares about new delays; the others just
+			// retry the lock now and then.
+			wake = nil
 		}
 		timer := time.NewTimer(wait)
 		select {
@@ -276,14 +308,15 @@ func (s *Store) monitor() {
 			timer.Stop()
 			return
 		case <-timer.C:
-		case <-s.sweepWake.wait():
+		case <-wake:
 			timer.Stop()
 		}
 	}
 }
 
-// nextDue returns how long until the next delay or lease deadline is due,
-// capped at SweepInterval.
+// nextDue returns how long until the next delay or lease deadline is due
+// (zero or less: something is due now), SweepInterval when nothing is
+// pending or the clock is a fake one.
 func (s *Store) nextDue(ctx context.Context) time.Duration {
 	wait := s.cfg.SweepInterval
 	if s.cfg.Clock != nil {
@@ -298,9 +331,6 @@ func (s *Store) nextDue(ctx context.Context) time.Duration {
 	if err != nil || d == nil {
 		return wait
 	}
-	due := time.Duration(*d*float64(time.Second)) + time.Millisecond
-	if due < 5*time.Millisecond {
-		due = 5 * time.Millisecond
-	}
-	return min(due, wait)
+	// Deadlines are strict (deadline < now): be a moment late, not early.
+	return min(time.Duration(*d*float64(time.Second))+time.Millisecond, wait)
 }

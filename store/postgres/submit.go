@@ -98,7 +98,7 @@ RETURNING id, queue, status, version, 'TaskSubmit'::text AS kind, created AS tim
 h AS (INSERT INTO {s}.task_history (task_id, seq, type, time, error)
 	SELECT x.id, 1, 'TaskAbort', $16, x.err::jsonb FROM unnest($17::text[], $18::text[]) AS x(id, err)
 	WHERE x.id IN (SELECT id FROM ins))` + s.eventsCTE("ins") + `
-SELECT ins.id FROM ins, (SELECT count(*) FROM nt) AS n`)
+SELECT ins.id FROM ins WHERE (SELECT count(*) FROM nt) >= 0`)
 }
 
 type queueDefaults struct {

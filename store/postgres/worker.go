@@ -45,7 +45,7 @@ h AS (INSERT INTO {s}.task_history (task_id, seq, type, time, worker, lease)
 w AS (UPDATE {s}.workers w SET last_seen = n.now FROM n WHERE w.id = $4 AND w.last_seen < n.now - interval '1 second')` +
 		`, e AS (SELECT 'TaskAssignment'::text AS kind, id, queue, status, version, updated AS time FROM upd)` +
 		s.eventsCTE("e") + `
-SELECT upd.* FROM upd, (SELECT count(*) FROM nt) AS x ORDER BY upd.priority DESC, upd.ready_at, upd.id`)
+SELECT upd.* FROM upd WHERE (SELECT count(*) FROM nt) >= 0 ORDER BY upd.priority DESC, upd.ready_at, upd.id`)
 }
 
 // The assignment joins c by id only: c's rows are locked and were

@@ -26,7 +26,10 @@ type change struct {
 // eventsCTE publishes one notification line per row of the CTE src
 // (columns kind, id, queue, status, version, time), in chunks that stay well
 // under NOTIFY's 8000-byte payload limit. The statement's final SELECT must
-// reference nt, or PostgreSQL never evaluates it.
+// reference nt, or PostgreSQL never evaluates it; it does so as
+// "WHERE (SELECT count(*) FROM nt) >= 0" or a scalar subquery in the select
+// list — both run once — never by joining the count as a subquery in FROM,
+// which PostgreSQL re-aggregates once per row of the other side.
 func (s *Store) eventsCTE(src string) string {
 	return `, ev AS (SELECT kind || chr(9) || id || chr(9) || queue || chr(9) || status || chr(9) || version::text
 	|| chr(9) || (extract(epoch FROM time) * 1000000)::bigint::text AS line FROM ` + src + ` WHERE kind <> ''),
