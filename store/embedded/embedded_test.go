@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -445,9 +446,14 @@ func TestCrashSafety(t *testing.T) {
 			}
 			acked[id] = op
 		}
-		s, err := Open(bg, Options{Dir: dir, ManualSweep: true})
+		var logged strings.Builder
+		logger := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		s, err := Open(bg, Options{Dir: dir, ManualSweep: true, Logger: logger})
 		if err != nil {
 			t.Fatalf("round %d: reopen after SIGKILL: %v", round, err)
+		}
+		if logged.Len() > 0 {
+			t.Errorf("round %d: reopen needed repair or complained:\n%s", round, logged.String())
 		}
 		for id, op := range acked {
 			tk, err := s.Get(bg, id)
