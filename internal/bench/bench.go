@@ -50,10 +50,11 @@ type Config struct {
 	// caused (an LSM store's flushes and compactions) can finish first
 	// (default 0: measure right away, as a busy system would).
 	Settle time.Duration
-	// RSSPid is the process whose resident memory the memory workload
-	// reports: 0 (the default) means this process, which is right for an
-	// in-process store; pass a server's pid when benchmarking over HTTP.
-	RSSPid int
+	// ServerPid is the process id of the server when benchmarking one that
+	// runs in another process (0, the default, means none): the memory
+	// workload then reports its resident memory instead of this process's,
+	// and the CPU figures add its CPU time to ours (Linux only).
+	ServerPid int
 	// Progress, if set, is called as work advances (done of total). It may
 	// be called from several goroutines at once.
 	Progress func(phase string, done, total int64)
@@ -109,9 +110,9 @@ type Result struct {
 	Ratio float64 `json:"ratio,omitempty"`
 	// RSSMiB is the resident memory of this process after the workload (memory).
 	RSSMiB float64 `json:"rss_mib,omitempty"`
-	// CPUSeconds is the user+system CPU time this process spent in the timed
-	// part of the workload (all goroutines, including the store's background
-	// work when it runs in-process). Unlike Seconds it hardly depends on
+	// CPUSeconds is the user+system CPU time this process (plus the server
+	// process, with Config.ServerPid) spent in the timed part of the
+	// workload, including the store's background work. Unlike Seconds it hardly depends on
 	// what else the machine runs, so TasksPerCPUSec is the figure to compare
 	// on a shared machine. Zero where it cannot be measured.
 	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
@@ -134,11 +135,29 @@ func (e Env) result(workload string) Result {
 
 // timing measures the wall and CPU time of a workload's timed part.
 type timing struct {
-	wall time.Time
-	cpu  time.Duration
+	wall      time.Time
+	cpu       time.Duration
+	serverPid int
 }
 
-func startTiming() timing { return timing{wall: time.Now(), cpu: cpuTime()} }
+func startTiming(cfg Config) timing {
+	tm := timing{wall: time.Now(), serverPid: cfg.ServerPid}
+	tm.cpu = tm.cpuNow()
+	return tm
+}
+
+// cpuNow is our CPU time plus the server's, when it runs apart.
+func (tm timing) cpuNow() time.Duration {
+	c := cpuTime()
+	if tm.serverPid > 0 && c > 0 {
+		sc, err := ProcessCPU(tm.serverPid)
+		if err != nil {
+			return 0
+		}
+		c += sc
+	}
+	return c
+}
 
 // finish fills Tasks, Seconds, TasksPerS and the CPU figures of r. end is
 // when the timed part ended (the zero time means now).
@@ -148,7 +167,7 @@ func (tm timing) finish(r *Result, tasks int, end time.Time) {
 	}
 	el := end.Sub(tm.wall).Seconds()
 	r.Tasks, r.Seconds, r.TasksPerS = tasks, el, float64(tasks)/el
-	if c := (cpuTime() - tm.cpu).Seconds(); c > 0 && tm.cpu > 0 {
+	if c := (tm.cpuNow() - tm.cpu).Seconds(); c > 0 && tm.cpu > 0 {
 		r.CPUSeconds, r.TasksPerCPUSec = c, float64(tasks)/c
 	}
 }
@@ -236,7 +255,7 @@ func Submit(ctx context.Context, st norn.Store, env Env, cfg Config) ([]Result, 
 		q := queueName(cfg.Queue)
 		body := spec(cfg.SpecBytes)
 		phase := fmt.Sprintf("submit batch %d", b)
-		tm := startTiming()
+		tm := startTiming(cfg)
 		err := submitAll(ctx, st, q, count, b, body, cfg.Workers, func(d int64) { report(cfg, phase, d, int64(count)) })
 		r := env.result("submit")
 		tm.finish(&r, count, time.Time{})
@@ -317,7 +336,7 @@ func burnDown(ctx context.Context, st norn.Store, q string, n int, cfg Config, r
 	var endOnce sync.Once
 	var end time.Time
 	var wg sync.WaitGroup
-	tm := startTiming()
+	tm := startTiming(cfg)
 	for w := 0; w < cfg.Workers; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -419,7 +438,7 @@ func Latency(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, e
 	}()
 	lat := make([]time.Duration, 0, n)
 	body := spec(cfg.SpecBytes)
-	tm := startTiming()
+	tm := startTiming(cfg)
 	for i := 0; i < n; i++ {
 		// Let the claimer get back into its long poll so we measure wake-up,
 		// not a claim that happened to be in flight.
@@ -521,7 +540,7 @@ func Delay(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, err
 			}
 		}()
 	}
-	tm := startTiming()
+	tm := startTiming(cfg)
 	start := tm.wall
 	const slice = 10 * time.Millisecond
 	const maxChunk = 1000
@@ -620,14 +639,14 @@ func Memory(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, er
 	}
 	q := queueName(cfg.Queue)
 	defer cleanup(ctx, st, q)
-	tm := startTiming()
+	tm := startTiming(cfg)
 	if err := submitAll(ctx, st, q, n, 1000, spec(cfg.SpecBytes), cfg.Workers, func(d int64) { report(cfg, "memory: submitting", d, int64(n)) }); err != nil {
 		return Result{}, err
 	}
 	r := env.result("memory")
 	tm.finish(&r, n, time.Time{})
 	runtime.GC()
-	pid := cfg.RSSPid
+	pid := cfg.ServerPid
 	if pid == 0 {
 		pid = os.Getpid()
 	}
@@ -658,6 +677,39 @@ func RSS(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+// clockTicks is USER_HZ, the unit of the CPU times in /proc/PID/stat; it
+// is 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+// ProcessCPU reads the user+system CPU time a process has used so far from
+// /proc (Linux only).
+func ProcessCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read CPU time: %w", err)
+	}
+	// The command name (field 2) may hold spaces and parentheses; the
+	// fields after its closing parenthesis start at field 3 (state).
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	var ticks int64
+	for _, field := range f[11:13] { // utime (14), stime (15)
+		v, err := strconv.ParseInt(field, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
+		}
+		ticks += v
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
 // Percentile returns the p-th percentile (0..100) of sorted durations using

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"os"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -40,5 +42,34 @@ func TestSpecSize(t *testing.T) {
 		if got := len(spec(n)); got != n {
 			t.Errorf("spec(%d) has %d bytes", n, got)
 		}
+	}
+}
+
+func TestProcessCPU(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	// Burn a little CPU so both clocks have something to show.
+	deadline := time.Now().Add(50 * time.Millisecond)
+	x := 0
+	for time.Now().Before(deadline) {
+		x++
+	}
+	got, err := ProcessCPU(os.Getpid())
+	want := cpuTime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// /proc counts in 10 ms ticks; other tests run in parallel, so allow
+	// the other clock to have moved on a little.
+	if d := want - got; d < -20*time.Millisecond || d > 200*time.Millisecond || got <= 0 {
+		t.Errorf("ProcessCPU = %v, getrusage = %v (x=%d)", got, want, x)
+	}
+	if _, err := ProcessCPU(1 << 30); err == nil {
+		t.Error("no error for a pid that does not exist")
+	}
+	if _, err := RSS(1 << 30); err == nil {
+		t.Error("RSS: no error for a pid that does not exist")
 	}
 }

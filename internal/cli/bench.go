@@ -106,7 +106,7 @@ afterwards, so runs against a persistent store do not pile up.`,
 		f.IntSliceVar(&o.queued, "queued", nil, "scale workload backlogs (default 10000,1000000)")
 		f.DurationVar(&o.settle, "settle", 0, "work/scale: pause between queueing the backlog and burning it down (lets flushes and compactions finish)")
 		f.IntVar(&o.runs, "runs", 1, "repeat each workload K times and report the medians")
-		f.IntVar(&o.serverPid, "server-pid", 0, "memory workload: report this process's RSS (a server's) instead of our own")
+		f.IntVar(&o.serverPid, "server-pid", 0, "pid of the --server process: memory reports its RSS, CPU figures include its CPU time")
 		f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 		f.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end of the run to this file")
 		return clientCommand(cmd)
@@ -323,7 +323,7 @@ func runBench(cmd *cobra.Command, g *Globals, o *benchOptions, args []string) (e
 	cfg := bench.Config{
 		Tasks: o.tasks, Workers: workers, Batch: o.batch, ClaimBatch: o.claimBatch,
 		Rate: o.rate, Delay: o.delay, SpecBytes: o.specBytes, Queued: o.queued,
-		Settle: o.settle, RSSPid: o.serverPid, Progress: bar.update,
+		Settle: o.settle, ServerPid: o.serverPid, Progress: bar.update,
 	}
 	out := cmd.OutOrStdout()
 	var all []bench.Result
