@@ -77,7 +77,8 @@ Where it runs:
                            127.0.0.1, driven through the Go client
   --server URL             an already running server (its store is whatever
                            it was started with; --store then only labels the
-                           figures)
+                           figures). Only the flag counts: NORN_SERVER alone
+                           does not move a benchmark off the in-process store.
 
 --runs K repeats each workload K times and reports, for every figure, the
 median of the K runs. Each run uses fresh queues and deletes its tasks
