@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strconv"
@@ -50,6 +51,12 @@ type Config struct {
 	// caused (an LSM store's flushes and compactions) can finish first
 	// (default 0: measure right away, as a busy system would).
 	Settle time.Duration
+	// KeepTasks skips deleting each run's tasks afterwards (default false:
+	// delete them, so a persistent store does not grow with every run). Set
+	// it when the store is thrown away after the run: deleting a million
+	// tasks takes seconds and leaves compaction work behind that would slow
+	// down whatever is measured next.
+	KeepTasks bool
 	// ServerPid is the process id of the server when benchmarking one that
 	// runs in another process (0, the default, means none): the memory
 	// workload then reports its resident memory instead of this process's,
@@ -264,7 +271,7 @@ func Submit(ctx context.Context, st norn.Store, env Env, cfg Config) ([]Result, 
 		}
 		r.Batch, r.Workers = b, cfg.Workers
 		out = append(out, r)
-		cleanup(ctx, st, q)
+		cleanup(ctx, cfg, st, q)
 	}
 	return out, nil
 }
@@ -276,8 +283,13 @@ func report(cfg Config, phase string, done, total int64) {
 }
 
 // cleanup removes a run's tasks so a persistent store does not grow with
-// every benchmark run. Errors are ignored: the figures are already taken.
-func cleanup(ctx context.Context, st norn.Store, queue string) {
+// every benchmark run (unless cfg.KeepTasks). Errors are ignored: the
+// figures are already taken.
+func cleanup(ctx context.Context, cfg Config, st norn.Store, queue string) {
+	if cfg.KeepTasks {
+		return
+	}
+	report(cfg, "deleting the run's tasks", 0, 0)
 	_, _ = st.DeleteMatching(ctx, norn.Filter{Queues: []string{queue}})
 }
 
@@ -291,7 +303,7 @@ func Work(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, erro
 		n = 100_000
 	}
 	q := queueName(cfg.Queue)
-	defer cleanup(ctx, st, q)
+	defer cleanup(ctx, cfg, st, q)
 	if err := submitAll(ctx, st, q, n, 1000, spec(cfg.SpecBytes), cfg.Workers, func(d int64) { report(cfg, "work: submitting", d, int64(n)) }); err != nil {
 		return Result{}, err
 	}
@@ -398,7 +410,7 @@ func Latency(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, e
 		n = 2000
 	}
 	q := queueName(cfg.Queue)
-	defer cleanup(ctx, st, q)
+	defer cleanup(ctx, cfg, st, q)
 	type claimed struct {
 		at   time.Time
 		task *norn.Task
@@ -478,7 +490,7 @@ func Delay(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, err
 		n = int(cfg.Rate * 10)
 	}
 	q := queueName(cfg.Queue)
-	defer cleanup(ctx, st, q)
+	defer cleanup(ctx, cfg, st, q)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -615,7 +627,7 @@ func Scale(ctx context.Context, st norn.Store, env Env, cfg Config) ([]Result, e
 		}
 		r := env.result("scale")
 		err := burnDown(ctx, st, q, count, cfg, &r)
-		cleanup(ctx, st, q)
+		cleanup(ctx, cfg, st, q)
 		if err != nil {
 			return out, err
 		}
@@ -638,7 +650,12 @@ func Memory(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, er
 		n = 1_000_000
 	}
 	q := queueName(cfg.Queue)
-	defer cleanup(ctx, st, q)
+	defer cleanup(ctx, cfg, st, q)
+	if cfg.ServerPid == 0 {
+		// Give back what earlier workloads left in this process's heap,
+		// so the figure is this workload's.
+		debug.FreeOSMemory()
+	}
 	tm := startTiming(cfg)
 	if err := submitAll(ctx, st, q, n, 1000, spec(cfg.SpecBytes), cfg.Workers, func(d int64) { report(cfg, "memory: submitting", d, int64(n)) }); err != nil {
 		return Result{}, err

@@ -287,6 +287,15 @@ func TestRunDispatch(t *testing.T) {
 	if err != nil || len(rs) != 1 || rs[0].Workload != "work" {
 		t.Fatalf("Run(work) = %+v, %v", rs, err)
 	}
+	if stats, err := st.Stats(context.Background()); err != nil || stats.Total != 0 {
+		t.Fatalf("after a run without KeepTasks the store holds %d tasks (%v)", stats.Total, err)
+	}
+	if _, err := Run(context.Background(), "work", st, env, Config{Tasks: 100, KeepTasks: true}); err != nil {
+		t.Fatal(err)
+	}
+	if stats, err := st.Stats(context.Background()); err != nil || stats.Total != 100 {
+		t.Errorf("after a run with KeepTasks the store holds %d tasks, want 100 (%v)", stats.Total, err)
+	}
 	if _, err := Run(context.Background(), "nope", st, env, Config{}); norn.CodeOf(err) != norn.CodeInvalidArgument {
 		t.Errorf("unknown workload: err = %v, want invalid_argument", err)
 	}

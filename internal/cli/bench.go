@@ -81,8 +81,9 @@ Where it runs:
                            does not move a benchmark off the in-process store.
 
 --runs K repeats each workload K times and reports, for every figure, the
-median of the K runs. Each run uses fresh queues and deletes its tasks
-afterwards, so runs against a persistent store do not pile up.`,
+median of the K runs. With the default temporary store every run gets a new
+store; with --store or --server each run uses fresh queues and deletes its
+tasks afterwards, so runs against a persistent store do not pile up.`,
 			Example: `  norn bench all
   norn bench submit work --runs 3 -o json
   norn bench work --tasks 1000000 --workers 4 --claim-batch 100
@@ -310,15 +311,48 @@ func runBench(cmd *cobra.Command, g *Globals, o *benchOptions, args []string) (e
 		// concurrent requests are needed to keep the server busy.
 		workers = 32
 	}
-	t, err := openBenchTarget(ctx, cmd, g, o, logger, max(workers, 2*runtime.GOMAXPROCS(0)))
-	if err != nil {
-		return err
+	// With the default temporary store every run gets a fresh one, so runs
+	// are independent: a run does not inherit the previous one's compaction
+	// debt, and nothing needs deleting afterwards.
+	fresh := o.store == "" && !cmd.Flags().Changed("server")
+	open := func() (*benchTarget, error) {
+		return openBenchTarget(ctx, cmd, g, o, logger, max(workers, 2*runtime.GOMAXPROCS(0)))
 	}
-	defer func() {
-		if cerr := t.close(); cerr != nil && err == nil {
-			err = fmt.Errorf("closing the store: %w", cerr)
+	closeTarget := func(t *benchTarget) error {
+		if cerr := t.close(); cerr != nil {
+			return fmt.Errorf("closing the store: %w", cerr)
 		}
-	}()
+		return nil
+	}
+	var shared *benchTarget
+	if !fresh {
+		if shared, err = open(); err != nil {
+			return err
+		}
+		defer func() {
+			if cerr := closeTarget(shared); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
+	}
+	// runOnce runs one workload once, on the shared target or a fresh one.
+	runOnce := func(w string, cfg bench.Config) ([]bench.Result, error) {
+		t := shared
+		if fresh {
+			var err error
+			if t, err = open(); err != nil {
+				return nil, err
+			}
+			cfg.KeepTasks = true
+		}
+		rs, err := bench.Run(ctx, w, t.store, t.env, cfg)
+		if fresh {
+			if cerr := closeTarget(t); cerr != nil && err == nil {
+				err = cerr
+			}
+		}
+		return rs, err
+	}
 
 	bar := &benchProgress{w: stderr}
 	cfg := bench.Config{
@@ -340,7 +374,7 @@ func runBench(cmd *cobra.Command, g *Globals, o *benchOptions, args []string) (e
 		runs := make([][]bench.Result, 0, o.runs)
 		for k := 0; k < o.runs; k++ {
 			bar.run = fmt.Sprintf("%s %d/%d", w, k+1, o.runs)
-			rs, err := bench.Run(ctx, w, t.store, t.env, cfg)
+			rs, err := runOnce(w, cfg)
 			bar.clear()
 			if err != nil {
 				return fmt.Errorf("%s: %w", w, err)
