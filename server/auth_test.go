@@ -1,12 +1,15 @@
 package server
 
 import (
+	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/store/embedded"
 )
 
 // authCase is one route of the auth matrix: a request that is valid for
@@ -56,6 +59,7 @@ func TestAuthMatrix(t *testing.T) {
 		"POST /v1/transactions":         {"POST", "/v1/transactions", `{"submit":[{"queue":"q"}]}`, true},
 		"POST /v1/workers":              {"POST", "/v1/workers", `{"name":"n","queues":["q"]}`, true},
 		"GET /v1/workers":               {"GET", "/v1/workers", "", false},
+		"GET /v1/whoami":                {"GET", "/v1/whoami", "", false},
 		"POST /v1/queues/{queue}/claim": {"POST", "/v1/queues/q2/claim", `{"worker":"w2"}`, true},
 		"POST /v1/claim":                {"POST", "/v1/claim", `{"worker":"w2","queues":["q2"]}`, true},
 		"POST /v1/tasks/{id}/heartbeat": {"POST", "/v1/tasks/run/heartbeat", `{` + lease + `}`, true},
@@ -193,5 +197,42 @@ func TestScopedListings(t *testing.T) {
 	e.must(200, "GET", "/v1/tasks/count?queue=b", "", admin).decode(t, &cnt)
 	if cnt.Count != 2 {
 		t.Fatalf("queue b lost tasks: %d", cnt.Count)
+	}
+}
+
+// TestWhoami: the dashboard reads its rights from /v1/whoami instead of
+// trying actions, so the answer must be exact for every kind of token.
+func TestWhoami(t *testing.T) {
+	t.Parallel()
+	st, err := embedded.Open(context.Background(), embedded.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	for _, tc := range []struct {
+		name   string
+		tokens []Token
+		bearer string
+		want   string
+	}{
+		{"auth off", nil, "", `{"role":"admin","auth":false}`},
+		{"admin", []Token{{Token: "a", Role: RoleAdmin}}, "a", `{"role":"admin","auth":true}`},
+		{"scoped client", []Token{{Token: "c", Role: RoleClient, Queues: []string{"q1", "q2"}}}, "c", `{"role":"client","queues":["q1","q2"],"auth":true}`},
+		{"worker", []Token{{Token: "w", Role: RoleWorker}}, "w", `{"role":"worker","auth":true}`},
+	} {
+		srv, err := New(Config{Addr: "127.0.0.1:0", Store: st, Tokens: tc.tokens})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := httptest.NewRequest("GET", "/v1/whoami", nil)
+		if tc.bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.bearer)
+		}
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		if got := strings.TrimSpace(rec.Body.String()); rec.Code != 200 || got != tc.want {
+			t.Errorf("%s: %d %s, want %s", tc.name, rec.Code, got, tc.want)
+		}
+		srv.Close()
 	}
 }

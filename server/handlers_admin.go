@@ -253,3 +253,20 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, statusResponse{Status: "ok"})
 	return nil
 }
+
+// whoamiResponse tells a caller what its token may do, so a UI can hide
+// what the role cannot do instead of trying it.
+type whoamiResponse struct {
+	// Role is client, worker or admin (admin when authentication is off).
+	Role Role `json:"role"`
+	// Queues the token is limited to; absent means every queue.
+	Queues []string `json:"queues,omitempty"`
+	// Auth reports whether the server checks tokens at all.
+	Auth bool `json:"auth"`
+}
+
+func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request) error {
+	p := principalFrom(r.Context())
+	writeJSON(w, http.StatusOK, whoamiResponse{Role: p.role, Queues: p.queues, Auth: len(s.cfg.Tokens) > 0})
+	return nil
+}

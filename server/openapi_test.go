@@ -174,6 +174,7 @@ func TestOpenAPIResponses(t *testing.T) {
 	var reg registerResponse
 	call(201, "POST", "/v1/workers", `{"name":"w","queues":["q"]}`).decode(t, &reg)
 	call(200, "GET", "/v1/workers", "")
+	call(200, "GET", "/v1/whoami", "")
 	var tr tasksResponse
 	call(200, "POST", "/v1/queues/q/claim", `{"worker":"`+reg.ID+`","n":1,"timeout":"30s"}`).decode(t, &tr)
 	if len(tr.Tasks) != 1 {

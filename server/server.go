@@ -200,6 +200,7 @@ func (s *Server) apiRoutes() []route {
 		{pattern: "POST /v1/transactions", roles: clientOnly, h: s.handleTransact},
 		{pattern: "POST /v1/workers", roles: workerOnly, h: s.handleRegisterWorker},
 		{pattern: "GET /v1/workers", roles: anyRole, h: s.handleWorkers},
+		{pattern: "GET /v1/whoami", roles: anyRole, h: s.handleWhoami},
 		{pattern: "POST /v1/queues/{queue}/claim", roles: workerOnly, h: s.handleClaimQueue},
 		{pattern: "POST /v1/claim", roles: workerOnly, h: s.handleClaim},
 		{pattern: "POST /v1/tasks/{id}/heartbeat", roles: workerOnly, h: s.handleHeartbeat},

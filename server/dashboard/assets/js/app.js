@@ -23,26 +23,29 @@ bus.onState((s) => {
   liveEl.dataset.state = s;
 });
 
-// session remembers what the current token may do. Admin rights (queue
-// changes) are discovered per queue by a request the server must refuse
-// either way: a PATCH with an invalid body answers 403 when the role is not
-// enough and 400 when it is, so the probe never changes anything.
+// session remembers what the current token may do, as GET /v1/whoami
+// reports it (role and queue scope), so admin-only controls are disabled
+// up front instead of failing when pressed.
 const session = {
+  who: null,
   admin: new Map(),
   async canAdmin(queue) {
     if (this.admin.has(queue)) return this.admin.get(queue);
-    let ok = true;
-    try {
-      await api("PATCH", "v1/queues/" + enc(queue), { paused: "probe" }, { noAuthPrompt: true });
-    } catch (e) {
-      ok = !(e instanceof ApiError && (e.status === 403 || e.status === 401));
+    if (!this.who) {
+      try {
+        this.who = await api("GET", "v1/whoami", undefined, { noAuthPrompt: true });
+      } catch (e) {
+        return false;
+      }
     }
+    const w = this.who;
+    const ok = w.role === "admin" && (!w.queues || w.queues.includes(queue));
     this.admin.set(queue, ok);
     return ok;
   },
   // denied records a 403 seen on an admin action so the UI disables it.
   denied(queue) { this.admin.set(queue, false); },
-  reset() { this.admin.clear(); },
+  reset() { this.who = null; this.admin.clear(); },
 };
 
 let current = null;
