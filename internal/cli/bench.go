@@ -252,7 +252,10 @@ func openBenchTarget(ctx context.Context, cmd *cobra.Command, g *Globals, o *ben
 	t.store = st
 	t.env = bench.Env{Store: storeKind(spec), Durability: o.durability, Transport: transportInproc}
 	if o.transport == transportHTTP {
-		srv, err := server.New(server.Config{Addr: "127.0.0.1:0", Store: st, Logger: logger})
+		// The server is private to this process and listens on loopback
+		// only, so its "authentication is off" warning is noise here.
+		quiet := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelError}))
+		srv, err := server.New(server.Config{Addr: "127.0.0.1:0", Store: st, Logger: quiet})
 		if err != nil {
 			_ = t.close()
 			return nil, fmt.Errorf("in-process server: %w", err)
