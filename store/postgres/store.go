@@ -162,6 +162,13 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	// All times cross the wire in UTC so history JSON built by the
 	// database parses the same everywhere.
 	connCfg.RuntimeParams["timezone"] = "UTC"
+	// JIT compilation pays off for long analytical queries; for Norn's
+	// short statements it only adds latency, and the hot statements whose
+	// sorts are disabled (noSortSQL) carry a huge nominal cost that made
+	// PostgreSQL JIT-compile every claim (seconds of CPU each).
+	if _, set := connCfg.RuntimeParams["jit"]; !set {
+		connCfg.RuntimeParams["jit"] = "off"
+	}
 	if cfg.Migrate {
 		if _, err := Migrate(ctx, cfg.URL, cfg.Schema, -1); err != nil {
 			return nil, err

@@ -363,3 +363,75 @@ func TestDatabaseRestart(t *testing.T) {
 		t.Fatalf("claim after restart: %v", got)
 	}
 }
+
+// TestClaimPlanWithStaleStatistics: statistics taken on an empty table
+// made the planner estimate a backlog at one row and prefer a bitmap scan
+// of the whole queue plus a sort (and, with sorts disabled, JIT-compile
+// every claim). Claims, due delays and expired leases must read the head of
+// their partial index in order, whatever the statistics say.
+func TestClaimPlanWithStaleStatistics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, nil, func(c *Config) { c.DisableMonitor = true })
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, s.q(`ANALYZE {s}.tasks`))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		nts := make([]norn.NewTask, 1000)
+		for j := range nts {
+			nts[j] = norn.NewTask{Queue: "q", Priority: uint32(j % 3)}
+			if j%2 == 0 {
+				nts[j].Delay = norn.Duration(time.Hour)
+			}
+		}
+		if _, err := s.Submit(ctx, nts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plan := func(sql string, args ...any) string {
+		var out []string
+		err := s.withConn(ctx, func(conn *pgx.Conn) error {
+			b := &pgx.Batch{}
+			b.Queue(noSortSQL)
+			b.Queue("EXPLAIN "+sql, args...)
+			br := conn.SendBatch(ctx, b)
+			defer br.Close()
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			out, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(out, "\n")
+	}
+	for _, c := range []struct {
+		name, sql, index string
+		args         []any
+	}{
+		{"claim", s.claimSQL(), "Index Scan using tasks_claim", []any{"q", 100, nil, "w", nil, 100}},
+		{"delays", s.delaySQL(), "Index Scan using tasks_scheduled", []any{nil, 1000, 100}},
+	} {
+		p := plan(c.sql, c.args...)
+		if !strings.Contains(p, c.index) || strings.Contains(p, "Bitmap Heap Scan on tasks") || strings.Contains(p, "JIT") {
+			t.Errorf("%s plan does not read %s in order:\n%s", c.name, c.index, p)
+		}
+	}
+	var jit string
+	err = s.withConn(ctx, func(conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, "SHOW jit").Scan(&jit)
+	})
+	if err != nil || jit != "off" {
+		t.Fatalf("jit = %q (%v), want off on the store's sessions", jit, err)
+	}
+}

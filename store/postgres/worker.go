@@ -104,14 +104,24 @@ func (s *Store) claimOnce(ctx context.Context, req norn.ClaimRequest) ([]*norn.T
 			if want <= 0 {
 				break
 			}
-			rows, err := conn.Query(ctx, s.claimSQL(), queue, want, s.clockNow(), req.Worker, timeout, s.cfg.HistoryLimit)
+			b := &pgx.Batch{}
+			b.Queue(noSortSQL)
+			b.Queue(s.claimSQL(), queue, want, s.clockNow(), req.Worker, timeout, s.cfg.HistoryLimit)
+			br := conn.SendBatch(ctx, b)
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return err
+			}
+			rows, err := br.Query()
 			if err != nil {
+				br.Close()
 				return err
 			}
 			for rows.Next() {
 				r, err := scanRec(rows)
 				if err != nil {
 					rows.Close()
+					br.Close()
 					return err
 				}
 				// The history read in RETURNING predates this statement's
@@ -126,6 +136,10 @@ func (s *Store) claimOnce(ctx context.Context, req norn.ClaimRequest) ([]*norn.T
 			}
 			rows.Close()
 			if err := rows.Err(); err != nil {
+				br.Close()
+				return err
+			}
+			if err := br.Close(); err != nil {
 				return err
 			}
 		}
