@@ -417,7 +417,7 @@ func TestClaimPlanWithStaleStatistics(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name, sql, index string
-		args         []any
+		args             []any
 	}{
 		{"claim", s.claimSQL(), "Index Scan using tasks_claim", []any{"q", 100, nil, "w", nil, 100}},
 		{"delays", s.delaySQL(), "Index Scan using tasks_scheduled", []any{nil, 1000, 100}},
