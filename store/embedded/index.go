@@ -95,37 +95,93 @@ func (w *waiter) wake() {
 }
 
 // readyHeap orders claimable tasks: priority desc, ready time asc, id asc.
-type readyHeap []*task
+// Entries carry copies of the sort keys so that comparisons read only the
+// heap's own contiguous memory: with a million ready tasks, following a
+// pointer to each task (and its id to another allocation) per comparison
+// was the cost of heap.down (docs/benchmarks.md, issue 8). Ids that are
+// canonical lowercase UUIDs (every generated id) compare as two integers,
+// which orders them exactly as their strings do; other ids compare as
+// strings.
+type readyHeap []readyEnt
+
+type readyEnt struct {
+	readyAt  int64
+	priority uint32
+	isUUID   bool
+	key      [2]uint64 // the id's 128 bits when isUUID
+	t        *task
+}
+
+func newReadyEnt(t *task) readyEnt {
+	e := readyEnt{readyAt: t.st.readyAt, priority: t.st.priority, t: t}
+	e.key, e.isUUID = uuidKey(t.id)
+	return e
+}
+
+// uuidKey returns the 128 bits of a canonical lowercase UUID string
+// (8-4-4-4-12 hex digits). For two such strings, comparing the bits
+// compares the strings: the dashes sit at the same places and the digits
+// 0-9a-f sort as their values.
+func uuidKey(id string) (k [2]uint64, ok bool) {
+	if len(id) != 36 || id[8] != '-' || id[13] != '-' || id[18] != '-' || id[23] != '-' {
+		return k, false
+	}
+	n := 0
+	for i := 0; i < 36; i++ {
+		c := id[i]
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			continue
+		}
+		var v byte
+		switch {
+		case c >= '0' && c <= '9':
+			v = c - '0'
+		case c >= 'a' && c <= 'f':
+			v = c - 'a' + 10
+		default:
+			return [2]uint64{}, false
+		}
+		k[n/16] = k[n/16]<<4 | uint64(v)
+		n++
+	}
+	return k, true
+}
 
 func (h readyHeap) Len() int { return len(h) }
 func (h readyHeap) Less(i, j int) bool {
-	a, b := h[i], h[j]
-	if a.st.priority != b.st.priority {
-		return a.st.priority > b.st.priority
+	a, b := &h[i], &h[j]
+	if a.priority != b.priority {
+		return a.priority > b.priority
 	}
-	if a.st.readyAt != b.st.readyAt {
-		return a.st.readyAt < b.st.readyAt
+	if a.readyAt != b.readyAt {
+		return a.readyAt < b.readyAt
 	}
-	return a.id < b.id
+	if a.isUUID && b.isUUID {
+		if a.key[0] != b.key[0] {
+			return a.key[0] < b.key[0]
+		}
+		return a.key[1] < b.key[1]
+	}
+	return a.t.id < b.t.id
 }
 func (h readyHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx = int32(i)
-	h[j].heapIdx = int32(j)
+	h[i].t.heapIdx = int32(i)
+	h[j].t.heapIdx = int32(j)
 }
 func (h *readyHeap) Push(x any) {
-	t := x.(*task)
-	t.heapIdx = int32(len(*h))
-	*h = append(*h, t)
+	e := x.(readyEnt)
+	e.t.heapIdx = int32(len(*h))
+	*h = append(*h, e)
 }
 func (h *readyHeap) Pop() any {
 	old := *h
 	n := len(old)
-	t := old[n-1]
-	old[n-1] = nil
+	e := old[n-1]
+	old[n-1] = readyEnt{}
 	*h = old[:n-1]
-	t.heapIdx = -1
-	return t
+	e.t.heapIdx = -1
+	return e
 }
 
 // timerHeap orders every task with a pending time-driven duty (run_at,
@@ -184,9 +240,13 @@ func (s *Store) index(t *task, old state, counted bool) {
 	}
 	if t.st.status == stReady && !t.deleted {
 		if t.heapIdx >= 0 {
-			heap.Fix(&t.q.ready, int(t.heapIdx))
+			e := &t.q.ready[t.heapIdx]
+			if e.priority != t.st.priority || e.readyAt != t.st.readyAt {
+				e.priority, e.readyAt = t.st.priority, t.st.readyAt
+				heap.Fix(&t.q.ready, int(t.heapIdx))
+			}
 		} else {
-			heap.Push(&t.q.ready, t)
+			heap.Push(&t.q.ready, newReadyEnt(t))
 		}
 	} else if t.heapIdx >= 0 {
 		heap.Remove(&t.q.ready, int(t.heapIdx))

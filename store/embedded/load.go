@@ -66,7 +66,7 @@ func (s *Store) load(ctx context.Context) error {
 		t.q.counts[st.status]++
 		if st.status == stReady {
 			t.heapIdx = int32(len(t.q.ready))
-			t.q.ready = append(t.q.ready, t)
+			t.q.ready = append(t.q.ready, newReadyEnt(t))
 		}
 		if at := timerFor(t); at != 0 {
 			t.timerAt = at

@@ -151,7 +151,7 @@ func (tx *txn) claim(req *norn.ClaimRequest) []*task {
 			continue
 		}
 		for len(out) < req.N && len(q.ready) > 0 {
-			t := q.ready[0]
+			t := q.ready[0].t
 			ns := tx.touch(t)
 			ns.status = stRunning
 			ns.lease++

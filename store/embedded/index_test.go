@@ -1,0 +1,74 @@
+package embedded
+
+import (
+	"testing"
+
+	"github.com/google/uuid"
+)
+
+// The ready heap compares UUID ids as integers; that must order them
+// exactly as comparing the strings does, and anything that is not a
+// canonical lowercase UUID must fall back to the string.
+func TestUUIDKeyOrdersLikeStrings(t *testing.T) {
+	t.Parallel()
+	ids := []string{
+		"00000000-0000-0000-0000-000000000000",
+		"ffffffff-ffff-ffff-ffff-ffffffffffff",
+		"0193a1b2-c3d4-7e5f-8abc-def012345678",
+		"0193a1b2-c3d4-7e5f-8abc-def012345679",
+		"0193a1b2-c3d4-7e60-8abc-def012345678",
+		"a193a1b2-c3d4-7e5f-8abc-def012345678",
+		"9193a1b2-c3d4-7e5f-8abc-def012345678",
+	}
+	for i := 0; i < 50; i++ {
+		ids = append(ids, uuid.Must(uuid.NewV7()).String(), uuid.NewString())
+	}
+	for _, a := range ids {
+		ka, ok := uuidKey(a)
+		if !ok {
+			t.Fatalf("uuidKey(%q) not recognised", a)
+		}
+		for _, b := range ids {
+			kb, _ := uuidKey(b)
+			less := ka[0] < kb[0] || ka[0] == kb[0] && ka[1] < kb[1]
+			if less != (a < b) {
+				t.Fatalf("%q < %q: keys say %v, strings say %v", a, b, less, a < b)
+			}
+		}
+	}
+	for _, bad := range []string{"", "a", "0193A1B2-C3D4-7E5F-8ABC-DEF012345678", "0193a1b2xc3d4-7e5f-8abc-def012345678",
+		"0193a1b2-c3d4-7e5f-8abc-def01234567g", "0193a1b2-c3d4-7e5f-8abc-def0123456789"} {
+		if _, ok := uuidKey(bad); ok {
+			t.Errorf("uuidKey(%q) accepted", bad)
+		}
+	}
+}
+
+// Mixed ids (a UUID and a client id with the same priority and ready time)
+// still come out in id order.
+func TestReadyHeapMixedIDs(t *testing.T) {
+	t.Parallel()
+	ids := []string{"zz", "0193a1b2-c3d4-7e5f-8abc-def012345678", "0193a1b2-c3d4-7e5f-8abc-def012345677", "A", "m"}
+	var h readyHeap
+	for _, id := range ids {
+		tk := &task{id: id, heapIdx: -1}
+		h = append(h, newReadyEnt(tk))
+	}
+	var got []string
+	for len(h) > 0 {
+		best := 0
+		for i := range h {
+			if h.Less(i, best) {
+				best = i
+			}
+		}
+		got = append(got, h[best].t.id)
+		h = append(h[:best], h[best+1:]...)
+	}
+	want := []string{"0193a1b2-c3d4-7e5f-8abc-def012345677", "0193a1b2-c3d4-7e5f-8abc-def012345678", "A", "m", "zz"}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("order %v, want %v", got, want)
+		}
+	}
+}
