@@ -34,6 +34,20 @@ func decodeStrict(raw []byte, v any, path string) error {
 		return fmt.Errorf("decodeStrict: need a non-nil pointer, got %T", v)
 	}
 	raw = bytes.TrimSpace(raw)
+	// The one-pass fast path needs a zero v: when it gives up, v is reset
+	// to zero and decoded again the slow way.
+	if rv.Elem().IsZero() {
+		if decodeFast(raw, v) {
+			return nil
+		}
+		rv.Elem().SetZero()
+	}
+	return decodeSlow(raw, rv, path)
+}
+
+// decodeSlow is decodeStrict without the fast path: the member-by-member
+// walk whose errors name the field. raw is already trimmed.
+func decodeSlow(raw []byte, rv reflect.Value, path string) error {
 	if !json.Valid(raw) {
 		// Malformed JSON cannot be blamed on a field; say where it broke.
 		var x any

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -470,6 +471,34 @@ func FuzzParseFilter(f *testing.F) {
 		}
 		if _, _, err := parseLogParams(v); err != nil && norn.CodeOf(err) != norn.CodeInvalidArgument {
 			t.Fatalf("parseLogParams: %v", err)
+		}
+	})
+}
+
+// FuzzDecodeFastMatchesSlow: whenever the one-pass fast path accepts a
+// body, the member-by-member decoder must accept it too and produce the
+// same value; otherwise the fast path would change what the API accepts.
+func FuzzDecodeFastMatchesSlow(f *testing.F) {
+	for _, s := range []string{`{"queue":"q","spec":{"a":[1,"x\"y"]},"priority":3,"labels":{"k":"v"},"retry":{"max_retries":1,"base":"1s"}}`,
+		`{"Queue":"q"}`, `{"queue":"q","spec":null}`, `{"queue":"q","delay":"-1s"}`, `{"q\u0075eue":"q"}`,
+		`{"op":"fail","id":"t","worker":"w","lease":1,"error":{"code":"x","args":{"a":null}}}`, `{"op":"heartbeat","progress":0.5,"extend":"2s"}`,
+		`{"submit":[{"queue":"q","max_attempts":2}],"update":[{"id":"a","priority":1}]}`, `{"worker":"w","lease":1,"seq":2,"data":[1]}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, mk := range []func() any{func() any { return new(norn.NewTask) }, func() any { return new(norn.LeaseOp) },
+			func() any { return new(norn.Txn) }, func() any { return new(logBody) }, func() any { return new(heartbeatBody) }} {
+			fast := mk()
+			if !decodeFast(bytes.TrimSpace(b), fast) {
+				continue
+			}
+			slow := mk()
+			if err := decodeSlow(bytes.TrimSpace(b), reflect.ValueOf(slow), ""); err != nil {
+				t.Fatalf("%T: fast path accepted %q, slow path refused it: %v", fast, b, err)
+			}
+			if !reflect.DeepEqual(fast, slow) {
+				t.Fatalf("%T: fast %+v != slow %+v for %q", fast, fast, slow, b)
+			}
 		}
 	})
 }
