@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -501,4 +502,28 @@ func FuzzDecodeFastMatchesSlow(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCheckBatchMatchesValidateBatch: the server's batch-wide check gives
+// exactly norn.ValidateBatch's error for batches of individually valid tasks.
+func TestCheckBatchMatchesValidateBatch(t *testing.T) {
+	t.Parallel()
+	for _, tasks := range [][]norn.NewTask{
+		nil,
+		{{Queue: "q"}, {Queue: "q"}},
+		{{ID: "a", Queue: "q"}, {Queue: "q"}, {ID: "b", Queue: "q"}, {ID: "a", Queue: "q"}},
+		{{ID: "a", Queue: "q"}, {ID: "a", Queue: "q"}, {ID: "a", Queue: "q"}},
+		make([]norn.NewTask, norn.MaxBatch+1),
+	} {
+		for i := range tasks {
+			if tasks[i].Queue == "" {
+				tasks[i].Queue = "q"
+			}
+		}
+		want := norn.ValidateBatch("tasks", tasks)
+		got := checkBatch("tasks", tasks)
+		if fmt.Sprint(got) != fmt.Sprint(want) || norn.CodeOf(got) != norn.CodeOf(want) {
+			t.Errorf("%d tasks: checkBatch = %v, ValidateBatch = %v", len(tasks), got, want)
+		}
+	}
 }

@@ -33,6 +33,31 @@ func (s *Server) validateNewTask(p *principal, prefix string, nt *norn.NewTask) 
 	return wrap(p.checkQueue(nt.Queue))
 }
 
+// checkBatch is norn.ValidateBatch for tasks that validateNewTask has
+// already checked one by one: only the batch-wide rules remain (the size
+// and ids appearing twice), with the same errors. Validating every task
+// again would scan every spec once more.
+func checkBatch(prefix string, tasks []norn.NewTask) error {
+	if len(tasks) > norn.MaxBatch {
+		return norn.TooLarge(prefix, "batch has %d tasks, more than the limit of %d", len(tasks), norn.MaxBatch)
+	}
+	var ids map[string]int
+	for i := range tasks {
+		id := tasks[i].ID
+		if id == "" {
+			continue
+		}
+		if ids == nil {
+			ids = make(map[string]int, len(tasks)-i)
+		}
+		if j, ok := ids[id]; ok {
+			return norn.Invalid(fmt.Sprintf("%s[%d].id", prefix, i), "id %q appears twice in the batch (also at index %d)", id, j)
+		}
+		ids[id] = i
+	}
+	return nil
+}
+
 // checkTaskScope refuses a task outside a scoped principal's queues. It
 // costs a read, so it only runs for scoped tokens.
 func (s *Server) checkTaskScope(ctx context.Context, p *principal, id string) error {
@@ -121,7 +146,7 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	if err := norn.ValidateBatch("tasks", tasks); err != nil {
+	if err := checkBatch("tasks", tasks); err != nil {
 		return err
 	}
 	resp := batchResponse{Tasks: make([]*norn.Task, 0, len(tasks)), Duplicates: []string{}}
@@ -482,7 +507,7 @@ func (s *Server) handleTransact(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	if err := norn.ValidateBatch("submit", tx.Submit); err != nil {
+	if err := checkBatch("submit", tx.Submit); err != nil {
 		return err
 	}
 	var ids []string
