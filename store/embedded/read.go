@@ -23,6 +23,16 @@ type reader struct {
 
 func (s *Store) newReader() *reader { return &reader{s: s} }
 
+// openReader returns a reader whose iterator is created now, so it sees
+// the database as of this call whenever it is used.
+func (s *Store) openReader() (*reader, error) {
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return nil, norn.Unavailable(err)
+	}
+	return &reader{s: s, it: it}, nil
+}
+
 func (r *reader) close() {
 	if r.it != nil {
 		r.it.Close()

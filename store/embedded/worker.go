@@ -83,11 +83,26 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 		claimed := tx.claim(&req)
 		if len(claimed) > 0 || req.Wait <= 0 {
 			err := tx.commit()
-			if err == nil {
-				r := s.newReader()
+			var r *reader
+			if err == nil && len(claimed) > 0 {
+				// The iterator is a point-in-time view taken under s.mu right
+				// after the claim was applied, so the tasks can be read back
+				// after s.mu is released (other transactions no longer wait
+				// for this decoding) and still show the state as claimed.
+				r, err = s.openReader()
+			}
+			s.mu.Unlock()
+			if err != nil {
+				tx.finish()
+				return nil, err
+			}
+			if r != nil {
 				out = make([]*norn.Task, 0, len(claimed))
 				for _, t := range claimed {
 					nt, rerr := r.task(t.id, false, nil)
+					if rerr == nil && nt == nil {
+						rerr = fmt.Errorf("embedded: claimed task %q has no record: %w", t.id, errCorrupt)
+					}
 					if rerr != nil {
 						err = rerr
 						break
@@ -96,11 +111,10 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 				}
 				r.close()
 			}
-			s.mu.Unlock()
-			if err != nil {
-				return nil, err
+			if ferr := tx.finish(); ferr != nil {
+				return nil, ferr
 			}
-			if err := tx.finish(); err != nil {
+			if err != nil {
 				return nil, err
 			}
 			return out, nil
