@@ -170,6 +170,8 @@ type request struct {
 	path   string // already escaped, starting with /v1
 	query  url.Values
 	body   any // JSON-encoded when non-nil
+	// raw is a body already encoded as JSON; it wins over body.
+	raw    []byte
 	accept string
 }
 
@@ -188,7 +190,9 @@ func (c *Client) send(ctx context.Context, hc *http.Client, r request) (*http.Re
 		return nil, errClosed
 	}
 	var body io.Reader
-	if r.body != nil {
+	if r.raw != nil {
+		body = bytes.NewReader(r.raw)
+	} else if r.body != nil {
 		b, err := json.Marshal(r.body)
 		if err != nil {
 			return nil, norn.Invalid("", "cannot encode request: %v", err)
@@ -199,7 +203,7 @@ func (c *Client) send(ctx context.Context, hc *http.Client, r request) (*http.Re
 	if err != nil {
 		return nil, norn.Invalid("", "cannot build request: %v", err)
 	}
-	if r.body != nil {
+	if r.body != nil || r.raw != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	accept := r.accept

@@ -19,10 +19,6 @@ type taskBody struct {
 	Duplicate bool       `json:"duplicate,omitempty"`
 }
 
-type batchRequest struct {
-	Tasks []norn.NewTask `json:"tasks"`
-}
-
 type batchResponse struct {
 	Tasks      []*norn.Task `json:"tasks"`
 	Duplicates []string     `json:"duplicates"`
@@ -47,23 +43,35 @@ func checkSpecs(prefix string, tasks []norn.NewTask) error {
 	return nil
 }
 
+// batchSizeHint guesses the encoded size of a batch so the body is
+// allocated once.
+func batchSizeHint(tasks []norn.NewTask) int {
+	n := 16
+	for i := range tasks {
+		n += 64 + len(tasks[i].ID) + len(tasks[i].Queue) + len(tasks[i].Spec)
+	}
+	return n
+}
+
 // Submit stores tasks atomically through POST /v1/tasks/batch; duplicates
 // (ids that already existed) come back with Duplicate set.
 func (c *Client) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Submitted, error) {
 	if tasks == nil {
 		tasks = []norn.NewTask{}
 	}
-	if err := checkSpecs("tasks", tasks); err != nil {
-		return nil, err
-	}
 	// The stores validate exactly this first; doing it here gives the same
 	// errors (fields included) whatever the server's decoder would say,
-	// and saves a round trip for a batch that cannot succeed.
+	// and saves a round trip for a batch that cannot succeed. It also
+	// checks that every spec is valid JSON, which appendBatch relies on.
 	if err := norn.ValidateBatch("tasks", tasks); err != nil {
 		return nil, err
 	}
+	body, err := appendBatch(make([]byte, 0, batchSizeHint(tasks)), tasks)
+	if err != nil {
+		return nil, norn.Invalid("", "cannot encode request: %v", err)
+	}
 	var out batchResponse
-	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/tasks/batch", body: batchRequest{Tasks: tasks}}, &out); err != nil {
+	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/tasks/batch", raw: body}, &out); err != nil {
 		return nil, err
 	}
 	dup := make(map[string]bool, len(out.Duplicates))

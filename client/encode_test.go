@@ -1,0 +1,53 @@
+package client
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/nornq/norn"
+)
+
+// TestAppendBatchMatchesMarshal: the hand-written batch encoder produces
+// the document json.Marshal produces, for every field and awkward strings.
+func TestAppendBatchMatchesMarshal(t *testing.T) {
+	t.Parallel()
+	two := 2
+	zero := 0
+	tasks := []norn.NewTask{
+		{Queue: "q"},
+		{ID: "id-1", Queue: "emails", Spec: json.RawMessage(`{"to":"a@b.c","n":[1,2]}`), Priority: 7},
+		{ID: "é\"<x>&\\\n\x01", Queue: "q\u2028", Spec: json.RawMessage(` "s" `), Labels: map[string]string{"b": "2", "a": "<1>"}},
+		{Queue: "q", RunAt: time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC), Delay: norn.Duration(1500 * time.Millisecond),
+			DependsOn: []string{"a", "b\"c"}, MaxAttempts: &two, Retry: &norn.RetryPolicy{MaxRetries: 3, Base: norn.Duration(time.Second)},
+			Timeout: norn.Duration(time.Minute)},
+		{Queue: "q", MaxAttempts: &zero, Spec: json.RawMessage(`null`), Priority: 1<<32 - 1},
+		{Queue: "q", ID: string([]byte{0xff, 'a'})},
+	}
+	got, err := appendBatch(nil, tasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := json.Marshal(map[string]any{"tasks": tasks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g, w any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatalf("appendBatch wrote invalid JSON %s: %v", got, err)
+	}
+	if err := json.Unmarshal(want, &w); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(g, w) {
+		t.Errorf("appendBatch:\n%s\njson.Marshal:\n%s", got, want)
+	}
+	// Apart from the verbatim spec whitespace, the bytes are identical.
+	tasks[2].Spec = json.RawMessage(`"s"`)
+	got, _ = appendBatch(nil, tasks)
+	want, _ = json.Marshal(map[string]any{"tasks": tasks})
+	if string(got) != string(want) {
+		t.Errorf("bytes differ:\n%s\n%s", got, want)
+	}
+}
