@@ -14,6 +14,10 @@ import (
 // because it leaves the process heap grown.
 var Workloads = []string{"submit", "work", "latency", "delay", "scale", "memory"}
 
+// Extra lists workloads Run accepts that "all" leaves out: kafka measures
+// the Kafka bridge, not the store.
+var Extra = []string{"kafka"}
+
 // Run runs one workload by name and returns its results (submit and scale
 // return one result per batch size or backlog, the others one).
 func Run(ctx context.Context, name string, st norn.Store, env Env, cfg Config) ([]Result, error) {
@@ -36,6 +40,8 @@ func Run(ctx context.Context, name string, st norn.Store, env Env, cfg Config) (
 		return Scale(ctx, st, env, cfg)
 	case "memory":
 		return one(Memory(ctx, st, env, cfg))
+	case "kafka":
+		return one(Kafka(ctx, st, env, cfg))
 	}
 	return nil, norn.Invalid("workload", "unknown workload %q (want one of %v or all)", name, Workloads)
 }

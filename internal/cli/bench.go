@@ -38,6 +38,8 @@ type benchOptions struct {
 	runs       int
 	serverPid  int
 	settle     time.Duration
+	kafka      []string
+	kafkaNodes int
 	cpuProfile string
 	memProfile string
 }
@@ -69,6 +71,12 @@ Workloads (or "all" for every one, in this order):
            the ratio is largest backlog ÷ smallest
   memory   queue --tasks ready tasks (default 1M) and report resident memory
            (this process, or --server-pid's)
+
+Not part of "all":
+  kafka    messages through the Kafka delay bridge (one or --kafka-nodes
+           nodes on --store) at --rate (default 1000/s) with deadlines --delay
+           ahead (default 3s); lateness = receive time on the output topic −
+           deadline. Uses an in-process Kafka unless --kafka-brokers is given.
 
 Where it runs:
   default                  in-process against --store (default: an embedded
@@ -108,6 +116,8 @@ tasks afterwards, so runs against a persistent store do not pile up.`,
 		f.IntSliceVar(&o.queued, "queued", nil, "scale workload backlogs (default 10000,1000000)")
 		f.DurationVar(&o.settle, "settle", 0, "work/scale: pause between queueing the backlog and burning it down (lets flushes and compactions finish)")
 		f.IntVar(&o.runs, "runs", 1, "repeat each workload K times and report the medians")
+		f.StringSliceVar(&o.kafka, "kafka-brokers", nil, "kafka workload: brokers host:port[,…] (default: an in-process Kafka)")
+		f.IntVar(&o.kafkaNodes, "kafka-nodes", 1, "kafka workload: bridge nodes sharing the store")
 		f.IntVar(&o.serverPid, "server-pid", 0, "pid of the --server process: memory reports its RSS, CPU figures include its CPU time")
 		f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 		f.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end of the run to this file")
@@ -125,11 +135,11 @@ func benchWorkloads(args []string) ([]string, error) {
 			continue
 		}
 		known := false
-		for _, w := range bench.Workloads {
+		for _, w := range append(bench.Workloads, bench.Extra...) {
 			known = known || w == a
 		}
 		if !known {
-			return nil, usagef("unknown workload %q (want %s or all)", a, strings.Join(bench.Workloads, ", "))
+			return nil, usagef("unknown workload %q (want %s, %s or all)", a, strings.Join(bench.Workloads, ", "), strings.Join(bench.Extra, ", "))
 		}
 		out = append(out, a)
 	}
@@ -362,6 +372,7 @@ func runBench(cmd *cobra.Command, g *Globals, o *benchOptions, args []string) (e
 		Tasks: o.tasks, Workers: workers, Batch: o.batch, ClaimBatch: o.claimBatch,
 		Rate: o.rate, Delay: o.delay, SpecBytes: o.specBytes, Queued: o.queued,
 		Settle: o.settle, ServerPid: o.serverPid, Progress: bar.update,
+		KafkaBrokers: o.kafka, KafkaNodes: o.kafkaNodes,
 	}
 	out := cmd.OutOrStdout()
 	var all []bench.Result

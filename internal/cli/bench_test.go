@@ -164,3 +164,23 @@ func TestBenchWorkloadsAll(t *testing.T) {
 		t.Fatalf("benchWorkloads = %v, %v", got, err)
 	}
 }
+
+// TestBenchKafkaJSON runs the bridge workload end to end on an in-process
+// Kafka: every message must come back, and lateness can be at most the
+// timing advance early.
+func TestBenchKafkaJSON(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, err := runNorn(t, "bench", "kafka", "--tasks", "300", "--rate", "600", "--delay", "300ms", "-o", "json")
+	if err != nil {
+		t.Fatalf("norn bench kafka: %v\nstderr: %s", err, stderr)
+	}
+	rs := decodeResults(t, stdout)
+	if len(rs) != 1 {
+		t.Fatalf("%d results, want 1:\n%s", len(rs), stdout)
+	}
+	r := rs[0]
+	if r.Workload != "kafka" || r.Tasks != 300 || !(r.TasksPerS > 0) || r.P50ms > r.P99ms || r.P99ms > r.P999ms ||
+		r.P999ms > r.Maxms || r.P50ms < -60 {
+		t.Errorf("result %+v", r)
+	}
+}
