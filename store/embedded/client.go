@@ -48,7 +48,12 @@ func batchSizeHint(tasks []norn.NewTask) int {
 func (tx *txn) submit(prefix string, tasks []norn.NewTask) ([]norn.Submitted, error) {
 	s := tx.s
 	ids := make([]string, len(tasks))
-	inBatch := make(map[string]int, len(tasks))
+	out := make([]norn.Submitted, len(tasks))
+	// Existing ids are duplicates: returned as they are, never changed.
+	// Generated ids are fresh UUIDv7s (time-ordered and monotonic within
+	// the process), so only the caller's ids need the lookup.
+	dup := make([]bool, len(tasks))
+	hasDeps := false
 	for i := range tasks {
 		id := tasks[i].ID
 		if id == "" {
@@ -57,17 +62,20 @@ func (tx *txn) submit(prefix string, tasks []norn.NewTask) ([]norn.Submitted, er
 				return nil, fmt.Errorf("embedded: generate id: %w", err)
 			}
 			id = u.String()
-		}
-		ids[i] = id
-		inBatch[id] = i
-	}
-	out := make([]norn.Submitted, len(tasks))
-	// Existing ids are duplicates: returned as they are, never changed.
-	dup := make([]bool, len(tasks))
-	for i, id := range ids {
-		if t := s.tasks[id]; t != nil {
+		} else if s.tasks[id] != nil {
 			dup[i] = true
 			out[i] = norn.Submitted{Duplicate: true}
+		}
+		ids[i] = id
+		hasDeps = hasDeps || len(tasks[i].DependsOn) > 0
+	}
+	// The batch's ids by position, needed only to resolve in-batch
+	// dependencies (most batches have none and skip building it).
+	var inBatch map[string]int
+	if hasDeps {
+		inBatch = make(map[string]int, len(tasks))
+		for i, id := range ids {
+			inBatch[id] = i
 		}
 	}
 	// Check dependencies and order the new tasks so that in-batch
