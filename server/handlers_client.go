@@ -168,7 +168,7 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request) error
 			s.m.submitted(q, n)
 		}
 	}
-	writeJSON(w, http.StatusOK, resp)
+	writeTasks(w, http.StatusOK, resp.Tasks, resp.Duplicates)
 	return nil
 }
 

@@ -166,7 +166,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, req norn.ClaimReq
 		tasks = []*norn.Task{}
 	}
 	s.m.claimed(tasks, time.Now())
-	writeJSON(w, http.StatusOK, tasksResponse{Tasks: tasks})
+	writeTasks(w, http.StatusOK, tasks, nil)
 	return nil
 }
 
