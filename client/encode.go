@@ -118,3 +118,44 @@ func appendString(b []byte, s string) []byte {
 	b = append(b, s...)
 	return append(b, '"')
 }
+
+// appendLeaseOps writes the body of POST /v1/leases/batch as json.Marshal
+// would, results verbatim (LeaseBatch has checked them with checkRaw).
+func appendLeaseOps(b []byte, ops []norn.LeaseOp) ([]byte, error) {
+	b = append(b, `{"ops":[`...)
+	for i := range ops {
+		op := &ops[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"op":`...)
+		b = appendString(b, string(op.Op))
+		b = append(b, `,"id":`...)
+		b = appendString(b, op.TaskID)
+		b = append(b, `,"worker":`...)
+		b = appendString(b, op.Worker)
+		b = append(b, `,"lease":`...)
+		b = strconv.AppendUint(b, op.Lease, 10)
+		var err error
+		if op.Progress != nil {
+			// Rare enough (and NaN must fail as before) to leave to encoding/json.
+			if b, err = appendMarshal(b, `,"progress":`, *op.Progress); err != nil {
+				return nil, err
+			}
+		}
+		if op.Extend != 0 {
+			b = appendDuration(b, `,"extend":`, op.Extend)
+		}
+		if len(op.Result) > 0 {
+			b = append(b, `,"result":`...)
+			b = append(b, op.Result...)
+		}
+		if op.Error != nil {
+			if b, err = appendMarshal(b, `,"error":`, op.Error); err != nil {
+				return nil, err
+			}
+		}
+		b = append(b, '}')
+	}
+	return append(b, "]}"...), nil
+}

@@ -51,3 +51,26 @@ func TestAppendBatchMatchesMarshal(t *testing.T) {
 		t.Errorf("bytes differ:\n%s\n%s", got, want)
 	}
 }
+
+// TestAppendLeaseOpsMatchesMarshal: the lease batch body is byte for byte
+// json.Marshal's.
+func TestAppendLeaseOpsMatchesMarshal(t *testing.T) {
+	t.Parallel()
+	p := 0.5
+	small := 1e-9
+	ops := []norn.LeaseOp{
+		{Op: norn.OpComplete, LeaseRef: norn.LeaseRef{TaskID: "t1", Worker: "w", Lease: 1<<64 - 1}, Result: json.RawMessage(`{"ok":true}`)},
+		{Op: norn.OpHeartbeat, LeaseRef: norn.LeaseRef{TaskID: "t<2>", Worker: "wé", Lease: 2}, Heartbeat: norn.Heartbeat{Progress: &p, Extend: norn.Duration(time.Minute)}},
+		{Op: norn.OpHeartbeat, Heartbeat: norn.Heartbeat{Progress: &small}},
+		{Op: norn.OpFail, Error: &norn.ErrorInfo{Code: "x", Description: "\"d\"", Args: map[string]any{"a": []any{1.0, "b"}}}},
+		{Op: norn.OpYield},
+	}
+	got, err := appendLeaseOps(nil, ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := json.Marshal(map[string]any{"ops": ops})
+	if string(got) != string(want) {
+		t.Errorf("appendLeaseOps:\n%s\njson.Marshal:\n%s", got, want)
+	}
+}

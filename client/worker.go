@@ -134,10 +134,6 @@ func (c *Client) Yield(ctx context.Context, ref norn.LeaseRef) error {
 	return c.finish(ctx, ref, "yield", leaseBody{})
 }
 
-type leaseBatchRequest struct {
-	Ops []norn.LeaseOp `json:"ops"`
-}
-
 type leaseResult struct {
 	Deadline time.Time  `json:"deadline"`
 	Error    *wireError `json:"error"`
@@ -170,8 +166,12 @@ func (c *Client) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Lea
 	if len(send) == 0 && len(ops) > 0 {
 		return res, nil
 	}
+	body, err := appendLeaseOps(make([]byte, 0, 96*len(send)), send)
+	if err != nil {
+		return nil, norn.Invalid("", "cannot encode request: %v", err)
+	}
 	var out leaseBatchResponse
-	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/leases/batch", body: leaseBatchRequest{Ops: send}}, &out); err != nil {
+	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/leases/batch", raw: body}, &out); err != nil {
 		return nil, err
 	}
 	if len(out.Results) != len(send) {
