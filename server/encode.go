@@ -225,3 +225,48 @@ func appendString(b []byte, s string) []byte {
 	b = append(b, s...)
 	return append(b, '"')
 }
+
+// writeLeaseResults writes {"results":[…]} of a lease batch as json.Marshal
+// would, into a pooled buffer: most results are {} or a deadline.
+func writeLeaseResults(w http.ResponseWriter, results []leaseResult) {
+	bp := bufPool.Get().(*[]byte)
+	b := append((*bp)[:0], `{"results":[`...)
+	var err error
+	for i := range results {
+		r := &results[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '{')
+		if !r.Deadline.IsZero() {
+			if b, err = appendTime(b, `"deadline":`, r.Deadline); err != nil {
+				break
+			}
+		}
+		if r.Error != nil {
+			if !r.Deadline.IsZero() {
+				b = append(b, ',')
+			}
+			b = append(b, `"error":{"code":`...)
+			b = appendString(b, string(r.Error.Code))
+			b = append(b, `,"message":`...)
+			b = appendString(b, r.Error.Message)
+			if r.Error.Field != "" {
+				b = append(b, `,"field":`...)
+				b = appendString(b, r.Error.Field)
+			}
+			b = append(b, '}')
+		}
+		b = append(b, '}')
+	}
+	b = append(b, "]}\n"...)
+	if err != nil {
+		writeRaw(w, http.StatusInternalServerError, []byte(`{"error":{"code":"internal","message":"internal error"}}`+"\n"))
+	} else {
+		writeRaw(w, http.StatusOK, b)
+	}
+	if cap(b) <= maxPooledBuf {
+		*bp = b
+		bufPool.Put(bp)
+	}
+}

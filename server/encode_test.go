@@ -71,3 +71,18 @@ func TestWriteTasks(t *testing.T) {
 		t.Errorf("unencodable task: status %d, want 500", rec.Code)
 	}
 }
+
+// TestWriteLeaseResults: the lease batch body is byte for byte writeJSON's.
+func TestWriteLeaseResults(t *testing.T) {
+	t.Parallel()
+	d := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)
+	for _, rs := range [][]leaseResult{{}, {{}, {Deadline: d}, {Error: &wireError{Code: norn.CodeLeaseLost, Message: "lost <x>"}}},
+		{{Deadline: d, Error: &wireError{Code: norn.CodeInvalidArgument, Message: "m", Field: "ops[1].id"}}}} {
+		rec, ref := httptest.NewRecorder(), httptest.NewRecorder()
+		writeLeaseResults(rec, rs)
+		writeJSON(ref, 200, leaseBatchResponse{Results: rs})
+		if rec.Body.String() != ref.Body.String() || rec.Code != ref.Code || !reflect.DeepEqual(rec.Header(), ref.Header()) {
+			t.Errorf("writeLeaseResults %d %q, writeJSON %d %q", rec.Code, rec.Body, ref.Code, ref.Body)
+		}
+	}
+}

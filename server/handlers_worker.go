@@ -416,6 +416,6 @@ func (s *Server) handleLeaseBatch(w http.ResponseWriter, r *http.Request) error 
 			resp.Results = append(resp.Results, lr)
 		}
 	}
-	writeJSON(w, http.StatusOK, resp)
+	writeLeaseResults(w, resp.Results)
 	return nil
 }
