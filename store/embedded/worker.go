@@ -94,6 +94,7 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 			s.mu.Unlock()
 			if err != nil {
 				tx.finish()
+				tx.release()
 				return nil, err
 			}
 			if r != nil {
@@ -111,7 +112,11 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 				}
 				r.close()
 			}
-			if ferr := tx.finish(); ferr != nil {
+			ferr := tx.finish()
+			// Back to the pool: a claim of 100 otherwise grows a fresh undo
+			// log (and scratch buffers) from nothing every time.
+			tx.release()
+			if ferr != nil {
 				return nil, ferr
 			}
 			if err != nil {
@@ -120,6 +125,7 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 			return out, nil
 		}
 		tx.abort()
+		tx.release()
 		w = &waiter{ch: make(chan struct{})}
 		for _, name := range req.Queues {
 			q := s.queue(name)
