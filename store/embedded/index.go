@@ -147,8 +147,7 @@ func uuidKey(id string) (k [2]uint64, ok bool) {
 	return k, true
 }
 
-func (h readyHeap) Len() int { return len(h) }
-func (h readyHeap) Less(i, j int) bool {
+func (h readyHeap) less(i, j int) bool {
 	a, b := &h[i], &h[j]
 	if a.priority != b.priority {
 		return a.priority > b.priority
@@ -164,24 +163,84 @@ func (h readyHeap) Less(i, j int) bool {
 	}
 	return a.t.id < b.t.id
 }
-func (h readyHeap) Swap(i, j int) {
+
+func (h readyHeap) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].t.heapIdx = int32(i)
 	h[j].t.heapIdx = int32(j)
 }
-func (h *readyHeap) Push(x any) {
-	e := x.(readyEnt)
+
+// The heap operations below are container/heap's algorithms written for
+// readyEnt: through heap.Interface every Push and Pop boxed a 48-byte entry
+// into an interface (one allocation each) and every comparison was an
+// interface call.
+
+func (h readyHeap) up(j int) {
+	for {
+		i := (j - 1) / 2 // parent
+		if i == j || !h.less(j, i) {
+			break
+		}
+		h.swap(i, j)
+		j = i
+	}
+}
+
+func (h readyHeap) down(i0, n int) bool {
+	i := i0
+	for {
+		j1 := 2*i + 1
+		if j1 >= n || j1 < 0 {
+			break
+		}
+		j := j1
+		if j2 := j1 + 1; j2 < n && h.less(j2, j1) {
+			j = j2
+		}
+		if !h.less(j, i) {
+			break
+		}
+		h.swap(i, j)
+		i = j
+	}
+	return i > i0
+}
+
+// init establishes the heap order over all entries.
+func (h readyHeap) init() {
+	n := len(h)
+	for i := n/2 - 1; i >= 0; i-- {
+		h.down(i, n)
+	}
+}
+
+// push adds e.
+func (h *readyHeap) push(e readyEnt) {
 	e.t.heapIdx = int32(len(*h))
 	*h = append(*h, e)
+	h.up(len(*h) - 1)
 }
-func (h *readyHeap) Pop() any {
+
+// remove deletes the entry at i.
+func (h *readyHeap) remove(i int) {
 	old := *h
-	n := len(old)
-	e := old[n-1]
-	old[n-1] = readyEnt{}
-	*h = old[:n-1]
-	e.t.heapIdx = -1
-	return e
+	n := len(old) - 1
+	if n != i {
+		old.swap(i, n)
+		if !old.down(i, n) {
+			old.up(i)
+		}
+	}
+	old[n].t.heapIdx = -1
+	old[n] = readyEnt{}
+	*h = old[:n]
+}
+
+// fix restores the order after the entry at i changed.
+func (h readyHeap) fix(i int) {
+	if !h.down(i, len(h)) {
+		h.up(i)
+	}
 }
 
 // timerHeap orders every task with a pending time-driven duty (run_at,
@@ -243,13 +302,13 @@ func (s *Store) index(t *task, old state, counted bool) {
 			e := &t.q.ready[t.heapIdx]
 			if e.priority != t.st.priority || e.readyAt != t.st.readyAt {
 				e.priority, e.readyAt = t.st.priority, t.st.readyAt
-				heap.Fix(&t.q.ready, int(t.heapIdx))
+				t.q.ready.fix(int(t.heapIdx))
 			}
 		} else {
-			heap.Push(&t.q.ready, newReadyEnt(t))
+			t.q.ready.push(newReadyEnt(t))
 		}
 	} else if t.heapIdx >= 0 {
-		heap.Remove(&t.q.ready, int(t.heapIdx))
+		t.q.ready.remove(int(t.heapIdx))
 	}
 	s.setTimer(t, timerFor(t))
 }
@@ -258,7 +317,7 @@ func (s *Store) index(t *task, old state, counted bool) {
 func (s *Store) unindex(t *task) {
 	t.q.counts[t.st.status]--
 	if t.heapIdx >= 0 {
-		heap.Remove(&t.q.ready, int(t.heapIdx))
+		t.q.ready.remove(int(t.heapIdx))
 	}
 	s.setTimer(t, 0)
 }

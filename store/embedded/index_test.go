@@ -1,6 +1,8 @@
 package embedded
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/google/uuid"
@@ -58,7 +60,7 @@ func TestReadyHeapMixedIDs(t *testing.T) {
 	for len(h) > 0 {
 		best := 0
 		for i := range h {
-			if h.Less(i, best) {
+			if h.less(i, best) {
 				best = i
 			}
 		}
@@ -69,6 +71,59 @@ func TestReadyHeapMixedIDs(t *testing.T) {
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("order %v, want %v", got, want)
+		}
+	}
+}
+
+// The hand-written heap operations keep the heap order and every task's
+// heapIdx through random pushes, removals and key changes.
+func TestReadyHeapOps(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	var h readyHeap
+	var live []*task
+	check := func(step int) {
+		for i := range h {
+			if int(h[i].t.heapIdx) != i {
+				t.Fatalf("step %d: entry %d has heapIdx %d", step, i, h[i].t.heapIdx)
+			}
+			if p := (i - 1) / 2; i > 0 && h.less(i, p) {
+				t.Fatalf("step %d: entry %d sorts before its parent %d", step, i, p)
+			}
+		}
+	}
+	for step := 0; step < 3000; step++ {
+		switch op := rng.IntN(4); {
+		case op <= 1 || len(live) == 0:
+			tk := &task{id: fmt.Sprintf("t%05d", step), heapIdx: -1}
+			tk.st.priority = uint32(rng.IntN(3))
+			tk.st.readyAt = int64(rng.IntN(5))
+			h.push(newReadyEnt(tk))
+			live = append(live, tk)
+		case op == 2:
+			k := rng.IntN(len(live))
+			h.remove(int(live[k].heapIdx))
+			if live[k].heapIdx != -1 {
+				t.Fatalf("removed task keeps heapIdx %d", live[k].heapIdx)
+			}
+			live = append(live[:k], live[k+1:]...)
+		default:
+			tk := live[rng.IntN(len(live))]
+			e := &h[tk.heapIdx]
+			e.priority = uint32(rng.IntN(3))
+			h.fix(int(tk.heapIdx))
+		}
+		check(step)
+	}
+	// Popping everything yields the claim order.
+	for len(h) > 0 {
+		top := h[0]
+		h.remove(0)
+		if len(h) > 0 {
+			h2 := readyHeap{top, h[0]}
+			if h2.less(1, 0) {
+				t.Fatalf("popped %q before %q", top.t.id, h[0].t.id)
+			}
 		}
 	}
 }

@@ -88,7 +88,7 @@ func (s *Store) load(ctx context.Context) error {
 		return err
 	}
 	for _, q := range s.queues {
-		heap.Init(&q.ready)
+		q.ready.init()
 	}
 	heap.Init(&s.timers)
 	// Dependency counters: a dependency that is gone or completed is
