@@ -5,7 +5,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nornq/norn"
@@ -20,11 +19,22 @@ import (
 // whitespace inside specs and results; TestAppendTaskMatchesMarshal holds
 // the two equal.
 
-// bufPool recycles response buffers; a 1000-task response is ~400 KiB.
-var bufPool = sync.Pool{New: func() any { return new([]byte) }}
+// Response buffers are allocated once at their estimated size rather than
+// recycled through a sync.Pool: pooled buffers of hundreds of KiB stay live
+// across garbage collections and made the heap measurements of the stream
+// conformance test (and any caller's) swing by megabytes.
 
-// maxPooledBuf keeps one huge response from pinning its buffer forever.
-const maxPooledBuf = 4 << 20
+// taskSizeHint estimates the encoded size of tasks (fixed members ~320
+// bytes, plus the variable ones).
+func taskSizeHint(tasks []*norn.Task) int {
+	n := 64
+	for _, t := range tasks {
+		if t != nil {
+			n += 320 + len(t.ID) + len(t.Queue) + len(t.Spec) + len(t.Result) + len(t.Owner)
+		}
+	}
+	return n
+}
 
 // writeRaw writes an encoded JSON body (without the final newline, which
 // writeRaw adds as writeJSON does).
@@ -38,8 +48,7 @@ func writeRaw(w http.ResponseWriter, status int, b []byte) {
 // writeTasks writes {"tasks":[…]} and, when dups is non-nil,
 // "duplicates":[…] after it.
 func writeTasks(w http.ResponseWriter, status int, tasks []*norn.Task, dups []string) {
-	bp := bufPool.Get().(*[]byte)
-	b := append((*bp)[:0], `{"tasks":[`...)
+	b := append(make([]byte, 0, taskSizeHint(tasks)+16*len(dups)), `{"tasks":[`...)
 	var err error
 	for i, t := range tasks {
 		if i > 0 {
@@ -66,10 +75,6 @@ func writeTasks(w http.ResponseWriter, status int, tasks []*norn.Task, dups []st
 		writeRaw(w, http.StatusInternalServerError, []byte(`{"error":{"code":"internal","message":"internal error"}}`+"\n"))
 	} else {
 		writeRaw(w, status, b)
-	}
-	if cap(b) <= maxPooledBuf {
-		*bp = b
-		bufPool.Put(bp)
 	}
 }
 
@@ -227,10 +232,9 @@ func appendString(b []byte, s string) []byte {
 }
 
 // writeLeaseResults writes {"results":[…]} of a lease batch as json.Marshal
-// would, into a pooled buffer: most results are {} or a deadline.
+// would: most results are {} or a deadline.
 func writeLeaseResults(w http.ResponseWriter, results []leaseResult) {
-	bp := bufPool.Get().(*[]byte)
-	b := append((*bp)[:0], `{"results":[`...)
+	b := append(make([]byte, 0, 32+48*len(results)), `{"results":[`...)
 	var err error
 	for i := range results {
 		r := &results[i]
@@ -264,9 +268,5 @@ func writeLeaseResults(w http.ResponseWriter, results []leaseResult) {
 		writeRaw(w, http.StatusInternalServerError, []byte(`{"error":{"code":"internal","message":"internal error"}}`+"\n"))
 	} else {
 		writeRaw(w, http.StatusOK, b)
-	}
-	if cap(b) <= maxPooledBuf {
-		*bp = b
-		bufPool.Put(bp)
 	}
 }
