@@ -322,7 +322,8 @@ func (tx *txn) complete(ref norn.LeaseRef, result json.RawMessage) error {
 	t2.progress = 1
 	old := t.st
 	t.st = t2 // progress recorded through finishTask's touch
-	tx.onUndo(func() { t.st.progress = old.progress })
+	// A state undo step (not a closure, which allocated on every complete).
+	tx.undo = append(tx.undo, undoStep{t: t, old: old})
 	tx.finishTask(t, stCompleted, norn.HistoryEntry{Type: norn.TaskComplete, Worker: ref.Worker, Lease: ref.Lease, Progress: 1}, nil)
 	return nil
 }
