@@ -483,12 +483,17 @@ func FuzzDecodeFastMatchesSlow(f *testing.F) {
 	for _, s := range []string{`{"queue":"q","spec":{"a":[1,"x\"y"]},"priority":3,"labels":{"k":"v"},"retry":{"max_retries":1,"base":"1s"}}`,
 		`{"Queue":"q"}`, `{"queue":"q","spec":null}`, `{"queue":"q","delay":"-1s"}`, `{"q\u0075eue":"q"}`,
 		`{"op":"fail","id":"t","worker":"w","lease":1,"error":{"code":"x","args":{"a":null}}}`, `{"op":"heartbeat","progress":0.5,"extend":"2s"}`,
-		`{"submit":[{"queue":"q","max_attempts":2}],"update":[{"id":"a","priority":1}]}`, `{"worker":"w","lease":1,"seq":2,"data":[1]}`} {
+		`{"submit":[{"queue":"q","max_attempts":2}],"update":[{"id":"a","priority":1}]}`, `{"worker":"w","lease":1,"seq":2,"data":[1]}`,
+		`{"paused":true,"retention":{"completed":"1h","aborted":"1h","cancelled":"1h"},"timeout":"5s"}`, `{"worker":"w","queues":["a"],"n":2,"wait":"1s"}`,
+		`{"priority":1,"labels":{"a":"b"},"run_at":"2030-01-01T00:00:00Z"}`, `{"name":"n","queues":["q"]}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, mk := range []func() any{func() any { return new(norn.NewTask) }, func() any { return new(norn.LeaseOp) },
-			func() any { return new(norn.Txn) }, func() any { return new(logBody) }, func() any { return new(heartbeatBody) }} {
+			func() any { return new(norn.Txn) }, func() any { return new(logBody) }, func() any { return new(heartbeatBody) },
+			func() any { return new(norn.QueueUpdate) }, func() any { return new(norn.Update) }, func() any { return new(norn.ClaimRequest) },
+			func() any { return new(queueClaimBody) }, func() any { return new(completeBody) }, func() any { return new(failBody) },
+			func() any { return new(norn.WorkerInfo) }} {
 			fast := mk()
 			if !decodeFast(bytes.TrimSpace(b), fast) {
 				continue
