@@ -171,7 +171,7 @@ func (h readyHeap) swap(i, j int) {
 }
 
 // The heap operations below are container/heap's algorithms written for
-// readyEnt: through heap.Interface every Push and Pop boxed a 48-byte entry
+// readyEnt: through heap.Interface every Push and Pop boxed a 40-byte entry
 // into an interface (one allocation each) and every comparison was an
 // interface call.
 
