@@ -23,7 +23,10 @@ import (
 // its members, every member is matched against the Go field by its exact
 // JSON name, and errors are prefixed with the member's path
 // ("tasks[3].retry.base"). Only the current value is held in memory; batch
-// arrays are streamed element by element (see decodeBatch).
+// arrays are streamed element by element (see decodeBatch). That walk is
+// the authority but costly, so a body that encoding/json decodes cleanly
+// with exactly named members takes a one-pass fast path (fastdecode.go);
+// the walk runs only to find and name what is wrong.
 
 // decodeStrict decodes the JSON value raw into v (a pointer), rejecting
 // unknown fields and naming the offending field, prefixed with path, in
