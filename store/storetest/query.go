@@ -364,6 +364,15 @@ func testStreamMemory(t *testing.T, f Factory, n int) {
 		t.Fatalf("Stream returned %d tasks, want %d", count, n)
 	}
 	bound := perTask * uint64(n) / 4
+	// Background allocations of the process (an in-process server's
+	// response buffers, the store's caches) are noise of a few MiB whatever
+	// n is; at small n a quarter of the hold cost is within that noise. The
+	// floor keeps the test meaningful: it applies only when holding every
+	// task would cost more than the floor itself.
+	const noiseFloor = 8 << 20
+	if bound < noiseFloor && perTask*uint64(n) > noiseFloor {
+		bound = noiseFloor
+	}
 	t.Logf("measured and streamed in %v", time.Since(start))
 	t.Logf("streamed %d tasks: peak heap growth %d KiB; holding them would take ~%d KiB (%d B/task); bound %d KiB",
 		n, peak>>10, perTask*uint64(n)>>10, perTask, bound>>10)
