@@ -1,11 +1,10 @@
 package client
 
 import (
-	"encoding/json"
 	"strconv"
-	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/jsonenc"
 )
 
 // appendBatch writes the body of POST /v1/tasks/batch. json.Marshal would
@@ -34,11 +33,11 @@ func appendNewTask(b []byte, nt *norn.NewTask) ([]byte, error) {
 	b = append(b, '{')
 	if nt.ID != "" {
 		b = append(b, `"id":`...)
-		b = appendString(b, nt.ID)
+		b = jsonenc.String(b, nt.ID)
 		b = append(b, ',')
 	}
 	b = append(b, `"queue":`...)
-	b = appendString(b, nt.Queue)
+	b = jsonenc.String(b, nt.Queue)
 	if len(nt.Spec) > 0 {
 		b = append(b, `,"spec":`...)
 		b = append(b, nt.Spec...)
@@ -49,17 +48,17 @@ func appendNewTask(b []byte, nt *norn.NewTask) ([]byte, error) {
 	}
 	var err error
 	if len(nt.Labels) > 0 {
-		if b, err = appendMarshal(b, `,"labels":`, nt.Labels); err != nil {
+		if b, err = jsonenc.Marshal(b, `,"labels":`, nt.Labels); err != nil {
 			return nil, err
 		}
 	}
 	if !nt.RunAt.IsZero() {
-		if b, err = appendMarshal(b, `,"run_at":`, nt.RunAt); err != nil {
+		if b, err = jsonenc.Marshal(b, `,"run_at":`, nt.RunAt); err != nil {
 			return nil, err
 		}
 	}
 	if nt.Delay != 0 {
-		b = appendDuration(b, `,"delay":`, nt.Delay)
+		b = jsonenc.Duration(b, `,"delay":`, nt.Delay)
 	}
 	if len(nt.DependsOn) > 0 {
 		b = append(b, `,"depends_on":[`...)
@@ -67,7 +66,7 @@ func appendNewTask(b []byte, nt *norn.NewTask) ([]byte, error) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, id)
+			b = jsonenc.String(b, id)
 		}
 		b = append(b, ']')
 	}
@@ -76,47 +75,14 @@ func appendNewTask(b []byte, nt *norn.NewTask) ([]byte, error) {
 		b = strconv.AppendInt(b, int64(*nt.MaxAttempts), 10)
 	}
 	if nt.Retry != nil {
-		if b, err = appendMarshal(b, `,"retry":`, nt.Retry); err != nil {
+		if b, err = jsonenc.Marshal(b, `,"retry":`, nt.Retry); err != nil {
 			return nil, err
 		}
 	}
 	if nt.Timeout != 0 {
-		b = appendDuration(b, `,"timeout":`, nt.Timeout)
+		b = jsonenc.Duration(b, `,"timeout":`, nt.Timeout)
 	}
 	return append(b, '}'), nil
-}
-
-func appendDuration(b []byte, name string, d norn.Duration) []byte {
-	b = append(b, name...)
-	b = append(b, '"')
-	b = append(b, time.Duration(d).String()...)
-	return append(b, '"')
-}
-
-// appendMarshal writes a member whose value is rare enough on the hot path
-// to leave to encoding/json.
-func appendMarshal(b []byte, name string, v any) ([]byte, error) {
-	j, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	return append(append(b, name...), j...), nil
-}
-
-// appendString writes s as a JSON string. Plain printable ASCII (ids,
-// queue names) is written as is; anything else goes through encoding/json
-// so escaping, invalid UTF-8 and HTML-safe output stay exactly as before.
-func appendString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			j, _ := json.Marshal(s) // a string always marshals
-			return append(b, j...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 // appendLeaseOps writes the body of POST /v1/leases/batch as json.Marshal
@@ -129,29 +95,29 @@ func appendLeaseOps(b []byte, ops []norn.LeaseOp) ([]byte, error) {
 			b = append(b, ',')
 		}
 		b = append(b, `{"op":`...)
-		b = appendString(b, string(op.Op))
+		b = jsonenc.String(b, string(op.Op))
 		b = append(b, `,"id":`...)
-		b = appendString(b, op.TaskID)
+		b = jsonenc.String(b, op.TaskID)
 		b = append(b, `,"worker":`...)
-		b = appendString(b, op.Worker)
+		b = jsonenc.String(b, op.Worker)
 		b = append(b, `,"lease":`...)
 		b = strconv.AppendUint(b, op.Lease, 10)
 		var err error
 		if op.Progress != nil {
 			// Rare enough (and NaN must fail as before) to leave to encoding/json.
-			if b, err = appendMarshal(b, `,"progress":`, *op.Progress); err != nil {
+			if b, err = jsonenc.Marshal(b, `,"progress":`, *op.Progress); err != nil {
 				return nil, err
 			}
 		}
 		if op.Extend != 0 {
-			b = appendDuration(b, `,"extend":`, op.Extend)
+			b = jsonenc.Duration(b, `,"extend":`, op.Extend)
 		}
 		if len(op.Result) > 0 {
 			b = append(b, `,"result":`...)
 			b = append(b, op.Result...)
 		}
 		if op.Error != nil {
-			if b, err = appendMarshal(b, `,"error":`, op.Error); err != nil {
+			if b, err = jsonenc.Marshal(b, `,"error":`, op.Error); err != nil {
 				return nil, err
 			}
 		}

@@ -1,13 +1,12 @@
 package server
 
 import (
-	"encoding/json"
-	"math"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/jsonenc"
 )
 
 // Responses that carry many tasks (batch submit, claim) are encoded by
@@ -65,7 +64,7 @@ func writeTasks(w http.ResponseWriter, status int, tasks []*norn.Task, dups []st
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, id)
+			b = jsonenc.String(b, id)
 		}
 		b = append(b, ']')
 	}
@@ -87,9 +86,9 @@ func appendTask(b []byte, t *norn.Task) ([]byte, error) {
 	}
 	var err error
 	b = append(b, `{"id":`...)
-	b = appendString(b, t.ID)
+	b = jsonenc.String(b, t.ID)
 	b = append(b, `,"queue":`...)
-	b = appendString(b, t.Queue)
+	b = jsonenc.String(b, t.Queue)
 	if len(t.Spec) > 0 {
 		b = append(b, `,"spec":`...)
 		b = append(b, t.Spec...)
@@ -97,23 +96,23 @@ func appendTask(b []byte, t *norn.Task) ([]byte, error) {
 	b = append(b, `,"priority":`...)
 	b = strconv.AppendUint(b, uint64(t.Priority), 10)
 	b = append(b, `,"status":`...)
-	b = appendString(b, string(t.Status))
+	b = jsonenc.String(b, string(t.Status))
 	b = append(b, `,"progress":`...)
-	if b, err = appendFloat(b, t.Progress); err != nil {
+	if b, err = jsonenc.Float(b, t.Progress); err != nil {
 		return nil, err
 	}
 	if len(t.Labels) > 0 {
-		if b, err = appendMarshal(b, `,"labels":`, t.Labels); err != nil {
+		if b, err = jsonenc.Marshal(b, `,"labels":`, t.Labels); err != nil {
 			return nil, err
 		}
 	}
-	if b, err = appendTime(b, `,"created":`, t.Created); err != nil {
+	if b, err = jsonenc.Time(b, `,"created":`, t.Created); err != nil {
 		return nil, err
 	}
-	if b, err = appendTime(b, `,"updated":`, t.Updated); err != nil {
+	if b, err = jsonenc.Time(b, `,"updated":`, t.Updated); err != nil {
 		return nil, err
 	}
-	if b, err = appendTime(b, `,"run_at":`, t.RunAt); err != nil {
+	if b, err = jsonenc.Time(b, `,"run_at":`, t.RunAt); err != nil {
 		return nil, err
 	}
 	if len(t.DependsOn) > 0 {
@@ -122,16 +121,16 @@ func appendTask(b []byte, t *norn.Task) ([]byte, error) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, id)
+			b = jsonenc.String(b, id)
 		}
 		b = append(b, ']')
 	}
 	if t.Owner != "" {
 		b = append(b, `,"owner":`...)
-		b = appendString(b, t.Owner)
+		b = jsonenc.String(b, t.Owner)
 	}
 	if !t.Deadline.IsZero() {
-		if b, err = appendTime(b, `,"deadline":`, t.Deadline); err != nil {
+		if b, err = jsonenc.Time(b, `,"deadline":`, t.Deadline); err != nil {
 			return nil, err
 		}
 	}
@@ -142,7 +141,7 @@ func appendTask(b []byte, t *norn.Task) ([]byte, error) {
 	b = append(b, `,"max_attempts":`...)
 	b = strconv.AppendInt(b, int64(t.MaxAttempts), 10)
 	if t.Retry != nil {
-		if b, err = appendMarshal(b, `,"retry":`, t.Retry); err != nil {
+		if b, err = jsonenc.Marshal(b, `,"retry":`, t.Retry); err != nil {
 			return nil, err
 		}
 	}
@@ -154,12 +153,12 @@ func appendTask(b []byte, t *norn.Task) ([]byte, error) {
 		b = append(b, t.Result...)
 	}
 	if len(t.Errors) > 0 {
-		if b, err = appendMarshal(b, `,"errors":`, t.Errors); err != nil {
+		if b, err = jsonenc.Marshal(b, `,"errors":`, t.Errors); err != nil {
 			return nil, err
 		}
 	}
 	if len(t.History) > 0 {
-		if b, err = appendMarshal(b, `,"history":`, t.History); err != nil {
+		if b, err = jsonenc.Marshal(b, `,"history":`, t.History); err != nil {
 			return nil, err
 		}
 	}
@@ -170,65 +169,6 @@ func appendTask(b []byte, t *norn.Task) ([]byte, error) {
 	b = append(b, `,"version":`...)
 	b = strconv.AppendUint(b, t.Version, 10)
 	return append(b, '}'), nil
-}
-
-func appendTime(b []byte, name string, t time.Time) ([]byte, error) {
-	if y := t.Year(); y < 0 || y > 9999 {
-		return appendMarshal(b, name, t) // json.Marshal's error
-	}
-	b = append(b, name...)
-	b = append(b, '"')
-	b = t.AppendFormat(b, time.RFC3339Nano)
-	return append(b, '"'), nil
-}
-
-// appendFloat formats f as encoding/json does (ES6 number formatting).
-func appendFloat(b []byte, f float64) ([]byte, error) {
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		_, err := json.Marshal(f)
-		return nil, err
-	}
-	abs := math.Abs(f)
-	fmt := byte('f')
-	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		fmt = 'e'
-	}
-	b = strconv.AppendFloat(b, f, fmt, -1, 64)
-	if fmt == 'e' {
-		// clean up e-09 to e-9
-		n := len(b)
-		if n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b, nil
-}
-
-// appendMarshal writes a member whose value is rare enough on the hot path
-// to leave to encoding/json.
-func appendMarshal(b []byte, name string, v any) ([]byte, error) {
-	j, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	return append(append(b, name...), j...), nil
-}
-
-// appendString writes s as a JSON string. Plain printable ASCII is written
-// as is; anything else goes through encoding/json so escaping, invalid
-// UTF-8 and HTML-safe output stay exactly as json.Marshal has them.
-func appendString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			j, _ := json.Marshal(s) // a string always marshals
-			return append(b, j...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 // writeLeaseResults writes {"results":[…]} of a lease batch as json.Marshal
@@ -243,7 +183,7 @@ func writeLeaseResults(w http.ResponseWriter, results []leaseResult) {
 		}
 		b = append(b, '{')
 		if !r.Deadline.IsZero() {
-			if b, err = appendTime(b, `"deadline":`, r.Deadline); err != nil {
+			if b, err = jsonenc.Time(b, `"deadline":`, r.Deadline); err != nil {
 				break
 			}
 		}
@@ -252,12 +192,12 @@ func writeLeaseResults(w http.ResponseWriter, results []leaseResult) {
 				b = append(b, ',')
 			}
 			b = append(b, `"error":{"code":`...)
-			b = appendString(b, string(r.Error.Code))
+			b = jsonenc.String(b, string(r.Error.Code))
 			b = append(b, `,"message":`...)
-			b = appendString(b, r.Error.Message)
+			b = jsonenc.String(b, r.Error.Message)
 			if r.Error.Field != "" {
 				b = append(b, `,"field":`...)
-				b = appendString(b, r.Error.Field)
+				b = jsonenc.String(b, r.Error.Field)
 			}
 			b = append(b, '}')
 		}
