@@ -19,11 +19,7 @@ any failed.`,
 			Example: `  norn cancel job-1 job-2`,
 			Args:    cobra.MinimumNArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				format, err := outputFormat(g)
-				if err != nil {
-					return err
-				}
-				c, err := newClient(g)
+				format, c, err := formatAndClient(g)
 				if err != nil {
 					return err
 				}

@@ -24,11 +24,7 @@ stderr and make the exit code 1; the tasks that exist are still printed.`,
   norn get job-1 job-2 -o json`,
 			Args: cobra.MinimumNArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				format, err := outputFormat(g)
-				if err != nil {
-					return err
-				}
-				c, err := newClient(g)
+				format, c, err := formatAndClient(g)
 				if err != nil {
 					return err
 				}

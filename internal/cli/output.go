@@ -74,6 +74,21 @@ func newClient(g *Globals) (*client.Client, error) {
 	return c, nil
 }
 
+// formatAndClient is the start of every client command: the -o format
+// (checked first, so a bad flag fails before any network I/O) and a client
+// of --server. The caller closes the client.
+func formatAndClient(g *Globals) (string, *client.Client, error) {
+	format, err := outputFormat(g)
+	if err != nil {
+		return "", nil, err
+	}
+	c, err := newClient(g)
+	if err != nil {
+		return "", nil, err
+	}
+	return format, c, nil
+}
+
 // writeJSON writes v as indented JSON followed by a newline.
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

@@ -22,11 +22,7 @@ applied to tasks that do not set their own (admin role).`,
   norn queues set emails --timeout 30s --max-attempts 5 --retention-completed 1h`,
 			Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, args []string) error {
-				format, err := outputFormat(g)
-				if err != nil {
-					return err
-				}
-				c, err := newClient(g)
+				format, c, err := formatAndClient(g)
 				if err != nil {
 					return err
 				}
@@ -88,11 +84,7 @@ func queueGetCmd(g *Globals) *cobra.Command {
 		Short: "Show one queue with its counts and defaults",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := outputFormat(g)
-			if err != nil {
-				return err
-			}
-			c, err := newClient(g)
+			format, c, err := formatAndClient(g)
 			if err != nil {
 				return err
 			}
@@ -139,11 +131,7 @@ func queuePauseCmd(g *Globals, pause bool) *cobra.Command {
 		Short: short,
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := outputFormat(g)
-			if err != nil {
-				return err
-			}
-			c, err := newClient(g)
+			format, c, err := formatAndClient(g)
 			if err != nil {
 				return err
 			}

@@ -15,11 +15,7 @@ func init() {
 			Short: "Show task counts by queue and status, totals and workers",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, args []string) error {
-				format, err := outputFormat(g)
-				if err != nil {
-					return err
-				}
-				c, err := newClient(g)
+				format, c, err := formatAndClient(g)
 				if err != nil {
 					return err
 				}
