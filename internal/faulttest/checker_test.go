@@ -1,0 +1,97 @@
+package faulttest
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nornq/norn"
+)
+
+// The checker must be able to fail: each case is a history that breaks
+// one property, and the clean one breaks none.
+func TestCheckHistory(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	assign := func(s float64, l uint64) norn.HistoryEntry {
+		return norn.HistoryEntry{Type: norn.TaskAssignment, Time: at(s), Lease: l}
+	}
+	timeout := func(s float64, l uint64) norn.HistoryEntry {
+		return norn.HistoryEntry{Type: norn.TaskTimeout, Time: at(s), Lease: l}
+	}
+	complete := func(s float64, l uint64) norn.HistoryEntry {
+		return norn.HistoryEntry{Type: norn.TaskComplete, Time: at(s), Lease: l}
+	}
+	for _, tc := range []struct {
+		name    string
+		hist    []norn.HistoryEntry
+		acked   []uint64
+		problem string // "" = clean
+	}{
+		{"clean rerun", []norn.HistoryEntry{assign(0, 1), timeout(2.5, 1), assign(3, 2), complete(3.1, 2)}, []uint64{2}, ""},
+		{"assignment while live", []norn.HistoryEntry{assign(0, 1), assign(1, 2), complete(1.5, 2)}, nil, "overlapping leases"},
+		{"timeout before the lease ran out", []norn.HistoryEntry{assign(0, 1), timeout(1, 1), assign(1.1, 2), complete(1.5, 2)}, nil, "overlapping leases"},
+		{"lease reused", []norn.HistoryEntry{assign(0, 2), timeout(3, 2), assign(3, 2), complete(3.1, 2)}, nil, "overlapping leases"},
+		{"two completions", []norn.HistoryEntry{assign(0, 1), complete(0.5, 1), assign(1, 2), complete(1.5, 2)}, nil, "two accepted completions"},
+		{"acked under two leases", []norn.HistoryEntry{assign(0, 1), timeout(3, 1), assign(3, 2), complete(3.1, 2)}, []uint64{1, 2}, "two accepted completions"},
+		{"acked under a stale lease", []norn.HistoryEntry{assign(0, 1), timeout(3, 1), assign(3, 2), complete(3.1, 2)}, []uint64{1}, "fencing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Report{}
+			r.checkHistory(&norn.Task{ID: "x", Status: norn.StatusCompleted, History: tc.hist}, 2*time.Second, tc.acked)
+			ps := r.Problems()
+			if tc.problem == "" {
+				if len(ps) > 0 {
+					t.Fatalf("clean history reported %v", ps)
+				}
+				return
+			}
+			if len(ps) == 0 || !strings.HasPrefix(ps[0], tc.problem) {
+				t.Fatalf("want %q, got %v", tc.problem, ps)
+			}
+		})
+	}
+}
+
+func TestCheckMonitor(t *testing.T) {
+	line := func(at time.Time, msg string, start time.Time) logLine {
+		rec := map[string]any{"time": at.Format(time.RFC3339Nano), "msg": msg}
+		if !start.IsZero() {
+			rec["start"] = start.Format(time.RFC3339Nano)
+		}
+		return logLine{Rec: rec}
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := func(x float64) time.Time { return t0.Add(time.Duration(x * float64(time.Second))) }
+	var zero time.Time
+	for _, tc := range []struct {
+		name    string
+		a, b    []logLine
+		events  []Event
+		problem string
+	}{
+		{"handover", []logLine{line(s(0), msgLeads, zero), line(s(1), msgSwept, s(0.9)), line(s(2), msgLost, zero)},
+			[]logLine{line(s(3), msgLeads, zero), line(s(4), msgSwept, s(3.5))},
+			[]Event{{Fault: "pause", Target: "a (leader)", Start: s(1.5), Healed: s(5)}}, ""},
+		{"overlapping sweeps", []logLine{line(s(0), msgLeads, zero), line(s(4), msgSwept, s(1))},
+			[]logLine{line(s(2), msgLeads, zero), line(s(3), msgSwept, s(2.5))}, nil, "b swept"},
+		{"sweep without the lead", []logLine{line(s(1), msgSwept, s(0.5))}, nil, nil, "a swept"},
+		{"no takeover", []logLine{line(s(0), msgLeads, zero)}, nil,
+			[]Event{{Fault: "pause", Target: "a (leader)", Start: s(1), Healed: s(9)}}, "pause: the leader a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &Node{Name: "a", lines: tc.a, done: make(chan struct{})}
+			b := &Node{Name: "b", lines: tc.b, done: make(chan struct{})}
+			mr := CheckMonitor([]*Node{a, b}, tc.events, s(10))
+			if tc.problem == "" {
+				if len(mr.Problems) > 0 {
+					t.Fatalf("clean run reported %v", mr.Problems)
+				}
+				return
+			}
+			if len(mr.Problems) == 0 || !strings.HasPrefix(mr.Problems[0], tc.problem) {
+				t.Fatalf("want %q, got %v", tc.problem, mr.Problems)
+			}
+		})
+	}
+}

@@ -1,0 +1,288 @@
+package faulttest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nornq/norn"
+	"github.com/nornq/norn/client"
+	"github.com/nornq/norn/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	defer func() {
+		if buildDir != "" {
+			_ = os.RemoveAll(buildDir)
+		}
+	}()
+	pgtest.Main(m)
+}
+
+// soak returns the run length asked for with NORN_FAULT_MINUTES (0: the
+// short form, one pass over every fault).
+func soak(t *testing.T) time.Duration {
+	v := os.Getenv("NORN_FAULT_MINUTES")
+	if v == "" {
+		return 0
+	}
+	m, err := strconv.ParseFloat(v, 64)
+	if err != nil || m <= 0 {
+		t.Fatalf("NORN_FAULT_MINUTES=%q: want a positive number of minutes", v)
+	}
+	return time.Duration(m * float64(time.Minute))
+}
+
+// answers waits until c serves a read.
+func answers(ctx context.Context, c *client.Client) error {
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := c.Count(cctx, norn.Filter{Queues: []string{queue}})
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// run drives the workload while the nemesis runs faults, drains the queue
+// and checks the history. It returns the workload and the nemesis.
+func run(t *testing.T, nodes []*Node, lease time.Duration, faults []Fault, nm *Nemesis, length time.Duration) (*Workload, *Report) {
+	t.Helper()
+	clients := make([]*client.Client, len(nodes))
+	for i, n := range nodes {
+		clients[i] = n.C
+	}
+	w := NewWorkload(clients, lease)
+	ctx := context.Background()
+	pctx, stopProducers := context.WithCancel(ctx)
+	wctx, stopWorkers := context.WithCancel(ctx)
+	var pwg, wwg sync.WaitGroup
+	for i := range 3 {
+		pwg.Add(1)
+		go func() { defer pwg.Done(); w.Produce(pctx, i, 10, 50*time.Millisecond) }()
+	}
+	for i := range 6 {
+		wwg.Add(1)
+		go func() { defer wwg.Done(); w.Work(wctx, i, 5) }()
+	}
+	defer func() { stopProducers(); stopWorkers(); pwg.Wait(); wwg.Wait() }()
+
+	// Let the load settle before the first fault.
+	deadline := time.Now().Add(60 * time.Second)
+	for w.Ops.Completes.Load() < 100 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no load after a minute: %d completions", w.Ops.Completes.Load())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	start := time.Now()
+	nctx, stopNemesis := context.WithCancel(ctx)
+	if length > 0 {
+		time.AfterFunc(length, stopNemesis)
+	}
+	nm.Run(nctx, faults, length > 0)
+	stopNemesis()
+	faultTime := time.Since(start)
+	stopProducers()
+	pwg.Wait()
+
+	// Drain: every task submitted completes once the faults are healed.
+	drainStart := time.Now()
+	pending := norn.Filter{Queues: []string{queue}, Statuses: []norn.Status{norn.StatusReady, norn.StatusRunning, norn.StatusScheduled}}
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		n, err := nodes[0].C.Count(cctx, pending)
+		cancel()
+		if err == nil && n == 0 {
+			break
+		}
+		if time.Since(drainStart) > 2*time.Minute {
+			t.Errorf("queue not drained 2 minutes after the last fault: %d pending (%v)", n, err)
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	drain := time.Since(drainStart)
+	stopWorkers()
+	wwg.Wait()
+
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	rep, err := Check(cctx, nodes[0].C, w)
+	if err != nil {
+		t.Fatalf("check: %v", err)
+	}
+	gap, gapAt := w.MaxGap()
+	t.Logf("%v under faults, drained in %v; longest time without an acknowledged completion %v (ended %s)",
+		faultTime.Round(time.Millisecond), drain.Round(time.Millisecond), gap.Round(time.Millisecond), gapAt.Format("15:04:05.000"))
+	t.Logf("operations: submit calls %d ok / %d failed, claim calls %d ok / %d failed, completions %d ok / %d failed calls, "+
+		"lease lost %d (+%d on retries), 503 %d, timeouts %d, transport errors %d",
+		w.Ops.Submits.Load(), w.Ops.SubmitErrs.Load(), w.Ops.Claims.Load(), w.Ops.ClaimErrs.Load(),
+		w.Ops.Completes.Load(), w.Ops.CompleteErrs.Load(), w.Ops.LeaseLost.Load(), w.Ops.RetriedLeaseLost.Load(),
+		w.Ops.Unavailable.Load(), w.Ops.Timeouts.Load(), w.Ops.Resets.Load())
+	t.Logf("faults:\n%s", nm.Summary())
+	for _, e := range nm.Events() {
+		t.Logf("  %s %s on %s: healed after %v, recovered %v later; err %v", e.Start.Format("15:04:05.000"), e.Fault, e.Target,
+			e.Healed.Sub(e.Start).Round(time.Millisecond), e.Recovery.Round(time.Millisecond), e.Err)
+		if e.Err != nil {
+			t.Errorf("fault %s on %s: %v", e.Fault, e.Target, e.Err)
+		}
+	}
+	t.Logf("check: %v", rep)
+	for _, p := range rep.Problems() {
+		t.Error(p)
+	}
+	w.mu.Lock()
+	for _, e := range w.errs {
+		t.Errorf("answer no fault explains: %s", e)
+	}
+	w.mu.Unlock()
+	if rep.Acked == 0 || rep.AckedCompletions == 0 {
+		t.Errorf("nothing was acknowledged: the run proves nothing")
+	}
+	return w, rep
+}
+
+// TestCluster: three `norn server` nodes on one PostgreSQL, each reaching
+// it through a proxy the test controls; producers and workers use the HTTP
+// API of all three while the nemesis kills a node, restarts PostgreSQL,
+// cuts, blackholes and delays a node's database connections and freezes
+// the monitor leader for longer than a lease and than it takes another
+// node to take the lead.
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	length := soak(t)
+	pg := pgtest.NewCluster(t)
+	const lease = 2 * time.Second
+	proxies := make([]*Proxy, 3)
+	nodes := make([]*Node, 3)
+	for i := range proxies {
+		p, err := NewProxy(net.JoinHostPort("127.0.0.1", strconv.Itoa(pg.Port())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		proxies[i] = p
+	}
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			url := "postgres://postgres@" + proxies[i].Addr() + "/postgres?sslmode=disable&connect_timeout=5"
+			nodes[i] = StartNode(t, fmt.Sprintf("node%d", i), "--store", url, "--schema", "fault", "--migrate")
+		}()
+	}
+	wg.Wait()
+
+	pick := func() int { return rand.IntN(len(nodes)) }
+	leaderOr := func() *Node {
+		if l := Leader(nodes); l != nil {
+			return l
+		}
+		return nodes[pick()]
+	}
+	target := func(n *Node) string {
+		if n == Leader(nodes) {
+			return n.Name + " (leader)"
+		}
+		return n.Name
+	}
+	nodeBack := func(n *Node) func(context.Context) error {
+		return func(ctx context.Context) error { return answers(ctx, n.C) }
+	}
+	var victim *Node // the node of the fault in progress
+	allBack := func(ctx context.Context) error {
+		for _, n := range nodes {
+			if err := answers(ctx, n.C); err != nil {
+				return fmt.Errorf("%s: %w", n.Name, err)
+			}
+		}
+		return nil
+	}
+	faults := []Fault{
+		{Name: "kill", Inject: func(context.Context) (func() error, string, error) {
+			victim = leaderOr()
+			tg := target(victim)
+			victim.Kill()
+			return victim.Start, tg, nil
+		}, Recovered: func(ctx context.Context) error { return nodeBack(victim)(ctx) }},
+		{Name: "pg-restart", Inject: func(context.Context) (func() error, string, error) {
+			return nil, "postgres", pg.Restart("immediate")
+		}, Recovered: allBack},
+		{Name: "cut", Inject: func(context.Context) (func() error, string, error) {
+			i := pick()
+			victim = nodes[i]
+			tg := target(victim)
+			proxies[i].Cut()
+			return func() error { proxies[i].Heal(); return nil }, tg, nil
+		}, Recovered: func(ctx context.Context) error { return nodeBack(victim)(ctx) }},
+		{Name: "delay", Inject: func(context.Context) (func() error, string, error) {
+			i := pick()
+			victim = nodes[i]
+			tg := target(victim)
+			proxies[i].Delay(200 * time.Millisecond)
+			return func() error { proxies[i].Heal(); return nil }, tg, nil
+		}, Recovered: func(ctx context.Context) error { return nodeBack(victim)(ctx) }},
+		{Name: "blackhole", Inject: func(context.Context) (func() error, string, error) {
+			i := pick()
+			victim = nodes[i]
+			tg := target(victim)
+			proxies[i].Blackhole()
+			return func() error { proxies[i].Heal(); return nil }, tg, nil
+		}, Recovered: func(ctx context.Context) error { return nodeBack(victim)(ctx) }},
+		{Name: "pause", Inject: func(context.Context) (func() error, string, error) {
+			victim = leaderOr()
+			tg := target(victim)
+			victim.Stop()
+			return func() error { victim.Cont(); return nil }, tg, nil
+		}, Recovered: func(ctx context.Context) error { return nodeBack(victim)(ctx) }},
+	}
+	nm := &Nemesis{Quiet: 2 * time.Second, Hold: map[string]time.Duration{
+		"kill": 2 * time.Second, "cut": 3 * time.Second, "delay": 4 * time.Second,
+		"blackhole": 4 * time.Second,
+		// Longer than a lease and than the takeover of the monitor lead.
+		"pause": 4*lease + 2*time.Second,
+	}}
+	run(t, nodes, lease, faults, nm, length)
+
+	mr := CheckMonitor(nodes, nm.Events(), time.Now())
+	t.Logf("monitor: %d leadership terms, %d sweeps that changed something, takeovers after the leader went away: %v",
+		mr.Leads, mr.Sweeps, mr.Takeovers)
+	for _, p := range mr.Problems {
+		t.Errorf("monitor: %s", p)
+	}
+	if mr.Sweeps == 0 {
+		t.Errorf("monitor: no sweep did anything; the check proves nothing")
+	}
+}
+
+// TestEmbedded: one `norn server` on the embedded store, killed with
+// SIGKILL and restarted again and again under the same load and checker.
+func TestEmbedded(t *testing.T) {
+	t.Parallel()
+	length := soak(t)
+	const lease = 2 * time.Second
+	n := StartNode(t, "embedded", "--store", "embedded:"+t.TempDir())
+	var faults []Fault
+	for range 5 {
+		faults = append(faults, Fault{Name: "kill", Inject: func(context.Context) (func() error, string, error) {
+			n.Kill()
+			return n.Start, n.Name, nil
+		}, Recovered: func(ctx context.Context) error { return answers(ctx, n.C) }})
+	}
+	nm := &Nemesis{Quiet: 2 * time.Second, Hold: map[string]time.Duration{"kill": 300 * time.Millisecond}}
+	run(t, []*Node{n}, lease, faults, nm, length)
+}
