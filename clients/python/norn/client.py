@@ -1,0 +1,790 @@
+"""The HTTP client of the Norn API."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import select
+import socket
+import ssl
+import threading
+import urllib.parse
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+from . import errors
+from ._wire import Duration, Time, format_duration, format_time, parse_duration, retry_policy
+from .errors import InvalidArgument, NornError, Unavailable
+from .types import LogEntry, Record, Task
+
+__all__ = ["Client", "DEFAULT_SERVER"]
+
+DEFAULT_SERVER = "http://127.0.0.1:7070"
+USER_AGENT = "norn-python-client/1"
+
+# An error body is a small JSON object; a misbehaving proxy must not make us
+# buffer more.
+_MAX_ERROR_BODY = 64 << 10
+# Added to a claim's wait for the socket timeout, so a long poll ends on
+# the server's schedule, not ours.
+_CLAIM_SLACK = 30.0
+# Methods safe to send again when a kept-alive connection turns out to have
+# been closed by the server.
+_IDEMPOTENT = frozenset(("GET", "HEAD", "DELETE", "PUT"))
+
+_StrList = Union[str, Sequence[str]]
+
+
+class _Abort:
+    """Lets another thread cut a request short (the worker's shutdown ends
+    its long-poll claim this way). Shutting the socket down wakes a thread
+    blocked reading it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._conn: Optional[http.client.HTTPConnection] = None
+        self.aborted = False
+
+    def attach(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if self.aborted:
+                raise Unavailable("request aborted")
+            self._conn = conn
+
+    def detach(self) -> None:
+        with self._lock:
+            self._conn = None
+
+    def abort(self) -> None:
+        with self._lock:
+            self.aborted = True
+            conn = self._conn
+            if conn is not None and conn.sock is not None:
+                try:
+                    conn.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+class _Pool:
+    """Kept-alive connections to one server, shared by threads."""
+
+    def __init__(self, scheme: str, host: str, port: Optional[int], ssl_context: Optional[ssl.SSLContext]) -> None:
+        self._scheme, self._host, self._port = scheme, host, port
+        self._ssl = ssl_context
+        self._idle: List[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def get(self, timeout: Optional[float]) -> Tuple[http.client.HTTPConnection, bool]:
+        while True:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                break
+            if _dropped(conn):
+                conn.close()
+                continue
+            conn.timeout = timeout
+            conn.sock.settimeout(timeout)
+            return conn, True
+        if self._scheme == "https":
+            ctx = self._ssl or ssl.create_default_context()
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=ctx), False
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout), False
+
+    def put(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if not self.closed and len(self._idle) < 32:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+def _dropped(conn: http.client.HTTPConnection) -> bool:
+    """Whether an idle connection was closed by the server: an idle socket
+    that is readable has hit EOF (or holds garbage), either way unusable."""
+    sock = conn.sock
+    if sock is None:
+        return True
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+def _csv(value: Optional[_StrList]) -> Optional[str]:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    return ",".join(value)
+
+
+def _task(obj: Any, duplicate: bool = False) -> Task:
+    if not isinstance(obj, dict):
+        raise errors.Internal("cannot decode server response: expected a task object")
+    return Task(obj, duplicate=duplicate)
+
+
+class Client:
+    """A client of a Norn server. Safe to share between threads.
+
+    ``url`` defaults to ``$NORN_SERVER`` (else ``http://127.0.0.1:7070``),
+    ``token`` to ``$NORN_TOKEN`` (sent as ``Authorization: Bearer``).
+    ``timeout`` bounds every call in seconds, except that a long-poll claim
+    is given its wait on top and streams (``list``, ``events``) wait for
+    data as long as it takes. ``ssl_context`` verifies https servers
+    (default: the system's CAs).
+
+    Every method raises a :class:`norn.NornError` subclass for the server's
+    error code (``norn.NotFound``, ``norn.InvalidArgument`` with ``field``,
+    ...) and :class:`norn.Unavailable` when the server cannot be reached.
+    """
+
+    def __init__(
+        self,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        *,
+        timeout: float = 30.0,
+        ssl_context: Optional[ssl.SSLContext] = None,
+        user_agent: str = USER_AGENT,
+    ) -> None:
+        if url is None:
+            url = os.environ.get("NORN_SERVER") or DEFAULT_SERVER
+        if token is None:
+            token = os.environ.get("NORN_TOKEN") or None
+        parsed = urllib.parse.urlsplit(url.strip())
+        if parsed.scheme not in ("http", "https"):
+            raise InvalidArgument(f"server URL {url!r} must start with http:// or https://", field="server")
+        if not parsed.hostname:
+            raise InvalidArgument(f"server URL {url!r} has no host", field="server")
+        try:
+            port = parsed.port
+        except ValueError as e:
+            raise InvalidArgument(f"invalid server URL {url!r}: {e}", field="server") from None
+        if timeout is not None and timeout <= 0:
+            raise InvalidArgument("must be positive", field="timeout")
+        self.url = urllib.parse.urlunsplit((parsed.scheme, parsed.netloc, parsed.path.rstrip("/"), "", ""))
+        self._prefix = parsed.path.rstrip("/")
+        self._host = parsed.netloc
+        self._token = token
+        self._timeout = timeout
+        self._ua = user_agent
+        self._pool = _Pool(parsed.scheme, parsed.hostname, port, ssl_context)
+
+    def __repr__(self) -> str:
+        return f"norn.Client({self.url!r})"
+
+    def close(self) -> None:
+        """Closes idle connections; calls afterwards raise Unavailable."""
+        self._pool.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- transport ------------------------------------------------------
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Optional[Sequence[Tuple[str, str]]] = None,
+        body: Any = None,
+        accept: str = "application/json",
+        timeout: Optional[float] = -1.0,
+        abort: Optional[_Abort] = None,
+    ) -> Tuple[http.client.HTTPResponse, http.client.HTTPConnection]:
+        """Sends a request and returns a 2xx response (not yet read) with its
+        connection; other statuses raise the server's error."""
+        if self._pool.closed:
+            raise Unavailable("client is closed")
+        target = self._prefix + path
+        if query:
+            target += "?" + urllib.parse.urlencode(query)
+        headers = {"Accept": accept, "User-Agent": self._ua, "Host": self._host}
+        data = None
+        if body is not None:
+            try:
+                data = json.dumps(body, separators=(",", ":"), allow_nan=False).encode("utf-8")
+            except (TypeError, ValueError) as e:
+                raise InvalidArgument(f"cannot encode request as JSON: {e}", field="body") from None
+            headers["Content-Type"] = "application/json"
+        if self._token:
+            headers["Authorization"] = "Bearer " + self._token
+        if timeout == -1.0:
+            timeout = self._timeout
+        for attempt in (0, 1):
+            conn, reused = self._pool.get(timeout)
+            if abort is not None:
+                abort.attach(conn)
+            try:
+                conn.request(method, target, body=data, headers=headers)
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                if abort is not None and abort.aborted:
+                    raise Unavailable("request aborted") from None
+                if reused and attempt == 0 and method in _IDEMPOTENT:
+                    continue
+                raise Unavailable(f"cannot reach {self.url}: {e or type(e).__name__}") from e
+            finally:
+                if abort is not None:
+                    abort.detach()
+            if 200 <= resp.status <= 299:
+                return resp, conn
+            try:
+                raw = resp.read(_MAX_ERROR_BODY + 1)
+            except (OSError, http.client.HTTPException):
+                raw = b""
+            if len(raw) > _MAX_ERROR_BODY or not resp.isclosed():
+                conn.close()
+            else:
+                self._pool.put(conn)
+            raise errors.from_response(resp.status, raw[:_MAX_ERROR_BODY])
+        raise AssertionError("unreachable")
+
+    def _call(self, method: str, path: str, **kw: Any) -> Any:
+        """Sends a request and returns its decoded JSON body."""
+        resp, conn = self._send(method, path, **kw)
+        try:
+            raw = resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise Unavailable(f"reading the response of {method} {path}: {e}") from e
+        if resp.will_close:
+            conn.close()
+        else:
+            self._pool.put(conn)
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as e:
+            raise errors.Internal(f"cannot decode server response: {e}") from None
+
+    def _lines(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> Iterator[bytes]:
+        """The lines of a streamed response; the connection is closed when
+        the iteration ends or the generator is closed."""
+        try:
+            while True:
+                try:
+                    line = resp.readline()
+                except (OSError, http.client.HTTPException) as e:
+                    raise Unavailable(f"stream interrupted: {e}") from e
+                if not line:
+                    return
+                yield line
+        finally:
+            conn.close()
+
+    # ---- tasks ------------------------------------------------------------
+
+    @staticmethod
+    def _new_task(queue: str, spec: Any, options: Mapping[str, Any], field: str = "") -> Dict[str, Any]:
+        prefix = field + "." if field else ""
+        nt: Dict[str, Any] = {"queue": queue}
+        if spec is not None:
+            nt["spec"] = spec
+        for key, value in options.items():
+            if value is None:
+                continue
+            if key in ("delay", "timeout"):
+                value = format_duration(value, prefix + key)
+            elif key == "run_at":
+                value = format_time(value, prefix + key)
+            elif key == "retry":
+                value = retry_policy(value, prefix + key)
+            elif key == "depends_on" and isinstance(value, str):
+                value = [value]
+            # Other keys go as given: fields added to the API after this
+            # client still reach the server, which refuses what it does not
+            # know.
+            nt[key] = value
+        return nt
+
+    def submit(self, queue: str, spec: Any = None, **options: Any) -> Task:
+        """Submits one task and returns it (``task.duplicate`` is True when
+        ``id`` existed: the existing task is returned).
+
+        ``spec`` is any JSON-encodable value. Options: ``id`` (makes the
+        submit idempotent), ``priority``, ``labels`` (dict of strings),
+        ``run_at`` (datetime or RFC 3339) or ``delay``, ``depends_on`` (task
+        ids), ``max_attempts``, ``retry`` (``{"max_retries": 5, "base": 20,
+        "max": 3600}``), ``timeout`` (lease length). Durations are seconds,
+        timedeltas or Go duration strings (``"1h30m"``).
+        """
+        out = self._call("POST", "/v1/tasks", body=self._new_task(queue, spec, options))
+        return _task(out.get("task"), bool(out.get("duplicate")))
+
+    def submit_batch(self, tasks: Iterable[Mapping[str, Any]]) -> List[Task]:
+        """Submits tasks atomically (all or none) and returns them in order.
+        Each is a dict with ``queue``, ``spec`` and the options of
+        :meth:`submit`; tasks may depend on earlier ones of the batch by id.
+        An invalid task refuses the batch with ``field`` naming it
+        (``tasks[3].queue``)."""
+        body = []
+        for i, t in enumerate(tasks):
+            if not isinstance(t, Mapping):
+                raise InvalidArgument("each task is a dict with queue, spec and options", field=f"tasks[{i}]")
+            opts = dict(t)
+            queue = opts.pop("queue", None)
+            spec = opts.pop("spec", None)
+            body.append(self._new_task(queue, spec, opts, f"tasks[{i}]"))
+        out = self._call("POST", "/v1/tasks/batch", body={"tasks": body})
+        dups = set(out.get("duplicates") or ())
+        return [_task(t, t.get("id") in dups) for t in out.get("tasks") or ()]
+
+    def get(self, id: str) -> Task:
+        """Returns one task; raises NotFound."""
+        out = self._call("GET", "/v1/tasks/" + _seg(id))
+        return _task(out.get("task"))
+
+    def get_many(self, ids: Sequence[str]) -> Tuple[List[Task], List[str]]:
+        """Returns the tasks that exist (in the order asked) and the ids
+        that do not."""
+        ids = list(ids)
+        if not ids:
+            return [], []
+        if len(ids) == 1:
+            try:
+                return [self.get(ids[0])], []
+            except errors.NotFound:
+                return [], [ids[0]]
+        out = self._call("GET", "/v1/tasks/" + ",".join(_seg(i) for i in ids))
+        return [_task(t) for t in out.get("tasks") or ()], list(out.get("missing") or ())
+
+    @staticmethod
+    def _filters(
+        queue: Optional[_StrList] = None,
+        status: Optional[_StrList] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        owner: Optional[str] = None,
+        id_contains: Optional[str] = None,
+        created_after: Optional[Time] = None,
+        created_before: Optional[Time] = None,
+        updated_after: Optional[Time] = None,
+        updated_before: Optional[Time] = None,
+        **extra: Any,
+    ) -> List[Tuple[str, str]]:
+        q: List[Tuple[str, str]] = []
+        if queue is not None:
+            q.append(("queue", _csv(queue)))
+        if status is not None:
+            q.append(("status", _csv(status)))
+        for k, v in sorted((labels or {}).items()):
+            q.append(("label", f"{k}:{v}"))
+        if owner is not None:
+            q.append(("owner", owner))
+        if id_contains is not None:
+            q.append(("id_contains", id_contains))
+        for key, value in (
+            ("created_after", created_after),
+            ("created_before", created_before),
+            ("updated_after", updated_after),
+            ("updated_before", updated_before),
+        ):
+            if value is not None:
+                q.append((key, format_time(value, key)))
+        # Filters added to the API after this client: passed as given, the
+        # server refuses what it does not know.
+        for key, value in extra.items():
+            if value is None:
+                continue
+            if isinstance(value, (list, tuple)):
+                value = ",".join(str(v) for v in value)
+            q.append((key, str(value)))
+        return q
+
+    def list(
+        self,
+        *,
+        limit: int = 0,
+        order: Optional[str] = None,
+        summary: bool = False,
+        **filters: Any,
+    ) -> Iterator[Task]:
+        """Iterates over every task matching the filters, streamed as NDJSON
+        one task at a time, so memory stays constant however many match.
+
+        Filters (all optional, all must match): ``queue`` and ``status``
+        (a string, comma list or sequence; statuses also take the aliases
+        ``pending``, ``succeeded``, ``failed``, ``terminal``), ``labels``
+        (dict), ``owner``, ``id_contains``, ``created_after``,
+        ``created_before``, ``updated_after``, ``updated_before``.
+        ``limit`` caps the total (0 = all), ``order`` is ``"id"`` (oldest
+        first), ``"newest"`` or ``"priority"``; ``summary=True`` omits spec,
+        result, errors and history.
+
+        The request is sent at once (bad filters raise here); close the
+        iterator (or leave the ``with`` block of ``contextlib.closing``) to
+        stop early.
+        """
+        q = self._filters(**filters)
+        if limit:
+            q.append(("limit", str(limit)))
+        if order and order != "id":
+            q.append(("order", order))
+        if summary:
+            q.append(("view", "summary"))
+        resp, conn = self._send("GET", "/v1/tasks", query=q, accept="application/x-ndjson", timeout=None)
+        return self._task_stream(resp, conn)
+
+    def _task_stream(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> Iterator[Task]:
+        for line in self._lines(resp, conn):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                raise errors.Internal(f"cannot decode streamed task: {e}") from None
+            if isinstance(obj, dict) and "error" in obj and "id" not in obj:
+                raise errors.from_wire(obj["error"]) or errors.Internal("stream ended with an unreadable error")
+            yield _task(obj)
+
+    def list_page(
+        self,
+        *,
+        limit: int = 0,
+        cursor: Optional[str] = None,
+        order: Optional[str] = None,
+        summary: bool = False,
+        **filters: Any,
+    ) -> Tuple[List[Task], Optional[str]]:
+        """One page of :meth:`list` (``limit`` default 100, max 1000) and the
+        cursor of the next page (None on the last page)."""
+        q = self._filters(**filters)
+        if limit:
+            q.append(("limit", str(limit)))
+        if cursor:
+            q.append(("cursor", cursor))
+        if order and order != "id":
+            q.append(("order", order))
+        if summary:
+            q.append(("view", "summary"))
+        out = self._call("GET", "/v1/tasks", query=q)
+        return [_task(t) for t in out.get("tasks") or ()], out.get("next_cursor") or None
+
+    def count(self, **filters: Any) -> int:
+        """How many tasks match the filters of :meth:`list`."""
+        out = self._call("GET", "/v1/tasks/count", query=self._filters(**filters))
+        return int(out["count"])
+
+    def count_groups(self, **filters: Any) -> List[Record]:
+        """Counts of the tasks matching the filters of :meth:`list` per
+        queue and status: records ``{"queue", "status", "count"}``."""
+        q = self._filters(**filters) + [("group", "queue,status")]
+        out = self._call("GET", "/v1/tasks/count", query=q)
+        return [Record(g) for g in out.get("groups") or ()]
+
+    def cancel(self, id: str) -> Task:
+        """Cancels a task that has not finished; its worker sees the
+        cancellation at its next heartbeat. A completed or aborted task
+        raises Conflict."""
+        out = self._call("POST", "/v1/tasks/" + _seg(id) + "/cancel", body={})
+        return _task(out.get("task"))
+
+    def update(
+        self,
+        id: str,
+        *,
+        priority: Optional[int] = None,
+        run_at: Optional[Time] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        if_version: Optional[int] = None,
+    ) -> Task:
+        """Changes a task that is scheduled, blocked or ready (Conflict
+        otherwise, and when ``if_version`` is not the task's version).
+        ``labels`` replaces every label (``{}`` clears them)."""
+        body: Dict[str, Any] = {}
+        if priority is not None:
+            body["priority"] = priority
+        if run_at is not None:
+            body["run_at"] = format_time(run_at, "run_at")
+        if labels is not None:
+            body["labels"] = dict(labels)
+        if if_version is not None:
+            body["if_version"] = if_version
+        out = self._call("PATCH", "/v1/tasks/" + _seg(id), body=body)
+        return _task(out.get("task"))
+
+    def delete(self, id: str) -> None:
+        """Deletes one task; raises NotFound."""
+        self._call("DELETE", "/v1/tasks/" + _seg(id))
+
+    def delete_matching(self, **filters: Any) -> int:
+        """Deletes every task matching the filters of :meth:`list` (at least
+        one is required) and returns how many."""
+        q = self._filters(**filters)
+        if not q:
+            raise InvalidArgument("deleting by filter needs at least one filter", field="filter")
+        out = self._call("DELETE", "/v1/tasks", query=q)
+        return int(out["deleted"])
+
+    def read_log(self, id: str, *, after: int = 0, limit: int = 0) -> List[LogEntry]:
+        """The task's update log entries after sequence number ``after``
+        (at most ``limit``, 0 = all)."""
+        q = []
+        if after:
+            q.append(("after", str(after)))
+        if limit:
+            q.append(("limit", str(limit)))
+        out = self._call("GET", "/v1/tasks/" + _seg(id) + "/log", query=q)
+        return [LogEntry(e) for e in out.get("entries") or ()]
+
+    def transact(
+        self,
+        *,
+        submit: Sequence[Mapping[str, Any]] = (),
+        update: Sequence[Mapping[str, Any]] = (),
+        cancel: Sequence[str] = (),
+        delete: Sequence[str] = (),
+        require: Sequence[Mapping[str, Any]] = (),
+    ) -> Record:
+        """Applies submits, updates (``{"id", "priority", "run_at",
+        "labels", "if_version"}``), cancels and deletes all or nothing,
+        after every requirement (``{"id", "version"}``) holds. Returns
+        ``{"submitted", "updated", "cancelled", "deleted"}``: lists of tasks
+        (a submitted one has ``duplicate`` set when its id existed) and the
+        number deleted."""
+        body: Dict[str, Any] = {}
+        if submit:
+            subs = []
+            for i, t in enumerate(submit):
+                opts = dict(t)
+                queue = opts.pop("queue", None)
+                spec = opts.pop("spec", None)
+                subs.append(self._new_task(queue, spec, opts, f"submit[{i}]"))
+            body["submit"] = subs
+        if update:
+            ups = []
+            for i, u in enumerate(update):
+                u = dict(u)
+                if u.get("run_at") is not None:
+                    u["run_at"] = format_time(u["run_at"], f"update[{i}].run_at")
+                ups.append(u)
+            body["update"] = ups
+        if cancel:
+            body["cancel"] = list(cancel)
+        if delete:
+            body["delete"] = list(delete)
+        if require:
+            body["require"] = [dict(r) for r in require]
+        out = self._call("POST", "/v1/transactions", body=body)
+        rec = Record(out)
+        rec["submitted"] = [_task(s.get("task"), bool(s.get("duplicate"))) for s in rec.get("submitted") or ()]
+        for key in ("updated", "cancelled"):
+            rec[key] = [_task(t) for t in rec.get(key) or ()]
+        return rec
+
+    # ---- queues and administration ---------------------------------------
+
+    def queues(self) -> List[Record]:
+        """Every queue with its counts, pause state and defaults."""
+        return [Record(q) for q in self._call("GET", "/v1/queues").get("queues") or ()]
+
+    def queue(self, name: str) -> Record:
+        """One queue (an unused queue reads as empty with defaults)."""
+        return Record(self._call("GET", "/v1/queues/" + _seg(name))["queue"])
+
+    def update_queue(self, name: str, **settings: Any) -> Record:
+        """Changes a queue's settings (role admin): ``paused``, ``timeout``,
+        ``retry``, ``max_attempts``, ``retention`` (``{"completed": "24h",
+        ...}``) and any setting the server has added since."""
+        body: Dict[str, Any] = {}
+        for key, value in settings.items():
+            if key == "timeout" and value is not None:
+                value = format_duration(value, key)
+            elif key == "retry" and value is not None:
+                value = retry_policy(value, key)
+            elif key == "retention" and isinstance(value, Mapping):
+                value = {k: format_duration(v, f"retention.{k}") for k, v in value.items()}
+            body[key] = value
+        return Record(self._call("PATCH", "/v1/queues/" + _seg(name), body=body)["queue"])
+
+    def stats(self) -> Record:
+        """Counts per queue and status, totals and worker numbers."""
+        return Record(self._call("GET", "/v1/stats"))
+
+    def workers(self) -> List[Record]:
+        """The registered workers."""
+        return [Record(w) for w in self._call("GET", "/v1/workers").get("workers") or ()]
+
+    def whoami(self) -> Record:
+        """What the caller's token may do: ``{"role", "queues", "auth"}``."""
+        return Record(self._call("GET", "/v1/whoami"))
+
+    def sweep(self) -> Record:
+        """Runs the monitor duties due now (role admin): lease timeouts,
+        releases of delayed tasks, retention purges."""
+        return Record(self._call("POST", "/v1/sweep", body={}))
+
+    def events(self, *, queue: Optional[_StrList] = None, task: Optional[str] = None) -> Iterator[Record]:
+        """Follows task state changes (server-sent events) as records
+        ``{"kind", "task_id", "queue", "status", "version", "time"}``. The
+        subscription is in place when this returns; the iterator blocks
+        until the next event. Close it to stop."""
+        q: List[Tuple[str, str]] = []
+        if queue is not None:
+            for name in [queue] if isinstance(queue, str) else queue:
+                q.append(("queue", name))
+        if task is not None:
+            q.append(("task", task))
+        resp, conn = self._send("GET", "/v1/events", query=q, accept="text/event-stream", timeout=None)
+        return self._event_stream(resp, conn)
+
+    def _event_stream(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> Iterator[Record]:
+        data: List[str] = []
+        for raw in self._lines(resp, conn):
+            line = raw.decode("utf-8").rstrip("\r\n")
+            if not line:
+                if data:
+                    try:
+                        yield Record(json.loads("\n".join(data)))
+                    except ValueError as e:
+                        raise errors.Internal(f"cannot decode event: {e}") from None
+                    data = []
+                continue
+            if line.startswith(":"):
+                continue  # keep-alive comment
+            name, _, value = line.partition(":")
+            if value.startswith(" "):
+                value = value[1:]
+            if name == "data":
+                data.append(value)
+
+    # ---- worker calls -----------------------------------------------------
+    # The building blocks of norn.Worker, for those who run tasks their own
+    # way. Every lease call names the lease it holds: (task id, worker id,
+    # lease number).
+
+    def register_worker(self, name: str = "", queues: Sequence[str] = ()) -> str:
+        """Allocates a worker id (``"worker-7"``)."""
+        body: Dict[str, Any] = {"name": name}
+        if queues:
+            body["queues"] = list(queues)
+        return self._call("POST", "/v1/workers", body=body)["id"]
+
+    def claim(
+        self,
+        worker: str,
+        queues: _StrList,
+        *,
+        n: int = 1,
+        timeout: Optional[Duration] = None,
+        wait: Optional[Duration] = None,
+        _abort: Optional[_Abort] = None,
+    ) -> List[Task]:
+        """Leases up to ``n`` ready tasks from ``queues`` (in preference
+        order) for ``worker``. ``timeout`` overrides the lease length;
+        ``wait`` long-polls when nothing is ready (max 5 minutes)."""
+        body: Dict[str, Any] = {"worker": worker, "queues": [queues] if isinstance(queues, str) else list(queues), "n": n}
+        if timeout is not None:
+            body["timeout"] = format_duration(timeout, "timeout")
+        sock_timeout = self._timeout
+        if wait is not None:
+            body["wait"] = format_duration(wait, "wait")
+            if sock_timeout is not None:
+                sock_timeout += parse_duration(body["wait"]) + _CLAIM_SLACK
+        out = self._call("POST", "/v1/claim", body=body, timeout=sock_timeout, abort=_abort)
+        return [_task(t) for t in out.get("tasks") or ()]
+
+    def heartbeat(
+        self,
+        id: str,
+        worker: str,
+        lease: int,
+        *,
+        progress: Optional[float] = None,
+        extend: Optional[Duration] = None,
+    ) -> str:
+        """Extends a lease (by ``extend``, default the task's timeout) and
+        optionally records progress (0..1); returns the new deadline."""
+        body: Dict[str, Any] = {"worker": worker, "lease": lease}
+        if progress is not None:
+            body["progress"] = progress
+        if extend is not None:
+            body["extend"] = format_duration(extend, "extend")
+        return self._call("POST", "/v1/tasks/" + _seg(id) + "/heartbeat", body=body)["deadline"]
+
+    def append_log(self, id: str, worker: str, lease: int, data: Any, *, seq: Optional[int] = None) -> LogEntry:
+        """Appends ``data`` to the task's update log; with ``seq`` the entry
+        must get exactly that number (Conflict otherwise)."""
+        body: Dict[str, Any] = {"worker": worker, "lease": lease, "data": data}
+        if seq is not None:
+            body["seq"] = seq
+        return LogEntry(self._call("POST", "/v1/tasks/" + _seg(id) + "/log", body=body)["entry"])
+
+    def complete(self, id: str, worker: str, lease: int, result: Any = None) -> None:
+        """Finishes a task successfully with an optional JSON result."""
+        body: Dict[str, Any] = {"worker": worker, "lease": lease}
+        if result is not None:
+            body["result"] = result
+        self._call("POST", "/v1/tasks/" + _seg(id) + "/complete", body=body)
+
+    def fail(self, id: str, worker: str, lease: int, code: str, description: str = "", args: Optional[Mapping[str, Any]] = None) -> None:
+        """Records a failed attempt: the task is retried per its policy, or
+        aborted when none remains."""
+        self._call("POST", "/v1/tasks/" + _seg(id) + "/fail", body=_finish_body(worker, lease, code, description, args))
+
+    def abort(self, id: str, worker: str, lease: int, code: str, description: str = "", args: Optional[Mapping[str, Any]] = None) -> None:
+        """Finishes a task unsuccessfully for good."""
+        self._call("POST", "/v1/tasks/" + _seg(id) + "/abort", body=_finish_body(worker, lease, code, description, args))
+
+    def yield_(self, id: str, worker: str, lease: int) -> None:
+        """Gives a task back: ready again at once, the attempt does not count."""
+        self._call("POST", "/v1/tasks/" + _seg(id) + "/yield", body={"worker": worker, "lease": lease})
+
+    def lease_batch(self, ops: Sequence[Mapping[str, Any]]) -> List[Union[Record, NornError]]:
+        """Applies many lease operations in one request. Each op is a dict
+        ``{"op": "heartbeat"|"complete"|"fail"|"abort"|"yield", "id",
+        "worker", "lease", ...}`` with the fields of the single calls
+        (``progress``, ``extend``, ``result``, ``error``). Returns one item
+        per op, in order: a record (``{"deadline": ...}`` for a heartbeat)
+        or the NornError of that op; one failing op does not stop the
+        others."""
+        body = []
+        for i, op in enumerate(ops):
+            op = dict(op)
+            if op.get("extend") is not None:
+                op["extend"] = format_duration(op["extend"], f"ops[{i}].extend")
+            body.append(op)
+        out = self._call("POST", "/v1/leases/batch", body={"ops": body})
+        results = out.get("results") or []
+        if len(results) != len(body):
+            raise errors.Internal(f"server returned {len(results)} results for {len(body)} lease operations")
+        items: List[Union[Record, NornError]] = []
+        for r in results:
+            err = errors.from_wire((r or {}).get("error"))
+            items.append(err if err is not None else Record(r or {}))
+        return items
+
+
+def _finish_body(worker: str, lease: int, code: str, description: str, args: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    e: Dict[str, Any] = {"code": code}
+    if description:
+        e["description"] = description
+    if args:
+        e["args"] = dict(args)
+    return {"worker": worker, "lease": lease, "error": e}
+
+
+def _seg(id: str) -> str:
+    """One path segment; an empty id is refused as the stores refuse it."""
+    if not isinstance(id, str) or not id:
+        raise InvalidArgument("id is required", field="id")
+    return urllib.parse.quote(id, safe="")

@@ -1,0 +1,65 @@
+"""Records the API returns."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any, Optional
+
+from ._wire import parse_duration, parse_time
+
+__all__ = ["Task", "LogEntry"]
+
+
+class Record(dict):
+    """A JSON object from the server: a dict (so it prints, compares and
+    serialises as the wire form, and keeps fields this client does not know
+    yet) whose keys also read as attributes; an absent key reads as None."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self.get(name)
+
+    def __dir__(self):
+        return sorted(set(dir(type(self))) | set(self.keys()))
+
+
+class Task(Record):
+    """A task as the API shows it: ``task.id``, ``task.queue``,
+    ``task.status``, ``task.spec``, ``task.result``, ``task.lease``, ...
+    (see the Task schema of the API). Times are RFC 3339 strings and
+    durations Go duration strings on the wire; the ``*_at``/``*_seconds``
+    helpers convert them.
+
+    ``duplicate`` is True on a task returned by a submit whose id existed
+    already (the existing task is returned)."""
+
+    __slots__ = ("duplicate",)
+
+    def __init__(self, *args: Any, duplicate: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.duplicate = duplicate
+
+    def time(self, key: str) -> Optional[_dt.datetime]:
+        """The time field key (``"created"``, ``"run_at"``, ``"deadline"``,
+        ...) as an aware datetime, or None when absent."""
+        return parse_time(self.get(key))
+
+    @property
+    def timeout_seconds(self) -> Optional[float]:
+        """The lease length granted on claim and heartbeat, in seconds."""
+        t = self.get("timeout")
+        return parse_duration(t) if t else None
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the task has finished (completed, aborted or cancelled)."""
+        return self.get("status") in ("completed", "aborted", "cancelled")
+
+
+class LogEntry(Record):
+    """One entry of a task's update log: ``seq``, ``lease``, ``time``, ``data``."""
+
+    __slots__ = ()

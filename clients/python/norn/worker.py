@@ -1,0 +1,785 @@
+"""A worker that claims tasks and runs them with Python functions.
+
+One thread long-polls claims into free slots, one thread keeps every running
+task's lease alive with batched heartbeats, and every task runs its handler
+in a thread of its own. What a handler does decides the outcome:
+
+=========================  ==========================================
+handler                    task becomes
+=========================  ==========================================
+returns a value            completed, the value (JSON) is its result
+raises ``norn.Abort``      aborted, never retried
+raises ``norn.Fail``       failed with the given code: retried per the
+                           task's retry policy, else aborted
+raises anything else       failed (code ``handler_error``), likewise
+=========================  ==========================================
+
+Python cannot stop a thread from outside, so cancellation is cooperative:
+when the task is cancelled, its lease is lost or a shutdown's grace period
+ends, ``task.cancelled`` turns True, ``task.check()`` and ``task.sleep()``
+raise (``norn.Cancelled``, ``norn.LeaseLost``, ``norn.Shutdown``) and so do
+``task.progress()`` and ``task.log()``. Nothing a handler returns after that
+is reported.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import traceback
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from . import errors
+from ._wire import format_duration, parse_duration
+from .client import Client, _Abort
+from .errors import Cancelled, InvalidArgument, LeaseLost, NornError, NotFound, Shutdown
+from .types import LogEntry, Task
+
+__all__ = ["Worker", "ActiveTask", "Abort", "Fail", "Handler"]
+
+Handler = Callable[["ActiveTask"], Any]
+
+DEFAULT_LEASE = 10.0  # seconds: a task's lease when neither it nor its queue sets one
+DEFAULT_ERROR_CODE = "handler_error"
+MAX_CLAIM = 1000
+MAX_WAIT = 300.0
+# How long run() waits for handlers that ignore a cancellation after their
+# tasks were yielded; their outcomes are discarded anyway.
+ABANDON_AFTER = 5.0
+# Recorded error descriptions stay well inside the server's 64 KiB limit.
+_MAX_DESCRIPTION_CHARS = 8000
+
+
+class Abort(Exception):
+    """Raise it from a handler to abort the task for good (no retry).
+    ``code`` is recorded with the error (default ``handler_error``),
+    ``details`` (a JSON object) as its args."""
+
+    def __init__(self, message: str = "", *, code: Optional[str] = None, details: Optional[Mapping[str, Any]] = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.details = details
+
+
+class Fail(Exception):
+    """Raise it from a handler to fail the attempt with a code of your own
+    (``norn.Fail("rate limited", code="rate_limited")``): the task is
+    retried per its policy, as for any other exception."""
+
+    def __init__(self, message: str = "", *, code: Optional[str] = None, details: Optional[Mapping[str, Any]] = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.details = details
+
+
+# Where a claimed task is in its life on this worker.
+_RUNNING = "running"  # the handler runs, heartbeats keep the lease
+_FINISHING = "finishing"  # the handler returned; its outcome is being reported
+_GONE = "gone"  # cancelled or lease lost: nothing more is sent
+_YIELDED = "yielded"  # given back at shutdown: nothing more is sent
+
+
+class _Run:
+    """The worker's bookkeeping for one claimed task. Fields after ``state``
+    are guarded by the worker's lock."""
+
+    def __init__(self, record: Task, worker_id: str, lease_len: float, interval: float, sent: float) -> None:
+        self.record = record
+        self.id: str = record["id"]
+        self.worker: str = record.get("owner") or worker_id
+        self.lease: int = record["lease"]
+        self.lease_len = lease_len
+        self.interval = interval
+        self.stopped = threading.Event()
+        self.reason: Optional[BaseException] = None
+        self.state = _RUNNING
+        self.last_ok = sent  # monotonic time the last successful claim/heartbeat was sent
+        self.next_beat = sent + interval
+        self.inflight = False
+        self.progress: Optional[float] = None
+        self.log_lock = threading.Lock()
+        self.next_seq = 0
+        self.prev_log: Optional[List[LogEntry]] = None
+
+
+class ActiveTask:
+    """The handler's view of one claimed task.
+
+    ``id``, ``queue``, ``spec``, ``labels``, ``priority``, ``attempts`` (1 on
+    the first claim), ``lease`` (the fencing token: it grows on every claim
+    and is never reused), ``worker``, ``depends_on`` and ``traceparent``
+    (the W3C trace context the task was submitted with, or None) read the
+    claimed task; ``record`` is all of it. The methods talk to the server
+    under the task's lease and are safe to call from the handler's threads;
+    do not call them after the handler returned.
+    """
+
+    def __init__(self, worker: "Worker", run: _Run) -> None:
+        self._w = worker
+        self._r = run
+        rec = run.record
+        self.record: Task = rec
+        self.id: str = run.id
+        self.queue: str = rec.get("queue")
+        self.spec: Any = rec.get("spec")
+        self.labels: Dict[str, str] = dict(rec.get("labels") or {})
+        self.priority: int = rec.get("priority") or 0
+        self.attempts: int = rec.get("attempts") or 0
+        self.lease: int = run.lease
+        self.worker: str = run.worker
+        self.depends_on: List[str] = list(rec.get("depends_on") or ())
+
+    def __repr__(self) -> str:
+        return f"<norn.ActiveTask {self.id} queue={self.queue!r} lease={self.lease}>"
+
+    @property
+    def traceparent(self) -> Optional[str]:
+        """The W3C ``traceparent`` the task carries, to parent the handler's
+        span on, or None."""
+        tp = self.record.get("traceparent")
+        if tp is None:
+            trace = self.record.get("trace")
+            if isinstance(trace, dict):
+                tp = trace.get("traceparent")
+        return tp if isinstance(tp, str) and tp else None
+
+    # ---- cancellation -------------------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the handler should stop: the task was cancelled, its
+        lease was lost, or a shutdown's grace period is over."""
+        return self._r.stopped.is_set()
+
+    @property
+    def reason(self) -> Optional[BaseException]:
+        """Why the handler should stop (a ``norn.Cancelled``,
+        ``norn.LeaseLost`` or ``norn.Shutdown``), or None."""
+        return self._r.reason
+
+    def check(self) -> None:
+        """Raises the reason to stop, if there is one."""
+        if self._r.stopped.is_set():
+            raise _fresh(self._r.reason)
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Waits up to ``timeout`` seconds for a reason to stop; True if
+        there is one."""
+        return self._r.stopped.wait(timeout)
+
+    def sleep(self, seconds: float) -> None:
+        """Sleeps, but raises the reason to stop as soon as there is one."""
+        if self._r.stopped.wait(seconds):
+            raise _fresh(self._r.reason)
+
+    # ---- talking to the server ------------------------------------------
+
+    def progress(self, p: float) -> None:
+        """Records progress ``p`` (0..1) right away with a heartbeat, which
+        also extends the lease. Prefer :meth:`set_progress` for frequent
+        updates. Raises ``norn.Cancelled``/``norn.LeaseLost`` when the task
+        is no longer this worker's (and the handler is told to stop)."""
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+            raise InvalidArgument(f"must be a number between 0 and 1, got {p!r}", field="progress")
+        r, w = self._r, self._w
+        self.check()
+        sent = time.monotonic()
+        try:
+            w.client.heartbeat(r.id, r.worker, r.lease, progress=float(p), extend=w._lease)
+        except NornError as e:
+            raise w._check(r, e)
+        w._beaten(r, sent)
+
+    def set_progress(self, p: float) -> None:
+        """Records progress ``p`` with the next automatic heartbeat: never
+        blocks, costs no call of its own. Values outside 0..1 are clamped."""
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or p != p:
+            return
+        with self._w._lock:
+            self._r.progress = min(max(float(p), 0.0), 1.0)
+
+    def log(self, data: Any) -> LogEntry:
+        """Appends ``data`` (JSON) to the task's update log, which the next
+        claimant reads with :meth:`previous_log` to resume from a
+        checkpoint. Each append names the sequence number it expects, so a
+        retried append never lands twice."""
+        r, w = self._r, self._w
+        self.check()
+        with r.log_lock:
+            if r.next_seq == 0:
+                # Lease 1 is the first claim ever, so the log is empty; later
+                # claimants learn where the log ends by reading it once.
+                if r.lease == 1:
+                    r.next_seq = 1
+                else:
+                    self._load_log()
+            delay = 0.05
+            attempt = 0
+            while True:
+                seq = r.next_seq
+                try:
+                    entry = w.client.append_log(r.id, r.worker, r.lease, data, seq=seq)
+                    r.next_seq = entry["seq"] + 1
+                    return entry
+                except errors.Conflict as e:
+                    # Our number is behind: an earlier append whose reply was
+                    # lost landed. If it is this very entry, that is success.
+                    try:
+                        entries = w.client.read_log(r.id, after=seq - 1)
+                    except NornError as e2:
+                        raise w._check(r, e2)
+                    if entries:
+                        r.next_seq = entries[-1]["seq"] + 1
+                        first = entries[0]
+                        if first["seq"] == seq and first["lease"] == r.lease and first.get("data") == data:
+                            return first
+                    if attempt >= 3:
+                        raise w._check(r, e)
+                except (errors.Unavailable, errors.Internal) as e:
+                    if attempt >= 3:
+                        raise w._check(r, e)
+                    if r.stopped.wait(delay):
+                        raise _fresh(r.reason)
+                    delay *= 2
+                except NornError as e:
+                    raise w._check(r, e)
+                attempt += 1
+
+    def previous_log(self) -> List[LogEntry]:
+        """The log entries written under earlier claims of this task, oldest
+        first, read once and cached."""
+        with self._r.log_lock:
+            return self._load_log()
+
+    def _load_log(self) -> List[LogEntry]:
+        r, w = self._r, self._w
+        if r.prev_log is not None:
+            return r.prev_log
+        page = 1000
+        prev: List[LogEntry] = []
+        after = 0
+        while True:
+            try:
+                entries = w.client.read_log(r.id, after=after, limit=page)
+            except NornError as e:
+                raise w._check(r, e)
+            for e in entries:
+                if e["lease"] < r.lease:
+                    prev.append(e)
+                after = e["seq"]
+            if len(entries) < page:
+                break
+        r.prev_log = prev
+        if r.next_seq <= after:
+            r.next_seq = after + 1
+        return prev
+
+
+def _fresh(reason: Optional[BaseException]) -> BaseException:
+    """A new exception like reason, so raising it twice does not chain
+    tracebacks onto one object."""
+    if reason is None:
+        return Shutdown("worker is shutting down")
+    if isinstance(reason, NornError):
+        return type(reason)(reason.message, field=reason.field, status=reason.status)
+    return type(reason)(*reason.args)
+
+
+class Worker:
+    """Claims tasks from the queues of ``handlers`` and runs them.
+
+    ``handlers`` maps a queue to a function taking a :class:`ActiveTask`;
+    queues are claimed in the mapping's order unless ``queues`` says
+    otherwise. Options (seconds for times):
+
+    - ``concurrency``: most tasks running (and leased) at once; default the
+      number of CPUs.
+    - ``lease``: lease length asked for on claim and heartbeat; default each
+      task's own timeout (its queue's default, 10 s unless set).
+    - ``heartbeat_interval``: default a third of the lease, so two
+      heartbeats can be lost before it expires; also bounds how late a
+      handler learns of a cancellation.
+    - ``claim_batch`` (10): most tasks per claim, never more than free slots.
+    - ``wait`` (10): long-poll time of one claim; 0 disables long-polling.
+    - ``poll_interval`` (1): least time between two empty claims.
+    - ``shutdown_grace`` (10): how long running handlers may finish after a
+      shutdown starts before their tasks are yielded back.
+    - ``name``: shown to operators; default ``host:pid``.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        handlers: Mapping[str, Handler],
+        *,
+        concurrency: Optional[int] = None,
+        queues: Optional[Sequence[str]] = None,
+        lease: Optional[float] = None,
+        heartbeat_interval: Optional[float] = None,
+        claim_batch: int = 10,
+        wait: float = 10.0,
+        poll_interval: float = 1.0,
+        shutdown_grace: float = 10.0,
+        name: Optional[str] = None,
+        logger: Optional[logging.Logger] = None,
+    ) -> None:
+        if client is None:
+            raise InvalidArgument("a norn.Client is required", field="client")
+        if not isinstance(handlers, Mapping) or not handlers:
+            raise InvalidArgument("map at least one queue to a handler", field="handlers")
+        for q, fn in handlers.items():
+            if not isinstance(q, str) or not q:
+                raise InvalidArgument(f"queue names are non-empty strings, got {q!r}", field="handlers")
+            if not callable(fn):
+                raise InvalidArgument(f"the handler of queue {q!r} is not callable", field=f"handlers[{q!r}]")
+        queues = list(queues) if queues is not None else list(handlers)
+        if not queues:
+            raise InvalidArgument("at least one queue is required", field="queues")
+        for i, q in enumerate(queues):
+            if q not in handlers:
+                raise InvalidArgument(f"no handler for queue {q!r}", field=f"queues[{i}]")
+        if concurrency is None:
+            concurrency = os.cpu_count() or 1
+        if not isinstance(concurrency, int) or concurrency < 1:
+            raise InvalidArgument("must be a positive integer", field="concurrency")
+        if lease is not None and not lease >= 0.001:
+            raise InvalidArgument("must be at least 0.001 (1ms)", field="lease")
+        if heartbeat_interval is not None:
+            if not heartbeat_interval > 0:
+                raise InvalidArgument("must be positive", field="heartbeat_interval")
+            if lease is not None and heartbeat_interval >= lease:
+                raise InvalidArgument(f"must be shorter than lease ({lease})", field="heartbeat_interval")
+        if not isinstance(claim_batch, int) or not 1 <= claim_batch <= MAX_CLAIM:
+            raise InvalidArgument(f"must be between 1 and {MAX_CLAIM}", field="claim_batch")
+        if not 0 <= wait <= MAX_WAIT:
+            raise InvalidArgument(f"must be between 0 and {MAX_WAIT:g}", field="wait")
+        if not poll_interval >= 0:
+            raise InvalidArgument("must not be negative", field="poll_interval")
+        if not shutdown_grace >= 0:
+            raise InvalidArgument("must not be negative", field="shutdown_grace")
+        self.client = client
+        self.handlers = dict(handlers)
+        self.queues = queues
+        self.concurrency = concurrency
+        self._lease = lease
+        self._lease_wire = format_duration(lease, "lease") if lease is not None else None
+        self.heartbeat_interval = heartbeat_interval
+        self.claim_batch = claim_batch
+        self.wait = wait
+        self.poll_interval = poll_interval
+        self.shutdown_grace = shutdown_grace
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.log = logger or logging.getLogger("norn.worker")
+
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)  # notified on every change of runs or state
+        self._runs: Dict[_Run, threading.Thread] = {}
+        self._id: Optional[str] = None
+        self._started = False
+        self._stopping = threading.Event()
+        self._hb_stop = False
+        self._claim_abort: Optional[_Abort] = None
+        self._done = threading.Event()
+
+    @property
+    def id(self) -> Optional[str]:
+        """The worker id the server assigned (``worker-<n>``), None before
+        :meth:`run` registered."""
+        return self._id
+
+    @property
+    def running(self) -> int:
+        """How many tasks this worker holds right now."""
+        with self._lock:
+            return len(self._runs)
+
+    # ---- lifecycle -------------------------------------------------------
+
+    def run(self, *, handle_signals: bool = True) -> None:
+        """Registers, then claims and runs tasks until :meth:`stop` (or, with
+        ``handle_signals`` in the main thread, SIGTERM or SIGINT), and shuts
+        down gracefully: stops claiming, lets running handlers finish within
+        ``shutdown_grace``, then tells the rest to stop and yields their
+        tasks so another worker takes them at once. Raises the error that
+        made the worker unable to work (an invalid queue, a refused token)."""
+        with self._lock:
+            if self._started:
+                raise RuntimeError("norn.Worker.run called twice")
+            self._started = True
+        restore = []
+        if handle_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                restore.append((sig, signal.signal(sig, self._on_signal)))
+        try:
+            self._run()
+        finally:
+            for sig, old in restore:
+                signal.signal(sig, old)
+            self._done.set()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        # A signal handler runs between two bytecodes of the main thread,
+        # which may hold the worker's lock: stopping happens elsewhere.
+        self.log.info("norn worker: signal %d, shutting down", signum)
+        threading.Thread(target=self.stop, name="norn-stop", daemon=True).start()
+
+    def stop(self, timeout: Optional[float] = 0) -> bool:
+        """Starts a graceful shutdown (safe from any thread, and before
+        :meth:`run`: it then returns at once). Waits up to ``timeout``
+        seconds (None: for ever) for run() to return; True if it did."""
+        with self._lock:
+            self._stopping.set()
+            abort = self._claim_abort
+            self._cond.notify_all()
+        if abort is not None:
+            abort.abort()
+        if timeout == 0:
+            return self._done.is_set()
+        return self._done.wait(timeout)
+
+    def _run(self) -> None:
+        if not self._register():
+            return
+        hb = threading.Thread(target=self._heartbeats, name="norn-heartbeats", daemon=True)
+        hb.start()
+        err: Optional[BaseException] = None
+        try:
+            self._claim_loop()
+        except NornError as e:
+            err = e
+        finally:
+            self.stop()
+            self._drain()
+            with self._lock:
+                self._hb_stop = True
+                self._cond.notify_all()
+            hb.join()
+        if err is not None:
+            raise err
+
+    def _register(self) -> bool:
+        delay = 0.1
+        while not self._stopping.is_set():
+            try:
+                wid = self.client.register_worker(self.name, self.queues)
+            except (errors.Unavailable, errors.Internal) as e:
+                self.log.warning("norn worker: registration failed, retrying in %.1fs: %s", delay, e)
+                if self._stopping.wait(delay):
+                    return False
+                delay = min(delay * 2, 5.0)
+                continue
+            self._id = wid
+            self.log.info("norn worker %s registered: queues %s, concurrency %d", wid, self.queues, self.concurrency)
+            return True
+        return False
+
+    def _claim_loop(self) -> None:
+        backoff = 0.1
+        while not self._stopping.is_set():
+            with self._lock:
+                while len(self._runs) >= self.concurrency and not self._stopping.is_set():
+                    self._cond.wait()
+                if self._stopping.is_set():
+                    return
+                free = self.concurrency - len(self._runs)
+                abort = self._claim_abort = _Abort()
+            sent = time.monotonic()
+            try:
+                tasks = self.client.claim(
+                    self._id,
+                    self.queues,
+                    n=min(free, self.claim_batch),
+                    timeout=self._lease_wire,
+                    wait=self.wait if self.wait > 0 else None,
+                    _abort=abort,
+                )
+            except (errors.InvalidArgument, errors.Unauthenticated, errors.PermissionDenied):
+                raise
+            except NornError as e:
+                if self._stopping.is_set():
+                    return
+                self.log.warning("norn worker %s: claim failed, retrying in %.1fs: %s", self._id, backoff, e)
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            finally:
+                with self._lock:
+                    self._claim_abort = None
+            backoff = 0.1
+            for rec in tasks:
+                self._start(rec, sent)
+            if not tasks:
+                self._stopping.wait(self.poll_interval - (time.monotonic() - sent))
+
+    def _lease_len(self, rec: Task) -> float:
+        if self._lease is not None:
+            return self._lease
+        t = rec.get("timeout")
+        if t:
+            try:
+                secs = parse_duration(t)
+                if secs > 0:
+                    return secs
+            except ValueError:
+                pass
+        return DEFAULT_LEASE
+
+    def _start(self, rec: Task, sent: float) -> None:
+        lease_len = self._lease_len(rec)
+        interval = self.heartbeat_interval
+        if interval is None or interval >= lease_len:
+            interval = lease_len / 3
+        run = _Run(rec, self._id, lease_len, interval, sent)
+        task = ActiveTask(self, run)
+        t = threading.Thread(target=self._serve, args=(run, task), name=f"norn-task-{run.id}", daemon=True)
+        with self._lock:
+            self._runs[run] = t
+            self._cond.notify_all()
+        t.start()
+
+    # ---- running a task ------------------------------------------------------
+
+    def _serve(self, run: _Run, task: ActiveTask) -> None:
+        handler = self.handlers.get(task.queue)
+        op, result, code, desc, details = "complete", None, "", "", None
+        try:
+            if handler is None:
+                raise Abort(f"no handler registered for queue {task.queue!r}", code="no_handler")
+            result = handler(task)
+            if result is not None:
+                try:
+                    json.dumps(result, allow_nan=False)
+                except (TypeError, ValueError) as e:
+                    op, code, desc = "abort", "invalid_result", f"the handler's result is not JSON: {e}"
+        except Abort as e:
+            op, code, desc, details = "abort", e.code or DEFAULT_ERROR_CODE, _describe(e, False), e.details
+        except Fail as e:
+            op, code, desc, details = "fail", e.code or DEFAULT_ERROR_CODE, _describe(e, False), e.details
+        except BaseException as e:  # noqa: B902 - every outcome must be reported
+            op, code, desc = "fail", DEFAULT_ERROR_CODE, _describe(e, True)
+        try:
+            self._finish(run, op, result, code, desc, details)
+        finally:
+            with self._lock:
+                self._runs.pop(run, None)
+                self._cond.notify_all()
+
+    def _finish(self, run: _Run, op: str, result: Any, code: str, desc: str, details: Any) -> None:
+        with self._lock:
+            if run.state != _RUNNING:
+                return
+            run.state = _FINISHING
+        if op != "complete":
+            self.log.info("norn task %s: %s (%s): %s", run.id, op, code, desc.splitlines()[0] if desc else "")
+        err = self._report(run, op, result, code, desc, details)
+        if err is not None and op == "complete" and not _gone(err) and not _transient(err):
+            # The server refused the result itself (too large): the handler
+            # would produce it again, so give up for good.
+            self.log.error("norn task %s: result refused, aborting: %s", run.id, err)
+            err = self._report(run, "abort", None, "invalid_result", str(err)[:_MAX_DESCRIPTION_CHARS], None)
+        if err is None:
+            return
+        if _gone(err):
+            self.log.info("norn task %s: outcome not recorded, the task was cancelled or the lease lost: %s", run.id, err)
+        else:
+            self.log.error("norn task %s: could not report %s; the task runs again when its lease expires: %s", run.id, op, err)
+
+    def _report(self, run: _Run, op: str, result: Any, code: str, desc: str, details: Any) -> Optional[NornError]:
+        c = self.client
+        delay = 0.1
+        give_up = time.monotonic() + max(run.lease_len, 10.0)
+        while True:
+            try:
+                if op == "complete":
+                    c.complete(run.id, run.worker, run.lease, result)
+                elif op == "fail":
+                    c.fail(run.id, run.worker, run.lease, code, desc, details)
+                else:
+                    c.abort(run.id, run.worker, run.lease, code, desc, details)
+                return None
+            except NornError as e:
+                if not _transient(e) or time.monotonic() + delay > give_up:
+                    return e
+                with self._lock:
+                    if run.state == _GONE:
+                        return e
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    # ---- heartbeats ----------------------------------------------------------
+
+    def _heartbeats(self) -> None:
+        """Keeps every running task's lease alive. One thread serves all
+        tasks: whatever is due (or nearly) goes out in one lease batch, so a
+        worker running many tasks makes one call per interval. A task with no
+        successful heartbeat for a whole lease length is treated as lost:
+        another worker may own it by now."""
+        while True:
+            with self._lock:
+                if self._hb_stop:
+                    return
+                now = time.monotonic()
+                nxt = now + 3600
+                due: List[_Run] = []
+                expired: List[_Run] = []
+                for r in self._runs:
+                    if r.state not in (_RUNNING, _FINISHING):
+                        continue
+                    expiry = r.last_ok + r.lease_len
+                    if now >= expiry:
+                        expired.append(r)
+                        continue
+                    if r.inflight:
+                        continue
+                    # Coalesce: what is due within a tenth of its interval
+                    # goes out now, so tasks claimed together stay together.
+                    if r.next_beat <= now + r.interval / 10:
+                        r.inflight = True
+                        due.append(r)
+                        continue
+                    nxt = min(nxt, r.next_beat, expiry)
+                if not due and not expired:
+                    self._cond.wait(nxt - now)
+                    continue
+            for r in expired:
+                self._lose(r, LeaseLost(f"task {r.id!r}: no heartbeat succeeded for a whole lease; another worker may own it"))
+            if due:
+                self._beat(due)
+
+    def _beat(self, due: List[_Run]) -> None:
+        ops = []
+        with self._lock:
+            for r in due:
+                op: Dict[str, Any] = {"op": "heartbeat", "id": r.id, "worker": r.worker, "lease": r.lease}
+                if r.progress is not None:
+                    op["progress"] = r.progress
+                    r.progress = None
+                if self._lease_wire is not None:
+                    op["extend"] = self._lease_wire
+                ops.append(op)
+        sent = time.monotonic()
+        batch_err: Optional[NornError] = None
+        results: List[Any] = []
+        try:
+            results = self.client.lease_batch(ops)
+        except NornError as e:
+            batch_err = e
+        lost = []
+        now = time.monotonic()
+        with self._lock:
+            for i, r in enumerate(due):
+                r.inflight = False
+                err = batch_err
+                if err is None and isinstance(results[i], NornError):
+                    err = results[i]
+                if err is None:
+                    if sent > r.last_ok:
+                        r.last_ok = sent
+                    r.next_beat = sent + r.interval
+                elif _gone(err):
+                    lost.append((r, err))
+                else:
+                    # Transient: keep the unsent progress and retry soon.
+                    if r.progress is None and "progress" in ops[i]:
+                        r.progress = ops[i]["progress"]
+                    r.next_beat = now + min(r.interval, 0.5)
+                    self.log.warning("norn task %s: heartbeat failed, retrying: %s", r.id, err)
+        for r, err in lost:
+            self._lose(r, err)
+
+    def _beaten(self, run: _Run, sent: float) -> None:
+        with self._lock:
+            if sent > run.last_ok:
+                run.last_ok = sent
+                run.next_beat = sent + run.interval
+                self._cond.notify_all()
+
+    def _check(self, run: _Run, err: NornError) -> NornError:
+        """Reacts to an error of a call made for run (an error meaning the
+        task is no longer ours tells the handler to stop) and returns it."""
+        if _gone(err):
+            self._lose(run, err)
+        return err
+
+    def _lose(self, run: _Run, err: NornError) -> None:
+        with self._lock:
+            if run.state not in (_RUNNING, _FINISHING):
+                return
+            run.state = _GONE
+            if isinstance(err, Cancelled):
+                run.reason = Cancelled(err.message, status=err.status)
+            elif isinstance(err, NotFound):
+                run.reason = LeaseLost(f"task {run.id!r} was deleted: {err.message}", status=err.status)
+            else:
+                run.reason = LeaseLost(err.message, status=err.status)
+            run.stopped.set()
+            self._cond.notify_all()
+        self.log.info("norn task %s: lost (%s), handler told to stop", run.id, err)
+
+    # ---- shutdown ---------------------------------------------------------------
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + self.shutdown_grace
+        with self._lock:
+            while self._runs:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+        self._yield_all()
+        abandon = time.monotonic() + ABANDON_AFTER
+        with self._lock:
+            threads = list(self._runs.values())
+        for t in threads:
+            t.join(max(0.0, abandon - time.monotonic()))
+        if any(t.is_alive() for t in threads):
+            self.log.warning("norn worker %s: abandoning handlers that ignore their cancellation", self._id)
+
+    def _yield_all(self) -> None:
+        ops = []
+        with self._lock:
+            for r in self._runs:
+                if r.state != _RUNNING:
+                    continue
+                r.state = _YIELDED
+                r.reason = Shutdown(f"worker {self._id} is shutting down; task {r.id} was yielded")
+                r.stopped.set()
+                ops.append({"op": "yield", "id": r.id, "worker": r.worker, "lease": r.lease})
+        if not ops:
+            return
+        try:
+            results = self.client.lease_batch(ops)
+        except NornError as e:
+            self.log.error("norn worker %s: yield failed; the tasks run again when their leases expire: %s", self._id, e)
+            return
+        for op, res in zip(ops, results):
+            if isinstance(res, NornError) and not _gone(res):
+                self.log.warning("norn task %s: yield failed: %s", op["id"], res)
+        self.log.info("norn worker %s: yielded %d unfinished task(s)", self._id, len(ops))
+
+
+def _gone(err: BaseException) -> bool:
+    return isinstance(err, (Cancelled, LeaseLost, NotFound))
+
+
+def _transient(err: BaseException) -> bool:
+    return isinstance(err, (errors.Unavailable, errors.Internal))
+
+
+def _describe(e: BaseException, with_traceback: bool) -> str:
+    """The recorded description of a handler's exception: its message, and
+    for unexpected exceptions the traceback (its end, where the cause is,
+    when it is long)."""
+    if not with_traceback:
+        text = str(e) or type(e).__name__
+    else:
+        tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        text = f"{type(e).__name__}: {e}\n\n{tb}"
+    if len(text) > _MAX_DESCRIPTION_CHARS:
+        text = text[: _MAX_DESCRIPTION_CHARS // 4] + "\n…\n" + text[-(_MAX_DESCRIPTION_CHARS * 3 // 4) :]
+    return text

@@ -1,0 +1,551 @@
+"""The client against a real norn server: every call, its errors, streaming."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import socket
+import threading
+import unittest
+import uuid
+from unittest import mock
+
+import norn
+from norn._wire import format_duration, parse_duration, parse_time
+
+from .server import Server, history_types, wait_for
+
+server: Server
+
+
+def setUpModule() -> None:
+    global server
+    server = Server()
+
+
+def tearDownModule() -> None:
+    server.stop()
+
+
+def q(name: str) -> str:
+    """A queue of this test alone, so tests do not see each other's tasks."""
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+class ClientTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.c = norn.Client(server.url)
+        self.addCleanup(self.c.close)
+
+    def claim_one(self, queue: str, **kw):
+        wid = self.c.register_worker("test", [queue])
+        tasks = self.c.claim(wid, queue, n=1, **kw)
+        self.assertEqual(len(tasks), 1)
+        return wid, tasks[0]
+
+    # ---- construction ------------------------------------------------------
+
+    def test_defaults_from_environment(self) -> None:
+        with mock.patch.dict(os.environ, {"NORN_SERVER": server.url + "/", "NORN_TOKEN": "tok"}):
+            c = norn.Client()
+        self.assertEqual(c.url, server.url)
+        self.assertEqual(c._token, "tok")
+        with mock.patch.dict(os.environ, {}, clear=True):
+            self.assertEqual(norn.Client().url, norn.DEFAULT_SERVER)
+
+    def test_bad_url_names_the_field(self) -> None:
+        for url in ("ftp://x", "http://", "127.0.0.1:7070"):
+            with self.assertRaises(norn.InvalidArgument) as cm:
+                norn.Client(url)
+            self.assertEqual(cm.exception.field, "server")
+
+    def test_unreachable_server_is_unavailable(self) -> None:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        c = norn.Client(f"http://127.0.0.1:{port}")
+        self.addCleanup(c.close)
+        with self.assertRaises(norn.Unavailable) as cm:
+            c.get("x")
+        self.assertIsNone(cm.exception.status)
+
+    def test_closed_client_is_unavailable(self) -> None:
+        c = norn.Client(server.url)
+        c.close()
+        with self.assertRaises(norn.Unavailable):
+            c.stats()
+
+    # ---- submit, get ---------------------------------------------------------
+
+    def test_submit_with_every_option(self) -> None:
+        queue = q("opts")
+        dep = self.c.submit(queue, {"n": 0})
+        run_at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+        t = self.c.submit(
+            queue,
+            {"to": "ada@example.com", "n": [1, 2.5, None, True]},
+            id="opt-" + uuid.uuid4().hex,
+            priority=7,
+            labels={"tenant": "acme"},
+            run_at=run_at,
+            depends_on=[dep.id],
+            max_attempts=3,
+            retry={"max_retries": 2, "base": 1.5, "max": dt.timedelta(minutes=1)},
+            timeout=30,
+        )
+        self.assertIsInstance(t, norn.Task)
+        self.assertFalse(t.duplicate)
+        self.assertEqual(t.queue, queue)
+        self.assertEqual(t.spec, {"to": "ada@example.com", "n": [1, 2.5, None, True]})
+        self.assertEqual(t.priority, 7)
+        self.assertEqual(t.labels, {"tenant": "acme"})
+        self.assertEqual(t.depends_on, [dep.id])
+        self.assertEqual(t.max_attempts, 3)
+        self.assertEqual(parse_duration(t.retry["base"]), 1.5)
+        self.assertEqual(parse_duration(t.retry["max"]), 60)
+        self.assertEqual(t.timeout_seconds, 30)
+        self.assertEqual(t.status, "blocked")
+        self.assertLess(abs((t.time("run_at") - run_at).total_seconds()), 0.001)
+        got = self.c.get(t.id)
+        self.assertEqual(got.id, t.id)
+        self.assertEqual(got["spec"], t.spec)
+
+    def test_submit_delay_and_duplicate_id(self) -> None:
+        queue = q("dup")
+        tid = "dup-" + uuid.uuid4().hex
+        t = self.c.submit(queue, "x", id=tid, delay="1h")
+        self.assertEqual(t.status, "scheduled")
+        self.assertGreater((t.time("run_at") - t.time("created")).total_seconds(), 3599)
+        again = self.c.submit(queue, "y", id=tid)
+        self.assertTrue(again.duplicate)
+        self.assertEqual(again.spec, "x")
+
+    def test_invalid_submit_names_the_field(self) -> None:
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.submit(q("bad"), {}, priority=-1)
+        self.assertEqual(cm.exception.field, "priority")
+        self.assertEqual(cm.exception.status, 400)
+        self.assertEqual(cm.exception.code, "invalid_argument")
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.submit("bad queue", {})
+        self.assertEqual(cm.exception.field, "queue")
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.submit(q("bad"), {}, delay=-1)
+        self.assertEqual(cm.exception.field, "delay")
+
+    def test_too_large_names_the_field(self) -> None:
+        with self.assertRaises(norn.TooLarge) as cm:
+            self.c.submit(q("big"), "x" * (1 << 20))
+        self.assertEqual(cm.exception.field, "spec")
+        self.assertEqual(cm.exception.status, 413)
+
+    def test_submit_batch(self) -> None:
+        queue = q("batch")
+        a = "a-" + uuid.uuid4().hex
+        tasks = self.c.submit_batch([
+            {"id": a, "queue": queue, "spec": 1},
+            {"queue": queue, "spec": 2, "depends_on": [a], "priority": 3},
+        ])
+        self.assertEqual([t.spec for t in tasks], [1, 2])
+        self.assertEqual([t.status for t in tasks], ["ready", "blocked"])
+        again = self.c.submit_batch([{"id": a, "queue": queue}, {"queue": queue}])
+        self.assertEqual([t.duplicate for t in again], [True, False])
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.submit_batch([{"queue": queue}, {"queue": "no spaces"}])
+        self.assertEqual(cm.exception.field, "tasks[1].queue")
+        self.assertEqual(self.c.count(queue=queue), 3, "a refused batch writes nothing")
+
+    def test_get_missing_is_not_found(self) -> None:
+        with self.assertRaises(norn.NotFound) as cm:
+            self.c.get("no-such-task")
+        self.assertEqual(cm.exception.status, 404)
+        with self.assertRaises(norn.InvalidArgument):
+            self.c.get("")
+
+    def test_get_many(self) -> None:
+        queue = q("many")
+        a, b = self.c.submit(queue, 1), self.c.submit(queue, 2)
+        tasks, missing = self.c.get_many([b.id, "nope", a.id])
+        self.assertEqual([t.id for t in tasks], [b.id, a.id])
+        self.assertEqual(missing, ["nope"])
+        self.assertEqual(self.c.get_many(["nope"]), ([], ["nope"]))
+        self.assertEqual(self.c.get_many([]), ([], []))
+        one, missing = self.c.get_many([a.id])
+        self.assertEqual(([t.id for t in one], missing), ([a.id], []))
+
+    def test_ids_are_escaped(self) -> None:
+        queue = q("esc")
+        tid = "ü:é-" + uuid.uuid4().hex
+        self.c.submit(queue, None, id=tid)
+        self.assertEqual(self.c.get(tid).id, tid)
+
+    # ---- list, count -----------------------------------------------------------
+
+    def test_list_streams_every_match(self) -> None:
+        queue = q("list")
+        n = 2500  # more than two pages of the paged API
+        for i in range(0, n, 500):
+            self.c.submit_batch([{"queue": queue, "spec": {"i": j}, "labels": {"even": str(j % 2 == 0)}} for j in range(i, i + 500)])
+        it = self.c.list(queue=queue)
+        seen = [t.spec["i"] for t in it]
+        self.assertEqual(seen, list(range(n)))
+        self.assertEqual(len(list(self.c.list(queue=queue, labels={"even": "True"}))), n // 2)
+        self.assertEqual(len(list(self.c.list(queue=queue, limit=10))), 10)
+        newest = next(iter(self.c.list(queue=queue, order="newest", summary=True)))
+        self.assertEqual(newest.get("spec"), None, "summary view omits the spec")
+        self.assertEqual(newest.status, "ready")
+
+    def test_list_can_stop_early(self) -> None:
+        queue = q("early")
+        self.c.submit_batch([{"queue": queue, "spec": i} for i in range(50)])
+        with contextlib.closing(self.c.list(queue=queue)) as it:
+            first = next(it)
+        self.assertEqual(first.spec, 0)
+        with self.assertRaises(StopIteration):
+            next(it)
+        self.assertEqual(self.c.count(queue=queue), 50, "the client is still usable")
+
+    def test_list_filters(self) -> None:
+        queue = q("filt")
+        before = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1)
+        a = self.c.submit(queue, 1, id="filt-abc-" + uuid.uuid4().hex)
+        self.c.submit(queue, 2, delay=3600)
+        self.assertEqual([t.id for t in self.c.list(queue=queue, status="ready")], [a.id])
+        self.assertEqual(len(list(self.c.list(queue=[queue], status=["ready", "scheduled"]))), 2)
+        self.assertEqual([t.id for t in self.c.list(queue=queue, id_contains="filt-abc")], [a.id])
+        self.assertEqual(len(list(self.c.list(queue=queue, created_after=before))), 2)
+        self.assertEqual(len(list(self.c.list(queue=queue, created_before=before))), 0)
+        self.assertEqual(len(list(self.c.list(queue=queue, status="pending", updated_after=before, updated_before="2999-01-01T00:00:00Z"))), 2)
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.list(queue=queue, status="bogus")
+        self.assertEqual(cm.exception.field, "status")
+
+    def test_list_page(self) -> None:
+        queue = q("page")
+        self.c.submit_batch([{"queue": queue, "spec": i} for i in range(5)])
+        page, cursor = self.c.list_page(queue=queue, limit=3)
+        self.assertEqual([t.spec for t in page], [0, 1, 2])
+        self.assertIsNotNone(cursor)
+        page, cursor = self.c.list_page(queue=queue, limit=3, cursor=cursor)
+        self.assertEqual([t.spec for t in page], [3, 4])
+        self.assertIsNone(cursor)
+
+    def test_count_and_count_groups(self) -> None:
+        queue = q("count")
+        self.c.submit_batch([{"queue": queue} for _ in range(3)])
+        self.c.submit(queue, None, delay=60)
+        self.assertEqual(self.c.count(queue=queue), 4)
+        self.assertEqual(self.c.count(queue=queue, status="ready"), 3)
+        groups = self.c.count_groups(queue=queue)
+        self.assertEqual({(g.queue, g.status): g.count for g in groups}, {(queue, "ready"): 3, (queue, "scheduled"): 1})
+
+    # ---- update, cancel, delete, transactions ------------------------------------
+
+    def test_update(self) -> None:
+        queue = q("upd")
+        t = self.c.submit(queue, None, delay=3600, labels={"a": "1"})
+        u = self.c.update(t.id, priority=9, labels={"b": "2"}, run_at=dt.datetime(2000, 1, 1), if_version=t.version)
+        self.assertEqual((u.priority, u.labels, u.status), (9, {"b": "2"}, "ready"))
+        with self.assertRaises(norn.Conflict) as cm:
+            self.c.update(t.id, priority=1, if_version=t.version)
+        self.assertEqual(cm.exception.status, 409)
+        cleared = self.c.update(t.id, labels={})
+        self.assertFalse(cleared.labels)
+
+    def test_cancel(self) -> None:
+        queue = q("cancel")
+        t = self.c.submit(queue, None)
+        c = self.c.cancel(t.id)
+        self.assertEqual(c.status, "cancelled")
+        self.assertIn("TaskCancel", history_types(self.c.get(t.id)))
+        queue2 = q("cancel2")
+        self.c.submit(queue2, None)
+        wid, task = self.claim_one(queue2)
+        self.c.complete(task.id, wid, task.lease)
+        with self.assertRaises(norn.Conflict):
+            self.c.cancel(task.id)
+        with self.assertRaises(norn.NotFound):
+            self.c.cancel("no-such-task")
+
+    def test_delete_and_delete_matching(self) -> None:
+        queue = q("del")
+        t = self.c.submit(queue, None)
+        self.c.delete(t.id)
+        with self.assertRaises(norn.NotFound):
+            self.c.get(t.id)
+        with self.assertRaises(norn.NotFound):
+            self.c.delete(t.id)
+        self.c.submit_batch([{"queue": queue, "labels": {"k": "v" if i < 3 else "w"}} for i in range(5)])
+        self.assertEqual(self.c.delete_matching(queue=queue, labels={"k": "v"}), 3)
+        self.assertEqual(self.c.count(queue=queue), 2)
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.delete_matching()
+        self.assertEqual(cm.exception.field, "filter")
+
+    def test_transact(self) -> None:
+        queue = q("txn")
+        a = self.c.submit(queue, "a", delay=60)
+        b = self.c.submit(queue, "b")
+        d = self.c.submit(queue, "d")
+        res = self.c.transact(
+            submit=[{"queue": queue, "spec": "new", "id": "txn-" + uuid.uuid4().hex}],
+            update=[{"id": a.id, "priority": 4, "if_version": a.version}],
+            cancel=[b.id],
+            delete=[d.id],
+            require=[{"id": a.id, "version": a.version}],
+        )
+        self.assertEqual(res.submitted[0].spec, "new")
+        self.assertFalse(res.submitted[0].duplicate)
+        self.assertEqual(res.updated[0].priority, 4)
+        self.assertEqual(res.cancelled[0].status, "cancelled")
+        self.assertEqual(res.deleted, 1)
+        with self.assertRaises(norn.Conflict):
+            self.c.transact(submit=[{"queue": queue}], require=[{"id": a.id, "version": a.version}])
+        self.assertEqual(self.c.count(queue=queue), 3, "a refused transaction writes nothing")
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.transact(update=[{"id": a.id, "priority": -5}])
+        self.assertTrue(cm.exception.field.startswith("update[0]"), cm.exception.field)
+
+    # ---- queues and administration -----------------------------------------------
+
+    def test_queues_stats_workers_whoami_sweep(self) -> None:
+        queue = q("adm")
+        self.c.submit(queue, None)
+        self.assertIn(queue, [x.name for x in self.c.queues()])
+        info = self.c.queue(queue)
+        self.assertEqual(info.counts.get("ready"), 1)
+        updated = self.c.update_queue(queue, paused=True, timeout=45, max_attempts=4, retry={"max_retries": 1, "base": 2}, retention={"completed": 3600})
+        self.assertTrue(updated.paused)
+        self.assertTrue(self.c.queue(queue).paused)
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.update_queue(queue, nonsense=True)
+        self.assertTrue(cm.exception.field)
+        stats = self.c.stats()
+        self.assertGreaterEqual(stats.total, 1)
+        wid = self.c.register_worker("adm-worker", [queue])
+        self.assertIn(wid, [w.id for w in self.c.workers()])
+        me = self.c.whoami()
+        self.assertEqual((me.role, me.auth), ("admin", False))
+        swept = self.c.sweep()
+        self.assertIn("timed_out", swept)
+
+    def test_events(self) -> None:
+        queue = q("ev")
+        events = self.c.events(queue=queue)
+        got = []
+        done = threading.Event()
+
+        def follow() -> None:
+            for e in events:
+                got.append(e)
+                if e.kind == "TaskCancel":
+                    done.set()
+                    return
+
+        th = threading.Thread(target=follow, daemon=True)
+        th.start()
+        t = self.c.submit(queue, None)
+        self.c.cancel(t.id)
+        self.assertTrue(done.wait(20), got)
+        th.join(5)
+        events.close()
+        self.assertEqual([e.kind for e in got], ["TaskSubmit", "TaskCancel"])
+        self.assertTrue(all(e.task_id == t.id and e.queue == queue for e in got))
+
+    # ---- worker calls ------------------------------------------------------------
+
+    def test_claim_heartbeat_log_complete(self) -> None:
+        queue = q("lease")
+        t = self.c.submit(queue, {"x": 1}, timeout=5)
+        wid, got = self.claim_one(queue, timeout=20, wait=1)
+        self.assertEqual((got.id, got.status, got.lease, got.owner, got.attempts), (t.id, "running", 1, wid, 1))
+        first = got.time("deadline")
+        deadline = self.c.heartbeat(t.id, wid, 1, progress=0.5, extend=dt.timedelta(seconds=60))
+        self.assertGreater(parse_time(deadline), first)
+        self.assertEqual(self.c.get(t.id).progress, 0.5)
+        e1 = self.c.append_log(t.id, wid, 1, {"step": 1})
+        e2 = self.c.append_log(t.id, wid, 1, {"step": 2}, seq=2)
+        self.assertEqual((e1.seq, e2.seq, e2.lease), (1, 2, 1))
+        with self.assertRaises(norn.Conflict):
+            self.c.append_log(t.id, wid, 1, {"step": 2}, seq=2)
+        self.assertEqual([e.data for e in self.c.read_log(t.id)], [{"step": 1}, {"step": 2}])
+        self.assertEqual([e.seq for e in self.c.read_log(t.id, after=1, limit=5)], [2])
+        self.c.complete(t.id, wid, 1, {"ok": True})
+        done = self.c.get(t.id)
+        self.assertEqual((done.status, done.result, done.progress), ("completed", {"ok": True}, 1))
+        self.assertTrue(done.terminal)
+
+    def test_claim_long_poll_wakes_on_submit(self) -> None:
+        queue = q("poll")
+        wid = self.c.register_worker("poller", [queue])
+        result = []
+        th = threading.Thread(target=lambda: result.extend(self.c.claim(wid, [queue], n=5, wait=30)))
+        th.start()
+        # The claim is waiting once the worker shows up as polling; there is
+        # no such signal in the API, so submit and require the answer well
+        # before the 30 s wait would end on its own.
+        self.c.submit(queue, "wake")
+        th.join(20)
+        self.assertFalse(th.is_alive(), "long poll did not answer the submit")
+        self.assertEqual([t.spec for t in result], ["wake"])
+        self.assertEqual(self.c.claim(wid, queue, n=1), [])
+
+    def test_fail_retries_then_abort(self) -> None:
+        queue = q("fail")
+        t = self.c.submit(queue, None, retry={"max_retries": 1, "base": "1ms"})
+        wid, got = self.claim_one(queue)
+        self.c.fail(t.id, wid, got.lease, "boom", "first try", {"n": 1})
+        after = wait_for(lambda: (lambda x: x if x.status == "ready" else None)(self.c.get(t.id)), what="retry to be ready")
+        self.assertEqual(after.errors[-1]["code"], "boom")
+        self.assertEqual(after.errors[-1]["args"], {"n": 1})
+        wid2, got2 = self.claim_one(queue)
+        self.assertEqual((got2.lease, got2.attempts), (2, 2))
+        self.c.abort(t.id, wid2, got2.lease, "fatal", "no more")
+        self.assertEqual(self.c.get(t.id).status, "aborted")
+
+    def test_yield_and_lease_lost(self) -> None:
+        queue = q("yield")
+        t = self.c.submit(queue, None)
+        wid, got = self.claim_one(queue)
+        self.c.yield_(t.id, wid, got.lease)
+        back = self.c.get(t.id)
+        self.assertEqual((back.status, back.attempts), ("ready", 0))
+        self.assertIn("TaskYield", history_types(back))
+        wid2, got2 = self.claim_one(queue)
+        with self.assertRaises(norn.LeaseLost) as cm:
+            self.c.heartbeat(t.id, wid, got.lease)
+        self.assertEqual((cm.exception.code, cm.exception.status), ("lease_lost", 409))
+        with self.assertRaises(norn.LeaseLost):
+            self.c.complete(t.id, wid, got.lease)
+        self.c.complete(t.id, wid2, got2.lease)
+
+    def test_cancelled_task_refuses_its_worker(self) -> None:
+        queue = q("cw")
+        t = self.c.submit(queue, None)
+        wid, got = self.claim_one(queue)
+        self.c.cancel(t.id)
+        with self.assertRaises(norn.Cancelled) as cm:
+            self.c.heartbeat(t.id, wid, got.lease)
+        self.assertEqual(cm.exception.code, "cancelled")
+        with self.assertRaises(norn.Cancelled):
+            self.c.append_log(t.id, wid, got.lease, "x")
+
+    def test_lease_batch(self) -> None:
+        queue = q("lb")
+        self.c.submit_batch([{"queue": queue} for _ in range(3)])
+        wid = self.c.register_worker("lb", [queue])
+        a, b, c = self.c.claim(wid, queue, n=3)
+        res = self.c.lease_batch([
+            {"op": "heartbeat", "id": a.id, "worker": wid, "lease": a.lease, "progress": 0.25, "extend": 30},
+            {"op": "complete", "id": b.id, "worker": wid, "lease": b.lease, "result": {"r": 1}},
+            {"op": "heartbeat", "id": c.id, "worker": wid, "lease": c.lease + 5},
+            {"op": "yield", "id": c.id, "worker": wid, "lease": c.lease},
+            {"op": "fail", "id": a.id, "worker": wid, "lease": a.lease, "error": {"code": "x"}},
+        ])
+        self.assertIsInstance(res[0], norn.Record)
+        self.assertTrue(parse_time(res[0].deadline))
+        self.assertEqual(res[1], {})
+        self.assertIsInstance(res[2], norn.LeaseLost)
+        self.assertEqual(res[3], {})
+        self.assertEqual(self.c.get(b.id).result, {"r": 1})
+        self.assertEqual(self.c.get(c.id).status, "ready")
+
+    def test_claim_errors(self) -> None:
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.claim("worker-1", ["ok"], n=5000)
+        self.assertEqual(cm.exception.field, "n")
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.claim("worker-1", ["ok"], wait=600)
+        self.assertEqual(cm.exception.field, "wait")
+
+    # ---- connections ---------------------------------------------------------------
+
+    def test_concurrent_calls_share_the_client(self) -> None:
+        queue = q("conc")
+        errs = []
+
+        def submit(i: int) -> None:
+            try:
+                for j in range(20):
+                    self.c.submit(queue, {"i": i, "j": j})
+            except Exception as e:  # pragma: no cover - reported below
+                errs.append(e)
+
+        threads = [threading.Thread(target=submit, args=(i,)) for i in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        self.assertEqual(errs, [])
+        self.assertEqual(self.c.count(queue=queue), 160)
+
+    def test_error_bodies_from_elsewhere(self) -> None:
+        e = norn.errors.from_response(502, b"<html>bad gateway</html>")
+        self.assertIsInstance(e, norn.Unavailable)
+        self.assertIn("502", str(e))
+        e = norn.errors.from_response(418, b"")
+        self.assertIsInstance(e, norn.Internal)
+        e = norn.errors.from_response(409, b'{"error":{"code":"new_code","message":"m","field":"f"}}')
+        self.assertEqual((type(e), e.code, e.field), (norn.NornError, "new_code", "f"))
+
+
+class AuthTest(unittest.TestCase):
+    """Tokens: unauthenticated and permission_denied, and NORN_TOKEN."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.server = Server("--auth-token", "adm1n:admin", "--auth-token", "cl1ent:client:jobs")
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.server.stop()
+
+    def test_roles(self) -> None:
+        with norn.Client(self.server.url) as anonymous, self.assertRaises(norn.Unauthenticated) as cm:
+            anonymous.stats()
+        self.assertEqual(cm.exception.status, 401)
+        with norn.Client(self.server.url, "wrong") as wrong, self.assertRaises(norn.Unauthenticated):
+            wrong.stats()
+        client = norn.Client(self.server.url, "cl1ent")
+        self.addCleanup(client.close)
+        client.submit("jobs", None)
+        with self.assertRaises(norn.PermissionDenied) as cm:
+            client.submit("other", None)
+        self.assertEqual(cm.exception.status, 403)
+        with self.assertRaises(norn.PermissionDenied):
+            client.sweep()
+        with mock.patch.dict(os.environ, {"NORN_SERVER": self.server.url, "NORN_TOKEN": "adm1n"}):
+            admin = norn.Client()
+        self.addCleanup(admin.close)
+        self.assertEqual(admin.whoami().role, "admin")
+        self.assertEqual(admin.count(queue="jobs"), 1)
+
+
+class WireTest(unittest.TestCase):
+    def test_durations(self) -> None:
+        cases = [(10, "10s"), (1.5, "1500ms"), (0, "0h"), (90, "90s"), (3600, "1h"), (dt.timedelta(minutes=2), "2m"),
+                 (0.000001, "1us"), (1e-9, "1ns"), ("1h30m", "1h30m")]
+        for value, want in cases:
+            self.assertEqual(format_duration(value, "f"), want, value)
+            self.assertAlmostEqual(parse_duration(format_duration(value, "f")), parse_duration(want))
+        for bad in (-1, float("nan"), "10", "abc", True, [1]):
+            with self.assertRaises(norn.InvalidArgument) as cm:
+                format_duration(bad, "timeout")
+            self.assertEqual(cm.exception.field, "timeout")
+        self.assertEqual(parse_duration("1h2m3.5s"), 3723.5)
+        self.assertEqual(parse_duration("1m0s"), 60)
+
+    def test_times(self) -> None:
+        t = parse_time("2030-01-02T03:04:05.123456789Z")
+        self.assertEqual(t, dt.datetime(2030, 1, 2, 3, 4, 5, 123456, tzinfo=dt.timezone.utc))
+        self.assertEqual(parse_time("2030-01-02T03:04:05+02:00").utcoffset(), dt.timedelta(hours=2))
+        self.assertIsNone(parse_time("0001-01-01T00:00:00Z"))
+        with self.assertRaises(ValueError):
+            parse_time("yesterday")
+
+
+if __name__ == "__main__":
+    unittest.main()
+
