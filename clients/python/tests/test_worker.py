@@ -1,0 +1,402 @@
+"""norn.Worker against a real norn server: outcomes, progress and
+checkpoints, heartbeats, cancellation, lease loss, concurrency, shutdown
+(in process, and SIGTERM to a worker process)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import unittest
+import uuid
+from typing import Iterator, List
+
+import norn
+
+from .server import PYTHON_ROOT, Server, history_types, wait_for
+
+server: Server
+
+
+def setUpModule() -> None:
+    global server
+    server = Server()
+
+
+def tearDownModule() -> None:
+    server.stop()
+
+
+def q(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+@contextlib.contextmanager
+def running(worker: norn.Worker) -> Iterator[norn.Worker]:
+    """Runs worker in a thread for the with block, then stops it and
+    re-raises what run() raised."""
+    errs: List[BaseException] = []
+
+    def target() -> None:
+        try:
+            worker.run(handle_signals=False)
+        except BaseException as e:  # reported by the test
+            errs.append(e)
+
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+    try:
+        yield worker
+    finally:
+        worker.stop(timeout=60)
+        th.join(60)
+    if errs:
+        raise errs[0]
+
+
+class WorkerTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.c = norn.Client(server.url)
+        self.addCleanup(self.c.close)
+
+    def status_is(self, tid: str, *statuses: str):
+        def check():
+            t = self.c.get(tid)
+            return t if t.status in statuses else None
+
+        return wait_for(check, what=f"task {tid} to be {'/'.join(statuses)}")
+
+    def test_outcomes(self) -> None:
+        queue = q("outcomes")
+
+        def handle(task: norn.ActiveTask):
+            kind = task.spec["kind"]
+            if kind == "ok":
+                return {"echo": task.spec, "attempt": task.attempts}
+            if kind == "flaky" and task.attempts == 1:
+                raise ValueError("first attempt fails")
+            if kind == "flaky":
+                return "second time lucky"
+            if kind == "abort":
+                raise norn.Abort("malformed spec", code="bad_spec", details={"why": "test"})
+            if kind == "fail":
+                raise norn.Fail("rate limited", code="rate_limited")
+            if kind == "nojson":
+                return object()
+            return None
+
+        ids = {}
+        for kind in ("ok", "flaky", "abort", "fail", "nojson", "none"):
+            ids[kind] = self.c.submit(queue, {"kind": kind}, retry={"max_retries": 1, "base": "1ms"} if kind == "flaky" else None).id
+        w = norn.Worker(self.c, {queue: handle}, concurrency=4, wait=1)
+        with running(w):
+            done = {k: self.status_is(i, "completed", "aborted") for k, i in ids.items()}
+        self.assertEqual(done["ok"].status, "completed")
+        self.assertEqual(done["ok"].result, {"echo": {"kind": "ok"}, "attempt": 1})
+        self.assertEqual(done["ok"].progress, 1)
+        self.assertEqual((done["flaky"].status, done["flaky"].result, done["flaky"].attempts), ("completed", "second time lucky", 2))
+        err = done["flaky"].errors[0]
+        self.assertEqual(err["code"], "handler_error")
+        self.assertIn("ValueError: first attempt fails", err["description"])
+        self.assertIn("Traceback", err["description"])
+        self.assertIn("TaskRetry", history_types(done["flaky"]))
+        self.assertEqual(done["abort"].status, "aborted")
+        self.assertEqual(done["abort"].errors[-1], {"code": "bad_spec", "description": "malformed spec", "args": {"why": "test"}})
+        self.assertEqual(done["fail"].status, "aborted", "no retries left")
+        self.assertIn("rate_limited", [e["code"] for e in done["fail"].errors])
+        self.assertEqual((done["nojson"].status, done["nojson"].errors[-1]["code"]), ("aborted", "invalid_result"))
+        self.assertEqual((done["none"].status, done["none"].get("result")), ("completed", None))
+
+    def test_progress_and_log(self) -> None:
+        queue = q("progress")
+        step = threading.Event()
+        seen = {}
+
+        def handle(task: norn.ActiveTask):
+            task.progress(0.5)
+            step.wait(30)
+            step.clear()
+            task.set_progress(0.75)  # rides on the next heartbeat
+            task.log({"checkpoint": 1})
+            task.log({"checkpoint": 2})
+            seen["previous"] = task.previous_log()
+            step.wait(30)
+            return "done"
+
+        t = self.c.submit(queue, None)
+        with running(norn.Worker(self.c, {queue: handle}, concurrency=1, lease=1.5, wait=1)):
+            wait_for(lambda: self.c.get(t.id).progress == 0.5, what="progress 0.5")
+            step.set()
+            wait_for(lambda: self.c.get(t.id).progress == 0.75, what="progress 0.75 from a heartbeat")
+            step.set()
+            done = self.status_is(t.id, "completed")
+        self.assertEqual(done.result, "done")
+        self.assertEqual(seen["previous"], [])
+        entries = self.c.read_log(t.id)
+        self.assertEqual([(e.seq, e.lease, e.data) for e in entries], [(1, 1, {"checkpoint": 1}), (2, 1, {"checkpoint": 2})])
+
+    def test_resume_from_previous_log(self) -> None:
+        queue = q("resume")
+        seen = []
+
+        def handle(task: norn.ActiveTask):
+            prev = task.previous_log()
+            seen.append([e.data for e in prev])
+            task.log({"attempt": task.attempts})
+            if task.attempts == 1:
+                raise RuntimeError("crash after the checkpoint")
+            return [e.data for e in prev]
+
+        t = self.c.submit(queue, None, retry={"max_retries": 1, "base": "1ms"})
+        with running(norn.Worker(self.c, {queue: handle}, concurrency=1, wait=1)):
+            done = self.status_is(t.id, "completed")
+        self.assertEqual(seen, [[], [{"attempt": 1}]])
+        self.assertEqual(done.result, [{"attempt": 1}])
+        self.assertEqual([(e.seq, e.lease) for e in self.c.read_log(t.id)], [(1, 1), (2, 2)])
+
+    def test_heartbeats_keep_the_lease(self) -> None:
+        queue = q("hb")
+        release = threading.Event()
+        t = self.c.submit(queue, None)
+        with running(norn.Worker(self.c, {queue: lambda task: release.wait(60) and "kept"}, concurrency=1, lease=1.0, wait=1)):
+            claimed = self.status_is(t.id, "running")
+            first = claimed.time("deadline")
+            # Three times the lease later by the server's clock, the task is
+            # still running under its first lease only if heartbeats extended it.
+            wait_for(lambda: (self.c.get(t.id).time("deadline") - first).total_seconds() > 3.0, what="heartbeats to extend the deadline")
+            self.c.sweep()  # times out every expired lease now
+            now = self.c.get(t.id)
+            self.assertEqual((now.status, now.lease, now.attempts), ("running", 1, 1))
+            release.set()
+            done = self.status_is(t.id, "completed")
+        self.assertEqual(done.result, "kept")
+        self.assertNotIn("TaskTimeout", history_types(done))
+
+    def test_cancellation_reaches_the_handler(self) -> None:
+        queue = q("cancel")
+        seen = {}
+
+        def polls_the_flag(task: norn.ActiveTask):
+            while not task.cancelled:
+                task.wait(0.05)
+            seen["flag"] = task.reason
+            return "ignored"
+
+        def sleeps(task: norn.ActiveTask):
+            try:
+                while True:
+                    task.sleep(0.05)
+            except norn.Cancelled as e:
+                seen["raised"] = e
+                raise
+
+        a = self.c.submit(queue + "-a", None)
+        b = self.c.submit(queue + "-b", None)
+        w = norn.Worker(self.c, {queue + "-a": polls_the_flag, queue + "-b": sleeps}, concurrency=2, lease=1.5, wait=1)
+        with running(w):
+            self.status_is(a.id, "running")
+            self.status_is(b.id, "running")
+            self.c.cancel(a.id)
+            self.c.cancel(b.id)
+            wait_for(lambda: len(seen) == 2, what="both handlers to see the cancellation")
+            wait_for(lambda: w.running == 0, what="the handlers to return")
+        self.assertIsInstance(seen["flag"], norn.Cancelled)
+        self.assertIsInstance(seen["raised"], norn.Cancelled)
+        for tid in (a.id, b.id):
+            t = self.c.get(tid)
+            self.assertEqual(t.status, "cancelled")
+            self.assertEqual(t.get("result"), None, "nothing is reported after a cancel")
+            self.assertNotIn("TaskRetry", history_types(t))
+
+    def test_deleted_task_is_a_lost_lease(self) -> None:
+        queue = q("lost")
+        seen = []
+
+        def handle(task: norn.ActiveTask):
+            try:
+                while True:
+                    task.sleep(0.05)
+            except norn.LeaseLost as e:
+                seen.append(e)
+                with self.assertRaises(norn.LeaseLost):
+                    task.log("too late")
+
+        t = self.c.submit(queue, None)
+        with running(norn.Worker(self.c, {queue: handle}, concurrency=1, lease=1.5, wait=1)) as w:
+            self.status_is(t.id, "running")
+            self.c.delete(t.id)
+            wait_for(lambda: seen, what="the handler to see the lost lease")
+            wait_for(lambda: w.running == 0, what="the handler to return")
+        self.assertIsInstance(seen[0], norn.LeaseLost)
+
+    def test_concurrency_limit(self) -> None:
+        queue = q("conc")
+        lock = threading.Lock()
+        now = [0, 0]  # running, most seen
+        release = threading.Event()
+
+        def handle(task: norn.ActiveTask):
+            with lock:
+                now[0] += 1
+                now[1] = max(now[1], now[0])
+            release.wait(60)
+            with lock:
+                now[0] -= 1
+
+        self.c.submit_batch([{"queue": queue, "spec": i} for i in range(10)])
+        with running(norn.Worker(self.c, {queue: handle}, concurrency=3, claim_batch=10, wait=1)) as w:
+            wait_for(lambda: self.c.count(queue=queue, status="running") == 3, what="three tasks running")
+            self.assertEqual(w.running, 3)
+            self.assertEqual(self.c.count(queue=queue, status="ready"), 7)
+            release.set()
+            wait_for(lambda: self.c.count(queue=queue, status="completed") == 10, what="every task to complete")
+        self.assertEqual(now[1], 3)
+
+    def test_shutdown_finishes_within_grace_and_yields_the_rest(self) -> None:
+        queue = q("shutdown")
+        finish = threading.Event()
+        seen = {}
+
+        def handle(task: norn.ActiveTask):
+            if task.spec == "quick":
+                finish.wait(60)
+                return "finished during the grace period"
+            task.wait()  # until the grace period is over
+            seen["reason"] = task.reason
+            return "ignored: the task was yielded"
+
+        quick = self.c.submit(queue, "quick")
+        slow = self.c.submit(queue, "slow")
+        w = norn.Worker(self.c, {queue: handle}, concurrency=2, shutdown_grace=1.0, wait=5)
+        errs = []
+        th = threading.Thread(target=lambda: errs.extend([None]) if w.run(handle_signals=False) is None else None)
+        th.start()
+        self.status_is(quick.id, "running")
+        self.status_is(slow.id, "running")
+        self.assertFalse(w.stop(timeout=0))
+        finish.set()
+        self.assertTrue(w.stop(timeout=30), "run() did not return")
+        th.join(5)
+        self.assertEqual(errs, [None])
+        self.assertEqual(self.c.get(quick.id).status, "completed")
+        back = self.c.get(slow.id)
+        self.assertEqual((back.status, back.attempts), ("ready", 0))
+        self.assertIn("TaskYield", history_types(back))
+        self.assertIsInstance(seen["reason"], norn.Shutdown)
+
+    def test_stop_before_run_and_run_twice(self) -> None:
+        w = norn.Worker(self.c, {q("x"): lambda t: None})
+        w.stop()
+        w.run(handle_signals=False)  # returns at once
+        self.assertIsNone(w.id)
+        with self.assertRaises(RuntimeError):
+            w.run(handle_signals=False)
+
+    def test_refused_worker_raises(self) -> None:
+        w = norn.Worker(self.c, {"no spaces allowed": lambda t: None}, wait=1)
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            w.run(handle_signals=False)
+        self.assertTrue(cm.exception.field, cm.exception)
+
+    def test_options_are_checked(self) -> None:
+        ok = {"q": lambda t: None}
+        for kwargs, field in [
+            ({"handlers": {}}, "handlers"),
+            ({"handlers": {"q": 5}}, "handlers['q']"),
+            ({"queues": ["other"]}, "queues[0]"),
+            ({"concurrency": 0}, "concurrency"),
+            ({"lease": 0}, "lease"),
+            ({"lease": 1, "heartbeat_interval": 2}, "heartbeat_interval"),
+            ({"claim_batch": 0}, "claim_batch"),
+            ({"wait": 301}, "wait"),
+            ({"poll_interval": -1}, "poll_interval"),
+            ({"shutdown_grace": -1}, "shutdown_grace"),
+        ]:
+            args = {"handlers": ok, **kwargs}
+            with self.assertRaises(norn.InvalidArgument, msg=kwargs) as cm:
+                norn.Worker(self.c, **args)
+            self.assertEqual(cm.exception.field, field)
+
+    def test_trace_context_is_exposed(self) -> None:
+        queue = q("trace")
+        seen = []
+        t = self.c.submit(queue, None)
+        with running(norn.Worker(self.c, {queue: lambda task: seen.append(task.traceparent)}, concurrency=1, wait=1)):
+            self.status_is(t.id, "completed")
+        # A task submitted without trace context carries none.
+        self.assertEqual(seen, [None])
+
+
+class UnreachableServerTest(unittest.TestCase):
+    """With the server gone, no heartbeat succeeds: after a whole lease the
+    worker assumes the lease lost and tells the handler to stop."""
+
+    def test_lease_assumed_lost(self) -> None:
+        srv = Server()
+        self.addCleanup(srv.stop)
+        c = norn.Client(srv.url, timeout=2)
+        self.addCleanup(c.close)
+        queue = q("gone")
+        started = threading.Event()
+        seen = []
+
+        def handle(task: norn.ActiveTask):
+            started.set()
+            try:
+                while True:
+                    task.sleep(0.05)
+            except norn.LeaseLost as e:
+                seen.append(e)
+
+        c.submit(queue, None)
+        w = norn.Worker(c, {queue: handle}, concurrency=1, lease=1.0, wait=1, shutdown_grace=0)
+        with running(w):
+            self.assertTrue(started.wait(30))
+            srv.stop()
+            wait_for(lambda: seen, what="the handler to be told its lease is lost")
+        self.assertIn("no heartbeat succeeded", str(seen[0]))
+
+
+class SignalTest(unittest.TestCase):
+    """SIGTERM to a worker process yields its unfinished tasks, and a worker
+    waiting in a long-poll claim takes them at once."""
+
+    def test_sigterm_yields_unfinished_tasks(self) -> None:
+        c = norn.Client(server.url)
+        self.addCleanup(c.close)
+        queue = q("sigterm")
+        ids = [t.id for t in c.submit_batch([{"queue": queue, "spec": i, "timeout": "5m"} for i in range(2)])]
+        env = dict(os.environ, PYTHONPATH=PYTHON_ROOT)
+        proc = subprocess.Popen(
+            [sys.executable, os.path.join(os.path.dirname(__file__), "worker_proc.py"), server.url, queue],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        wait_for(lambda: c.count(queue=queue, status="running") == 2, what="the worker process to run both tasks")
+        first = c.get(ids[0]).owner
+
+        taken = []
+        second = norn.Worker(c, {queue: lambda task: taken.append(task.worker) or "second"}, concurrency=2, wait=30)
+        with running(second):
+            wait_for(lambda: second.id is not None, what="the second worker to register")
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=60)
+            self.assertEqual(proc.returncode, 0, err)
+            self.assertIn("handler saw Shutdown", out)
+            # The tasks' leases last 5 minutes: done now means yielded, not timed out.
+            for tid in ids:
+                done = wait_for(lambda tid=tid: (lambda t: t if t.status == "completed" else None)(c.get(tid)), what="the second worker to run the yielded task")
+                self.assertEqual(done.result, "second")
+                self.assertEqual(done.attempts, 1, "a yielded attempt does not count")
+                types = history_types(done)
+                self.assertIn("TaskYield", types)
+                self.assertNotIn("TaskTimeout", types)
+        self.assertEqual(sorted(taken), [second.id, second.id])
+        self.assertNotEqual(first, second.id)
+
+
+if __name__ == "__main__":
+    unittest.main()
