@@ -398,5 +398,38 @@ class SignalTest(unittest.TestCase):
         self.assertNotEqual(first, second.id)
 
 
+class ExampleTest(unittest.TestCase):
+    """examples/python/worker.py does what its docstring says."""
+
+    def test_example_worker(self) -> None:
+        example = os.path.join(PYTHON_ROOT, "..", "..", "examples", "python", "worker.py")
+        # The example serves fixed queue names: a fresh server keeps this
+        # test apart from the others.
+        srv = Server()
+        self.addCleanup(srv.stop)
+        c = norn.Client(srv.url)
+        self.addCleanup(c.close)
+        greet = c.submit("py-greetings", {"name": "Ada"})
+        bad = c.submit("py-greetings", {})
+        steps = c.submit("py-steps", {"steps": 3})
+        env = dict(os.environ, PYTHONPATH=PYTHON_ROOT, NORN_SERVER=srv.url)
+        proc = subprocess.Popen([sys.executable, example, "-c", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+
+        def finished(tid: str):
+            t = c.get(tid)
+            return t if t.terminal else None
+
+        self.assertEqual(wait_for(lambda: finished(greet.id), what="greeting").result, {"greeting": "Hello, Ada!"})
+        aborted = wait_for(lambda: finished(bad.id), what="bad greeting")
+        self.assertEqual((aborted.status, aborted.errors[-1]["code"]), ("aborted", "bad_spec"))
+        done = wait_for(lambda: finished(steps.id), what="steps")
+        self.assertEqual(done.result, {"steps": 3, "resumed_at": 0, "lease": 1})
+        self.assertEqual([e.data for e in c.read_log(steps.id)], [{"done": 1}, {"done": 2}, {"done": 3}])
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 0, err)
+
+
 if __name__ == "__main__":
     unittest.main()
