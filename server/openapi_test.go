@@ -27,6 +27,40 @@ func loadOpenAPI(t *testing.T) *openapi3.T {
 	if err := doc.Validate(context.Background()); err != nil {
 		t.Fatalf("openapi.json is not a valid OpenAPI 3 document: %v", err)
 	}
+	if !doc.IsOpenAPI31OrLater() {
+		t.Fatalf("openapi.json declares OpenAPI %s; the any-JSON fields need 3.1's JSON Schema", doc.OpenAPI)
+	}
+	// In OpenAPI 3.1 the empty schema {} accepts every JSON value, null
+	// included. kin-openapi validates schemas holding $refs with its 3.0
+	// validator, which refuses null there; the boolean schema true means
+	// exactly the same as {} and that validator honours it.
+	seen := map[*openapi3.Schema]bool{}
+	var walk func(*openapi3.SchemaRef)
+	walk = func(ref *openapi3.SchemaRef) {
+		if ref == nil || ref.Value == nil || seen[ref.Value] {
+			return
+		}
+		s := ref.Value
+		seen[s] = true
+		if s.Always == nil && s.IsEmpty() {
+			always := true
+			s.Always = &always
+			return
+		}
+		for _, p := range s.Properties {
+			walk(p)
+		}
+		walk(s.Items)
+		walk(s.AdditionalProperties.Schema)
+		for _, group := range []openapi3.SchemaRefs{s.AllOf, s.AnyOf, s.OneOf} {
+			for _, r := range group {
+				walk(r)
+			}
+		}
+	}
+	for _, ref := range doc.Components.Schemas {
+		walk(ref)
+	}
 	return doc
 }
 
@@ -130,19 +164,46 @@ func TestOpenAPIResponses(t *testing.T) {
 		}
 	}
 	// The validator must be able to fail: wrong shapes and undeclared
-	// statuses are refused.
+	// statuses are refused. And it must accept what the document allows:
+	// any JSON, null included, where it says "any JSON value", and the
+	// OpenAPI 3.1 type lists (["object","null"]).
 	jsonHeader := http.Header{"Content-Type": {"application/json"}}
-	for _, bad := range []struct {
+	task := func(extra string) string {
+		return `{"task":{"id":"a","queue":"q","priority":0,"status":"ready","progress":0,` +
+			`"created":"2026-01-01T00:00:00Z","updated":"2026-01-01T00:00:00Z","run_at":"2026-01-01T00:00:00Z",` +
+			`"lease":0,"attempts":0,"max_attempts":1,"timeout":"1m0s","version":1` + extra + `}}`
+	}
+	queue := func(counts string) string {
+		return `{"queue":{"name":"q","paused":false,"counts":` + counts +
+			`,"defaults":{"timeout":"1m0s","max_attempts":0,"retention":{"completed":"0s","aborted":"0s","cancelled":"0s"}}}}`
+	}
+	for _, c := range []struct {
+		path   string
 		status int
 		body   string
+		ok     bool
 	}{
-		{200, `{"task":{"id":1}}`},
-		{200, `{"task":{"id":"a","queue":"q"},"extra":true}`},
-		{418, `{}`},
-		{404, `{"error":{"code":"nope","message":"m"}}`},
+		{"/v1/tasks/a", 200, task(""), true},
+		{"/v1/tasks/a", 200, task(`,"spec":null,"result":null`), true},
+		{"/v1/tasks/a", 200, task(`,"spec":[1,"x",{"y":null}],"result":"done"`), true},
+		{"/v1/tasks/a", 200, task(`,"priority":null`), false},
+		{"/v1/tasks/a", 200, task(`,"labels":null`), false},
+		{"/v1/tasks/a", 200, task(`,"status":"bogus"`), false},
+		{"/v1/tasks/a", 200, `{"task":{"id":1}}`, false},
+		{"/v1/tasks/a", 200, `{"task":{"id":"a","queue":"q"},"extra":true}`, false},
+		{"/v1/tasks/a", 418, `{}`, false},
+		{"/v1/tasks/a", 404, `{"error":{"code":"nope","message":"m"}}`, false},
+		{"/v1/queues/q", 200, queue(`{"pending":1}`), true},
+		{"/v1/queues/q", 200, queue(`null`), true},
+		{"/v1/queues/q", 200, queue(`"none"`), false},
+		{"/v1/queues/q", 200, queue(`{"pending":"1"}`), false},
 	} {
-		if err := check("GET", "/v1/tasks/a", bad.status, jsonHeader, []byte(bad.body)); err == nil {
-			t.Errorf("validator accepted %d %s", bad.status, bad.body)
+		err := check("GET", c.path, c.status, jsonHeader, []byte(c.body))
+		if c.ok && err != nil {
+			t.Errorf("validator refused %d %s: %v", c.status, c.body, err)
+		}
+		if !c.ok && err == nil {
+			t.Errorf("validator accepted %d %s", c.status, c.body)
 		}
 	}
 	call := func(want int, method, path, body string, opts ...reqOpt) response {
