@@ -14,7 +14,7 @@
 Standard library only; Python 3.9 or later.
 """
 
-from .client import DEFAULT_SERVER, Client
+from .client import DEFAULT_SERVER, Client, Stream
 from .errors import (
     Cancelled,
     Conflict,
@@ -38,6 +38,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Client",
     "DEFAULT_SERVER",
+    "Stream",
     "Worker",
     "ActiveTask",
     "Abort",

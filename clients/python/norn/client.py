@@ -10,14 +10,16 @@ import socket
 import ssl
 import threading
 import urllib.parse
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import errors
 from ._wire import Duration, Time, format_duration, format_time, parse_duration, retry_policy
 from .errors import InvalidArgument, NornError, Unavailable
 from .types import LogEntry, Record, Task
 
-__all__ = ["Client", "DEFAULT_SERVER"]
+__all__ = ["Client", "Stream", "DEFAULT_SERVER"]
+
+T = TypeVar("T")
 
 DEFAULT_SERVER = "http://127.0.0.1:7070"
 USER_AGENT = "norn-python-client/1"
@@ -119,6 +121,60 @@ def _dropped(conn: http.client.HTTPConnection) -> bool:
     except (OSError, ValueError):
         return True
     return bool(readable)
+
+
+class Stream(Iterator[T]):
+    """An iterator over a streamed response (``list``, ``events``) that
+    holds one connection until it ends. ``close()`` stops it early, also
+    from another thread while a ``next()`` is waiting for data (the
+    iteration then simply ends); ``with`` closes it too."""
+
+    def __init__(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
+                 decode: "Callable[[Iterator[bytes]], Iterator[T]]") -> None:
+        self._resp, self._conn = resp, conn
+        self._closed = False
+        self._it = decode(self._lines())
+
+    def _lines(self) -> Iterator[bytes]:
+        try:
+            while True:
+                try:
+                    line = self._resp.readline()
+                except (OSError, ValueError, http.client.HTTPException) as e:
+                    if self._closed:
+                        return
+                    raise Unavailable(f"stream interrupted: {e}") from e
+                if not line or self._closed:
+                    return
+                yield line
+        finally:
+            self._conn.close()
+
+    def __iter__(self) -> "Stream[T]":
+        return self
+
+    def __next__(self) -> T:
+        return next(self._it)
+
+    def close(self) -> None:
+        """Ends the stream and its connection."""
+        self._closed = True
+        sock = self._conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        try:
+            self._it.close()  # type: ignore[attr-defined]
+        except ValueError:
+            pass  # running in another thread, which now sees the end
+
+    def __enter__(self) -> "Stream[T]":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def _csv(value: Optional[_StrList]) -> Optional[str]:
@@ -276,21 +332,6 @@ class Client:
         except ValueError as e:
             raise errors.Internal(f"cannot decode server response: {e}") from None
 
-    def _lines(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> Iterator[bytes]:
-        """The lines of a streamed response; the connection is closed when
-        the iteration ends or the generator is closed."""
-        try:
-            while True:
-                try:
-                    line = resp.readline()
-                except (OSError, http.client.HTTPException) as e:
-                    raise Unavailable(f"stream interrupted: {e}") from e
-                if not line:
-                    return
-                yield line
-        finally:
-            conn.close()
-
     # ---- tasks ------------------------------------------------------------
 
     @staticmethod
@@ -416,7 +457,7 @@ class Client:
         order: Optional[str] = None,
         summary: bool = False,
         **filters: Any,
-    ) -> Iterator[Task]:
+    ) -> "Stream[Task]":
         """Iterates over every task matching the filters, streamed as NDJSON
         one task at a time, so memory stays constant however many match.
 
@@ -429,9 +470,9 @@ class Client:
         first), ``"newest"`` or ``"priority"``; ``summary=True`` omits spec,
         result, errors and history.
 
-        The request is sent at once (bad filters raise here); close the
-        iterator (or leave the ``with`` block of ``contextlib.closing``) to
-        stop early.
+        The request is sent at once (bad filters raise here). To stop early,
+        close the stream or iterate in a ``with client.list(...) as tasks:``
+        block.
         """
         q = self._filters(**filters)
         if limit:
@@ -441,20 +482,7 @@ class Client:
         if summary:
             q.append(("view", "summary"))
         resp, conn = self._send("GET", "/v1/tasks", query=q, accept="application/x-ndjson", timeout=None)
-        return self._task_stream(resp, conn)
-
-    def _task_stream(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> Iterator[Task]:
-        for line in self._lines(resp, conn):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError as e:
-                raise errors.Internal(f"cannot decode streamed task: {e}") from None
-            if isinstance(obj, dict) and "error" in obj and "id" not in obj:
-                raise errors.from_wire(obj["error"]) or errors.Internal("stream ended with an unreadable error")
-            yield _task(obj)
+        return Stream(resp, conn, _decode_tasks)
 
     def list_page(
         self,
@@ -633,7 +661,7 @@ class Client:
         releases of delayed tasks, retention purges."""
         return Record(self._call("POST", "/v1/sweep", body={}))
 
-    def events(self, *, queue: Optional[_StrList] = None, task: Optional[str] = None) -> Iterator[Record]:
+    def events(self, *, queue: Optional[_StrList] = None, task: Optional[str] = None) -> "Stream[Record]":
         """Follows task state changes (server-sent events) as records
         ``{"kind", "task_id", "queue", "status", "version", "time"}``. The
         subscription is in place when this returns; the iterator blocks
@@ -645,27 +673,7 @@ class Client:
         if task is not None:
             q.append(("task", task))
         resp, conn = self._send("GET", "/v1/events", query=q, accept="text/event-stream", timeout=None)
-        return self._event_stream(resp, conn)
-
-    def _event_stream(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> Iterator[Record]:
-        data: List[str] = []
-        for raw in self._lines(resp, conn):
-            line = raw.decode("utf-8").rstrip("\r\n")
-            if not line:
-                if data:
-                    try:
-                        yield Record(json.loads("\n".join(data)))
-                    except ValueError as e:
-                        raise errors.Internal(f"cannot decode event: {e}") from None
-                    data = []
-                continue
-            if line.startswith(":"):
-                continue  # keep-alive comment
-            name, _, value = line.partition(":")
-            if value.startswith(" "):
-                value = value[1:]
-            if name == "data":
-                data.append(value)
+        return Stream(resp, conn, _decode_events)
 
     # ---- worker calls -----------------------------------------------------
     # The building blocks of norn.Worker, for those who run tasks their own
@@ -749,7 +757,7 @@ class Client:
         """Gives a task back: ready again at once, the attempt does not count."""
         self._call("POST", "/v1/tasks/" + _seg(id) + "/yield", body={"worker": worker, "lease": lease})
 
-    def lease_batch(self, ops: Sequence[Mapping[str, Any]]) -> List[Union[Record, NornError]]:
+    def lease_batch(self, ops: Sequence[Mapping[str, Any]], *, _timeout: Optional[float] = -1.0) -> List[Union[Record, NornError]]:
         """Applies many lease operations in one request. Each op is a dict
         ``{"op": "heartbeat"|"complete"|"fail"|"abort"|"yield", "id",
         "worker", "lease", ...}`` with the fields of the single calls
@@ -763,7 +771,7 @@ class Client:
             if op.get("extend") is not None:
                 op["extend"] = format_duration(op["extend"], f"ops[{i}].extend")
             body.append(op)
-        out = self._call("POST", "/v1/leases/batch", body={"ops": body})
+        out = self._call("POST", "/v1/leases/batch", body={"ops": body}, timeout=_timeout)
         results = out.get("results") or []
         if len(results) != len(body):
             raise errors.Internal(f"server returned {len(results)} results for {len(body)} lease operations")
@@ -772,6 +780,42 @@ class Client:
             err = errors.from_wire((r or {}).get("error"))
             items.append(err if err is not None else Record(r or {}))
         return items
+
+
+def _decode_tasks(lines: Iterator[bytes]) -> Iterator[Task]:
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise errors.Internal(f"cannot decode streamed task: {e}") from None
+        if isinstance(obj, dict) and "error" in obj and "id" not in obj:
+            # The server failed mid-stream and said so on the last line.
+            raise errors.from_wire(obj["error"]) or errors.Internal("stream ended with an unreadable error")
+        yield _task(obj)
+
+
+def _decode_events(lines: Iterator[bytes]) -> Iterator[Record]:
+    data: List[str] = []
+    for raw in lines:
+        line = raw.decode("utf-8").rstrip("\r\n")
+        if not line:
+            if data:
+                try:
+                    yield Record(json.loads("\n".join(data)))
+                except ValueError as e:
+                    raise errors.Internal(f"cannot decode event: {e}") from None
+                data = []
+            continue
+        if line.startswith(":"):
+            continue  # keep-alive comment
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            data.append(value)
 
 
 def _finish_body(worker: str, lease: int, code: str, description: str, args: Optional[Mapping[str, Any]]) -> Dict[str, Any]:

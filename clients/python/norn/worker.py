@@ -653,8 +653,11 @@ class Worker:
 
     def _beat(self, due: List[_Run]) -> None:
         ops = []
+        sent = time.monotonic()
+        expiry = sent + 3600
         with self._lock:
             for r in due:
+                expiry = min(expiry, r.last_ok + r.lease_len)
                 op: Dict[str, Any] = {"op": "heartbeat", "id": r.id, "worker": r.worker, "lease": r.lease}
                 if r.progress is not None:
                     op["progress"] = r.progress
@@ -662,11 +665,12 @@ class Worker:
                 if self._lease_wire is not None:
                     op["extend"] = self._lease_wire
                 ops.append(op)
-        sent = time.monotonic()
         batch_err: Optional[NornError] = None
         results: List[Any] = []
         try:
-            results = self.client.lease_batch(ops)
+            # A heartbeat answered after the earliest lease surely expired is
+            # worthless; stop waiting then and let the next round decide.
+            results = self.client.lease_batch(ops, _timeout=max(expiry - sent, 0.1))
         except NornError as e:
             batch_err = e
         lost = []

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import os
 import socket
 import threading
+import tracemalloc
 import unittest
 import uuid
 from unittest import mock
@@ -197,10 +197,28 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(newest.get("spec"), None, "summary view omits the spec")
         self.assertEqual(newest.status, "ready")
 
+    def test_list_memory_stays_constant(self) -> None:
+        queue = q("mem")
+        blob = "x" * 50_000
+        for _ in range(4):
+            self.c.submit_batch([{"queue": queue, "spec": {"blob": blob}} for _ in range(100)])
+        del blob
+        tracemalloc.start()
+        try:
+            n = 0
+            for t in self.c.list(queue=queue):
+                n += len(t.spec["blob"])
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        self.assertEqual(n, 400 * 50_000)
+        # 20 MB went by; holding them (or a page of them) would show here.
+        self.assertLess(peak, 2_000_000, f"peak {peak} bytes while streaming 20 MB")
+
     def test_list_can_stop_early(self) -> None:
         queue = q("early")
         self.c.submit_batch([{"queue": queue, "spec": i} for i in range(50)])
-        with contextlib.closing(self.c.list(queue=queue)) as it:
+        with self.c.list(queue=queue) as it:
             first = next(it)
         self.assertEqual(first.spec, 0)
         with self.assertRaises(StopIteration):
@@ -353,6 +371,25 @@ class ClientTest(unittest.TestCase):
         events.close()
         self.assertEqual([e.kind for e in got], ["TaskSubmit", "TaskCancel"])
         self.assertTrue(all(e.task_id == t.id and e.queue == queue for e in got))
+
+    def test_close_a_stream_from_another_thread(self) -> None:
+        queue = q("quiet")
+        stream = self.c.events(queue=queue)
+        got, ended = [], threading.Event()
+
+        def read() -> None:
+            for e in stream:
+                got.append(e)
+            ended.set()
+
+        th = threading.Thread(target=read, daemon=True)
+        th.start()
+        self.c.submit(queue, None)
+        # After its one event the reader waits for the next, which never comes.
+        wait_for(lambda: got, what="the first event")
+        stream.close()
+        self.assertTrue(ended.wait(20), "close did not end the blocked reader")
+        self.assertEqual([e.kind for e in got], ["TaskSubmit"])
 
     # ---- worker calls ------------------------------------------------------------
 
