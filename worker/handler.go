@@ -66,6 +66,28 @@ type ServeMux struct {
 	mu     sync.RWMutex
 	routes map[string]Handler
 	order  []string
+	mws    []Middleware
+}
+
+// Middleware wraps a Handler, for what every task should get whatever its
+// queue: logging, metrics, tracing, recovering a library's panics as errors.
+// It sees the task before and the outcome after the handler, and decides
+// the outcome by what it returns.
+type Middleware func(Handler) Handler
+
+// Use appends middleware to the mux. Middleware applies to every task the mux
+// dispatches, including tasks of queues registered before Use, in the order
+// given: the first one is the outermost. Like Handle it panics on a nil
+// middleware.
+func (m *ServeMux) Use(mws ...Middleware) {
+	for _, mw := range mws {
+		if mw == nil {
+			panic("worker: nil middleware")
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mws = append(m.mws, mws...)
 }
 
 // NewServeMux returns an empty mux.
@@ -114,15 +136,25 @@ func (m *ServeMux) Handler(queue string) Handler {
 	return m.routes[queue]
 }
 
-// ServeTask dispatches t to its queue's handler. A task from a queue nobody
-// registered is aborted: retrying it on this worker could never succeed.
+// ServeTask dispatches t to its queue's handler through the middleware. A
+// task from a queue nobody registered is aborted (retrying it on this worker
+// could never succeed); the middleware sees that outcome too.
 func (m *ServeMux) ServeTask(ctx context.Context, t *Task) error {
-	h := m.Handler(t.Queue)
+	m.mu.RLock()
+	h, mws := m.routes[t.Queue], m.mws
+	m.mu.RUnlock()
 	if h == nil {
-		return WithCode("no_handler", Abort(fmt.Errorf("no handler registered for queue %q", t.Queue)))
+		h = noHandler
+	}
+	for i := len(mws) - 1; i >= 0; i-- {
+		h = mws[i](h)
 	}
 	return h.ServeTask(ctx, t)
 }
+
+var noHandler = HandlerFunc(func(_ context.Context, t *Task) error {
+	return WithCode("no_handler", Abort(fmt.Errorf("no handler registered for queue %q", t.Queue)))
+})
 
 // Causes of a handler's context cancellation (read with context.Cause).
 var (

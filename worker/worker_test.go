@@ -498,3 +498,86 @@ func TestErrorHelpers(t *testing.T) {
 		t.Error("WithCode alone must not abort")
 	}
 }
+
+func TestServeMuxMiddleware(t *testing.T) {
+	t.Parallel()
+	mux := worker.NewServeMux()
+	var trace []string
+	tag := func(name string) worker.Middleware {
+		return func(next worker.Handler) worker.Handler {
+			return worker.HandlerFunc(func(ctx context.Context, tk *worker.Task) error {
+				trace = append(trace, name+">")
+				err := next.ServeTask(ctx, tk)
+				trace = append(trace, "<"+name)
+				return err
+			})
+		}
+	}
+	mux.HandleFunc("a", func(ctx context.Context, tk *worker.Task) error {
+		trace = append(trace, "a")
+		return errors.New("boom")
+	})
+	mux.Use(tag("outer"), tag("inner"))
+	// Registered after Use: middleware still applies.
+	mux.HandleFunc("b", func(ctx context.Context, tk *worker.Task) error {
+		trace = append(trace, "b")
+		return nil
+	})
+	// A middleware decides the outcome: this one turns failures into aborts.
+	mux.Use(func(next worker.Handler) worker.Handler {
+		return worker.HandlerFunc(func(ctx context.Context, tk *worker.Task) error {
+			return worker.Abort(next.ServeTask(ctx, tk))
+		})
+	})
+
+	if err := mux.ServeTask(context.Background(), &worker.Task{Task: norn.Task{Queue: "a"}}); !worker.IsAbort(err) {
+		t.Errorf("a: %v, want the middleware's abort", err)
+	}
+	if want := []string{"outer>", "inner>", "a", "<inner", "<outer"}; !slices.Equal(trace, want) {
+		t.Errorf("order %v, want %v", trace, want)
+	}
+	trace = nil
+	if err := mux.ServeTask(context.Background(), &worker.Task{Task: norn.Task{Queue: "b"}}); err != nil {
+		t.Errorf("b: %v", err)
+	}
+	if want := []string{"outer>", "inner>", "b", "<inner", "<outer"}; !slices.Equal(trace, want) {
+		t.Errorf("order %v, want %v", trace, want)
+	}
+	trace = nil
+	err := mux.ServeTask(context.Background(), &worker.Task{Task: norn.Task{Queue: "zzz"}})
+	if !worker.IsAbort(err) || !slices.Equal(trace, []string{"outer>", "inner>", "<inner", "<outer"}) {
+		t.Errorf("unknown queue: err %v, trace %v: middleware must see the no-handler abort", err, trace)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("Use(nil) did not panic")
+			}
+		}()
+		mux.Use(nil)
+	}()
+}
+
+func TestMiddlewareRunsInWorker(t *testing.T) {
+	t.Parallel()
+	st := openStore(t)
+	mux := worker.NewServeMux()
+	mux.HandleFunc("mw", func(ctx context.Context, tk *worker.Task) error { return nil })
+	var seen atomic.Int64
+	mux.Use(func(next worker.Handler) worker.Handler {
+		return worker.HandlerFunc(func(ctx context.Context, tk *worker.Task) error {
+			seen.Add(1)
+			if err := tk.SetResult(map[string]string{"via": "middleware"}); err != nil {
+				return err
+			}
+			return next.ServeTask(ctx, tk)
+		})
+	})
+	w := newWorker(t, st, worker.Config{Handler: mux})
+	runWorker(t, w)
+	id := submit(t, st, norn.NewTask{Queue: "mw"})
+	tk := waitStatus(t, st, id, 5*time.Second, norn.StatusCompleted)
+	if seen.Load() != 1 || string(tk.Result) != `{"via":"middleware"}` {
+		t.Errorf("middleware calls %d, result %s", seen.Load(), tk.Result)
+	}
+}
