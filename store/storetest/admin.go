@@ -209,7 +209,7 @@ func testStats(t *testing.T, f Factory) {
 }
 
 // events reads a stream into a channel until ctx ends.
-func events(t *testing.T, e *env, f norn.EventFilter) <-chan norn.Event {
+func events(t *testing.T, e *testBundle, f norn.EventFilter) <-chan norn.Event {
 	t.Helper()
 	ctx, cancel := context.WithCancel(e.ctx)
 	st, err := e.s.Subscribe(ctx, f)

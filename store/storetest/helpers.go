@@ -7,104 +7,127 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nornq/norn"
 )
 
-// env is one subtest's store, clock and context.
-type env struct {
+// testBundle is what a subtest gets next to the store under test: its own
+// clock and context, and helpers that arrange state and check it, bound to
+// the subtest's t so a failure is reported where it happened.
+type testBundle struct {
 	t     *testing.T
 	s     norn.Store
 	clock *FakeClock
 	ctx   context.Context
 }
 
-func newEnv(t *testing.T, f Factory) *env {
-	t.Helper()
-	clock := NewFakeClock()
-	s := f(t, clock)
-	return &env{t: t, s: s, clock: clock, ctx: t.Context()}
+// setupFunc gives a subtest a fresh, empty store and its bundle.
+type setupFunc func(t *testing.T) (norn.Store, *testBundle)
+
+func newSetup(f Factory) setupFunc {
+	return func(t *testing.T) (norn.Store, *testBundle) {
+		t.Helper()
+		clock := NewFakeClock()
+		s := f(t, clock)
+		return s, &testBundle{t: t, s: s, clock: clock, ctx: t.Context()}
+	}
 }
 
-func (e *env) now() time.Time { return e.clock.Now() }
+// newEnv is setup for the subtests not yet split by behaviour.
+func newEnv(t *testing.T, f Factory) *testBundle {
+	t.Helper()
+	_, b := newSetup(f)(t)
+	return b
+}
+
+// with returns the bundle bound to t, for rows of a table that share one
+// store but each run as their own (sequential) subtest.
+func (b *testBundle) with(t *testing.T) *testBundle {
+	c := *b
+	c.t, c.ctx = t, t.Context()
+	return &c
+}
+
+func (b *testBundle) now() time.Time { return b.clock.Now() }
 
 // submit stores new tasks and fails the test on any error or duplicate.
-func (e *env) submit(nts ...norn.NewTask) []*norn.Task {
-	e.t.Helper()
-	res, err := e.s.Submit(e.ctx, nts...)
+func (b *testBundle) submit(nts ...norn.NewTask) []*norn.Task {
+	b.t.Helper()
+	res, err := b.s.Submit(b.ctx, nts...)
 	if err != nil {
-		e.t.Fatalf("Submit: %v", err)
+		b.t.Fatalf("Submit: %v", err)
 	}
 	if len(res) != len(nts) {
-		e.t.Fatalf("Submit returned %d results for %d tasks", len(res), len(nts))
+		b.t.Fatalf("Submit returned %d results for %d tasks", len(res), len(nts))
 	}
 	out := make([]*norn.Task, len(res))
 	for i, r := range res {
 		if r.Duplicate {
-			e.t.Fatalf("Submit: task %d (%q) unexpectedly reported as duplicate", i, r.Task.ID)
+			b.t.Fatalf("Submit: task %d (%q) unexpectedly reported as duplicate", i, r.Task.ID)
 		}
 		if r.Task == nil {
-			e.t.Fatalf("Submit: result %d has no task", i)
+			b.t.Fatalf("Submit: result %d has no task", i)
 		}
 		out[i] = r.Task
 	}
 	return out
 }
 
-func (e *env) submitOne(nt norn.NewTask) *norn.Task {
-	e.t.Helper()
-	return e.submit(nt)[0]
+func (b *testBundle) submitOne(nt norn.NewTask) *norn.Task {
+	b.t.Helper()
+	return b.submit(nt)[0]
 }
 
 // submitMany submits tasks in batches of 1000.
-func (e *env) submitMany(nts []norn.NewTask) {
-	e.t.Helper()
+func (b *testBundle) submitMany(nts []norn.NewTask) {
+	b.t.Helper()
 	for len(nts) > 0 {
 		n := min(1000, len(nts))
-		e.submit(nts[:n]...)
+		b.submit(nts[:n]...)
 		nts = nts[n:]
 	}
 }
 
-func (e *env) get(id string) *norn.Task {
-	e.t.Helper()
-	tk, err := e.s.Get(e.ctx, id)
+func (b *testBundle) get(id string) *norn.Task {
+	b.t.Helper()
+	tk, err := b.s.Get(b.ctx, id)
 	if err != nil {
-		e.t.Fatalf("Get(%q): %v", id, err)
+		b.t.Fatalf("Get(%q): %v", id, err)
 	}
 	return tk
 }
 
 // gone asserts that a task no longer exists.
-func (e *env) gone(id string) {
-	e.t.Helper()
-	_, err := e.s.Get(e.ctx, id)
+func (b *testBundle) gone(id string) {
+	b.t.Helper()
+	_, err := b.s.Get(b.ctx, id)
 	if !errors.Is(err, norn.ErrNotFound) {
-		e.t.Fatalf("Get(%q) after removal: err = %v, want not_found", id, err)
+		b.t.Fatalf("Get(%q) after removal: err = %v, want not_found", id, err)
 	}
 }
 
 // status asserts a task's status and returns the task.
-func (e *env) status(id string, want norn.Status) *norn.Task {
-	e.t.Helper()
-	tk := e.get(id)
+func (b *testBundle) status(id string, want norn.Status) *norn.Task {
+	b.t.Helper()
+	tk := b.get(id)
 	if tk.Status != want {
-		e.t.Fatalf("task %q: status %s, want %s (history %s)", id, tk.Status, want, historyTypes(tk))
+		b.t.Fatalf("task %q: status %s, want %s (history %s)", id, tk.Status, want, historyTypes(tk))
 	}
 	return tk
 }
 
-func (e *env) claimReq(req norn.ClaimRequest) []*norn.Task {
-	e.t.Helper()
-	ts, err := e.s.Claim(e.ctx, req)
+func (b *testBundle) claimReq(req norn.ClaimRequest) []*norn.Task {
+	b.t.Helper()
+	ts, err := b.s.Claim(b.ctx, req)
 	if err != nil {
-		e.t.Fatalf("Claim(%+v): %v", req, err)
+		b.t.Fatalf("Claim(%+v): %v", req, err)
 	}
 	for _, tk := range ts {
 		if tk.Status != norn.StatusRunning || tk.Owner != req.Worker {
-			e.t.Fatalf("Claim returned task %q with status %s owner %q, want running owned by %q",
+			b.t.Fatalf("Claim returned task %q with status %s owner %q, want running owned by %q",
 				tk.ID, tk.Status, tk.Owner, req.Worker)
 		}
 	}
@@ -112,56 +135,132 @@ func (e *env) claimReq(req norn.ClaimRequest) []*norn.Task {
 }
 
 // claim claims exactly one task from queues.
-func (e *env) claim(worker string, queues ...string) *norn.Task {
-	e.t.Helper()
-	ts := e.claimReq(norn.ClaimRequest{Worker: worker, Queues: queues, N: 1})
+func (b *testBundle) claim(worker string, queues ...string) *norn.Task {
+	b.t.Helper()
+	ts := b.claimReq(norn.ClaimRequest{Worker: worker, Queues: queues, N: 1})
 	if len(ts) != 1 {
-		e.t.Fatalf("Claim(%s, %v): got %d tasks, want 1", worker, queues, len(ts))
+		b.t.Fatalf("Claim(%s, %v): got %d tasks, want 1", worker, queues, len(ts))
 	}
 	return ts[0]
 }
 
 // claimNone asserts that nothing is claimable from queues.
-func (e *env) claimNone(queues ...string) {
-	e.t.Helper()
-	ts := e.claimReq(norn.ClaimRequest{Worker: "probe", Queues: queues, N: 10})
+func (b *testBundle) claimNone(queues ...string) {
+	b.t.Helper()
+	ts := b.claimReq(norn.ClaimRequest{Worker: "probe", Queues: queues, N: 10})
 	if len(ts) != 0 {
-		e.t.Fatalf("Claim(%v): got %d tasks (first %q, %s), want none", queues, len(ts), ts[0].ID, ts[0].Status)
+		b.t.Fatalf("Claim(%v): got %d tasks (first %q, %s), want none", queues, len(ts), ts[0].ID, ts[0].Status)
 	}
 }
 
-func (e *env) sweep() {
-	e.t.Helper()
-	if _, err := e.s.Sweep(e.ctx); err != nil {
-		e.t.Fatalf("Sweep: %v", err)
+// claimID claims exactly one task from queues and asserts it is id.
+func (b *testBundle) claimID(worker, id string, queues ...string) *norn.Task {
+	b.t.Helper()
+	c := b.claim(worker, queues...)
+	if c.ID != id {
+		b.t.Fatalf("Claim(%s, %v): claimed %q, want %s", worker, queues, c.ID, id)
+	}
+	return c
+}
+
+func (b *testBundle) heartbeat(tk *norn.Task, hb norn.Heartbeat) time.Time {
+	b.t.Helper()
+	dl, err := b.s.Heartbeat(b.ctx, ref(tk), hb)
+	if err != nil {
+		b.t.Fatalf("Heartbeat(%q): %v", tk.ID, err)
+	}
+	return dl
+}
+
+func (b *testBundle) appendLog(tk *norn.Task, data string) norn.LogEntry {
+	b.t.Helper()
+	le, err := b.s.AppendLog(b.ctx, ref(tk), norn.LogAppend{Data: json.RawMessage(data)})
+	if err != nil {
+		b.t.Fatalf("AppendLog(%q): %v", tk.ID, err)
+	}
+	return le
+}
+
+// logLen asserts a task's update log has n entries.
+func (b *testBundle) logLen(id string, n int) {
+	b.t.Helper()
+	logs, err := b.s.ReadLog(b.ctx, id, 0, 0)
+	if err != nil || len(logs) != n {
+		b.t.Fatalf("ReadLog(%q): %d entries (%+v), %v; want %d", id, len(logs), logs, err, n)
+	}
+}
+
+func (b *testBundle) fail(tk *norn.Task, code string) {
+	b.t.Helper()
+	if err := b.s.Fail(b.ctx, ref(tk), norn.ErrorInfo{Code: code}); err != nil {
+		b.t.Fatalf("Fail(%q): %v", tk.ID, err)
+	}
+}
+
+func (b *testBundle) abort(tk *norn.Task, code string) {
+	b.t.Helper()
+	if err := b.s.Abort(b.ctx, ref(tk), norn.ErrorInfo{Code: code}); err != nil {
+		b.t.Fatalf("Abort(%q): %v", tk.ID, err)
+	}
+}
+
+func (b *testBundle) yield(tk *norn.Task) {
+	b.t.Helper()
+	if err := b.s.Yield(b.ctx, ref(tk)); err != nil {
+		b.t.Fatalf("Yield(%q): %v", tk.ID, err)
+	}
+}
+
+func (b *testBundle) cancel(id string) *norn.Task {
+	b.t.Helper()
+	tk, err := b.s.Cancel(b.ctx, id)
+	if err != nil {
+		b.t.Fatalf("Cancel(%q): %v", id, err)
+	}
+	return tk
+}
+
+// count asserts how many tasks match f.
+func (b *testBundle) count(f norn.Filter, want int64) {
+	b.t.Helper()
+	n, err := b.s.Count(b.ctx, f)
+	if err != nil || n != want {
+		b.t.Fatalf("Count(%+v) = %d, %v; want %d", f, n, err, want)
+	}
+}
+
+func (b *testBundle) sweep() {
+	b.t.Helper()
+	if _, err := b.s.Sweep(b.ctx); err != nil {
+		b.t.Fatalf("Sweep: %v", err)
 	}
 }
 
 // advance moves the fake clock and runs the monitor, so everything due by
 // then has happened (whether Sweep or the store's own monitor did it).
-func (e *env) advance(d time.Duration) {
-	e.t.Helper()
-	e.clock.Advance(d)
-	e.sweep()
+func (b *testBundle) advance(d time.Duration) {
+	b.t.Helper()
+	b.clock.Advance(d)
+	b.sweep()
 }
 
-func (e *env) complete(tk *norn.Task, result string) {
-	e.t.Helper()
+func (b *testBundle) complete(tk *norn.Task, result string) {
+	b.t.Helper()
 	var raw json.RawMessage
 	if result != "" {
 		raw = json.RawMessage(result)
 	}
-	if err := e.s.Complete(e.ctx, ref(tk), raw); err != nil {
-		e.t.Fatalf("Complete(%q): %v", tk.ID, err)
+	if err := b.s.Complete(b.ctx, ref(tk), raw); err != nil {
+		b.t.Fatalf("Complete(%q): %v", tk.ID, err)
 	}
 }
 
 // snapshot returns every task in the store as canonical JSON keyed by id.
-func (e *env) snapshot() map[string]string {
-	e.t.Helper()
-	it, err := e.s.Stream(e.ctx, norn.Query{})
+func (b *testBundle) snapshot() map[string]string {
+	b.t.Helper()
+	it, err := b.s.Stream(b.ctx, norn.Query{})
 	if err != nil {
-		e.t.Fatalf("Stream: %v", err)
+		b.t.Fatalf("Stream: %v", err)
 	}
 	defer it.Close()
 	out := map[string]string{}
@@ -170,30 +269,30 @@ func (e *env) snapshot() map[string]string {
 		out[tk.ID] = canonTask(tk)
 	}
 	if err := it.Err(); err != nil {
-		e.t.Fatalf("Stream: %v", err)
+		b.t.Fatalf("Stream: %v", err)
 	}
 	return out
 }
 
 // unchanged asserts the store holds exactly the snapshot before.
-func (e *env) unchanged(what string, before map[string]string) {
-	e.t.Helper()
-	after := e.snapshot()
-	for id, b := range before {
+func (b *testBundle) unchanged(what string, before map[string]string) {
+	b.t.Helper()
+	after := b.snapshot()
+	for id, was := range before {
 		a, ok := after[id]
 		if !ok {
-			e.t.Errorf("%s: task %q disappeared", what, id)
-		} else if a != b {
-			e.t.Errorf("%s: task %q changed:\nbefore %s\nafter  %s", what, id, b, a)
+			b.t.Errorf("%s: task %q disappeared", what, id)
+		} else if a != was {
+			b.t.Errorf("%s: task %q changed:\nbefore %s\nafter  %s", what, id, was, a)
 		}
 	}
 	for id, a := range after {
 		if _, ok := before[id]; !ok {
-			e.t.Errorf("%s: task %q appeared: %s", what, id, a)
+			b.t.Errorf("%s: task %q appeared: %s", what, id, a)
 		}
 	}
-	if e.t.Failed() {
-		e.t.FailNow()
+	if b.t.Failed() {
+		b.t.FailNow()
 	}
 }
 
@@ -389,24 +488,24 @@ func collect(t *testing.T, it norn.TaskIterator, err error) []*norn.Task {
 }
 
 // listAll pages through List and returns every task in order.
-func (e *env) listAll(q norn.Query) []*norn.Task {
-	e.t.Helper()
+func (b *testBundle) listAll(q norn.Query) []*norn.Task {
+	b.t.Helper()
 	var out []*norn.Task
 	seen := map[string]bool{}
 	for pages := 0; ; pages++ {
 		if pages > 100000 {
-			e.t.Fatalf("List: cursor never ends")
+			b.t.Fatalf("List: cursor never ends")
 		}
-		p, err := e.s.List(e.ctx, q)
+		p, err := b.s.List(b.ctx, q)
 		if err != nil {
-			e.t.Fatalf("List(%+v): %v", q, err)
+			b.t.Fatalf("List(%+v): %v", q, err)
 		}
 		if q.Limit > 0 && len(p.Tasks) > q.Limit {
-			e.t.Fatalf("List: page of %d tasks with limit %d", len(p.Tasks), q.Limit)
+			b.t.Fatalf("List: page of %d tasks with limit %d", len(p.Tasks), q.Limit)
 		}
 		for _, tk := range p.Tasks {
 			if seen[tk.ID] {
-				e.t.Fatalf("List: task %q returned twice across pages", tk.ID)
+				b.t.Fatalf("List: task %q returned twice across pages", tk.ID)
 			}
 			seen[tk.ID] = true
 			out = append(out, tk)
@@ -415,7 +514,7 @@ func (e *env) listAll(q norn.Query) []*norn.Task {
 			return out
 		}
 		if len(p.Tasks) == 0 {
-			e.t.Fatalf("List: empty page with a next cursor")
+			b.t.Fatalf("List: empty page with a next cursor")
 		}
 		q.Cursor = p.NextCursor
 	}
@@ -453,6 +552,9 @@ func clip(s []string) []string {
 	}
 	return s
 }
+
+// title upper-cases the first letter, to build subtest names from statuses.
+func title(s string) string { return strings.ToUpper(s[:1]) + s[1:] }
 
 func ptr[T any](v T) *T { return &v }
 

@@ -99,24 +99,24 @@ func prioOf(id string) int {
 }
 
 // checkFilter asserts List (paged), Stream and Count all return exactly want.
-func (e *env) checkFilter(name string, f norn.Filter, want []string) {
-	e.t.Helper()
+func (b *testBundle) checkFilter(name string, f norn.Filter, want []string) {
+	b.t.Helper()
 	want = append([]string(nil), want...)
 	sort.Strings(want)
 	if want == nil {
 		want = []string{}
 	}
-	got := sortedIDs(e.listAll(norn.Query{Filter: f, Limit: 7}))
-	eqStrings(e.t, "List "+name, got, want)
-	it, err := e.s.Stream(e.ctx, norn.Query{Filter: f})
-	got = sortedIDs(collect(e.t, it, err))
-	eqStrings(e.t, "Stream "+name, got, want)
-	n, err := e.s.Count(e.ctx, f)
+	got := sortedIDs(b.listAll(norn.Query{Filter: f, Limit: 7}))
+	eqStrings(b.t, "List "+name, got, want)
+	it, err := b.s.Stream(b.ctx, norn.Query{Filter: f})
+	got = sortedIDs(collect(b.t, it, err))
+	eqStrings(b.t, "Stream "+name, got, want)
+	n, err := b.s.Count(b.ctx, f)
 	if err != nil {
-		e.t.Fatalf("Count %s: %v", name, err)
+		b.t.Fatalf("Count %s: %v", name, err)
 	}
 	if n != int64(len(want)) {
-		e.t.Fatalf("Count %s = %d, want %d", name, n, len(want))
+		b.t.Fatalf("Count %s = %d, want %d", name, n, len(want))
 	}
 }
 

@@ -652,7 +652,7 @@ func testLeaseBatch(t *testing.T, f Factory) {
 
 // leaseCalls runs every lease-checked worker call with r and asserts each
 // fails with want.
-func leaseCalls(t *testing.T, e *env, what string, r norn.LeaseRef, want *norn.Error) {
+func leaseCalls(t *testing.T, e *testBundle, what string, r norn.LeaseRef, want *norn.Error) {
 	t.Helper()
 	_, err := e.s.Heartbeat(e.ctx, r, norn.Heartbeat{Progress: ptr(0.9)})
 	wantErr(t, what+": Heartbeat", err, want)
