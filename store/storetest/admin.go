@@ -11,13 +11,7 @@ import (
 
 func findQueue(t *testing.T, qs []norn.QueueInfo, name string) norn.QueueInfo {
 	t.Helper()
-	for _, q := range qs {
-		if q.Name == name {
-			return q
-		}
-	}
-	t.Fatalf("queue %q not listed", name)
-	return norn.QueueInfo{}
+	return find(t, "queue", qs, name, func(q norn.QueueInfo) string { return q.Name })
 }
 
 func sameDefaults(t *testing.T, what string, got, want norn.QueueDefaults) {

@@ -520,6 +520,19 @@ func (b *testBundle) listAll(q norn.Query) []*norn.Task {
 	}
 }
 
+// find returns the item of xs whose key is id, or fails naming what it is.
+func find[T any](t *testing.T, what string, xs []T, id string, key func(T) string) T {
+	t.Helper()
+	for _, x := range xs {
+		if key(x) == id {
+			return x
+		}
+	}
+	t.Fatalf("%s %q not listed", what, id)
+	var zero T
+	return zero
+}
+
 func ids(ts []*norn.Task) []string {
 	out := make([]string, len(ts))
 	for i, tk := range ts {

@@ -35,6 +35,8 @@ func RunWith(t *testing.T, f Factory, o Options) {
 	setup := newSetup(f)
 	for _, exercise := range []func(*testing.T, setupFunc){
 		exerciseSubmit, exerciseCancel, exerciseUpdate, exerciseDelete, exerciseTransact, exerciseDependencies,
+		exerciseRegisterWorker, exerciseClaim, exerciseHeartbeat, exerciseLog, exerciseFinish, exerciseTimeout,
+		exerciseLeaseBatch, exerciseFencing,
 	} {
 		exercise(t, setup)
 	}
@@ -54,28 +56,6 @@ var tests = []struct {
 	{"ListOrdersPagingSummary", testListOrdersPaging},
 	{"ListFilters", testListFilters},
 	{"FiltersAndCountsAgree", testFiltersAgree},
-	// Worker API.
-	{"RegisterWorkers", testRegisterWorkers},
-	{"ClaimFields", testClaimFields},
-	{"ClaimQueuesAndN", testClaimQueuesAndN},
-	{"ClaimWait", testClaimWait},
-	{"ClaimPausedQueue", testClaimPaused},
-	{"Heartbeat", testHeartbeat},
-	{"Log", testLog},
-	{"Complete", testComplete},
-	{"FailBackoffSchedule", testFailBackoff},
-	{"FailMaxAttempts", testFailMaxAttempts},
-	{"Abort", testAbort},
-	{"Yield", testYield},
-	{"Timeout", testTimeout},
-	{"TimeoutMaxAttempts", testTimeoutMaxAttempts},
-	{"HistoryCap", testHistoryCap},
-	{"LeaseBatch", testLeaseBatch},
-	{"Fencing", testFencing},
-	{"FencingAfterReclaim", testFencingAfterReclaim},
-	{"ReadyTimeOrdering", testReadyTimeOrdering},
-	{"Ordering10k", testOrdering10k},
-	{"ConcurrentClaims", testConcurrentClaims},
 	// Admin API.
 	{"Queues", testQueues},
 	{"QueueDefaults", testQueueDefaults},
