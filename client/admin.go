@@ -6,19 +6,12 @@ import (
 	"net/url"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/wire"
 )
-
-type queuesBody struct {
-	Queues []norn.QueueInfo `json:"queues"`
-}
-
-type queueBody struct {
-	Queue norn.QueueInfo `json:"queue"`
-}
 
 // Queues lists queues with counts (GET /v1/queues).
 func (c *Client) Queues(ctx context.Context) ([]norn.QueueInfo, error) {
-	var out queuesBody
+	var out wire.QueuesResponse
 	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/queues"}, &out); err != nil {
 		return nil, err
 	}
@@ -41,7 +34,7 @@ func (c *Client) Queue(ctx context.Context, name string) (norn.QueueInfo, error)
 	if err != nil {
 		return norn.QueueInfo{}, err
 	}
-	var out queueBody
+	var out wire.QueueResponse
 	if err := c.do(ctx, request{method: http.MethodGet, path: p}, &out); err != nil {
 		return norn.QueueInfo{}, err
 	}
@@ -55,20 +48,16 @@ func (c *Client) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdat
 	if err != nil {
 		return norn.QueueInfo{}, err
 	}
-	var out queueBody
+	var out wire.QueueResponse
 	if err := c.do(ctx, request{method: http.MethodPatch, path: p, body: u}, &out); err != nil {
 		return norn.QueueInfo{}, err
 	}
 	return out.Queue, nil
 }
 
-type workersBody struct {
-	Workers []norn.WorkerInfo `json:"workers"`
-}
-
 // Workers lists registered workers (GET /v1/workers).
 func (c *Client) Workers(ctx context.Context) ([]norn.WorkerInfo, error) {
-	var out workersBody
+	var out wire.WorkersResponse
 	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/workers"}, &out); err != nil {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/wire"
 )
 
 // DefaultUserAgent is sent unless WithUserAgent says otherwise.
@@ -100,52 +101,13 @@ func (c *Client) Close() error {
 // errClosed is returned by calls after Close; it matches norn.ErrClosed.
 var errClosed = &norn.Error{Code: norn.CodeUnavailable, Message: "client is closed"}
 
-// wireError is the JSON error body of the API. Field names are matched
-// case-insensitively by encoding/json, so a bare *norn.Error encoded with
-// its Go field names decodes too.
-type wireError struct {
-	Code    norn.Code `json:"code"`
-	Message string    `json:"message"`
-	Field   string    `json:"field,omitempty"`
-}
-
-func (w *wireError) err() *norn.Error {
-	return &norn.Error{Code: w.Code, Message: w.Message, Field: w.Field}
-}
-
-type errorBody struct {
-	Error *wireError `json:"error"`
-}
-
-// statusCode maps an HTTP status to a code when the body says nothing useful
-// (a proxy's error page, a 404 from a server of another kind).
-func statusCode(status int) norn.Code {
-	switch status {
-	case http.StatusNotFound:
-		return norn.CodeNotFound
-	case http.StatusConflict:
-		return norn.CodeConflict
-	case http.StatusBadRequest, http.StatusMethodNotAllowed:
-		return norn.CodeInvalidArgument
-	case http.StatusRequestEntityTooLarge:
-		return norn.CodeTooLarge
-	case http.StatusUnauthorized:
-		return norn.CodeUnauthenticated
-	case http.StatusForbidden:
-		return norn.CodePermissionDenied
-	case http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout, http.StatusTooManyRequests:
-		return norn.CodeUnavailable
-	}
-	return norn.CodeInternal
-}
-
 // decodeError turns a non-2xx response into a *norn.Error carrying the
 // server's code, message and field.
 func decodeError(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	var eb errorBody
+	var eb wire.ErrorBody
 	if json.Unmarshal(body, &eb) == nil && eb.Error != nil && eb.Error.Code != "" {
-		return eb.Error.err()
+		return eb.Error.Err()
 	}
 	msg := strings.TrimSpace(string(body))
 	if len(msg) > 200 {
@@ -154,7 +116,7 @@ func decodeError(resp *http.Response) error {
 	if msg == "" {
 		msg = http.StatusText(resp.StatusCode)
 	}
-	return &norn.Error{Code: statusCode(resp.StatusCode), Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, msg)}
+	return &norn.Error{Code: wire.CodeOfStatus(resp.StatusCode), Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, msg)}
 }
 
 // transportError wraps a failure to reach the server. It stays an

@@ -7,19 +7,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync/atomic"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/wire"
 )
-
-// streamLine is one NDJSON line of GET /v1/tasks: a task, or a final
-// {"error":{…}} when the server failed mid-stream.
-type streamLine struct {
-	norn.Task
-	Error *wireError `json:"error"`
-}
 
 // Stream iterates over every task matching q (q.Limit caps the total, 0 =
 // all) by reading GET /v1/tasks as NDJSON one line at a time, so memory stays
@@ -55,7 +48,7 @@ func (it *taskIter) Next() bool {
 	if it.done {
 		return false
 	}
-	var line streamLine
+	var line wire.StreamLine
 	err := it.dec.Decode(&line)
 	switch {
 	case err == io.EOF:
@@ -74,7 +67,7 @@ func (it *taskIter) Next() bool {
 		}
 		return false
 	case line.Error != nil:
-		it.finish(line.Error.err())
+		it.finish(line.Error.Err())
 		return false
 	}
 	t := line.Task
@@ -107,13 +100,7 @@ func (it *taskIter) Close() error {
 // subscription; Next blocks until an event arrives, and Close ends it.
 func (c *Client) Subscribe(ctx context.Context, f norn.EventFilter) (norn.EventStream, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	v := url.Values{}
-	for _, q := range f.Queues {
-		v.Add("queue", q)
-	}
-	if f.TaskID != "" {
-		v.Set("task", f.TaskID)
-	}
+	v := wire.EventFilterValues(f)
 	resp, err := c.send(ctx, c.withTimeoutAtLeast(0), request{
 		method: http.MethodGet, path: "/v1/events", query: v, accept: "text/event-stream",
 	})

@@ -6,23 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/wire"
 )
-
-type taskBody struct {
-	Task      *norn.Task `json:"task"`
-	Duplicate bool       `json:"duplicate,omitempty"`
-}
-
-type batchResponse struct {
-	Tasks      []*norn.Task `json:"tasks"`
-	Duplicates []string     `json:"duplicates"`
-}
 
 // checkRaw rejects a json.RawMessage that is not valid JSON with the error
 // a store gives, because encoding/json cannot even put it in the request.
@@ -43,16 +31,6 @@ func checkSpecs(prefix string, tasks []norn.NewTask) error {
 	return nil
 }
 
-// batchSizeHint guesses the encoded size of a batch so the body is
-// allocated once.
-func batchSizeHint(tasks []norn.NewTask) int {
-	n := 16
-	for i := range tasks {
-		n += 64 + len(tasks[i].ID) + len(tasks[i].Queue) + len(tasks[i].Spec)
-	}
-	return n
-}
-
 // Submit stores tasks atomically through POST /v1/tasks/batch; duplicates
 // (ids that already existed) come back with Duplicate set.
 func (c *Client) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Submitted, error) {
@@ -66,11 +44,11 @@ func (c *Client) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Subm
 	if err := norn.ValidateBatch("tasks", tasks); err != nil {
 		return nil, err
 	}
-	body, err := appendBatch(make([]byte, 0, batchSizeHint(tasks)), tasks)
+	body, err := wire.AppendBatch(make([]byte, 0, wire.BatchSizeHint(tasks)), tasks)
 	if err != nil {
 		return nil, norn.Invalid("", "cannot encode request: %v", err)
 	}
-	var out batchResponse
+	var out wire.BatchResponse
 	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/tasks/batch", raw: body}, &out); err != nil {
 		return nil, err
 	}
@@ -90,16 +68,11 @@ func (c *Client) Get(ctx context.Context, id string) (*norn.Task, error) {
 	if err := checkID("id", id); err != nil {
 		return nil, err
 	}
-	var out taskBody
+	var out wire.TaskResponse
 	if err := c.do(ctx, request{method: http.MethodGet, path: taskPath(id, "")}, &out); err != nil {
 		return nil, err
 	}
 	return out.Task, nil
-}
-
-type manyBody struct {
-	Tasks   []*norn.Task `json:"tasks"`
-	Missing []string     `json:"missing"`
 }
 
 // GetMany returns the tasks that exist, in request order, and the missing
@@ -119,15 +92,13 @@ func (c *Client) GetMany(ctx context.Context, ids []string) ([]*norn.Task, []str
 		}
 		return []*norn.Task{t}, nil, nil
 	}
-	parts := make([]string, len(ids))
 	for i, id := range ids {
 		if err := checkID("ids["+strconv.Itoa(i)+"]", id); err != nil {
 			return nil, nil, err
 		}
-		parts[i] = url.PathEscape(id)
 	}
-	var out manyBody
-	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/tasks/" + strings.Join(parts, ",")}, &out); err != nil {
+	var out wire.ManyResponse
+	if err := c.do(ctx, request{method: http.MethodGet, path: wire.IDsPath(ids)}, &out); err != nil {
 		return nil, nil, err
 	}
 	if out.Tasks == nil {
@@ -138,44 +109,7 @@ func (c *Client) GetMany(ctx context.Context, ids []string) ([]*norn.Task, []str
 
 // FilterValues encodes f as the query parameters of GET /v1/tasks,
 // /v1/tasks/count and DELETE /v1/tasks. Times keep nanoseconds.
-func FilterValues(f norn.Filter) url.Values {
-	v := url.Values{}
-	for _, q := range f.Queues {
-		v.Add("queue", q)
-	}
-	if len(f.Statuses) > 0 {
-		s := make([]string, len(f.Statuses))
-		for i, st := range f.Statuses {
-			s[i] = string(st)
-		}
-		v.Set("status", strings.Join(s, ","))
-	}
-	keys := make([]string, 0, len(f.Labels))
-	for k := range f.Labels {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		v.Add("label", k+":"+f.Labels[k])
-	}
-	if f.Owner != "" {
-		v.Set("owner", f.Owner)
-	}
-	if f.IDContains != "" {
-		v.Set("id_contains", f.IDContains)
-	}
-	setTime(v, "created_after", f.CreatedAfter)
-	setTime(v, "created_before", f.CreatedBefore)
-	setTime(v, "updated_after", f.UpdatedAfter)
-	setTime(v, "updated_before", f.UpdatedBefore)
-	return v
-}
-
-func setTime(v url.Values, key string, t time.Time) {
-	if !t.IsZero() {
-		v.Set(key, t.UTC().Format(time.RFC3339Nano))
-	}
-}
+func FilterValues(f norn.Filter) url.Values { return wire.FilterValues(f) }
 
 // checkFilter gives the store's error for a malformed filter (the server
 // would name its query parameter instead of the Filter field).
@@ -184,22 +118,7 @@ func checkFilter(f norn.Filter) error {
 }
 
 // QueryValues encodes q (filter, paging, order and view) for GET /v1/tasks.
-func QueryValues(q norn.Query) url.Values {
-	v := FilterValues(q.Filter)
-	if q.Limit != 0 {
-		v.Set("limit", strconv.Itoa(q.Limit))
-	}
-	if q.Cursor != "" {
-		v.Set("cursor", q.Cursor)
-	}
-	if q.Order != norn.OrderID {
-		v.Set("order", string(q.Order))
-	}
-	if q.Summary {
-		v.Set("view", "summary")
-	}
-	return v
-}
+func QueryValues(q norn.Query) url.Values { return wire.QueryValues(q) }
 
 // List returns one page of matching tasks (GET /v1/tasks).
 func (c *Client) List(ctx context.Context, q norn.Query) (norn.Page, error) {
@@ -216,17 +135,12 @@ func (c *Client) List(ctx context.Context, q norn.Query) (norn.Page, error) {
 	return out, nil
 }
 
-type countBody struct {
-	Count  int64             `json:"count"`
-	Groups []norn.GroupCount `json:"groups"`
-}
-
 // Count returns how many tasks match f (GET /v1/tasks/count).
 func (c *Client) Count(ctx context.Context, f norn.Filter) (int64, error) {
 	if err := checkFilter(f); err != nil {
 		return 0, err
 	}
-	var out countBody
+	var out wire.GroupedCountResponse
 	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/tasks/count", query: FilterValues(f)}, &out); err != nil {
 		return 0, err
 	}
@@ -238,9 +152,8 @@ func (c *Client) CountGrouped(ctx context.Context, f norn.Filter) ([]norn.GroupC
 	if err := checkFilter(f); err != nil {
 		return nil, err
 	}
-	v := FilterValues(f)
-	v.Set("group", "queue,status")
-	var out countBody
+	v := wire.GroupedFilterValues(f)
+	var out wire.GroupedCountResponse
 	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/tasks/count", query: v}, &out); err != nil {
 		return nil, err
 	}
@@ -255,8 +168,8 @@ func (c *Client) Cancel(ctx context.Context, id string) (*norn.Task, error) {
 	if err := checkID("id", id); err != nil {
 		return nil, err
 	}
-	var out taskBody
-	if err := c.do(ctx, request{method: http.MethodPost, path: taskPath(id, "/cancel"), body: struct{}{}}, &out); err != nil {
+	var out wire.TaskResponse
+	if err := c.do(ctx, request{method: http.MethodPost, path: taskPath(id, "/cancel"), body: wire.Empty{}}, &out); err != nil {
 		return nil, err
 	}
 	return out.Task, nil
@@ -267,15 +180,11 @@ func (c *Client) Update(ctx context.Context, id string, u norn.Update) (*norn.Ta
 	if err := checkID("id", id); err != nil {
 		return nil, err
 	}
-	var out taskBody
-	if err := c.do(ctx, request{method: http.MethodPatch, path: taskPath(id, ""), body: wireUpdate(u)}, &out); err != nil {
+	var out wire.TaskResponse
+	if err := c.do(ctx, request{method: http.MethodPatch, path: taskPath(id, ""), body: wire.FromUpdate(u)}, &out); err != nil {
 		return nil, err
 	}
 	return out.Task, nil
-}
-
-type deletedBody struct {
-	Deleted int64 `json:"deleted"`
 }
 
 // Delete removes one task (DELETE /v1/tasks/{id}).
@@ -283,7 +192,7 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 	if err := checkID("id", id); err != nil {
 		return err
 	}
-	return c.do(ctx, request{method: http.MethodDelete, path: taskPath(id, "")}, &deletedBody{})
+	return c.do(ctx, request{method: http.MethodDelete, path: taskPath(id, "")}, &wire.DeletedResponse{})
 }
 
 // DeleteMatching removes every task matching f (DELETE /v1/tasks?filters);
@@ -292,15 +201,11 @@ func (c *Client) DeleteMatching(ctx context.Context, f norn.Filter) (int64, erro
 	if err := checkFilter(f); err != nil {
 		return 0, err
 	}
-	var out deletedBody
+	var out wire.DeletedResponse
 	if err := c.do(ctx, request{method: http.MethodDelete, path: "/v1/tasks", query: FilterValues(f)}, &out); err != nil {
 		return 0, err
 	}
 	return out.Deleted, nil
-}
-
-type logBody struct {
-	Entries []norn.LogEntry `json:"entries"`
 }
 
 // ReadLog returns log entries after seq after, at most limit (0 = all).
@@ -308,14 +213,8 @@ func (c *Client) ReadLog(ctx context.Context, id string, after uint64, limit int
 	if err := checkID("id", id); err != nil {
 		return nil, err
 	}
-	v := url.Values{}
-	if after > 0 {
-		v.Set("after", strconv.FormatUint(after, 10))
-	}
-	if limit != 0 {
-		v.Set("limit", strconv.Itoa(limit))
-	}
-	var out logBody
+	v := wire.LogValues(after, limit)
+	var out wire.LogResponse
 	if err := c.do(ctx, request{method: http.MethodGet, path: taskPath(id, "/log"), query: v}, &out); err != nil {
 		return nil, err
 	}
@@ -323,39 +222,6 @@ func (c *Client) ReadLog(ctx context.Context, id string, after uint64, limit int
 		out.Entries = []norn.LogEntry{}
 	}
 	return out.Entries, nil
-}
-
-// updateBody is norn.Update on the wire. Labels is a pointer so that an
-// empty, non-nil map (which clears the labels) is sent as {} instead of
-// being dropped by omitempty, which would leave the labels alone.
-type updateBody struct {
-	Priority  *uint32            `json:"priority,omitempty"`
-	RunAt     *time.Time         `json:"run_at,omitempty"`
-	Labels    *map[string]string `json:"labels,omitempty"`
-	IfVersion uint64             `json:"if_version,omitempty"`
-}
-
-func wireUpdate(u norn.Update) updateBody {
-	b := updateBody{Priority: u.Priority, RunAt: u.RunAt, IfVersion: u.IfVersion}
-	if u.Labels != nil {
-		l := u.Labels
-		b.Labels = &l
-	}
-	return b
-}
-
-type txnUpdateBody struct {
-	ID string `json:"id"`
-	updateBody
-}
-
-// txnBody is norn.Txn on the wire (see updateBody for why).
-type txnBody struct {
-	Submit  []norn.NewTask     `json:"submit,omitempty"`
-	Update  []txnUpdateBody    `json:"update,omitempty"`
-	Cancel  []string           `json:"cancel,omitempty"`
-	Delete  []string           `json:"delete,omitempty"`
-	Require []norn.Requirement `json:"require,omitempty"`
 }
 
 // Transact applies a transaction all or nothing (POST /v1/transactions).
@@ -366,10 +232,7 @@ func (c *Client) Transact(ctx context.Context, tx norn.Txn) (*norn.TxnResult, er
 	if err := norn.ValidateBatch("submit", tx.Submit); err != nil {
 		return nil, err
 	}
-	body := txnBody{Submit: tx.Submit, Cancel: tx.Cancel, Delete: tx.Delete, Require: tx.Require}
-	for _, u := range tx.Update {
-		body.Update = append(body.Update, txnUpdateBody{ID: u.ID, updateBody: wireUpdate(u.Update)})
-	}
+	body := wire.FromTxn(tx)
 	var out norn.TxnResult
 	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/transactions", body: body}, &out); err != nil {
 		return nil, err

@@ -8,24 +8,17 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/wire"
 )
-
-type idBody struct {
-	ID string `json:"id"`
-}
 
 // RegisterWorker allocates a worker id (POST /v1/workers).
 func (c *Client) RegisterWorker(ctx context.Context, info norn.WorkerInfo) (string, error) {
 	info.ID = ""
-	var out idBody
+	var out wire.RegisterResponse
 	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/workers", body: info}, &out); err != nil {
 		return "", err
 	}
 	return out.ID, nil
-}
-
-type tasksBody struct {
-	Tasks []*norn.Task `json:"tasks"`
 }
 
 // Claim leases up to req.N tasks (POST /v1/claim). With req.Wait it long
@@ -38,7 +31,7 @@ func (c *Client) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task
 	if req.Queues == nil {
 		req.Queues = []string{}
 	}
-	var out tasksBody
+	var out wire.TasksResponse
 	if err := c.doWith(ctx, hc, request{method: http.MethodPost, path: "/v1/claim", body: req}, &out); err != nil {
 		return nil, err
 	}
@@ -48,37 +41,18 @@ func (c *Client) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task
 	return out.Tasks, nil
 }
 
-type leaseBody struct {
-	Worker   string          `json:"worker"`
-	Lease    uint64          `json:"lease"`
-	Progress *float64        `json:"progress,omitempty"`
-	Extend   norn.Duration   `json:"extend,omitzero"`
-	Seq      uint64          `json:"seq,omitempty"`
-	Data     json.RawMessage `json:"data,omitempty"`
-	Result   json.RawMessage `json:"result,omitempty"`
-	Error    *norn.ErrorInfo `json:"error,omitempty"`
-}
-
-type deadlineBody struct {
-	Deadline time.Time `json:"deadline"`
-}
-
 // Heartbeat extends a lease and optionally records progress
 // (POST /v1/tasks/{id}/heartbeat); it returns the new deadline.
 func (c *Client) Heartbeat(ctx context.Context, ref norn.LeaseRef, hb norn.Heartbeat) (time.Time, error) {
 	if err := checkID("id", ref.TaskID); err != nil {
 		return time.Time{}, err
 	}
-	var out deadlineBody
-	body := leaseBody{Worker: ref.Worker, Lease: ref.Lease, Progress: hb.Progress, Extend: hb.Extend}
+	var out wire.DeadlineResponse
+	body := wire.HeartbeatRequest{LeaseOwner: owner(ref), Progress: hb.Progress, Extend: hb.Extend}
 	if err := c.do(ctx, request{method: http.MethodPost, path: taskPath(ref.TaskID, "/heartbeat"), body: body}, &out); err != nil {
 		return time.Time{}, err
 	}
 	return out.Deadline, nil
-}
-
-type entryBody struct {
-	Entry norn.LogEntry `json:"entry"`
 }
 
 // AppendLog appends to the task's update log (POST /v1/tasks/{id}/log).
@@ -94,20 +68,24 @@ func (c *Client) AppendLog(ctx context.Context, ref norn.LeaseRef, entry norn.Lo
 		// "data" is required on the wire; an absent value is JSON null.
 		data = json.RawMessage("null")
 	}
-	var out entryBody
-	body := leaseBody{Worker: ref.Worker, Lease: ref.Lease, Seq: entry.Seq, Data: data}
+	var out wire.EntryResponse
+	body := wire.AppendLogRequest{LeaseOwner: owner(ref), Seq: entry.Seq, Data: data}
 	if err := c.do(ctx, request{method: http.MethodPost, path: taskPath(ref.TaskID, "/log"), body: body}, &out); err != nil {
 		return norn.LogEntry{}, err
 	}
 	return out.Entry, nil
 }
 
-func (c *Client) finish(ctx context.Context, ref norn.LeaseRef, verb string, body leaseBody) error {
+// owner is the lease part of a worker route's body.
+func owner(ref norn.LeaseRef) wire.LeaseOwner {
+	return wire.LeaseOwner{Worker: ref.Worker, Lease: ref.Lease}
+}
+
+func (c *Client) finish(ctx context.Context, ref norn.LeaseRef, verb string, body any) error {
 	if err := checkID("id", ref.TaskID); err != nil {
 		return err
 	}
-	body.Worker, body.Lease = ref.Worker, ref.Lease
-	return c.do(ctx, request{method: http.MethodPost, path: taskPath(ref.TaskID, "/"+verb), body: body}, &struct{}{})
+	return c.do(ctx, request{method: http.MethodPost, path: taskPath(ref.TaskID, "/"+verb), body: body}, &wire.Empty{})
 }
 
 // Complete finishes a task successfully (POST /v1/tasks/{id}/complete).
@@ -115,32 +93,23 @@ func (c *Client) Complete(ctx context.Context, ref norn.LeaseRef, result json.Ra
 	if err := checkRaw("result", result); err != nil {
 		return err
 	}
-	return c.finish(ctx, ref, "complete", leaseBody{Result: result})
+	return c.finish(ctx, ref, "complete", wire.CompleteRequest{LeaseOwner: owner(ref), Result: result})
 }
 
 // Fail records an error and retries or aborts per the task's policy
 // (POST /v1/tasks/{id}/fail).
 func (c *Client) Fail(ctx context.Context, ref norn.LeaseRef, e norn.ErrorInfo) error {
-	return c.finish(ctx, ref, "fail", leaseBody{Error: &e})
+	return c.finish(ctx, ref, "fail", wire.FailRequest{LeaseOwner: owner(ref), Error: &e})
 }
 
 // Abort finishes a task unsuccessfully for good (POST /v1/tasks/{id}/abort).
 func (c *Client) Abort(ctx context.Context, ref norn.LeaseRef, e norn.ErrorInfo) error {
-	return c.finish(ctx, ref, "abort", leaseBody{Error: &e})
+	return c.finish(ctx, ref, "abort", wire.FailRequest{LeaseOwner: owner(ref), Error: &e})
 }
 
 // Yield gives a task back without counting the attempt (POST /v1/tasks/{id}/yield).
 func (c *Client) Yield(ctx context.Context, ref norn.LeaseRef) error {
-	return c.finish(ctx, ref, "yield", leaseBody{})
-}
-
-type leaseResult struct {
-	Deadline time.Time  `json:"deadline"`
-	Error    *wireError `json:"error"`
-}
-
-type leaseBatchResponse struct {
-	Results []leaseResult `json:"results"`
+	return c.finish(ctx, ref, "yield", owner(ref))
 }
 
 // LeaseBatch applies many lease operations in one request
@@ -166,11 +135,11 @@ func (c *Client) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Lea
 	if len(send) == 0 && len(ops) > 0 {
 		return res, nil
 	}
-	body, err := appendLeaseOps(make([]byte, 0, 96*len(send)), send)
+	body, err := wire.AppendLeaseOps(make([]byte, 0, 96*len(send)), send)
 	if err != nil {
 		return nil, norn.Invalid("", "cannot encode request: %v", err)
 	}
-	var out leaseBatchResponse
+	var out wire.LeaseBatchResponse
 	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/leases/batch", raw: body}, &out); err != nil {
 		return nil, err
 	}
@@ -181,7 +150,7 @@ func (c *Client) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Lea
 		i := at[j]
 		res[i].Deadline = r.Deadline
 		if r.Error != nil && r.Error.Code != "" {
-			res[i].Err = r.Error.err()
+			res[i].Err = r.Error.Err()
 		}
 	}
 	return res, nil

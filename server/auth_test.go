@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/wire"
 	"github.com/nornq/norn/store/embedded"
 )
 
@@ -175,7 +176,7 @@ func TestScopedListings(t *testing.T) {
 	if len(page.Tasks) != 1 || page.Tasks[0].Queue != "a" {
 		t.Fatalf("scoped list: %+v", page.Tasks)
 	}
-	var cnt countResponse
+	var cnt wire.CountResponse
 	e.must(200, "GET", "/v1/tasks/count", "", scoped).decode(t, &cnt)
 	if cnt.Count != 1 {
 		t.Fatalf("scoped count %d", cnt.Count)
@@ -185,12 +186,12 @@ func TestScopedListings(t *testing.T) {
 	if st.Total != 1 {
 		t.Fatalf("scoped stats %+v", st)
 	}
-	var qs queuesResponse
+	var qs wire.QueuesResponse
 	e.must(200, "GET", "/v1/queues", "", scoped).decode(t, &qs)
 	if len(qs.Queues) != 1 || qs.Queues[0].Name != "a" {
 		t.Fatalf("scoped queues %+v", qs)
 	}
-	var many manyResponse
+	var many wire.ManyResponse
 	e.must(200, "GET", "/v1/tasks/"+page.Tasks[0].ID+",x", "", scoped).decode(t, &many)
 	e.must(403, "DELETE", "/v1/tasks?queue=b", "", scoped)
 	e.must(400, "DELETE", "/v1/tasks", "", scoped) // a filter is still required

@@ -1,90 +1,20 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/wire"
 )
 
-// statusOf is the one place that maps norn error codes to HTTP status codes
-// (API-WIRE.md). Everything that writes an error goes through it, so the
-// client can map statuses back without guessing.
-func statusOf(c norn.Code) int {
-	switch c {
-	case norn.CodeNotFound:
-		return http.StatusNotFound
-	case norn.CodeConflict, norn.CodeLeaseLost, norn.CodeCancelled, norn.CodeDuplicate:
-		return http.StatusConflict
-	case norn.CodeInvalidArgument:
-		return http.StatusBadRequest
-	case norn.CodeTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case norn.CodeUnauthenticated:
-		return http.StatusUnauthorized
-	case norn.CodePermissionDenied:
-		return http.StatusForbidden
-	case norn.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	default:
-		return http.StatusInternalServerError
-	}
-}
-
-// wireError is the JSON form of an error on the wire:
-// {"code":"…","message":"…","field":"…"}. norn.Error has no JSON tags (its
-// cause is not for clients), so the server writes this shape everywhere an
-// error is embedded in a response: error bodies, lease batch results, the
-// last line of an NDJSON stream.
-type wireError struct {
-	Code    norn.Code `json:"code"`
-	Message string    `json:"message"`
-	Field   string    `json:"field,omitempty"`
-}
-
-// errorBody is the body of every error response.
-type errorBody struct {
-	Error wireError `json:"error"`
-}
-
-// toNornError classifies any error into a *norn.Error. Errors that are not
-// typed become internal errors whose message does not leak details; the
-// caller logs the original.
-func toNornError(err error) *norn.Error {
-	var ne *norn.Error
-	if errors.As(err, &ne) {
-		return ne
-	}
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return norn.TooLarge("body", "request body is larger than the limit of %d bytes", mbe.Limit)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return &norn.Error{Code: norn.CodeUnavailable, Message: "request cancelled", Err: err}
-	}
-	return &norn.Error{Code: norn.CodeInternal, Message: "internal error", Err: err}
-}
-
-// toWire converts a typed error for the wire. Internal errors keep a generic
-// message: the details are logged, not sent.
-func toWire(ne *norn.Error) wireError {
-	msg := ne.Message
-	if msg == "" {
-		msg = string(ne.Code)
-	}
-	if ne.Code == norn.CodeInternal {
-		msg = "internal error"
-	}
-	return wireError{Code: ne.Code, Message: msg, Field: ne.Field}
-}
-
-// writeError writes err as a JSON error response with its mapped status.
+// writeError writes err as a JSON error response with the status
+// wire.StatusOf maps its code to. Server errors are logged with their cause;
+// the client only sees a generic message for them.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	ne := toNornError(err)
-	status := statusOf(ne.Code)
+	ne := wire.Classify(err)
+	status := wire.StatusOf(ne.Code)
 	if status >= 500 && r.Context().Err() == nil {
 		s.log.LogAttrs(r.Context(), slog.LevelError, "request failed",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path),
@@ -93,19 +23,47 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if ne.Code == norn.CodeUnauthenticated {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="norn"`)
 	}
-	writeJSON(w, status, errorBody{Error: toWire(ne)})
+	we := wire.FromError(ne)
+	writeJSON(w, status, wire.ErrorBody{Error: &we})
 }
 
 // writeJSON writes v as the JSON response body with status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		status = http.StatusInternalServerError
-		b = []byte(`{"error":{"code":"internal","message":"internal error"}}`)
+		writeRaw(w, http.StatusInternalServerError, []byte(wire.InternalErrorBody))
+		return
 	}
+	writeRaw(w, status, append(b, '\n'))
+}
+
+// writeRaw writes an encoded JSON body.
+func writeRaw(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
-	_, _ = w.Write([]byte("\n"))
+}
+
+// writeTasks writes a batch submit (dups non-nil) or claim response with
+// the hand-written encoder.
+func writeTasks(w http.ResponseWriter, status int, tasks []*norn.Task, dups []string) {
+	b, err := wire.AppendTasksBody(make([]byte, 0, wire.TaskSizeHint(tasks)+16*len(dups)), tasks, dups)
+	if err != nil {
+		// The answer writeJSON gives when json.Marshal fails.
+		writeRaw(w, http.StatusInternalServerError, []byte(wire.InternalErrorBody))
+		return
+	}
+	writeRaw(w, status, b)
+}
+
+// writeLeaseResults writes a lease batch response with the hand-written
+// encoder.
+func writeLeaseResults(w http.ResponseWriter, results []wire.LeaseResult) {
+	b, err := wire.AppendLeaseResults(make([]byte, 0, 32+48*len(results)), results)
+	if err != nil {
+		writeRaw(w, http.StatusInternalServerError, []byte(wire.InternalErrorBody))
+		return
+	}
+	writeRaw(w, http.StatusOK, b)
 }

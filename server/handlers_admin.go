@@ -9,15 +9,8 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/wire"
 )
-
-type queuesResponse struct {
-	Queues []norn.QueueInfo `json:"queues"`
-}
-
-type queueResponse struct {
-	Queue norn.QueueInfo `json:"queue"`
-}
 
 func (s *Server) handleQueues(w http.ResponseWriter, r *http.Request) error {
 	if err := noParams(r); err != nil {
@@ -34,7 +27,7 @@ func (s *Server) handleQueues(w http.ResponseWriter, r *http.Request) error {
 			out = append(out, q)
 		}
 	}
-	writeJSON(w, http.StatusOK, queuesResponse{Queues: out})
+	writeJSON(w, http.StatusOK, wire.QueuesResponse{Queues: out})
 	return nil
 }
 
@@ -58,7 +51,7 @@ func (s *Server) handleQueue(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, queueResponse{Queue: q})
+	writeJSON(w, http.StatusOK, wire.QueueResponse{Queue: q})
 	return nil
 }
 
@@ -71,7 +64,7 @@ func (s *Server) handleUpdateQueue(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	var u norn.QueueUpdate
-	if err := readBody(r.Body, &u, false); err != nil {
+	if err := wire.ReadBody(r.Body, &u, false); err != nil {
 		return err
 	}
 	if err := u.Validate(); err != nil {
@@ -81,7 +74,7 @@ func (s *Server) handleUpdateQueue(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, queueResponse{Queue: q})
+	writeJSON(w, http.StatusOK, wire.QueueResponse{Queue: q})
 	return nil
 }
 
@@ -124,8 +117,8 @@ func (s *Server) handleSweep(w http.ResponseWriter, r *http.Request) error {
 	if err := noParams(r); err != nil {
 		return err
 	}
-	var empty struct{}
-	if err := readBody(r.Body, &empty, true); err != nil {
+	var empty wire.Empty
+	if err := wire.ReadBody(r.Body, &empty, true); err != nil {
 		return err
 	}
 	rep, err := s.store.Sweep(r.Context())
@@ -141,7 +134,7 @@ func (s *Server) handleSweep(w http.ResponseWriter, r *http.Request) error {
 // before the headers are sent, so a client that has the response headers
 // will see every later change.
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
-	f, err := parseEventFilter(r.URL.Query())
+	f, err := wire.ParseEventFilter(r.URL.Query())
 	if err != nil {
 		return err
 	}
@@ -219,10 +212,6 @@ func (s *Server) handleOpenAPI(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-type statusResponse struct {
-	Status string `json:"status"`
-}
-
 func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) error {
 	if s.cfg.HealthCheck != nil {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
@@ -231,7 +220,7 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) error {
 			return &norn.Error{Code: norn.CodeUnavailable, Message: "unhealthy: " + err.Error(), Err: err}
 		}
 	}
-	writeJSON(w, http.StatusOK, statusResponse{Status: "ok"})
+	writeJSON(w, http.StatusOK, wire.StatusResponse{Status: "ok"})
 	return nil
 }
 
@@ -250,23 +239,12 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) error {
 			return &norn.Error{Code: norn.CodeUnavailable, Message: "not ready: " + err.Error(), Err: err}
 		}
 	}
-	writeJSON(w, http.StatusOK, statusResponse{Status: "ok"})
+	writeJSON(w, http.StatusOK, wire.StatusResponse{Status: "ok"})
 	return nil
-}
-
-// whoamiResponse tells a caller what its token may do, so a UI can hide
-// what the role cannot do instead of trying it.
-type whoamiResponse struct {
-	// Role is client, worker or admin (admin when authentication is off).
-	Role Role `json:"role"`
-	// Queues the token is limited to; absent means every queue.
-	Queues []string `json:"queues,omitempty"`
-	// Auth reports whether the server checks tokens at all.
-	Auth bool `json:"auth"`
 }
 
 func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request) error {
 	p := principalFrom(r.Context())
-	writeJSON(w, http.StatusOK, whoamiResponse{Role: p.role, Queues: p.queues, Auth: len(s.cfg.Tokens) > 0})
+	writeJSON(w, http.StatusOK, wire.WhoamiResponse{Role: string(p.role), Queues: p.queues, Auth: len(s.cfg.Tokens) > 0})
 	return nil
 }

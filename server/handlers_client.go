@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/wire"
 )
 
 // validateNewTask applies the shared validation plus the server's own
@@ -94,14 +95,14 @@ func pathID(r *http.Request) (string, error) {
 	return id, norn.ValidateID("id", id)
 }
 
-func noParams(r *http.Request) error { return checkParams(r.URL.Query()) }
+func noParams(r *http.Request) error { return wire.CheckParams(r.URL.Query()) }
 
 func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) error {
 	if err := noParams(r); err != nil {
 		return err
 	}
 	var nt norn.NewTask
-	if err := readBody(r.Body, &nt, false); err != nil {
+	if err := wire.ReadBody(r.Body, &nt, false); err != nil {
 		return err
 	}
 	p := principalFrom(r.Context())
@@ -121,13 +122,8 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) error {
 	} else {
 		s.m.submitted(res[0].Task.Queue, 1)
 	}
-	writeJSON(w, status, res[0])
+	writeJSON(w, status, wire.TaskResponse{Task: res[0].Task, Duplicate: res[0].Duplicate})
 	return nil
-}
-
-type batchResponse struct {
-	Tasks      []*norn.Task `json:"tasks"`
-	Duplicates []string     `json:"duplicates"`
 }
 
 func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request) error {
@@ -136,7 +132,7 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request) error
 	}
 	p := principalFrom(r.Context())
 	var tasks []norn.NewTask
-	err := decodeBatch(r.Body, "tasks", s.cfg.MaxBatch, func(i int, nt *norn.NewTask) error {
+	err := wire.DecodeBatch(r.Body, "tasks", s.cfg.MaxBatch, func(i int, nt *norn.NewTask) error {
 		if err := s.validateNewTask(p, fmt.Sprintf("tasks[%d]", i), nt); err != nil {
 			return err
 		}
@@ -149,7 +145,7 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request) error
 	if err := checkBatch("tasks", tasks); err != nil {
 		return err
 	}
-	resp := batchResponse{Tasks: make([]*norn.Task, 0, len(tasks)), Duplicates: []string{}}
+	resp := wire.BatchResponse{Tasks: make([]*norn.Task, 0, len(tasks)), Duplicates: []string{}}
 	if len(tasks) > 0 {
 		res, err := s.store.Submit(r.Context(), tasks...)
 		if err != nil {
@@ -172,11 +168,6 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-type manyResponse struct {
-	Tasks   []*norn.Task `json:"tasks"`
-	Missing []string     `json:"missing"`
-}
-
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 	if err := noParams(r); err != nil {
 		return err
@@ -184,7 +175,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 	p := principalFrom(r.Context())
 	seg := r.PathValue("id")
 	if strings.Contains(seg, ",") {
-		ids, err := splitIDs(seg, s.cfg.MaxBatch)
+		ids, err := wire.SplitIDs(seg, s.cfg.MaxBatch)
 		if err != nil {
 			return err
 		}
@@ -203,7 +194,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 		if missing == nil {
 			missing = []string{}
 		}
-		writeJSON(w, http.StatusOK, manyResponse{Tasks: found, Missing: missing})
+		writeJSON(w, http.StatusOK, wire.ManyResponse{Tasks: found, Missing: missing})
 		return nil
 	}
 	id, err := pathID(r)
@@ -217,12 +208,8 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 	if err := p.checkQueue(t.Queue); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, taskResponse{Task: t})
+	writeJSON(w, http.StatusOK, wire.TaskResponse{Task: t})
 	return nil
-}
-
-type taskResponse struct {
-	Task *norn.Task `json:"task"`
 }
 
 // wantsNDJSON reports whether the client asked for a streamed list.
@@ -244,7 +231,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) error {
 	if stream {
 		maxLimit = 0
 	}
-	q, err := parseQuery(r.URL.Query(), s.cfg.MaxLabels, maxLimit)
+	q, err := wire.ParseQuery(r.URL.Query(), s.cfg.MaxLabels, maxLimit)
 	if err != nil {
 		return err
 	}
@@ -299,11 +286,11 @@ func (s *Server) streamList(w http.ResponseWriter, r *http.Request, q norn.Query
 		}
 	}
 	if err := it.Err(); err != nil && r.Context().Err() == nil {
-		ne := toNornError(err)
+		ne := wire.Classify(err)
 		if ne.Code == norn.CodeInternal {
 			s.log.Error("stream failed", "error", err)
 		}
-		_ = enc.Encode(errorBody{Error: toWire(ne)})
+		_ = enc.Encode(wire.ErrorBody{Error: new(wire.FromError(ne))})
 	}
 	if bw.Flush() == nil {
 		_ = rc.Flush()
@@ -311,25 +298,16 @@ func (s *Server) streamList(w http.ResponseWriter, r *http.Request, q norn.Query
 	return nil
 }
 
-type countResponse struct {
-	Count int64 `json:"count"`
-}
-
-type groupedCountResponse struct {
-	Count  int64             `json:"count"`
-	Groups []norn.GroupCount `json:"groups"`
-}
-
 func (s *Server) handleCount(w http.ResponseWriter, r *http.Request) error {
 	v := r.URL.Query()
-	if err := checkParams(v, filterParams, []string{"group"}); err != nil {
+	if err := wire.CheckParams(v, wire.FilterParams, []string{"group"}); err != nil {
 		return err
 	}
-	f, err := parseFilter(v, s.cfg.MaxLabels)
+	f, err := wire.ParseFilter(v, s.cfg.MaxLabels)
 	if err != nil {
 		return err
 	}
-	group, err := parseGroup(v)
+	group, err := wire.ParseGroup(v)
 	if err != nil {
 		return err
 	}
@@ -342,14 +320,14 @@ func (s *Server) handleCount(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, countResponse{Count: n})
+		writeJSON(w, http.StatusOK, wire.CountResponse{Count: n})
 		return nil
 	}
 	groups, err := s.store.CountGrouped(r.Context(), f)
 	if err != nil {
 		return err
 	}
-	resp := groupedCountResponse{Groups: groups}
+	resp := wire.GroupedCountResponse{Groups: groups}
 	if resp.Groups == nil {
 		resp.Groups = []norn.GroupCount{}
 	}
@@ -358,10 +336,6 @@ func (s *Server) handleCount(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return nil
-}
-
-type deletedResponse struct {
-	Deleted int64 `json:"deleted"`
 }
 
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) error {
@@ -378,16 +352,16 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) error {
 	if err := s.store.Delete(r.Context(), id); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, deletedResponse{Deleted: 1})
+	writeJSON(w, http.StatusOK, wire.DeletedResponse{Deleted: 1})
 	return nil
 }
 
 func (s *Server) handleDeleteMatching(w http.ResponseWriter, r *http.Request) error {
 	v := r.URL.Query()
-	if err := checkParams(v, filterParams); err != nil {
+	if err := wire.CheckParams(v, wire.FilterParams); err != nil {
 		return err
 	}
-	f, err := parseFilter(v, s.cfg.MaxLabels)
+	f, err := wire.ParseFilter(v, s.cfg.MaxLabels)
 	if err != nil {
 		return err
 	}
@@ -402,7 +376,7 @@ func (s *Server) handleDeleteMatching(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, deletedResponse{Deleted: n})
+	writeJSON(w, http.StatusOK, wire.DeletedResponse{Deleted: n})
 	return nil
 }
 
@@ -421,10 +395,11 @@ func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var u norn.Update
-	if err := readBody(r.Body, &u, false); err != nil {
+	var wu wire.Update
+	if err := wire.ReadBody(r.Body, &wu, false); err != nil {
 		return err
 	}
+	u := wu.Domain()
 	if err := s.validateUpdate(&u); err != nil {
 		return err
 	}
@@ -435,7 +410,7 @@ func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, taskResponse{Task: t})
+	writeJSON(w, http.StatusOK, wire.TaskResponse{Task: t})
 	return nil
 }
 
@@ -447,8 +422,8 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var empty struct{}
-	if err := readBody(r.Body, &empty, true); err != nil {
+	var empty wire.Empty
+	if err := wire.ReadBody(r.Body, &empty, true); err != nil {
 		return err
 	}
 	if err := s.checkTaskScope(r.Context(), principalFrom(r.Context()), id); err != nil {
@@ -458,16 +433,12 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, taskResponse{Task: t})
+	writeJSON(w, http.StatusOK, wire.TaskResponse{Task: t})
 	return nil
 }
 
-type logResponse struct {
-	Entries []norn.LogEntry `json:"entries"`
-}
-
 func (s *Server) handleReadLog(w http.ResponseWriter, r *http.Request) error {
-	after, limit, err := parseLogParams(r.URL.Query())
+	after, limit, err := wire.ParseLogParams(r.URL.Query())
 	if err != nil {
 		return err
 	}
@@ -485,7 +456,7 @@ func (s *Server) handleReadLog(w http.ResponseWriter, r *http.Request) error {
 	if entries == nil {
 		entries = []norn.LogEntry{}
 	}
-	writeJSON(w, http.StatusOK, logResponse{Entries: entries})
+	writeJSON(w, http.StatusOK, wire.LogResponse{Entries: entries})
 	return nil
 }
 
@@ -493,10 +464,11 @@ func (s *Server) handleTransact(w http.ResponseWriter, r *http.Request) error {
 	if err := noParams(r); err != nil {
 		return err
 	}
-	var tx norn.Txn
-	if err := readBody(r.Body, &tx, false); err != nil {
+	var wtx wire.Txn
+	if err := wire.ReadBody(r.Body, &wtx, false); err != nil {
 		return err
 	}
+	tx := wtx.Domain()
 	ops := len(tx.Submit) + len(tx.Update) + len(tx.Cancel) + len(tx.Delete) + len(tx.Require)
 	if ops > s.cfg.MaxBatch {
 		return norn.TooLarge("body", "transaction has %d operations, more than the limit of %d", ops, s.cfg.MaxBatch)

@@ -9,64 +9,15 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/wire"
 )
-
-// Request bodies of the worker routes. The lease reference's task id comes
-// from the path, so it is not a body field.
-type leaseBody struct {
-	Worker string `json:"worker"`
-	Lease  uint64 `json:"lease"`
-}
-
-type heartbeatBody struct {
-	leaseBody
-	Progress *float64      `json:"progress"`
-	Extend   norn.Duration `json:"extend"`
-}
-
-type logBody struct {
-	leaseBody
-	Seq  uint64          `json:"seq"`
-	Data json.RawMessage `json:"data"`
-}
-
-type completeBody struct {
-	leaseBody
-	Result json.RawMessage `json:"result"`
-}
-
-type failBody struct {
-	leaseBody
-	Error *norn.ErrorInfo `json:"error"`
-}
-
-// queueClaimBody is the body of POST /v1/queues/{queue}/claim: a
-// ClaimRequest whose queue is in the path.
-type queueClaimBody struct {
-	Worker  string        `json:"worker"`
-	N       int           `json:"n"`
-	Timeout norn.Duration `json:"timeout"`
-	Wait    norn.Duration `json:"wait"`
-}
-
-type registerResponse struct {
-	ID string `json:"id"`
-}
-
-type workersResponse struct {
-	Workers []norn.WorkerInfo `json:"workers"`
-}
-
-type tasksResponse struct {
-	Tasks []*norn.Task `json:"tasks"`
-}
 
 func (s *Server) handleRegisterWorker(w http.ResponseWriter, r *http.Request) error {
 	if err := noParams(r); err != nil {
 		return err
 	}
 	var info norn.WorkerInfo
-	if err := readBody(r.Body, &info, true); err != nil {
+	if err := wire.ReadBody(r.Body, &info, true); err != nil {
 		return err
 	}
 	// The store assigns these; a client cannot choose them.
@@ -91,7 +42,7 @@ func (s *Server) handleRegisterWorker(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, registerResponse{ID: id})
+	writeJSON(w, http.StatusCreated, wire.RegisterResponse{ID: id})
 	return nil
 }
 
@@ -106,7 +57,7 @@ func (s *Server) handleWorkers(w http.ResponseWriter, r *http.Request) error {
 	if ws == nil {
 		ws = []norn.WorkerInfo{}
 	}
-	writeJSON(w, http.StatusOK, workersResponse{Workers: ws})
+	writeJSON(w, http.StatusOK, wire.WorkersResponse{Workers: ws})
 	return nil
 }
 
@@ -118,8 +69,8 @@ func (s *Server) handleClaimQueue(w http.ResponseWriter, r *http.Request) error 
 	if err := norn.ValidateQueue("queue", q); err != nil {
 		return err
 	}
-	var b queueClaimBody
-	if err := readBody(r.Body, &b, false); err != nil {
+	var b wire.QueueClaimRequest
+	if err := wire.ReadBody(r.Body, &b, false); err != nil {
 		return err
 	}
 	return s.claim(w, r, norn.ClaimRequest{Worker: b.Worker, Queues: []string{q}, N: b.N, Timeout: b.Timeout, Wait: b.Wait})
@@ -130,7 +81,7 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req norn.ClaimRequest
-	if err := readBody(r.Body, &req, false); err != nil {
+	if err := wire.ReadBody(r.Body, &req, false); err != nil {
 		return err
 	}
 	return s.claim(w, r, req)
@@ -172,7 +123,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, req norn.ClaimReq
 
 // leaseRef reads the lease reference of a worker route and checks the
 // caller's queue scope (which costs a read, for scoped tokens only).
-func (s *Server) leaseRef(r *http.Request, b leaseBody) (norn.LeaseRef, error) {
+func (s *Server) leaseRef(r *http.Request, b wire.LeaseOwner) (norn.LeaseRef, error) {
 	ref := norn.LeaseRef{TaskID: r.PathValue("id"), Worker: b.Worker, Lease: b.Lease}
 	if err := ref.Validate(); err != nil {
 		return ref, err
@@ -180,16 +131,12 @@ func (s *Server) leaseRef(r *http.Request, b leaseBody) (norn.LeaseRef, error) {
 	return ref, s.checkTaskScope(r.Context(), principalFrom(r.Context()), ref.TaskID)
 }
 
-type deadlineResponse struct {
-	Deadline time.Time `json:"deadline"`
-}
-
 func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) error {
 	if err := noParams(r); err != nil {
 		return err
 	}
-	var b heartbeatBody
-	if err := readBody(r.Body, &b, false); err != nil {
+	var b wire.HeartbeatRequest
+	if err := wire.ReadBody(r.Body, &b, false); err != nil {
 		return err
 	}
 	if b.Progress != nil {
@@ -200,7 +147,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) error {
 	if b.Extend < 0 {
 		return norn.Invalid("extend", "must not be negative")
 	}
-	ref, err := s.leaseRef(r, b.leaseBody)
+	ref, err := s.leaseRef(r, b.LeaseOwner)
 	if err != nil {
 		return err
 	}
@@ -208,20 +155,16 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, deadlineResponse{Deadline: d})
+	writeJSON(w, http.StatusOK, wire.DeadlineResponse{Deadline: d})
 	return nil
-}
-
-type entryResponse struct {
-	Entry norn.LogEntry `json:"entry"`
 }
 
 func (s *Server) handleAppendLog(w http.ResponseWriter, r *http.Request) error {
 	if err := noParams(r); err != nil {
 		return err
 	}
-	var b logBody
-	if err := readBody(r.Body, &b, false); err != nil {
+	var b wire.AppendLogRequest
+	if err := wire.ReadBody(r.Body, &b, false); err != nil {
 		return err
 	}
 	if len(b.Data) == 0 {
@@ -231,7 +174,7 @@ func (s *Server) handleAppendLog(w http.ResponseWriter, r *http.Request) error {
 	if err := norn.ValidateJSON("data", b.Data, norn.MaxLogBytes); err != nil {
 		return err
 	}
-	ref, err := s.leaseRef(r, b.leaseBody)
+	ref, err := s.leaseRef(r, b.LeaseOwner)
 	if err != nil {
 		return err
 	}
@@ -239,25 +182,22 @@ func (s *Server) handleAppendLog(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, entryResponse{Entry: e})
+	writeJSON(w, http.StatusOK, wire.EntryResponse{Entry: e})
 	return nil
 }
-
-// emptyObject is the {} body of successful finish calls.
-type emptyObject struct{}
 
 func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request) error {
 	if err := noParams(r); err != nil {
 		return err
 	}
-	var b completeBody
-	if err := readBody(r.Body, &b, false); err != nil {
+	var b wire.CompleteRequest
+	if err := wire.ReadBody(r.Body, &b, false); err != nil {
 		return err
 	}
 	if err := norn.ValidateJSON("result", b.Result, norn.MaxResultBytes); err != nil {
 		return err
 	}
-	ref, err := s.leaseRef(r, b.leaseBody)
+	ref, err := s.leaseRef(r, b.LeaseOwner)
 	if err != nil {
 		return err
 	}
@@ -265,7 +205,7 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.m.finished(norn.OpComplete, ref.TaskID, time.Now())
-	writeJSON(w, http.StatusOK, emptyObject{})
+	writeJSON(w, http.StatusOK, wire.Empty{})
 	return nil
 }
 
@@ -281,8 +221,8 @@ func (s *Server) failOrAbort(w http.ResponseWriter, r *http.Request, op norn.Lea
 	if err := noParams(r); err != nil {
 		return err
 	}
-	var b failBody
-	if err := readBody(r.Body, &b, false); err != nil {
+	var b wire.FailRequest
+	if err := wire.ReadBody(r.Body, &b, false); err != nil {
 		return err
 	}
 	var e norn.ErrorInfo
@@ -292,7 +232,7 @@ func (s *Server) failOrAbort(w http.ResponseWriter, r *http.Request, op norn.Lea
 	if err := norn.ValidateErrorInfo("error", e); err != nil {
 		return err
 	}
-	ref, err := s.leaseRef(r, b.leaseBody)
+	ref, err := s.leaseRef(r, b.LeaseOwner)
 	if err != nil {
 		return err
 	}
@@ -305,7 +245,7 @@ func (s *Server) failOrAbort(w http.ResponseWriter, r *http.Request, op norn.Lea
 		return err
 	}
 	s.m.finished(op, ref.TaskID, time.Now())
-	writeJSON(w, http.StatusOK, emptyObject{})
+	writeJSON(w, http.StatusOK, wire.Empty{})
 	return nil
 }
 
@@ -313,8 +253,8 @@ func (s *Server) handleYield(w http.ResponseWriter, r *http.Request) error {
 	if err := noParams(r); err != nil {
 		return err
 	}
-	var b leaseBody
-	if err := readBody(r.Body, &b, false); err != nil {
+	var b wire.LeaseOwner
+	if err := wire.ReadBody(r.Body, &b, false); err != nil {
 		return err
 	}
 	ref, err := s.leaseRef(r, b)
@@ -325,18 +265,8 @@ func (s *Server) handleYield(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.m.finished(norn.OpYield, ref.TaskID, time.Now())
-	writeJSON(w, http.StatusOK, emptyObject{})
+	writeJSON(w, http.StatusOK, wire.Empty{})
 	return nil
-}
-
-// leaseResult is the wire form of norn.LeaseOpResult.
-type leaseResult struct {
-	Deadline time.Time  `json:"deadline,omitzero"`
-	Error    *wireError `json:"error,omitempty"`
-}
-
-type leaseBatchResponse struct {
-	Results []leaseResult `json:"results"`
 }
 
 // validateLeaseOp checks one op of a lease batch; errors are not prefixed.
@@ -346,7 +276,7 @@ func validateLeaseOp(op *norn.LeaseOp) error {
 	case "":
 		return norn.Invalid("op", "is required")
 	default:
-		return norn.Invalid("op", "must be heartbeat, complete, fail, abort or yield, got %q", trunc(string(op.Op)))
+		return norn.Invalid("op", "must be heartbeat, complete, fail, abort or yield, got %q", wire.Trunc(string(op.Op)))
 	}
 	if err := op.LeaseRef.Validate(); err != nil {
 		return err
@@ -375,7 +305,7 @@ func (s *Server) handleLeaseBatch(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	var ops []norn.LeaseOp
-	err := decodeBatch(r.Body, "ops", s.cfg.MaxBatch, func(i int, op *norn.LeaseOp) error {
+	err := wire.DecodeBatch(r.Body, "ops", s.cfg.MaxBatch, func(i int, op *norn.LeaseOp) error {
 		if err := validateLeaseOp(op); err != nil {
 			return norn.WithFieldPrefix(err, fmt.Sprintf("ops[%d]", i))
 		}
@@ -385,7 +315,7 @@ func (s *Server) handleLeaseBatch(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	resp := leaseBatchResponse{Results: make([]leaseResult, 0, len(ops))}
+	resp := wire.LeaseBatchResponse{Results: make([]wire.LeaseResult, 0, len(ops))}
 	if len(ops) > 0 {
 		p := principalFrom(r.Context())
 		if p.scoped() {
@@ -406,9 +336,9 @@ func (s *Server) handleLeaseBatch(w http.ResponseWriter, r *http.Request) error 
 		}
 		now := time.Now()
 		for i, res := range results {
-			lr := leaseResult{Deadline: res.Deadline}
+			lr := wire.LeaseResult{Deadline: res.Deadline}
 			if res.Err != nil {
-				we := toWire(res.Err)
+				we := wire.FromError(res.Err)
 				lr.Error = &we
 			} else {
 				s.m.finished(ops[i].Op, ops[i].TaskID, now)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/wire"
 )
 
 // metricLine finds the sample line of name with all the given labels and
@@ -52,7 +53,7 @@ func TestMetrics(t *testing.T) {
 	t2 := e.claimOne("m", "w")
 	e.must(200, "POST", "/v1/tasks/"+t2.ID+"/fail", `{"worker":"w","lease":`+itoa(t2.Lease)+`,"error":{"code":"x"}}`)
 	// A lease of 1 ms expires at once; the store's monitor times it out.
-	var tr tasksResponse
+	var tr wire.TasksResponse
 	e.must(200, "POST", "/v1/claim", `{"worker":"w","queues":["m"],"timeout":"1ms"}`).decode(t, &tr)
 	if len(tr.Tasks) != 1 {
 		t.Fatalf("claimed %d", len(tr.Tasks))

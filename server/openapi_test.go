@@ -16,6 +16,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/wire"
 )
 
 func loadOpenAPI(t *testing.T) *openapi3.T {
@@ -232,11 +233,11 @@ func TestOpenAPIResponses(t *testing.T) {
 	call(200, "PATCH", "/v1/tasks/c", `{"priority":4,"run_at":"2030-01-01T00:00:00Z"}`)
 	call(409, "PATCH", "/v1/tasks/c", `{"priority":4,"if_version":99}`)
 
-	var reg registerResponse
+	var reg wire.RegisterResponse
 	call(201, "POST", "/v1/workers", `{"name":"w","queues":["q"]}`).decode(t, &reg)
 	call(200, "GET", "/v1/workers", "")
 	call(200, "GET", "/v1/whoami", "")
-	var tr tasksResponse
+	var tr wire.TasksResponse
 	call(200, "POST", "/v1/queues/q/claim", `{"worker":"`+reg.ID+`","n":1,"timeout":"30s"}`).decode(t, &tr)
 	if len(tr.Tasks) != 1 {
 		t.Fatalf("claimed %d", len(tr.Tasks))

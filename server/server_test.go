@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/wire"
 	"github.com/nornq/norn/store/embedded"
 )
 
@@ -80,7 +81,7 @@ func (r response) decode(t *testing.T, v any) {
 // errorOf returns the code and field of an error body.
 func (r response) errorOf(t *testing.T) (norn.Code, string) {
 	t.Helper()
-	var b errorBody
+	var b wire.ErrorBody
 	r.decode(t, &b)
 	return b.Error.Code, b.Error.Field
 }
@@ -138,7 +139,7 @@ func (e *env) must(want int, method, path, body string, opts ...reqOpt) response
 // claimOne submits nothing; it claims one task of queue as worker w.
 func (e *env) claimOne(queue, worker string, opts ...reqOpt) *norn.Task {
 	e.t.Helper()
-	var tr tasksResponse
+	var tr wire.TasksResponse
 	e.must(200, "POST", "/v1/queues/"+queue+"/claim", `{"worker":"`+worker+`"}`, opts...).decode(e.t, &tr)
 	if len(tr.Tasks) != 1 {
 		e.t.Fatalf("claimed %d tasks, want 1", len(tr.Tasks))
@@ -159,19 +160,19 @@ func TestLifecycle(t *testing.T) {
 	if !sub.Duplicate {
 		t.Fatal("resubmit not flagged duplicate")
 	}
-	var batch batchResponse
+	var batch wire.BatchResponse
 	e.must(200, "POST", "/v1/tasks/batch", `{"tasks":[{"id":"t1","queue":"emails"},{"id":"t2","queue":"emails","depends_on":["t1"]},{"id":"t3","queue":"sms","delay":"1h"}]}`).decode(t, &batch)
 	if len(batch.Tasks) != 3 || len(batch.Duplicates) != 1 || batch.Duplicates[0] != "t1" ||
 		batch.Tasks[1].Status != norn.StatusBlocked || batch.Tasks[2].Status != norn.StatusScheduled {
 		t.Fatalf("batch %+v", batch)
 	}
 
-	var tr taskResponse
+	var tr wire.TaskResponse
 	e.must(200, "GET", "/v1/tasks/t1", "").decode(t, &tr)
 	if string(tr.Task.Spec) != `{"to":"a@b"}` {
 		t.Fatalf("spec %s", tr.Task.Spec)
 	}
-	var many manyResponse
+	var many wire.ManyResponse
 	e.must(200, "GET", "/v1/tasks/t1,nope,t3", "").decode(t, &many)
 	if len(many.Tasks) != 2 || len(many.Missing) != 1 || many.Missing[0] != "nope" {
 		t.Fatalf("many %+v", many)
@@ -189,7 +190,7 @@ func TestLifecycle(t *testing.T) {
 	if len(page.Tasks) != 1 || page.Tasks[0].ID != "t2" {
 		t.Fatalf("page 2 %+v", page)
 	}
-	var cnt groupedCountResponse
+	var cnt wire.GroupedCountResponse
 	e.must(200, "GET", "/v1/tasks/count?status=pending", "").decode(t, &cnt)
 	if cnt.Count != 3 {
 		t.Fatalf("count %+v", cnt)
@@ -199,7 +200,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("grouped %+v", cnt)
 	}
 
-	var reg registerResponse
+	var reg wire.RegisterResponse
 	e.must(201, "POST", "/v1/workers", `{"name":"test","queues":["emails"]}`).decode(t, &reg)
 	if !strings.HasPrefix(reg.ID, "worker-") {
 		t.Fatalf("worker id %q", reg.ID)
@@ -209,17 +210,17 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("claimed %+v", task)
 	}
 	lease := `"worker":"` + reg.ID + `","lease":` + itoa(task.Lease)
-	var dl deadlineResponse
+	var dl wire.DeadlineResponse
 	e.must(200, "POST", "/v1/tasks/t1/heartbeat", `{`+lease+`,"progress":0.5,"extend":"30s"}`).decode(t, &dl)
 	if dl.Deadline.IsZero() {
 		t.Fatal("no deadline")
 	}
-	var ent entryResponse
+	var ent wire.EntryResponse
 	e.must(200, "POST", "/v1/tasks/t1/log", `{`+lease+`,"data":{"step":1}}`).decode(t, &ent)
 	if ent.Entry.Seq != 1 {
 		t.Fatalf("entry %+v", ent)
 	}
-	var logs logResponse
+	var logs wire.LogResponse
 	e.must(200, "GET", "/v1/tasks/t1/log?after=0", "").decode(t, &logs)
 	if len(logs.Entries) != 1 || string(logs.Entries[0].Data) != `{"step":1}` {
 		t.Fatalf("log %+v", logs)
@@ -235,7 +236,7 @@ func TestLifecycle(t *testing.T) {
 
 	// Lease batch: heartbeat and fail t2 in one request, plus a stale op.
 	t2 := e.claimOne("emails", reg.ID)
-	var lb leaseBatchResponse
+	var lb wire.LeaseBatchResponse
 	e.must(200, "POST", "/v1/leases/batch", `{"ops":[{"op":"heartbeat","id":"t2","worker":"`+reg.ID+`","lease":`+itoa(t2.Lease)+`},`+
 		`{"op":"complete","id":"t2","worker":"`+reg.ID+`","lease":`+itoa(t2.Lease+7)+`},`+
 		`{"op":"fail","id":"t2","worker":"`+reg.ID+`","lease":`+itoa(t2.Lease)+`,"error":{"code":"boom"}}]}`).decode(t, &lb)
@@ -257,7 +258,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("cancelled %+v", tr.Task)
 	}
 	e.must(200, "POST", "/v1/tasks/t3/cancel", "{}")
-	var del deletedResponse
+	var del wire.DeletedResponse
 	e.must(200, "DELETE", "/v1/tasks/t3", "").decode(t, &del)
 	if del.Deleted != 1 {
 		t.Fatal(del)
@@ -278,12 +279,12 @@ func TestLifecycle(t *testing.T) {
 	e.must(404, "GET", "/v1/tasks/x3", "")
 
 	// Queues, stats, workers, sweep.
-	var qr queueResponse
+	var qr wire.QueueResponse
 	e.must(200, "PATCH", "/v1/queues/q", `{"paused":true,"timeout":"1m"}`).decode(t, &qr)
 	if !qr.Queue.Paused || qr.Queue.Defaults.Timeout.D() != time.Minute {
 		t.Fatalf("queue %+v", qr)
 	}
-	var qs queuesResponse
+	var qs wire.QueuesResponse
 	e.must(200, "GET", "/v1/queues", "").decode(t, &qs)
 	if len(qs.Queues) == 0 {
 		t.Fatal("no queues")
@@ -293,7 +294,7 @@ func TestLifecycle(t *testing.T) {
 	if st.Total != 2 || st.Workers != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	var ws workersResponse
+	var ws wire.WorkersResponse
 	e.must(200, "GET", "/v1/workers", "").decode(t, &ws)
 	if len(ws.Workers) != 1 {
 		t.Fatalf("workers %+v", ws)
@@ -362,12 +363,12 @@ func TestBadInputWritesNothing(t *testing.T) {
 			t.Errorf("%s %s %s: field %q (code %s), want %q", c.method, c.path, c.body, field, code, c.field)
 		}
 	}
-	var cnt countResponse
+	var cnt wire.CountResponse
 	e.must(200, "GET", "/v1/tasks/count", "").decode(t, &cnt)
 	if cnt.Count != 0 {
 		t.Fatalf("bad input wrote %d tasks", cnt.Count)
 	}
-	var qr queueResponse
+	var qr wire.QueueResponse
 	e.must(200, "GET", "/v1/queues/q", "").decode(t, &qr)
 	if qr.Queue.Defaults.MaxAttempts != 0 || qr.Queue.Defaults.Timeout.D() != norn.DefaultTimeout {
 		t.Fatalf("bad queue update changed the queue: %+v", qr.Queue)
@@ -477,7 +478,7 @@ func TestLongPollAnswersWhenTaskArrives(t *testing.T) {
 			return
 		}
 		defer resp.Body.Close()
-		var tr tasksResponse
+		var tr wire.TasksResponse
 		err = json.NewDecoder(resp.Body).Decode(&tr)
 		ch <- result{tasks: tr.Tasks, took: time.Since(start), err: err}
 	}()
@@ -500,7 +501,7 @@ func TestLongPollAnswersWhenTaskArrives(t *testing.T) {
 		t.Fatal("long poll did not answer when the task arrived")
 	}
 	// With nothing arriving, a short wait returns empty after the wait.
-	var tr tasksResponse
+	var tr wire.TasksResponse
 	start := time.Now()
 	e.must(200, "POST", "/v1/queues/lp/claim", `{"worker":"w","wait":"200ms"}`).decode(t, &tr)
 	if len(tr.Tasks) != 0 || time.Since(start) < 150*time.Millisecond {

@@ -1,8 +1,9 @@
-// Package jsonenc appends JSON values to byte slices by hand, producing the
-// same bytes as encoding/json for the shapes Norn's hot paths write (ids,
-// queue names, times, durations, progress). The server's responses and the
-// client's requests share it, so both sides encode identically.
-package jsonenc
+package wire
+
+// The JSON appenders below produce the same bytes as encoding/json for the
+// shapes the hot paths write (ids, queue names, times, durations,
+// progress), so the hand-written encoders in encode.go can skip
+// encoding/json's reflection and re-validation of raw members.
 
 import (
 	"encoding/json"
@@ -13,9 +14,9 @@ import (
 	"github.com/nornq/norn"
 )
 
-// Marshal appends name followed by v encoded by encoding/json: for members
+// jsonMarshal appends name followed by v encoded by encoding/json: for members
 // rare enough on the hot path not to deserve their own encoder.
-func Marshal(b []byte, name string, v any) ([]byte, error) {
+func jsonMarshal(b []byte, name string, v any) ([]byte, error) {
 	j, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
@@ -23,11 +24,11 @@ func Marshal(b []byte, name string, v any) ([]byte, error) {
 	return append(append(b, name...), j...), nil
 }
 
-// String appends s as a JSON string. Plain printable ASCII (ids, queue
+// jsonString appends s as a JSON string. Plain printable ASCII (ids, queue
 // names) is written as is; anything else goes through encoding/json so
 // escaping, invalid UTF-8 and HTML-safe output stay exactly as json.Marshal
 // has them.
-func String(b []byte, s string) []byte {
+func jsonString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
@@ -40,11 +41,11 @@ func String(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// Time appends name and t in RFC 3339 with nanoseconds, as time.Time's
+// jsonTime appends name and t in RFC 3339 with nanoseconds, as time.Time's
 // MarshalJSON does (including its error for years outside 0..9999).
-func Time(b []byte, name string, t time.Time) ([]byte, error) {
+func jsonTime(b []byte, name string, t time.Time) ([]byte, error) {
 	if y := t.Year(); y < 0 || y > 9999 {
-		return Marshal(b, name, t) // json.Marshal's error
+		return jsonMarshal(b, name, t) // json.Marshal's error
 	}
 	b = append(b, name...)
 	b = append(b, '"')
@@ -52,18 +53,18 @@ func Time(b []byte, name string, t time.Time) ([]byte, error) {
 	return append(b, '"'), nil
 }
 
-// Duration appends name and d as a Go duration string, as norn.Duration's
+// jsonDuration appends name and d as a Go duration string, as norn.Duration's
 // MarshalJSON does.
-func Duration(b []byte, name string, d norn.Duration) []byte {
+func jsonDuration(b []byte, name string, d norn.Duration) []byte {
 	b = append(b, name...)
 	b = append(b, '"')
 	b = append(b, time.Duration(d).String()...)
 	return append(b, '"')
 }
 
-// Float formats f as encoding/json does (ES6 number formatting); NaN and
+// jsonFloat formats f as encoding/json does (ES6 number formatting); NaN and
 // infinities are json.Marshal's error.
-func Float(b []byte, f float64) ([]byte, error) {
+func jsonFloat(b []byte, f float64) ([]byte, error) {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		_, err := json.Marshal(f)
 		return nil, err

@@ -1,4 +1,4 @@
-package server
+package wire
 
 import (
 	"bytes"
@@ -6,25 +6,25 @@ import (
 	"reflect"
 )
 
-// The fast path of the strict decoder. decodeStrict walks a value one
+// The fast path of the strict decoder. DecodeStrict walks a value one
 // member at a time so that every error names its field, which costs
 // several passes over the bytes and an allocation per member. Almost every
 // body is valid, so decodeFast first lets encoding/json decode the value in
 // one pass, and accepts the result only when it
-// is certain to equal what decodeStrict would have produced:
+// is certain to equal what DecodeStrict would have produced:
 //   - encoding/json reported no error (type errors, negative
-//     durations, … all fall back, and decodeStrict then names the field);
+//     durations, … all fall back, and DecodeStrict then names the field);
 //   - every member name of every struct is an exact, unescaped match
 //     (encoding/json also accepts case-insensitive matches, the API does not);
-//   - no struct member is null (decodeStrict clears a null json.RawMessage
+//   - no struct member is null (DecodeStrict clears a null json.RawMessage
 //     where encoding/json keeps the bytes "null", and reads a null duration
 //     as zero where norn.Duration refuses it).
-// Otherwise the caller runs decodeStrict, whose answer is authoritative.
+// Otherwise the caller runs DecodeStrict, whose answer is authoritative.
 
 // decodeFast decodes raw, which must be valid JSON (it came out of a
 // successful encoding/json decode), into v and reports whether the result
 // can be used. When it returns false, *v may be partly written and must be
-// reset before decodeStrict runs.
+// reset before DecodeStrict runs.
 func decodeFast(raw []byte, v any) bool {
 	t := reflect.TypeOf(v).Elem()
 	if !exactKeys(raw, t) {
@@ -77,7 +77,7 @@ func (w *keyWalker) value(t reflect.Type) bool {
 		return w.skip()
 	case t.Kind() == reflect.Struct:
 		if w.b[w.i] != '{' {
-			return false // encoding/json would refuse it; let decodeStrict say why
+			return false // encoding/json would refuse it; let DecodeStrict say why
 		}
 		return w.object(fieldsOf(t), t)
 	case t.Kind() == reflect.Slice && needsWalk(t.Elem()):

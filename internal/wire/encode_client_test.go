@@ -1,4 +1,4 @@
-package client
+package wire
 
 import (
 	"encoding/json"
@@ -25,7 +25,7 @@ func TestAppendBatchMatchesMarshal(t *testing.T) {
 		{Queue: "q", MaxAttempts: &zero, Spec: json.RawMessage(`null`), Priority: 1<<32 - 1},
 		{Queue: "q", ID: string([]byte{0xff, 'a'})},
 	}
-	got, err := appendBatch(nil, tasks)
+	got, err := AppendBatch(nil, tasks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,17 +35,17 @@ func TestAppendBatchMatchesMarshal(t *testing.T) {
 	}
 	var g, w any
 	if err := json.Unmarshal(got, &g); err != nil {
-		t.Fatalf("appendBatch wrote invalid JSON %s: %v", got, err)
+		t.Fatalf("AppendBatch wrote invalid JSON %s: %v", got, err)
 	}
 	if err := json.Unmarshal(want, &w); err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(g, w) {
-		t.Errorf("appendBatch:\n%s\njson.Marshal:\n%s", got, want)
+		t.Errorf("AppendBatch:\n%s\njson.Marshal:\n%s", got, want)
 	}
 	// Apart from the verbatim spec whitespace, the bytes are identical.
 	tasks[2].Spec = json.RawMessage(`"s"`)
-	got, _ = appendBatch(nil, tasks)
+	got, _ = AppendBatch(nil, tasks)
 	want, _ = json.Marshal(map[string]any{"tasks": tasks})
 	if string(got) != string(want) {
 		t.Errorf("bytes differ:\n%s\n%s", got, want)
@@ -65,12 +65,12 @@ func TestAppendLeaseOpsMatchesMarshal(t *testing.T) {
 		{Op: norn.OpFail, Error: &norn.ErrorInfo{Code: "x", Description: "\"d\"", Args: map[string]any{"a": []any{1.0, "b"}}}},
 		{Op: norn.OpYield},
 	}
-	got, err := appendLeaseOps(nil, ops)
+	got, err := AppendLeaseOps(nil, ops)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want, _ := json.Marshal(map[string]any{"ops": ops})
 	if string(got) != string(want) {
-		t.Errorf("appendLeaseOps:\n%s\njson.Marshal:\n%s", got, want)
+		t.Errorf("AppendLeaseOps:\n%s\njson.Marshal:\n%s", got, want)
 	}
 }

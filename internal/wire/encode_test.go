@@ -1,10 +1,8 @@
-package server
+package wire
 
 import (
 	"encoding/json"
 	"math"
-	"net/http/httptest"
-	"reflect"
 	"testing"
 	"time"
 
@@ -27,7 +25,7 @@ func TestAppendTaskMatchesMarshal(t *testing.T) {
 		HistoryDropped: 4, Version: 9}
 	for _, tk := range []*norn.Task{nil, {}, full, {ID: "a", Progress: 1e-7}, {ID: string([]byte{0xff}), Progress: 1e22},
 		{ID: "a", Progress: 1, Created: time.Date(2030, 1, 1, 0, 0, 0, 0, time.FixedZone("x", 3600))}} {
-		got, err := appendTask(nil, tk)
+		got, err := AppendTask(nil, tk)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -36,53 +34,55 @@ func TestAppendTaskMatchesMarshal(t *testing.T) {
 			t.Fatal(err)
 		}
 		if string(got) != string(want) {
-			t.Errorf("appendTask:\n%s\njson.Marshal:\n%s", got, want)
+			t.Errorf("AppendTask:\n%s\njson.Marshal:\n%s", got, want)
 		}
 	}
-	if _, err := appendTask(nil, &norn.Task{Progress: math.NaN()}); err == nil {
+	if _, err := AppendTask(nil, &norn.Task{Progress: math.NaN()}); err == nil {
 		t.Error("NaN progress encoded")
 	}
-	if _, err := appendTask(nil, &norn.Task{Created: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}); err == nil {
+	if _, err := AppendTask(nil, &norn.Task{Created: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}); err == nil {
 		t.Error("year 10000 encoded")
 	}
 }
 
-// TestWriteTasks: the batch and claim bodies decode to what writeJSON of
-// the response structs gives.
-func TestWriteTasks(t *testing.T) {
+// TestAppendTasksBody: the batch and claim bodies are byte for byte
+// json.Marshal's of BatchResponse and TasksResponse (plus the newline).
+func TestAppendTasksBody(t *testing.T) {
 	t.Parallel()
 	tasks := []*norn.Task{{ID: "a", Queue: "q", Spec: json.RawMessage(`[1]`)}, {ID: "b", Queue: "q"}}
 	for _, dups := range [][]string{nil, {}, {"b", "<c>"}} {
-		rec := httptest.NewRecorder()
-		writeTasks(rec, 200, tasks, dups)
-		ref := httptest.NewRecorder()
-		if dups == nil {
-			writeJSON(ref, 200, tasksResponse{Tasks: tasks})
-		} else {
-			writeJSON(ref, 200, batchResponse{Tasks: tasks, Duplicates: dups})
+		got, err := AppendTasksBody(nil, tasks, dups)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if rec.Body.String() != ref.Body.String() || !reflect.DeepEqual(rec.Header(), ref.Header()) || rec.Code != ref.Code {
-			t.Errorf("dups %v: writeTasks %d %v %q, writeJSON %d %v %q", dups, rec.Code, rec.Header(), rec.Body, ref.Code, ref.Header(), ref.Body)
+		var want []byte
+		if dups == nil {
+			want, _ = json.Marshal(TasksResponse{Tasks: tasks})
+		} else {
+			want, _ = json.Marshal(BatchResponse{Tasks: tasks, Duplicates: dups})
+		}
+		if string(got) != string(want)+"\n" {
+			t.Errorf("dups %v: AppendTasksBody %s, json.Marshal %s", dups, got, want)
 		}
 	}
-	rec := httptest.NewRecorder()
-	writeTasks(rec, 200, []*norn.Task{{Progress: math.Inf(1)}}, nil)
-	if rec.Code != 500 {
-		t.Errorf("unencodable task: status %d, want 500", rec.Code)
+	if _, err := AppendTasksBody(nil, []*norn.Task{{Progress: math.Inf(1)}}, nil); err == nil {
+		t.Error("unencodable task encoded")
 	}
 }
 
-// TestWriteLeaseResults: the lease batch body is byte for byte writeJSON's.
-func TestWriteLeaseResults(t *testing.T) {
+// TestAppendLeaseResults: the lease batch body is byte for byte json.Marshal's.
+func TestAppendLeaseResults(t *testing.T) {
 	t.Parallel()
 	d := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)
-	for _, rs := range [][]leaseResult{{}, {{}, {Deadline: d}, {Error: &wireError{Code: norn.CodeLeaseLost, Message: "lost <x>"}}},
-		{{Deadline: d, Error: &wireError{Code: norn.CodeInvalidArgument, Message: "m", Field: "ops[1].id"}}}} {
-		rec, ref := httptest.NewRecorder(), httptest.NewRecorder()
-		writeLeaseResults(rec, rs)
-		writeJSON(ref, 200, leaseBatchResponse{Results: rs})
-		if rec.Body.String() != ref.Body.String() || rec.Code != ref.Code || !reflect.DeepEqual(rec.Header(), ref.Header()) {
-			t.Errorf("writeLeaseResults %d %q, writeJSON %d %q", rec.Code, rec.Body, ref.Code, ref.Body)
+	for _, rs := range [][]LeaseResult{{}, {{}, {Deadline: d}, {Error: &Error{Code: norn.CodeLeaseLost, Message: "lost <x>"}}},
+		{{Deadline: d, Error: &Error{Code: norn.CodeInvalidArgument, Message: "m", Field: "ops[1].id"}}}} {
+		got, err := AppendLeaseResults(nil, rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(LeaseBatchResponse{Results: rs})
+		if string(got) != string(want)+"\n" {
+			t.Errorf("AppendLeaseResults %s, json.Marshal %s", got, want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package wire
 
 import (
 	"bytes"
@@ -23,18 +23,18 @@ import (
 // its members, every member is matched against the Go field by its exact
 // JSON name, and errors are prefixed with the member's path
 // ("tasks[3].retry.base"). Only the current value is held in memory; batch
-// arrays are streamed element by element (see decodeBatch). That walk is
+// arrays are streamed element by element (see DecodeBatch). That walk is
 // the authority but costly, so a body that encoding/json decodes cleanly
 // with exactly named members takes a one-pass fast path (fastdecode.go);
 // the walk runs only to find and name what is wrong.
 
-// decodeStrict decodes the JSON value raw into v (a pointer), rejecting
+// DecodeStrict decodes the JSON value raw into v (a pointer), rejecting
 // unknown fields and naming the offending field, prefixed with path, in
 // every error.
-func decodeStrict(raw []byte, v any, path string) error {
+func DecodeStrict(raw []byte, v any, path string) error {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
-		return fmt.Errorf("decodeStrict: need a non-nil pointer, got %T", v)
+		return fmt.Errorf("DecodeStrict: need a non-nil pointer, got %T", v)
 	}
 	raw = bytes.TrimSpace(raw)
 	// The one-pass fast path needs a zero v: when it gives up, v is reset
@@ -48,7 +48,7 @@ func decodeStrict(raw []byte, v any, path string) error {
 	return decodeSlow(raw, rv, path)
 }
 
-// decodeSlow is decodeStrict without the fast path: the member-by-member
+// decodeSlow is DecodeStrict without the fast path: the member-by-member
 // walk whose errors name the field. raw is already trimmed.
 func decodeSlow(raw []byte, rv reflect.Value, path string) error {
 	if !json.Valid(raw) {
@@ -83,7 +83,7 @@ func decodeDuration(raw []byte, v reflect.Value, path string) error {
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return norn.Invalid(rootField(path), "invalid duration %q", trunc(s))
+		return norn.Invalid(rootField(path), "invalid duration %q", Trunc(s))
 	}
 	v.SetInt(int64(d))
 	return nil
@@ -323,10 +323,10 @@ func decodeObject(raw []byte, v reflect.Value, path string) error {
 	return nil
 }
 
-// readBody reads a whole request body (already limited by
+// ReadBody reads a whole request body (already limited by
 // http.MaxBytesReader) and decodes it strictly into v. An empty body is
 // allowed only when emptyOK (e.g. cancel), leaving v zero.
-func readBody(body io.Reader, v any, emptyOK bool) error {
+func ReadBody(body io.Reader, v any, emptyOK bool) error {
 	raw, err := io.ReadAll(body)
 	if err != nil {
 		return err
@@ -338,14 +338,14 @@ func readBody(body io.Reader, v any, emptyOK bool) error {
 		}
 		return norn.Invalid("body", "a JSON object is required")
 	}
-	return decodeStrict(raw, v, "")
+	return DecodeStrict(raw, v, "")
 }
 
-// decodeBatch streams a body of the form {"<key>":[item,…]} and calls fn
+// DecodeBatch streams a body of the form {"<key>":[item,…]} and calls fn
 // for every item (decoded strictly into a fresh T) as soon as it is read,
 // so a batch that is too long, or an item that is too large or invalid, is
 // refused before the rest of the body is read. maxItems bounds the count.
-func decodeBatch[T any](body io.Reader, key string, maxItems int, fn func(i int, item *T) error) error {
+func DecodeBatch[T any](body io.Reader, key string, maxItems int, fn func(i int, item *T) error) error {
 	dec := json.NewDecoder(body)
 	tok, err := dec.Token()
 	if err == io.EOF {
@@ -390,7 +390,7 @@ func decodeBatch[T any](body io.Reader, key string, maxItems int, fn func(i int,
 				return streamErr(err, indexName(key, i))
 			}
 			item := new(T)
-			if err := decodeStrict(raw, item, indexName(key, i)); err != nil {
+			if err := DecodeStrict(raw, item, indexName(key, i)); err != nil {
 				return err
 			}
 			if err := fn(i, item); err != nil {

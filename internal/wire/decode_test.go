@@ -1,15 +1,11 @@
-package server
+package wire
 
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -37,8 +33,8 @@ func TestStatusOf(t *testing.T) {
 		{norn.Code("something-new"), 500},
 	}
 	for _, c := range cases {
-		if got := statusOf(c.code); got != c.want {
-			t.Errorf("statusOf(%s) = %d, want %d", c.code, got, c.want)
+		if got := StatusOf(c.code); got != c.want {
+			t.Errorf("StatusOf(%s) = %d, want %d", c.code, got, c.want)
 		}
 	}
 }
@@ -57,12 +53,12 @@ func TestToNornError(t *testing.T) {
 		{"untyped", errors.New("boom"), norn.CodeInternal, ""},
 	}
 	for _, c := range cases {
-		ne := toNornError(c.err)
+		ne := Classify(c.err)
 		if ne.Code != c.code || ne.Field != c.field {
 			t.Errorf("%s: got code %s field %q, want %s %q", c.name, ne.Code, ne.Field, c.code, c.field)
 		}
 	}
-	if w := toWire(toNornError(errors.New("secret detail"))); strings.Contains(w.Message, "secret") {
+	if w := FromError(Classify(errors.New("secret detail"))); strings.Contains(w.Message, "secret") {
 		t.Errorf("internal error leaks its cause: %q", w.Message)
 	}
 }
@@ -93,7 +89,7 @@ func TestDecodeNewTask(t *testing.T) {
 	}
 	for _, c := range cases {
 		var nt norn.NewTask
-		err := decodeStrict([]byte(c.body), &nt, "")
+		err := DecodeStrict([]byte(c.body), &nt, "")
 		if c.field == "" {
 			if err != nil {
 				t.Errorf("%s: unexpected error %v", c.name, err)
@@ -106,7 +102,7 @@ func TestDecodeNewTask(t *testing.T) {
 		}
 	}
 	var nt norn.NewTask
-	if err := decodeStrict([]byte(`{"queue":"q","spec":{"a":[1,2]},"priority":7,"retry":{"max_retries":3,"base":"2s","max":"1m"}}`), &nt, ""); err != nil {
+	if err := DecodeStrict([]byte(`{"queue":"q","spec":{"a":[1,2]},"priority":7,"retry":{"max_retries":3,"base":"2s","max":"1m"}}`), &nt, ""); err != nil {
 		t.Fatal(err)
 	}
 	if nt.Queue != "q" || nt.Priority != 7 || string(nt.Spec) != `{"a":[1,2]}` || nt.Retry == nil ||
@@ -119,19 +115,19 @@ func TestDecodeEmbeddedStructs(t *testing.T) {
 	t.Parallel()
 	var op norn.LeaseOp
 	body := `{"op":"heartbeat","id":"t1","worker":"w","lease":3,"progress":0.5,"extend":"3s"}`
-	if err := decodeStrict([]byte(body), &op, "ops[0]"); err != nil {
+	if err := DecodeStrict([]byte(body), &op, "ops[0]"); err != nil {
 		t.Fatal(err)
 	}
 	if op.TaskID != "t1" || op.Worker != "w" || op.Lease != 3 || op.Progress == nil || *op.Progress != 0.5 || op.Extend.D() != 3*time.Second {
 		t.Errorf("decoded wrongly: %+v", op)
 	}
-	err := decodeStrict([]byte(`{"op":"yield","id":"t","worker":"w","lease":"x"}`), &op, "ops[2]")
+	err := DecodeStrict([]byte(`{"op":"yield","id":"t","worker":"w","lease":"x"}`), &op, "ops[2]")
 	var ne *norn.Error
 	if !errors.As(err, &ne) || ne.Field != "ops[2].lease" {
 		t.Errorf("got %v, want field ops[2].lease", err)
 	}
 	var tx norn.Txn
-	err = decodeStrict([]byte(`{"update":[{"id":"a","priority":1},{"id":"b","labels":{"x":"y"},"if_version":"z"}]}`), &tx, "")
+	err = DecodeStrict([]byte(`{"update":[{"id":"a","priority":1},{"id":"b","labels":{"x":"y"},"if_version":"z"}]}`), &tx, "")
 	if !errors.As(err, &ne) || ne.Field != "update[1].if_version" {
 		t.Errorf("got %v, want field update[1].if_version", err)
 	}
@@ -160,7 +156,7 @@ func TestDecodeBatch(t *testing.T) {
 	}
 	for _, c := range cases {
 		n := 0
-		err := decodeBatch(strings.NewReader(c.body), "tasks", c.max, func(i int, nt *norn.NewTask) error {
+		err := DecodeBatch(strings.NewReader(c.body), "tasks", c.max, func(i int, nt *norn.NewTask) error {
 			n++
 			return nil
 		})
@@ -169,7 +165,7 @@ func TestDecodeBatch(t *testing.T) {
 				t.Errorf("%s: %v", c.name, err)
 			}
 		} else {
-			ne := toNornError(err)
+			ne := Classify(err)
 			if ne.Code != c.code || ne.Field != c.field {
 				t.Errorf("%s: got %v (%s %q), want %s %q", c.name, err, ne.Code, ne.Field, c.code, c.field)
 			}
@@ -208,7 +204,7 @@ func TestBatchRefusedBeforeBuffering(t *testing.T) {
 	b.WriteString(`]}`)
 	total := int64(b.Len())
 	cr := &countingReader{r: &b}
-	err := decodeBatch(cr, "tasks", 10, func(int, *norn.NewTask) error { return nil })
+	err := DecodeBatch(cr, "tasks", 10, func(int, *norn.NewTask) error { return nil })
 	if norn.CodeOf(err) != norn.CodeTooLarge {
 		t.Fatalf("got %v, want too_large", err)
 	}
@@ -253,7 +249,7 @@ func TestParseQuery(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		q, err := parseQuery(v, norn.MaxLabels, norn.MaxListLimit)
+		q, err := ParseQuery(v, norn.MaxLabels, norn.MaxListLimit)
 		if c.field == "" {
 			if err != nil {
 				t.Errorf("%s: %v", c.name, err)
@@ -271,119 +267,32 @@ func TestParseQuery(t *testing.T) {
 
 func TestParseSmallParams(t *testing.T) {
 	t.Parallel()
-	if g, err := parseGroup(url.Values{"group": {"status,queue"}}); err != nil || !g {
+	if g, err := ParseGroup(url.Values{"group": {"status,queue"}}); err != nil || !g {
 		t.Errorf("group=status,queue: %v %v", g, err)
 	}
-	if _, err := parseGroup(url.Values{"group": {"owner"}}); norn.CodeOf(err) != norn.CodeInvalidArgument {
+	if _, err := ParseGroup(url.Values{"group": {"owner"}}); norn.CodeOf(err) != norn.CodeInvalidArgument {
 		t.Errorf("group=owner: %v", err)
 	}
-	if a, l, err := parseLogParams(url.Values{"after": {"3"}, "limit": {"2"}}); err != nil || a != 3 || l != 2 {
+	if a, l, err := ParseLogParams(url.Values{"after": {"3"}, "limit": {"2"}}); err != nil || a != 3 || l != 2 {
 		t.Errorf("log params: %d %d %v", a, l, err)
 	}
-	if _, _, err := parseLogParams(url.Values{"after": {"-3"}}); norn.CodeOf(err) != norn.CodeInvalidArgument {
+	if _, _, err := ParseLogParams(url.Values{"after": {"-3"}}); norn.CodeOf(err) != norn.CodeInvalidArgument {
 		t.Errorf("after=-3: %v", err)
 	}
-	if f, err := parseEventFilter(url.Values{"queue": {"a,b"}, "task": {"t1"}}); err != nil || len(f.Queues) != 2 || f.TaskID != "t1" {
+	if f, err := ParseEventFilter(url.Values{"queue": {"a,b"}, "task": {"t1"}}); err != nil || len(f.Queues) != 2 || f.TaskID != "t1" {
 		t.Errorf("event filter: %+v %v", f, err)
 	}
-	if _, err := parseEventFilter(url.Values{"task": {"a/b"}}); norn.CodeOf(err) != norn.CodeInvalidArgument {
+	if _, err := ParseEventFilter(url.Values{"task": {"a/b"}}); norn.CodeOf(err) != norn.CodeInvalidArgument {
 		t.Errorf("task=a/b: %v", err)
 	}
-	if ids, err := splitIDs("a,b,c", 10); err != nil || len(ids) != 3 {
-		t.Errorf("splitIDs: %v %v", ids, err)
+	if ids, err := SplitIDs("a,b,c", 10); err != nil || len(ids) != 3 {
+		t.Errorf("SplitIDs: %v %v", ids, err)
 	}
-	if _, err := splitIDs("a,,c", 10); norn.CodeOf(err) != norn.CodeInvalidArgument {
-		t.Errorf("splitIDs empty id: %v", err)
+	if _, err := SplitIDs("a,,c", 10); norn.CodeOf(err) != norn.CodeInvalidArgument {
+		t.Errorf("SplitIDs empty id: %v", err)
 	}
-	if _, err := splitIDs("a,b,c", 2); norn.CodeOf(err) != norn.CodeTooLarge {
-		t.Errorf("splitIDs too many: %v", err)
-	}
-}
-
-func TestLoadTokens(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	write := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	good := write("good", "# comment\n\nsecret-a client\nsecret-b\tworker emails,sms\nsecret-c admin\n")
-	toks, err := LoadTokens(good)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(toks) != 3 || toks[1].Role != RoleWorker || len(toks[1].Queues) != 2 || toks[1].Queues[1] != "sms" {
-		t.Errorf("parsed wrongly: %+v", toks)
-	}
-	for name, text := range map[string]string{
-		"badrole":   "tok boss\n",
-		"short":     "tok\n",
-		"long":      "tok client a b\n",
-		"badqueue":  "tok client a,b c\n",
-		"dup":       "tok client\ntok admin\n",
-		"emptyqueu": "tok client a,,b\n",
-	} {
-		if _, err := LoadTokens(write(name, text)); err == nil {
-			t.Errorf("%s: accepted %q", name, text)
-		} else if !strings.Contains(err.Error(), ":1:") && !strings.Contains(err.Error(), ":2:") {
-			t.Errorf("%s: error does not name the line: %v", name, err)
-		}
-	}
-	if _, err := LoadTokens(filepath.Join(dir, "missing")); err == nil {
-		t.Error("missing file accepted")
-	}
-}
-
-func TestAuthenticate(t *testing.T) {
-	t.Parallel()
-	a := newAuthenticator([]Token{{Token: "c", Role: RoleClient}, {Token: "w", Role: RoleWorker, Queues: []string{"q"}}})
-	cases := []struct {
-		header string
-		ok     bool
-		role   Role
-	}{
-		{"", false, ""},
-		{"Bearer", false, ""},
-		{"Bearer ", false, ""},
-		{"Basic c", false, ""},
-		{"Bearer nope", false, ""},
-		{"Bearer c", true, RoleClient},
-		{"bearer w", true, RoleWorker},
-	}
-	for _, c := range cases {
-		r := httptest.NewRequest("GET", "/v1/stats", nil)
-		if c.header != "" {
-			r.Header.Set("Authorization", c.header)
-		}
-		p, err := a.authenticate(r)
-		if c.ok != (err == nil) || (c.ok && p.role != c.role) {
-			t.Errorf("%q: got %v %v", c.header, p, err)
-		}
-		if err != nil && norn.CodeOf(err) != norn.CodeUnauthenticated {
-			t.Errorf("%q: code %s", c.header, norn.CodeOf(err))
-		}
-	}
-	p := &principal{role: RoleWorker, queues: []string{"q"}}
-	if p.checkQueue("q") != nil || norn.CodeOf(p.checkQueue("r")) != norn.CodePermissionDenied {
-		t.Error("queue scope not enforced")
-	}
-	if qs, err := p.scopeQueues(nil); err != nil || len(qs) != 1 || qs[0] != "q" {
-		t.Errorf("scopeQueues(nil) = %v %v", qs, err)
-	}
-}
-
-func TestIsLoopback(t *testing.T) {
-	t.Parallel()
-	for addr, want := range map[string]bool{
-		"127.0.0.1:7070": true, "localhost:1": true, "[::1]:80": true, "127.3.2.1:0": true,
-		":7070": false, "0.0.0.0:7070": false, "10.0.0.1:80": false, "example.com:80": false, "garbage": false,
-	} {
-		if got := isLoopback(addr); got != want {
-			t.Errorf("isLoopback(%q) = %v, want %v", addr, got, want)
-		}
+	if _, err := SplitIDs("a,b,c", 2); norn.CodeOf(err) != norn.CodeTooLarge {
+		t.Errorf("SplitIDs too many: %v", err)
 	}
 }
 
@@ -396,7 +305,7 @@ func FuzzDecodeNewTask(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var nt norn.NewTask
-		if err := decodeStrict(b, &nt, ""); err != nil {
+		if err := DecodeStrict(b, &nt, ""); err != nil {
 			if norn.CodeOf(err) != norn.CodeInvalidArgument {
 				t.Fatalf("decode error is not invalid_argument: %v", err)
 			}
@@ -413,21 +322,7 @@ func FuzzDecodeBatch(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		err := decodeBatch(bytes.NewReader(b), "tasks", 5, func(int, *norn.NewTask) error { return nil })
-		if err != nil && norn.CodeOf(err) == norn.CodeInternal {
-			t.Fatalf("untyped error: %v", err)
-		}
-	})
-}
-
-// FuzzDecodeLeaseOps covers the lease batch decoder and op validation.
-func FuzzDecodeLeaseOps(f *testing.F) {
-	for _, s := range []string{`{"ops":[{"op":"heartbeat","id":"t","worker":"w","lease":1,"progress":0.5}]}`,
-		`{"ops":[{"op":"fail","id":"t","worker":"w","lease":1,"error":{"code":"x"}}]}`, `{"ops":[{"progress":"x"}]}`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		err := decodeBatch(bytes.NewReader(b), "ops", 5, func(i int, op *norn.LeaseOp) error { return validateLeaseOp(op) })
+		err := DecodeBatch(bytes.NewReader(b), "tasks", 5, func(int, *norn.NewTask) error { return nil })
 		if err != nil && norn.CodeOf(err) == norn.CodeInternal {
 			t.Fatalf("untyped error: %v", err)
 		}
@@ -442,10 +337,10 @@ func FuzzDecodeBodies(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		targets := []any{new(norn.Txn), new(norn.ClaimRequest), new(queueClaimBody), new(norn.QueueUpdate),
-			new(norn.Update), new(heartbeatBody), new(logBody), new(completeBody), new(failBody), new(norn.WorkerInfo)}
+		targets := []any{new(norn.Txn), new(norn.ClaimRequest), new(QueueClaimRequest), new(norn.QueueUpdate),
+			new(norn.Update), new(HeartbeatRequest), new(AppendLogRequest), new(CompleteRequest), new(FailRequest), new(norn.WorkerInfo)}
 		for _, v := range targets {
-			if err := decodeStrict(b, v, ""); err != nil && norn.CodeOf(err) != norn.CodeInvalidArgument {
+			if err := DecodeStrict(b, v, ""); err != nil && norn.CodeOf(err) != norn.CodeInvalidArgument {
 				t.Fatalf("%T: error is not invalid_argument: %v", v, err)
 			}
 		}
@@ -464,14 +359,14 @@ func FuzzParseFilter(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if _, err := parseQuery(v, norn.MaxLabels, norn.MaxListLimit); err != nil && norn.CodeOf(err) != norn.CodeInvalidArgument {
-			t.Fatalf("parseQuery: %v", err)
+		if _, err := ParseQuery(v, norn.MaxLabels, norn.MaxListLimit); err != nil && norn.CodeOf(err) != norn.CodeInvalidArgument {
+			t.Fatalf("ParseQuery: %v", err)
 		}
-		if _, err := parseEventFilter(v); err != nil && norn.CodeOf(err) != norn.CodeInvalidArgument {
-			t.Fatalf("parseEventFilter: %v", err)
+		if _, err := ParseEventFilter(v); err != nil && norn.CodeOf(err) != norn.CodeInvalidArgument {
+			t.Fatalf("ParseEventFilter: %v", err)
 		}
-		if _, _, err := parseLogParams(v); err != nil && norn.CodeOf(err) != norn.CodeInvalidArgument {
-			t.Fatalf("parseLogParams: %v", err)
+		if _, _, err := ParseLogParams(v); err != nil && norn.CodeOf(err) != norn.CodeInvalidArgument {
+			t.Fatalf("ParseLogParams: %v", err)
 		}
 	})
 }
@@ -490,9 +385,9 @@ func FuzzDecodeFastMatchesSlow(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, mk := range []func() any{func() any { return new(norn.NewTask) }, func() any { return new(norn.LeaseOp) },
-			func() any { return new(norn.Txn) }, func() any { return new(logBody) }, func() any { return new(heartbeatBody) },
+			func() any { return new(norn.Txn) }, func() any { return new(AppendLogRequest) }, func() any { return new(HeartbeatRequest) },
 			func() any { return new(norn.QueueUpdate) }, func() any { return new(norn.Update) }, func() any { return new(norn.ClaimRequest) },
-			func() any { return new(queueClaimBody) }, func() any { return new(completeBody) }, func() any { return new(failBody) },
+			func() any { return new(QueueClaimRequest) }, func() any { return new(CompleteRequest) }, func() any { return new(FailRequest) },
 			func() any { return new(norn.WorkerInfo) }} {
 			fast := mk()
 			if !decodeFast(bytes.TrimSpace(b), fast) {
@@ -507,28 +402,4 @@ func FuzzDecodeFastMatchesSlow(f *testing.F) {
 			}
 		}
 	})
-}
-
-// TestCheckBatchMatchesValidateBatch: the server's batch-wide check gives
-// exactly norn.ValidateBatch's error for batches of individually valid tasks.
-func TestCheckBatchMatchesValidateBatch(t *testing.T) {
-	t.Parallel()
-	for _, tasks := range [][]norn.NewTask{
-		nil,
-		{{Queue: "q"}, {Queue: "q"}},
-		{{ID: "a", Queue: "q"}, {Queue: "q"}, {ID: "b", Queue: "q"}, {ID: "a", Queue: "q"}},
-		{{ID: "a", Queue: "q"}, {ID: "a", Queue: "q"}, {ID: "a", Queue: "q"}},
-		make([]norn.NewTask, norn.MaxBatch+1),
-	} {
-		for i := range tasks {
-			if tasks[i].Queue == "" {
-				tasks[i].Queue = "q"
-			}
-		}
-		want := norn.ValidateBatch("tasks", tasks)
-		got := checkBatch("tasks", tasks)
-		if fmt.Sprint(got) != fmt.Sprint(want) || norn.CodeOf(got) != norn.CodeOf(want) {
-			t.Errorf("%d tasks: checkBatch = %v, ValidateBatch = %v", len(tasks), got, want)
-		}
-	}
 }

@@ -1,0 +1,353 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/url"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nornq/norn"
+)
+
+// The round trip of every route: what the client writes, the server reads
+// back to the same value; what the server writes, the client reads back to
+// the same value. Domain values are filled field by field (see fill), so a
+// member one side forgets to write or read fails here.
+
+func filled[T any](t *testing.T) T {
+	t.Helper()
+	var v T
+	fill(t, reflect.ValueOf(&v).Elem())
+	return v
+}
+
+// request checks a JSON body the client encodes (body) decodes on the
+// server (DecodeStrict, as ReadBody does) into want.
+func request[T any](t *testing.T, body []byte, want T) {
+	t.Helper()
+	var got T
+	if err := DecodeStrict(body, &got, ""); err != nil {
+		t.Fatalf("server refuses the client's body %s: %v", body, err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("request body %s\n decoded %+v\n    want %+v", body, got, want)
+	}
+}
+
+// marshalRequest is what client.send writes for a body value.
+func marshalRequest(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// response checks a body the server writes (body) decodes on the client
+// (encoding/json, as client.do does) into want.
+func response[T any](t *testing.T, body []byte, want T) {
+	t.Helper()
+	var got T
+	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&got); err != nil {
+		t.Fatalf("client cannot decode the server's body %s: %v", body, err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("response body %s\n decoded %+v\n    want %+v", body, got, want)
+	}
+}
+
+// marshalResponse is what the server's writeJSON writes.
+func marshalResponse(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(b, '\n')
+}
+
+// plainResponse round-trips a response written by writeJSON.
+func plainResponse[T any](t *testing.T, v T) {
+	t.Helper()
+	response(t, marshalResponse(t, v), v)
+}
+
+// queryString is how the client puts values on the URL and the server
+// reads them back (strictly, as the server's middleware does).
+func queryString(t *testing.T, v url.Values) url.Values {
+	t.Helper()
+	parsed, err := ParseRawQuery(v.Encode())
+	if err != nil {
+		t.Fatalf("server refuses the client's query %q: %v", v.Encode(), err)
+	}
+	return parsed
+}
+
+func TestRoundTrip(t *testing.T) {
+	t.Parallel()
+	task := filled[norn.Task](t)
+	tp := &task
+	newTask := filled[norn.NewTask](t)
+	at := time.Date(2030, 1, 2, 3, 4, 5, 600, time.UTC)
+	filter := norn.Filter{Queues: []string{"a", "b"}, Statuses: []norn.Status{norn.StatusReady, norn.StatusRunning},
+		Labels: map[string]string{"k": "v:w", "tenant": "acme&co"}, Owner: "worker 1", IDContains: "0193+",
+		CreatedAfter: at, CreatedBefore: at.Add(time.Hour), UpdatedAfter: at.Add(time.Nanosecond), UpdatedBefore: at.Add(time.Minute)}
+	empty := marshalRequest(t, Empty{})
+
+	routes := map[string]func(t *testing.T){
+		"POST /v1/tasks": func(t *testing.T) {
+			request(t, marshalRequest(t, newTask), newTask)
+			plainResponse(t, TaskResponse{Task: tp, Duplicate: true})
+		},
+		"POST /v1/tasks/batch": func(t *testing.T) {
+			body, err := AppendBatch(nil, []norn.NewTask{newTask, {Queue: "q"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			request(t, body, BatchRequest{Tasks: []norn.NewTask{newTask, {Queue: "q"}}})
+			var streamed []norn.NewTask
+			if err := DecodeBatch(bytes.NewReader(body), "tasks", 10, func(_ int, nt *norn.NewTask) error {
+				streamed = append(streamed, *nt)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(streamed, []norn.NewTask{newTask, {Queue: "q"}}) {
+				t.Fatalf("DecodeBatch read %+v", streamed)
+			}
+			out, err := AppendTasksBody(nil, []*norn.Task{tp, {ID: "b"}}, []string{"b"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			response(t, out, BatchResponse{Tasks: []*norn.Task{tp, {ID: "b"}}, Duplicates: []string{"b"}})
+		},
+		"GET /v1/tasks/count": func(t *testing.T) {
+			v := queryString(t, FilterValues(filter))
+			if err := CheckParams(v, FilterParams, []string{"group"}); err != nil {
+				t.Fatal(err)
+			}
+			f, err := ParseFilter(v, norn.MaxLabels)
+			if err != nil || !reflect.DeepEqual(f, filter) {
+				t.Fatalf("filter %+v, %v; want %+v", f, err, filter)
+			}
+			g, err := ParseGroup(queryString(t, GroupedFilterValues(filter)))
+			if err != nil || !g {
+				t.Fatalf("group = %v, %v", g, err)
+			}
+			plainResponse(t, CountResponse{Count: 42})
+			plainResponse(t, GroupedCountResponse{Count: 3, Groups: []norn.GroupCount{{Queue: "a", Status: norn.StatusReady, Count: 3}}})
+		},
+		"GET /v1/tasks/{id}": func(t *testing.T) {
+			ids := []string{"a:b", "ü-x", "c+d&e"}
+			// The mux unescapes the path before the server splits it.
+			seg, err := url.PathUnescape(strings.TrimPrefix(IDsPath(ids), "/v1/tasks/"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := SplitIDs(seg, 10); err != nil || !reflect.DeepEqual(got, ids) {
+				t.Fatalf("SplitIDs = %q, %v", got, err)
+			}
+			plainResponse(t, TaskResponse{Task: tp})
+			plainResponse(t, ManyResponse{Tasks: []*norn.Task{tp}, Missing: []string{"x"}})
+		},
+		"GET /v1/tasks": func(t *testing.T) {
+			q := norn.Query{Filter: filter, Limit: 7, Cursor: "c/+=", Order: norn.OrderNewest, Summary: true}
+			got, err := ParseQuery(queryString(t, QueryValues(q)), norn.MaxLabels, norn.MaxListLimit)
+			if err != nil || !reflect.DeepEqual(got, q) {
+				t.Fatalf("query %+v, %v; want %+v", got, err, q)
+			}
+			for _, o := range []norn.Order{norn.OrderID, norn.OrderPriority} {
+				got, err := ParseQuery(queryString(t, QueryValues(norn.Query{Order: o})), norn.MaxLabels, norn.MaxListLimit)
+				if err != nil || got.Order != o {
+					t.Fatalf("order %q read back as %q, %v", o, got.Order, err)
+				}
+			}
+			plainResponse(t, norn.Page{Tasks: []*norn.Task{tp}, NextCursor: "next"})
+			// The NDJSON stream: task lines, then possibly an error line.
+			response(t, marshalResponse(t, tp), StreamLine{Task: task})
+			response(t, marshalResponse(t, ErrorBody{Error: &Error{Code: norn.CodeUnavailable, Message: "m"}}),
+				StreamLine{Error: &Error{Code: norn.CodeUnavailable, Message: "m"}})
+		},
+		"DELETE /v1/tasks/{id}": func(t *testing.T) {
+			plainResponse(t, DeletedResponse{Deleted: 1})
+		},
+		"DELETE /v1/tasks": func(t *testing.T) {
+			v := queryString(t, FilterValues(filter))
+			if err := CheckParams(v, FilterParams); err != nil {
+				t.Fatal(err)
+			}
+			if f, err := ParseFilter(v, norn.MaxLabels); err != nil || !reflect.DeepEqual(f, filter) {
+				t.Fatalf("filter %+v, %v", f, err)
+			}
+			plainResponse(t, DeletedResponse{Deleted: 12})
+		},
+		"PATCH /v1/tasks/{id}": func(t *testing.T) {
+			u := filled[norn.Update](t)
+			var w Update
+			request(t, marshalRequest(t, FromUpdate(u)), FromUpdate(u))
+			if err := DecodeStrict(marshalRequest(t, FromUpdate(u)), &w, ""); err != nil || !reflect.DeepEqual(w.Domain(), u) {
+				t.Fatalf("update %+v, %v; want %+v", w.Domain(), err, u)
+			}
+			// An empty map clears the labels: it must arrive as one.
+			clear := norn.Update{Labels: map[string]string{}}
+			w = Update{}
+			if err := DecodeStrict(marshalRequest(t, FromUpdate(clear)), &w, ""); err != nil || !reflect.DeepEqual(w.Domain(), clear) {
+				t.Fatalf("clearing update %+v, %v", w.Domain(), err)
+			}
+			plainResponse(t, TaskResponse{Task: tp})
+		},
+		"POST /v1/tasks/{id}/cancel": func(t *testing.T) {
+			request(t, empty, Empty{})
+			plainResponse(t, TaskResponse{Task: tp})
+		},
+		"GET /v1/tasks/{id}/log": func(t *testing.T) {
+			after, limit, err := ParseLogParams(queryString(t, LogValues(9, 4)))
+			if err != nil || after != 9 || limit != 4 {
+				t.Fatalf("log params %d %d %v", after, limit, err)
+			}
+			plainResponse(t, LogResponse{Entries: []norn.LogEntry{filled[norn.LogEntry](t)}})
+		},
+		"POST /v1/transactions": func(t *testing.T) {
+			tx := filled[norn.Txn](t)
+			var w Txn
+			if err := DecodeStrict(marshalRequest(t, FromTxn(tx)), &w, ""); err != nil || !reflect.DeepEqual(w.Domain(), tx) {
+				t.Fatalf("txn %+v, %v; want %+v", w.Domain(), err, tx)
+			}
+			plainResponse(t, filled[norn.TxnResult](t))
+		},
+		"POST /v1/workers": func(t *testing.T) {
+			info := filled[norn.WorkerInfo](t)
+			request(t, marshalRequest(t, info), info)
+			plainResponse(t, RegisterResponse{ID: "worker-1"})
+		},
+		"GET /v1/workers": func(t *testing.T) {
+			plainResponse(t, WorkersResponse{Workers: []norn.WorkerInfo{filled[norn.WorkerInfo](t)}})
+		},
+		"GET /v1/whoami": func(t *testing.T) {
+			plainResponse(t, WhoamiResponse{Role: "client", Queues: []string{"a"}, Auth: true})
+		},
+		"POST /v1/queues/{queue}/claim": func(t *testing.T) {
+			req := filled[QueueClaimRequest](t)
+			request(t, marshalRequest(t, req), req)
+			out, err := AppendTasksBody(nil, []*norn.Task{tp}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			response(t, out, TasksResponse{Tasks: []*norn.Task{tp}})
+		},
+		"POST /v1/claim": func(t *testing.T) {
+			req := filled[norn.ClaimRequest](t)
+			request(t, marshalRequest(t, req), req)
+			out, err := AppendTasksBody(nil, []*norn.Task{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			response(t, out, TasksResponse{Tasks: []*norn.Task{}})
+		},
+		"POST /v1/tasks/{id}/heartbeat": func(t *testing.T) {
+			req := filled[HeartbeatRequest](t)
+			request(t, marshalRequest(t, req), req)
+			plainResponse(t, DeadlineResponse{Deadline: at})
+		},
+		"POST /v1/tasks/{id}/log": func(t *testing.T) {
+			req := filled[AppendLogRequest](t)
+			request(t, marshalRequest(t, req), req)
+			plainResponse(t, EntryResponse{Entry: filled[norn.LogEntry](t)})
+		},
+		"POST /v1/tasks/{id}/complete": func(t *testing.T) {
+			req := filled[CompleteRequest](t)
+			request(t, marshalRequest(t, req), req)
+			plainResponse(t, Empty{})
+		},
+		"POST /v1/tasks/{id}/fail": func(t *testing.T) {
+			req := filled[FailRequest](t)
+			request(t, marshalRequest(t, req), req)
+			plainResponse(t, Empty{})
+		},
+		"POST /v1/tasks/{id}/abort": func(t *testing.T) {
+			req := filled[FailRequest](t)
+			request(t, marshalRequest(t, req), req)
+			plainResponse(t, Empty{})
+		},
+		"POST /v1/tasks/{id}/yield": func(t *testing.T) {
+			req := filled[YieldRequest](t)
+			request(t, marshalRequest(t, req), req)
+			plainResponse(t, Empty{})
+		},
+		"POST /v1/leases/batch": func(t *testing.T) {
+			ops := []norn.LeaseOp{filled[norn.LeaseOp](t), {Op: norn.OpYield, LeaseRef: norn.LeaseRef{TaskID: "t", Worker: "w", Lease: 1}}}
+			body, err := AppendLeaseOps(nil, ops)
+			if err != nil {
+				t.Fatal(err)
+			}
+			request(t, body, LeaseBatchRequest{Ops: ops})
+			results := []LeaseResult{{Deadline: at}, {Error: &Error{Code: norn.CodeLeaseLost, Message: "gone", Field: "f"}}}
+			out, err := AppendLeaseResults(nil, results)
+			if err != nil {
+				t.Fatal(err)
+			}
+			response(t, out, LeaseBatchResponse{Results: results})
+		},
+		"GET /v1/queues": func(t *testing.T) {
+			plainResponse(t, QueuesResponse{Queues: []norn.QueueInfo{filled[norn.QueueInfo](t)}})
+		},
+		"GET /v1/queues/{queue}": func(t *testing.T) {
+			plainResponse(t, QueueResponse{Queue: filled[norn.QueueInfo](t)})
+		},
+		"PATCH /v1/queues/{queue}": func(t *testing.T) {
+			u := filled[norn.QueueUpdate](t)
+			request(t, marshalRequest(t, u), u)
+			plainResponse(t, QueueResponse{Queue: filled[norn.QueueInfo](t)})
+		},
+		"GET /v1/stats": func(t *testing.T) {
+			plainResponse(t, filled[norn.Stats](t))
+		},
+		"POST /v1/sweep": func(t *testing.T) {
+			request(t, empty, Empty{})
+			plainResponse(t, filled[norn.SweepReport](t))
+		},
+		"GET /v1/events": func(t *testing.T) {
+			f := norn.EventFilter{Queues: []string{"a", "b"}, TaskID: "t+1&x"}
+			got, err := ParseEventFilter(queryString(t, EventFilterValues(f)))
+			if err != nil || !reflect.DeepEqual(got, f) {
+				t.Fatalf("event filter %+v, %v", got, err)
+			}
+			ev := filled[norn.Event](t)
+			response(t, marshalRequest(t, ev), ev) // one SSE data line
+		},
+		"GET /v1/openapi.json": func(t *testing.T) {}, // a static document, checked by the server's OpenAPI tests
+		"GET /healthz":         func(t *testing.T) { plainResponse(t, StatusResponse{Status: "ok"}) },
+		"GET /readyz":          func(t *testing.T) { plainResponse(t, StatusResponse{Status: "ok"}) },
+		"error envelope": func(t *testing.T) {
+			e := Error{Code: norn.CodeInvalidArgument, Message: "bad <x>", Field: "tasks[1].queue"}
+			var got ErrorBody
+			if err := json.Unmarshal(marshalResponse(t, ErrorBody{Error: &e}), &got); err != nil || *got.Error != e {
+				t.Fatalf("error body %+v, %v", got.Error, err)
+			}
+			if ne := got.Error.Err(); ne.Code != e.Code || ne.Field != e.Field || ne.Message != e.Message {
+				t.Fatalf("Err() = %+v", ne)
+			}
+			for _, c := range []norn.Code{norn.CodeNotFound, norn.CodeInvalidArgument, norn.CodeTooLarge, norn.CodeUnauthenticated,
+				norn.CodePermissionDenied, norn.CodeUnavailable, norn.CodeInternal, norn.CodeConflict} {
+				if back := CodeOfStatus(StatusOf(c)); back != c {
+					t.Errorf("code %s → %d → %s", c, StatusOf(c), back)
+				}
+			}
+		},
+	}
+	if len(routes) != len(Routes)+1 {
+		t.Errorf("%d round trips for %d routes", len(routes)-1, len(Routes))
+	}
+	for _, r := range Routes {
+		if routes[r] == nil {
+			t.Errorf("route %s has no round trip", r)
+		}
+	}
+	for name, fn := range routes {
+		t.Run(name, fn)
+	}
+}
