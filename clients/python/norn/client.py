@@ -9,6 +9,7 @@ import select
 import socket
 import ssl
 import threading
+import time
 import urllib.parse
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
@@ -35,6 +36,7 @@ _CLAIM_SLACK = 30.0
 _IDEMPOTENT = frozenset(("GET", "HEAD", "DELETE", "PUT"))
 
 _StrList = Union[str, Sequence[str]]
+_TERMINAL = frozenset(("completed", "aborted", "cancelled"))
 
 
 class _Abort:
@@ -127,28 +129,14 @@ class Stream(Iterator[T]):
     """An iterator over a streamed response (``list``, ``events``) that
     holds one connection until it ends. ``close()`` stops it early, also
     from another thread while a ``next()`` is waiting for data (the
-    iteration then simply ends); ``with`` closes it too."""
+    iteration then simply ends); ``with`` closes it too, and so does
+    dropping the last reference to it."""
 
     def __init__(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
                  decode: "Callable[[Iterator[bytes]], Iterator[T]]") -> None:
-        self._resp, self._conn = resp, conn
-        self._closed = False
-        self._it = decode(self._lines())
-
-    def _lines(self) -> Iterator[bytes]:
-        try:
-            while True:
-                try:
-                    line = self._resp.readline()
-                except (OSError, ValueError, http.client.HTTPException) as e:
-                    if self._closed:
-                        return
-                    raise Unavailable(f"stream interrupted: {e}") from e
-                if not line or self._closed:
-                    return
-                yield line
-        finally:
-            self._conn.close()
+        self._conn = conn
+        self._closed = [False]  # shared with the line reader, which must not refer to self
+        self._it = decode(_read_lines(resp, conn, self._closed))
 
     def __iter__(self) -> "Stream[T]":
         return self
@@ -158,7 +146,7 @@ class Stream(Iterator[T]):
 
     def close(self) -> None:
         """Ends the stream and its connection."""
-        self._closed = True
+        self._closed[0] = True
         sock = self._conn.sock
         if sock is not None:
             try:
@@ -168,13 +156,37 @@ class Stream(Iterator[T]):
         try:
             self._it.close()  # type: ignore[attr-defined]
         except ValueError:
-            pass  # running in another thread, which now sees the end
+            return  # running in another thread, which sees the end and closes the connection
+        self._conn.close()  # a generator never started has no finally to run
+
+    def __del__(self) -> None:
+        if not self._closed[0]:
+            try:
+                self.close()
+            except Exception:
+                pass
 
     def __enter__(self) -> "Stream[T]":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _read_lines(resp: http.client.HTTPResponse, conn: http.client.HTTPConnection, closed: List[bool]) -> Iterator[bytes]:
+    try:
+        while True:
+            try:
+                line = resp.readline()
+            except (OSError, ValueError, http.client.HTTPException) as e:
+                if closed[0]:
+                    return
+                raise Unavailable(f"stream interrupted: {e}") from e
+            if not line or closed[0]:
+                return
+            yield line
+    finally:
+        conn.close()
 
 
 def _csv(value: Optional[_StrList]) -> Optional[str]:
@@ -286,7 +298,11 @@ class Client:
         for attempt in (0, 1):
             conn, reused = self._pool.get(timeout)
             if abort is not None:
-                abort.attach(conn)
+                try:
+                    abort.attach(conn)
+                except Unavailable:
+                    self._pool.put(conn)
+                    raise
             try:
                 conn.request(method, target, body=data, headers=headers)
                 resp = conn.getresponse()
@@ -393,6 +409,37 @@ class Client:
         """Returns one task; raises NotFound."""
         out = self._call("GET", "/v1/tasks/" + _seg(id))
         return _task(out.get("task"))
+
+    def wait(self, id: str, timeout: Optional[float] = None) -> Task:
+        """Waits until the task finishes (completed, aborted or cancelled)
+        and returns it, following its state changes as server-sent events
+        rather than polling. Raises ``TimeoutError`` after ``timeout``
+        seconds (None: no limit) and NotFound if the task is deleted."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        # Subscribe first, then read: a change between the two is not missed.
+        with self.events(task=id) as stream:
+            timer = None
+            if deadline is not None:
+                timer = threading.Timer(max(0.0, deadline - time.monotonic()), stream.close)
+                timer.daemon = True
+                timer.start()
+            try:
+                task = self.get(id)
+                if task.terminal:
+                    return task
+                for event in stream:
+                    if event.get("kind") == "TaskDelete":
+                        raise errors.NotFound(f"task {id!r} was deleted")
+                    if event.get("kind") == "Lagged" or event.get("status") in _TERMINAL:
+                        task = self.get(id)
+                        if task.terminal:
+                            return task
+            finally:
+                if timer is not None:
+                    timer.cancel()
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"task {id!r} did not finish within {timeout} seconds")
+        raise Unavailable(f"the event stream ended before task {id!r} finished")
 
     def get_many(self, ids: Sequence[str]) -> Tuple[List[Task], List[str]]:
         """Returns the tasks that exist (in the order asked) and the ids

@@ -193,7 +193,8 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(seen, list(range(n)))
         self.assertEqual(len(list(self.c.list(queue=queue, labels={"even": "True"}))), n // 2)
         self.assertEqual(len(list(self.c.list(queue=queue, limit=10))), 10)
-        newest = next(iter(self.c.list(queue=queue, order="newest", summary=True)))
+        with self.c.list(queue=queue, order="newest", summary=True) as it:
+            newest = next(it)
         self.assertEqual(newest.get("spec"), None, "summary view omits the spec")
         self.assertEqual(newest.status, "ready")
 
@@ -203,14 +204,19 @@ class ClientTest(unittest.TestCase):
         for _ in range(4):
             self.c.submit_batch([{"queue": queue, "spec": {"blob": blob}} for _ in range(100)])
         del blob
-        tracemalloc.start()
+        tracing = tracemalloc.is_tracing()
+        if not tracing:
+            tracemalloc.start()
         try:
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
             n = 0
             for t in self.c.list(queue=queue):
                 n += len(t.spec["blob"])
-            _, peak = tracemalloc.get_traced_memory()
+            peak = tracemalloc.get_traced_memory()[1] - base
         finally:
-            tracemalloc.stop()
+            if not tracing:
+                tracemalloc.stop()
         self.assertEqual(n, 400 * 50_000)
         # 20 MB went by; holding them (or a page of them) would show here.
         self.assertLess(peak, 2_000_000, f"peak {peak} bytes while streaming 20 MB")
@@ -366,11 +372,33 @@ class ClientTest(unittest.TestCase):
         th.start()
         t = self.c.submit(queue, None)
         self.c.cancel(t.id)
-        self.assertTrue(done.wait(20), got)
+        self.assertTrue(done.wait(60), got)
         th.join(5)
         events.close()
         self.assertEqual([e.kind for e in got], ["TaskSubmit", "TaskCancel"])
         self.assertTrue(all(e.task_id == t.id and e.queue == queue for e in got))
+
+    def test_wait(self) -> None:
+        queue = q("wait")
+        t = self.c.submit(queue, None)
+        wid, got = self.claim_one(queue)
+        with self.assertRaises(TimeoutError):
+            self.c.wait(t.id, timeout=0.3)
+        th = threading.Thread(target=lambda: self.c.complete(t.id, wid, got.lease, "result"))
+        result = []
+        waiter = threading.Thread(target=lambda: result.append(self.c.wait(t.id, timeout=30)))
+        waiter.start()
+        th.start()
+        waiter.join(30)
+        th.join()
+        self.assertEqual((result[0].status, result[0].result), ("completed", "result"))
+        self.assertEqual(self.c.wait(t.id, timeout=1).status, "completed", "a finished task returns at once")
+        d = self.c.submit(queue, None, delay=3600)
+        deleter = threading.Timer(0.2, self.c.delete, args=(d.id,))
+        deleter.start()
+        with self.assertRaises(norn.NotFound):
+            self.c.wait(d.id, timeout=30)
+        deleter.join()
 
     def test_close_a_stream_from_another_thread(self) -> None:
         queue = q("quiet")
@@ -388,7 +416,7 @@ class ClientTest(unittest.TestCase):
         # After its one event the reader waits for the next, which never comes.
         wait_for(lambda: got, what="the first event")
         stream.close()
-        self.assertTrue(ended.wait(20), "close did not end the blocked reader")
+        self.assertTrue(ended.wait(60), "close did not end the blocked reader")
         self.assertEqual([e.kind for e in got], ["TaskSubmit"])
 
     # ---- worker calls ------------------------------------------------------------
@@ -418,13 +446,12 @@ class ClientTest(unittest.TestCase):
         queue = q("poll")
         wid = self.c.register_worker("poller", [queue])
         result = []
-        th = threading.Thread(target=lambda: result.extend(self.c.claim(wid, [queue], n=5, wait=30)))
+        th = threading.Thread(target=lambda: result.extend(self.c.claim(wid, [queue], n=5, wait=120)))
         th.start()
-        # The claim is waiting once the worker shows up as polling; there is
-        # no such signal in the API, so submit and require the answer well
-        # before the 30 s wait would end on its own.
+        # The API does not show that a claim is waiting, so submit and
+        # require the answer well before the 120 s wait would end on its own.
         self.c.submit(queue, "wake")
-        th.join(20)
+        th.join(60)
         self.assertFalse(th.is_alive(), "long poll did not answer the submit")
         self.assertEqual([t.spec for t in result], ["wake"])
         self.assertEqual(self.c.claim(wid, queue, n=1), [])
