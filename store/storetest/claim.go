@@ -84,8 +84,7 @@ func exerciseRegisterWorker(t *testing.T, setup setupFunc) {
 			b.registerWorker(norn.WorkerInfo{Name: "idle"})
 			w := b.registerWorker(norn.WorkerInfo{Name: "host-1", Queues: []string{"q"}})
 			b.clock.Advance(time.Hour)
-			b.submitOne(norn.NewTask{Queue: "q"})
-			b.claim(w, "q")
+			b.claimed(w, norn.NewTask{Queue: "q"})
 			info := findWorker(t, b.workers(), w)
 			if d := b.now().Sub(info.LastSeen); d < 0 || d > 10*time.Second {
 				t.Fatalf("last_seen %v after a claim at %v", info.LastSeen.UTC(), b.now().UTC())
@@ -104,18 +103,14 @@ func exerciseRegisterWorker(t *testing.T, setup setupFunc) {
 func (b *testBundle) registerWorker(info norn.WorkerInfo) string {
 	b.t.Helper()
 	id, err := b.s.RegisterWorker(b.ctx, info)
-	if err != nil {
-		b.t.Fatalf("RegisterWorker(%+v): %v", info, err)
-	}
+	b.must(err, "RegisterWorker(%+v)", info)
 	return id
 }
 
 func (b *testBundle) workers() []norn.WorkerInfo {
 	b.t.Helper()
 	ws, err := b.s.Workers(b.ctx)
-	if err != nil {
-		b.t.Fatalf("Workers: %v", err)
-	}
+	b.must(err, "Workers")
 	return ws
 }
 
@@ -167,8 +162,7 @@ func exerciseClaim(t *testing.T, setup setupFunc) {
 		t.Run("FindsNothingInAnEmptyOrUnusedQueue", func(t *testing.T) {
 			t.Parallel()
 			_, b := setup(t)
-			b.submitOne(norn.NewTask{ID: "a", Queue: "q"})
-			b.claim("w1", "q")
+			b.claimed("w1", norn.NewTask{ID: "a", Queue: "q"})
 			b.claimNone("q")
 			b.claimNone("never-used")
 		})

@@ -194,17 +194,6 @@ func exerciseSubmit(t *testing.T, setup setupFunc) {
 		})
 	})
 
-	t.Run("Get", func(t *testing.T) {
-		t.Parallel()
-
-		t.Run("UnknownIDIsNotFound", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			_, err := s.Get(b.ctx, "no-such-task")
-			wantErr(t, "Get unknown id", err, norn.ErrNotFound)
-		})
-	})
-
 	t.Run("GetMany", func(t *testing.T) {
 		t.Parallel()
 
@@ -298,13 +287,6 @@ func exerciseCancel(t *testing.T, setup setupFunc) {
 			}
 		})
 
-		t.Run("UnknownTaskIsNotFound", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			_, err := s.Cancel(b.ctx, "nope")
-			wantErr(t, "Cancel unknown", err, norn.ErrNotFound)
-		})
-
 		t.Run("CancelledTaskNeverRunsWhenItsDelayOrDependencyIsDone", func(t *testing.T) {
 			t.Parallel()
 			s, b := setup(t)
@@ -324,8 +306,7 @@ func exerciseCancel(t *testing.T, setup setupFunc) {
 
 		// running claims a task that has reported progress.
 		running := func(b *testBundle) *norn.Task {
-			b.submitOne(norn.NewTask{ID: "r", Queue: "q"})
-			c := b.claim("w1", "q")
+			c := b.claimed("w1", norn.NewTask{ID: "r", Queue: "q"})
 			b.heartbeat(c, norn.Heartbeat{Progress: ptr(0.5)})
 			b.clock.Advance(time.Second)
 			return c
@@ -378,10 +359,7 @@ func exerciseCancel(t *testing.T, setup setupFunc) {
 			if _, err := s.Cancel(b.ctx, "r"); err != nil {
 				t.Fatalf("Cancel running: %v", err)
 			}
-			x := b.get("r")
-			b.advance(time.Minute)
-			sameTask(t, "cancelled task after its deadline", x, b.get("r"))
-			b.claimNone("q")
+			b.settled("r", time.Minute, "q")
 		})
 	})
 }
@@ -431,9 +409,7 @@ func exerciseUpdate(t *testing.T, setup setupFunc) {
 			t.Parallel()
 			s, b := setup(t)
 			b.submitOne(norn.NewTask{ID: "a", Queue: "q"})
-			if _, err := s.Update(b.ctx, "a", norn.Update{Priority: ptr(uint32(5))}); err != nil {
-				t.Fatal(err)
-			}
+			b.update("a", norn.Update{Priority: ptr(uint32(5))})
 			before := b.get("a")
 			_, err := s.Update(b.ctx, "a", norn.Update{Priority: ptr(uint32(9)), IfVersion: before.Version - 1})
 			wantErr(t, "Update with stale if_version", err, norn.ErrConflict)
@@ -462,11 +438,9 @@ func exerciseUpdate(t *testing.T, setup setupFunc) {
 
 		t.Run("NewPriorityDecidesTheClaimOrder", func(t *testing.T) {
 			t.Parallel()
-			s, b := setup(t)
+			_, b := setup(t)
 			b.submit(norn.NewTask{ID: "b", Queue: "q", Priority: 3}, norn.NewTask{ID: "a", Queue: "q", Priority: 1})
-			if _, err := s.Update(b.ctx, "a", norn.Update{Priority: ptr(uint32(9))}); err != nil {
-				t.Fatal(err)
-			}
+			b.update("a", norn.Update{Priority: ptr(uint32(9))})
 			b.claimID("w", "a", "q")
 		})
 
@@ -491,13 +465,6 @@ func exerciseUpdate(t *testing.T, setup setupFunc) {
 			})
 		}
 
-		t.Run("UnknownTaskIsNotFound", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			_, err := s.Update(b.ctx, "nope", norn.Update{Priority: ptr(uint32(1))})
-			wantErr(t, "Update unknown task", err, norn.ErrNotFound)
-		})
-
 		// delayed submits a task due an hour from now and returns that time
 		// less an hour.
 		delayed := func(b *testBundle) time.Time {
@@ -506,37 +473,27 @@ func exerciseUpdate(t *testing.T, setup setupFunc) {
 			return t0
 		}
 
-		t.Run("PastRunAtMakesAScheduledTaskReady", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			t0 := delayed(b)
-			u, err := s.Update(b.ctx, "s", norn.Update{RunAt: ptr(t0.Add(-time.Second))})
-			if err != nil || u.Status != norn.StatusReady {
-				t.Fatalf("Update run_at to the past: %v, %v; want ready", err, u)
-			}
-			b.complete(b.claimID("w", "s", "q"), "")
-		})
-
-		t.Run("ZeroRunAtMakesAScheduledTaskReady", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			delayed(b)
-			u, err := s.Update(b.ctx, "s", norn.Update{RunAt: ptr(time.Time{})})
-			if err != nil || u.Status != norn.StatusReady {
-				t.Fatalf("Update run_at to zero: %v, %v; want ready", err, u)
-			}
-			b.complete(b.claimID("w", "s", "q"), "")
-		})
+		for _, tc := range []struct {
+			name  string
+			runAt func(t0 time.Time) time.Time
+		}{
+			{"PastRunAtMakesAScheduledTaskReady", func(t0 time.Time) time.Time { return t0.Add(-time.Second) }},
+			{"ZeroRunAtMakesAScheduledTaskReady", func(time.Time) time.Time { return time.Time{} }},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				_, b := setup(t)
+				t0 := delayed(b)
+				b.moveRunAt("s", tc.runAt(t0), norn.StatusReady)
+				b.complete(b.claimID("w", "s", "q"), "")
+			})
+		}
 
 		t.Run("LaterRunAtPostponesAScheduledTask", func(t *testing.T) {
 			t.Parallel()
-			s, b := setup(t)
+			_, b := setup(t)
 			t0 := delayed(b)
-			u, err := s.Update(b.ctx, "s", norn.Update{RunAt: ptr(t0.Add(2 * time.Hour))})
-			if err != nil || u.Status != norn.StatusScheduled {
-				t.Fatalf("Update run_at later: %v, %v", err, u)
-			}
-			eqTime(t, "postponed run_at", u.RunAt, t0.Add(2*time.Hour))
+			b.moveRunAt("s", t0.Add(2*time.Hour), norn.StatusScheduled)
 			b.advance(61 * time.Minute) // past the original run_at
 			b.status("s", norn.StatusScheduled)
 			b.claimNone("q")
@@ -546,13 +503,9 @@ func exerciseUpdate(t *testing.T, setup setupFunc) {
 
 		t.Run("FutureRunAtMakesAReadyTaskScheduled", func(t *testing.T) {
 			t.Parallel()
-			s, b := setup(t)
+			_, b := setup(t)
 			t0 := delayed(b)
-			u, err := s.Update(b.ctx, "r", norn.Update{RunAt: ptr(t0.Add(30 * time.Minute))})
-			if err != nil || u.Status != norn.StatusScheduled {
-				t.Fatalf("Update ready task to a future run_at: %v, %v; want scheduled", err, u)
-			}
-			eqTime(t, "run_at", u.RunAt, t0.Add(30*time.Minute))
+			b.moveRunAt("r", t0.Add(30*time.Minute), norn.StatusScheduled)
 			b.claimNone("r")
 			b.advance(31 * time.Minute)
 			lastHistory(t, b.status("r", norn.StatusReady), norn.TaskRelease, time.Time{})
@@ -567,8 +520,7 @@ func exerciseDelete(t *testing.T, setup setupFunc) {
 		t.Run("RemovesACompletedTaskAndItsLog", func(t *testing.T) {
 			t.Parallel()
 			s, b := setup(t)
-			b.submitOne(norn.NewTask{ID: "a", Queue: "q"})
-			a := b.claim("w", "q")
+			a := b.claimed("w", norn.NewTask{ID: "a", Queue: "q"})
 			b.appendLog(a, `{"step":1}`)
 			b.complete(a, `1`)
 			if err := s.Delete(b.ctx, "a"); err != nil {
@@ -578,12 +530,6 @@ func exerciseDelete(t *testing.T, setup setupFunc) {
 			_, err := s.ReadLog(b.ctx, "a", 0, 0)
 			wantErr(t, "ReadLog of deleted task", err, norn.ErrNotFound)
 			wantErr(t, "Delete again", s.Delete(b.ctx, "a"), norn.ErrNotFound)
-		})
-
-		t.Run("UnknownTaskIsNotFound", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			wantErr(t, "Delete unknown", s.Delete(b.ctx, "nope"), norn.ErrNotFound)
 		})
 
 		t.Run("RemovesARunningTaskWhoseOwnerThenFindsItGone", func(t *testing.T) {
@@ -603,22 +549,17 @@ func exerciseDelete(t *testing.T, setup setupFunc) {
 
 		t.Run("DeletedReadyTaskIsNotClaimable", func(t *testing.T) {
 			t.Parallel()
-			s, b := setup(t)
+			_, b := setup(t)
 			b.submitOne(norn.NewTask{ID: "c", Queue: "q"})
-			if err := s.Delete(b.ctx, "c"); err != nil {
-				t.Fatal(err)
-			}
+			b.delete("c")
 			b.claimNone("q")
 		})
 
 		t.Run("IDCanBeReusedAfterDelete", func(t *testing.T) {
 			t.Parallel()
-			s, b := setup(t)
-			b.submitOne(norn.NewTask{ID: "a", Queue: "q"})
-			b.complete(b.claim("w", "q"), "")
-			if err := s.Delete(b.ctx, "a"); err != nil {
-				t.Fatal(err)
-			}
+			_, b := setup(t)
+			b.complete(b.claimed("w", norn.NewTask{ID: "a", Queue: "q"}), "")
+			b.delete("a")
 			if tk := b.submitOne(norn.NewTask{ID: "a", Queue: "q"}); tk.Status != norn.StatusReady {
 				t.Fatalf("resubmitted id after delete: %s", tk.Status)
 			}
@@ -682,6 +623,51 @@ func exerciseDelete(t *testing.T, setup setupFunc) {
 				t.Fatalf("after DeleteMatching: %v, want a2, a3 and b2", snap)
 			}
 		})
+	})
+}
+
+// moveRunAt updates a task's run_at and asserts the status it then has and,
+// if scheduled, that it is due at exactly that time.
+func (b *testBundle) moveRunAt(id string, at time.Time, want norn.Status) {
+	b.t.Helper()
+	u := b.update(id, norn.Update{RunAt: &at})
+	if u.Status != want {
+		b.t.Fatalf("Update(%q) run_at to %v: status %s, want %s", id, at, u.Status, want)
+	}
+	if want == norn.StatusScheduled {
+		eqTime(b.t, "run_at of "+id, u.RunAt, at)
+	}
+}
+
+// exerciseUnknownTask checks that every call naming a task by id answers
+// not_found when there is no such task (the lease-holder calls are checked
+// under Fencing).
+func exerciseUnknownTask(t *testing.T, setup setupFunc) {
+	t.Run("UnknownTask", func(t *testing.T) {
+		t.Parallel()
+
+		for _, tc := range []struct {
+			name string
+			call func(s norn.Store, b *testBundle) error
+		}{
+			{"GetIsNotFound", func(s norn.Store, b *testBundle) error { _, err := s.Get(b.ctx, "nope"); return err }},
+			{"CancelIsNotFound", func(s norn.Store, b *testBundle) error { _, err := s.Cancel(b.ctx, "nope"); return err }},
+			{"UpdateIsNotFound", func(s norn.Store, b *testBundle) error {
+				_, err := s.Update(b.ctx, "nope", norn.Update{Priority: ptr(uint32(1))})
+				return err
+			}},
+			{"DeleteIsNotFound", func(s norn.Store, b *testBundle) error { return s.Delete(b.ctx, "nope") }},
+			{"ReadLogIsNotFound", func(s norn.Store, b *testBundle) error { _, err := s.ReadLog(b.ctx, "nope", 0, 0); return err }},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				s, b := setup(t)
+				b.submitOne(norn.NewTask{ID: "other", Queue: "q"})
+				before := b.snapshot()
+				wantErr(t, tc.name, tc.call(s, b), norn.ErrNotFound)
+				b.unchanged(tc.name, before)
+			})
+		}
 	})
 }
 

@@ -148,9 +148,7 @@ func exerciseDependencies(t *testing.T, setup setupFunc) {
 			)
 			b.abort(b.claim("w", "qa"), "boom")
 			b.cancel("c1")
-			if err := b.s.Delete(b.ctx, "d1"); err != nil {
-				b.t.Fatal(err)
-			}
+			b.delete("d1")
 			b.fail(b.claim("w", "qf"), "boom")
 			b.status("f1", norn.StatusAborted)
 			b.sweep()

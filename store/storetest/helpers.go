@@ -36,11 +36,10 @@ func newSetup(f Factory) setupFunc {
 	}
 }
 
-// env is the bundle's former name, kept while cases written against it are
-// folded into the Operation/Behaviour tree.
+// env and newEnv are the bundle's and setup's former names, kept while
+// cases written against them are folded into the Operation/Behaviour tree.
 type env = testBundle
 
-// newEnv is setup for the subtests not yet split by behaviour.
 func newEnv(t *testing.T, f Factory) *testBundle {
 	t.Helper()
 	_, b := newSetup(f)(t)
@@ -61,9 +60,7 @@ func (b *testBundle) now() time.Time { return b.clock.Now() }
 func (b *testBundle) submit(nts ...norn.NewTask) []*norn.Task {
 	b.t.Helper()
 	res, err := b.s.Submit(b.ctx, nts...)
-	if err != nil {
-		b.t.Fatalf("Submit: %v", err)
-	}
+	b.must(err, "Submit")
 	if len(res) != len(nts) {
 		b.t.Fatalf("Submit returned %d results for %d tasks", len(res), len(nts))
 	}
@@ -98,9 +95,7 @@ func (b *testBundle) submitMany(nts []norn.NewTask) {
 func (b *testBundle) get(id string) *norn.Task {
 	b.t.Helper()
 	tk, err := b.s.Get(b.ctx, id)
-	if err != nil {
-		b.t.Fatalf("Get(%q): %v", id, err)
-	}
+	b.must(err, "Get(%q)", id)
 	return tk
 }
 
@@ -126,9 +121,7 @@ func (b *testBundle) status(id string, want norn.Status) *norn.Task {
 func (b *testBundle) claimReq(req norn.ClaimRequest) []*norn.Task {
 	b.t.Helper()
 	ts, err := b.s.Claim(b.ctx, req)
-	if err != nil {
-		b.t.Fatalf("Claim(%+v): %v", req, err)
-	}
+	b.must(err, "Claim(%+v)", req)
 	for _, tk := range ts {
 		if tk.Status != norn.StatusRunning || tk.Owner != req.Worker {
 			b.t.Fatalf("Claim returned task %q with status %s owner %q, want running owned by %q",
@@ -157,6 +150,30 @@ func (b *testBundle) claimNone(queues ...string) {
 	}
 }
 
+// must fails the subtest if err is not nil, naming the call.
+func (b *testBundle) must(err error, format string, args ...any) {
+	b.t.Helper()
+	if err != nil {
+		b.t.Fatalf("%s: %v", fmt.Sprintf(format, args...), err)
+	}
+}
+
+// settled asserts that time passing changes nothing about a finished task
+// and leaves nothing to claim in its queue.
+func (b *testBundle) settled(id string, d time.Duration, queue string) {
+	b.t.Helper()
+	g := b.get(id)
+	b.advance(d)
+	sameTask(b.t, fmt.Sprintf("task %s %v later", id, d), g, b.get(id))
+	b.claimNone(queue)
+}
+
+// claimed submits nt and claims it as worker.
+func (b *testBundle) claimed(worker string, nt norn.NewTask) *norn.Task {
+	b.t.Helper()
+	return b.claimID(worker, b.submitOne(nt).ID, nt.Queue)
+}
+
 // claimID claims exactly one task from queues and asserts it is id.
 func (b *testBundle) claimID(worker, id string, queues ...string) *norn.Task {
 	b.t.Helper()
@@ -170,18 +187,14 @@ func (b *testBundle) claimID(worker, id string, queues ...string) *norn.Task {
 func (b *testBundle) heartbeat(tk *norn.Task, hb norn.Heartbeat) time.Time {
 	b.t.Helper()
 	dl, err := b.s.Heartbeat(b.ctx, ref(tk), hb)
-	if err != nil {
-		b.t.Fatalf("Heartbeat(%q): %v", tk.ID, err)
-	}
+	b.must(err, "Heartbeat(%q)", tk.ID)
 	return dl
 }
 
 func (b *testBundle) appendLog(tk *norn.Task, data string) norn.LogEntry {
 	b.t.Helper()
 	le, err := b.s.AppendLog(b.ctx, ref(tk), norn.LogAppend{Data: json.RawMessage(data)})
-	if err != nil {
-		b.t.Fatalf("AppendLog(%q): %v", tk.ID, err)
-	}
+	b.must(err, "AppendLog(%q)", tk.ID)
 	return le
 }
 
@@ -196,32 +209,36 @@ func (b *testBundle) logLen(id string, n int) {
 
 func (b *testBundle) fail(tk *norn.Task, code string) {
 	b.t.Helper()
-	if err := b.s.Fail(b.ctx, ref(tk), norn.ErrorInfo{Code: code}); err != nil {
-		b.t.Fatalf("Fail(%q): %v", tk.ID, err)
-	}
+	b.must(b.s.Fail(b.ctx, ref(tk), norn.ErrorInfo{Code: code}), "Fail(%q)", tk.ID)
 }
 
 func (b *testBundle) abort(tk *norn.Task, code string) {
 	b.t.Helper()
-	if err := b.s.Abort(b.ctx, ref(tk), norn.ErrorInfo{Code: code}); err != nil {
-		b.t.Fatalf("Abort(%q): %v", tk.ID, err)
-	}
+	b.must(b.s.Abort(b.ctx, ref(tk), norn.ErrorInfo{Code: code}), "Abort(%q)", tk.ID)
 }
 
 func (b *testBundle) yield(tk *norn.Task) {
 	b.t.Helper()
-	if err := b.s.Yield(b.ctx, ref(tk)); err != nil {
-		b.t.Fatalf("Yield(%q): %v", tk.ID, err)
-	}
+	b.must(b.s.Yield(b.ctx, ref(tk)), "Yield(%q)", tk.ID)
 }
 
 func (b *testBundle) cancel(id string) *norn.Task {
 	b.t.Helper()
 	tk, err := b.s.Cancel(b.ctx, id)
-	if err != nil {
-		b.t.Fatalf("Cancel(%q): %v", id, err)
-	}
+	b.must(err, "Cancel(%q)", id)
 	return tk
+}
+
+func (b *testBundle) update(id string, u norn.Update) *norn.Task {
+	b.t.Helper()
+	tk, err := b.s.Update(b.ctx, id, u)
+	b.must(err, "Update(%q)", id)
+	return tk
+}
+
+func (b *testBundle) delete(id string) {
+	b.t.Helper()
+	b.must(b.s.Delete(b.ctx, id), "Delete(%q)", id)
 }
 
 // count asserts how many tasks match f.
@@ -235,9 +252,8 @@ func (b *testBundle) count(f norn.Filter, want int64) {
 
 func (b *testBundle) sweep() {
 	b.t.Helper()
-	if _, err := b.s.Sweep(b.ctx); err != nil {
-		b.t.Fatalf("Sweep: %v", err)
-	}
+	_, err := b.s.Sweep(b.ctx)
+	b.must(err, "Sweep")
 }
 
 // advance moves the fake clock and runs the monitor, so everything due by
@@ -254,26 +270,16 @@ func (b *testBundle) complete(tk *norn.Task, result string) {
 	if result != "" {
 		raw = json.RawMessage(result)
 	}
-	if err := b.s.Complete(b.ctx, ref(tk), raw); err != nil {
-		b.t.Fatalf("Complete(%q): %v", tk.ID, err)
-	}
+	b.must(b.s.Complete(b.ctx, ref(tk), raw), "Complete(%q)", tk.ID)
 }
 
 // snapshot returns every task in the store as canonical JSON keyed by id.
 func (b *testBundle) snapshot() map[string]string {
 	b.t.Helper()
 	it, err := b.s.Stream(b.ctx, norn.Query{})
-	if err != nil {
-		b.t.Fatalf("Stream: %v", err)
-	}
-	defer it.Close()
 	out := map[string]string{}
-	for it.Next() {
-		tk := it.Item()
+	for _, tk := range collect(b.t, it, err) {
 		out[tk.ID] = canonTask(tk)
-	}
-	if err := it.Err(); err != nil {
-		b.t.Fatalf("Stream: %v", err)
 	}
 	return out
 }

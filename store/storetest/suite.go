@@ -31,37 +31,16 @@ func RunWith(t *testing.T, f Factory, o Options) {
 			o.StreamTasks = v
 		}
 	}
-	t.Run("StreamConstantMemory", func(t *testing.T) { testStreamMemory(t, f, o.StreamTasks) })
 	setup := newSetup(f)
+	exerciseStream(t, setup, o.StreamTasks)
 	for _, exercise := range []func(*testing.T, setupFunc){
-		exerciseSubmit, exerciseCancel, exerciseUpdate, exerciseDelete, exerciseTransact, exerciseDependencies,
+		exerciseSubmit, exerciseCancel, exerciseUpdate, exerciseDelete, exerciseUnknownTask, exerciseTransact,
+		exerciseDependencies,
+		exerciseList, exerciseFilter,
 		exerciseRegisterWorker, exerciseClaim, exerciseHeartbeat, exerciseLog, exerciseFinish, exerciseTimeout,
 		exerciseLeaseBatch, exerciseFencing,
+		exerciseQueues, exerciseSubscribe, exerciseInvalidInput,
 	} {
 		exercise(t, setup)
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t, f)
-		})
-	}
-}
-
-var tests = []struct {
-	name string
-	fn   func(*testing.T, Factory)
-}{
-	// Client API (Submit, Get, Cancel, Update, Delete, Transact: see client.go).
-	{"ListOrdersPagingSummary", testListOrdersPaging},
-	{"ListFilters", testListFilters},
-	{"FiltersAndCountsAgree", testFiltersAgree},
-	// Admin API.
-	{"Queues", testQueues},
-	{"QueueDefaults", testQueueDefaults},
-	{"Retention", testRetention},
-	{"Stats", testStats},
-	{"Subscribe", testSubscribe},
-	// Bad input.
-	{"InvalidInput", testInvalidInput},
 }
