@@ -3,11 +3,13 @@ package kafkabridge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +27,8 @@ type Bridge struct {
 	log   *slog.Logger
 	m     *metrics
 	node  string
+	// prefix starts the id of every task the bridge owns (see TaskID).
+	prefix string
 
 	// now is the bridge's clock; tests may replace it before Run.
 	now func() time.Time
@@ -82,7 +86,7 @@ func New(cfg Config, store norn.Store) (*Bridge, error) {
 		return nil, norn.Invalid("Brokers", "%v", err)
 	}
 	node := uuid.NewString()
-	return &Bridge{cfg: cfg, store: store, cl: cl, m: m, node: node, now: time.Now,
+	return &Bridge{cfg: cfg, store: store, cl: cl, m: m, node: node, now: time.Now, prefix: idPrefix(cfg.Queue),
 		log: cfg.Logger.With("component", "kafka-bridge", "node", node)}, nil
 }
 
@@ -242,7 +246,7 @@ func (b *Bridge) newItem(m *message, r *kgo.Record, now time.Time) (*item, error
 		return nil, err
 	}
 	zero := 0
-	id := TaskID(m.ID)
+	id := TaskID(b.cfg.Queue, m.ID)
 	return &item{m: m, taskID: id, rec: r, task: norn.NewTask{
 		ID: id, Queue: b.cfg.Queue, Spec: raw,
 		RunAt: m.Deadline.Add(-b.cfg.TimingAdvance),
@@ -251,6 +255,23 @@ func (b *Bridge) newItem(m *message, r *kgo.Record, now time.Time) (*item, error
 		MaxAttempts: &zero,
 		Timeout:     norn.Duration(b.cfg.HoldTime),
 	}}, nil
+}
+
+// owns reports whether t is one of the bridge's tasks: in its queue and
+// under its id prefix. Every path that reads a task the bridge did not claim
+// from its own queue checks this before treating the task as a message, so
+// an application task can never be taken for a duplicate, replaced or deleted.
+func (b *Bridge) owns(t *norn.Task) bool {
+	return t.Queue == b.cfg.Queue && strings.HasPrefix(t.ID, b.prefix)
+}
+
+// conflict skips a message whose task id is held by a task that is not the
+// bridge's: something else submitted a task with an id in the bridge's
+// namespace to another queue. The message cannot be stored without touching
+// that task, so it is skipped (logged and counted as id_conflict).
+func (b *Bridge) conflict(it *item, t *norn.Task) {
+	b.skip(it.rec, &invalidError{reasonIDConflict, fmt.Sprintf(
+		"task id %q is taken by a task of queue %q that the bridge does not own", it.taskID, t.Queue)})
 }
 
 func (b *Bridge) skip(r *kgo.Record, err error) {
@@ -282,7 +303,9 @@ func (b *Bridge) dropPending(ctx context.Context, items []*item) ([]*item, bool)
 	}
 	pending := make(map[string]bool, len(found))
 	for _, t := range found {
-		if t.Status.Pending() {
+		// A task that is not the bridge's says nothing about the message;
+		// a due message does not need the store, so it is published.
+		if b.owns(t) && t.Status.Pending() {
 			pending[t.ID] = true
 		}
 	}
@@ -404,6 +427,8 @@ func (b *Bridge) submit(ctx context.Context, items []*item) bool {
 			switch {
 			case !s.Duplicate:
 				b.m.stored.Inc()
+			case !b.owns(s.Task):
+				b.conflict(items[i], s.Task)
 			case s.Task.Status.Pending():
 				b.m.duplicates.Inc()
 			default:
@@ -420,8 +445,9 @@ func (b *Bridge) submit(ctx context.Context, items []*item) bool {
 	return true
 }
 
-// replaceFinished deletes a finished task holding it's id (fenced by
-// version, so a concurrent writer is never overwritten) and stores it anew.
+// replaceFinished deletes a finished task of the bridge holding its id
+// (fenced by version, so a concurrent writer is never overwritten) and stores
+// it anew. A task the bridge does not own is never deleted.
 func (b *Bridge) replaceFinished(ctx context.Context, it *item) bool {
 	bo := b.backoff()
 	for attempt := 0; ; attempt++ {
@@ -437,6 +463,9 @@ func (b *Bridge) replaceFinished(ctx context.Context, it *item) bool {
 				return false
 			}
 			continue
+		case !b.owns(t):
+			b.conflict(it, t)
+			return true
 		case t.Status.Pending():
 			b.m.duplicates.Inc()
 			return true
@@ -467,6 +496,10 @@ func (b *Bridge) replaceFinished(ctx context.Context, it *item) bool {
 		}
 		if !res[0].Duplicate {
 			b.m.stored.Inc()
+			return true
+		}
+		if !b.owns(res[0].Task) {
+			b.conflict(it, res[0].Task)
 			return true
 		}
 		if res[0].Task.Status.Pending() {
@@ -625,7 +658,7 @@ func (b *Bridge) forget(ctx context.Context, worker string, tasks []*norn.Task) 
 			}
 			continue
 		}
-		if cur.Status != norn.StatusCompleted || cur.Lease != t.Lease {
+		if !b.owns(cur) || cur.Status != norn.StatusCompleted || cur.Lease != t.Lease {
 			continue
 		}
 		if _, err := b.store.Transact(ctx, norn.Txn{Delete: []string{cur.ID},

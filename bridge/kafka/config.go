@@ -53,8 +53,11 @@ type Config struct {
 	Group string
 	// ClientID is the Kafka client id. Default "norn-delay".
 	ClientID string
-	// Queue is the norn queue holding the delayed messages. Default
-	// "norn.kafka-delay". Nothing else should submit to it.
+	// Queue is the norn queue holding the delayed messages, at most
+	// MaxQueueLength characters. Default "norn.kafka-delay". It is the
+	// bridge's namespace: the ids of its tasks start with "<Queue>~", it
+	// never reads, changes or deletes a task of another queue or with another
+	// id, and tasks that something else submits to this queue are aborted.
 	Queue string
 	// TimingAdvance fires messages this much before their deadline to make
 	// up for the bridge's own latency; a message whose deadline is within
@@ -187,6 +190,9 @@ func (c Config) Validate() error {
 	}
 	if err := norn.ValidateQueue("Queue", c.Queue); err != nil {
 		return err
+	}
+	if len(c.Queue) > MaxQueueLength {
+		return norn.Invalid("Queue", "queue name is longer than %d characters (it starts the id of every task of the bridge)", MaxQueueLength)
 	}
 	if c.TimingAdvance < 0 {
 		return norn.Invalid("TimingAdvance", "must not be negative")

@@ -27,6 +27,7 @@ const (
 	reasonBadDeadline     = "bad_deadline"
 	reasonTooLarge        = "too_large"
 	reasonRejected        = "rejected_by_store"
+	reasonIDConflict      = "id_conflict"
 )
 
 // invalidError is why an input message was skipped.
@@ -119,25 +120,37 @@ func parseRecord(r *kgo.Record) (*message, error) {
 	return m, nil
 }
 
-// encodedIDPrefix marks task ids derived from message ids that are not valid
-// norn ids. '~' cannot start a message id used verbatim (see TaskID), so the
-// two spaces never collide.
-const encodedIDPrefix = "~"
+// idSeparator ends the queue name that starts every id of the bridge's tasks.
+// Queue names cannot contain it, so "<queue>~" is a prefix that belongs to
+// one bridge queue: the bridge's tasks never share an id with an application
+// task (whose ids are UUIDs or its own names such as "order-42") nor with
+// another bridge deployment using another queue on the same store.
+const idSeparator = "~"
 
-// TaskID maps a chronosMessageId to the norn task id holding the message.
-// A valid norn id not starting with "~" is used as is; any other id becomes
-// "~b" + base64url(id), or "~h" + base64url(sha256(id)) when that would be
-// longer than norn.MaxIDLength. The original id is kept in the task's spec.
-func TaskID(messageID string) string {
-	if !strings.HasPrefix(messageID, encodedIDPrefix) && norn.ValidateID("id", messageID) == nil {
-		return messageID
+// MaxQueueLength is the longest bridge queue name: the queue is part of
+// every task id, and "<queue>~~h" + a base64url SHA-256 must fit in
+// norn.MaxIDLength.
+const MaxQueueLength = norn.MaxIDLength - len(idSeparator) - 2 - 43
+
+// idPrefix is the prefix of every task id the bridge using queue owns.
+func idPrefix(queue string) string { return queue + idSeparator }
+
+// TaskID maps a chronosMessageId to the id of the task holding the message
+// in the bridge queue queue: "<queue>~" followed by the message id when it
+// is a valid norn id that does not start with "~" and fits, otherwise by
+// "~b" + base64url(id), or "~h" + base64url(sha256(id)) when even that is
+// too long. The original id is kept in the task's spec.
+func TaskID(queue, messageID string) string {
+	ns := idPrefix(queue)
+	if id := ns + messageID; !strings.HasPrefix(messageID, idSeparator) && norn.ValidateID("id", id) == nil {
+		return id
 	}
 	enc := base64.RawURLEncoding.EncodeToString([]byte(messageID))
-	if len(encodedIDPrefix)+1+len(enc) <= norn.MaxIDLength {
-		return encodedIDPrefix + "b" + enc
+	if len(ns)+2+len(enc) <= norn.MaxIDLength {
+		return ns + idSeparator + "b" + enc
 	}
 	sum := sha256.Sum256([]byte(messageID))
-	return encodedIDPrefix + "h" + base64.RawURLEncoding.EncodeToString(sum[:])
+	return ns + idSeparator + "h" + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 // spec is the JSON stored in a delayed task. Byte fields are base64 (Go's

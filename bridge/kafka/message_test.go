@@ -109,34 +109,53 @@ func TestParseRecord(t *testing.T) {
 
 func TestTaskID(t *testing.T) {
 	t.Parallel()
+	const q = "norn.kafka-delay"
 	long := strings.Repeat("é", 100) // 200 bytes: too long for a norn id
 	tests := []struct {
-		in, want string
+		queue, in, want string
 	}{
-		{"3767d5c7-aced-45e5-91f1-3f7ad8205a3f", "3767d5c7-aced-45e5-91f1-3f7ad8205a3f"},
-		{"order:42", "order:42"},
-		{"a/b", "~bYS9i"},
-		{"with space", "~bd2l0aCBzcGFjZQ"},
-		{"~bYS9i", "~bfmJZUzlp"}, // an id that looks encoded is encoded itself
-		{"\xff", "~b_w"},
-		{long, ""},
+		{q, "3767d5c7-aced-45e5-91f1-3f7ad8205a3f", q + "~3767d5c7-aced-45e5-91f1-3f7ad8205a3f"},
+		{q, "order:42", q + "~order:42"},
+		{q, "order-42", q + "~order-42"},
+		{"other", "order-42", "other~order-42"}, // another deployment's namespace
+		{q, "a/b", q + "~~bYS9i"},
+		{q, "with space", q + "~~bd2l0aCBzcGFjZQ"},
+		{q, "~bYS9i", q + "~~bfmJZUzlp"}, // an id that looks encoded is encoded itself
+		{q, "\xff", q + "~~b_w"},
+		{q, "count", q + "~count"}, // reserved as a whole id, fine after the prefix
+		{q, strings.Repeat("x", 111), q + "~" + strings.Repeat("x", 111)}, // exactly 128 bytes
+		{q, strings.Repeat("x", 112), ""},                                 // too long after the prefix: encoded
+		{q, long, ""},
 	}
 	seen := map[string]string{}
 	for _, tt := range tests {
-		got := TaskID(tt.in)
+		got := TaskID(tt.queue, tt.in)
 		if tt.want != "" && got != tt.want {
-			t.Errorf("TaskID(%q) = %q, want %q", tt.in, got, tt.want)
+			t.Errorf("TaskID(%q, %q) = %q, want %q", tt.queue, tt.in, got, tt.want)
 		}
 		if err := norn.ValidateID("id", got); err != nil {
-			t.Errorf("TaskID(%q) = %q is not a valid norn id: %v", tt.in, got, err)
+			t.Errorf("TaskID(%q, %q) = %q is not a valid norn id: %v", tt.queue, tt.in, got, err)
+		}
+		if !strings.HasPrefix(got, tt.queue+"~") {
+			t.Errorf("TaskID(%q, %q) = %q is outside the queue's namespace", tt.queue, tt.in, got)
 		}
 		if prev, ok := seen[got]; ok {
 			t.Errorf("TaskID(%q) = TaskID(%q) = %q", tt.in, prev, got)
 		}
 		seen[got] = tt.in
 	}
-	if got := TaskID(long); !strings.HasPrefix(got, "~h") {
+	if got := TaskID(q, long); !strings.HasPrefix(got, q+"~~h") {
 		t.Errorf("TaskID(long) = %q, want a hash", got)
+	}
+	if got := TaskID(q, strings.Repeat("x", 112)); !strings.HasPrefix(got, q+"~~h") {
+		t.Errorf("TaskID(112 bytes) = %q, want a hash", got)
+	}
+	// The longest queue the configuration accepts still yields valid ids.
+	maxQ := strings.Repeat("q", MaxQueueLength)
+	for _, in := range []string{"a", long, strings.Repeat("z", 128)} {
+		if got := TaskID(maxQ, in); norn.ValidateID("id", got) != nil {
+			t.Errorf("TaskID(max queue, %q) = %q is not a valid id", in, got)
+		}
 	}
 }
 
@@ -221,7 +240,7 @@ func FuzzParseRecord(f *testing.F) {
 			}
 			return
 		}
-		tid := TaskID(m.ID)
+		tid := TaskID(DefaultQueue, m.ID)
 		if err := norn.ValidateID("id", tid); err != nil {
 			t.Fatalf("TaskID(%q) = %q: %v", m.ID, tid, err)
 		}

@@ -39,7 +39,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{-0.1, -0.05, -0.025, -0.01, 0, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}}),
 	}
 	// Every reason is pre-declared so dashboards see zeros, not gaps.
-	for _, r := range []string{reasonMissingID, reasonMissingDeadline, reasonBadDeadline, reasonTooLarge, reasonRejected} {
+	for _, r := range []string{reasonMissingID, reasonMissingDeadline, reasonBadDeadline, reasonTooLarge, reasonRejected, reasonIDConflict} {
 		m.invalid.WithLabelValues(r)
 	}
 	if reg != nil {
@@ -79,7 +79,7 @@ func counterValue(c prometheus.Metric) int64 {
 
 func (m *metrics) stats() Stats {
 	var invalid int64
-	for _, r := range []string{reasonMissingID, reasonMissingDeadline, reasonBadDeadline, reasonTooLarge, reasonRejected} {
+	for _, r := range []string{reasonMissingID, reasonMissingDeadline, reasonBadDeadline, reasonTooLarge, reasonRejected, reasonIDConflict} {
 		invalid += counterValue(m.invalid.WithLabelValues(r))
 	}
 	return Stats{
