@@ -1,4 +1,4 @@
-package kafkabridge
+package kafka
 
 import (
 	"context"
@@ -62,7 +62,7 @@ func New(cfg Config, store norn.Store) (*Bridge, error) {
 	if err != nil {
 		return nil, norn.Invalid("Registerer", "%v", err)
 	}
-	opts, err := cfg.kafkaOpts()
+	opts, err := cfg.ClientOptions()
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package kafkabridge
+package kafka
 
 import (
 	"bytes"
@@ -104,8 +104,9 @@ func TestDuplicates(t *testing.T) {
 	st := newStore(t)
 	out := collect(t, kc)
 	n := startNode(t, testConfig(kc), st, hooks{})
+	warmUp(t, kc, out)
 
-	dl := rfc(time.Now().Add(1500 * time.Millisecond))
+	dl := rfc(time.Now().Add(4 * time.Second)) // still pending when the later copies come, even on a loaded machine
 	produce(t, kc,
 		msg{id: "dup", deadline: dl, value: []byte("first")},
 		msg{id: "dup", deadline: dl, value: []byte("second, same poll")},
@@ -227,9 +228,10 @@ func TestTakeOver(t *testing.T) {
 				h = hooks{beforeComplete: die}
 			}
 			a := startNode(t, cfg, st, h)
+			warmUp(t, kc, out)
 			var ids []string
 			var msgs []msg
-			dl := time.Now().Add(500 * time.Millisecond)
+			dl := time.Now().Add(2 * time.Second) // claimed through the store even on a loaded machine
 			for i := 0; i < 20; i++ {
 				id := fmt.Sprintf("to-%d", i)
 				ids = append(ids, id)
@@ -276,7 +278,10 @@ func TestTakeOver(t *testing.T) {
 				if len(got) > 0 && afterPublish {
 					got = got[1:] // A's own publish
 				}
-				end, _ := leaseEnds.Load(id)
+				end, ok := leaseEnds.Load(TaskID(DefaultQueue, id))
+				if !ok {
+					t.Fatalf("no hold recorded for %s", id)
+				}
 				holdEnd, _ := end.(time.Time)
 				if len(got) > 0 && got[0].at.Before(holdEnd) {
 					t.Errorf("%s taken over %s before the hold time ended", id, holdEnd.Sub(got[0].at))
@@ -302,6 +307,7 @@ func TestKafkaOutage(t *testing.T) {
 	out := collect(t, kc)
 	cfg := testConfig(kc)
 	n := startNode(t, cfg, st, hooks{})
+	warmUp(t, kc, out)
 
 	var first []msg
 	var ids []string
@@ -352,12 +358,13 @@ func TestRestart(t *testing.T) {
 	out := collect(t, kc)
 	cfg := testConfig(kc)
 	a := startNode(t, cfg, st, hooks{})
+	warmUp(t, kc, out)
 	var ids []string
 	var msgs []msg
 	for i := 0; i < 10; i++ {
 		id := fmt.Sprintf("rs-%d", i)
 		ids = append(ids, id)
-		msgs = append(msgs, msg{id: id, deadline: rfc(time.Now().Add(1500 * time.Millisecond)), value: []byte(id)})
+		msgs = append(msgs, msg{id: id, deadline: rfc(time.Now().Add(3 * time.Second)), value: []byte(id)})
 	}
 	produce(t, kc, msgs...)
 	waitFor(t, 10*time.Second, func() string {
@@ -367,8 +374,8 @@ func TestRestart(t *testing.T) {
 		return ""
 	})
 	a.stop()
-	if c := out.n.Load(); c != 0 {
-		t.Fatalf("%d messages fired before their deadline", c)
+	if c := out.n.Load(); c != 1 {
+		t.Fatalf("%d messages besides the warm-up fired before their deadline", c-1)
 	}
 
 	b := startNode(t, cfg, st, hooks{})

@@ -1,10 +1,10 @@
-// Package kafkabridge is Norn's Kafka delay bridge (DESIGN §7, Chronos): a
+// Package kafka is Norn's Kafka delay bridge, after Kindred's Chronos: a
 // Kafka topic that adds a delay to every message. It consumes an input topic
 // as a consumer group, keeps every message whose deadline lies in the future
 // as a delayed task in a norn.Store, and publishes it on the output topic when
 // the deadline arrives — at least once, never lost, even when a bridge node
 // dies while holding messages.
-package kafkabridge
+package kafka
 
 import (
 	"context"
@@ -263,8 +263,11 @@ func (c Config) tlsConfig() (*tls.Config, error) {
 	return tc, nil
 }
 
-// kafkaOpts are the franz-go options shared by the bridge and the benchmark.
-func (c Config) kafkaOpts() ([]kgo.Opt, error) {
+// ClientOptions are the franz-go options the bridge dials its cluster with
+// (brokers, client id, SASL, TLS, logging), for tools that talk to the same
+// cluster as a bridge, such as `norn bench kafka`.
+func (c Config) ClientOptions() ([]kgo.Opt, error) {
+	c = c.withDefaults()
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(c.Brokers...),
 		kgo.ClientID(c.ClientID),

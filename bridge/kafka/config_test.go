@@ -1,4 +1,4 @@
-package kafkabridge
+package kafka
 
 import (
 	"errors"
@@ -55,7 +55,7 @@ func TestConfigValidate(t *testing.T) {
 		d.HoldTime != 5*time.Second || d.PollInterval != 100*time.Millisecond || d.FailureDetectionInterval != 500*time.Millisecond {
 		t.Errorf("defaults %+v", d)
 	}
-	if _, err := (Config{Brokers: []string{"k:1"}, InTopic: "a", OutTopic: "b", TLSFiles: TLSFiles{CAFile: "/nonexistent"}}).kafkaOpts(); err == nil {
+	if _, err := (Config{Brokers: []string{"k:1"}, InTopic: "a", OutTopic: "b", TLSFiles: TLSFiles{CAFile: "/nonexistent"}}).ClientOptions(); err == nil {
 		t.Errorf("a missing CA file was accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package kafkabridge
+package kafka
 
 import (
 	"context"
@@ -134,6 +134,16 @@ func startNode(t *testing.T, cfg Config, st norn.Store, h hooks) *node {
 	}()
 	t.Cleanup(n.stop)
 	return n
+}
+
+// warmUp returns once the bridge consumes and publishes: it sends a message
+// that is already due and waits for it on out. Tests whose timing matters
+// call it first, since joining the consumer group can take seconds on a
+// loaded machine. The message counts as consumed and fired immediately.
+func warmUp(t *testing.T, kc *cluster, out *collector) {
+	t.Helper()
+	produce(t, kc, msg{id: "warm-up", deadline: rfc(time.Now().Add(-time.Second))})
+	out.waitAll(t, []string{"warm-up"}, 60*time.Second)
 }
 
 // stop cancels Run, waits for it and closes the client.

@@ -1,4 +1,4 @@
-package kafkabridge
+package kafka
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package kafkabridge
+package kafka
 
 import (
 	"bytes"
@@ -122,7 +122,7 @@ func TestTaskID(t *testing.T) {
 		{q, "with space", q + "~~bd2l0aCBzcGFjZQ"},
 		{q, "~bYS9i", q + "~~bfmJZUzlp"}, // an id that looks encoded is encoded itself
 		{q, "\xff", q + "~~b_w"},
-		{q, "count", q + "~count"}, // reserved as a whole id, fine after the prefix
+		{q, "count", q + "~count"},                                        // reserved as a whole id, fine after the prefix
 		{q, strings.Repeat("x", 111), q + "~" + strings.Repeat("x", 111)}, // exactly 128 bytes
 		{q, strings.Repeat("x", 112), ""},                                 // too long after the prefix: encoded
 		{q, long, ""},

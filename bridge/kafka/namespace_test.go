@@ -1,4 +1,4 @@
-package kafkabridge
+package kafka
 
 import (
 	"context"
@@ -68,7 +68,8 @@ func TestApplicationTasksUntouched(t *testing.T) {
 			kc := startCluster(t, false)
 			out := collect(t, kc)
 			n := startNode(t, testConfig(kc), st, hooks{})
-			soon := rfc(time.Now().Add(700 * time.Millisecond))
+			warmUp(t, kc, out)
+			soon := rfc(time.Now().Add(time.Second))
 			produce(t, kc,
 				msg{id: "order-42", deadline: soon, value: []byte("42")},
 				msg{id: "order-43", deadline: soon, value: []byte("43")},
@@ -77,8 +78,8 @@ func TestApplicationTasksUntouched(t *testing.T) {
 			)
 			out.waitAll(t, []string{"order-42", "order-43", "order-44"}, 20*time.Second)
 			waitFor(t, 10*time.Second, func() string {
-				if s := n.b.Stats(); s.Consumed != 4 || s.Invalid != 1 {
-					return fmt.Sprintf("stats %+v, want 4 consumed and the squatted id skipped", s)
+				if s := n.b.Stats(); s.Consumed != 5 || s.Invalid != 1 {
+					return fmt.Sprintf("stats %+v, want 5 consumed (with the warm-up) and the squatted id skipped", s)
 				}
 				return ""
 			})

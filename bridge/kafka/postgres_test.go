@@ -1,4 +1,4 @@
-package kafkabridge
+package kafka
 
 import (
 	"context"
@@ -41,11 +41,17 @@ func TestPostgresTwoNodes(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, tk := range ts {
-			heldByA[tk.ID] = true
+			m, err := decodeSpec(tk.Spec)
+			if err != nil {
+				t.Errorf("claimed task %s: %v", tk.ID, err)
+				continue
+			}
+			heldByA[m.ID] = true
 		}
 		return false
 	}})
 	b := startNode(t, cfg, stB, hooks{})
+	warmUp(t, kc, out)
 
 	var ids []string
 	var msgs []msg

@@ -43,6 +43,9 @@ type Config struct {
 	KafkaBrokers []string
 	// KafkaNodes is how many bridge nodes the kafka workload runs (default 1).
 	KafkaNodes int
+	// KafkaTimingAdvance forces the bridge's timing advance to this value
+	// (default 0: the bridge's adaptive advance).
+	KafkaTimingAdvance time.Duration
 	// Delay is how far in the future delayed tasks are scheduled (default 1s).
 	Delay time.Duration
 	// SpecBytes is the size of each task's spec (default 200).
@@ -113,6 +116,14 @@ type Result struct {
 	P99ms      float64 `json:"p99_ms,omitempty"`
 	P999ms     float64 `json:"p999_ms,omitempty"`
 	Maxms      float64 `json:"max_ms,omitempty"`
+	// The kafka workload's early side: the share of messages received
+	// before their deadline and more than 5 ms before it (percent), how
+	// early the earliest 0.1% begin, and the earliest message (ms). The
+	// P* and Max figures above are the signed lateness, negative = early.
+	EarlyPct        float64 `json:"early_pct,omitempty"`
+	EarlyOver5msPct float64 `json:"early_over_5ms_pct,omitempty"`
+	EarlyP999ms     float64 `json:"early_p999_ms,omitempty"`
+	MaxEarlyms      float64 `json:"max_early_ms,omitempty"`
 	// Rate is the submission rate the delay workload achieved, in tasks/s:
 	// when it is well below the configured rate, the store (or the network)
 	// could not take the offered load and the lateness figures say so.

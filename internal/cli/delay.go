@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	kafkabridge "github.com/nornq/norn/bridge/kafka"
+	"github.com/nornq/norn/bridge/kafka"
 	"github.com/nornq/norn/internal/storeopen"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -26,7 +26,7 @@ type delayFlags struct {
 func init() {
 	register(func(g *Globals) *cobra.Command {
 		df := &delayFlags{}
-		var cfg kafkabridge.Config
+		var cfg kafka.Config
 		cmd := &cobra.Command{
 			Use:   "delay",
 			Short: "Run the Kafka delay bridge: a topic that delays every message until its chronosDeadline",
@@ -57,12 +57,12 @@ The SASL password is read from NORN_KAFKA_SASL_PASSWORD only.`,
 		f.StringVar(&df.metricsAddr, "metrics-addr", envOr("NORN_METRICS_ADDR", ""), "serve /metrics and /healthz on this address, e.g. :9464 (env NORN_METRICS_ADDR; default off)")
 		f.StringVar(&df.logLevel, "log-level", envOr("NORN_LOG_LEVEL", "info"), "log level: debug, info, warn or error (env NORN_LOG_LEVEL)")
 		f.StringVar(&df.logFormat, "log-format", envOr("NORN_LOG_FORMAT", "text"), "log format: text or json (env NORN_LOG_FORMAT)")
-		kafkabridge.RegisterFlags(f, &cfg)
+		kafka.RegisterFlags(f, &cfg)
 		return cmd
 	})
 }
 
-func runDelay(cmd *cobra.Command, df *delayFlags, cfg kafkabridge.Config) error {
+func runDelay(cmd *cobra.Command, df *delayFlags, cfg kafka.Config) error {
 	log, err := newLogger(cmd.ErrOrStderr(), df.logLevel, df.logFormat)
 	if err != nil {
 		return err
@@ -83,7 +83,7 @@ func runDelay(cmd *cobra.Command, df *delayFlags, cfg kafkabridge.Config) error 
 			log.Error("closing the store", "err", err)
 		}
 	}()
-	b, err := kafkabridge.New(cfg, st)
+	b, err := kafka.New(cfg, st)
 	if err != nil {
 		return usagef("%v", err)
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
-	kafkabridge "github.com/nornq/norn/bridge/kafka"
+	"github.com/nornq/norn/bridge/kafka"
 	"github.com/nornq/norn/internal/storeopen"
 	"github.com/nornq/norn/server"
 	"github.com/nornq/norn/server/dashboard"
@@ -90,7 +90,7 @@ type serverFlags struct {
 	migrate                 bool
 	// kafka configures the optional Kafka delay bridge run beside the API
 	// (on when --kafka-brokers is given).
-	kafka kafkabridge.Config
+	kafka kafka.Config
 }
 
 // parseAuthToken parses "TOKEN:ROLE[:QUEUE,QUEUE…]" from --auth-token.
@@ -188,7 +188,7 @@ flight (up to --shutdown-timeout) and closes the store.`,
 			}
 		})
 		// The bridge's flags carry their own NORN_KAFKA_* defaults.
-		kafkabridge.RegisterFlags(fs, &sf.kafka)
+		kafka.RegisterFlags(fs, &sf.kafka)
 		cmd.SetFlagErrorFunc(flagUsageError)
 		cmd.Args = usageArgs(cmd.Args)
 		return cmd
@@ -247,9 +247,9 @@ func runServer(cmd *cobra.Command, sf *serverFlags) error {
 	if sf.dashboard {
 		cfg.Dashboard = dashboard.Handler()
 	}
-	var bridge *kafkabridge.Bridge
+	var bridge *kafka.Bridge
 	if useKafka {
-		if bridge, err = kafkabridge.New(sf.kafka, st); err != nil {
+		if bridge, err = kafka.New(sf.kafka, st); err != nil {
 			return usagef("%v", err)
 		}
 		defer bridge.Close()
