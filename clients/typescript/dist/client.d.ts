@@ -1,0 +1,243 @@
+import type { components } from "./openapi.js";
+import { NornError } from "./errors.js";
+import { type Duration, type Time } from "./wire.js";
+type Schemas = components["schemas"];
+/** A task as the API returns it (field names as on the wire). */
+export type Task = Schemas["Task"];
+export type Status = Schemas["Status"];
+export type LogEntry = Schemas["LogEntry"];
+export type QueueInfo = Schemas["QueueInfo"];
+export type Stats = Schemas["Stats"];
+export type GroupCount = Schemas["GroupCount"];
+export type WorkerInfo = Schemas["WorkerInfo"];
+export type TxnResult = Schemas["TxnResult"];
+export type SweepReport = Schemas["SweepReport"];
+export type TaskEvent = Schemas["Event"];
+export type Whoami = Schemas["WhoamiResponse"];
+export type ErrorInfo = Schemas["ErrorInfo"];
+export type RetryPolicy = Schemas["RetryPolicy"];
+export type Retention = Schemas["Retention"];
+/** A submitted task; `duplicate` is true when a task with its id existed. */
+export type SubmittedTask = Task & {
+    duplicate?: boolean;
+};
+/** How a failed task is retried: `base·2ⁿ` backoff capped at `max`. */
+export type RetryOptions = Omit<RetryPolicy, "base" | "max"> & {
+    base?: Duration;
+    max?: Duration;
+};
+/** Per-call options every call takes. */
+export interface CallOptions {
+    /** Aborts the call; it then rejects with the signal's reason. */
+    signal?: AbortSignal;
+}
+/** The options of a new task, named as in the API. */
+export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" | "delay" | "timeout" | "retry"> & {
+    /** When it becomes ready (at most one of run_at and delay). */
+    run_at?: Time;
+    /** How long after submission it becomes ready. */
+    delay?: Duration;
+    /** Its lease length (the queue's default otherwise). */
+    timeout?: Duration;
+    retry?: RetryOptions;
+};
+/** A task to submit in a batch or a transaction. */
+export type NewTask = TaskOptions & {
+    queue: string;
+    spec?: unknown;
+};
+/** Which tasks a list, count or delete applies to; every given filter must match. */
+export interface Filter {
+    /** One queue, a comma list or an array. */
+    queue?: string | readonly string[];
+    /** Statuses, or the aliases pending, succeeded, failed, terminal. */
+    status?: string | readonly string[];
+    labels?: Record<string, string>;
+    owner?: string;
+    id_contains?: string;
+    created_after?: Time;
+    created_before?: Time;
+    updated_after?: Time;
+    updated_before?: Time;
+}
+export interface ListOptions extends Filter, CallOptions {
+    /** Most tasks (a page's size for listPage); 0 or absent: every match for list. */
+    limit?: number;
+    order?: "id" | "newest" | "priority";
+    /** Omit spec, result, errors and history. */
+    summary?: boolean;
+}
+export interface PageOptions extends ListOptions {
+    cursor?: string;
+}
+export type UpdateOptions = Omit<Schemas["Update"], "run_at"> & {
+    run_at?: Time;
+};
+export type QueueSettings = Omit<Schemas["QueueUpdate"], "timeout" | "retry" | "retention"> & {
+    timeout?: Duration;
+    retry?: RetryOptions;
+    retention?: {
+        completed?: Duration;
+        aborted?: Duration;
+        cancelled?: Duration;
+    };
+};
+/** What a failing or aborting worker records. */
+export interface TaskError {
+    code: string;
+    description?: string;
+    args?: Record<string, unknown>;
+}
+/** One operation of a lease batch. */
+export type LeaseOp = {
+    op: "heartbeat";
+    id: string;
+    worker: string;
+    lease: number;
+    progress?: number;
+    extend?: Duration;
+} | {
+    op: "complete";
+    id: string;
+    worker: string;
+    lease: number;
+    result?: unknown;
+} | {
+    op: "fail" | "abort";
+    id: string;
+    worker: string;
+    lease: number;
+    error: TaskError;
+} | {
+    op: "yield";
+    id: string;
+    worker: string;
+    lease: number;
+};
+/** The result of one lease batch operation: its answer, or its error. */
+export type LeaseOpResult = {
+    deadline?: string;
+} | NornError;
+export interface ClientOptions {
+    /** The server; default $NORN_SERVER, else http://127.0.0.1:7070. */
+    url?: string;
+    /** Bearer token; default $NORN_TOKEN. */
+    token?: string;
+    /** Time limit of one call in milliseconds (a claim's long poll gets its wait on top); default 30000. */
+    timeout?: number;
+    /** The fetch to use; default the global one. */
+    fetch?: typeof fetch;
+}
+export declare const DEFAULT_SERVER = "http://127.0.0.1:7070";
+/**
+ * A client of a Norn server's HTTP API. Every call returns a promise that
+ * rejects with a {@link NornError} subclass per error code.
+ */
+export declare class Client {
+    #private;
+    readonly url: string;
+    constructor(opts?: ClientOptions);
+    /** Submits one task. An existing id is not an error: the stored task comes back with `duplicate: true`. */
+    submit(queue: string, spec?: unknown, options?: TaskOptions & CallOptions): Promise<SubmittedTask>;
+    /** Submits tasks all or nothing, in order; a task may depend on an earlier one of the batch. */
+    submitBatch(tasks: readonly NewTask[], opts?: CallOptions): Promise<SubmittedTask[]>;
+    /** The task with this id; NotFound if there is none. */
+    get(id: string, opts?: CallOptions): Promise<Task>;
+    /** The tasks of these ids that exist, and the ids that do not. */
+    getMany(ids: readonly string[], opts?: CallOptions): Promise<{
+        tasks: Task[];
+        missing: string[];
+    }>;
+    /**
+     * Every task matching the filter, streamed (NDJSON) in constant memory
+     * however many match. Stop early with `break`; that closes the stream.
+     */
+    list(opts?: ListOptions): AsyncGenerator<Task, void, undefined>;
+    /** One page of matching tasks; pass `next_cursor` as `cursor` for the next (absent on the last page). */
+    listPage(opts?: PageOptions): Promise<{
+        tasks: Task[];
+        next_cursor?: string;
+    }>;
+    /** How many tasks match the filter. */
+    count(filter?: Filter & CallOptions): Promise<number>;
+    /** Counts of the matching tasks per queue and status. */
+    countGroups(filter?: Filter & CallOptions): Promise<GroupCount[]>;
+    /** Changes a task that is not running (priority, run_at, labels), optionally only at `if_version`. */
+    update(id: string, changes: UpdateOptions, opts?: CallOptions): Promise<Task>;
+    /** Cancels a task; a worker running it learns it at its next heartbeat. */
+    cancel(id: string, opts?: CallOptions): Promise<Task>;
+    /** Deletes a task; NotFound if there is none. */
+    delete(id: string, opts?: CallOptions): Promise<void>;
+    /** Deletes every matching task (at least one filter is required); how many were deleted. */
+    deleteMatching(filter: Filter & CallOptions): Promise<number>;
+    /** The task's update log after sequence number `after` (at most `limit` entries, 0: all). */
+    readLog(id: string, opts?: {
+        after?: number;
+        limit?: number;
+    } & CallOptions): Promise<LogEntry[]>;
+    /** Submits, updates, cancels and deletes all or nothing, once every requirement (`{id, version}`) holds. */
+    transact(txn: {
+        submit?: readonly NewTask[];
+        update?: readonly (UpdateOptions & {
+            id: string;
+        })[];
+        cancel?: readonly string[];
+        delete?: readonly string[];
+        require?: readonly {
+            id: string;
+            version?: number;
+        }[];
+    }, opts?: CallOptions): Promise<TxnResult>;
+    queues(opts?: CallOptions): Promise<QueueInfo[]>;
+    /** A queue's settings and counts (an unused queue reads as empty, with defaults). */
+    queue(name: string, opts?: CallOptions): Promise<QueueInfo>;
+    /** Pauses or resumes a queue and sets its defaults (role admin). */
+    updateQueue(name: string, settings: QueueSettings, opts?: CallOptions): Promise<QueueInfo>;
+    stats(opts?: CallOptions): Promise<Stats>;
+    workers(opts?: CallOptions): Promise<WorkerInfo[]>;
+    /** What the caller's token may do. */
+    whoami(opts?: CallOptions): Promise<Whoami>;
+    /** Runs the monitor's duties due now (role admin). */
+    sweep(opts?: CallOptions): Promise<SweepReport>;
+    /**
+     * Task state changes as they happen (server-sent events). The
+     * subscription is in place once the first `next()` resolved or once this
+     * generator's first event arrives; stop with `break` or the signal.
+     */
+    events(opts?: {
+        queue?: string | readonly string[];
+        task?: string;
+    } & CallOptions): AsyncGenerator<TaskEvent, void, undefined>;
+    /** Registers a worker; its id names it in claims and lease calls. */
+    registerWorker(name: string, queues: readonly string[], opts?: CallOptions): Promise<string>;
+    /**
+     * Claims up to `n` ready tasks of the queues, in preference order. With
+     * `wait` and nothing ready it long-polls; it answers [] when the wait
+     * passes or the server shuts down. `timeout` is the lease length.
+     */
+    claim(worker: string, queues: string | readonly string[], opts?: {
+        n?: number;
+        timeout?: Duration;
+        wait?: Duration;
+    } & CallOptions): Promise<Task[]>;
+    /** Extends the lease (by `extend`, else the task's timeout) and records progress; the new deadline. */
+    heartbeat(id: string, worker: string, lease: number, opts?: {
+        progress?: number;
+        extend?: Duration;
+    } & CallOptions): Promise<string>;
+    /** Appends to the task's update log; `seq`, when given, must be the next number (Conflict otherwise). */
+    appendLog(id: string, worker: string, lease: number, data: unknown, opts?: {
+        seq?: number;
+    } & CallOptions): Promise<LogEntry>;
+    /** Completes the task with an optional JSON result. */
+    complete(id: string, worker: string, lease: number, result?: unknown, opts?: CallOptions): Promise<void>;
+    /** Fails the attempt: retried per the task's policy, else aborted. */
+    fail(id: string, worker: string, lease: number, error: TaskError, opts?: CallOptions): Promise<void>;
+    /** Aborts the task for good. */
+    abort(id: string, worker: string, lease: number, error: TaskError, opts?: CallOptions): Promise<void>;
+    /** Gives the task back: ready again at once, the attempt does not count. */
+    yield(id: string, worker: string, lease: number, opts?: CallOptions): Promise<void>;
+    /** Runs lease operations in one call; each gets its own result or error, in order. */
+    leaseBatch(ops: readonly LeaseOp[], opts?: CallOptions): Promise<LeaseOpResult[]>;
+}
+export {};

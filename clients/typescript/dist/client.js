@@ -1,0 +1,550 @@
+import { InvalidArgument, NornError, Unavailable, errorFromWire } from "./errors.js";
+import { formatDuration, formatTime, parseDuration } from "./wire.js";
+export const DEFAULT_SERVER = "http://127.0.0.1:7070";
+const USER_AGENT = "norn-typescript-client/0.1";
+// Added to a claim's wait for its time limit, so a long poll ends on the
+// server's schedule, not ours.
+const CLAIM_SLACK_MS = 30_000;
+// An error body is a small JSON object; a misbehaving proxy must not make us
+// buffer more.
+const MAX_ERROR_BODY = 64 << 10;
+function env(name) {
+    const p = globalThis.process;
+    const v = p?.env?.[name];
+    return v === "" ? undefined : v;
+}
+/**
+ * A client of a Norn server's HTTP API. Every call returns a promise that
+ * rejects with a {@link NornError} subclass per error code.
+ */
+export class Client {
+    url;
+    #token;
+    #timeout;
+    #fetch;
+    constructor(opts = {}) {
+        const url = opts.url ?? env("NORN_SERVER") ?? DEFAULT_SERVER;
+        let parsed;
+        try {
+            parsed = new URL(url);
+        }
+        catch {
+            throw new InvalidArgument(`not a URL: ${JSON.stringify(url)}`, { field: "url" });
+        }
+        if (parsed.protocol !== "http:" && parsed.protocol !== "https:") {
+            throw new InvalidArgument(`must be an http or https URL, got ${JSON.stringify(url)}`, { field: "url" });
+        }
+        this.url = url.replace(/\/+$/, "");
+        this.#token = opts.token ?? env("NORN_TOKEN");
+        const timeout = opts.timeout ?? 30_000;
+        if (!(timeout > 0))
+            throw new InvalidArgument("must be a positive number of milliseconds", { field: "timeout" });
+        this.#timeout = timeout;
+        const f = opts.fetch ?? globalThis.fetch;
+        if (typeof f !== "function") {
+            throw new InvalidArgument("no fetch: use Node.js 18 or later, or pass one", { field: "fetch" });
+        }
+        this.#fetch = f;
+    }
+    // ---- transport -------------------------------------------------------
+    /**
+     * Sends a request; rejects with the error of a non-2xx answer. `release`
+     * must be called once the body was read: it stops the time limit (which a
+     * stream drops once its headers arrived) and forgets the caller's signal.
+     */
+    async #send(method, path, req = {}) {
+        const qs = req.query?.toString();
+        const url = this.url + path + (qs ? "?" + qs : "");
+        const headers = { "User-Agent": USER_AGENT, Accept: req.accept ?? "application/json" };
+        if (this.#token)
+            headers["Authorization"] = `Bearer ${this.#token}`;
+        let body;
+        if (req.body !== undefined) {
+            headers["Content-Type"] = "application/json";
+            body = JSON.stringify(req.body);
+        }
+        const limit = req.timeout ?? this.#timeout;
+        const ctl = new AbortController();
+        const timer = setTimeout(() => ctl.abort(new Unavailable(`${method} ${path}: no answer within ${limit} ms`, { status: 0 })), limit);
+        const user = req.signal;
+        const onAbort = () => ctl.abort(user.reason);
+        if (user) {
+            if (user.aborted)
+                ctl.abort(user.reason);
+            else
+                user.addEventListener("abort", onAbort, { once: true });
+        }
+        const release = () => {
+            clearTimeout(timer);
+            user?.removeEventListener("abort", onAbort);
+        };
+        let res;
+        try {
+            res = await this.#fetch(url, { method, headers, body, signal: ctl.signal });
+        }
+        catch (e) {
+            release();
+            if (ctl.signal.aborted)
+                throw ctl.signal.reason;
+            throw new Unavailable(`${method} ${path}: ${describe(e)}`, { status: 0, cause: e });
+        }
+        if (!res.ok) {
+            try {
+                throw await this.#error(res);
+            }
+            finally {
+                release();
+            }
+        }
+        if (req.accept === "application/x-ndjson" || req.accept === "text/event-stream")
+            clearTimeout(timer);
+        return { res, release, signal: ctl.signal };
+    }
+    async #error(res) {
+        let text = "";
+        try {
+            text = await readLimited(res, MAX_ERROR_BODY);
+        }
+        catch {
+            // The status alone still says what happened.
+        }
+        try {
+            const body = JSON.parse(text);
+            if (body && typeof body.error === "object" && body.error !== null)
+                return errorFromWire(body.error, res.status);
+        }
+        catch {
+            // Not our JSON: a proxy's page, say.
+        }
+        const code = res.status === 400 ? "invalid_argument"
+            : res.status === 401 ? "unauthenticated"
+                : res.status === 403 ? "permission_denied"
+                    : res.status === 404 ? "not_found"
+                        : res.status === 409 ? "conflict"
+                            : res.status === 413 ? "too_large"
+                                : res.status === 502 || res.status === 503 || res.status === 504 ? "unavailable"
+                                    : "internal";
+        return errorFromWire({ code, message: `HTTP ${res.status}: ${text.slice(0, 200)}` }, res.status);
+    }
+    async #call(method, path, req = {}) {
+        const { res, release, signal } = await this.#send(method, path, req);
+        let text;
+        try {
+            text = await res.text();
+        }
+        catch (e) {
+            if (signal.aborted)
+                throw signal.reason;
+            throw new Unavailable(`${method} ${path}: reading the response: ${describe(e)}`, { status: 0, cause: e });
+        }
+        finally {
+            release();
+        }
+        try {
+            return JSON.parse(text);
+        }
+        catch (e) {
+            throw new NornError("internal", `${method} ${path}: cannot decode the server's response: ${describe(e)}`, { status: res.status });
+        }
+    }
+    // ---- tasks -----------------------------------------------------------
+    /** Submits one task. An existing id is not an error: the stored task comes back with `duplicate: true`. */
+    async submit(queue, spec, options = {}) {
+        const { signal, ...rest } = options;
+        const body = newTask({ ...rest, queue, spec }, "");
+        const r = await this.#call("POST", "/v1/tasks", { body, signal });
+        return r.duplicate ? { ...r.task, duplicate: true } : r.task;
+    }
+    /** Submits tasks all or nothing, in order; a task may depend on an earlier one of the batch. */
+    async submitBatch(tasks, opts = {}) {
+        if (!Array.isArray(tasks))
+            throw new InvalidArgument("must be an array of tasks", { field: "tasks" });
+        const body = { tasks: tasks.map((t, i) => newTask(t, `tasks[${i}].`)) };
+        const r = await this.#call("POST", "/v1/tasks/batch", { body, signal: opts.signal });
+        const dup = new Set(r.duplicates ?? []);
+        return r.tasks.map((t) => (dup.has(t.id) ? { ...t, duplicate: true } : t));
+    }
+    /** The task with this id; NotFound if there is none. */
+    async get(id, opts = {}) {
+        const r = await this.#call("GET", `/v1/tasks/${taskID(id)}`, opts);
+        return r.task;
+    }
+    /** The tasks of these ids that exist, and the ids that do not. */
+    async getMany(ids, opts = {}) {
+        if (!Array.isArray(ids) || ids.length === 0)
+            throw new InvalidArgument("give at least one id", { field: "ids" });
+        if (ids.length === 1) {
+            try {
+                return { tasks: [await this.get(ids[0], opts)], missing: [] };
+            }
+            catch (e) {
+                if (e instanceof NornError && e.code === "not_found")
+                    return { tasks: [], missing: [ids[0]] };
+                throw e;
+            }
+        }
+        const path = "/v1/tasks/" + ids.map((id, i) => taskID(id, `ids[${i}]`)).join(",");
+        const r = await this.#call("GET", path, opts);
+        return { tasks: r.tasks, missing: r.missing ?? [] };
+    }
+    /**
+     * Every task matching the filter, streamed (NDJSON) in constant memory
+     * however many match. Stop early with `break`; that closes the stream.
+     */
+    async *list(opts = {}) {
+        const q = filterQuery(opts);
+        listQuery(q, opts);
+        const stream = await this.#send("GET", "/v1/tasks", { query: q, accept: "application/x-ndjson", signal: opts.signal });
+        for await (const line of lines(stream)) {
+            const v = parseLine(line);
+            if (v.error !== undefined && v.id === undefined)
+                throw errorFromWire(v.error, 500);
+            yield v;
+        }
+    }
+    /** One page of matching tasks; pass `next_cursor` as `cursor` for the next (absent on the last page). */
+    async listPage(opts = {}) {
+        const q = filterQuery(opts);
+        listQuery(q, opts);
+        if (opts.cursor)
+            q.set("cursor", opts.cursor);
+        const r = await this.#call("GET", "/v1/tasks", { query: q, signal: opts.signal });
+        return r.next_cursor ? { tasks: r.tasks, next_cursor: r.next_cursor } : { tasks: r.tasks };
+    }
+    /** How many tasks match the filter. */
+    async count(filter = {}) {
+        const r = await this.#call("GET", "/v1/tasks/count", { query: filterQuery(filter), signal: filter.signal });
+        return r.count;
+    }
+    /** Counts of the matching tasks per queue and status. */
+    async countGroups(filter = {}) {
+        const q = filterQuery(filter);
+        q.set("group", "queue,status");
+        const r = await this.#call("GET", "/v1/tasks/count", { query: q, signal: filter.signal });
+        return r.groups ?? [];
+    }
+    /** Changes a task that is not running (priority, run_at, labels), optionally only at `if_version`. */
+    async update(id, changes, opts = {}) {
+        const body = { ...changes };
+        if (changes.run_at !== undefined)
+            body["run_at"] = formatTime(changes.run_at, "run_at");
+        const r = await this.#call("PATCH", `/v1/tasks/${taskID(id)}`, { body, signal: opts.signal });
+        return r.task;
+    }
+    /** Cancels a task; a worker running it learns it at its next heartbeat. */
+    async cancel(id, opts = {}) {
+        const r = await this.#call("POST", `/v1/tasks/${taskID(id)}/cancel`, opts);
+        return r.task;
+    }
+    /** Deletes a task; NotFound if there is none. */
+    async delete(id, opts = {}) {
+        await this.#call("DELETE", `/v1/tasks/${taskID(id)}`, opts);
+    }
+    /** Deletes every matching task (at least one filter is required); how many were deleted. */
+    async deleteMatching(filter) {
+        const r = await this.#call("DELETE", "/v1/tasks", { query: filterQuery(filter), signal: filter.signal });
+        return r.deleted;
+    }
+    /** The task's update log after sequence number `after` (at most `limit` entries, 0: all). */
+    async readLog(id, opts = {}) {
+        const q = new URLSearchParams();
+        if (opts.after)
+            q.set("after", String(opts.after));
+        if (opts.limit)
+            q.set("limit", String(opts.limit));
+        const r = await this.#call("GET", `/v1/tasks/${taskID(id)}/log`, { query: q, signal: opts.signal });
+        return r.entries;
+    }
+    /** Submits, updates, cancels and deletes all or nothing, once every requirement (`{id, version}`) holds. */
+    async transact(txn, opts = {}) {
+        const body = {};
+        if (txn.submit)
+            body["submit"] = txn.submit.map((t, i) => newTask(t, `submit[${i}].`));
+        if (txn.update) {
+            body["update"] = txn.update.map((u, i) => u.run_at === undefined ? { ...u } : { ...u, run_at: formatTime(u.run_at, `update[${i}].run_at`) });
+        }
+        if (txn.cancel)
+            body["cancel"] = [...txn.cancel];
+        if (txn.delete)
+            body["delete"] = [...txn.delete];
+        if (txn.require)
+            body["require"] = [...txn.require];
+        return this.#call("POST", "/v1/transactions", { body, signal: opts.signal });
+    }
+    // ---- queues and administration -----------------------------------------
+    async queues(opts = {}) {
+        return (await this.#call("GET", "/v1/queues", opts)).queues;
+    }
+    /** A queue's settings and counts (an unused queue reads as empty, with defaults). */
+    async queue(name, opts = {}) {
+        return (await this.#call("GET", `/v1/queues/${encodeURIComponent(name)}`, opts)).queue;
+    }
+    /** Pauses or resumes a queue and sets its defaults (role admin). */
+    async updateQueue(name, settings, opts = {}) {
+        const body = { ...settings };
+        if (settings.timeout !== undefined)
+            body["timeout"] = formatDuration(settings.timeout, "timeout");
+        if (settings.retry !== undefined)
+            body["retry"] = retryPolicy(settings.retry, "retry");
+        if (settings.retention !== undefined) {
+            const ret = {};
+            for (const [k, v] of Object.entries(settings.retention)) {
+                if (v !== undefined)
+                    ret[k] = formatDuration(v, `retention.${k}`);
+            }
+            body["retention"] = ret;
+        }
+        const path = `/v1/queues/${encodeURIComponent(name)}`;
+        return (await this.#call("PATCH", path, { body, signal: opts.signal })).queue;
+    }
+    async stats(opts = {}) {
+        return this.#call("GET", "/v1/stats", opts);
+    }
+    async workers(opts = {}) {
+        return (await this.#call("GET", "/v1/workers", opts)).workers;
+    }
+    /** What the caller's token may do. */
+    async whoami(opts = {}) {
+        return this.#call("GET", "/v1/whoami", opts);
+    }
+    /** Runs the monitor's duties due now (role admin). */
+    async sweep(opts = {}) {
+        return this.#call("POST", "/v1/sweep", opts);
+    }
+    /**
+     * Task state changes as they happen (server-sent events). The
+     * subscription is in place once the first `next()` resolved or once this
+     * generator's first event arrives; stop with `break` or the signal.
+     */
+    async *events(opts = {}) {
+        const q = new URLSearchParams();
+        const queue = csv(opts.queue);
+        if (queue)
+            q.set("queue", queue);
+        if (opts.task)
+            q.set("task", opts.task);
+        const stream = await this.#send("GET", "/v1/events", { query: q, accept: "text/event-stream", signal: opts.signal });
+        let data = [];
+        for await (const line of lines(stream)) {
+            if (line === "") {
+                if (data.length > 0)
+                    yield parseLine(data.join("\n"));
+                data = [];
+            }
+            else if (line.startsWith("data:")) {
+                data.push(line.slice(line.startsWith("data: ") ? 6 : 5));
+            }
+            // "event:" repeats the data's kind; ":" lines are keep-alive comments.
+        }
+    }
+    // ---- worker calls ------------------------------------------------------
+    /** Registers a worker; its id names it in claims and lease calls. */
+    async registerWorker(name, queues, opts = {}) {
+        const r = await this.#call("POST", "/v1/workers", { body: { name, queues }, signal: opts.signal });
+        return r.id;
+    }
+    /**
+     * Claims up to `n` ready tasks of the queues, in preference order. With
+     * `wait` and nothing ready it long-polls; it answers [] when the wait
+     * passes or the server shuts down. `timeout` is the lease length.
+     */
+    async claim(worker, queues, opts = {}) {
+        const body = { worker, queues: typeof queues === "string" ? [queues] : [...queues] };
+        if (opts.n !== undefined)
+            body["n"] = opts.n;
+        if (opts.timeout !== undefined)
+            body["timeout"] = formatDuration(opts.timeout, "timeout");
+        let limit = this.#timeout;
+        if (opts.wait !== undefined) {
+            body["wait"] = formatDuration(opts.wait, "wait");
+            limit = Math.max(limit, (typeof opts.wait === "number" ? opts.wait : parseDuration(opts.wait, "wait")) + CLAIM_SLACK_MS);
+        }
+        const r = await this.#call("POST", "/v1/claim", { body, signal: opts.signal, timeout: limit });
+        return r.tasks;
+    }
+    /** Extends the lease (by `extend`, else the task's timeout) and records progress; the new deadline. */
+    async heartbeat(id, worker, lease, opts = {}) {
+        const body = { worker, lease };
+        if (opts.progress !== undefined)
+            body["progress"] = opts.progress;
+        if (opts.extend !== undefined)
+            body["extend"] = formatDuration(opts.extend, "extend");
+        const r = await this.#call("POST", `/v1/tasks/${taskID(id)}/heartbeat`, { body, signal: opts.signal });
+        return r.deadline;
+    }
+    /** Appends to the task's update log; `seq`, when given, must be the next number (Conflict otherwise). */
+    async appendLog(id, worker, lease, data, opts = {}) {
+        const body = { worker, lease, data };
+        if (opts.seq !== undefined)
+            body["seq"] = opts.seq;
+        const r = await this.#call("POST", `/v1/tasks/${taskID(id)}/log`, { body, signal: opts.signal });
+        return r.entry;
+    }
+    /** Completes the task with an optional JSON result. */
+    async complete(id, worker, lease, result, opts = {}) {
+        const body = { worker, lease };
+        if (result !== undefined)
+            body["result"] = result;
+        await this.#call("POST", `/v1/tasks/${taskID(id)}/complete`, { body, signal: opts.signal });
+    }
+    /** Fails the attempt: retried per the task's policy, else aborted. */
+    async fail(id, worker, lease, error, opts = {}) {
+        await this.#call("POST", `/v1/tasks/${taskID(id)}/fail`, { body: { worker, lease, error }, signal: opts.signal });
+    }
+    /** Aborts the task for good. */
+    async abort(id, worker, lease, error, opts = {}) {
+        await this.#call("POST", `/v1/tasks/${taskID(id)}/abort`, { body: { worker, lease, error }, signal: opts.signal });
+    }
+    /** Gives the task back: ready again at once, the attempt does not count. */
+    async yield(id, worker, lease, opts = {}) {
+        await this.#call("POST", `/v1/tasks/${taskID(id)}/yield`, { body: { worker, lease }, signal: opts.signal });
+    }
+    /** Runs lease operations in one call; each gets its own result or error, in order. */
+    async leaseBatch(ops, opts = {}) {
+        const wire = ops.map((op, i) => op.op === "heartbeat" && op.extend !== undefined ? { ...op, extend: formatDuration(op.extend, `ops[${i}].extend`) } : op);
+        const r = await this.#call("POST", "/v1/leases/batch", { body: { ops: wire }, signal: opts.signal });
+        return r.results.map((res) => (res.error ? errorFromWire(res.error, 200) : res));
+    }
+}
+// ---- helpers ---------------------------------------------------------------
+function describe(e) {
+    if (e instanceof Error) {
+        const cause = e.cause;
+        return cause instanceof Error ? `${e.message}: ${cause.message}` : e.message;
+    }
+    return String(e);
+}
+function taskID(id, field = "id") {
+    if (typeof id !== "string" || id === "")
+        throw new InvalidArgument("must be a non-empty task id", { field });
+    return encodeURIComponent(id);
+}
+function csv(v) {
+    if (v === undefined)
+        return undefined;
+    return typeof v === "string" ? v : v.join(",");
+}
+function retryPolicy(r, field) {
+    const out = { ...r };
+    if (r.base !== undefined)
+        out["base"] = formatDuration(r.base, `${field}.base`);
+    if (r.max !== undefined)
+        out["max"] = formatDuration(r.max, `${field}.max`);
+    return out;
+}
+function newTask(t, prefix) {
+    if (t === null || typeof t !== "object")
+        throw new InvalidArgument("must be a task object", { field: prefix.replace(/\.$/, "") || "task" });
+    const out = {};
+    for (const [k, v] of Object.entries(t)) {
+        if (v === undefined)
+            continue;
+        if (k === "run_at")
+            out[k] = formatTime(v, prefix + k);
+        else if (k === "delay" || k === "timeout")
+            out[k] = formatDuration(v, prefix + k);
+        else if (k === "retry")
+            out[k] = retryPolicy(v, prefix + k);
+        else
+            out[k] = v;
+    }
+    return out;
+}
+function filterQuery(f) {
+    const q = new URLSearchParams();
+    const queue = csv(f.queue);
+    if (queue)
+        q.set("queue", queue);
+    const status = csv(f.status);
+    if (status)
+        q.set("status", status);
+    for (const [k, v] of Object.entries(f.labels ?? {}))
+        q.append("label", `${k}:${v}`);
+    if (f.owner)
+        q.set("owner", f.owner);
+    if (f.id_contains)
+        q.set("id_contains", f.id_contains);
+    for (const k of ["created_after", "created_before", "updated_after", "updated_before"]) {
+        const v = f[k];
+        if (v !== undefined)
+            q.set(k, formatTime(v, k));
+    }
+    return q;
+}
+function listQuery(q, o) {
+    if (o.limit)
+        q.set("limit", String(o.limit));
+    if (o.order)
+        q.set("order", o.order);
+    if (o.summary)
+        q.set("view", "summary");
+}
+function parseLine(line) {
+    try {
+        return JSON.parse(line);
+    }
+    catch (e) {
+        throw new NornError("internal", `cannot decode a streamed line: ${describe(e)}`);
+    }
+}
+async function readLimited(res, max) {
+    if (!res.body)
+        return "";
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let out = "";
+    try {
+        for (;;) {
+            const { done, value } = await reader.read();
+            if (done)
+                break;
+            out += dec.decode(value, { stream: true });
+            if (out.length >= max)
+                break;
+        }
+    }
+    finally {
+        await reader.cancel().catch(() => { });
+    }
+    return out.slice(0, max);
+}
+/** The lines of a streamed body, read as they arrive; leaving the loop closes the stream. */
+async function* lines(stream) {
+    const { res, release, signal } = stream;
+    if (!res.body) {
+        release();
+        return;
+    }
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let buf = "";
+    try {
+        for (;;) {
+            let chunk;
+            try {
+                chunk = await reader.read();
+            }
+            catch (e) {
+                if (signal.aborted)
+                    throw signal.reason;
+                throw new Unavailable(`the stream broke: ${describe(e)}`, { status: 0, cause: e });
+            }
+            if (chunk.done)
+                break;
+            buf += dec.decode(chunk.value, { stream: true });
+            let nl;
+            while ((nl = buf.indexOf("\n")) >= 0) {
+                const line = buf.slice(0, nl).replace(/\r$/, "");
+                buf = buf.slice(nl + 1);
+                yield line;
+            }
+        }
+        buf += dec.decode();
+        if (buf !== "")
+            yield buf;
+    }
+    finally {
+        await reader.cancel().catch(() => { });
+        release();
+    }
+}

@@ -1,0 +1,171 @@
+import { Client, type LogEntry, type Task } from "./client.js";
+import { NornError } from "./errors.js";
+/**
+ * Runs one task. What it does decides the outcome: resolving completes the
+ * task with the value as its result (JSON; undefined: no result), throwing
+ * {@link Abort} aborts it for good, throwing {@link Fail} or anything else
+ * fails the attempt (retried per the task's policy, else aborted).
+ */
+export type Handler = (task: ActiveTask) => unknown;
+/** Where the worker logs; `console` fits. */
+export interface Logger {
+    debug?(msg: string): void;
+    info?(msg: string): void;
+    warn?(msg: string): void;
+    error?(msg: string): void;
+}
+export interface WorkerOptions {
+    /** The handler of each queue served. */
+    handlers: Record<string, Handler>;
+    /** Claim preference order; default the handlers' queues in their order. */
+    queues?: readonly string[];
+    /** Most tasks running (and leased) at once; default the number of CPUs. */
+    concurrency?: number;
+    /** Lease length in ms asked for on claim and heartbeat; default each task's own timeout (its queue's default, 10 s unless set). */
+    lease?: number;
+    /** Heartbeat interval in ms; default a third of the lease. Also bounds how late a handler learns of a cancel. */
+    heartbeatInterval?: number;
+    /** Most tasks per claim, never more than the free slots; default 10. */
+    claimBatch?: number;
+    /** Long-poll time of one claim in ms; default 10000, 0 disables long-polling. */
+    wait?: number;
+    /** Least time between two empty claims in ms; default 1000. */
+    pollInterval?: number;
+    /** After a shutdown starts, how long running handlers may finish (ms) before their tasks are yielded; default 10000. */
+    shutdownGrace?: number;
+    /** Shown to operators with the worker id; default host:pid. */
+    name?: string;
+    /** Default: warnings and errors to the console. */
+    logger?: Logger;
+    /** Stop gracefully on SIGTERM and SIGINT while running; default true. */
+    handleSignals?: boolean;
+}
+/** Throw it from a handler to abort the task for good (no retry). */
+export declare class Abort extends Error {
+    readonly code: string | undefined;
+    readonly details: Record<string, unknown> | undefined;
+    constructor(message?: string, opts?: {
+        code?: string;
+        details?: Record<string, unknown>;
+        cause?: unknown;
+    });
+}
+/** Throw it from a handler to fail the attempt with a code of your own; the task is retried per its policy. */
+export declare class Fail extends Error {
+    readonly code: string | undefined;
+    readonly details: Record<string, unknown> | undefined;
+    constructor(message?: string, opts?: {
+        code?: string;
+        details?: Record<string, unknown>;
+        cause?: unknown;
+    });
+}
+type RunState = "running" | "finishing" | "gone" | "yielded";
+/** The worker's bookkeeping of one claimed task. */
+declare class Run {
+    readonly record: Task;
+    readonly leaseLen: number;
+    readonly interval: number;
+    readonly id: string;
+    readonly worker: string;
+    readonly lease: number;
+    readonly ctl: AbortController;
+    state: RunState;
+    lastOk: number;
+    nextBeat: number;
+    inflight: boolean;
+    progress: number | undefined;
+    nextSeq: number;
+    prevLog: LogEntry[] | undefined;
+    logQueue: Promise<unknown>;
+    constructor(record: Task, workerID: string, leaseLen: number, interval: number, sent: number);
+}
+/**
+ * The handler's view of one claimed task. `signal` aborts when the handler
+ * should stop — the task was cancelled ({@link Cancelled}), its lease was
+ * lost ({@link LeaseLost}) or a shutdown's grace period ended
+ * ({@link Shutdown}) — with that error as its reason; pass it to fetch and
+ * friends. Nothing a handler returns after that is reported.
+ */
+export declare class ActiveTask {
+    #private;
+    readonly id: string;
+    readonly queue: string;
+    readonly spec: unknown;
+    readonly labels: Record<string, string>;
+    readonly priority: number;
+    /** 1 on the first claim. */
+    readonly attempts: number;
+    /** The fencing token: it grows with every claim, never reused. Pass it to the systems you write to. */
+    readonly lease: number;
+    /** The worker id holding the lease. */
+    readonly worker: string;
+    readonly dependsOn: string[];
+    /** The whole claimed task. */
+    readonly record: Task;
+    readonly signal: AbortSignal;
+    /** @internal */
+    constructor(w: Worker, r: Run);
+    /** The W3C traceparent the task carries, when the server records one. */
+    get traceparent(): string | undefined;
+    /** True once the handler should stop. */
+    get cancelled(): boolean;
+    /** Why the handler should stop (Cancelled, LeaseLost or Shutdown), or undefined. */
+    get reason(): NornError | undefined;
+    /** Throws the reason to stop, if there is one. */
+    check(): void;
+    /** Resolves after `ms`, or rejects with the reason to stop as soon as there is one. */
+    sleep(ms: number): Promise<void>;
+    /**
+     * Records progress (0..1) right away with a heartbeat, which also extends
+     * the lease. Prefer {@link setProgress} for frequent updates.
+     */
+    progress(p: number): Promise<void>;
+    /** Records progress with the next automatic heartbeat: no call of its own. Clamped to 0..1. */
+    setProgress(p: number): void;
+    /**
+     * Appends `data` (JSON) to the task's update log, a checkpoint the next
+     * claimant reads with {@link previousLog}. Each append names the sequence
+     * number it expects, so a retried append never lands twice.
+     */
+    log(data: unknown): Promise<LogEntry>;
+    /** The log entries written under earlier claims of this task, oldest first (read once). */
+    previousLog(): Promise<LogEntry[]>;
+}
+/**
+ * Claims tasks of the handlers' queues and runs them: long-polls claims into
+ * free slots only, keeps every lease alive with batched background
+ * heartbeats, reports each outcome, and shuts down gracefully — stops
+ * claiming, lets running handlers finish within `shutdownGrace`, then aborts
+ * the rest and yields their tasks so another worker takes them at once.
+ */
+export declare class Worker {
+    #private;
+    readonly client: Client;
+    readonly queues: readonly string[];
+    readonly concurrency: number;
+    readonly name: string;
+    constructor(client: Client, opts: WorkerOptions);
+    /** The id the server assigned (`worker-<n>`), undefined before run() registered. */
+    get id(): string | undefined;
+    /** How many tasks this worker holds right now. */
+    get running(): number;
+    /**
+     * Registers, then claims and runs tasks until {@link stop} (or SIGTERM /
+     * SIGINT), then shuts down gracefully. Rejects with the error that made
+     * the worker unable to work (an invalid queue, a refused token).
+     */
+    run(): Promise<void>;
+    /**
+     * Starts a graceful shutdown (also before run(): it then returns at once).
+     * Resolves when run() has returned.
+     */
+    stop(): Promise<void>;
+    /** @internal */
+    _progress(run: Run, p: number): Promise<void>;
+    /** @internal */
+    _appendLog(run: Run, data: unknown): Promise<LogEntry>;
+    /** @internal */
+    _loadLog(run: Run): Promise<LogEntry[]>;
+}
+export {};

@@ -1,0 +1,670 @@
+import type { components } from "./openapi.js";
+import { InvalidArgument, NornError, Unavailable, errorFromWire } from "./errors.js";
+import { type Duration, type Time, formatDuration, formatTime, parseDuration } from "./wire.js";
+
+type Schemas = components["schemas"];
+
+/** A task as the API returns it (field names as on the wire). */
+export type Task = Schemas["Task"];
+export type Status = Schemas["Status"];
+export type LogEntry = Schemas["LogEntry"];
+export type QueueInfo = Schemas["QueueInfo"];
+export type Stats = Schemas["Stats"];
+export type GroupCount = Schemas["GroupCount"];
+export type WorkerInfo = Schemas["WorkerInfo"];
+export type TxnResult = Schemas["TxnResult"];
+export type SweepReport = Schemas["SweepReport"];
+export type TaskEvent = Schemas["Event"];
+export type Whoami = Schemas["WhoamiResponse"];
+export type ErrorInfo = Schemas["ErrorInfo"];
+export type RetryPolicy = Schemas["RetryPolicy"];
+export type Retention = Schemas["Retention"];
+
+/** A submitted task; `duplicate` is true when a task with its id existed. */
+export type SubmittedTask = Task & { duplicate?: boolean };
+
+/** How a failed task is retried: `base·2ⁿ` backoff capped at `max`. */
+export type RetryOptions = Omit<RetryPolicy, "base" | "max"> & { base?: Duration; max?: Duration };
+
+/** Per-call options every call takes. */
+export interface CallOptions {
+  /** Aborts the call; it then rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+/** The options of a new task, named as in the API. */
+export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" | "delay" | "timeout" | "retry"> & {
+  /** When it becomes ready (at most one of run_at and delay). */
+  run_at?: Time;
+  /** How long after submission it becomes ready. */
+  delay?: Duration;
+  /** Its lease length (the queue's default otherwise). */
+  timeout?: Duration;
+  retry?: RetryOptions;
+};
+
+/** A task to submit in a batch or a transaction. */
+export type NewTask = TaskOptions & { queue: string; spec?: unknown };
+
+/** Which tasks a list, count or delete applies to; every given filter must match. */
+export interface Filter {
+  /** One queue, a comma list or an array. */
+  queue?: string | readonly string[];
+  /** Statuses, or the aliases pending, succeeded, failed, terminal. */
+  status?: string | readonly string[];
+  labels?: Record<string, string>;
+  owner?: string;
+  id_contains?: string;
+  created_after?: Time;
+  created_before?: Time;
+  updated_after?: Time;
+  updated_before?: Time;
+}
+
+export interface ListOptions extends Filter, CallOptions {
+  /** Most tasks (a page's size for listPage); 0 or absent: every match for list. */
+  limit?: number;
+  order?: "id" | "newest" | "priority";
+  /** Omit spec, result, errors and history. */
+  summary?: boolean;
+}
+
+export interface PageOptions extends ListOptions {
+  cursor?: string;
+}
+
+export type UpdateOptions = Omit<Schemas["Update"], "run_at"> & { run_at?: Time };
+
+export type QueueSettings = Omit<Schemas["QueueUpdate"], "timeout" | "retry" | "retention"> & {
+  timeout?: Duration;
+  retry?: RetryOptions;
+  retention?: { completed?: Duration; aborted?: Duration; cancelled?: Duration };
+};
+
+/** What a failing or aborting worker records. */
+export interface TaskError {
+  code: string;
+  description?: string;
+  args?: Record<string, unknown>;
+}
+
+/** One operation of a lease batch. */
+export type LeaseOp =
+  | { op: "heartbeat"; id: string; worker: string; lease: number; progress?: number; extend?: Duration }
+  | { op: "complete"; id: string; worker: string; lease: number; result?: unknown }
+  | { op: "fail" | "abort"; id: string; worker: string; lease: number; error: TaskError }
+  | { op: "yield"; id: string; worker: string; lease: number };
+
+/** The result of one lease batch operation: its answer, or its error. */
+export type LeaseOpResult = { deadline?: string } | NornError;
+
+export interface ClientOptions {
+  /** The server; default $NORN_SERVER, else http://127.0.0.1:7070. */
+  url?: string;
+  /** Bearer token; default $NORN_TOKEN. */
+  token?: string;
+  /** Time limit of one call in milliseconds (a claim's long poll gets its wait on top); default 30000. */
+  timeout?: number;
+  /** The fetch to use; default the global one. */
+  fetch?: typeof fetch;
+}
+
+export const DEFAULT_SERVER = "http://127.0.0.1:7070";
+const USER_AGENT = "norn-typescript-client/0.1";
+// Added to a claim's wait for its time limit, so a long poll ends on the
+// server's schedule, not ours.
+const CLAIM_SLACK_MS = 30_000;
+// An error body is a small JSON object; a misbehaving proxy must not make us
+// buffer more.
+const MAX_ERROR_BODY = 64 << 10;
+
+function env(name: string): string | undefined {
+  const p = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process;
+  const v = p?.env?.[name];
+  return v === "" ? undefined : v;
+}
+
+interface Request extends CallOptions {
+  query?: URLSearchParams;
+  body?: unknown;
+  accept?: string;
+  timeout?: number;
+}
+
+/**
+ * A client of a Norn server's HTTP API. Every call returns a promise that
+ * rejects with a {@link NornError} subclass per error code.
+ */
+export class Client {
+  readonly url: string;
+  readonly #token: string | undefined;
+  readonly #timeout: number;
+  readonly #fetch: typeof fetch;
+
+  constructor(opts: ClientOptions = {}) {
+    const url = opts.url ?? env("NORN_SERVER") ?? DEFAULT_SERVER;
+    let parsed: URL;
+    try {
+      parsed = new URL(url);
+    } catch {
+      throw new InvalidArgument(`not a URL: ${JSON.stringify(url)}`, { field: "url" });
+    }
+    if (parsed.protocol !== "http:" && parsed.protocol !== "https:") {
+      throw new InvalidArgument(`must be an http or https URL, got ${JSON.stringify(url)}`, { field: "url" });
+    }
+    this.url = url.replace(/\/+$/, "");
+    this.#token = opts.token ?? env("NORN_TOKEN");
+    const timeout = opts.timeout ?? 30_000;
+    if (!(timeout > 0)) throw new InvalidArgument("must be a positive number of milliseconds", { field: "timeout" });
+    this.#timeout = timeout;
+    const f = opts.fetch ?? globalThis.fetch;
+    if (typeof f !== "function") {
+      throw new InvalidArgument("no fetch: use Node.js 18 or later, or pass one", { field: "fetch" });
+    }
+    this.#fetch = f;
+  }
+
+  // ---- transport -------------------------------------------------------
+
+  /**
+   * Sends a request; rejects with the error of a non-2xx answer. `release`
+   * must be called once the body was read: it stops the time limit (which a
+   * stream drops once its headers arrived) and forgets the caller's signal.
+   */
+  async #send(method: string, path: string, req: Request = {}): Promise<{ res: Response; release: () => void; signal: AbortSignal }> {
+    const qs = req.query?.toString();
+    const url = this.url + path + (qs ? "?" + qs : "");
+    const headers: Record<string, string> = { "User-Agent": USER_AGENT, Accept: req.accept ?? "application/json" };
+    if (this.#token) headers["Authorization"] = `Bearer ${this.#token}`;
+    let body: string | undefined;
+    if (req.body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      body = JSON.stringify(req.body);
+    }
+    const limit = req.timeout ?? this.#timeout;
+    const ctl = new AbortController();
+    const timer = setTimeout(() => ctl.abort(new Unavailable(`${method} ${path}: no answer within ${limit} ms`, { status: 0 })), limit);
+    const user = req.signal;
+    const onAbort = () => ctl.abort(user!.reason);
+    if (user) {
+      if (user.aborted) ctl.abort(user.reason);
+      else user.addEventListener("abort", onAbort, { once: true });
+    }
+    const release = () => {
+      clearTimeout(timer);
+      user?.removeEventListener("abort", onAbort);
+    };
+    let res: Response;
+    try {
+      res = await this.#fetch(url, { method, headers, body, signal: ctl.signal });
+    } catch (e) {
+      release();
+      if (ctl.signal.aborted) throw ctl.signal.reason;
+      throw new Unavailable(`${method} ${path}: ${describe(e)}`, { status: 0, cause: e });
+    }
+    if (!res.ok) {
+      try {
+        throw await this.#error(res);
+      } finally {
+        release();
+      }
+    }
+    if (req.accept === "application/x-ndjson" || req.accept === "text/event-stream") clearTimeout(timer);
+    return { res, release, signal: ctl.signal };
+  }
+
+  async #error(res: Response): Promise<NornError> {
+    let text = "";
+    try {
+      text = await readLimited(res, MAX_ERROR_BODY);
+    } catch {
+      // The status alone still says what happened.
+    }
+    try {
+      const body = JSON.parse(text) as { error?: { code?: unknown; message?: unknown; field?: unknown } };
+      if (body && typeof body.error === "object" && body.error !== null) return errorFromWire(body.error, res.status);
+    } catch {
+      // Not our JSON: a proxy's page, say.
+    }
+    const code =
+      res.status === 400 ? "invalid_argument"
+      : res.status === 401 ? "unauthenticated"
+      : res.status === 403 ? "permission_denied"
+      : res.status === 404 ? "not_found"
+      : res.status === 409 ? "conflict"
+      : res.status === 413 ? "too_large"
+      : res.status === 502 || res.status === 503 || res.status === 504 ? "unavailable"
+      : "internal";
+    return errorFromWire({ code, message: `HTTP ${res.status}: ${text.slice(0, 200)}` }, res.status);
+  }
+
+  async #call<T>(method: string, path: string, req: Request = {}): Promise<T> {
+    const { res, release, signal } = await this.#send(method, path, req);
+    let text: string;
+    try {
+      text = await res.text();
+    } catch (e) {
+      if (signal.aborted) throw signal.reason;
+      throw new Unavailable(`${method} ${path}: reading the response: ${describe(e)}`, { status: 0, cause: e });
+    } finally {
+      release();
+    }
+    try {
+      return JSON.parse(text) as T;
+    } catch (e) {
+      throw new NornError("internal", `${method} ${path}: cannot decode the server's response: ${describe(e)}`, { status: res.status });
+    }
+  }
+
+  // ---- tasks -----------------------------------------------------------
+
+  /** Submits one task. An existing id is not an error: the stored task comes back with `duplicate: true`. */
+  async submit(queue: string, spec?: unknown, options: TaskOptions & CallOptions = {}): Promise<SubmittedTask> {
+    const { signal, ...rest } = options;
+    const body = newTask({ ...rest, queue, spec }, "");
+    const r = await this.#call<Schemas["SubmitResponse"]>("POST", "/v1/tasks", { body, signal });
+    return r.duplicate ? { ...r.task, duplicate: true } : r.task;
+  }
+
+  /** Submits tasks all or nothing, in order; a task may depend on an earlier one of the batch. */
+  async submitBatch(tasks: readonly NewTask[], opts: CallOptions = {}): Promise<SubmittedTask[]> {
+    if (!Array.isArray(tasks)) throw new InvalidArgument("must be an array of tasks", { field: "tasks" });
+    const body = { tasks: tasks.map((t, i) => newTask(t, `tasks[${i}].`)) };
+    const r = await this.#call<Schemas["BatchResponse"]>("POST", "/v1/tasks/batch", { body, signal: opts.signal });
+    const dup = new Set(r.duplicates ?? []);
+    return r.tasks.map((t) => (dup.has(t.id) ? { ...t, duplicate: true } : t));
+  }
+
+  /** The task with this id; NotFound if there is none. */
+  async get(id: string, opts: CallOptions = {}): Promise<Task> {
+    const r = await this.#call<Schemas["TaskResponse"]>("GET", `/v1/tasks/${taskID(id)}`, opts);
+    return r.task;
+  }
+
+  /** The tasks of these ids that exist, and the ids that do not. */
+  async getMany(ids: readonly string[], opts: CallOptions = {}): Promise<{ tasks: Task[]; missing: string[] }> {
+    if (!Array.isArray(ids) || ids.length === 0) throw new InvalidArgument("give at least one id", { field: "ids" });
+    if (ids.length === 1) {
+      try {
+        return { tasks: [await this.get(ids[0]!, opts)], missing: [] };
+      } catch (e) {
+        if (e instanceof NornError && e.code === "not_found") return { tasks: [], missing: [ids[0]!] };
+        throw e;
+      }
+    }
+    const path = "/v1/tasks/" + ids.map((id, i) => taskID(id, `ids[${i}]`)).join(",");
+    const r = await this.#call<Schemas["ManyResponse"]>("GET", path, opts);
+    return { tasks: r.tasks, missing: r.missing ?? [] };
+  }
+
+  /**
+   * Every task matching the filter, streamed (NDJSON) in constant memory
+   * however many match. Stop early with `break`; that closes the stream.
+   */
+  async *list(opts: ListOptions = {}): AsyncGenerator<Task, void, undefined> {
+    const q = filterQuery(opts);
+    listQuery(q, opts);
+    const stream = await this.#send("GET", "/v1/tasks", { query: q, accept: "application/x-ndjson", signal: opts.signal });
+    for await (const line of lines(stream)) {
+      const v = parseLine(line) as Task & { error?: Schemas["WireError"] };
+      if (v.error !== undefined && v.id === undefined) throw errorFromWire(v.error, 500);
+      yield v;
+    }
+  }
+
+  /** One page of matching tasks; pass `next_cursor` as `cursor` for the next (absent on the last page). */
+  async listPage(opts: PageOptions = {}): Promise<{ tasks: Task[]; next_cursor?: string }> {
+    const q = filterQuery(opts);
+    listQuery(q, opts);
+    if (opts.cursor) q.set("cursor", opts.cursor);
+    const r = await this.#call<Schemas["PageResponse"]>("GET", "/v1/tasks", { query: q, signal: opts.signal });
+    return r.next_cursor ? { tasks: r.tasks, next_cursor: r.next_cursor } : { tasks: r.tasks };
+  }
+
+  /** How many tasks match the filter. */
+  async count(filter: Filter & CallOptions = {}): Promise<number> {
+    const r = await this.#call<Schemas["CountResponse"]>("GET", "/v1/tasks/count", { query: filterQuery(filter), signal: filter.signal });
+    return r.count;
+  }
+
+  /** Counts of the matching tasks per queue and status. */
+  async countGroups(filter: Filter & CallOptions = {}): Promise<GroupCount[]> {
+    const q = filterQuery(filter);
+    q.set("group", "queue,status");
+    const r = await this.#call<Schemas["CountResponse"]>("GET", "/v1/tasks/count", { query: q, signal: filter.signal });
+    return r.groups ?? [];
+  }
+
+  /** Changes a task that is not running (priority, run_at, labels), optionally only at `if_version`. */
+  async update(id: string, changes: UpdateOptions, opts: CallOptions = {}): Promise<Task> {
+    const body: Record<string, unknown> = { ...changes };
+    if (changes.run_at !== undefined) body["run_at"] = formatTime(changes.run_at, "run_at");
+    const r = await this.#call<Schemas["TaskResponse"]>("PATCH", `/v1/tasks/${taskID(id)}`, { body, signal: opts.signal });
+    return r.task;
+  }
+
+  /** Cancels a task; a worker running it learns it at its next heartbeat. */
+  async cancel(id: string, opts: CallOptions = {}): Promise<Task> {
+    const r = await this.#call<Schemas["TaskResponse"]>("POST", `/v1/tasks/${taskID(id)}/cancel`, opts);
+    return r.task;
+  }
+
+  /** Deletes a task; NotFound if there is none. */
+  async delete(id: string, opts: CallOptions = {}): Promise<void> {
+    await this.#call<Schemas["DeletedResponse"]>("DELETE", `/v1/tasks/${taskID(id)}`, opts);
+  }
+
+  /** Deletes every matching task (at least one filter is required); how many were deleted. */
+  async deleteMatching(filter: Filter & CallOptions): Promise<number> {
+    const r = await this.#call<Schemas["DeletedResponse"]>("DELETE", "/v1/tasks", { query: filterQuery(filter), signal: filter.signal });
+    return r.deleted;
+  }
+
+  /** The task's update log after sequence number `after` (at most `limit` entries, 0: all). */
+  async readLog(id: string, opts: { after?: number; limit?: number } & CallOptions = {}): Promise<LogEntry[]> {
+    const q = new URLSearchParams();
+    if (opts.after) q.set("after", String(opts.after));
+    if (opts.limit) q.set("limit", String(opts.limit));
+    const r = await this.#call<Schemas["LogResponse"]>("GET", `/v1/tasks/${taskID(id)}/log`, { query: q, signal: opts.signal });
+    return r.entries;
+  }
+
+  /** Submits, updates, cancels and deletes all or nothing, once every requirement (`{id, version}`) holds. */
+  async transact(
+    txn: {
+      submit?: readonly NewTask[];
+      update?: readonly (UpdateOptions & { id: string })[];
+      cancel?: readonly string[];
+      delete?: readonly string[];
+      require?: readonly { id: string; version?: number }[];
+    },
+    opts: CallOptions = {},
+  ): Promise<TxnResult> {
+    const body: Record<string, unknown> = {};
+    if (txn.submit) body["submit"] = txn.submit.map((t, i) => newTask(t, `submit[${i}].`));
+    if (txn.update) {
+      body["update"] = txn.update.map((u, i) =>
+        u.run_at === undefined ? { ...u } : { ...u, run_at: formatTime(u.run_at, `update[${i}].run_at`) },
+      );
+    }
+    if (txn.cancel) body["cancel"] = [...txn.cancel];
+    if (txn.delete) body["delete"] = [...txn.delete];
+    if (txn.require) body["require"] = [...txn.require];
+    return this.#call<TxnResult>("POST", "/v1/transactions", { body, signal: opts.signal });
+  }
+
+  // ---- queues and administration -----------------------------------------
+
+  async queues(opts: CallOptions = {}): Promise<QueueInfo[]> {
+    return (await this.#call<Schemas["QueuesResponse"]>("GET", "/v1/queues", opts)).queues;
+  }
+
+  /** A queue's settings and counts (an unused queue reads as empty, with defaults). */
+  async queue(name: string, opts: CallOptions = {}): Promise<QueueInfo> {
+    return (await this.#call<Schemas["QueueResponse"]>("GET", `/v1/queues/${encodeURIComponent(name)}`, opts)).queue;
+  }
+
+  /** Pauses or resumes a queue and sets its defaults (role admin). */
+  async updateQueue(name: string, settings: QueueSettings, opts: CallOptions = {}): Promise<QueueInfo> {
+    const body: Record<string, unknown> = { ...settings };
+    if (settings.timeout !== undefined) body["timeout"] = formatDuration(settings.timeout, "timeout");
+    if (settings.retry !== undefined) body["retry"] = retryPolicy(settings.retry, "retry");
+    if (settings.retention !== undefined) {
+      const ret: Record<string, string> = {};
+      for (const [k, v] of Object.entries(settings.retention)) {
+        if (v !== undefined) ret[k] = formatDuration(v, `retention.${k}`);
+      }
+      body["retention"] = ret;
+    }
+    const path = `/v1/queues/${encodeURIComponent(name)}`;
+    return (await this.#call<Schemas["QueueResponse"]>("PATCH", path, { body, signal: opts.signal })).queue;
+  }
+
+  async stats(opts: CallOptions = {}): Promise<Stats> {
+    return this.#call<Stats>("GET", "/v1/stats", opts);
+  }
+
+  async workers(opts: CallOptions = {}): Promise<WorkerInfo[]> {
+    return (await this.#call<Schemas["WorkersResponse"]>("GET", "/v1/workers", opts)).workers;
+  }
+
+  /** What the caller's token may do. */
+  async whoami(opts: CallOptions = {}): Promise<Whoami> {
+    return this.#call<Whoami>("GET", "/v1/whoami", opts);
+  }
+
+  /** Runs the monitor's duties due now (role admin). */
+  async sweep(opts: CallOptions = {}): Promise<SweepReport> {
+    return this.#call<SweepReport>("POST", "/v1/sweep", opts);
+  }
+
+  /**
+   * Task state changes as they happen (server-sent events). The
+   * subscription is in place once the first `next()` resolved or once this
+   * generator's first event arrives; stop with `break` or the signal.
+   */
+  async *events(opts: { queue?: string | readonly string[]; task?: string } & CallOptions = {}): AsyncGenerator<TaskEvent, void, undefined> {
+    const q = new URLSearchParams();
+    const queue = csv(opts.queue);
+    if (queue) q.set("queue", queue);
+    if (opts.task) q.set("task", opts.task);
+    const stream = await this.#send("GET", "/v1/events", { query: q, accept: "text/event-stream", signal: opts.signal });
+    let data: string[] = [];
+    for await (const line of lines(stream)) {
+      if (line === "") {
+        if (data.length > 0) yield parseLine(data.join("\n")) as TaskEvent;
+        data = [];
+      } else if (line.startsWith("data:")) {
+        data.push(line.slice(line.startsWith("data: ") ? 6 : 5));
+      }
+      // "event:" repeats the data's kind; ":" lines are keep-alive comments.
+    }
+  }
+
+  // ---- worker calls ------------------------------------------------------
+
+  /** Registers a worker; its id names it in claims and lease calls. */
+  async registerWorker(name: string, queues: readonly string[], opts: CallOptions = {}): Promise<string> {
+    const r = await this.#call<Schemas["WorkerIDResponse"]>("POST", "/v1/workers", { body: { name, queues }, signal: opts.signal });
+    return r.id;
+  }
+
+  /**
+   * Claims up to `n` ready tasks of the queues, in preference order. With
+   * `wait` and nothing ready it long-polls; it answers [] when the wait
+   * passes or the server shuts down. `timeout` is the lease length.
+   */
+  async claim(
+    worker: string,
+    queues: string | readonly string[],
+    opts: { n?: number; timeout?: Duration; wait?: Duration } & CallOptions = {},
+  ): Promise<Task[]> {
+    const body: Record<string, unknown> = { worker, queues: typeof queues === "string" ? [queues] : [...queues] };
+    if (opts.n !== undefined) body["n"] = opts.n;
+    if (opts.timeout !== undefined) body["timeout"] = formatDuration(opts.timeout, "timeout");
+    let limit = this.#timeout;
+    if (opts.wait !== undefined) {
+      body["wait"] = formatDuration(opts.wait, "wait");
+      limit = Math.max(limit, (typeof opts.wait === "number" ? opts.wait : parseDuration(opts.wait, "wait")) + CLAIM_SLACK_MS);
+    }
+    const r = await this.#call<Schemas["TasksResponse"]>("POST", "/v1/claim", { body, signal: opts.signal, timeout: limit });
+    return r.tasks;
+  }
+
+  /** Extends the lease (by `extend`, else the task's timeout) and records progress; the new deadline. */
+  async heartbeat(
+    id: string,
+    worker: string,
+    lease: number,
+    opts: { progress?: number; extend?: Duration } & CallOptions = {},
+  ): Promise<string> {
+    const body: Record<string, unknown> = { worker, lease };
+    if (opts.progress !== undefined) body["progress"] = opts.progress;
+    if (opts.extend !== undefined) body["extend"] = formatDuration(opts.extend, "extend");
+    const r = await this.#call<Schemas["DeadlineResponse"]>("POST", `/v1/tasks/${taskID(id)}/heartbeat`, { body, signal: opts.signal });
+    return r.deadline;
+  }
+
+  /** Appends to the task's update log; `seq`, when given, must be the next number (Conflict otherwise). */
+  async appendLog(id: string, worker: string, lease: number, data: unknown, opts: { seq?: number } & CallOptions = {}): Promise<LogEntry> {
+    const body: Record<string, unknown> = { worker, lease, data };
+    if (opts.seq !== undefined) body["seq"] = opts.seq;
+    const r = await this.#call<Schemas["EntryResponse"]>("POST", `/v1/tasks/${taskID(id)}/log`, { body, signal: opts.signal });
+    return r.entry;
+  }
+
+  /** Completes the task with an optional JSON result. */
+  async complete(id: string, worker: string, lease: number, result?: unknown, opts: CallOptions = {}): Promise<void> {
+    const body: Record<string, unknown> = { worker, lease };
+    if (result !== undefined) body["result"] = result;
+    await this.#call("POST", `/v1/tasks/${taskID(id)}/complete`, { body, signal: opts.signal });
+  }
+
+  /** Fails the attempt: retried per the task's policy, else aborted. */
+  async fail(id: string, worker: string, lease: number, error: TaskError, opts: CallOptions = {}): Promise<void> {
+    await this.#call("POST", `/v1/tasks/${taskID(id)}/fail`, { body: { worker, lease, error }, signal: opts.signal });
+  }
+
+  /** Aborts the task for good. */
+  async abort(id: string, worker: string, lease: number, error: TaskError, opts: CallOptions = {}): Promise<void> {
+    await this.#call("POST", `/v1/tasks/${taskID(id)}/abort`, { body: { worker, lease, error }, signal: opts.signal });
+  }
+
+  /** Gives the task back: ready again at once, the attempt does not count. */
+  async yield(id: string, worker: string, lease: number, opts: CallOptions = {}): Promise<void> {
+    await this.#call("POST", `/v1/tasks/${taskID(id)}/yield`, { body: { worker, lease }, signal: opts.signal });
+  }
+
+  /** Runs lease operations in one call; each gets its own result or error, in order. */
+  async leaseBatch(ops: readonly LeaseOp[], opts: CallOptions = {}): Promise<LeaseOpResult[]> {
+    const wire = ops.map((op, i) =>
+      op.op === "heartbeat" && op.extend !== undefined ? { ...op, extend: formatDuration(op.extend, `ops[${i}].extend`) } : op,
+    );
+    const r = await this.#call<Schemas["LeaseBatchResponse"]>("POST", "/v1/leases/batch", { body: { ops: wire }, signal: opts.signal });
+    return r.results.map((res) => (res.error ? errorFromWire(res.error, 200) : res));
+  }
+}
+
+// ---- helpers ---------------------------------------------------------------
+
+function describe(e: unknown): string {
+  if (e instanceof Error) {
+    const cause = (e as Error & { cause?: unknown }).cause;
+    return cause instanceof Error ? `${e.message}: ${cause.message}` : e.message;
+  }
+  return String(e);
+}
+
+function taskID(id: string, field = "id"): string {
+  if (typeof id !== "string" || id === "") throw new InvalidArgument("must be a non-empty task id", { field });
+  return encodeURIComponent(id);
+}
+
+function csv(v: string | readonly string[] | undefined): string | undefined {
+  if (v === undefined) return undefined;
+  return typeof v === "string" ? v : v.join(",");
+}
+
+function retryPolicy(r: RetryOptions, field: string): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...r };
+  if (r.base !== undefined) out["base"] = formatDuration(r.base, `${field}.base`);
+  if (r.max !== undefined) out["max"] = formatDuration(r.max, `${field}.max`);
+  return out;
+}
+
+function newTask(t: NewTask, prefix: string): Record<string, unknown> {
+  if (t === null || typeof t !== "object") throw new InvalidArgument("must be a task object", { field: prefix.replace(/\.$/, "") || "task" });
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(t)) {
+    if (v === undefined) continue;
+    if (k === "run_at") out[k] = formatTime(v as Time, prefix + k);
+    else if (k === "delay" || k === "timeout") out[k] = formatDuration(v as Duration, prefix + k);
+    else if (k === "retry") out[k] = retryPolicy(v as RetryOptions, prefix + k);
+    else out[k] = v;
+  }
+  return out;
+}
+
+function filterQuery(f: Filter): URLSearchParams {
+  const q = new URLSearchParams();
+  const queue = csv(f.queue);
+  if (queue) q.set("queue", queue);
+  const status = csv(f.status);
+  if (status) q.set("status", status);
+  for (const [k, v] of Object.entries(f.labels ?? {})) q.append("label", `${k}:${v}`);
+  if (f.owner) q.set("owner", f.owner);
+  if (f.id_contains) q.set("id_contains", f.id_contains);
+  for (const k of ["created_after", "created_before", "updated_after", "updated_before"] as const) {
+    const v = f[k];
+    if (v !== undefined) q.set(k, formatTime(v, k));
+  }
+  return q;
+}
+
+function listQuery(q: URLSearchParams, o: ListOptions): void {
+  if (o.limit) q.set("limit", String(o.limit));
+  if (o.order) q.set("order", o.order);
+  if (o.summary) q.set("view", "summary");
+}
+
+function parseLine(line: string): unknown {
+  try {
+    return JSON.parse(line);
+  } catch (e) {
+    throw new NornError("internal", `cannot decode a streamed line: ${describe(e)}`);
+  }
+}
+
+async function readLimited(res: Response, max: number): Promise<string> {
+  if (!res.body) return "";
+  const reader = res.body.getReader();
+  const dec = new TextDecoder();
+  let out = "";
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      out += dec.decode(value, { stream: true });
+      if (out.length >= max) break;
+    }
+  } finally {
+    await reader.cancel().catch(() => {});
+  }
+  return out.slice(0, max);
+}
+
+/** The lines of a streamed body, read as they arrive; leaving the loop closes the stream. */
+async function* lines(stream: { res: Response; release: () => void; signal: AbortSignal }): AsyncGenerator<string, void, undefined> {
+  const { res, release, signal } = stream;
+  if (!res.body) {
+    release();
+    return;
+  }
+  const reader = res.body.getReader();
+  const dec = new TextDecoder();
+  let buf = "";
+  try {
+    for (;;) {
+      let chunk: Awaited<ReturnType<typeof reader.read>>;
+      try {
+        chunk = await reader.read();
+      } catch (e) {
+        if (signal.aborted) throw signal.reason;
+        throw new Unavailable(`the stream broke: ${describe(e)}`, { status: 0, cause: e });
+      }
+      if (chunk.done) break;
+      buf += dec.decode(chunk.value, { stream: true });
+      let nl: number;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, nl).replace(/\r$/, "");
+        buf = buf.slice(nl + 1);
+        yield line;
+      }
+    }
+    buf += dec.decode();
+    if (buf !== "") yield buf;
+  } finally {
+    await reader.cancel().catch(() => {});
+    release();
+  }
+}

@@ -1,0 +1,849 @@
+import os from "node:os";
+import { Client, type LeaseOp, type LogEntry, type Task } from "./client.js";
+import {
+  Cancelled,
+  Conflict,
+  Internal,
+  InvalidArgument,
+  LeaseLost,
+  NornError,
+  NotFound,
+  PermissionDenied,
+  Shutdown,
+  Unauthenticated,
+  Unavailable,
+} from "./errors.js";
+import { formatDuration, parseDuration } from "./wire.js";
+
+/**
+ * Runs one task. What it does decides the outcome: resolving completes the
+ * task with the value as its result (JSON; undefined: no result), throwing
+ * {@link Abort} aborts it for good, throwing {@link Fail} or anything else
+ * fails the attempt (retried per the task's policy, else aborted).
+ */
+export type Handler = (task: ActiveTask) => unknown;
+
+/** Where the worker logs; `console` fits. */
+export interface Logger {
+  debug?(msg: string): void;
+  info?(msg: string): void;
+  warn?(msg: string): void;
+  error?(msg: string): void;
+}
+
+export interface WorkerOptions {
+  /** The handler of each queue served. */
+  handlers: Record<string, Handler>;
+  /** Claim preference order; default the handlers' queues in their order. */
+  queues?: readonly string[];
+  /** Most tasks running (and leased) at once; default the number of CPUs. */
+  concurrency?: number;
+  /** Lease length in ms asked for on claim and heartbeat; default each task's own timeout (its queue's default, 10 s unless set). */
+  lease?: number;
+  /** Heartbeat interval in ms; default a third of the lease. Also bounds how late a handler learns of a cancel. */
+  heartbeatInterval?: number;
+  /** Most tasks per claim, never more than the free slots; default 10. */
+  claimBatch?: number;
+  /** Long-poll time of one claim in ms; default 10000, 0 disables long-polling. */
+  wait?: number;
+  /** Least time between two empty claims in ms; default 1000. */
+  pollInterval?: number;
+  /** After a shutdown starts, how long running handlers may finish (ms) before their tasks are yielded; default 10000. */
+  shutdownGrace?: number;
+  /** Shown to operators with the worker id; default host:pid. */
+  name?: string;
+  /** Default: warnings and errors to the console. */
+  logger?: Logger;
+  /** Stop gracefully on SIGTERM and SIGINT while running; default true. */
+  handleSignals?: boolean;
+}
+
+/** Throw it from a handler to abort the task for good (no retry). */
+export class Abort extends Error {
+  readonly code: string | undefined;
+  readonly details: Record<string, unknown> | undefined;
+  constructor(message = "", opts: { code?: string; details?: Record<string, unknown>; cause?: unknown } = {}) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = "Abort";
+    this.code = opts.code;
+    this.details = opts.details;
+  }
+}
+
+/** Throw it from a handler to fail the attempt with a code of your own; the task is retried per its policy. */
+export class Fail extends Error {
+  readonly code: string | undefined;
+  readonly details: Record<string, unknown> | undefined;
+  constructor(message = "", opts: { code?: string; details?: Record<string, unknown>; cause?: unknown } = {}) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = "Fail";
+    this.code = opts.code;
+    this.details = opts.details;
+  }
+}
+
+const DEFAULT_LEASE_MS = 10_000;
+const DEFAULT_ERROR_CODE = "handler_error";
+const MAX_CLAIM = 1000;
+const MAX_WAIT_MS = 300_000;
+// How long run() waits for handlers that ignore their signal after their
+// tasks were yielded; their outcomes are discarded anyway.
+const ABANDON_AFTER_MS = 5_000;
+// Recorded error descriptions stay well inside the server's limits.
+const MAX_DESCRIPTION = 8000;
+
+type RunState = "running" | "finishing" | "gone" | "yielded";
+
+/** The worker's bookkeeping of one claimed task. */
+class Run {
+  readonly id: string;
+  readonly worker: string;
+  readonly lease: number;
+  readonly ctl = new AbortController();
+  state: RunState = "running";
+  lastOk: number;
+  nextBeat: number;
+  inflight = false;
+  progress: number | undefined;
+  nextSeq = 0;
+  prevLog: LogEntry[] | undefined;
+  logQueue: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    readonly record: Task,
+    workerID: string,
+    readonly leaseLen: number,
+    readonly interval: number,
+    sent: number,
+  ) {
+    this.id = record.id;
+    this.worker = record.owner ?? workerID;
+    this.lease = record.lease;
+    this.lastOk = sent;
+    this.nextBeat = sent + interval;
+  }
+}
+
+/**
+ * The handler's view of one claimed task. `signal` aborts when the handler
+ * should stop — the task was cancelled ({@link Cancelled}), its lease was
+ * lost ({@link LeaseLost}) or a shutdown's grace period ended
+ * ({@link Shutdown}) — with that error as its reason; pass it to fetch and
+ * friends. Nothing a handler returns after that is reported.
+ */
+export class ActiveTask {
+  readonly id: string;
+  readonly queue: string;
+  readonly spec: unknown;
+  readonly labels: Record<string, string>;
+  readonly priority: number;
+  /** 1 on the first claim. */
+  readonly attempts: number;
+  /** The fencing token: it grows with every claim, never reused. Pass it to the systems you write to. */
+  readonly lease: number;
+  /** The worker id holding the lease. */
+  readonly worker: string;
+  readonly dependsOn: string[];
+  /** The whole claimed task. */
+  readonly record: Task;
+  readonly signal: AbortSignal;
+  readonly #w: Worker;
+  readonly #r: Run;
+
+  /** @internal */
+  constructor(w: Worker, r: Run) {
+    this.#w = w;
+    this.#r = r;
+    const rec = r.record;
+    this.record = rec;
+    this.id = r.id;
+    this.queue = rec.queue;
+    this.spec = rec.spec;
+    this.labels = { ...(rec.labels ?? {}) };
+    this.priority = rec.priority;
+    this.attempts = rec.attempts;
+    this.lease = r.lease;
+    this.worker = r.worker;
+    this.dependsOn = [...(rec.depends_on ?? [])];
+    this.signal = r.ctl.signal;
+  }
+
+  /** The W3C traceparent the task carries, when the server records one. */
+  get traceparent(): string | undefined {
+    const rec = this.record as Task & { traceparent?: unknown; trace?: { traceparent?: unknown } };
+    const tp = rec.traceparent ?? rec.trace?.traceparent;
+    return typeof tp === "string" && tp !== "" ? tp : undefined;
+  }
+
+  /** True once the handler should stop. */
+  get cancelled(): boolean {
+    return this.signal.aborted;
+  }
+
+  /** Why the handler should stop (Cancelled, LeaseLost or Shutdown), or undefined. */
+  get reason(): NornError | undefined {
+    return this.signal.aborted ? (this.signal.reason as NornError) : undefined;
+  }
+
+  /** Throws the reason to stop, if there is one. */
+  check(): void {
+    if (this.signal.aborted) throw this.signal.reason;
+  }
+
+  /** Resolves after `ms`, or rejects with the reason to stop as soon as there is one. */
+  sleep(ms: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      if (this.signal.aborted) return reject(this.signal.reason);
+      const onAbort = () => {
+        clearTimeout(t);
+        reject(this.signal.reason);
+      };
+      const t = setTimeout(() => {
+        this.signal.removeEventListener("abort", onAbort);
+        resolve();
+      }, ms);
+      this.signal.addEventListener("abort", onAbort, { once: true });
+    });
+  }
+
+  /**
+   * Records progress (0..1) right away with a heartbeat, which also extends
+   * the lease. Prefer {@link setProgress} for frequent updates.
+   */
+  async progress(p: number): Promise<void> {
+    if (typeof p !== "number" || !(p >= 0 && p <= 1)) {
+      throw new InvalidArgument(`must be a number between 0 and 1, got ${String(p)}`, { field: "progress" });
+    }
+    this.check();
+    await this.#w._progress(this.#r, p);
+  }
+
+  /** Records progress with the next automatic heartbeat: no call of its own. Clamped to 0..1. */
+  setProgress(p: number): void {
+    if (typeof p !== "number" || Number.isNaN(p)) return;
+    this.#r.progress = Math.min(Math.max(p, 0), 1);
+  }
+
+  /**
+   * Appends `data` (JSON) to the task's update log, a checkpoint the next
+   * claimant reads with {@link previousLog}. Each append names the sequence
+   * number it expects, so a retried append never lands twice.
+   */
+  log(data: unknown): Promise<LogEntry> {
+    this.check();
+    const r = this.#r;
+    const p = r.logQueue.then(() => this.#w._appendLog(r, data));
+    r.logQueue = p.catch(() => {});
+    return p;
+  }
+
+  /** The log entries written under earlier claims of this task, oldest first (read once). */
+  previousLog(): Promise<LogEntry[]> {
+    const r = this.#r;
+    const p = r.logQueue.then(() => this.#w._loadLog(r));
+    r.logQueue = p.catch(() => {});
+    return p;
+  }
+}
+
+/** A promise that anyone can settle, and a way to wait for "something changed". */
+class Changed {
+  #waiters: (() => void)[] = [];
+  notify(): void {
+    const w = this.#waiters;
+    this.#waiters = [];
+    for (const f of w) f();
+  }
+  /** Resolves on the next notify or after ms (Infinity: no time limit). */
+  wait(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      let t: ReturnType<typeof setTimeout> | undefined;
+      const done = () => {
+        if (t !== undefined) clearTimeout(t);
+        resolve();
+      };
+      this.#waiters.push(done);
+      if (Number.isFinite(ms)) t = setTimeout(done, Math.max(0, ms));
+    });
+  }
+}
+
+const now = () => performance.now();
+
+function isGone(e: unknown): e is NornError {
+  return e instanceof Cancelled || e instanceof LeaseLost || e instanceof NotFound;
+}
+function isTransient(e: unknown): boolean {
+  return e instanceof Unavailable || e instanceof Internal;
+}
+
+/**
+ * Claims tasks of the handlers' queues and runs them: long-polls claims into
+ * free slots only, keeps every lease alive with batched background
+ * heartbeats, reports each outcome, and shuts down gracefully — stops
+ * claiming, lets running handlers finish within `shutdownGrace`, then aborts
+ * the rest and yields their tasks so another worker takes them at once.
+ */
+export class Worker {
+  readonly client: Client;
+  readonly queues: readonly string[];
+  readonly concurrency: number;
+  readonly name: string;
+  readonly #handlers: Record<string, Handler>;
+  readonly #lease: number | undefined;
+  readonly #leaseWire: string | undefined;
+  readonly #interval: number | undefined;
+  readonly #claimBatch: number;
+  readonly #wait: number;
+  readonly #poll: number;
+  readonly #grace: number;
+  readonly #log: Logger;
+  readonly #handleSignals: boolean;
+
+  readonly #runs = new Map<Run, Promise<void>>();
+  readonly #changed = new Changed();
+  readonly #stopCtl = new AbortController();
+  #id: string | undefined;
+  #started = false;
+  #hbStop = false;
+  #done!: Promise<void>;
+  #resolveDone!: () => void;
+
+  constructor(client: Client, opts: WorkerOptions) {
+    if (!(client instanceof Client)) throw new InvalidArgument("a Client is required", { field: "client" });
+    const handlers = opts?.handlers;
+    if (handlers === null || typeof handlers !== "object" || Object.keys(handlers).length === 0) {
+      throw new InvalidArgument("map at least one queue to a handler", { field: "handlers" });
+    }
+    for (const [q, fn] of Object.entries(handlers)) {
+      if (typeof fn !== "function") throw new InvalidArgument(`the handler of queue ${JSON.stringify(q)} is not a function`, { field: `handlers.${q}` });
+    }
+    const queues = opts.queues ? [...opts.queues] : Object.keys(handlers);
+    if (queues.length === 0) throw new InvalidArgument("at least one queue is required", { field: "queues" });
+    queues.forEach((q, i) => {
+      if (!(q in handlers)) throw new InvalidArgument(`no handler for queue ${JSON.stringify(q)}`, { field: `queues[${i}]` });
+    });
+    const concurrency = opts.concurrency ?? Math.max(1, os.cpus().length);
+    if (!Number.isInteger(concurrency) || concurrency < 1) throw new InvalidArgument("must be a positive integer", { field: "concurrency" });
+    if (opts.lease !== undefined && !(opts.lease >= 1)) throw new InvalidArgument("must be at least 1 (ms)", { field: "lease" });
+    if (opts.heartbeatInterval !== undefined) {
+      if (!(opts.heartbeatInterval > 0)) throw new InvalidArgument("must be positive", { field: "heartbeatInterval" });
+      if (opts.lease !== undefined && opts.heartbeatInterval >= opts.lease) {
+        throw new InvalidArgument(`must be shorter than lease (${opts.lease} ms)`, { field: "heartbeatInterval" });
+      }
+    }
+    const claimBatch = opts.claimBatch ?? 10;
+    if (!Number.isInteger(claimBatch) || claimBatch < 1 || claimBatch > MAX_CLAIM) {
+      throw new InvalidArgument(`must be between 1 and ${MAX_CLAIM}`, { field: "claimBatch" });
+    }
+    const wait = opts.wait ?? 10_000;
+    if (!(wait >= 0 && wait <= MAX_WAIT_MS)) throw new InvalidArgument(`must be between 0 and ${MAX_WAIT_MS} (ms)`, { field: "wait" });
+    const poll = opts.pollInterval ?? 1000;
+    if (!(poll >= 0)) throw new InvalidArgument("must not be negative", { field: "pollInterval" });
+    const grace = opts.shutdownGrace ?? 10_000;
+    if (!(grace >= 0)) throw new InvalidArgument("must not be negative", { field: "shutdownGrace" });
+
+    this.client = client;
+    this.#handlers = { ...handlers };
+    this.queues = queues;
+    this.concurrency = concurrency;
+    this.#lease = opts.lease;
+    this.#leaseWire = opts.lease === undefined ? undefined : formatDuration(opts.lease, "lease");
+    this.#interval = opts.heartbeatInterval;
+    this.#claimBatch = claimBatch;
+    this.#wait = wait;
+    this.#poll = poll;
+    this.#grace = grace;
+    this.name = opts.name ?? `${os.hostname()}:${process.pid}`;
+    this.#log = opts.logger ?? { warn: (m) => console.warn(m), error: (m) => console.error(m) };
+    this.#handleSignals = opts.handleSignals ?? true;
+    this.#done = new Promise((resolve) => (this.#resolveDone = resolve));
+  }
+
+  /** The id the server assigned (`worker-<n>`), undefined before run() registered. */
+  get id(): string | undefined {
+    return this.#id;
+  }
+
+  /** How many tasks this worker holds right now. */
+  get running(): number {
+    return this.#runs.size;
+  }
+
+  /**
+   * Registers, then claims and runs tasks until {@link stop} (or SIGTERM /
+   * SIGINT), then shuts down gracefully. Rejects with the error that made
+   * the worker unable to work (an invalid queue, a refused token).
+   */
+  async run(): Promise<void> {
+    if (this.#started) throw new Error("Worker.run called twice");
+    this.#started = true;
+    const onSignal = (sig: string) => {
+      this.#log.info?.(`norn worker: ${sig}, shutting down`);
+      void this.stop();
+    };
+    if (this.#handleSignals) {
+      process.on("SIGTERM", onSignal);
+      process.on("SIGINT", onSignal);
+    }
+    try {
+      if (!(await this.#register())) return;
+      const hb = this.#heartbeats();
+      let err: unknown;
+      try {
+        await this.#claimLoop();
+      } catch (e) {
+        err = e;
+      } finally {
+        this.#stopCtl.abort();
+        await this.#drain();
+        this.#hbStop = true;
+        this.#changed.notify();
+        await hb;
+      }
+      if (err !== undefined) throw err;
+    } finally {
+      if (this.#handleSignals) {
+        process.off("SIGTERM", onSignal);
+        process.off("SIGINT", onSignal);
+      }
+      this.#resolveDone();
+    }
+  }
+
+  /**
+   * Starts a graceful shutdown (also before run(): it then returns at once).
+   * Resolves when run() has returned.
+   */
+  stop(): Promise<void> {
+    if (!this.#stopCtl.signal.aborted) this.#stopCtl.abort();
+    this.#changed.notify();
+    if (!this.#started) this.#resolveDone();
+    return this.#done;
+  }
+
+  get #stopping(): boolean {
+    return this.#stopCtl.signal.aborted;
+  }
+
+  /** Sleeps up to ms; returns early (true) when a shutdown starts. */
+  async #pause(ms: number): Promise<boolean> {
+    if (this.#stopping) return true;
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(done, Math.max(0, ms));
+      const sig = this.#stopCtl.signal;
+      function done() {
+        clearTimeout(t);
+        sig.removeEventListener("abort", done);
+        resolve();
+      }
+      sig.addEventListener("abort", done, { once: true });
+    });
+    return this.#stopping;
+  }
+
+  async #register(): Promise<boolean> {
+    let delay = 100;
+    while (!this.#stopping) {
+      try {
+        this.#id = await this.client.registerWorker(this.name, this.queues, { signal: this.#stopCtl.signal });
+        this.#log.info?.(`norn worker ${this.#id} registered: queues ${this.queues.join(",")}, concurrency ${this.concurrency}`);
+        return true;
+      } catch (e) {
+        if (this.#stopping) return false;
+        if (!isTransient(e)) throw e;
+        this.#log.warn?.(`norn worker: registration failed, retrying in ${delay} ms: ${String(e)}`);
+        await this.#pause(delay);
+        delay = Math.min(delay * 2, 5000);
+      }
+    }
+    return false;
+  }
+
+  async #claimLoop(): Promise<void> {
+    let backoff = 100;
+    while (!this.#stopping) {
+      while (this.#runs.size >= this.concurrency && !this.#stopping) await this.#changed.wait(Infinity);
+      if (this.#stopping) return;
+      const free = this.concurrency - this.#runs.size;
+      const sent = now();
+      let tasks: Task[];
+      try {
+        tasks = await this.client.claim(this.#id!, this.queues, {
+          n: Math.min(free, this.#claimBatch),
+          ...(this.#leaseWire !== undefined ? { timeout: this.#leaseWire } : {}),
+          ...(this.#wait > 0 ? { wait: this.#wait } : {}),
+          signal: this.#stopCtl.signal,
+        });
+      } catch (e) {
+        if (this.#stopping) return;
+        if (e instanceof InvalidArgument || e instanceof Unauthenticated || e instanceof PermissionDenied) throw e;
+        this.#log.warn?.(`norn worker ${this.#id}: claim failed, retrying in ${backoff} ms: ${String(e)}`);
+        await this.#pause(backoff);
+        backoff = Math.min(backoff * 2, 5000);
+        continue;
+      }
+      backoff = 100;
+      for (const rec of tasks) this.#start(rec, sent);
+      if (tasks.length === 0) await this.#pause(this.#poll - (now() - sent));
+    }
+  }
+
+  #leaseLen(rec: Task): number {
+    if (this.#lease !== undefined) return this.#lease;
+    try {
+      const ms = rec.timeout ? parseDuration(rec.timeout) : 0;
+      if (ms > 0) return ms;
+    } catch {
+      // The server writes valid durations; fall back if it did not.
+    }
+    return DEFAULT_LEASE_MS;
+  }
+
+  #start(rec: Task, sent: number): void {
+    const leaseLen = this.#leaseLen(rec);
+    let interval = this.#interval;
+    if (interval === undefined || interval >= leaseLen) interval = leaseLen / 3;
+    const run = new Run(rec, this.#id!, leaseLen, interval, sent);
+    const p = this.#serve(run, new ActiveTask(this, run)).finally(() => {
+      this.#runs.delete(run);
+      this.#changed.notify();
+    });
+    this.#runs.set(run, p);
+    this.#changed.notify();
+  }
+
+  // ---- running a task ----------------------------------------------------
+
+  async #serve(run: Run, task: ActiveTask): Promise<void> {
+    const handler = this.#handlers[task.queue];
+    let op: "complete" | "fail" | "abort" = "complete";
+    let result: unknown;
+    let code = "";
+    let desc = "";
+    let details: Record<string, unknown> | undefined;
+    try {
+      if (!handler) throw new Abort(`no handler registered for queue ${JSON.stringify(task.queue)}`, { code: "no_handler" });
+      result = await handler(task);
+      if (result !== undefined) {
+        try {
+          if (JSON.stringify(result) === undefined) throw new TypeError(`a ${typeof result} is not JSON`);
+        } catch (e) {
+          op = "abort";
+          code = "invalid_result";
+          desc = `the handler's result is not JSON: ${e instanceof Error ? e.message : String(e)}`;
+        }
+      }
+    } catch (e) {
+      if (e instanceof Abort) {
+        op = "abort";
+        code = e.code || DEFAULT_ERROR_CODE;
+        desc = describe(e, false);
+        details = e.details;
+      } else if (e instanceof Fail) {
+        op = "fail";
+        code = e.code || DEFAULT_ERROR_CODE;
+        desc = describe(e, false);
+        details = e.details;
+      } else {
+        op = "fail";
+        code = DEFAULT_ERROR_CODE;
+        desc = describe(e, true);
+      }
+    }
+    await this.#finish(run, op, result, code, desc, details);
+  }
+
+  async #finish(run: Run, op: "complete" | "fail" | "abort", result: unknown, code: string, desc: string, details?: Record<string, unknown>) {
+    if (run.state !== "running") return;
+    run.state = "finishing";
+    if (op !== "complete") this.#log.info?.(`norn task ${run.id}: ${op} (${code}): ${desc.split("\n")[0]}`);
+    let err = await this.#report(run, op, result, code, desc, details);
+    if (err && op === "complete" && !isGone(err) && !isTransient(err)) {
+      // The server refused the result itself (too large): the handler would
+      // produce it again, so give up for good.
+      this.#log.error?.(`norn task ${run.id}: result refused, aborting: ${String(err)}`);
+      err = await this.#report(run, "abort", undefined, "invalid_result", String(err).slice(0, MAX_DESCRIPTION));
+    }
+    if (!err) return;
+    if (isGone(err)) this.#log.info?.(`norn task ${run.id}: outcome not recorded, the task was cancelled or the lease lost: ${String(err)}`);
+    else this.#log.error?.(`norn task ${run.id}: could not report ${op}; the task runs again when its lease expires: ${String(err)}`);
+  }
+
+  async #report(run: Run, op: "complete" | "fail" | "abort", result: unknown, code: string, desc: string, details?: Record<string, unknown>): Promise<NornError | undefined> {
+    const c = this.client;
+    let delay = 100;
+    const giveUp = now() + Math.max(run.leaseLen, 10_000);
+    for (;;) {
+      try {
+        const error = { code, ...(desc ? { description: desc } : {}), ...(details ? { args: details } : {}) };
+        if (op === "complete") await c.complete(run.id, run.worker, run.lease, result);
+        else if (op === "fail") await c.fail(run.id, run.worker, run.lease, error);
+        else await c.abort(run.id, run.worker, run.lease, error);
+        return undefined;
+      } catch (e) {
+        const err = e instanceof NornError ? e : new Internal(String(e), { cause: e });
+        if (!isTransient(err) || now() + delay > giveUp || (run.state as RunState) === "gone") return err;
+        await new Promise((r) => setTimeout(r, delay));
+        delay = Math.min(delay * 2, 2000);
+      }
+    }
+  }
+
+  // ---- calls a task makes ------------------------------------------------
+
+  /** @internal */
+  async _progress(run: Run, p: number): Promise<void> {
+    const sent = now();
+    try {
+      await this.client.heartbeat(run.id, run.worker, run.lease, {
+        progress: p,
+        ...(this.#leaseWire !== undefined ? { extend: this.#leaseWire } : {}),
+      });
+    } catch (e) {
+      throw this.#check(run, e);
+    }
+    this.#beaten(run, sent);
+  }
+
+  /** @internal */
+  async _appendLog(run: Run, data: unknown): Promise<LogEntry> {
+    if (run.ctl.signal.aborted) throw run.ctl.signal.reason;
+    if (run.nextSeq === 0) {
+      // Lease 1 is the first claim ever, so the log is empty; later
+      // claimants learn where the log ends by reading it once.
+      if (run.lease === 1) run.nextSeq = 1;
+      else await this._loadLog(run);
+    }
+    let delay = 50;
+    for (let attempt = 0; ; attempt++) {
+      const seq = run.nextSeq;
+      try {
+        const entry = await this.client.appendLog(run.id, run.worker, run.lease, data, { seq });
+        run.nextSeq = entry.seq + 1;
+        return entry;
+      } catch (e) {
+        if (e instanceof Conflict) {
+          // Our number is behind: an earlier append whose reply was lost
+          // landed. If it is this very entry, that is success.
+          let entries: LogEntry[];
+          try {
+            entries = await this.client.readLog(run.id, { after: seq - 1 });
+          } catch (e2) {
+            throw this.#check(run, e2);
+          }
+          const first = entries[0];
+          if (first) {
+            run.nextSeq = entries[entries.length - 1]!.seq + 1;
+            if (first.seq === seq && first.lease === run.lease && JSON.stringify(first.data) === JSON.stringify(data)) return first;
+          }
+          if (attempt >= 3) throw this.#check(run, e);
+        } else if (isTransient(e)) {
+          if (attempt >= 3) throw this.#check(run, e);
+          await new Promise((r) => setTimeout(r, delay));
+          if (run.ctl.signal.aborted) throw run.ctl.signal.reason;
+          delay *= 2;
+        } else {
+          throw this.#check(run, e);
+        }
+      }
+    }
+  }
+
+  /** @internal */
+  async _loadLog(run: Run): Promise<LogEntry[]> {
+    if (run.prevLog) return run.prevLog;
+    const page = 1000;
+    const prev: LogEntry[] = [];
+    let after = 0;
+    for (;;) {
+      let entries: LogEntry[];
+      try {
+        entries = await this.client.readLog(run.id, { after, limit: page });
+      } catch (e) {
+        throw this.#check(run, e);
+      }
+      for (const e of entries) {
+        if (e.lease < run.lease) prev.push(e);
+        after = e.seq;
+      }
+      if (entries.length < page) break;
+    }
+    run.prevLog = prev;
+    if (run.nextSeq <= after) run.nextSeq = after + 1;
+    return prev;
+  }
+
+  // ---- heartbeats --------------------------------------------------------
+
+  /**
+   * Keeps every running task's lease alive. Whatever is due (or nearly)
+   * goes out in one lease batch, so a worker running many tasks makes one
+   * call per interval. A task with no successful heartbeat for a whole lease
+   * is treated as lost: another worker may own it by now.
+   */
+  async #heartbeats(): Promise<void> {
+    const inflight = new Set<Promise<void>>();
+    while (!this.#hbStop) {
+      const t = now();
+      let next = t + 3_600_000;
+      const due: Run[] = [];
+      const expired: Run[] = [];
+      for (const r of this.#runs.keys()) {
+        if (r.state !== "running" && r.state !== "finishing") continue;
+        const expiry = r.lastOk + r.leaseLen;
+        if (t >= expiry) {
+          expired.push(r);
+          continue;
+        }
+        if (r.inflight) continue;
+        // Coalesce: what is due within a tenth of its interval goes out now,
+        // so tasks claimed together stay together.
+        if (r.nextBeat <= t + r.interval / 10) {
+          r.inflight = true;
+          due.push(r);
+          continue;
+        }
+        next = Math.min(next, r.nextBeat, expiry);
+      }
+      for (const r of expired) {
+        this.#lose(r, new LeaseLost(`task ${JSON.stringify(r.id)}: no heartbeat succeeded for a whole lease; another worker may own it`));
+      }
+      if (due.length > 0) {
+        const p: Promise<void> = this.#beat(due).finally(() => {
+          inflight.delete(p);
+          this.#changed.notify();
+        });
+        inflight.add(p);
+        continue;
+      }
+      if (expired.length === 0) await this.#changed.wait(next - t);
+    }
+    await Promise.all(inflight);
+  }
+
+  async #beat(due: Run[]): Promise<void> {
+    const ops: LeaseOp[] = due.map((r) => {
+      const op: LeaseOp = { op: "heartbeat", id: r.id, worker: r.worker, lease: r.lease };
+      if (r.progress !== undefined) {
+        op.progress = r.progress;
+        r.progress = undefined;
+      }
+      if (this.#leaseWire !== undefined) op.extend = this.#leaseWire;
+      return op;
+    });
+    const sent = now();
+    let batchErr: NornError | undefined;
+    let results: unknown[] = [];
+    try {
+      results = await this.client.leaseBatch(ops);
+    } catch (e) {
+      batchErr = e instanceof NornError ? e : new Unavailable(String(e), { cause: e });
+    }
+    const t = now();
+    due.forEach((r, i) => {
+      r.inflight = false;
+      const res = results[i];
+      const err = batchErr ?? (res instanceof NornError ? res : undefined);
+      if (!err) {
+        if (sent > r.lastOk) r.lastOk = sent;
+        r.nextBeat = sent + r.interval;
+      } else if (isGone(err)) {
+        this.#lose(r, err);
+      } else {
+        // Transient: keep the unsent progress and retry soon.
+        const op = ops[i] as { progress?: number };
+        if (r.progress === undefined && op.progress !== undefined) r.progress = op.progress;
+        r.nextBeat = t + Math.min(r.interval, 500);
+        this.#log.warn?.(`norn task ${r.id}: heartbeat failed, retrying: ${String(err)}`);
+      }
+    });
+  }
+
+  #beaten(run: Run, sent: number): void {
+    if (sent > run.lastOk) {
+      run.lastOk = sent;
+      run.nextBeat = sent + run.interval;
+      this.#changed.notify();
+    }
+  }
+
+  /** Reacts to an error of a call made for run (one meaning the task is no longer ours stops the handler) and returns it. */
+  #check(run: Run, e: unknown): unknown {
+    if (isGone(e)) this.#lose(run, e);
+    return e;
+  }
+
+  #lose(run: Run, err: NornError): void {
+    if (run.state !== "running" && run.state !== "finishing") return;
+    run.state = "gone";
+    const reason =
+      err instanceof Cancelled ? new Cancelled(err.message, { status: err.status })
+      : err instanceof NotFound ? new LeaseLost(`task ${JSON.stringify(run.id)} was deleted: ${err.message}`, { status: err.status })
+      : new LeaseLost(err.message, { status: err.status });
+    run.ctl.abort(reason);
+    this.#changed.notify();
+    this.#log.info?.(`norn task ${run.id}: lost (${err.message}), handler told to stop`);
+  }
+
+  // ---- shutdown ----------------------------------------------------------
+
+  async #drain(): Promise<void> {
+    const deadline = now() + this.#grace;
+    while (this.#runs.size > 0) {
+      const left = deadline - now();
+      if (left <= 0) break;
+      await this.#changed.wait(left);
+    }
+    await this.#yieldAll();
+    const pending = [...this.#runs.values()];
+    if (pending.length === 0) return;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const abandoned = await Promise.race([
+      Promise.all(pending).then(() => false),
+      new Promise<boolean>((r) => (timer = setTimeout(() => r(true), ABANDON_AFTER_MS))),
+    ]);
+    clearTimeout(timer);
+    if (abandoned) this.#log.warn?.(`norn worker ${this.#id}: abandoning handlers that ignore their signal`);
+  }
+
+  async #yieldAll(): Promise<void> {
+    const ops: LeaseOp[] = [];
+    for (const r of this.#runs.keys()) {
+      if (r.state !== "running") continue;
+      r.state = "yielded";
+      r.ctl.abort(new Shutdown(`worker ${this.#id} is shutting down; task ${r.id} was yielded`));
+      ops.push({ op: "yield", id: r.id, worker: r.worker, lease: r.lease });
+    }
+    if (ops.length === 0) return;
+    let results: unknown[];
+    try {
+      results = await this.client.leaseBatch(ops);
+    } catch (e) {
+      this.#log.error?.(`norn worker ${this.#id}: yield failed; the tasks run again when their leases expire: ${String(e)}`);
+      return;
+    }
+    results.forEach((res, i) => {
+      if (res instanceof NornError && !isGone(res)) this.#log.warn?.(`norn task ${ops[i]!.id}: yield failed: ${String(res)}`);
+    });
+    this.#log.info?.(`norn worker ${this.#id}: yielded ${ops.length} unfinished task(s)`);
+  }
+}
+
+/** The recorded description of a handler's error: its message, and for unexpected errors the stack. */
+function describe(e: unknown, withStack: boolean): string {
+  let text: string;
+  if (e instanceof Error) {
+    text = withStack && e.stack ? e.stack : e.message || e.name;
+  } else {
+    try {
+      text = `thrown: ${typeof e === "string" ? e : JSON.stringify(e)}`;
+    } catch {
+      text = `thrown: ${String(e)}`;
+    }
+  }
+  if (text.length > MAX_DESCRIPTION) {
+    text = text.slice(0, MAX_DESCRIPTION / 4) + "\n…\n" + text.slice(text.length - (MAX_DESCRIPTION * 3) / 4);
+  }
+  return text;
+}
