@@ -373,6 +373,18 @@ class Client:
             nt[key] = value
         return nt
 
+    @classmethod
+    def _new_tasks(cls, tasks: Iterable[Mapping[str, Any]], field: str) -> List[Dict[str, Any]]:
+        out = []
+        for i, t in enumerate(tasks):
+            if not isinstance(t, Mapping):
+                raise InvalidArgument("each task is a dict with queue, spec and options", field=f"{field}[{i}]")
+            opts = dict(t)
+            queue = opts.pop("queue", None)
+            spec = opts.pop("spec", None)
+            out.append(cls._new_task(queue, spec, opts, f"{field}[{i}]"))
+        return out
+
     def submit(self, queue: str, spec: Any = None, **options: Any) -> Task:
         """Submits one task and returns it (``task.duplicate`` is True when
         ``id`` existed: the existing task is returned).
@@ -393,15 +405,7 @@ class Client:
         :meth:`submit`; tasks may depend on earlier ones of the batch by id.
         An invalid task refuses the batch with ``field`` naming it
         (``tasks[3].queue``)."""
-        body = []
-        for i, t in enumerate(tasks):
-            if not isinstance(t, Mapping):
-                raise InvalidArgument("each task is a dict with queue, spec and options", field=f"tasks[{i}]")
-            opts = dict(t)
-            queue = opts.pop("queue", None)
-            spec = opts.pop("spec", None)
-            body.append(self._new_task(queue, spec, opts, f"tasks[{i}]"))
-        out = self._call("POST", "/v1/tasks/batch", body={"tasks": body})
+        out = self._call("POST", "/v1/tasks/batch", body={"tasks": self._new_tasks(tasks, "tasks")})
         dups = set(out.get("duplicates") or ())
         return [_task(t, t.get("id") in dups) for t in out.get("tasks") or ()]
 
@@ -497,6 +501,19 @@ class Client:
             q.append((key, str(value)))
         return q
 
+    @classmethod
+    def _query(cls, filters: Mapping[str, Any], limit: int, cursor: Optional[str], order: Optional[str], summary: bool) -> List[Tuple[str, str]]:
+        q = cls._filters(**filters)
+        if limit:
+            q.append(("limit", str(limit)))
+        if cursor:
+            q.append(("cursor", cursor))
+        if order and order != "id":
+            q.append(("order", order))
+        if summary:
+            q.append(("view", "summary"))
+        return q
+
     def list(
         self,
         *,
@@ -521,13 +538,7 @@ class Client:
         close the stream or iterate in a ``with client.list(...) as tasks:``
         block.
         """
-        q = self._filters(**filters)
-        if limit:
-            q.append(("limit", str(limit)))
-        if order and order != "id":
-            q.append(("order", order))
-        if summary:
-            q.append(("view", "summary"))
+        q = self._query(filters, limit, None, order, summary)
         resp, conn = self._send("GET", "/v1/tasks", query=q, accept="application/x-ndjson", timeout=None)
         return Stream(resp, conn, _decode_tasks)
 
@@ -542,16 +553,7 @@ class Client:
     ) -> Tuple[List[Task], Optional[str]]:
         """One page of :meth:`list` (``limit`` default 100, max 1000) and the
         cursor of the next page (None on the last page)."""
-        q = self._filters(**filters)
-        if limit:
-            q.append(("limit", str(limit)))
-        if cursor:
-            q.append(("cursor", cursor))
-        if order and order != "id":
-            q.append(("order", order))
-        if summary:
-            q.append(("view", "summary"))
-        out = self._call("GET", "/v1/tasks", query=q)
+        out = self._call("GET", "/v1/tasks", query=self._query(filters, limit, cursor, order, summary))
         return [_task(t) for t in out.get("tasks") or ()], out.get("next_cursor") or None
 
     def count(self, **filters: Any) -> int:
@@ -638,13 +640,7 @@ class Client:
         number deleted."""
         body: Dict[str, Any] = {}
         if submit:
-            subs = []
-            for i, t in enumerate(submit):
-                opts = dict(t)
-                queue = opts.pop("queue", None)
-                spec = opts.pop("spec", None)
-                subs.append(self._new_task(queue, spec, opts, f"submit[{i}]"))
-            body["submit"] = subs
+            body["submit"] = self._new_tasks(submit, "submit")
         if update:
             ups = []
             for i, u in enumerate(update):

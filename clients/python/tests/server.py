@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import uuid
 from typing import Callable, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -111,6 +112,12 @@ def wait_for(cond: Callable[[], object], timeout: float = 60.0, what: str = "con
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.01)
+
+
+def unique_queue(name: str) -> str:
+    """A queue of one test alone, so tests sharing a server do not see each
+    other's tasks."""
+    return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
 def history_types(task) -> List[str]:

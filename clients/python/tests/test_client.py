@@ -14,7 +14,7 @@ from unittest import mock
 import norn
 from norn._wire import format_duration, parse_duration, parse_time
 
-from .server import Server, history_types, wait_for
+from .server import Server, history_types, unique_queue as q, wait_for
 
 server: Server
 
@@ -28,9 +28,6 @@ def tearDownModule() -> None:
     server.stop()
 
 
-def q(name: str) -> str:
-    """A queue of this test alone, so tests do not see each other's tasks."""
-    return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
 class ClientTest(unittest.TestCase):

@@ -11,12 +11,11 @@ import subprocess
 import sys
 import threading
 import unittest
-import uuid
 from typing import Iterator, List
 
 import norn
 
-from .server import PYTHON_ROOT, Server, history_types, wait_for
+from .server import PYTHON_ROOT, Server, history_types, unique_queue as q, wait_for
 
 server: Server
 
@@ -30,8 +29,6 @@ def tearDownModule() -> None:
     server.stop()
 
 
-def q(name: str) -> str:
-    return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
 @contextlib.contextmanager
@@ -127,7 +124,7 @@ class WorkerTest(unittest.TestCase):
             return "done"
 
         t = self.c.submit(queue, None)
-        with running(norn.Worker(self.c, {queue: handle}, concurrency=1, lease=1.5, wait=1)):
+        with running(norn.Worker(self.c, {queue: handle}, concurrency=1, lease=3.0, wait=1)):
             wait_for(lambda: self.c.get(t.id).progress == 0.5, what="progress 0.5")
             step.set()
             wait_for(lambda: self.c.get(t.id).progress == 0.75, what="progress 0.75 from a heartbeat")
@@ -161,12 +158,12 @@ class WorkerTest(unittest.TestCase):
         queue = q("hb")
         release = threading.Event()
         t = self.c.submit(queue, None)
-        with running(norn.Worker(self.c, {queue: lambda task: release.wait(60) and "kept"}, concurrency=1, lease=1.0, wait=1)):
+        with running(norn.Worker(self.c, {queue: lambda task: release.wait(60) and "kept"}, concurrency=1, lease=2.0, wait=1)):
             claimed = self.status_is(t.id, "running")
             first = claimed.time("deadline")
-            # Three times the lease later by the server's clock, the task is
-            # still running under its first lease only if heartbeats extended it.
-            wait_for(lambda: (self.c.get(t.id).time("deadline") - first).total_seconds() > 3.0, what="heartbeats to extend the deadline")
+            # Two leases later by the server's clock, the task is still
+            # running under its first lease only if heartbeats extended it.
+            wait_for(lambda: (self.c.get(t.id).time("deadline") - first).total_seconds() > 4.0, what="heartbeats to extend the deadline")
             self.c.sweep()  # times out every expired lease now
             now = self.c.get(t.id)
             self.assertEqual((now.status, now.lease, now.attempts), ("running", 1, 1))
@@ -195,7 +192,7 @@ class WorkerTest(unittest.TestCase):
 
         a = self.c.submit(queue + "-a", None)
         b = self.c.submit(queue + "-b", None)
-        w = norn.Worker(self.c, {queue + "-a": polls_the_flag, queue + "-b": sleeps}, concurrency=2, lease=1.5, wait=1)
+        w = norn.Worker(self.c, {queue + "-a": polls_the_flag, queue + "-b": sleeps}, concurrency=2, lease=3.0, wait=1)
         with running(w):
             self.status_is(a.id, "running")
             self.status_is(b.id, "running")
@@ -225,7 +222,7 @@ class WorkerTest(unittest.TestCase):
                     task.log("too late")
 
         t = self.c.submit(queue, None)
-        with running(norn.Worker(self.c, {queue: handle}, concurrency=1, lease=1.5, wait=1)) as w:
+        with running(norn.Worker(self.c, {queue: handle}, concurrency=1, lease=3.0, wait=1)) as w:
             self.status_is(t.id, "running")
             self.c.delete(t.id)
             wait_for(lambda: seen, what="the handler to see the lost lease")
