@@ -31,7 +31,7 @@ from .errors import (
     Unavailable,
 )
 from .types import LogEntry, Record, Task
-from .worker import Abort, ActiveTask, Fail, Worker
+from .worker import Abort, ActiveTask, Fail, Middleware, Worker
 
 __version__ = "0.1.0"
 
@@ -41,6 +41,7 @@ __all__ = [
     "Stream",
     "Worker",
     "ActiveTask",
+    "Middleware",
     "Abort",
     "Fail",
     "Task",

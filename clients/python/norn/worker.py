@@ -40,9 +40,12 @@ from .client import Client, _Abort
 from .errors import Cancelled, InvalidArgument, LeaseLost, NornError, NotFound, Shutdown
 from .types import LogEntry, Task
 
-__all__ = ["Worker", "ActiveTask", "Abort", "Fail", "Handler"]
+__all__ = ["Worker", "ActiveTask", "Abort", "Fail", "Handler", "Middleware"]
 
 Handler = Callable[["ActiveTask"], Any]
+# Middleware wraps every handler call: mw(task, next) calls next(task) (or
+# not) and decides the outcome by what it returns or raises.
+Middleware = Callable[["ActiveTask", Handler], Any]
 
 DEFAULT_LEASE = 10.0  # seconds: a task's lease when neither it nor its queue sets one
 DEFAULT_ERROR_CODE = "handler_error"
@@ -310,6 +313,11 @@ class Worker:
     - ``shutdown_grace`` (10): how long running handlers may finish after a
       shutdown starts before their tasks are yielded back.
     - ``name``: shown to operators; default ``host:pid``.
+    - ``middleware``: callables ``mw(task, next)`` around every handler
+      call, the first one outermost: each sees the task before and the
+      outcome after, and decides the outcome by what it returns or raises
+      (logging, metrics, tracing, turning a library's errors into
+      ``norn.Abort``).
     """
 
     def __init__(
@@ -327,6 +335,7 @@ class Worker:
         shutdown_grace: float = 10.0,
         name: Optional[str] = None,
         logger: Optional[logging.Logger] = None,
+        middleware: Sequence[Middleware] = (),
     ) -> None:
         if client is None:
             raise InvalidArgument("a norn.Client is required", field="client")
@@ -362,6 +371,9 @@ class Worker:
             raise InvalidArgument("must not be negative", field="poll_interval")
         if not shutdown_grace >= 0:
             raise InvalidArgument("must not be negative", field="shutdown_grace")
+        for i, mw in enumerate(middleware):
+            if not callable(mw):
+                raise InvalidArgument("middleware are callables mw(task, next)", field=f"middleware[{i}]")
         self.client = client
         self.handlers = dict(handlers)
         self.queues = queues
@@ -375,6 +387,7 @@ class Worker:
         self.shutdown_grace = shutdown_grace
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.log = logger or logging.getLogger("norn.worker")
+        self.middleware = list(middleware)
 
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)  # notified on every change of runs or state
@@ -545,12 +558,12 @@ class Worker:
     # ---- running a task ------------------------------------------------------
 
     def _serve(self, run: _Run, task: ActiveTask) -> None:
-        handler = self.handlers.get(task.queue)
+        call = self.handlers.get(task.queue) or _no_handler
+        for mw in reversed(self.middleware):
+            call = _wrap(mw, call)
         op, result, code, desc, details = "complete", None, "", "", None
         try:
-            if handler is None:
-                raise Abort(f"no handler registered for queue {task.queue!r}", code="no_handler")
-            result = handler(task)
+            result = call(task)
             if result is not None:
                 try:
                     json.dumps(result, allow_nan=False)
@@ -765,6 +778,15 @@ class Worker:
             if isinstance(res, NornError) and not _gone(res):
                 self.log.warning("norn task %s: yield failed: %s", op["id"], res)
         self.log.info("norn worker %s: yielded %d unfinished task(s)", self._id, len(ops))
+
+
+def _no_handler(task: ActiveTask) -> Any:
+    # Retrying on this worker could never succeed.
+    raise Abort(f"no handler registered for queue {task.queue!r}", code="no_handler")
+
+
+def _wrap(mw: Middleware, inner: Handler) -> Handler:
+    return lambda task: mw(task, inner)
 
 
 def _gone(err: BaseException) -> bool:

@@ -107,6 +107,38 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual((done["nojson"].status, done["nojson"].errors[-1]["code"]), ("aborted", "invalid_result"))
         self.assertEqual((done["none"].status, done["none"].get("result")), ("completed", None))
 
+    def test_middleware(self) -> None:
+        queue = q("mw")
+        trace = []
+
+        def outer(task, call_next):
+            trace.append(f"outer> {task.spec}")
+            try:
+                return call_next(task)
+            finally:
+                trace.append(f"<outer {task.spec}")
+
+        def inner(task, call_next):
+            trace.append(f"inner> {task.spec}")
+            try:
+                return {"wrapped": call_next(task)}
+            except KeyError as e:
+                raise norn.Abort(f"missing {e}", code="bad_spec") from e
+
+        def handle(task):
+            trace.append(f"handler {task.spec}")
+            if task.spec == "bad":
+                raise KeyError("field")
+            return task.spec
+
+        good, bad = self.c.submit(queue, "good"), self.c.submit(queue, "bad")
+        with running(norn.Worker(self.c, {queue: handle}, concurrency=1, wait=1, middleware=[outer, inner])):
+            g = self.status_is(good.id, "completed")
+            b = self.status_is(bad.id, "aborted")
+        self.assertEqual(g.result, {"wrapped": "good"})
+        self.assertEqual(b.errors[-1]["code"], "bad_spec", "middleware decides the outcome")
+        self.assertEqual(trace, [f"{step} {spec}" for spec in ("good", "bad") for step in ("outer>", "inner>", "handler", "<outer")])
+
     def test_progress_and_log(self) -> None:
         queue = q("progress")
         step = threading.Event()
@@ -317,6 +349,7 @@ class WorkerTest(unittest.TestCase):
             ({"wait": 301}, "wait"),
             ({"poll_interval": -1}, "poll_interval"),
             ({"shutdown_grace": -1}, "shutdown_grace"),
+            ({"middleware": [None]}, "middleware[0]"),
         ]:
             args = {"handlers": ok, **kwargs}
             with self.assertRaises(norn.InvalidArgument, msg=kwargs) as cm:
