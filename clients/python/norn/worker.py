@@ -313,6 +313,9 @@ class Worker:
     - ``shutdown_grace`` (10): how long running handlers may finish after a
       shutdown starts before their tasks are yielded back.
     - ``name``: shown to operators; default ``host:pid``.
+    - ``capacity``: asked before every claim; while it returns False
+      nothing is claimed (e.g. memory or load above a threshold). Re-asked
+      every ``poll_interval`` and whenever a slot frees.
     - ``middleware``: callables ``mw(task, next)`` around every handler
       call, the first one outermost: each sees the task before and the
       outcome after, and decides the outcome by what it returns or raises
@@ -336,6 +339,7 @@ class Worker:
         name: Optional[str] = None,
         logger: Optional[logging.Logger] = None,
         middleware: Sequence[Middleware] = (),
+        capacity: Optional[Callable[[], bool]] = None,
     ) -> None:
         if client is None:
             raise InvalidArgument("a norn.Client is required", field="client")
@@ -371,6 +375,8 @@ class Worker:
             raise InvalidArgument("must not be negative", field="poll_interval")
         if not shutdown_grace >= 0:
             raise InvalidArgument("must not be negative", field="shutdown_grace")
+        if capacity is not None and not callable(capacity):
+            raise InvalidArgument("must be a callable returning a bool", field="capacity")
         for i, mw in enumerate(middleware):
             if not callable(mw):
                 raise InvalidArgument("middleware are callables mw(task, next)", field=f"middleware[{i}]")
@@ -388,6 +394,7 @@ class Worker:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.log = logger or logging.getLogger("norn.worker")
         self.middleware = list(middleware)
+        self.capacity = capacity
 
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)  # notified on every change of runs or state
@@ -500,6 +507,14 @@ class Worker:
                 if self._stopping.is_set():
                     return
                 free = self.concurrency - len(self._runs)
+            if self.capacity is not None and not self._has_capacity():
+                with self._lock:
+                    # Ask again after poll_interval, or sooner when a slot frees.
+                    self._cond.wait(self.poll_interval)
+                continue
+            with self._lock:
+                if self._stopping.is_set():
+                    return
                 abort = self._claim_abort = _Abort()
             sent = time.monotonic()
             try:
@@ -528,6 +543,13 @@ class Worker:
                 self._start(rec, sent)
             if not tasks:
                 self._stopping.wait(self.poll_interval - (time.monotonic() - sent))
+
+    def _has_capacity(self) -> bool:
+        try:
+            return bool(self.capacity())
+        except Exception:
+            self.log.exception("norn worker %s: capacity callback failed; claiming nothing for now", self._id)
+            return False
 
     def _lease_len(self, rec: Task) -> float:
         if self._lease is not None:

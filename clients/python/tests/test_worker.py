@@ -285,6 +285,22 @@ class WorkerTest(unittest.TestCase):
             wait_for(lambda: self.c.count(queue=queue, status="completed") == 10, what="every task to complete")
         self.assertEqual(now[1], 3)
 
+    def test_capacity(self) -> None:
+        queue = q("capacity")
+        asked = []
+        room = threading.Event()
+
+        def capacity() -> bool:
+            asked.append(room.is_set())
+            return room.is_set()
+
+        t = self.c.submit(queue, None)
+        with running(norn.Worker(self.c, {queue: lambda task: "ran"}, concurrency=1, wait=1, poll_interval=0.05, capacity=capacity)):
+            wait_for(lambda: len(asked) >= 3, what="capacity to be asked again")
+            self.assertEqual(self.c.get(t.id).status, "ready", "nothing is claimed without capacity")
+            room.set()
+            self.assertEqual(self.status_is(t.id, "completed").result, "ran")
+
     def test_shutdown_finishes_within_grace_and_yields_the_rest(self) -> None:
         queue = q("shutdown")
         finish = threading.Event()
@@ -350,6 +366,7 @@ class WorkerTest(unittest.TestCase):
             ({"poll_interval": -1}, "poll_interval"),
             ({"shutdown_grace": -1}, "shutdown_grace"),
             ({"middleware": [None]}, "middleware[0]"),
+            ({"capacity": True}, "capacity"),
         ]:
             args = {"handlers": ok, **kwargs}
             with self.assertRaises(norn.InvalidArgument, msg=kwargs) as cm:
