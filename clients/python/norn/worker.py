@@ -444,9 +444,13 @@ class Worker:
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         # A signal handler runs between two bytecodes of the main thread,
-        # which may hold the worker's lock: stopping happens elsewhere.
-        self.log.info("norn worker: signal %d, shutting down", signum)
-        threading.Thread(target=self.stop, name="norn-stop", daemon=True).start()
+        # which may hold the worker's lock (or logging's): stopping and
+        # logging happen in a thread of their own.
+        def stop() -> None:
+            self.log.info("norn worker %s: signal %d, shutting down", self._id, signum)
+            self.stop()
+
+        threading.Thread(target=stop, name="norn-stop", daemon=True).start()
 
     def stop(self, timeout: Optional[float] = 0) -> bool:
         """Starts a graceful shutdown (safe from any thread, and before

@@ -381,6 +381,11 @@ class WorkerTest(unittest.TestCase):
             self.status_is(t.id, "completed")
         # A task submitted without trace context carries none.
         self.assertEqual(seen, [None])
+        # One that carries it hands it to the handler as it is.
+        tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        w = norn.Worker(self.c, {queue: lambda task: None})
+        rec = norn.Task({"id": "t", "queue": queue, "lease": 1, "traceparent": tp})
+        self.assertEqual(norn.ActiveTask(w, norn.worker._Run(rec, "worker-1", 10, 3, 0)).traceparent, tp)
 
 
 class UnreachableServerTest(unittest.TestCase):
