@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
 import socket
+import ssl
+import subprocess
+import tempfile
 import threading
 import tracemalloc
 import unittest
@@ -582,6 +586,29 @@ class AuthTest(unittest.TestCase):
         self.addCleanup(admin.close)
         self.assertEqual(admin.whoami().role, "admin")
         self.assertEqual(admin.count(queue="jobs"), 1)
+
+
+@unittest.skipUnless(shutil.which("openssl"), "openssl makes the test certificate")
+class TLSTest(unittest.TestCase):
+    """https: the server's certificate is verified against ssl_context."""
+
+    def test_https(self) -> None:
+        d = tempfile.mkdtemp(prefix="norn-py-tls-")
+        self.addCleanup(shutil.rmtree, d, True)
+        cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+             "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert],
+            check=True, capture_output=True,
+        )
+        srv = Server("--tls-cert", cert, "--tls-key", key)
+        self.addCleanup(srv.stop)
+        self.assertTrue(srv.url.startswith("https://"), srv.url)
+        with norn.Client(srv.url, ssl_context=ssl.create_default_context(cafile=cert)) as c:
+            self.assertEqual(c.submit("tls", {"x": 1}).spec, {"x": 1})
+        with norn.Client(srv.url) as untrusting, self.assertRaises(norn.Unavailable) as cm:
+            untrusting.stats()
+        self.assertIn("CERTIFICATE_VERIFY_FAILED", str(cm.exception))
 
 
 class WireTest(unittest.TestCase):
