@@ -200,14 +200,22 @@ export declare class Client {
     /** Runs the monitor's duties due now (role admin). */
     sweep(opts?: CallOptions): Promise<SweepReport>;
     /**
-     * Task state changes as they happen (server-sent events). The
-     * subscription is in place once the first `next()` resolved or once this
-     * generator's first event arrives; stop with `break` or the signal.
+     * Task state changes as they happen (server-sent events); stop with
+     * `break` or the signal. The subscription starts with the first `next()`.
      */
     events(opts?: {
         queue?: string | readonly string[];
         task?: string;
     } & CallOptions): AsyncGenerator<TaskEvent, void, undefined>;
+    /**
+     * Waits until the task finishes (completed, aborted or cancelled) and
+     * returns it, following its state changes as server-sent events rather
+     * than polling. Rejects with a TimeoutError after `timeout` ms (default: no
+     * limit) and with NotFound if the task is deleted.
+     */
+    wait(id: string, opts?: {
+        timeout?: number;
+    } & CallOptions): Promise<Task>;
     /** Registers a worker; its id names it in claims and lease calls. */
     registerWorker(name: string, queues: readonly string[], opts?: CallOptions): Promise<string>;
     /**

@@ -1,4 +1,4 @@
-import { InvalidArgument, NornError, Unavailable, errorFromWire } from "./errors.js";
+import { InvalidArgument, NornError, NotFound, Unavailable, errorFromWire } from "./errors.js";
 import { formatDuration, formatTime, parseDuration } from "./wire.js";
 export const DEFAULT_SERVER = "http://127.0.0.1:7070";
 const USER_AGENT = "norn-typescript-client/0.1";
@@ -312,9 +312,8 @@ export class Client {
         return this.#call("POST", "/v1/sweep", opts);
     }
     /**
-     * Task state changes as they happen (server-sent events). The
-     * subscription is in place once the first `next()` resolved or once this
-     * generator's first event arrives; stop with `break` or the signal.
+     * Task state changes as they happen (server-sent events); stop with
+     * `break` or the signal. The subscription starts with the first `next()`.
      */
     async *events(opts = {}) {
         const q = new URLSearchParams();
@@ -324,17 +323,53 @@ export class Client {
         if (opts.task)
             q.set("task", opts.task);
         const stream = await this.#send("GET", "/v1/events", { query: q, accept: "text/event-stream", signal: opts.signal });
-        let data = [];
-        for await (const line of lines(stream)) {
-            if (line === "") {
-                if (data.length > 0)
-                    yield parseLine(data.join("\n"));
-                data = [];
+        yield* serverEvents(lines(stream));
+    }
+    /**
+     * Waits until the task finishes (completed, aborted or cancelled) and
+     * returns it, following its state changes as server-sent events rather
+     * than polling. Rejects with a TimeoutError after `timeout` ms (default: no
+     * limit) and with NotFound if the task is deleted.
+     */
+    async wait(id, opts = {}) {
+        taskID(id);
+        const ctl = new AbortController();
+        const user = opts.signal;
+        const onAbort = () => ctl.abort(user.reason);
+        if (user?.aborted)
+            throw user.reason;
+        user?.addEventListener("abort", onAbort, { once: true });
+        const timer = opts.timeout === undefined ? undefined
+            : setTimeout(() => ctl.abort(new DOMException(`task ${JSON.stringify(id)} did not finish within ${opts.timeout} ms`, "TimeoutError")), opts.timeout);
+        let stream;
+        try {
+            // Subscribe first, then read: a change between the two is not missed.
+            stream = await this.#send("GET", "/v1/events", {
+                query: new URLSearchParams({ task: id }),
+                accept: "text/event-stream",
+                signal: ctl.signal,
+            });
+            let task = await this.get(id, { signal: ctl.signal });
+            if (isTerminal(task.status))
+                return task;
+            for await (const ev of serverEvents(lines(stream))) {
+                if (ev.kind === "TaskDelete")
+                    throw new NotFound(`task ${JSON.stringify(id)} was deleted`);
+                if (ev.kind === "Lagged" || (ev.status !== undefined && isTerminal(ev.status))) {
+                    task = await this.get(id, { signal: ctl.signal });
+                    if (isTerminal(task.status))
+                        return task;
+                }
             }
-            else if (line.startsWith("data:")) {
-                data.push(line.slice(line.startsWith("data: ") ? 6 : 5));
-            }
-            // "event:" repeats the data's kind; ":" lines are keep-alive comments.
+            throw new Unavailable(`the event stream ended before task ${JSON.stringify(id)} finished`, { status: 0 });
+        }
+        finally {
+            clearTimeout(timer);
+            user?.removeEventListener("abort", onAbort);
+            // Closes the stream if it is still open (a return before reading it).
+            if (!ctl.signal.aborted)
+                ctl.abort();
+            stream?.release();
         }
     }
     // ---- worker calls ------------------------------------------------------
@@ -507,6 +542,24 @@ async function readLimited(res, max) {
         await reader.cancel().catch(() => { });
     }
     return out.slice(0, max);
+}
+function isTerminal(s) {
+    return s === "completed" || s === "aborted" || s === "cancelled";
+}
+/** The events of a server-sent event stream's lines. */
+async function* serverEvents(src) {
+    let data = [];
+    for await (const line of src) {
+        if (line === "") {
+            if (data.length > 0)
+                yield parseLine(data.join("\n"));
+            data = [];
+        }
+        else if (line.startsWith("data:")) {
+            data.push(line.slice(line.startsWith("data: ") ? 6 : 5));
+        }
+        // "event:" repeats the data's kind; ":" lines are keep-alive comments.
+    }
 }
 /** The lines of a streamed body, read as they arrive; leaving the loop closes the stream. */
 async function* lines(stream) {

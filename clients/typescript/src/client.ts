@@ -1,5 +1,5 @@
 import type { components } from "./openapi.js";
-import { InvalidArgument, NornError, Unavailable, errorFromWire } from "./errors.js";
+import { InvalidArgument, NornError, NotFound, Unavailable, errorFromWire } from "./errors.js";
 import { type Duration, type Time, formatDuration, formatTime, parseDuration } from "./wire.js";
 
 type Schemas = components["schemas"];
@@ -124,6 +124,13 @@ function env(name: string): string | undefined {
   return v === "" ? undefined : v;
 }
 
+/** A response whose body is yet to be read; release() once it was. */
+interface Stream {
+  res: Response;
+  release: () => void;
+  signal: AbortSignal;
+}
+
 interface Request extends CallOptions {
   query?: URLSearchParams;
   body?: unknown;
@@ -171,7 +178,7 @@ export class Client {
    * must be called once the body was read: it stops the time limit (which a
    * stream drops once its headers arrived) and forgets the caller's signal.
    */
-  async #send(method: string, path: string, req: Request = {}): Promise<{ res: Response; release: () => void; signal: AbortSignal }> {
+  async #send(method: string, path: string, req: Request = {}): Promise<Stream> {
     const qs = req.query?.toString();
     const url = this.url + path + (qs ? "?" + qs : "");
     const headers: Record<string, string> = { "User-Agent": USER_AGENT, Accept: req.accept ?? "application/json" };
@@ -439,9 +446,8 @@ export class Client {
   }
 
   /**
-   * Task state changes as they happen (server-sent events). The
-   * subscription is in place once the first `next()` resolved or once this
-   * generator's first event arrives; stop with `break` or the signal.
+   * Task state changes as they happen (server-sent events); stop with
+   * `break` or the signal. The subscription starts with the first `next()`.
    */
   async *events(opts: { queue?: string | readonly string[]; task?: string } & CallOptions = {}): AsyncGenerator<TaskEvent, void, undefined> {
     const q = new URLSearchParams();
@@ -449,15 +455,49 @@ export class Client {
     if (queue) q.set("queue", queue);
     if (opts.task) q.set("task", opts.task);
     const stream = await this.#send("GET", "/v1/events", { query: q, accept: "text/event-stream", signal: opts.signal });
-    let data: string[] = [];
-    for await (const line of lines(stream)) {
-      if (line === "") {
-        if (data.length > 0) yield parseLine(data.join("\n")) as TaskEvent;
-        data = [];
-      } else if (line.startsWith("data:")) {
-        data.push(line.slice(line.startsWith("data: ") ? 6 : 5));
+    yield* serverEvents(lines(stream));
+  }
+
+  /**
+   * Waits until the task finishes (completed, aborted or cancelled) and
+   * returns it, following its state changes as server-sent events rather
+   * than polling. Rejects with a TimeoutError after `timeout` ms (default: no
+   * limit) and with NotFound if the task is deleted.
+   */
+  async wait(id: string, opts: { timeout?: number } & CallOptions = {}): Promise<Task> {
+    taskID(id);
+    const ctl = new AbortController();
+    const user = opts.signal;
+    const onAbort = () => ctl.abort(user!.reason);
+    if (user?.aborted) throw user.reason;
+    user?.addEventListener("abort", onAbort, { once: true });
+    const timer =
+      opts.timeout === undefined ? undefined
+      : setTimeout(() => ctl.abort(new DOMException(`task ${JSON.stringify(id)} did not finish within ${opts.timeout} ms`, "TimeoutError")), opts.timeout);
+    let stream: Stream | undefined;
+    try {
+      // Subscribe first, then read: a change between the two is not missed.
+      stream = await this.#send("GET", "/v1/events", {
+        query: new URLSearchParams({ task: id }),
+        accept: "text/event-stream",
+        signal: ctl.signal,
+      });
+      let task = await this.get(id, { signal: ctl.signal });
+      if (isTerminal(task.status)) return task;
+      for await (const ev of serverEvents(lines(stream))) {
+        if (ev.kind === "TaskDelete") throw new NotFound(`task ${JSON.stringify(id)} was deleted`);
+        if (ev.kind === "Lagged" || (ev.status !== undefined && isTerminal(ev.status))) {
+          task = await this.get(id, { signal: ctl.signal });
+          if (isTerminal(task.status)) return task;
+        }
       }
-      // "event:" repeats the data's kind; ":" lines are keep-alive comments.
+      throw new Unavailable(`the event stream ended before task ${JSON.stringify(id)} finished`, { status: 0 });
+    } finally {
+      clearTimeout(timer);
+      user?.removeEventListener("abort", onAbort);
+      // Closes the stream if it is still open (a return before reading it).
+      if (!ctl.signal.aborted) ctl.abort();
+      stream?.release();
     }
   }
 
@@ -633,8 +673,26 @@ async function readLimited(res: Response, max: number): Promise<string> {
   return out.slice(0, max);
 }
 
+function isTerminal(s: Status): boolean {
+  return s === "completed" || s === "aborted" || s === "cancelled";
+}
+
+/** The events of a server-sent event stream's lines. */
+async function* serverEvents(src: AsyncGenerator<string, void, undefined>): AsyncGenerator<TaskEvent, void, undefined> {
+  let data: string[] = [];
+  for await (const line of src) {
+    if (line === "") {
+      if (data.length > 0) yield parseLine(data.join("\n")) as TaskEvent;
+      data = [];
+    } else if (line.startsWith("data:")) {
+      data.push(line.slice(line.startsWith("data: ") ? 6 : 5));
+    }
+    // "event:" repeats the data's kind; ":" lines are keep-alive comments.
+  }
+}
+
 /** The lines of a streamed body, read as they arrive; leaving the loop closes the stream. */
-async function* lines(stream: { res: Response; release: () => void; signal: AbortSignal }): AsyncGenerator<string, void, undefined> {
+async function* lines(stream: Stream): AsyncGenerator<string, void, undefined> {
   const { res, release, signal } = stream;
   if (!res.body) {
     release();

@@ -328,6 +328,27 @@ describe("client", () => {
     }
   });
 
+  test("wait follows a task's events until it finishes", async () => {
+    await c.submit("waitq", null, { id: "wait-1" });
+    const wid = await c.registerWorker("waiter", ["waitq"]);
+    const waiting = c.wait("wait-1");
+    const [t] = await c.claim(wid, "waitq");
+    await new Promise((r) => setTimeout(r, 100));
+    await c.complete(t.id, wid, t.lease, { done: true });
+    const got = await waiting;
+    assert.equal(got.status, "completed");
+    assert.deepEqual(got.result, { done: true });
+    assert.equal((await c.wait("wait-1")).status, "completed", "a finished task returns at once");
+
+    await c.submit("waitq", null, { id: "wait-2", delay: "1h" });
+    await assert.rejects(c.wait("wait-2", { timeout: 300 }), (e) => e.name === "TimeoutError");
+    const deleted = c.wait("wait-2");
+    await new Promise((r) => setTimeout(r, 200));
+    await c.delete("wait-2");
+    await assert.rejects(deleted, NotFound);
+    await assert.rejects(c.wait("wait-none"), NotFound);
+  });
+
   test("errors are typed per code and carry the field", async () => {
     await assert.rejects(c.submit("q", null, { priority: -1 }), (e) => {
       assert.ok(e instanceof InvalidArgument);
@@ -395,5 +416,90 @@ describe("client with tokens", () => {
       else process.env.NORN_TOKEN = saved;
     }
     assert.equal((await new Client({ url: auth.url, token: "adm" }).whoami()).role, "admin");
+  });
+});
+
+/** A fetch that answers every call with this body, cut into random chunks. */
+function chunkedFetch(body, { status = 200, contentType = "application/x-ndjson", seed = 1 } = {}) {
+  let x = seed;
+  const rand = () => ((x = (x * 1103515245 + 12345) % 2147483648) / 2147483648);
+  return async () => {
+    const bytes = new TextEncoder().encode(body);
+    const chunks = [];
+    for (let i = 0; i < bytes.length; ) {
+      const n = 1 + Math.floor(rand() * 7);
+      chunks.push(bytes.slice(i, i + n));
+      i += n;
+    }
+    const stream = new ReadableStream({
+      pull(ctl) {
+        const next = chunks.shift();
+        if (next) ctl.enqueue(next);
+        else ctl.close();
+      },
+    });
+    return new Response(stream, { status, headers: { "Content-Type": contentType } });
+  };
+}
+
+describe("decoding what the server streams", () => {
+  test("NDJSON lines cut anywhere, multi-byte characters included", async () => {
+    const tasks = [];
+    for (let i = 0; i < 50; i++) tasks.push({ id: `t${i}`, queue: "q", spec: { s: "ünïcødé ✓ 𝄞".repeat(i % 4), n: i } });
+    const body = tasks.map((t) => JSON.stringify(t)).join("\n") + "\n";
+    for (let seed = 1; seed <= 20; seed++) {
+      const cl = new Client({ url: "http://norn.invalid", fetch: chunkedFetch(body, { seed }) });
+      const got = [];
+      for await (const t of cl.list()) got.push(t);
+      assert.deepEqual(got, tasks, `seed ${seed}`);
+    }
+    const noFinalNewline = new Client({ url: "http://norn.invalid", fetch: chunkedFetch(body.trimEnd()) });
+    let n = 0;
+    for await (const _ of noFinalNewline.list()) n++;
+    assert.equal(n, 50);
+  });
+
+  test("a stream that fails says why in its last line", async () => {
+    const body = JSON.stringify({ id: "a", queue: "q" }) + "\n" + JSON.stringify({ error: { code: "unavailable", message: "store went away" } }) + "\n";
+    const cl = new Client({ url: "http://norn.invalid", fetch: chunkedFetch(body) });
+    const got = [];
+    await assert.rejects(async () => {
+      for await (const t of cl.list()) got.push(t.id);
+    }, (e) => e instanceof Unavailable && /store went away/.test(e.message));
+    assert.deepEqual(got, ["a"]);
+    const garbage = new Client({ url: "http://norn.invalid", fetch: chunkedFetch('{"id":"a"}\n{not json\n') });
+    await assert.rejects(async () => {
+      for await (const _ of garbage.list());
+    }, (e) => e instanceof NornError && e.code === "internal");
+  });
+
+  test("server-sent events: comments, CRLF, data split over lines", async () => {
+    const ev = { kind: "TaskSubmit", task_id: "a", queue: "q", status: "ready", version: 1, time: "2030-01-01T00:00:00Z" };
+    const body = ": ping\r\n\r\nevent: TaskSubmit\r\ndata: " + JSON.stringify(ev) + "\r\n\r\n: ping\n\nevent: TaskUpdate\ndata: {\"kind\":\"TaskUpdate\",\ndata: \"time\":\"2030-01-01T00:00:00Z\"}\n\n";
+    for (let seed = 1; seed <= 10; seed++) {
+      const cl = new Client({ url: "http://norn.invalid", fetch: chunkedFetch(body, { seed, contentType: "text/event-stream" }) });
+      const got = [];
+      for await (const e of cl.events()) got.push(e);
+      assert.deepEqual(got, [ev, { kind: "TaskUpdate", time: "2030-01-01T00:00:00Z" }], `seed ${seed}`);
+    }
+  });
+
+  test("an error page that is not the API's JSON still maps by status", async () => {
+    for (const [status, cls] of [[502, Unavailable], [404, NotFound], [401, Unauthenticated], [500, NornError]]) {
+      const cl = new Client({ url: "http://norn.invalid", fetch: chunkedFetch("<html>proxy says no</html>", { status, contentType: "text/html" }) });
+      await assert.rejects(cl.get("a"), (e) => e instanceof cls && e.status === status && /proxy says no/.test(e.message), String(status));
+    }
+    const unknown = new Client({
+      url: "http://norn.invalid",
+      fetch: chunkedFetch(JSON.stringify({ error: { code: "brand_new", message: "m", field: "f" } }), { status: 422, contentType: "application/json" }),
+    });
+    await assert.rejects(unknown.get("a"), (e) => e.constructor === NornError && e.code === "brand_new" && e.field === "f" && e.status === 422);
+  });
+
+  test("a call without an answer within the client's timeout is Unavailable", async () => {
+    const hang = (_url, init) =>
+      new Promise((_, reject) => init.signal.addEventListener("abort", () => reject(init.signal.reason), { once: true }));
+    const cl = new Client({ url: "http://norn.invalid", timeout: 100, fetch: hang });
+    await assert.rejects(cl.get("a"), (e) => e instanceof Unavailable && /no answer within 100 ms/.test(e.message));
   });
 });
