@@ -230,7 +230,7 @@ export class ActiveTask {
    * number it expects, so a retried append never lands twice.
    */
   log(data: unknown): Promise<LogEntry> {
-    this.check();
+    if (this.signal.aborted) return Promise.reject(this.signal.reason);
     const r = this.#r;
     const p = r.logQueue.then(() => this.#w._appendLog(r, data));
     r.logQueue = p.catch(() => {});

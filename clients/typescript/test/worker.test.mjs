@@ -98,15 +98,15 @@ describe("worker", () => {
     const { w, done } = startWorker({
       hb: async (task) => {
         task.setProgress(0.4);
-        await task.sleep(1500);
+        await task.sleep(2000);
         observed = (await c.get(task.id)).progress;
         await task.progress(0.9);
-        await task.sleep(2000);
+        await task.sleep(3000);
         return "done";
       },
     });
     try {
-      await c.submit("hb", null, { id: "hb-1", timeout: 1000 });
+      await c.submit("hb", null, { id: "hb-1", timeout: 1500 });
       const t = await finished("hb-1", 20_000);
       assert.equal(t.status, "completed", JSON.stringify(t.history));
       assert.equal(t.attempts, 1);
@@ -119,19 +119,47 @@ describe("worker", () => {
     }
   });
 
+  test("the lease option sets the lease length of claims and heartbeats", async () => {
+    let leftMs;
+    const { w, done } = startWorker({
+      lz: async (task) => {
+        await task.sleep(2500);
+        leftMs = Date.parse((await c.get(task.id)).deadline) - Date.now();
+        await task.sleep(2500);
+      },
+    }, { lease: 1500 });
+    try {
+      await c.submit("lz", null, { id: "lz-1", timeout: "60s" });
+      const t = await finished("lz-1", 20_000);
+      assert.equal(t.status, "completed", JSON.stringify(t.history));
+      assert.equal(t.lease, 1, "never lost its lease");
+      assert.ok(leftMs > 0 && leftMs <= 1500, `deadline ${leftMs} ms ahead: the worker's lease, not the task's 60 s`);
+    } finally {
+      await w.stop();
+      await done;
+    }
+  });
+
   test("cancellation aborts the handler's signal within a heartbeat interval; its outcome is not reported", async () => {
     let reason;
     let started;
     let aborted;
+    let checks;
     const { w, done } = startWorker({
       cx: async (task) => {
         started = Date.now();
         await new Promise((resolve) => task.signal.addEventListener("abort", resolve, { once: true }));
         aborted = Date.now();
+        try {
+          assert.throws(() => task.check(), Cancelled);
+          await assert.rejects(task.sleep(10), Cancelled);
+          await assert.rejects(task.log({ late: true }), Cancelled);
+          await assert.rejects(task.progress(0.5), Cancelled);
+          assert.ok(task.cancelled);
+        } catch (e) {
+          checks = e;
+        }
         reason = task.reason;
-        assert.throws(() => task.check(), Cancelled);
-        await assert.rejects(task.sleep(10), Cancelled);
-        await assert.rejects(task.log({ late: true }), Cancelled);
         return "finished anyway";
       },
     }, { heartbeatInterval: 300 });
@@ -141,6 +169,7 @@ describe("worker", () => {
       const cancelledAt = Date.now();
       await c.cancel("cx-1");
       await eventually(() => reason, 10_000, "the handler to see the cancel");
+      assert.ifError(checks);
       assert.ok(reason instanceof Cancelled);
       assert.ok(aborted - cancelledAt < 3000, `took ${aborted - cancelledAt} ms`);
       await eventually(() => w.running === 0, 5000, "the worker to let go of the task");
