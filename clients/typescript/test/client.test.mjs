@@ -342,10 +342,10 @@ describe("client", () => {
 
     await c.submit("waitq", null, { id: "wait-2", delay: "1h" });
     await assert.rejects(c.wait("wait-2", { timeout: 300 }), (e) => e.name === "TimeoutError");
-    const deleted = c.wait("wait-2");
+    const deleted = assert.rejects(c.wait("wait-2"), NotFound);
     await new Promise((r) => setTimeout(r, 200));
     await c.delete("wait-2");
-    await assert.rejects(deleted, NotFound);
+    await deleted;
     await assert.rejects(c.wait("wait-none"), NotFound);
   });
 
