@@ -7,6 +7,12 @@ import { NornError } from "./errors.js";
  * fails the attempt (retried per the task's policy, else aborted).
  */
 export type Handler = (task: ActiveTask) => unknown;
+/**
+ * Wraps every handler call: it sees the task before and the outcome after,
+ * and decides the outcome by what it resolves with or throws. The place for
+ * logging, metrics and tracing (a span parented on `task.traceparent`).
+ */
+export type Middleware = (task: ActiveTask, next: (task: ActiveTask) => Promise<unknown>) => unknown;
 /** Where the worker logs; `console` fits. */
 export interface Logger {
     debug?(msg: string): void;
@@ -39,6 +45,14 @@ export interface WorkerOptions {
     logger?: Logger;
     /** Stop gracefully on SIGTERM and SIGINT while running; default true. */
     handleSignals?: boolean;
+    /** Wrap every handler call, the first one outermost. */
+    middleware?: readonly Middleware[];
+    /**
+     * Asked before every claim; while it returns false nothing is claimed
+     * (it is asked again every pollInterval). E.g. claim only while the
+     * machine's load is low.
+     */
+    capacity?: () => boolean | Promise<boolean>;
 }
 /** Throw it from a handler to abort the task for good (no retry). */
 export declare class Abort extends Error {

@@ -229,6 +229,8 @@ export class Worker {
     #grace;
     #log;
     #handleSignals;
+    #chain;
+    #capacity;
     #runs = new Map();
     #changed = new Changed();
     #stopCtl = new AbortController();
@@ -280,6 +282,16 @@ export class Worker {
         const grace = opts.shutdownGrace ?? 10_000;
         if (!(grace >= 0))
             throw new InvalidArgument("must not be negative", { field: "shutdownGrace" });
+        const middleware = opts.middleware ?? [];
+        if (!Array.isArray(middleware))
+            throw new InvalidArgument("must be an array of functions", { field: "middleware" });
+        middleware.forEach((mw, i) => {
+            if (typeof mw !== "function")
+                throw new InvalidArgument("is not a function", { field: `middleware[${i}]` });
+        });
+        if (opts.capacity !== undefined && typeof opts.capacity !== "function") {
+            throw new InvalidArgument("must be a function returning a boolean", { field: "capacity" });
+        }
         this.client = client;
         this.#handlers = { ...handlers };
         this.queues = queues;
@@ -294,6 +306,18 @@ export class Worker {
         this.name = opts.name ?? `${os.hostname()}:${process.pid}`;
         this.#log = opts.logger ?? { warn: (m) => console.warn(m), error: (m) => console.error(m) };
         this.#handleSignals = opts.handleSignals ?? true;
+        this.#capacity = opts.capacity;
+        let chain = async (task) => {
+            const handler = this.#handlers[task.queue];
+            if (!handler)
+                throw new Abort(`no handler registered for queue ${JSON.stringify(task.queue)}`, { code: "no_handler" });
+            return handler(task);
+        };
+        for (const mw of [...middleware].reverse()) {
+            const next = chain;
+            chain = async (task) => mw(task, next);
+        }
+        this.#chain = chain;
         this.#done = new Promise((resolve) => (this.#resolveDone = resolve));
     }
     /** The id the server assigned (`worker-<n>`), undefined before run() registered. */
@@ -408,6 +432,10 @@ export class Worker {
                 await this.#changed.wait(Infinity);
             if (this.#stopping)
                 return;
+            if (this.#capacity && !(await this.#hasCapacity())) {
+                await this.#pause(Math.max(this.#poll, 10));
+                continue;
+            }
             const free = this.concurrency - this.#runs.size;
             const sent = now();
             let tasks;
@@ -434,6 +462,15 @@ export class Worker {
                 this.#start(rec, sent);
             if (tasks.length === 0)
                 await this.#pause(this.#poll - (now() - sent));
+        }
+    }
+    async #hasCapacity() {
+        try {
+            return Boolean(await this.#capacity());
+        }
+        catch (e) {
+            this.#log.error?.(`norn worker ${this.#id}: capacity callback failed; claiming nothing for now: ${String(e)}`);
+            return false;
         }
     }
     #leaseLen(rec) {
@@ -464,16 +501,13 @@ export class Worker {
     }
     // ---- running a task ----------------------------------------------------
     async #serve(run, task) {
-        const handler = this.#handlers[task.queue];
         let op = "complete";
         let result;
         let code = "";
         let desc = "";
         let details;
         try {
-            if (!handler)
-                throw new Abort(`no handler registered for queue ${JSON.stringify(task.queue)}`, { code: "no_handler" });
-            result = await handler(task);
+            result = await this.#chain(task);
             if (result !== undefined) {
                 try {
                     if (JSON.stringify(result) === undefined)

@@ -23,6 +23,13 @@ import { formatDuration, parseDuration } from "./wire.js";
  */
 export type Handler = (task: ActiveTask) => unknown;
 
+/**
+ * Wraps every handler call: it sees the task before and the outcome after,
+ * and decides the outcome by what it resolves with or throws. The place for
+ * logging, metrics and tracing (a span parented on `task.traceparent`).
+ */
+export type Middleware = (task: ActiveTask, next: (task: ActiveTask) => Promise<unknown>) => unknown;
+
 /** Where the worker logs; `console` fits. */
 export interface Logger {
   debug?(msg: string): void;
@@ -56,6 +63,14 @@ export interface WorkerOptions {
   logger?: Logger;
   /** Stop gracefully on SIGTERM and SIGINT while running; default true. */
   handleSignals?: boolean;
+  /** Wrap every handler call, the first one outermost. */
+  middleware?: readonly Middleware[];
+  /**
+   * Asked before every claim; while it returns false nothing is claimed
+   * (it is asked again every pollInterval). E.g. claim only while the
+   * machine's load is low.
+   */
+  capacity?: () => boolean | Promise<boolean>;
 }
 
 /** Throw it from a handler to abort the task for good (no retry). */
@@ -299,6 +314,8 @@ export class Worker {
   readonly #grace: number;
   readonly #log: Logger;
   readonly #handleSignals: boolean;
+  readonly #chain: (task: ActiveTask) => Promise<unknown>;
+  readonly #capacity: (() => boolean | Promise<boolean>) | undefined;
 
   readonly #runs = new Map<Run, Promise<void>>();
   readonly #changed = new Changed();
@@ -342,6 +359,14 @@ export class Worker {
     if (!(poll >= 0)) throw new InvalidArgument("must not be negative", { field: "pollInterval" });
     const grace = opts.shutdownGrace ?? 10_000;
     if (!(grace >= 0)) throw new InvalidArgument("must not be negative", { field: "shutdownGrace" });
+    const middleware = opts.middleware ?? [];
+    if (!Array.isArray(middleware)) throw new InvalidArgument("must be an array of functions", { field: "middleware" });
+    middleware.forEach((mw, i) => {
+      if (typeof mw !== "function") throw new InvalidArgument("is not a function", { field: `middleware[${i}]` });
+    });
+    if (opts.capacity !== undefined && typeof opts.capacity !== "function") {
+      throw new InvalidArgument("must be a function returning a boolean", { field: "capacity" });
+    }
 
     this.client = client;
     this.#handlers = { ...handlers };
@@ -357,6 +382,17 @@ export class Worker {
     this.name = opts.name ?? `${os.hostname()}:${process.pid}`;
     this.#log = opts.logger ?? { warn: (m) => console.warn(m), error: (m) => console.error(m) };
     this.#handleSignals = opts.handleSignals ?? true;
+    this.#capacity = opts.capacity;
+    let chain = async (task: ActiveTask): Promise<unknown> => {
+      const handler = this.#handlers[task.queue];
+      if (!handler) throw new Abort(`no handler registered for queue ${JSON.stringify(task.queue)}`, { code: "no_handler" });
+      return handler(task);
+    };
+    for (const mw of [...middleware].reverse()) {
+      const next = chain;
+      chain = async (task) => mw(task, next);
+    }
+    this.#chain = chain;
     this.#done = new Promise((resolve) => (this.#resolveDone = resolve));
   }
 
@@ -465,6 +501,10 @@ export class Worker {
     while (!this.#stopping) {
       while (this.#runs.size >= this.concurrency && !this.#stopping) await this.#changed.wait(Infinity);
       if (this.#stopping) return;
+      if (this.#capacity && !(await this.#hasCapacity())) {
+        await this.#pause(Math.max(this.#poll, 10));
+        continue;
+      }
       const free = this.concurrency - this.#runs.size;
       const sent = now();
       let tasks: Task[];
@@ -486,6 +526,15 @@ export class Worker {
       backoff = 100;
       for (const rec of tasks) this.#start(rec, sent);
       if (tasks.length === 0) await this.#pause(this.#poll - (now() - sent));
+    }
+  }
+
+  async #hasCapacity(): Promise<boolean> {
+    try {
+      return Boolean(await this.#capacity!());
+    } catch (e) {
+      this.#log.error?.(`norn worker ${this.#id}: capacity callback failed; claiming nothing for now: ${String(e)}`);
+      return false;
     }
   }
 
@@ -516,15 +565,13 @@ export class Worker {
   // ---- running a task ----------------------------------------------------
 
   async #serve(run: Run, task: ActiveTask): Promise<void> {
-    const handler = this.#handlers[task.queue];
     let op: "complete" | "fail" | "abort" = "complete";
     let result: unknown;
     let code = "";
     let desc = "";
     let details: Record<string, unknown> | undefined;
     try {
-      if (!handler) throw new Abort(`no handler registered for queue ${JSON.stringify(task.queue)}`, { code: "no_handler" });
-      result = await handler(task);
+      result = await this.#chain(task);
       if (result !== undefined) {
         try {
           if (JSON.stringify(result) === undefined) throw new TypeError(`a ${typeof result} is not JSON`);

@@ -323,6 +323,69 @@ describe("worker", () => {
     }
   });
 
+  test("middleware wraps every handler call, the first one outermost, and may change the outcome", async () => {
+    const order = [];
+    const outer = async (task, next) => {
+      order.push(`outer>${task.id}`);
+      try {
+        return await next(task);
+      } finally {
+        order.push(`outer<${task.id}`);
+      }
+    };
+    const inner = async (task, next) => {
+      order.push(`inner>${task.id}`);
+      try {
+        const v = await next(task);
+        return { wrapped: v };
+      } catch (e) {
+        throw new Abort(`inner saw: ${e.message}`, { code: "mw_abort" });
+      }
+    };
+    const { w, done } = startWorker({
+      mw: async (task) => {
+        order.push(`handler ${task.id}`);
+        if (task.spec === "bad") throw new Error("nope");
+        return task.spec;
+      },
+    }, { middleware: [outer, inner], concurrency: 1 });
+    try {
+      await c.submit("mw", "good", { id: "mw-1" });
+      const ok = await finished("mw-1");
+      assert.deepEqual(ok.result, { wrapped: "good" });
+      assert.deepEqual(order, ["outer>mw-1", "inner>mw-1", "handler mw-1", "outer<mw-1"]);
+      await c.submit("mw", "bad", { id: "mw-2", retry: { max_retries: 3, base: 1 } });
+      const bad = await finished("mw-2");
+      assert.equal(bad.status, "aborted");
+      assert.deepEqual(bad.errors.map((e) => [e.code, e.description]), [["mw_abort", "inner saw: nope"]]);
+    } finally {
+      await w.stop();
+      await done;
+    }
+  });
+
+  test("capacity: nothing is claimed while it returns false", async () => {
+    let open = false;
+    let asked = 0;
+    const { w, done } = startWorker({ cap: async () => "ran" }, {
+      capacity: async () => {
+        asked++;
+        return open;
+      },
+      pollInterval: 50,
+    });
+    try {
+      await c.submit("cap", null, { id: "cap-1" });
+      await eventually(() => asked >= 5, 10_000, "capacity to be asked a few times");
+      assert.equal((await c.get("cap-1")).status, "ready", "nothing claimed while capacity is false");
+      open = true;
+      assert.equal((await finished("cap-1")).result, "ran");
+    } finally {
+      await w.stop();
+      await done;
+    }
+  });
+
   test("a worker refused for good rejects run(); bad options name their field", async () => {
     const bad = new Worker(c, { handlers: { "no spaces allowed": () => {} }, logger: quiet, handleSignals: false });
     await assert.rejects(bad.run(), (e) => e instanceof InvalidArgument);
@@ -336,6 +399,8 @@ describe("worker", () => {
       [{ handlers: h, claimBatch: 1001 }, "claimBatch"],
       [{ handlers: h, wait: 301_000 }, "wait"],
       [{ handlers: h, shutdownGrace: -1 }, "shutdownGrace"],
+      [{ handlers: h, middleware: [null] }, "middleware[0]"],
+      [{ handlers: h, capacity: true }, "capacity"],
     ]) {
       assert.throws(() => new Worker(c, opts), (e) => e instanceof InvalidArgument && e.field === field, field);
     }
