@@ -54,10 +54,20 @@ export interface WorkerOptions {
      */
     capacity?: () => boolean | Promise<boolean>;
 }
-/** Throw it from a handler to abort the task for good (no retry). */
-export declare class Abort extends Error {
+/** What Abort and Fail share: the error code and details to record. */
+declare abstract class HandlerOutcome extends Error {
+    /** Recorded as the error's code; default handler_error. */
     readonly code: string | undefined;
+    /** Recorded as the error's args (a JSON object). */
     readonly details: Record<string, unknown> | undefined;
+    constructor(message: string, opts: {
+        code?: string;
+        details?: Record<string, unknown>;
+        cause?: unknown;
+    });
+}
+/** Throw it from a handler to abort the task for good (no retry). */
+export declare class Abort extends HandlerOutcome {
     constructor(message?: string, opts?: {
         code?: string;
         details?: Record<string, unknown>;
@@ -65,9 +75,7 @@ export declare class Abort extends Error {
     });
 }
 /** Throw it from a handler to fail the attempt with a code of your own; the task is retried per its policy. */
-export declare class Fail extends Error {
-    readonly code: string | undefined;
-    readonly details: Record<string, unknown> | undefined;
+export declare class Fail extends HandlerOutcome {
     constructor(message?: string, opts?: {
         code?: string;
         details?: Record<string, unknown>;

@@ -2,26 +2,29 @@ import os from "node:os";
 import { Client } from "./client.js";
 import { Cancelled, Conflict, Internal, InvalidArgument, LeaseLost, NornError, NotFound, PermissionDenied, Shutdown, Unauthenticated, Unavailable, } from "./errors.js";
 import { formatDuration, parseDuration } from "./wire.js";
-/** Throw it from a handler to abort the task for good (no retry). */
-export class Abort extends Error {
+/** What Abort and Fail share: the error code and details to record. */
+class HandlerOutcome extends Error {
+    /** Recorded as the error's code; default handler_error. */
     code;
+    /** Recorded as the error's args (a JSON object). */
     details;
-    constructor(message = "", opts = {}) {
+    constructor(message, opts) {
         super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
-        this.name = "Abort";
+        this.name = new.target.name;
         this.code = opts.code;
         this.details = opts.details;
     }
 }
-/** Throw it from a handler to fail the attempt with a code of your own; the task is retried per its policy. */
-export class Fail extends Error {
-    code;
-    details;
+/** Throw it from a handler to abort the task for good (no retry). */
+export class Abort extends HandlerOutcome {
     constructor(message = "", opts = {}) {
-        super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
-        this.name = "Fail";
-        this.code = opts.code;
-        this.details = opts.details;
+        super(message, opts);
+    }
+}
+/** Throw it from a handler to fail the attempt with a code of your own; the task is retried per its policy. */
+export class Fail extends HandlerOutcome {
+    constructor(message = "", opts = {}) {
+        super(message, opts);
     }
 }
 const DEFAULT_LEASE_MS = 10_000;
@@ -521,14 +524,8 @@ export class Worker {
             }
         }
         catch (e) {
-            if (e instanceof Abort) {
-                op = "abort";
-                code = e.code || DEFAULT_ERROR_CODE;
-                desc = describe(e, false);
-                details = e.details;
-            }
-            else if (e instanceof Fail) {
-                op = "fail";
+            if (e instanceof HandlerOutcome) {
+                op = e instanceof Abort ? "abort" : "fail";
                 code = e.code || DEFAULT_ERROR_CODE;
                 desc = describe(e, false);
                 details = e.details;

@@ -3,6 +3,13 @@ import type { components } from "./openapi.js";
 /** An error code of the API (`invalid_argument`, `lease_lost`, …). */
 export type ErrorCode = components["schemas"]["WireError"]["code"];
 
+/** What an error carries besides its message. */
+export interface NornErrorOptions {
+  field?: string;
+  status?: number;
+  cause?: unknown;
+}
+
 /**
  * Every error the server answers, and every failure to reach it, is a
  * NornError: `code` says what went wrong, `field` names the input the server
@@ -22,7 +29,7 @@ export class NornError extends Error {
   /** The HTTP status, 0 when no response arrived. */
   readonly status: number;
 
-  constructor(code: string, message: string, opts: { field?: string; status?: number; cause?: unknown } = {}) {
+  constructor(code: string, message: string, opts: NornErrorOptions = {}) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
     this.name = new.target.name;
     this.code = code;
@@ -33,61 +40,61 @@ export class NornError extends Error {
 
 /** `invalid_argument` (400): bad input; `field` names it. Nothing was written. */
 export class InvalidArgument extends NornError {
-  constructor(message: string, opts: { field?: string; status?: number; cause?: unknown } = {}) {
+  constructor(message: string, opts: NornErrorOptions = {}) {
     super("invalid_argument", message, { status: 400, ...opts });
   }
 }
 /** `unauthenticated` (401): missing or unknown bearer token. */
 export class Unauthenticated extends NornError {
-  constructor(message: string, opts: { field?: string; status?: number; cause?: unknown } = {}) {
+  constructor(message: string, opts: NornErrorOptions = {}) {
     super("unauthenticated", message, { status: 401, ...opts });
   }
 }
 /** `permission_denied` (403): the token's role or queue scope does not allow the call. */
 export class PermissionDenied extends NornError {
-  constructor(message: string, opts: { field?: string; status?: number; cause?: unknown } = {}) {
+  constructor(message: string, opts: NornErrorOptions = {}) {
     super("permission_denied", message, { status: 403, ...opts });
   }
 }
 /** `not_found` (404): no such task (or route). */
 export class NotFound extends NornError {
-  constructor(message: string, opts: { field?: string; status?: number; cause?: unknown } = {}) {
+  constructor(message: string, opts: NornErrorOptions = {}) {
     super("not_found", message, { status: 404, ...opts });
   }
 }
 /** `conflict` (409): wrong state, `if_version` mismatch, log `seq` mismatch. */
 export class Conflict extends NornError {
-  constructor(message: string, opts: { field?: string; status?: number; cause?: unknown } = {}) {
+  constructor(message: string, opts: NornErrorOptions = {}) {
     super("conflict", message, { status: 409, ...opts });
   }
 }
 /** `lease_lost` (409): the worker's lease is not the current one; stop working on the task. */
 export class LeaseLost extends NornError {
-  constructor(message: string, opts: { field?: string; status?: number; cause?: unknown } = {}) {
+  constructor(message: string, opts: NornErrorOptions = {}) {
     super("lease_lost", message, { status: 409, ...opts });
   }
 }
 /** `cancelled` (409): the task was cancelled; stop working on it. */
 export class Cancelled extends NornError {
-  constructor(message: string, opts: { field?: string; status?: number; cause?: unknown } = {}) {
+  constructor(message: string, opts: NornErrorOptions = {}) {
     super("cancelled", message, { status: 409, ...opts });
   }
 }
 /** `too_large` (413): a size limit was exceeded; `field` says which. */
 export class TooLarge extends NornError {
-  constructor(message: string, opts: { field?: string; status?: number; cause?: unknown } = {}) {
+  constructor(message: string, opts: NornErrorOptions = {}) {
     super("too_large", message, { status: 413, ...opts });
   }
 }
 /** `unavailable` (503), or no answer at all (status 0): retry later. */
 export class Unavailable extends NornError {
-  constructor(message: string, opts: { field?: string; status?: number; cause?: unknown } = {}) {
+  constructor(message: string, opts: NornErrorOptions = {}) {
     super("unavailable", message, { status: 503, ...opts });
   }
 }
 /** `internal` (500): a server bug; the details are in the server's log. */
 export class Internal extends NornError {
-  constructor(message: string, opts: { field?: string; status?: number; cause?: unknown } = {}) {
+  constructor(message: string, opts: NornErrorOptions = {}) {
     super("internal", message, { status: 500, ...opts });
   }
 }
@@ -101,7 +108,7 @@ export class Shutdown extends NornError {
   }
 }
 
-type ErrorClass = new (message: string, opts?: { field?: string; status?: number; cause?: unknown }) => NornError;
+type ErrorClass = new (message: string, opts?: NornErrorOptions) => NornError;
 
 const byCode: Record<string, ErrorClass> = {
   invalid_argument: InvalidArgument,

@@ -73,27 +73,31 @@ export interface WorkerOptions {
   capacity?: () => boolean | Promise<boolean>;
 }
 
-/** Throw it from a handler to abort the task for good (no retry). */
-export class Abort extends Error {
+/** What Abort and Fail share: the error code and details to record. */
+abstract class HandlerOutcome extends Error {
+  /** Recorded as the error's code; default handler_error. */
   readonly code: string | undefined;
+  /** Recorded as the error's args (a JSON object). */
   readonly details: Record<string, unknown> | undefined;
-  constructor(message = "", opts: { code?: string; details?: Record<string, unknown>; cause?: unknown } = {}) {
+  constructor(message: string, opts: { code?: string; details?: Record<string, unknown>; cause?: unknown }) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
-    this.name = "Abort";
+    this.name = new.target.name;
     this.code = opts.code;
     this.details = opts.details;
   }
 }
 
-/** Throw it from a handler to fail the attempt with a code of your own; the task is retried per its policy. */
-export class Fail extends Error {
-  readonly code: string | undefined;
-  readonly details: Record<string, unknown> | undefined;
+/** Throw it from a handler to abort the task for good (no retry). */
+export class Abort extends HandlerOutcome {
   constructor(message = "", opts: { code?: string; details?: Record<string, unknown>; cause?: unknown } = {}) {
-    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
-    this.name = "Fail";
-    this.code = opts.code;
-    this.details = opts.details;
+    super(message, opts);
+  }
+}
+
+/** Throw it from a handler to fail the attempt with a code of your own; the task is retried per its policy. */
+export class Fail extends HandlerOutcome {
+  constructor(message = "", opts: { code?: string; details?: Record<string, unknown>; cause?: unknown } = {}) {
+    super(message, opts);
   }
 }
 
@@ -582,13 +586,8 @@ export class Worker {
         }
       }
     } catch (e) {
-      if (e instanceof Abort) {
-        op = "abort";
-        code = e.code || DEFAULT_ERROR_CODE;
-        desc = describe(e, false);
-        details = e.details;
-      } else if (e instanceof Fail) {
-        op = "fail";
+      if (e instanceof HandlerOutcome) {
+        op = e instanceof Abort ? "abort" : "fail";
         code = e.code || DEFAULT_ERROR_CODE;
         desc = describe(e, false);
         details = e.details;
