@@ -138,7 +138,9 @@ func (s *Store) sweepTimeouts(ctx context.Context, rep *norn.SweepReport) error 
 // for the next sweep) and re-checked as still scheduled and due, so there is
 // no gap between reading and writing in which a cancel or update could be
 // overwritten, and two nodes sweeping at once release each task once.
-func (s *Store) delaySQL() string {
+func (s *Store) delaySQL() string { return s.sql.delay }
+
+func (s *Store) buildDelaySQL() string {
 	return s.q(`WITH n AS (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now),
 c AS (SELECT t.id FROM {s}.tasks t WHERE t.status = 'scheduled' AND t.run_at <= (SELECT now FROM n)
 	ORDER BY t.run_at LIMIT $2 FOR UPDATE SKIP LOCKED),

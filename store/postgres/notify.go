@@ -79,8 +79,12 @@ func (s *Store) listenOnce(up func()) error {
 // version, unix microseconds; tab-separated).
 func (s *Store) dispatch(payload string) {
 	wakeClaim, wakeSweep := false, false
-	if payload == "wake" {
+	switch payload {
+	case "wake":
 		s.wake.fire()
+		return
+	case "sched":
+		s.sweepWake.fire()
 		return
 	}
 	for _, line := range strings.Split(payload, "\n") {
@@ -231,9 +235,67 @@ func (s *Store) Subscribe(ctx context.Context, f norn.EventFilter) (norn.EventSt
 			return nil, err
 		}
 	}
+	// Announce this node's subscriber before returning, so every change
+	// committed from now on publishes its events.
+	if err := s.announceSubscriber(ctx); err != nil {
+		return nil, err
+	}
 	st := &eventStream{ss: s.subs, filter: f, ctx: ctx, ch: make(chan norn.Event, subscriberBuffer), done: make(chan struct{})}
 	s.subs.mu.Lock()
 	s.subs.subs[st] = struct{}{}
 	s.subs.mu.Unlock()
 	return st, nil
+}
+
+// subscriberTTL is how long an announcement in event_subscribers lasts; a
+// node with Subscribe streams renews it every third of that, and a node
+// that died stops costing per-task events at most this long after.
+const subscriberTTL = time.Minute
+
+// announceSubscriber records (or renews) that this node has Subscribe
+// streams.
+func (s *Store) announceSubscriber(ctx context.Context) error {
+	return s.withConn(ctx, func(conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, s.q(`INSERT INTO {s}.event_subscribers (node, until)
+VALUES ($1, clock_timestamp() + $2 * interval '1 microsecond')
+ON CONFLICT (node) DO UPDATE SET until = EXCLUDED.until`), s.node, subscriberTTL.Microseconds())
+		if err == nil {
+			s.announced.Store(true)
+		}
+		return err
+	})
+}
+
+// renewSubscribers keeps this node's announcement alive while it has
+// Subscribe streams, and withdraws it when the store closes.
+func (s *Store) renewSubscribers() {
+	defer s.wg.Done()
+	t := time.NewTicker(subscriberTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			if s.announced.Load() {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_, _ = s.pool.Exec(ctx, s.q(`DELETE FROM {s}.event_subscribers WHERE node = $1`), s.node)
+				cancel()
+			}
+			return
+		case <-t.C:
+			if s.subs.count() == 0 {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+			if err := s.announceSubscriber(ctx); err != nil && s.ctx.Err() == nil {
+				s.cfg.Logger.Warn("norn: cannot renew the event subscription; events may stop until it succeeds", "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+func (ss *subscribers) count() int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return len(ss.subs)
 }

@@ -3,6 +3,7 @@ package postgres
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +20,11 @@ type rec struct {
 	pendingDeps  int
 	historyCount int
 	logSeq       uint64
+	// assignSeq and doneSeq are the sequence numbers of the assignment and
+	// completion entries kept in the row (0: none); claimedAt is the
+	// assignment's time.
+	assignSeq, doneSeq int
+	claimedAt          time.Time
 }
 
 // Column lists for reading tasks. All three have the same shape so one scan
@@ -26,10 +32,18 @@ type rec struct {
 const (
 	colsBase = `t.id, t.queue, t.priority, t.status, t.progress, t.labels, t.created, t.updated, t.run_at,
 t.ready_at, t.ended_at, t.depends_on, t.pending_deps, t.owner, t.deadline, t.lease, t.attempts,
-t.max_attempts, t.retry, t.timeout_ns, t.history_count, t.log_seq, t.version`
-	historyAgg = `(SELECT jsonb_agg(jsonb_build_object('type', h.type, 'time', h.time, 'worker', h.worker,
-'lease', h.lease, 'progress', h.progress, 'error', h.error) ORDER BY h.seq)
-FROM {s}.task_history h WHERE h.task_id = t.id)`
+t.max_attempts, t.retry, t.timeout_ns, t.history_count, t.log_seq, t.version, t.assign_seq, t.done_seq, t.claimed_at`
+	// historyAgg is the task's history: its task_history rows plus the
+	// assignment and completion entries kept in the row, unless the history
+	// cap ({hl}) has dropped them.
+	historyAgg = `(SELECT jsonb_agg(x.e ORDER BY x.seq) FROM (
+SELECT h.seq, jsonb_build_object('type', h.type, 'time', h.time, 'worker', h.worker,
+	'lease', h.lease, 'progress', h.progress, 'error', h.error) AS e
+FROM {s}.task_history h WHERE h.task_id = t.id
+UNION ALL SELECT t.assign_seq, jsonb_build_object('type', 'TaskAssignment', 'time', t.claimed_at, 'worker', t.owner,
+	'lease', t.lease) WHERE t.assign_seq > greatest(t.history_count - {hl}, 0)
+UNION ALL SELECT t.done_seq, jsonb_build_object('type', 'TaskComplete', 'time', t.ended_at, 'worker', t.owner,
+	'lease', t.lease, 'progress', 1) WHERE t.done_seq > greatest(t.history_count - {hl}, 0)) x)`
 	// colsFull: everything, history included.
 	colsFull = colsBase + `, t.spec, t.result, t.errors, ` + historyAgg
 	// colsClaim: everything, for a task a claim just assigned (t is the new
@@ -61,10 +75,12 @@ func scanRec(row pgx.Row) (*rec, error) {
 		errs, hist        []byte
 		created, updated  time.Time
 		runAt, readyAt    time.Time
+		assignSeq, doneSq int32
+		claimed           *time.Time
 	)
 	err := row.Scan(&r.ID, &r.Queue, &priority, &status, &r.Progress, &labels, &created, &updated, &runAt,
 		&readyAt, &ended, &deps, &pending, &owner, &deadline, &lease, &attempts,
-		&maxAttempts, &retry, &timeoutNS, &hcnt, &logSeq, &version,
+		&maxAttempts, &retry, &timeoutNS, &hcnt, &logSeq, &version, &assignSeq, &doneSq, &claimed,
 		&spec, &result, &errs, &hist)
 	if err != nil {
 		return nil, err
@@ -78,6 +94,10 @@ func scanRec(row pgx.Row) (*rec, error) {
 	if deadline != nil {
 		r.Deadline = deadline.UTC()
 	}
+	if claimed != nil {
+		r.claimedAt = claimed.UTC()
+	}
+	r.assignSeq, r.doneSeq = int(assignSeq), int(doneSq)
 	if owner != nil {
 		r.Owner = *owner
 	}
@@ -177,14 +197,24 @@ func timePtr(t time.Time) *time.Time {
 
 func micro(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
-// statements holds the quoted schema the SQL is written against.
+// statements holds the quoted schema the SQL is written against and the
+// hot statements, built once per store instead of on every call.
 type statements struct {
-	schema string
+	schema                                        string
+	claim, complete, cas, release, cascade, delay string
+	insert, insertConflict                        string
 }
 
 func newStatements(schema string) *statements { return &statements{schema: schema} }
 
-// q substitutes the schema into a statement.
+// build fills in the hot statements (they need the store's configuration).
+func (st *statements) build(s *Store) {
+	st.claim, st.complete, st.delay = s.buildClaimSQL(), s.buildCompleteSQL(), s.buildDelaySQL()
+	st.cas, st.release, st.cascade = s.buildCasSQL(), s.buildReleaseSQL(), s.buildCascadeSQL()
+	st.insert, st.insertConflict = s.buildInsertSQL(false), s.buildInsertSQL(true)
+}
+
+// q substitutes the schema and the history cap into a statement.
 func (s *Store) q(sql string) string {
-	return strings.ReplaceAll(sql, "{s}", s.sql.schema)
+	return strings.ReplaceAll(strings.ReplaceAll(sql, "{s}", s.sql.schema), "{hl}", strconv.Itoa(s.cfg.HistoryLimit))
 }

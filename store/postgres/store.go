@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -144,6 +145,8 @@ type Store struct {
 	sweepWake *broadcaster // new delays: the monitor leader
 	subs      *subscribers
 	leader    atomic.Bool
+	node      string      // this store's name in event_subscribers
+	announced atomic.Bool // this node has a row in event_subscribers
 }
 
 var _ norn.Store = (*Store)(nil)
@@ -182,8 +185,10 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		wake:      newBroadcaster(),
 		sweepWake: newBroadcaster(),
 		subs:      newSubscribers(),
+		node:      uuid.NewString(),
 	}
 	s.chanLit = "'" + strings.ReplaceAll(s.channel, "'", "''") + "'"
+	s.sql.build(s)
 	s.pool, err = newPool(connCfg, cfg.MaxConns)
 	if err != nil {
 		return nil, err
@@ -207,6 +212,8 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		s.Close()
 		return nil, ctx.Err()
 	}
+	s.wg.Add(1)
+	go s.renewSubscribers()
 	if !cfg.DisableMonitor {
 		s.wg.Add(1)
 		go s.monitor()

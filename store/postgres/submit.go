@@ -81,6 +81,13 @@ func (s *Store) wakeForSubmitted(out []norn.Submitted) {
 // skipped (and reported as duplicates by the caller), otherwise the plain
 // INSERT spares the speculative insertion every row pays for ON CONFLICT.
 func (s *Store) insertSQL(onConflict bool) string {
+	if onConflict {
+		return s.sql.insertConflict
+	}
+	return s.sql.insert
+}
+
+func (s *Store) buildInsertSQL(onConflict bool) string {
 	conflict := ""
 	if onConflict {
 		conflict = "ON CONFLICT (id) DO NOTHING"

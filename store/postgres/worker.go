@@ -26,9 +26,12 @@ SELECT n.n, 'worker-' || n.n, $1, $2, n.now, n.now FROM n RETURNING id`),
 
 // claimSQL leases up to $2 ready tasks of queue $1 in claim order with one
 // statement: the partial index yields candidates, SKIP LOCKED lets
-// concurrent claimers take different ones, and the assignment, its history
-// entry, the worker's last-seen time and the events are written together.
-func (s *Store) claimSQL() string {
+// concurrent claimers take different ones, and the assignment (with its
+// history entry kept in the row), the worker's last-seen time and the
+// events are written together.
+func (s *Store) claimSQL() string { return s.sql.claim }
+
+func (s *Store) buildClaimSQL() string {
 	return s.q(`WITH n AS (SELECT coalesce($3::timestamptz, clock_timestamp()) AS now),
 c AS (SELECT t.id FROM {s}.tasks t
 	WHERE t.status = 'ready' AND t.queue = $1
@@ -36,17 +39,22 @@ c AS (SELECT t.id FROM {s}.tasks t
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED),
 upd AS (UPDATE {s}.tasks t SET status = 'running', owner = $4, lease = t.lease + 1, attempts = t.attempts + 1,
 	deadline = n.now + (coalesce($5::bigint, t.timeout_ns) / 1000) * interval '1 microsecond',
-	updated = n.now, version = t.version + 1, history_count = t.history_count + 1
+	updated = n.now, version = t.version + 1, history_count = t.history_count + 1,
+	assign_seq = t.history_count + 1, claimed_at = n.now
 	FROM c, n WHERE t.id = c.id
-	RETURNING ` + colsClaim + `),
-h AS (INSERT INTO {s}.task_history (task_id, seq, type, time, worker, lease)
-	SELECT id, history_count, 'TaskAssignment', updated, owner, lease FROM upd)` +
+	RETURNING ` + colsClaim + `)` +
 		replaceHL(trimHistory, "$6") + `,
 w AS (UPDATE {s}.workers w SET last_seen = n.now FROM n WHERE w.id = $4 AND w.last_seen < n.now - interval '1 second')` +
 		`, e AS (SELECT 'TaskAssignment'::text AS kind, id, queue, status, version, updated AS time FROM upd)` +
 		s.eventsCTE("e") + `
 SELECT upd.* FROM upd WHERE (SELECT count(*) FROM nt) >= 0 ORDER BY upd.priority DESC, upd.ready_at, upd.id`)
 }
+
+// The assignment entry of the history is kept in the row (assign_seq,
+// claimed_at, owner, lease) rather than written as a task_history row:
+// every task is claimed, so this saves a row and an index entry per task.
+// A task reaching a claim never has an in-row assignment left (every other
+// way out of running moves it into task_history), so nothing is lost here.
 
 // The assignment joins c by id only: c's rows are locked and were
 // re-checked as ready when locked, so a status condition there would add
@@ -124,14 +132,12 @@ func (s *Store) claimOnce(ctx context.Context, req norn.ClaimRequest) ([]*norn.T
 					br.Close()
 					return err
 				}
-				// The history read in RETURNING predates this statement's
-				// own entry; add it.
-				r.History = append(r.History, norn.HistoryEntry{Type: norn.TaskAssignment, Time: r.Updated,
-					Worker: r.Owner, Lease: r.Lease})
-				if drop := len(r.History) - s.cfg.HistoryLimit; drop > 0 {
-					r.History = append([]norn.HistoryEntry(nil), r.History[drop:]...)
+				// A fresh task's history, not read back, is just this
+				// assignment; an older one's was read with it.
+				if r.History == nil {
+					r.History = []norn.HistoryEntry{{Type: norn.TaskAssignment, Time: r.Updated, Worker: r.Owner, Lease: r.Lease}}
+					r.HistoryDropped = r.historyCount - 1
 				}
-				r.HistoryDropped = r.historyCount - len(r.History)
 				out = append(out, r.task())
 			}
 			rows.Close()
@@ -304,22 +310,23 @@ func completions(ops []norn.LeaseOp, todo []int) []int {
 
 // completeSQL completes tasks ($1 ids, $2 leases, $3 workers, $4 results)
 // that are still running under the given lease and owner: one
-// compare-and-set UPDATE with the TaskComplete history rows, the history
-// trim and the events in the same statement. The status is compared with
+// compare-and-set UPDATE that keeps the TaskComplete history entry in the
+// row (done_seq), with the history trim and the events in the same
+// statement. The status is compared with
 // n.running, a join condition, rather than the literal 'running': a
 // literal lets the planner prove the tasks_running partial index applies,
 // and with stale statistics it then scanned every running task as the
 // outer side of the join instead of looking the batch up by id.
-func (s *Store) completeSQL() string {
+func (s *Store) completeSQL() string { return s.sql.complete }
+
+func (s *Store) buildCompleteSQL() string {
 	return s.q(`WITH n AS (SELECT coalesce($5::timestamptz, clock_timestamp()) AS now, 'running'::text AS running),
 upd AS (UPDATE {s}.tasks t SET status = 'completed', progress = 1, result = x.result, deadline = NULL,
-	ended_at = n.now, updated = n.now, version = t.version + 1, history_count = t.history_count + 1
+	ended_at = n.now, updated = n.now, version = t.version + 1, history_count = t.history_count + 1,
+	done_seq = t.history_count + 1
 	FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[]) AS x(id, lease, worker, result), n
 	WHERE t.id = x.id AND t.status = n.running AND t.lease = x.lease AND t.owner = x.worker
-	RETURNING t.id, t.queue, t.status, t.version, t.history_count, t.owner, t.lease,
-	'TaskComplete'::text AS kind, t.updated AS time),
-h AS (INSERT INTO {s}.task_history (task_id, seq, type, time, worker, lease, progress)
-	SELECT id, history_count, 'TaskComplete', time, owner, lease, 1 FROM upd)` +
+	RETURNING t.id, t.queue, t.status, t.version, t.history_count, 'TaskComplete'::text AS kind, t.updated AS time)` +
 		replaceHL(trimHistory, "$6") + s.eventsCTE("upd") + `
 SELECT id, (SELECT count(*) FROM nt) FROM upd`)
 }

@@ -23,24 +23,37 @@ type change struct {
 	kind norn.EventKind
 }
 
-// eventsCTE publishes one notification line per row of the CTE src
-// (columns kind, id, queue, status, version, time), in chunks that stay well
-// under NOTIFY's 8000-byte payload limit. The statement's final SELECT must
-// reference nt, or PostgreSQL never evaluates it; it does so as
+// eventsCTE publishes the changes in the CTE src (columns kind, id, queue,
+// status, version, time). While some node has Subscribe streams (a live row
+// in event_subscribers) it sends one notification line per row, in chunks
+// that stay well under NOTIFY's 8000-byte payload limit. Otherwise it sends
+// nothing per row: only "wake" when a task became ready (long-polling
+// claimers on other nodes look again) and "sched" when one was delayed (the
+// monitor leader recomputes its next sweep); PostgreSQL folds repeated
+// notifications of a transaction into one. The statement's final SELECT
+// must reference nt, or PostgreSQL never evaluates it; it does so as
 // "WHERE (SELECT count(*) FROM nt) >= 0" or a scalar subquery in the select
 // list — both run once — never by joining the count as a subquery in FROM,
 // which PostgreSQL re-aggregates once per row of the other side.
 func (s *Store) eventsCTE(src string) string {
-	return `, ev AS (SELECT kind || chr(9) || id || chr(9) || queue || chr(9) || status || chr(9) || version::text
-	|| chr(9) || (extract(epoch FROM time) * 1000000)::bigint::text AS line FROM ` + src + ` WHERE kind <> ''),
+	return `, evon AS (SELECT EXISTS (SELECT 1 FROM {s}.event_subscribers WHERE until > clock_timestamp()) AS on_),
+ev AS (SELECT kind || chr(9) || id || chr(9) || queue || chr(9) || status || chr(9) || version::text
+	|| chr(9) || (extract(epoch FROM time) * 1000000)::bigint::text AS line FROM ` + src + `
+	WHERE kind <> '' AND (SELECT on_ FROM evon)),
 nt AS (SELECT pg_notify(` + s.chanLit + `, string_agg(line, chr(10))) FROM
-	(SELECT line, (row_number() OVER () - 1) / 20 AS g FROM ev) x GROUP BY g)`
+	(SELECT line, (row_number() OVER () - 1) / 20 AS g FROM ev) x GROUP BY g
+	UNION ALL SELECT pg_notify(` + s.chanLit + `, 'wake') WHERE NOT (SELECT on_ FROM evon)
+		AND EXISTS (SELECT 1 FROM ` + src + ` WHERE status = 'ready')
+	UNION ALL SELECT pg_notify(` + s.chanLit + `, 'sched') WHERE NOT (SELECT on_ FROM evon)
+		AND EXISTS (SELECT 1 FROM ` + src + ` WHERE status = 'scheduled'))`
 }
 
 const trimHistory = `, tr AS (DELETE FROM {s}.task_history d USING upd
 	WHERE d.task_id = upd.id AND upd.history_count > $HL AND d.seq <= upd.history_count - $HL)`
 
-func (s *Store) casSQL() string {
+func (s *Store) casSQL() string { return s.sql.cas }
+
+func (s *Store) buildCasSQL() string {
 	return s.q(`WITH u AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::text[],
 	$6::bigint[], $7::float8[], $8::text[], $9::timestamptz[], $10::timestamptz[], $11::timestamptz[],
 	$12::timestamptz[], $13::int[], $14::text[], $15::timestamptz[], $16::bigint[], $17::int[], $18::bytea[],
@@ -51,7 +64,7 @@ upd AS (UPDATE {s}.tasks t SET status = u.status, priority = u.priority, progres
 	labels = u.labels::jsonb, updated = u.updated, run_at = u.run_at, ready_at = u.ready_at,
 	ended_at = u.ended_at, pending_deps = u.pending_deps, owner = u.owner, deadline = u.deadline,
 	lease = u.lease, attempts = u.attempts, result = u.result, errors = u.errors::jsonb,
-	history_count = u.history_count, version = u.version
+	history_count = u.history_count, version = u.version, assign_seq = 0, done_seq = 0
 	FROM u WHERE t.id = u.id AND t.version = u.old_version AND t.status = u.old_status AND t.lease = u.old_lease
 	RETURNING t.id, t.queue, t.status, t.version, t.history_count, u.kind, t.updated AS time),
 h AS (INSERT INTO {s}.task_history (task_id, seq, type, time, worker, lease, progress, error)
@@ -88,7 +101,9 @@ func replaceHL(sql, param string) string {
 // (nothing waits on these tasks) costs one empty index lookup. (It is
 // MATERIALIZED so the planner costs the whole probe: as an EXISTS it
 // guessed a sequential scan would find a row at once.)
-func (s *Store) releaseSQL() string {
+func (s *Store) releaseSQL() string { return s.sql.release }
+
+func (s *Store) buildReleaseSQL() string {
 	return s.q(`WITH n AS (SELECT coalesce($3::timestamptz, clock_timestamp()) AS now),
 cand AS MATERIALIZED (SELECT b.id FROM {s}.tasks b WHERE b.status = 'blocked' AND b.depends_on && $1::text[]),
 c AS (SELECT t.id FROM {s}.tasks t JOIN unnest($1::text[], $2::bigint[]) x(id, v)
@@ -117,7 +132,9 @@ SELECT id, status, (SELECT count(*) FROM nt) FROM upd`)
 // where $2 holds a version the failure is checked against it, where it is
 // NULL the id is taken as failed or deleted) with dependency_failed, and
 // returns them so the caller can cascade further.
-func (s *Store) cascadeSQL() string {
+func (s *Store) cascadeSQL() string { return s.sql.cascade }
+
+func (s *Store) buildCascadeSQL() string {
 	return s.q(`WITH f AS (SELECT x.id FROM unnest($1::text[], $2::bigint[]) x(id, v) WHERE x.v IS NULL OR EXISTS
 	(SELECT 1 FROM {s}.tasks t WHERE t.id = x.id AND t.version = x.v AND t.status IN ('aborted', 'cancelled'))),
 fa AS (SELECT array_agg(id) AS ids FROM f),
@@ -172,10 +189,35 @@ func (s *Store) apply(ctx context.Context, q querier, inTx bool, now time.Time, 
 	)
 	for i, c := range changes {
 		o, t := c.old, c.cur
-		for _, h := range c.hist {
-			t.historyCount++
+		// Entries kept in the row move to task_history first (unless the cap
+		// dropped them already): the write below clears them, and a later
+		// transition may change the owner and lease they are read from.
+		hist := c.hist
+		var seqs []int
+		keep := func(seq int) bool { return seq > 0 && seq > o.historyCount-s.cfg.HistoryLimit }
+		if keep(o.assignSeq) || keep(o.doneSeq) {
+			var pre []norn.HistoryEntry
+			if keep(o.assignSeq) {
+				pre = append(pre, norn.HistoryEntry{Type: norn.TaskAssignment, Time: o.claimedAt, Worker: o.Owner, Lease: o.Lease})
+				seqs = append(seqs, o.assignSeq)
+			}
+			if keep(o.doneSeq) {
+				pre = append(pre, norn.HistoryEntry{Type: norn.TaskComplete, Time: o.endedAt, Worker: o.Owner, Lease: o.Lease, Progress: 1})
+				seqs = append(seqs, o.doneSeq)
+			}
+			hist = append(pre, hist...)
+		}
+		t.assignSeq, t.doneSeq = 0, 0
+		for k, h := range hist {
+			seq := 0
+			if k < len(seqs) {
+				seq = seqs[k]
+			} else {
+				t.historyCount++
+				seq = t.historyCount
+			}
 			hID = append(hID, t.ID)
-			hSeq = append(hSeq, int32(t.historyCount))
+			hSeq = append(hSeq, int32(seq))
 			hType = append(hType, string(h.Type))
 			hTime = append(hTime, micro(h.Time))
 			hWorker = append(hWorker, strPtr(h.Worker))
