@@ -148,7 +148,7 @@ upd AS (UPDATE {s}.tasks t SET status = 'ready', ready_at = n.now, updated = n.n
 	history_count = t.history_count + 1
 	FROM c, n WHERE t.id = c.id
 	RETURNING t.id, t.queue, t.status, t.version, t.history_count, 'TaskRelease'::text AS kind, t.updated AS time),
-h AS (INSERT INTO {s}.task_history (task_id, seq, type, time) SELECT id, history_count, 'TaskRelease', time FROM upd)` +
+h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time) SELECT id, history_count, 'TaskRelease', time FROM upd)` +
 		replaceHL(trimHistory, "$3") + s.eventsCTE("upd") + `
 SELECT count(*), (SELECT count(*) FROM nt) FROM upd`)
 }
@@ -232,7 +232,7 @@ ORDER BY t.ended_at LIMIT $5`, st.col)), string(st.status), now.Add(-minRet), in
 				// deleted or replaced meanwhile is left alone.
 				tag, err := conn.Exec(ctx, s.q(`WITH d AS (DELETE FROM {s}.tasks t WHERE t.id = ANY($1) AND t.status = $2
 	RETURNING t.id, t.queue, 'deleted'::text AS status, t.version + 1 AS version, 'TaskDelete'::text AS kind, $3::timestamptz AS time),
-dh AS (DELETE FROM {s}.task_history h USING d WHERE h.task_id = d.id),
+dh AS (DELETE FROM {s}.task_history_rows h USING d WHERE h.task_id = d.id),
 dl AS (DELETE FROM {s}.task_log l USING d WHERE l.task_id = d.id)`+s.eventsCTE("d")+`
 SELECT d.id FROM d WHERE (SELECT count(*) FROM nt) >= 0`), ids, string(st.status), now)
 				if err != nil {

@@ -33,13 +33,13 @@ const (
 	colsBase = `t.id, t.queue, t.priority, t.status, t.progress, t.labels, t.created, t.updated, t.run_at,
 t.ready_at, t.ended_at, t.depends_on, t.pending_deps, t.owner, t.deadline, t.lease, t.attempts,
 t.max_attempts, t.retry, t.timeout_ns, t.history_count, t.log_seq, t.version, t.assign_seq, t.done_seq, t.claimed_at`
-	// historyAgg is the task's history: its task_history rows plus the
+	// historyAgg is the task's history: its task_history_rows plus the
 	// assignment and completion entries kept in the row, unless the history
 	// cap ({hl}) has dropped them.
 	historyAgg = `(SELECT jsonb_agg(x.e ORDER BY x.seq) FROM (
 SELECT h.seq, jsonb_build_object('type', h.type, 'time', h.time, 'worker', h.worker,
 	'lease', h.lease, 'progress', h.progress, 'error', h.error) AS e
-FROM {s}.task_history h WHERE h.task_id = t.id
+FROM {s}.task_history_rows h WHERE h.task_id = t.id
 UNION ALL SELECT t.assign_seq, jsonb_build_object('type', 'TaskAssignment', 'time', t.claimed_at, 'worker', t.owner,
 	'lease', t.lease) WHERE t.assign_seq > greatest(t.history_count - {hl}, 0)
 UNION ALL SELECT t.done_seq, jsonb_build_object('type', 'TaskComplete', 'time', t.ended_at, 'worker', t.owner,

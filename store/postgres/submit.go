@@ -102,7 +102,7 @@ FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::text[], $6::t
 	timeout_ns, errors, hcount)
 ` + conflict + `
 RETURNING id, queue, status, version, 'TaskSubmit'::text AS kind, created AS time),
-h AS (INSERT INTO {s}.task_history (task_id, seq, type, time, error)
+h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time, error)
 	SELECT x.id, 1, 'TaskAbort', $16, x.err::jsonb FROM unnest($17::text[], $18::text[]) AS x(id, err)
 	WHERE x.id IN (SELECT id FROM ins))` + s.eventsCTE("ins") + `
 SELECT ins.id FROM ins WHERE (SELECT count(*) FROM nt) >= 0`)
@@ -156,7 +156,7 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 	// batch has dependencies: the caller runs it in a transaction) and the
 	// queue defaults.
 	b := &pgx.Batch{}
-	b.Queue("SELECT clock_timestamp()")
+	b.Queue(s.q("SELECT clock_timestamp(), EXISTS (SELECT 1 FROM {s}.event_subscribers WHERE until > clock_timestamp())"))
 	lock := ""
 	if hasDeps(tasks) {
 		lock = " ORDER BY id FOR SHARE"
@@ -168,11 +168,12 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 	retention_cancelled_ns FROM {s}.queues WHERE name = ANY($1)`), qnames)
 	br := q.SendBatch(ctx, b)
 	var now time.Time
+	var eventsOn bool
 	existing := map[string]norn.Status{}
 	defaults := map[string]queueDefaults{}
 	err := func() error {
 		defer br.Close()
-		if err := br.QueryRow().Scan(&now); err != nil {
+		if err := br.QueryRow().Scan(&now, &eventsOn); err != nil {
 			return err
 		}
 		if len(lookup) > 0 {
@@ -361,6 +362,16 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 		}
 	}
 	inserted := map[string]bool{}
+	if n > 0 && !clientIDs && !hasDeps(tasks) {
+		if err := s.copyIn(ctx, q, recs, now, eventsOn); err != nil {
+			return nil, err
+		}
+		out := make([]norn.Submitted, len(tasks))
+		for i, r := range recs {
+			out[i] = norn.Submitted{Task: r.task()}
+		}
+		return out, nil
+	}
 	if n > 0 {
 		rows, err := q.Query(ctx, s.insertSQL(clientIDs), ids, qs, specs, prio, status, labelsP, runAt, ended, depsP,
 			pending, maxAtt, retryP, timeouts, errsP, hcount, now, abortIDs, abortErrs)

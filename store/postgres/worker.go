@@ -51,10 +51,10 @@ SELECT upd.* FROM upd WHERE (SELECT count(*) FROM nt) >= 0 ORDER BY upd.priority
 }
 
 // The assignment entry of the history is kept in the row (assign_seq,
-// claimed_at, owner, lease) rather than written as a task_history row:
+// claimed_at, owner, lease) rather than written as a task_history_rows row:
 // every task is claimed, so this saves a row and an index entry per task.
 // A task reaching a claim never has an in-row assignment left (every other
-// way out of running moves it into task_history), so nothing is lost here.
+// way out of running moves it into task_history_rows), so nothing is lost here.
 
 // The assignment joins c by id only: c's rows are locked and were
 // re-checked as ready when locked, so a status condition there would add

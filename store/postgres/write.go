@@ -48,8 +48,14 @@ nt AS (SELECT pg_notify(` + s.chanLit + `, string_agg(line, chr(10))) FROM
 		AND EXISTS (SELECT 1 FROM ` + src + ` WHERE status = 'scheduled'))`
 }
 
-const trimHistory = `, tr AS (DELETE FROM {s}.task_history d USING upd
-	WHERE d.task_id = upd.id AND upd.history_count > $HL AND d.seq <= upd.history_count - $HL)`
+// trimHistory drops the oldest history rows of the tasks in upd beyond the
+// cap. The tasks over the cap are collected into an array first (an
+// InitPlan, usually empty), so the rows are found with the primary key: as
+// a join, the planner could choose a hash join that reads all of
+// task_history_rows on every claim.
+const trimHistory = `, tr AS (DELETE FROM {s}.task_history_rows d
+	WHERE d.task_id = ANY (ARRAY(SELECT id FROM upd WHERE history_count > $HL))
+	AND d.seq <= (SELECT u.history_count - $HL FROM upd u WHERE u.id = d.task_id))`
 
 func (s *Store) casSQL() string { return s.sql.cas }
 
@@ -67,7 +73,7 @@ upd AS (UPDATE {s}.tasks t SET status = u.status, priority = u.priority, progres
 	history_count = u.history_count, version = u.version, assign_seq = 0, done_seq = 0
 	FROM u WHERE t.id = u.id AND t.version = u.old_version AND t.status = u.old_status AND t.lease = u.old_lease
 	RETURNING t.id, t.queue, t.status, t.version, t.history_count, u.kind, t.updated AS time),
-h AS (INSERT INTO {s}.task_history (task_id, seq, type, time, worker, lease, progress, error)
+h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time, worker, lease, progress, error)
 	SELECT x.task_id, x.seq, x.type, x.time, x.worker, x.lease, x.progress, x.error::jsonb
 	FROM unnest($23::text[], $24::int[], $25::text[], $26::timestamptz[], $27::text[], $28::bigint[],
 	$29::float8[], $30::text[]) AS x(task_id, seq, type, time, worker, lease, progress, error)
@@ -122,7 +128,7 @@ upd AS (UPDATE {s}.tasks b SET pending_deps = b.pending_deps - d.n,
 	FROM d, n WHERE b.id = d.id AND b.status = 'blocked'
 	RETURNING b.id, b.queue, b.status, b.version, b.history_count,
 	CASE WHEN b.status = 'blocked' THEN '' ELSE 'TaskRelease' END AS kind, b.updated AS time),
-h AS (INSERT INTO {s}.task_history (task_id, seq, type, time)
+h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time)
 	SELECT id, history_count, 'TaskRelease', time FROM upd WHERE kind <> '')` +
 		replaceHL(trimHistory, "$4") + s.eventsCTE("upd") + `
 SELECT id, status, (SELECT count(*) FROM nt) FROM upd`)
@@ -146,7 +152,7 @@ upd AS (UPDATE {s}.tasks b SET status = 'aborted', ended_at = $3, updated = $3, 
 	history_count = b.history_count + 1, errors = coalesce(b.errors, '[]'::jsonb) || jsonb_build_array(d.err)
 	FROM d WHERE b.id = d.id AND b.status = 'blocked'
 	RETURNING b.id, b.queue, b.status, b.version, b.history_count, 'TaskAbort'::text AS kind, b.updated AS time, d.err),
-h AS (INSERT INTO {s}.task_history (task_id, seq, type, time, error)
+h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time, error)
 	SELECT id, history_count, 'TaskAbort', time, err FROM upd)` +
 		replaceHL(trimHistory, "$4") + s.eventsCTE("upd") + `
 SELECT id, (SELECT count(*) FROM nt) FROM upd`)
@@ -189,7 +195,7 @@ func (s *Store) apply(ctx context.Context, q querier, inTx bool, now time.Time, 
 	)
 	for i, c := range changes {
 		o, t := c.old, c.cur
-		// Entries kept in the row move to task_history first (unless the cap
+		// Entries kept in the row move to task_history_rows first (unless the cap
 		// dropped them already): the write below clears them, and a later
 		// transition may change the owner and lease they are read from.
 		hist := c.hist

@@ -1,5 +1,7 @@
 DROP TABLE IF EXISTS {{schema}}.event_subscribers;
 -- Entries kept in the row become task_history rows again.
+DROP VIEW IF EXISTS {{schema}}.task_history;
+ALTER TABLE {{schema}}.task_history_rows RENAME TO task_history;
 INSERT INTO {{schema}}.task_history (task_id, seq, type, time, worker, lease)
     SELECT id, assign_seq, 'TaskAssignment', claimed_at, owner, lease FROM {{schema}}.tasks WHERE assign_seq > 0
     ON CONFLICT DO NOTHING;

@@ -20,6 +20,16 @@ ALTER TABLE {{schema}}.task_log ALTER COLUMN task_id TYPE text COLLATE "C";
 -- task_history first, so owner and lease may change afterwards.
 ALTER TABLE {{schema}}.tasks ADD COLUMN assign_seq integer NOT NULL DEFAULT 0,
     ADD COLUMN claimed_at timestamptz, ADD COLUMN done_seq integer NOT NULL DEFAULT 0;
+-- The rows are task_history_rows now; task_history is a view of the whole
+-- history, rows and in-row entries alike, for anyone who reads it with SQL
+-- (history entries dropped by the cap may still show there while in the row).
+ALTER TABLE {{schema}}.task_history RENAME TO task_history_rows;
+CREATE VIEW {{schema}}.task_history AS
+    SELECT task_id, seq, type, time, worker, lease, progress, error FROM {{schema}}.task_history_rows
+    UNION ALL
+    SELECT id, assign_seq, 'TaskAssignment', claimed_at, owner, lease, NULL, NULL FROM {{schema}}.tasks WHERE assign_seq > 0
+    UNION ALL
+    SELECT id, done_seq, 'TaskComplete', ended_at, owner, lease, 1, NULL FROM {{schema}}.tasks WHERE done_seq > 0;
 
 -- Nodes with Subscribe streams. Per-task event lines are built and sent
 -- with NOTIFY only while some node has a row here whose until lies ahead;
