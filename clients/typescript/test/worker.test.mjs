@@ -203,6 +203,40 @@ describe("worker", () => {
     }
   });
 
+  test("no heartbeat succeeding for a whole lease (server gone) is a lost lease", async () => {
+    const gone = await startServer();
+    const gc = new Client({ url: gone.url, timeout: 2000 });
+    let started = false;
+    let reason;
+    const w = new Worker(gc, {
+      handlers: {
+        lost: async (task) => {
+          started = true;
+          await new Promise((resolve) => task.signal.addEventListener("abort", resolve, { once: true }));
+          reason = task.reason;
+        },
+      },
+      logger: quiet,
+      handleSignals: false,
+      wait: 0,
+      pollInterval: 50,
+    });
+    const done = w.run();
+    try {
+      await gc.submit("lost", null, { id: "lost-1", timeout: 1500 });
+      await eventually(() => started, 10_000, "the claim");
+      const t0 = Date.now();
+      await gone.stop();
+      await eventually(() => reason, 10_000, "the handler to learn");
+      assert.ok(reason instanceof LeaseLost, String(reason));
+      assert.match(reason.message, /no heartbeat succeeded for a whole lease/);
+      assert.ok(Date.now() - t0 < 5000, `took ${Date.now() - t0} ms for a 1.5 s lease`);
+    } finally {
+      await w.stop();
+      await done;
+    }
+  });
+
   test("never more tasks at once than concurrency", async () => {
     let now = 0;
     let max = 0;
