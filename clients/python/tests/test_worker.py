@@ -190,12 +190,12 @@ class WorkerTest(unittest.TestCase):
         queue = q("hb")
         release = threading.Event()
         t = self.c.submit(queue, None)
-        with running(norn.Worker(self.c, {queue: lambda task: release.wait(60) and "kept"}, concurrency=1, lease=2.0, wait=1)):
+        with running(norn.Worker(self.c, {queue: lambda task: release.wait(60) and "kept"}, concurrency=1, lease=3.0, wait=1)):
             claimed = self.status_is(t.id, "running")
             first = claimed.time("deadline")
-            # Two leases later by the server's clock, the task is still
-            # running under its first lease only if heartbeats extended it.
-            wait_for(lambda: (self.c.get(t.id).time("deadline") - first).total_seconds() > 4.0, what="heartbeats to extend the deadline")
+            # A deadline 4.5 s past the first means a heartbeat was accepted
+            # 1.5 leases after the claim: earlier ones had kept the lease.
+            wait_for(lambda: (self.c.get(t.id).time("deadline") - first).total_seconds() > 4.5, what="heartbeats to extend the deadline")
             self.c.sweep()  # times out every expired lease now
             now = self.c.get(t.id)
             self.assertEqual((now.status, now.lease, now.attempts), ("running", 1, 1))
@@ -316,7 +316,9 @@ class WorkerTest(unittest.TestCase):
 
         quick = self.c.submit(queue, "quick")
         slow = self.c.submit(queue, "slow")
-        w = norn.Worker(self.c, {queue: handle}, concurrency=2, shutdown_grace=2.0, wait=5)
+        # The grace is long enough for "quick" to finish on a loaded machine;
+        # "slow" waits all of it.
+        w = norn.Worker(self.c, {queue: handle}, concurrency=2, shutdown_grace=5.0, wait=5)
         errs = []
         th = threading.Thread(target=lambda: errs.extend([None]) if w.run(handle_signals=False) is None else None)
         th.start()
