@@ -234,6 +234,13 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.store.Get(ctx, readyProbeID); err != nil && norn.CodeOf(err) != norn.CodeNotFound {
 		return &norn.Error{Code: norn.CodeUnavailable, Message: "not ready: store: " + err.Error(), Err: err}
 	}
+	// A store that can still be read but no longer written (the embedded
+	// store after a failed write or sync) is not ready.
+	if rs, ok := s.store.(interface{ Ready(context.Context) error }); ok {
+		if err := rs.Ready(ctx); err != nil {
+			return &norn.Error{Code: norn.CodeUnavailable, Message: "not ready: store: " + err.Error(), Err: err}
+		}
+	}
 	if s.cfg.ReadyCheck != nil {
 		if err := s.cfg.ReadyCheck(ctx); err != nil {
 			return &norn.Error{Code: norn.CodeUnavailable, Message: "not ready: " + err.Error(), Err: err}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/nornq/norn"
 )
 
@@ -80,6 +81,9 @@ type Options struct {
 	EventBuffer int
 	// CacheSize is Pebble's block cache in bytes. Default 64 MiB.
 	CacheSize int64
+
+	// fs replaces the real filesystem in tests that inject disk faults.
+	fs vfs.FS
 }
 
 // Store is the embedded norn.Store. It is safe for concurrent use.
@@ -168,6 +172,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		L0CompactionThreshold:       4,
 		L0StopWritesThreshold:       24,
 		Logger:                      pebbleLogger{opts.Logger},
+	}
+	if opts.fs != nil {
+		popts.FS = opts.fs
 	}
 	db, err := pebble.Open(dir, popts)
 	if err != nil {
@@ -273,7 +280,15 @@ func (s *Store) Close() error {
 		sub.closeLocked()
 	}
 	s.subMu.Unlock()
-	err := s.db.LogData(nil, pebble.Sync)
+	var err error
+	s.mu.Lock()
+	failed := s.failed
+	s.mu.Unlock()
+	if failed == nil {
+		// After a failed write Pebble's commit pipeline is broken and any
+		// further write would crash the process; there is nothing to sync.
+		err = s.syncWAL()
+	}
 	if cerr := s.db.Close(); err == nil {
 		err = cerr
 	}
@@ -310,10 +325,63 @@ func (s *Store) syncer() {
 			return
 		case <-t.C:
 		}
-		if err := s.db.LogData(nil, pebble.Sync); err != nil {
-			s.log.Error("embedded: background sync failed", "err", err)
+		s.mu.Lock()
+		failed := s.failed
+		s.mu.Unlock()
+		if failed != nil {
+			continue
+		}
+		if err := s.syncWAL(); err != nil {
+			// What was acknowledged since the last sync may not be on disk;
+			// acknowledge nothing more.
+			s.mu.Lock()
+			s.fail(err)
+			s.mu.Unlock()
 		}
 	}
+}
+
+// syncWAL makes everything applied so far durable. It waits for the sync
+// the way strict writes do (ApplyNoSyncWait, then SyncWait): a synchronous
+// Apply whose sync fails makes Pebble treat it as a fatal commit error and
+// crash the process, instead of returning the error.
+func (s *Store) syncWAL() error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.LogData(nil, nil); err != nil {
+		return err
+	}
+	if err := s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+		return err
+	}
+	return b.SyncWait()
+}
+
+// fail puts the store in the failed state after a write or sync error: it
+// refuses every later write (memory may be ahead of disk) until reopened,
+// and says so in the log and in Ready. Called with s.mu held.
+func (s *Store) fail(err error) {
+	if s.failed != nil {
+		return
+	}
+	s.failed = err
+	s.log.Error("embedded: write to the data directory failed; refusing writes until the store is reopened",
+		"dir", s.opts.Dir, "err", err)
+}
+
+// Ready reports whether the store accepts writes: nil, or the write error
+// that stopped it (an unavailable error). Reads keep working either way.
+// The server's /readyz reports it.
+func (s *Store) Ready(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failed != nil {
+		return norn.Unavailable(fmt.Errorf("embedded: writes stopped after a failed write to %s: %w", s.opts.Dir, s.failed))
+	}
+	if s.closed.Load() {
+		return norn.ErrClosed
+	}
+	return nil
 }
 
 var errStoreFailed = errors.New("embedded: an earlier write failed; reopen the store")

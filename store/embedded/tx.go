@@ -128,7 +128,7 @@ func (tx *txn) commit() error {
 	}
 	if err != nil {
 		tx.abort()
-		s.failed = err
+		s.fail(err)
 		return norn.Unavailable(err)
 	}
 	tx.undo = tx.undo[:0]
@@ -168,7 +168,7 @@ func (tx *txn) finish() error {
 				// The change is visible but maybe not durable: refuse
 				// further writes rather than build on it.
 				s.mu.Lock()
-				s.failed = err
+				s.fail(err)
 				s.mu.Unlock()
 				err = norn.Unavailable(err)
 			}
