@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -172,14 +173,34 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		L0CompactionThreshold:       4,
 		L0StopWritesThreshold:       24,
 		Logger:                      pebbleLogger{opts.Logger},
+		// WAL sync chunks record how far the log was synced, so that on
+		// replay a corrupt record followed by synced data is reported as
+		// corruption instead of being taken for a torn tail (which would
+		// silently drop every later record). Opening an older directory
+		// upgrades it.
+		FormatMajorVersion: pebble.FormatWALSyncChunks,
 	}
 	if opts.fs != nil {
 		popts.FS = opts.fs
 	}
+	// Pebble's default reaction to a checksum mismatch is a fatal log (a
+	// crash). Report it instead: the read (or Open) fails with the error,
+	// and the log names the file.
+	var corrupt atomic.Pointer[string]
+	popts.EventListener = &pebble.EventListener{DataCorruption: func(info pebble.DataCorruptionInfo) {
+		corrupt.CompareAndSwap(nil, &info.Path)
+		opts.Logger.Error("embedded: corrupt data file", "file", info.Path, "err", info.Details)
+	}}
 	db, err := pebble.Open(dir, popts)
 	if err != nil {
 		if isLockErr(err) {
 			return nil, fmt.Errorf("embedded: data directory %s is in use by another store (locked): %w", dir, err)
+		}
+		if pebble.IsCorruptionError(err) && strings.Contains(err.Error(), "WAL") {
+			// Pebble does not say which log; name the candidates.
+			logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+			return nil, fmt.Errorf("embedded: write-ahead log %s is corrupt (not a torn tail: synced records follow the damage): %w",
+				strings.Join(logs, ", "), err)
 		}
 		return nil, fmt.Errorf("embedded: open data directory %s: %w", dir, err)
 	}
@@ -199,6 +220,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	if err := s.load(ctx); err != nil {
 		db.Close()
+		if p := corrupt.Load(); p != nil {
+			return nil, fmt.Errorf("embedded: data file %s is corrupt: %w", *p, err)
+		}
 		return nil, fmt.Errorf("embedded: rebuild indexes from %s: %w", dir, err)
 	}
 	if !opts.ManualSweep {
