@@ -354,7 +354,10 @@ func CheckMonitor(nodes []*Node, events []Event, until time.Time) *MonitorReport
 	}
 	for _, e := range events {
 		name, ok := strings.CutSuffix(e.Target, " (leader)")
-		if !ok || e.Err != nil {
+		// Only a frozen or dead leader must be replaced while it is away;
+		// a delayed or blackholed one keeps its session (and the lead)
+		// until the session's idle limit, which may outlast the fault.
+		if !ok || e.Err != nil || (e.Fault != "pause" && e.Fault != "kill") {
 			continue
 		}
 		var first time.Time

@@ -7,9 +7,12 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/client"
@@ -58,7 +61,7 @@ func answers(ctx context.Context, c *client.Client) error {
 
 // run drives the workload while the nemesis runs faults, drains the queue
 // and checks the history. It returns the workload and the nemesis.
-func run(t *testing.T, nodes []*Node, lease time.Duration, faults []Fault, nm *Nemesis, length time.Duration) (*Workload, *Report) {
+func run(t *testing.T, nodes []*Node, lease time.Duration, faults []Fault, nm *Nemesis, length time.Duration, diag func() string) (*Workload, *Report) {
 	t.Helper()
 	clients := make([]*client.Client, len(nodes))
 	for i, n := range nodes {
@@ -101,6 +104,9 @@ func run(t *testing.T, nodes []*Node, lease time.Duration, faults []Fault, nm *N
 	// Drain: every task submitted completes once the faults are healed.
 	drainStart := time.Now()
 	pending := norn.Filter{Queues: []string{queue}, Statuses: []norn.Status{norn.StatusReady, norn.StatusRunning, norn.StatusScheduled}}
+	// Liveness: the backlog must keep shrinking; a minute without progress
+	// (or ten in all) is a failure.
+	best, progress := int64(-1), time.Now()
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		n, err := nodes[0].C.Count(cctx, pending)
@@ -108,8 +114,15 @@ func run(t *testing.T, nodes []*Node, lease time.Duration, faults []Fault, nm *N
 		if err == nil && n == 0 {
 			break
 		}
-		if time.Since(drainStart) > 2*time.Minute {
-			t.Errorf("queue not drained 2 minutes after the last fault: %d pending (%v)", n, err)
+		if err == nil && (best < 0 || n < best) {
+			best, progress = n, time.Now()
+		}
+		if time.Since(progress) > time.Minute || time.Since(drainStart) > 10*time.Minute {
+			t.Errorf("queue not drained after the last fault: %d pending after %v, the last progress %v ago (%v)",
+				n, time.Since(drainStart).Round(time.Second), time.Since(progress).Round(time.Second), err)
+			if diag != nil {
+				t.Logf("diagnostics:\n%s", diag())
+			}
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -256,7 +269,36 @@ func TestCluster(t *testing.T) {
 		// Longer than a lease and than the takeover of the monitor lead.
 		"pause": 4*lease + 2*time.Second,
 	}}
-	run(t, nodes, lease, faults, nm, length)
+	diag := func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, pg.URL())
+		if err != nil {
+			return err.Error()
+		}
+		defer conn.Close(ctx)
+		var b strings.Builder
+		for _, q := range []string{
+			`SELECT status, count(*), min(id), max(id) FROM fault.tasks GROUP BY status`,
+			`SELECT pid, state, xact_start, state_change, wait_event_type, wait_event, left(query, 120) FROM pg_stat_activity WHERE datname = 'postgres' AND pid <> pg_backend_pid() ORDER BY xact_start NULLS LAST`,
+			`SELECT locktype, mode, granted, pid, count(*) FROM pg_locks GROUP BY 1, 2, 3, 4 ORDER BY 5 DESC LIMIT 20`,
+			`SELECT id, status, lease, owner, ready_at, updated, version FROM fault.tasks WHERE status = 'ready' ORDER BY ready_at LIMIT 5`,
+		} {
+			fmt.Fprintf(&b, "%s\n", q)
+			rows, err := conn.Query(ctx, q)
+			if err != nil {
+				fmt.Fprintf(&b, "  %v\n", err)
+				continue
+			}
+			for rows.Next() {
+				vals, _ := rows.Values()
+				fmt.Fprintf(&b, "  %v\n", vals)
+			}
+			rows.Close()
+		}
+		return b.String()
+	}
+	run(t, nodes, lease, faults, nm, length, diag)
 
 	mr := CheckMonitor(nodes, nm.Events(), time.Now())
 	t.Logf("monitor: %d leadership terms, %d sweeps that changed something, takeovers after the leader went away: %v",
@@ -284,5 +326,5 @@ func TestEmbedded(t *testing.T) {
 		}, Recovered: func(ctx context.Context) error { return answers(ctx, n.C) }})
 	}
 	nm := &Nemesis{Quiet: 2 * time.Second, Hold: map[string]time.Duration{"kill": 300 * time.Millisecond}}
-	run(t, []*Node{n}, lease, faults, nm, length)
+	run(t, []*Node{n}, lease, faults, nm, length, nil)
 }

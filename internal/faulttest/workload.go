@@ -16,6 +16,10 @@ import (
 // queue is the one queue the workload uses.
 const queue = "fq"
 
+// maxBacklog bounds how many acknowledged tasks may wait uncompleted
+// before producers pause.
+const maxBacklog = 2000
+
 // Workload drives producers and workers against a set of nodes and records
 // what every client was told: the client side of the history the checker
 // compares with the store's.
@@ -125,6 +129,11 @@ func (w *Workload) Produce(ctx context.Context, i, batch int, pause time.Duratio
 			}
 			at = (at + 1) % len(w.Nodes)
 			time.Sleep(20 * time.Millisecond)
+		}
+		// Keep the backlog bounded, so the drain after the faults measures
+		// recovery, not how far producers outran workers on a loaded machine.
+		for ctx.Err() == nil && w.Ops.Submits.Load()*int64(batch)-w.Ops.Completes.Load() > maxBacklog {
+			time.Sleep(50 * time.Millisecond)
 		}
 		if pause > 0 {
 			select {

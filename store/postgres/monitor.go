@@ -318,6 +318,7 @@ func (s *Store) monitor() {
 				lastPing = time.Now()
 			}
 			ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+			lost := s.holdLead(ctx, cancel, lockConn)
 			var err error
 			var rep norn.SweepReport
 			start := time.Now()
@@ -340,6 +341,13 @@ func (s *Store) monitor() {
 				s.cfg.Logger.Debug("norn: monitor swept", "start", start, "timed_out", rep.TimedOut,
 					"released", rep.Released, "aborted", rep.Aborted, "purged", rep.Purged)
 			}
+			if lostErr := lost(); lostErr != nil {
+				s.leader.Store(false)
+				lockConn.Close(context.Background())
+				lockConn = nil
+				s.cfg.Logger.Warn("norn: lost the monitor leadership during a sweep; sweep stopped", "err", lostErr)
+				continue
+			}
 			if err != nil && s.ctx.Err() == nil {
 				s.cfg.Logger.Warn("norn: sweep failed", "err", err)
 			}
@@ -358,6 +366,45 @@ func (s *Store) monitor() {
 		case <-wake:
 			timer.Stop()
 		}
+	}
+}
+
+// holdLead keeps the leader-lock session busy while the leader sweeps on
+// other connections (a sweep can outlast the session's idle limit on a
+// loaded database) and cancels the sweep if the session dies, since the
+// lock, and with it the lead, is then gone and another node may sweep.
+// The returned function stops it and reports a lost session; lockConn is
+// the monitor's again once it returned.
+func (s *Store) holdLead(ctx context.Context, cancel context.CancelFunc, lockConn *pgx.Conn) func() error {
+	done := make(chan struct{})
+	var lostErr error
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(max(s.cfg.LeaderRetry/2, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			pctx, pcancel := context.WithTimeout(s.ctx, 10*time.Second)
+			err := lockConn.Ping(pctx)
+			pcancel()
+			if err != nil {
+				lostErr = err
+				cancel()
+				return
+			}
+		}
+	}()
+	return func() error {
+		close(done)
+		<-stopped
+		return lostErr
 	}
 }
 
