@@ -8,14 +8,16 @@
 //   checkpoint when a previous attempt died; it stops early when the task is
 //   cancelled (task.sleep rejects, and task.signal would abort a fetch).
 //
-// Run it (with `go run ./cmd/norn server` running elsewhere), from this
-// directory:
+// Run it (with `go run ./cmd/norn server` running elsewhere) from a project
+// of its own, NORN being your checkout of the repository:
 //
-//     npm install ../../clients/typescript    # links the SDK: no download
-//     npx tsc worker.ts --module nodenext --target es2022 --outDir build   # or node --experimental-strip-types worker.ts on Node >= 22.6
-//     node build/worker.js
-//     go run ./cmd/norn submit ts-greetings '{"name":"Ada"}'
-//     go run ./cmd/norn submit ts-steps '{"steps":5}'
+//     mkdir ts-worker && cd ts-worker && npm init -y && npm pkg set type=module
+//     npm install $NORN/clients/typescript typescript @types/node   # the SDK is linked, not downloaded
+//     cp $NORN/examples/typescript/worker.ts .
+//     npx tsc worker.ts --strict --module nodenext --target es2022 --outDir build
+//     node build/worker.js       # on Node >= 22.6 also: node --experimental-strip-types worker.ts
+//     go -C $NORN run ./cmd/norn submit ts-greetings '{"name":"Ada"}'
+//     go -C $NORN run ./cmd/norn submit ts-steps '{"steps":5}'
 //
 // Stop it with Ctrl-C or SIGTERM: running tasks get a few seconds to finish,
 // the rest are yielded back to their queues for another worker.
