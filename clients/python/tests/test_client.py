@@ -435,7 +435,7 @@ class ClientTest(unittest.TestCase):
         e2 = self.c.append_log(t.id, wid, 1, {"step": 2}, seq=2)
         self.assertEqual((e1.seq, e2.seq, e2.lease), (1, 2, 1))
         with self.assertRaises(norn.Conflict):
-            self.c.append_log(t.id, wid, 1, {"step": 2}, seq=2)
+            self.c.append_log(t.id, wid, 1, {"step": "other"}, seq=2)  # seq 2 holds other data
         self.assertEqual([e.data for e in self.c.read_log(t.id)], [{"step": 1}, {"step": 2}])
         self.assertEqual([e.seq for e in self.c.read_log(t.id, after=1, limit=5)], [2])
         self.c.complete(t.id, wid, 1, {"ok": True})
