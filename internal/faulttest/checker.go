@@ -240,12 +240,13 @@ func leadership(n *Node, until time.Time) []interval {
 			out = append(out, *cur)
 			cur = nil
 		}
-		switch l.Rec["msg"] {
-		case msgLeads:
+		msg, _ := l.Rec["msg"].(string)
+		switch {
+		case msg == msgLeads:
 			if cur == nil {
 				cur = &interval{node: n.Name, start: at}
 			}
-		case msgLost:
+		case strings.HasPrefix(msg, msgLost): // also "… during a sweep; sweep stopped"
 			if cur != nil {
 				cur.end = at
 				out = append(out, *cur)

@@ -76,6 +76,8 @@ func TestCheckMonitor(t *testing.T) {
 		{"overlapping sweeps", []logLine{line(s(0), msgLeads, zero), line(s(4), msgSwept, s(1))},
 			[]logLine{line(s(2), msgLeads, zero), line(s(3), msgSwept, s(2.5))}, nil, "b swept"},
 		{"sweep without the lead", []logLine{line(s(1), msgSwept, s(0.5))}, nil, nil, "a swept"},
+		{"sweep after losing the lead mid-sweep", []logLine{line(s(0), msgLeads, zero), line(s(1), msgLost+" during a sweep; sweep stopped", zero),
+			line(s(3), msgSwept, s(2)), line(s(4), msgLeads, zero)}, nil, nil, "a swept"},
 		{"no takeover", []logLine{line(s(0), msgLeads, zero)}, nil,
 			[]Event{{Fault: "pause", Target: "a (leader)", Start: s(1), Healed: s(9)}}, "pause: the leader a"},
 	} {
