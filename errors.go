@@ -18,7 +18,6 @@ const (
 	CodeLeaseLost        Code = "lease_lost"
 	CodeCancelled        Code = "cancelled"
 	CodeInvalidArgument  Code = "invalid_argument"
-	CodeDuplicate        Code = "duplicate"
 	CodeTooLarge         Code = "too_large"
 	CodeUnauthenticated  Code = "unauthenticated"
 	CodePermissionDenied Code = "permission_denied"
@@ -37,6 +36,9 @@ type Error struct {
 	Field string
 	// Err is an underlying cause, if any.
 	Err error
+	// closed marks the unavailable errors that mean "this store (or
+	// client) is closed", the only ones that match ErrClosed.
+	closed bool
 }
 
 func (e *Error) Error() string {
@@ -57,10 +59,16 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Is matches any *Error with the same Code, so errors.Is(err, ErrNotFound)
-// works for every not-found error whatever its message.
+// works for every not-found error whatever its message. ErrClosed is
+// narrower than its code: it matches only errors that say the store or
+// client was closed (see Closed), not every unavailable error, so a
+// database outage is not mistaken for a closed store.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Code == e.Code
+	if !ok || t.Code != e.Code {
+		return false
+	}
+	return !t.closed || e.closed
 }
 
 // Sentinels for errors.Is. Never return these directly where a message can
@@ -71,13 +79,19 @@ var (
 	ErrLeaseLost        = &Error{Code: CodeLeaseLost, Message: "lease lost"}
 	ErrCancelled        = &Error{Code: CodeCancelled, Message: "task was cancelled"}
 	ErrInvalidArgument  = &Error{Code: CodeInvalidArgument, Message: "invalid argument"}
-	ErrDuplicate        = &Error{Code: CodeDuplicate, Message: "duplicate"}
 	ErrTooLarge         = &Error{Code: CodeTooLarge, Message: "too large"}
 	ErrUnauthenticated  = &Error{Code: CodeUnauthenticated, Message: "unauthenticated"}
 	ErrPermissionDenied = &Error{Code: CodePermissionDenied, Message: "permission denied"}
 	ErrUnavailable      = &Error{Code: CodeUnavailable, Message: "unavailable"}
-	ErrClosed           = &Error{Code: CodeUnavailable, Message: "store is closed"}
+	// ErrClosed (code unavailable) is returned by calls after Close.
+	ErrClosed = Closed("store is closed")
 )
+
+// Closed builds the error of a call made after Close: unavailable, and
+// matching ErrClosed (as well as ErrUnavailable).
+func Closed(message string) *Error {
+	return &Error{Code: CodeUnavailable, Message: message, closed: true}
+}
 
 // Errorf builds an *Error with a formatted message.
 func Errorf(code Code, format string, args ...any) *Error {
@@ -97,6 +111,13 @@ func TooLarge(field, format string, args ...any) *Error {
 // NotFound builds a not_found error for a task id.
 func NotFound(id string) *Error {
 	return &Error{Code: CodeNotFound, Message: fmt.Sprintf("task %q not found", id)}
+}
+
+// IDTaken builds the conflict of a submission whose id belongs to a task
+// in another queue (ids are unique across queues). It names the field and
+// says nothing else of that task: not its queue, not its content.
+func IDTaken(field, id string) *Error {
+	return &Error{Code: CodeConflict, Field: field, Message: fmt.Sprintf("id %q is already taken", id)}
 }
 
 // LeaseLost builds a lease_lost error: the caller's lease is not the current one.

@@ -3,6 +3,7 @@ package norn
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -28,9 +29,12 @@ type Store interface {
 type ClientAPI interface {
 	// Submit stores tasks atomically: either all are stored or none (an
 	// invalid task rejects the whole batch, its error naming "tasks[i].field").
-	// Submitting an id that already exists returns the existing task with
-	// Duplicate set and changes nothing. Ids may depend on ids earlier or
-	// later in the same batch.
+	// Task ids are unique across the whole store, not per queue. Submitting
+	// an id that already exists in the same queue returns the existing task
+	// with Duplicate set and changes nothing; an id that exists in another
+	// queue is a conflict ("tasks[i].id") that says nothing about that task.
+	// Ids may depend on ids earlier or later in the same batch. Submitting
+	// no tasks succeeds with no results.
 	Submit(ctx context.Context, tasks ...NewTask) ([]Submitted, error)
 	// Get returns one task, or ErrNotFound.
 	Get(ctx context.Context, id string) (*Task, error)
@@ -68,7 +72,8 @@ type ClientAPI interface {
 
 // WorkerAPI is what a worker needs: claim, then report on its leases.
 type WorkerAPI interface {
-	// RegisterWorker returns a new unique id "worker-<n>" from a durable sequence.
+	// RegisterWorker returns a new unique id "worker-<n>" from a durable
+	// sequence; info must pass WorkerInfo.Validate.
 	RegisterWorker(ctx context.Context, info WorkerInfo) (string, error)
 	// Claim leases up to N ready tasks from the first non-paused queue in
 	// order that has any (then the next queue, to fill N), by priority desc
@@ -76,13 +81,21 @@ type WorkerAPI interface {
 	// becomes ready or Wait passes, then returns what it has (possibly none).
 	Claim(ctx context.Context, req ClaimRequest) ([]*Task, error)
 	// Heartbeat extends the lease and optionally records progress. It returns
-	// the new deadline. ErrLeaseLost, ErrCancelled or ErrNotFound tell the
-	// worker to stop.
+	// the new deadline: now + hb.Extend, or now + the length of the current
+	// lease (as the claim, or the last heartbeat with Extend, granted it).
+	// ErrLeaseLost, ErrCancelled or ErrNotFound tell the worker to stop.
 	Heartbeat(ctx context.Context, ref LeaseRef, hb Heartbeat) (time.Time, error)
 	// AppendLog appends to the task's update log under a live lease. With
 	// Seq 0 the next number is assigned; a non-zero Seq must equal the next
-	// number (ErrConflict otherwise), which makes retried appends safe.
+	// number (ErrConflict otherwise), which makes retried appends safe: an
+	// append repeating the entry already stored under that Seq (same lease,
+	// same data) returns that entry.
 	AppendLog(ctx context.Context, ref LeaseRef, entry LogAppend) (LogEntry, error)
+	// Complete, Fail, Abort and Yield end the caller's lease. Repeating the
+	// call that ended it (same worker, lease and outcome, see IsRepeat)
+	// succeeds again without changing anything, so a worker whose reply
+	// was lost may retry; any other call on a lost lease is ErrLeaseLost.
+	//
 	// Complete finishes the task successfully (progress becomes 1).
 	Complete(ctx context.Context, ref LeaseRef, result json.RawMessage) error
 	// Fail records an error and retries with backoff if the task's retry
@@ -124,7 +137,8 @@ type AdminAPI interface {
 // NewTask is a submission. Zero values mean "default": a UUIDv7 id,
 // priority 0, run now, the queue's timeout/retry/max_attempts defaults.
 type NewTask struct {
-	// ID is optional; supply one (1..128 chars) to make submission idempotent.
+	// ID is optional; supply one (1..128 chars) to make submission
+	// idempotent. Ids are unique across queues.
 	ID       string            `json:"id,omitempty"`
 	Queue    string            `json:"queue"`
 	Spec     json.RawMessage   `json:"spec,omitempty"`
@@ -273,7 +287,8 @@ type WorkerInfo struct {
 	Name       string    `json:"name,omitempty"`
 	Queues     []string  `json:"queues,omitempty"`
 	Registered time.Time `json:"registered,omitzero"`
-	// LastSeen is refreshed by claims and heartbeats (stores may coarsen it to a few seconds).
+	// LastSeen is refreshed by claims (also those that return nothing) and
+	// heartbeats; stores may coarsen it to a few seconds.
 	LastSeen time.Time `json:"last_seen,omitzero"`
 }
 
@@ -301,7 +316,8 @@ type LeaseRef struct {
 type Heartbeat struct {
 	// Progress 0..1, nil to leave unchanged.
 	Progress *float64 `json:"progress,omitempty"`
-	// Extend overrides the lease extension when > 0 (default: the task's timeout).
+	// Extend, when > 0, is the length of the lease from now (default: the
+	// length of the current lease, as granted by the claim).
 	Extend Duration `json:"extend,omitzero"`
 }
 
@@ -461,7 +477,7 @@ func (f EventFilter) Match(e Event) bool {
 	if f.TaskID != "" && e.TaskID != f.TaskID {
 		return false
 	}
-	if len(f.Queues) > 0 && !contains(f.Queues, e.Queue) {
+	if len(f.Queues) > 0 && !slices.Contains(f.Queues, e.Queue) {
 		return false
 	}
 	return true

@@ -11,6 +11,8 @@ package norn
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -45,14 +47,7 @@ func (s Status) Terminal() bool {
 }
 
 // Valid reports whether s is one of the seven statuses.
-func (s Status) Valid() bool {
-	for _, v := range AllStatuses {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
+func (s Status) Valid() bool { return slices.Contains(AllStatuses, s) }
 
 // Pending reports whether the task has not finished yet.
 func (s Status) Pending() bool { return s.Valid() && !s.Terminal() }
@@ -223,10 +218,7 @@ func (t *Task) Summary() *Task {
 func (t *Task) Clone() *Task {
 	c := *t
 	if t.Labels != nil {
-		c.Labels = make(map[string]string, len(t.Labels))
-		for k, v := range t.Labels {
-			c.Labels[k] = v
-		}
+		c.Labels = maps.Clone(t.Labels)
 	}
 	c.Spec = cloneRaw(t.Spec)
 	c.Result = cloneRaw(t.Result)

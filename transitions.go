@@ -1,6 +1,9 @@
 package norn
 
-import "time"
+import (
+	"bytes"
+	"time"
+)
 
 // The decisions below are pure so every store makes them identically; the
 // stores only differ in how they persist the outcome.
@@ -87,4 +90,67 @@ func InitialStatus(runAt, now time.Time, waitingDeps bool) Status {
 	default:
 		return StatusReady
 	}
+}
+
+// HeartbeatDeadline decides the deadline a heartbeat at now gives a running
+// task: now + extend when the worker asks for a length, otherwise now + the
+// length of the current lease, so a heartbeat never shortens what the claim
+// granted (a claim's Timeout may exceed the task's). A running task changes
+// only when a lease is granted (claim, heartbeat; log appends are not
+// changes), so that length is deadline − updated; timeout is the fallback
+// should it not be positive.
+func HeartbeatDeadline(now, updated, deadline time.Time, timeout, extend time.Duration) time.Time {
+	length := extend
+	if length <= 0 {
+		length = deadline.Sub(updated)
+	}
+	if length <= 0 {
+		length = timeout
+	}
+	return now.Add(length)
+}
+
+// IsRepeat decides whether a finishing call (complete, fail, abort, yield)
+// that no longer holds a live lease repeats the call that ended that lease,
+// so a worker whose reply was lost and who retries is told it succeeded.
+// lease is the task's current lease number and last its latest history
+// entry that carries a lease. It is a repeat when the task was not claimed
+// again since, and that entry records the same worker, lease and outcome:
+// TaskComplete for complete; TaskYield for yield; TaskAbort with the same
+// error code for abort; TaskRetry with the same error code, or TaskAbort
+// with it or with attempts_exhausted, for fail. Any other case stays
+// lease_lost.
+func IsRepeat(op *LeaseOp, lease uint64, last *HistoryEntry) bool {
+	if last == nil || lease != op.Lease || last.Lease != op.Lease || last.Worker != op.Worker {
+		return false
+	}
+	code := ""
+	if last.Error != nil {
+		code = last.Error.Code
+	}
+	switch op.Op {
+	case OpComplete:
+		return last.Type == TaskComplete
+	case OpYield:
+		return last.Type == TaskYield
+	case OpAbort:
+		return op.Error != nil && last.Type == TaskAbort && code == op.Error.Code
+	case OpFail:
+		if op.Error == nil {
+			return false
+		}
+		switch last.Type {
+		case TaskRetry:
+			return code == op.Error.Code
+		case TaskAbort:
+			return code == op.Error.Code || code == CodeAttemptsExhausted
+		}
+	}
+	return false
+}
+
+// IsLogRepeat decides whether an append that names a sequence number
+// already used repeats the append that wrote entry: same lease, same data.
+func IsLogRepeat(ref LeaseRef, a LogAppend, entry *LogEntry) bool {
+	return entry != nil && a.Seq == entry.Seq && ref.Lease == entry.Lease && bytes.Equal(a.Data, entry.Data)
 }

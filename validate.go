@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Limits every store enforces (the server adds request-size limits on top).
@@ -26,6 +28,9 @@ const (
 	MaxListLimit      = 1000
 	DefaultListLimit  = 100
 	MaxErrorBytes     = 64 << 10
+	// MaxWorkerNameLength and MaxWorkerQueues bound a worker registration.
+	MaxWorkerNameLength = 256
+	MaxWorkerQueues     = 1000
 )
 
 // ValidQueueName reports whether q is 1..128 chars of [A-Za-z0-9._:-].
@@ -85,13 +90,19 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// ValidateJSON checks that raw is a single valid JSON value no larger than max.
+// ValidateJSON checks that raw is a single valid JSON value no larger than
+// max, in valid UTF-8: encoding/json accepts invalid UTF-8 inside strings,
+// and a stored spec that is not UTF-8 would break strict JSON readers of
+// every listing it appears in.
 func ValidateJSON(field string, raw json.RawMessage, max int) error {
 	if len(raw) > max {
 		return TooLarge(field, "is %d bytes, more than the limit of %d", len(raw), max)
 	}
 	if len(raw) > 0 && !json.Valid(raw) {
 		return Invalid(field, "is not valid JSON")
+	}
+	if !utf8.Valid(raw) {
+		return Invalid(field, "is not valid UTF-8")
 	}
 	return nil
 }
@@ -316,10 +327,10 @@ func (f *Filter) Empty() bool {
 // Match reports whether t passes the filter. Time bounds are exclusive:
 // CreatedAfter matches created > bound, CreatedBefore matches created < bound.
 func (f *Filter) Match(t *Task) bool {
-	if len(f.Queues) > 0 && !contains(f.Queues, t.Queue) {
+	if len(f.Queues) > 0 && !slices.Contains(f.Queues, t.Queue) {
 		return false
 	}
-	if len(f.Statuses) > 0 && !containsStatus(f.Statuses, t.Status) {
+	if len(f.Statuses) > 0 && !slices.Contains(f.Statuses, t.Status) {
 		return false
 	}
 	for k, v := range f.Labels {
@@ -346,24 +357,6 @@ func (f *Filter) Match(t *Task) bool {
 		return false
 	}
 	return true
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
-
-func containsStatus(list []Status, s Status) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // statusAliases are the work-queue aliases of DESIGN §4.
@@ -406,10 +399,8 @@ func ParseStatuses(s string) ([]Status, error) {
 
 // StatusIndex is the position of s in AllStatuses (for sorting), or len(AllStatuses).
 func StatusIndex(s Status) int {
-	for i, v := range AllStatuses {
-		if v == s {
-			return i
-		}
+	if i := slices.Index(AllStatuses, s); i >= 0 {
+		return i
 	}
 	return len(AllStatuses)
 }

@@ -99,7 +99,7 @@ func (c *Client) Close() error {
 }
 
 // errClosed is returned by calls after Close; it matches norn.ErrClosed.
-var errClosed = &norn.Error{Code: norn.CodeUnavailable, Message: "client is closed"}
+var errClosed = norn.Closed("client is closed")
 
 // decodeError turns a non-2xx response into a *norn.Error carrying the
 // server's code, message and field.

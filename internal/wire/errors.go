@@ -15,7 +15,7 @@ func StatusOf(c norn.Code) int {
 	switch c {
 	case norn.CodeNotFound:
 		return http.StatusNotFound
-	case norn.CodeConflict, norn.CodeLeaseLost, norn.CodeCancelled, norn.CodeDuplicate:
+	case norn.CodeConflict, norn.CodeLeaseLost, norn.CodeCancelled:
 		return http.StatusConflict
 	case norn.CodeInvalidArgument:
 		return http.StatusBadRequest

@@ -3,6 +3,8 @@ package embedded
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/nornq/norn"
@@ -17,11 +19,11 @@ func (s *Store) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Submi
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if len(tasks) == 0 {
-		return nil, norn.Invalid("tasks", "at least one task is required")
-	}
 	if err := norn.ValidateBatch("tasks", tasks); err != nil {
 		return nil, err
+	}
+	if len(tasks) == 0 {
+		return []norn.Submitted{}, nil
 	}
 	var out []norn.Submitted
 	err := s.runSized(batchSizeHint(tasks), func(tx *txn) error {
@@ -52,8 +54,7 @@ func (tx *txn) submit(prefix string, tasks []norn.NewTask) ([]norn.Submitted, er
 	// Existing ids are duplicates: returned as they are, never changed.
 	// Generated ids are fresh UUIDv7s (time-ordered and monotonic within
 	// the process), so only the caller's ids need the lookup.
-	dup := make([]bool, len(tasks))
-	hasDeps := false
+	var dup []bool
 	for i := range tasks {
 		id := tasks[i].ID
 		if id == "" {
@@ -62,71 +63,27 @@ func (tx *txn) submit(prefix string, tasks []norn.NewTask) ([]norn.Submitted, er
 				return nil, fmt.Errorf("embedded: generate id: %w", err)
 			}
 			id = u.String()
-		} else if s.tasks[id] != nil {
+		} else if t := s.tasks[id]; t != nil {
+			if t.q.name != tasks[i].Queue {
+				return nil, norn.IDTaken(fmt.Sprintf("%s[%d].id", prefix, i), id)
+			}
+			if dup == nil {
+				dup = make([]bool, len(tasks))
+			}
 			dup[i] = true
 			out[i] = norn.Submitted{Duplicate: true}
 		}
 		ids[i] = id
-		hasDeps = hasDeps || len(tasks[i].DependsOn) > 0
 	}
-	// The batch's ids by position, needed only to resolve in-batch
-	// dependencies (most batches have none and skip building it).
-	var inBatch map[string]int
-	if hasDeps {
-		inBatch = make(map[string]int, len(tasks))
-		for i, id := range ids {
-			inBatch[id] = i
-		}
-	}
-	// Check dependencies and order the new tasks so that in-batch
-	// dependencies come first (Kahn); leftovers form a cycle.
-	indeg := make([]int, len(tasks))
-	var children map[int][]int
-	for i := range tasks {
-		if dup[i] {
-			continue
-		}
-		for j, d := range tasks[i].DependsOn {
-			if k, ok := inBatch[d]; ok && !dup[k] {
-				indeg[i]++
-				if children == nil {
-					children = map[int][]int{}
-				}
-				children[k] = append(children[k], i)
-				continue
-			}
-			if s.tasks[d] == nil {
-				return nil, norn.Invalid(fmt.Sprintf("%s[%d].depends_on[%d]", prefix, i, j), "dependency %q does not exist", d)
-			}
-		}
-	}
-	order := make([]int, 0, len(tasks))
-	for i := range tasks {
-		if !dup[i] && indeg[i] == 0 {
-			order = append(order, i)
-		}
-	}
-	for n := 0; n < len(order); n++ {
-		for _, c := range children[order[n]] {
-			if indeg[c]--; indeg[c] == 0 {
-				order = append(order, c)
-			}
-		}
-	}
-	for i := range tasks {
-		if !dup[i] && indeg[i] > 0 {
-			for j, d := range tasks[i].DependsOn {
-				if k, ok := inBatch[d]; ok && !dup[k] && indeg[k] > 0 {
-					return nil, norn.Invalid(fmt.Sprintf("%s[%d].depends_on[%d]", prefix, i, j), "dependency cycle through %q", d)
-				}
-			}
-		}
+	order, err := norn.OrderBatch(prefix, tasks, ids, dup, func(id string) bool { return s.tasks[id] != nil })
+	if err != nil {
+		return nil, err
 	}
 	for _, i := range order {
 		out[i].Task = tx.insert(ids[i], &tasks[i])
 	}
 	for i, id := range ids {
-		if dup[i] {
+		if dup != nil && dup[i] {
 			t, err := s.readTask(id, false)
 			if err != nil {
 				return nil, err
@@ -137,73 +94,34 @@ func (tx *txn) submit(prefix string, tasks []norn.NewTask) ([]norn.Submitted, er
 	return out, nil
 }
 
-// insert creates one new task whose dependencies were checked.
+// insert creates one new task whose dependencies were checked and ordered
+// (norn.OrderBatch): the state is norn's decision, this only indexes and
+// persists it.
 func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 	s := tx.s
 	q := s.queue(n.Queue)
 	now := tx.now
-	t := &task{id: id, q: q, created: now, heapIdx: -1, timerIdx: -1}
-	t.timeout = int64(n.Timeout)
-	if t.timeout == 0 {
-		t.timeout = int64(q.defaults.Timeout)
-	}
-	if t.timeout == 0 {
-		t.timeout = int64(norn.DefaultTimeout)
-	}
-	t.maxAttempts = int32(q.defaults.MaxAttempts)
-	if n.MaxAttempts != nil {
-		t.maxAttempts = int32(*n.MaxAttempts)
-	}
-	if n.Retry != nil {
-		r := *n.Retry
-		t.retry = &r
-	} else if q.defaults.Retry != nil {
-		r := *q.defaults.Retry
-		t.retry = &r
-	}
-	st := state{priority: n.Priority, updated: now, version: 1, logNext: 1}
-	switch {
-	case !n.RunAt.IsZero():
-		st.runAt = nanos(n.RunAt)
-	case n.Delay > 0:
-		st.runAt = now + int64(n.Delay)
-	default:
-		st.runAt = now
-	}
-	var failedDep *task
-	for _, d := range n.DependsOn {
-		dt := s.tasks[d]
-		switch {
-		case dt.st.status == stCompleted:
-		case terminal(dt.st.status):
-			if failedDep == nil {
-				failedDep = dt
-			}
-		default:
-			t.depsLeft++
-			prev := s.getDependents(dt)
-			s.setDependents(dt, append(prev, t))
-			tx.onUndo(func() { s.setDependents(dt, prev) })
-		}
-	}
-	var depErr *norn.ErrorInfo
-	switch {
-	case failedDep != nil:
-		st.status = stAborted
-		st.endedAt = now
-		depErr = &norn.ErrorInfo{Code: norn.CodeDependencyFailed,
-			Description: "dependency " + failedDep.id + " is " + string(statusOf(failedDep.st.status))}
-	case t.depsLeft > 0:
-		st.status = stBlocked
-	case st.runAt > now:
-		st.status = stScheduled
-	default:
-		st.status = stReady
+	in := n.Initial(fromNanos(now), &q.defaults, func(d string) norn.Status { return statusOf(s.tasks[d].st.status) })
+	t := &task{id: id, q: q, created: now, heapIdx: -1, timerIdx: -1,
+		timeout: int64(in.Timeout), maxAttempts: int32(in.MaxAttempts), retry: in.Retry}
+	st := state{status: statusCode(in.Status), priority: n.Priority, updated: now, runAt: nanos(in.RunAt),
+		version: 1, logNext: 1}
+	switch in.Status {
+	case norn.StatusReady:
 		st.readyAt = now
-	}
-	if depErr != nil {
-		tx.recordError(t, &st, *depErr)
-		tx.history(t, &st, norn.HistoryEntry{Type: norn.TaskAbort, Error: depErr})
+	case norn.StatusAborted:
+		st.endedAt = now
+		tx.recordError(t, &st, *in.Error)
+		tx.history(t, &st, norn.HistoryEntry{Type: norn.TaskAbort, Error: in.Error})
+	case norn.StatusBlocked:
+		t.depsLeft = int32(in.PendingDeps)
+		for _, d := range n.DependsOn {
+			if dt := s.tasks[d]; dt.st.status != stCompleted {
+				prev := s.getDependents(dt)
+				s.setDependents(dt, append(prev, t))
+				tx.onUndo(func() { s.setDependents(dt, prev) })
+			}
+		}
 	}
 	im := immutable{queue: q.name, created: now, maxAttempts: int64(t.maxAttempts), timeout: t.timeout,
 		retry: t.retry, deps: n.DependsOn, spec: n.Spec, labels: n.Labels, st: st}
@@ -215,17 +133,14 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 	nt := t.toTask()
 	nt.Spec = cloneBytes(n.Spec)
 	if len(n.Labels) > 0 {
-		nt.Labels = make(map[string]string, len(n.Labels))
-		for k, v := range n.Labels {
-			nt.Labels[k] = v
-		}
+		nt.Labels = maps.Clone(n.Labels)
 	}
 	if len(n.DependsOn) > 0 {
-		nt.DependsOn = append([]string(nil), n.DependsOn...)
+		nt.DependsOn = slices.Clone(n.DependsOn)
 	}
-	if depErr != nil {
-		nt.Errors = []norn.ErrorInfo{*depErr}
-		nt.History = []norn.HistoryEntry{{Type: norn.TaskAbort, Time: fromNanos(now), Error: depErr}}
+	if in.Error != nil {
+		nt.Errors = []norn.ErrorInfo{*in.Error}
+		nt.History = []norn.HistoryEntry{{Type: norn.TaskAbort, Time: fromNanos(now), Error: in.Error}}
 	}
 	return nt
 }

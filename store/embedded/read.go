@@ -779,3 +779,45 @@ func (s *Store) ReadLog(ctx context.Context, id string, after uint64, limit int)
 	}
 	return out, it.Error()
 }
+
+// lastLeased returns the newest history entry of task id that carries a
+// lease (nil when none is kept): the entry that ended the latest lease, or
+// its assignment while it runs.
+func (s *Store) lastLeased(id string) (*norn.HistoryEntry, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: taskKey(id, sufHistory), UpperBound: taskKey(id, sufHistory+1)})
+	if err != nil {
+		return nil, norn.Unavailable(err)
+	}
+	defer it.Close()
+	for ok := it.Last(); ok; ok = it.Prev() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, norn.Unavailable(err)
+		}
+		h, err := decodeHistory(v)
+		if err != nil {
+			return nil, fmt.Errorf("embedded: task %q history: %w", id, err)
+		}
+		if h.Lease != 0 {
+			return &h, nil
+		}
+	}
+	return nil, it.Error()
+}
+
+// logEntry reads entry seq of task id's log (nil when there is none).
+func (s *Store) logEntry(id string, seq uint64) (*norn.LogEntry, error) {
+	v, c, err := s.db.Get(taskSeqKey(id, sufLog, seq))
+	if err == pebble.ErrNotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, norn.Unavailable(err)
+	}
+	defer c.Close()
+	e, err := decodeLog(seq, v)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: task %q log %d: %w", id, seq, err)
+	}
+	return &e, nil
+}

@@ -393,8 +393,10 @@ func (tx *txn) failDependents(t *task) {
 			if d.deleted || terminal(d.st.status) {
 				continue
 			}
-			e := norn.ErrorInfo{Code: norn.CodeDependencyFailed,
-				Description: "dependency " + cur.id + " is " + depFate(cur)}
+			e := norn.DependencyFailed(cur.id, statusOf(cur.st.status))
+			if cur.deleted {
+				e = norn.DependencyDeleted(cur.id)
+			}
 			ns := tx.touch(d)
 			ns.status = stAborted
 			ns.deadline = 0
@@ -407,11 +409,4 @@ func (tx *txn) failDependents(t *task) {
 			work = append(work, d)
 		}
 	}
-}
-
-func depFate(t *task) string {
-	if t.deleted {
-		return "deleted"
-	}
-	return string(statusOf(t.st.status))
 }

@@ -3,6 +3,7 @@ package embedded
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -19,10 +20,8 @@ func (s *Store) RegisterWorker(ctx context.Context, info norn.WorkerInfo) (strin
 		return "", err
 	}
 	defer s.exit()
-	for i, q := range info.Queues {
-		if err := norn.ValidateQueue(fmt.Sprintf("queues[%d]", i), q); err != nil {
-			return "", err
-		}
+	if err := info.Validate(); err != nil {
+		return "", err
 	}
 	var id string
 	err := s.run(func(tx *txn) error {
@@ -72,66 +71,49 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		var out []*norn.Task
+		var claimed []*task
 		var w *waiter
-		s.mu.Lock()
-		if s.failed != nil {
-			s.mu.Unlock()
-			return nil, norn.Unavailable(errStoreFailed)
-		}
-		tx := s.begin(0)
-		claimed := tx.claim(&req)
-		if len(claimed) > 0 || req.Wait <= 0 {
-			err := tx.commit()
-			var r *reader
-			if err == nil && len(claimed) > 0 {
-				// The iterator is a point-in-time view taken under s.mu right
-				// after the claim was applied, so the tasks can be read back
-				// after s.mu is released (other transactions no longer wait
-				// for this decoding) and still show the state as claimed.
-				r, err = s.openReader()
+		var r *reader
+		err := s.run(func(tx *txn) error {
+			claimed = tx.claim(&req)
+			if len(claimed) > 0 {
+				// A point-in-time view taken under s.mu right after the
+				// claim is applied: the tasks are decoded after s.mu is
+				// released (other transactions do not wait for it) and
+				// still show the state as claimed.
+				tx.after = append(tx.after, func() (err error) {
+					r, err = s.openReader()
+					return err
+				})
+			} else if req.Wait > 0 {
+				w = tx.wait(req.Queues)
 			}
-			s.mu.Unlock()
-			if err != nil {
-				tx.finish()
-				tx.release()
-				return nil, err
-			}
+			return nil
+		})
+		if err != nil {
 			if r != nil {
-				out = make([]*norn.Task, 0, len(claimed))
-				for _, t := range claimed {
-					nt, rerr := r.task(t.id, false, nil)
-					if rerr == nil && nt == nil {
-						rerr = fmt.Errorf("embedded: claimed task %q has no record: %w", t.id, errCorrupt)
-					}
-					if rerr != nil {
-						err = rerr
-						break
-					}
-					out = append(out, nt)
-				}
 				r.close()
 			}
-			ferr := tx.finish()
-			// Back to the pool: a claim of 100 otherwise grows a fresh undo
-			// log (and scratch buffers) from nothing every time.
-			tx.release()
-			if ferr != nil {
-				return nil, ferr
-			}
-			if err != nil {
-				return nil, err
+			return nil, err
+		}
+		if len(claimed) > 0 {
+			defer r.close()
+			out := make([]*norn.Task, 0, len(claimed))
+			for _, t := range claimed {
+				nt, err := r.task(t.id, false, nil)
+				if err == nil && nt == nil {
+					err = fmt.Errorf("embedded: claimed task %q has no record: %w", t.id, errCorrupt)
+				}
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, nt)
 			}
 			return out, nil
 		}
-		tx.abort()
-		tx.release()
-		w = &waiter{ch: make(chan struct{})}
-		for _, name := range req.Queues {
-			q := s.queue(name)
-			q.waiters[w] = struct{}{}
+		if w == nil {
+			return []*norn.Task{}, nil
 		}
-		s.mu.Unlock()
 		if deadline == nil {
 			tm := time.NewTimer(req.Wait.D())
 			defer tm.Stop()
@@ -158,6 +140,22 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 			req.Wait = 0
 		}
 	}
+}
+
+// wait registers a long-polling claimer on queues; it is woken when one of
+// them gets a ready task (and unregistered if the transaction fails).
+func (tx *txn) wait(queues []string) *waiter {
+	w := &waiter{ch: make(chan struct{})}
+	for _, name := range queues {
+		q := tx.s.queue(name)
+		q.waiters[w] = struct{}{}
+	}
+	tx.onUndo(func() {
+		for _, name := range queues {
+			delete(tx.s.queues[name].waiters, w)
+		}
+	})
+	return w
 }
 
 // claim pops up to req.N tasks from the first non-paused queues that have
@@ -192,9 +190,9 @@ func (tx *txn) claim(req *norn.ClaimRequest) []*task {
 			break
 		}
 	}
-	if len(out) > 0 {
-		tx.seen(req.Worker)
-	}
+	// Also when nothing was claimed: a worker long-polling an empty queue
+	// is alive and must stay among the active workers.
+	tx.seen(req.Worker)
 	return out
 }
 
@@ -214,6 +212,28 @@ func (tx *txn) leased(ref norn.LeaseRef) (*task, error) {
 		return nil, norn.LeaseLost(ref.TaskID, ref.Lease)
 	}
 	return t, nil
+}
+
+// finishing returns the task when op's lease is live. Otherwise it returns
+// nil and: no error when op repeats the call that ended that lease
+// (norn.IsRepeat: the caller then does nothing), or the lease error.
+func (tx *txn) finishing(op *norn.LeaseOp) (*task, error) {
+	t, err := tx.leased(op.LeaseRef)
+	if err == nil || !errors.Is(err, norn.ErrLeaseLost) {
+		return t, err
+	}
+	cur := tx.s.tasks[op.TaskID]
+	if cur.st.lease != op.Lease {
+		return nil, err
+	}
+	last, lerr := tx.s.lastLeased(cur.id)
+	if lerr != nil {
+		return nil, lerr
+	}
+	if norn.IsRepeat(op, cur.st.lease, last) {
+		return nil, nil
+	}
+	return nil, err
 }
 
 // Heartbeat extends the lease and optionally records progress.
@@ -245,11 +265,8 @@ func (tx *txn) heartbeat(ref norn.LeaseRef, hb norn.Heartbeat) (time.Time, error
 		return time.Time{}, err
 	}
 	ns := tx.touch(t)
-	ext := t.timeout
-	if hb.Extend > 0 {
-		ext = int64(hb.Extend)
-	}
-	ns.deadline = tx.now + ext
+	ns.deadline = nanos(norn.HeartbeatDeadline(fromNanos(tx.now), fromNanos(t.st.updated), fromNanos(t.st.deadline),
+		time.Duration(t.timeout), hb.Extend.D()))
 	if hb.Progress != nil {
 		ns.progress = *hb.Progress
 	}
@@ -275,6 +292,17 @@ func (s *Store) AppendLog(ctx context.Context, ref norn.LeaseRef, entry norn.Log
 	}
 	var out norn.LogEntry
 	err := s.run(func(tx *txn) error {
+		if cur := s.tasks[ref.TaskID]; cur != nil && entry.Seq != 0 && entry.Seq < cur.st.logNext {
+			// A retried append whose first attempt took effect.
+			prev, err := s.logEntry(ref.TaskID, entry.Seq)
+			if err != nil {
+				return err
+			}
+			if norn.IsLogRepeat(ref, entry, prev) {
+				out = *prev
+				return nil
+			}
+		}
 		t, err := tx.leased(ref)
 		if err != nil {
 			return err
@@ -311,8 +339,8 @@ func (tx *txn) complete(ref norn.LeaseRef, result json.RawMessage) error {
 	if err := norn.ValidateJSON("result", result, norn.MaxResultBytes); err != nil {
 		return err
 	}
-	t, err := tx.leased(ref)
-	if err != nil {
+	t, err := tx.finishing(&norn.LeaseOp{Op: norn.OpComplete, LeaseRef: ref})
+	if t == nil {
 		return err
 	}
 	if len(result) > 0 {
@@ -342,8 +370,8 @@ func (tx *txn) fail(ref norn.LeaseRef, e norn.ErrorInfo) error {
 	if err := norn.ValidateErrorInfo("error", e); err != nil {
 		return err
 	}
-	t, err := tx.leased(ref)
-	if err != nil {
+	t, err := tx.finishing(&norn.LeaseOp{Op: norn.OpFail, LeaseRef: ref, Error: &e})
+	if t == nil {
 		return err
 	}
 	view := &norn.Task{Attempts: int(t.st.attempts), MaxAttempts: int(t.maxAttempts), Retry: t.retry}
@@ -396,8 +424,8 @@ func (tx *txn) abortTask(ref norn.LeaseRef, e norn.ErrorInfo) error {
 	if err := norn.ValidateErrorInfo("error", e); err != nil {
 		return err
 	}
-	t, err := tx.leased(ref)
-	if err != nil {
+	t, err := tx.finishing(&norn.LeaseOp{Op: norn.OpAbort, LeaseRef: ref, Error: &e})
+	if t == nil {
 		return err
 	}
 	tx.finishTask(t, stAborted, norn.HistoryEntry{Type: norn.TaskAbort, Worker: ref.Worker, Lease: ref.Lease, Progress: t.st.progress}, &e)
@@ -415,8 +443,8 @@ func (s *Store) Yield(ctx context.Context, ref norn.LeaseRef) error {
 }
 
 func (tx *txn) yield(ref norn.LeaseRef) error {
-	t, err := tx.leased(ref)
-	if err != nil {
+	t, err := tx.finishing(&norn.LeaseOp{Op: norn.OpYield, LeaseRef: ref})
+	if t == nil {
 		return err
 	}
 	ns := tx.touch(t)

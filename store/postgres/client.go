@@ -480,7 +480,11 @@ SELECT d.id, d.old_status FROM d WHERE (SELECT count(*) FROM nt) >= 0`), ids, no
 		return 0, err
 	}
 	if len(pendingIDs) > 0 {
-		if _, err := s.cascade(ctx, q, now, pendingIDs); err != nil {
+		errs := make([]string, len(pendingIDs))
+		for i, id := range pendingIDs {
+			errs[i] = errJSON(norn.DependencyDeleted(id))
+		}
+		if _, err := s.cascade(ctx, q, now, pendingIDs, errs); err != nil {
 			return 0, err
 		}
 	}

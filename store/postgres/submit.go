@@ -108,6 +108,12 @@ h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time, error)
 SELECT ins.id FROM ins WHERE (SELECT count(*) FROM nt) >= 0`)
 }
 
+// stored is what a submit needs to know of an id that exists already.
+type stored struct {
+	status norn.Status
+	queue  string
+}
+
 type queueDefaults struct {
 	norn.QueueDefaults
 	paused bool
@@ -162,14 +168,14 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 		lock = " ORDER BY id FOR SHARE"
 	}
 	if len(lookup) > 0 {
-		b.Queue(s.q(`SELECT id, status FROM {s}.tasks WHERE id = ANY($1)`+lock), lookup)
+		b.Queue(s.q(`SELECT id, status, queue FROM {s}.tasks WHERE id = ANY($1)`+lock), lookup)
 	}
 	b.Queue(s.q(`SELECT name, paused, timeout_ns, retry, max_attempts, retention_completed_ns, retention_aborted_ns,
 	retention_cancelled_ns FROM {s}.queues WHERE name = ANY($1)`), qnames)
 	br := q.SendBatch(ctx, b)
 	var now time.Time
 	var eventsOn bool
-	existing := map[string]norn.Status{}
+	existing := map[string]stored{}
 	defaults := map[string]queueDefaults{}
 	err := func() error {
 		defer br.Close()
@@ -182,12 +188,12 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 				return err
 			}
 			for rows.Next() {
-				var id, st string
-				if err := rows.Scan(&id, &st); err != nil {
+				var id, st, queue string
+				if err := rows.Scan(&id, &st, &queue); err != nil {
 					rows.Close()
 					return err
 				}
-				existing[id] = norn.Status(st)
+				existing[id] = stored{status: norn.Status(st), queue: queue}
 			}
 			rows.Close()
 			if err := rows.Err(); err != nil {
@@ -220,39 +226,41 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 	}
 	now = micro(now)
 
-	// New tasks, in batch order; dependencies inside the batch refer to new
-	// tasks only when the id did not exist already.
-	isNew := func(id string) bool {
-		_, inBatch := batch[id]
-		_, exists := existing[id]
-		return inBatch && !exists
-	}
+	// Ids that exist are duplicates (in the same queue) or conflicts; the
+	// rest are new, inserted in the order norn decides.
+	batchIDs := make([]string, len(tasks))
+	var dup []bool
 	for i := range tasks {
-		for j, d := range tasks[i].DependsOn {
-			if !isNew(d) {
-				if _, ok := existing[d]; !ok {
-					return nil, norn.Invalid(fmt.Sprintf("%s[%d].depends_on[%d]", prefix, i, j), "dependency %q does not exist", d)
-				}
+		batchIDs[i] = tasks[i].ID
+		if e, ok := existing[batchIDs[i]]; ok {
+			if e.queue != tasks[i].Queue {
+				return nil, norn.IDTaken(fmt.Sprintf("%s[%d].id", prefix, i), batchIDs[i])
 			}
+			if dup == nil {
+				dup = make([]bool, len(tasks))
+			}
+			dup[i] = true
 		}
 	}
-	order, err := topoOrder(tasks, isNew, prefix)
+	order, err := norn.OrderBatch(prefix, tasks, batchIDs, dup, func(id string) bool { _, ok := existing[id]; return ok })
 	if err != nil {
 		return nil, err
 	}
 	recs := make([]*rec, len(tasks))
-	failedDep := map[string]string{} // new task id → the dependency that failed
+	// Statuses of the dependencies: stored ones, then new tasks as decided.
+	depStatus := make(map[string]norn.Status, len(existing))
+	for id, e := range existing {
+		depStatus[id] = e.status
+	}
 	for _, i := range order {
-		nt := tasks[i]
-		if !isNew(nt.ID) {
-			continue
-		}
+		nt := &tasks[i]
 		qd, ok := defaults[nt.Queue]
 		if !ok {
 			qd = queueDefaults{QueueDefaults: norn.DefaultQueueDefaults()}
 		}
+		in := nt.Initial(now, &qd.QueueDefaults, func(id string) norn.Status { return depStatus[id] })
 		r := &rec{}
-		r.ID, r.Queue, r.Priority = nt.ID, nt.Queue, nt.Priority
+		r.ID, r.Queue, r.Priority, r.Status = nt.ID, nt.Queue, nt.Priority, in.Status
 		if len(nt.Spec) > 0 {
 			r.Spec = append(json.RawMessage(nil), nt.Spec...)
 		}
@@ -260,60 +268,19 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 			r.Labels = nt.Labels
 		}
 		r.Created, r.Updated, r.readyAt = now, now, now
-		switch {
-		case !nt.RunAt.IsZero():
-			r.RunAt = micro(nt.RunAt)
-		case nt.Delay > 0:
-			r.RunAt = micro(now.Add(nt.Delay.D()))
-		default:
-			r.RunAt = now
-		}
+		r.RunAt = micro(in.RunAt)
 		if len(nt.DependsOn) > 0 {
 			r.DependsOn = append([]string(nil), nt.DependsOn...)
 		}
-		r.Timeout = nt.Timeout
-		if r.Timeout <= 0 {
-			r.Timeout = qd.Timeout
-		}
-		if nt.MaxAttempts != nil {
-			r.MaxAttempts = *nt.MaxAttempts
-		} else {
-			r.MaxAttempts = qd.MaxAttempts
-		}
-		if nt.Retry != nil {
-			rp := *nt.Retry
-			r.Retry = &rp
-		} else if qd.Retry != nil {
-			rp := *qd.Retry
-			r.Retry = &rp
-		}
+		r.Timeout, r.MaxAttempts, r.Retry, r.pendingDeps = in.Timeout, in.MaxAttempts, in.Retry, in.PendingDeps
 		r.Version = 1
-		for _, d := range nt.DependsOn {
-			if isNew(d) {
-				if _, failed := failedDep[d]; failed {
-					failedDep[nt.ID] = d
-				} else {
-					r.pendingDeps++
-				}
-				continue
-			}
-			switch existing[d] {
-			case norn.StatusCompleted:
-			case norn.StatusAborted, norn.StatusCancelled:
-				failedDep[nt.ID] = d
-			default:
-				r.pendingDeps++
-			}
-		}
-		if d, failed := failedDep[nt.ID]; failed {
-			e := norn.ErrorInfo{Code: norn.CodeDependencyFailed, Description: "dependency " + d + " was aborted, cancelled or deleted"}
-			r.Status, r.endedAt, r.pendingDeps = norn.StatusAborted, now, 0
-			r.Errors = []norn.ErrorInfo{e}
-			r.History = []norn.HistoryEntry{{Type: norn.TaskAbort, Time: now, Error: &e}}
+		if in.Error != nil {
+			r.endedAt = now
+			r.Errors = []norn.ErrorInfo{*in.Error}
+			r.History = []norn.HistoryEntry{{Type: norn.TaskAbort, Time: now, Error: in.Error}}
 			r.historyCount = 1
-		} else {
-			r.Status = norn.InitialStatus(r.RunAt, now, r.pendingDeps > 0)
 		}
+		depStatus[nt.ID] = in.Status
 		recs[i] = r
 	}
 
@@ -417,53 +384,13 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 			// Inserted concurrently and deleted again before we looked.
 			return nil, norn.Errorf(norn.CodeConflict, "task %q changed concurrently; submit again", id)
 		}
+		if d.Queue != tasks[i].Queue {
+			// Inserted concurrently into another queue.
+			return nil, norn.IDTaken(fmt.Sprintf("%s[%d].id", prefix, i), id)
+		}
 		out[i] = norn.Submitted{Task: d.task(), Duplicate: true}
 	}
 	return out, nil
-}
-
-// topoOrder orders the batch so every new task comes after the new tasks
-// it depends on, rejecting cycles with the field of an edge on the cycle.
-func topoOrder(tasks []norn.NewTask, isNew func(string) bool, prefix string) ([]int, error) {
-	index := make(map[string]int, len(tasks))
-	for i := range tasks {
-		index[tasks[i].ID] = i
-	}
-	state := make([]int8, len(tasks)) // 0 new, 1 visiting, 2 done
-	order := make([]int, 0, len(tasks))
-	type frame struct{ i, j int }
-	for start := range tasks {
-		if state[start] != 0 {
-			continue
-		}
-		stack := []frame{{start, 0}}
-		state[start] = 1
-		for len(stack) > 0 {
-			top := &stack[len(stack)-1]
-			deps := tasks[top.i].DependsOn
-			if top.j >= len(deps) {
-				state[top.i] = 2
-				order = append(order, top.i)
-				stack = stack[:len(stack)-1]
-				continue
-			}
-			d := deps[top.j]
-			top.j++
-			if !isNew(d) {
-				continue
-			}
-			k := index[d]
-			switch state[k] {
-			case 1:
-				return nil, norn.Invalid(fmt.Sprintf("%s[%d].depends_on[%d]", prefix, top.i, top.j-1),
-					"dependency %q closes a cycle", d)
-			case 0:
-				state[k] = 1
-				stack = append(stack, frame{k, 0})
-			}
-		}
-	}
-	return order, nil
 }
 
 func scanQueue(row pgx.Row) (string, queueDefaults, error) {

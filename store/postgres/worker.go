@@ -13,6 +13,9 @@ import (
 
 // RegisterWorker allocates "worker-<n>" from the database sequence.
 func (s *Store) RegisterWorker(ctx context.Context, info norn.WorkerInfo) (string, error) {
+	if err := info.Validate(); err != nil {
+		return "", err
+	}
 	var id string
 	err := s.withConn(ctx, func(conn *pgx.Conn) error {
 		return conn.QueryRow(ctx, s.q(`WITH n AS (SELECT nextval('{s}.worker_seq') AS n,
@@ -272,6 +275,9 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 				}
 				opsOf[id] = append(opsOf[id], i)
 			}
+			if err := s.repeats(ctx, conn, ops, todo, recs, changes, results); err != nil {
+				return err
+			}
 			res, err := s.apply(ctx, conn, false, now, order)
 			if err != nil {
 				return err
@@ -292,6 +298,63 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 		todo = retry
 	}
 	return results, nil
+}
+
+// repeats turns into successes the finishing operations refused as
+// lease_lost that repeat the call that ended their lease (norn.IsRepeat),
+// judged on the stored task: operations on a task this batch changes are
+// left as decided.
+func (s *Store) repeats(ctx context.Context, q querier, ops []norn.LeaseOp, todo []int, recs map[string]*rec,
+	changes map[string]*change, results []norn.LeaseOpResult) error {
+	var cand []int
+	var ids []string
+	for _, i := range todo {
+		op := &ops[i]
+		r := recs[op.TaskID]
+		if op.Op == norn.OpHeartbeat || results[i].Err == nil || results[i].Err.Code != norn.CodeLeaseLost ||
+			r == nil || r.Lease != op.Lease || changes[op.TaskID] != nil {
+			continue
+		}
+		cand = append(cand, i)
+		ids = append(ids, op.TaskID)
+	}
+	if len(cand) == 0 {
+		return nil
+	}
+	rows, err := q.Query(ctx, s.q(`SELECT DISTINCT ON (task_id) task_id, type, coalesce(worker, ''), lease, error
+FROM {s}.task_history WHERE task_id = ANY($1) AND lease IS NOT NULL ORDER BY task_id, seq DESC`), ids)
+	if err != nil {
+		return err
+	}
+	last := map[string]*norn.HistoryEntry{}
+	for rows.Next() {
+		var id, typ, worker string
+		var lease int64
+		var e []byte
+		if err := rows.Scan(&id, &typ, &worker, &lease, &e); err != nil {
+			rows.Close()
+			return err
+		}
+		h := &norn.HistoryEntry{Type: norn.HistoryType(typ), Worker: worker, Lease: uint64(lease)}
+		if len(e) > 0 {
+			h.Error = new(norn.ErrorInfo)
+			if err := json.Unmarshal(e, h.Error); err != nil {
+				rows.Close()
+				return err
+			}
+		}
+		last[id] = h
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, i := range cand {
+		if norn.IsRepeat(&ops[i], recs[ops[i].TaskID].Lease, last[ops[i].TaskID]) {
+			results[i] = norn.LeaseOpResult{}
+		}
+	}
+	return nil
 }
 
 // completions returns the operations the complete fast path may take:
@@ -495,11 +558,7 @@ func (s *Store) decide(op norn.LeaseOp, r *rec, now time.Time) (deadline time.Ti
 	}
 	switch op.Op {
 	case norn.OpHeartbeat:
-		ext := r.Timeout.D()
-		if op.Extend > 0 {
-			ext = op.Extend.D()
-		}
-		r.Deadline = micro(now.Add(ext))
+		r.Deadline = micro(norn.HeartbeatDeadline(now, r.Updated, r.Deadline, r.Timeout.D(), op.Extend.D()))
 		if op.Progress != nil {
 			r.Progress = *op.Progress
 			kind = norn.EventProgress
@@ -580,6 +639,21 @@ SELECT t.log_seq, n.now FROM t, n`), ref.TaskID, int64(ref.Lease), ref.Worker, i
 				return err
 			}
 			r := recs[ref.TaskID]
+			if r != nil && entry.Seq != 0 && entry.Seq <= r.logSeq {
+				// A retried append whose first attempt took effect.
+				prev := norn.LogEntry{Seq: entry.Seq}
+				var lease int64
+				err := conn.QueryRow(ctx, s.q(`SELECT lease, time, data FROM {s}.task_log WHERE task_id = $1 AND seq = $2`),
+					ref.TaskID, int64(entry.Seq)).Scan(&lease, &prev.Time, &prev.Data)
+				if err != nil && err != pgx.ErrNoRows {
+					return err
+				}
+				prev.Lease, prev.Time = uint64(lease), prev.Time.UTC()
+				if err == nil && norn.IsLogRepeat(ref, entry, &prev) {
+					out = prev
+					return nil
+				}
+			}
 			if err := checkLease(r, ref); err != nil {
 				return err
 			}

@@ -136,16 +136,19 @@ SELECT id, status, (SELECT count(*) FROM nt) FROM upd`)
 
 // cascadeSQL aborts the blocked dependents of tasks that failed ($1 ids;
 // where $2 holds a version the failure is checked against it, where it is
-// NULL the id is taken as failed or deleted) with dependency_failed, and
-// returns them so the caller can cascade further.
+// NULL the id is taken as failed or deleted) with the error in $5 (JSON,
+// decided by norn: norn.DependencyFailed or norn.DependencyDeleted) of
+// their first failed dependency, and returns them so the caller can
+// cascade further.
 func (s *Store) cascadeSQL() string { return s.sql.cascade }
 
 func (s *Store) buildCascadeSQL() string {
-	return s.q(`WITH f AS (SELECT x.id FROM unnest($1::text[], $2::bigint[]) x(id, v) WHERE x.v IS NULL OR EXISTS
+	return s.q(`WITH f AS (SELECT x.id, x.err FROM unnest($1::text[], $2::bigint[], $5::text[]) x(id, v, err)
+	WHERE x.v IS NULL OR EXISTS
 	(SELECT 1 FROM {s}.tasks t WHERE t.id = x.id AND t.version = x.v AND t.status IN ('aborted', 'cancelled'))),
 fa AS (SELECT array_agg(id) AS ids FROM f),
-d AS (SELECT b.id, jsonb_build_object('code', 'dependency_failed', 'description',
-	'dependency ' || (SELECT x FROM unnest(b.depends_on) x WHERE x = ANY(fa.ids) LIMIT 1) || ' was aborted, cancelled or deleted') AS err
+d AS (SELECT b.id, (SELECT f.err::jsonb FROM unnest(b.depends_on) WITH ORDINALITY AS dep(id, n)
+	JOIN f ON f.id = dep.id ORDER BY dep.n LIMIT 1) AS err
 	FROM {s}.tasks b, fa WHERE fa.ids IS NOT NULL AND b.status = 'blocked' AND b.depends_on && fa.ids
 	ORDER BY b.id FOR UPDATE OF b),
 upd AS (UPDATE {s}.tasks b SET status = 'aborted', ended_at = $3, updated = $3, version = b.version + 1,
@@ -192,6 +195,7 @@ func (s *Store) apply(ctx context.Context, q querier, inTx bool, now time.Time, 
 		hLease                               []*int64
 		hProg                                []*float64
 		completed, completedV, failed, failV []any
+		failErrs                             []string
 	)
 	for i, c := range changes {
 		o, t := c.old, c.cur
@@ -264,6 +268,7 @@ func (s *Store) apply(ctx context.Context, q querier, inTx bool, now time.Time, 
 				completed, completedV = append(completed, t.ID), append(completedV, int64(t.Version))
 			case norn.StatusAborted, norn.StatusCancelled:
 				failed, failV = append(failed, t.ID), append(failV, int64(t.Version))
+				failErrs = append(failErrs, errJSON(norn.DependencyFailed(t.ID, t.Status)))
 			}
 		}
 	}
@@ -279,7 +284,7 @@ func (s *Store) apply(ctx context.Context, q querier, inTx bool, now time.Time, 
 		b.Queue(s.releaseSQL(), toStrings(completed), toInt64s(completedV), now, s.cfg.HistoryLimit)
 	}
 	if len(failed) > 0 {
-		b.Queue(s.cascadeSQL(), toStrings(failed), toInt64s(failV), now, s.cfg.HistoryLimit)
+		b.Queue(s.cascadeSQL(), toStrings(failed), toInt64s(failV), now, s.cfg.HistoryLimit, failErrs)
 	}
 	var next []string
 	err := func() error {
@@ -345,7 +350,7 @@ func (s *Store) apply(ctx context.Context, q querier, inTx bool, now time.Time, 
 	}
 	res.aborted = append(res.aborted, next...)
 	if len(next) > 0 {
-		more, err := s.cascade(ctx, q, now, next)
+		more, err := s.cascade(ctx, q, now, next, abortedErrs(next))
 		if err != nil {
 			if ownTx {
 				_, _ = q.Exec(context.Background(), "ROLLBACK")
@@ -363,13 +368,14 @@ func (s *Store) apply(ctx context.Context, q querier, inTx bool, now time.Time, 
 }
 
 // cascade aborts, level by level, every blocked task depending on ids
-// (tasks that failed or were deleted) and returns what it aborted. Each level
-// is its own statement so it sees dependents committed while the previous
-// level waited for their locks.
-func (s *Store) cascade(ctx context.Context, q querier, now time.Time, ids []string) ([]string, error) {
+// (tasks that failed or were deleted; errs[i] is the error ids[i]'s
+// dependents record) and returns what it aborted. Each level is its own
+// statement so it sees dependents committed while the previous level
+// waited for their locks.
+func (s *Store) cascade(ctx context.Context, q querier, now time.Time, ids, errs []string) ([]string, error) {
 	var all []string
 	for len(ids) > 0 {
-		rows, err := q.Query(ctx, s.cascadeSQL(), ids, make([]*int64, len(ids)), now, s.cfg.HistoryLimit)
+		rows, err := q.Query(ctx, s.cascadeSQL(), ids, make([]*int64, len(ids)), now, s.cfg.HistoryLimit, errs)
 		if err != nil {
 			return all, err
 		}
@@ -388,9 +394,23 @@ func (s *Store) cascade(ctx context.Context, q querier, now time.Time, ids []str
 			return all, err
 		}
 		all = append(all, next...)
-		ids = next
+		ids, errs = next, abortedErrs(next)
 	}
 	return all, nil
+}
+
+// abortedErrs is the dependency error of each of ids, tasks just aborted.
+func abortedErrs(ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = errJSON(norn.DependencyFailed(id, norn.StatusAborted))
+	}
+	return out
+}
+
+func errJSON(e norn.ErrorInfo) string {
+	b, _ := json.Marshal(e)
+	return string(b)
 }
 
 func scanIDs(br pgx.BatchResults) ([]string, error) {

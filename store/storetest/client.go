@@ -87,7 +87,7 @@ func exerciseSubmit(t *testing.T, setup setupFunc) {
 			s, b := setup(t)
 			a := b.submitOne(norn.NewTask{ID: "dup", Queue: "q", Spec: json.RawMessage(`{"v":1}`), Priority: 1})
 			b.clock.Advance(time.Second)
-			res, err := s.Submit(b.ctx, norn.NewTask{ID: "dup", Queue: "other", Spec: json.RawMessage(`{"v":2}`), Priority: 9})
+			res, err := s.Submit(b.ctx, norn.NewTask{ID: "dup", Queue: "q", Spec: json.RawMessage(`{"v":2}`), Priority: 9})
 			if err != nil {
 				t.Fatalf("Submit duplicate: %v", err)
 			}

@@ -39,7 +39,7 @@ func RunWith(t *testing.T, f Factory, o Options) {
 		exerciseList, exerciseFilter,
 		exerciseRegisterWorker, exerciseClaim, exerciseHeartbeat, exerciseLog, exerciseFinish, exerciseTimeout,
 		exerciseLeaseBatch, exerciseFencing,
-		exerciseQueues, exerciseSubscribe, exerciseInvalidInput,
+		exerciseQueues, exerciseSubscribe, exerciseInvalidInput, exerciseDecisions, exerciseWorkerRetries,
 	} {
 		exercise(t, setup)
 	}
