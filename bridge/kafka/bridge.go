@@ -376,6 +376,21 @@ func firstErr(errs []error) error {
 
 var batchIndex = regexp.MustCompile(`^tasks\[(\d+)\]`)
 
+// idTaken reports the batch index of a task whose id the store refused
+// because a task of another queue holds it (ids are unique across queues).
+func idTaken(err error) (int, bool) {
+	var e *norn.Error
+	if !errors.As(err, &e) || e.Code != norn.CodeConflict || !strings.HasSuffix(e.Field, "].id") {
+		return 0, false
+	}
+	mm := batchIndex.FindStringSubmatch(e.Field)
+	if mm == nil {
+		return 0, false
+	}
+	i, err := strconv.Atoi(mm[1])
+	return i, err == nil
+}
+
 // submit stores items durably, retrying store outages until ctx ends.
 // Items the store rejects are skipped (counted invalid); duplicates of a
 // pending id are ignored; a finished task left under the same id (a node
@@ -393,6 +408,11 @@ func (b *Bridge) submit(ctx context.Context, items []*item) bool {
 				return false
 			}
 			code := norn.CodeOf(err)
+			if i, ok := idTaken(err); ok && i < len(items) {
+				b.skip(items[i].rec, &invalidError{reasonIDConflict, err.Error()})
+				items = append(items[:i:i], items[i+1:]...)
+				continue
+			}
 			if code == norn.CodeInvalidArgument || code == norn.CodeTooLarge {
 				var e *norn.Error
 				if errors.As(err, &e) {
@@ -486,6 +506,10 @@ func (b *Bridge) replaceFinished(ctx context.Context, it *item) bool {
 			}
 			if c := norn.CodeOf(err); c == norn.CodeInvalidArgument || c == norn.CodeTooLarge {
 				b.skip(it.rec, err)
+				return true
+			}
+			if _, ok := idTaken(err); ok {
+				b.skip(it.rec, &invalidError{reasonIDConflict, err.Error()})
 				return true
 			}
 			b.log.Warn("storing a delayed message failed; retrying", "id", it.m.ID, "err", err)
