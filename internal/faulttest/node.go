@@ -108,6 +108,14 @@ func StartNode(t testing.TB, name string, args ...string) *Node {
 	t.Cleanup(func() {
 		n.Kill()
 		if t.Failed() {
+			// The monitor's lines in full (the check reads them), then the tail.
+			var mon strings.Builder
+			for _, l := range n.Lines() {
+				if m, _ := l.Rec["msg"].(string); strings.Contains(m, "monitor") {
+					mon.WriteString(l.Raw + "\n")
+				}
+			}
+			t.Logf("%s monitor lines:\n%s", name, mon.String())
 			out := n.Output()
 			if len(out) > 20000 {
 				out = "…" + out[len(out)-20000:]
