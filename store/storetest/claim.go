@@ -97,6 +97,18 @@ func exerciseRegisterWorker(t *testing.T, setup setupFunc) {
 				t.Fatalf("Stats workers %d active %d, want 2 and 1", st.Workers, st.ActiveWorkers)
 			}
 		})
+
+		t.Run("RefusesABadQueueNameOrALongName", func(t *testing.T) {
+			t.Parallel()
+			s, b := setup(t)
+			_, err := s.RegisterWorker(b.ctx, norn.WorkerInfo{Name: "w", Queues: []string{"ok", "no spaces"}})
+			wantField(t, "RegisterWorker with a bad queue", err, norn.ErrInvalidArgument, "queues[1]")
+			_, err = s.RegisterWorker(b.ctx, norn.WorkerInfo{Name: strings.Repeat("n", norn.MaxWorkerNameLength+1)})
+			wantField(t, "RegisterWorker with a long name", err, norn.ErrInvalidArgument, "name")
+			if ws := b.workers(); len(ws) != 0 {
+				t.Fatalf("Workers after refused registrations: %+v; want none", ws)
+			}
+		})
 	})
 }
 
@@ -165,6 +177,30 @@ func exerciseClaim(t *testing.T, setup setupFunc) {
 			b.claimed("w1", norn.NewTask{ID: "a", Queue: "q"})
 			b.claimNone("q")
 			b.claimNone("never-used")
+		})
+
+		t.Run("FindingNothingKeepsTheWorkerActive", func(t *testing.T) {
+			t.Parallel()
+			s, b := setup(t)
+			id := b.registerWorker(norn.WorkerInfo{Name: "idle", Queues: []string{"empty"}})
+			b.clock.Advance(norn.ActiveWorkerWindow + time.Minute)
+			if ts := b.claimReq(norn.ClaimRequest{Worker: id, Queues: []string{"empty"}}); len(ts) != 0 {
+				t.Fatalf("claimed %d tasks from an empty queue", len(ts))
+			}
+			st, err := s.Stats(b.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.ActiveWorkers != 1 {
+				t.Fatalf("active workers after an empty claim: %d, want 1", st.ActiveWorkers)
+			}
+			ws := b.workers()
+			if len(ws) != 1 {
+				t.Fatalf("Workers: %+v, want the idle worker", ws)
+			}
+			if age := b.now().Sub(ws[0].LastSeen); age < 0 || age > 5*time.Second {
+				t.Fatalf("last seen %v before the empty claim, want at most 5s", age)
+			}
 		})
 
 		t.Run("TakesQueuesInOrderAndHigherPriorityFirst", func(t *testing.T) {

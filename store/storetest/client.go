@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -191,6 +193,62 @@ func exerciseSubmit(t *testing.T, setup setupFunc) {
 				b.complete(b.claimID("w", want, "q"), "")
 			}
 			b.claimNone("q")
+		})
+
+		t.Run("NoTasksSucceedsWithNoResults", func(t *testing.T) {
+			t.Parallel()
+			s, b := setup(t)
+			res, err := s.Submit(b.ctx)
+			if err != nil {
+				t.Fatalf("Submit(): %v, want success", err)
+			}
+			if len(res) != 0 {
+				t.Fatalf("Submit(): %d results, want none", len(res))
+			}
+			tx, err := s.Transact(b.ctx, norn.Txn{Submit: []norn.NewTask{}})
+			if err != nil || len(tx.Submitted) != 0 {
+				t.Fatalf("Transact with an empty submit: %+v, %v; want nothing submitted", tx, err)
+			}
+			if n, err := s.Count(b.ctx, norn.Filter{}); err != nil || n != 0 {
+				t.Fatalf("Count = %d, %v; want 0", n, err)
+			}
+		})
+
+		t.Run("IDTakenInAnotherQueueIsAConflictThatRevealsNothing", func(t *testing.T) {
+			t.Parallel()
+			s, b := setup(t)
+			secret := b.submitOne(norn.NewTask{ID: "invoice-42", Queue: "qb", Spec: json.RawMessage(`{"card":"4111"}`),
+				Labels: map[string]string{"tenant": "bee"}})
+			before := b.snapshot()
+			reveals := func(what string, err error) {
+				t.Helper()
+				var ne *norn.Error
+				if !errors.As(err, &ne) {
+					t.Fatalf("%s: %v, want a *norn.Error", what, err)
+				}
+				for _, s := range []string{"qb", "4111", "bee"} {
+					if strings.Contains(err.Error(), s) {
+						t.Errorf("%s: error %q reveals %q of the other queue's task", what, err, s)
+					}
+				}
+			}
+			_, err := s.Submit(b.ctx, norn.NewTask{ID: "invoice-42", Queue: "qa", Spec: json.RawMessage(`{}`)})
+			wantField(t, "Submit into qa", err, norn.ErrConflict, "tasks[0].id")
+			reveals("Submit into qa", err)
+			// In a batch the collision refuses the whole batch.
+			_, err = s.Submit(b.ctx, norn.NewTask{ID: "new-one", Queue: "qa"}, norn.NewTask{ID: "invoice-42", Queue: "qa"})
+			wantField(t, "batch into qa", err, norn.ErrConflict, "tasks[1].id")
+			reveals("batch into qa", err)
+			_, err = s.Transact(b.ctx, norn.Txn{Submit: []norn.NewTask{{ID: "invoice-42", Queue: "qa"}}})
+			wantField(t, "transaction into qa", err, norn.ErrConflict, "submit[0].id")
+			reveals("transaction into qa", err)
+			b.unchanged("submits colliding with another queue's id", before)
+			// The same queue still gets the existing task back as a duplicate.
+			res, err := s.Submit(b.ctx, norn.NewTask{ID: "invoice-42", Queue: "qb"})
+			if err != nil || len(res) != 1 || !res[0].Duplicate {
+				t.Fatalf("Submit into qb: %+v, %v; want the duplicate", res, err)
+			}
+			sameTask(t, "duplicate in the same queue", secret, res[0].Task)
 		})
 	})
 
@@ -781,6 +839,30 @@ func exerciseTransact(t *testing.T, setup setupFunc) {
 			_, err := s.Transact(b.ctx, norn.Txn{Submit: []norn.NewTask{{ID: "ok", Queue: "q"}, {Queue: "bad queue"}}})
 			wantField(t, "Transact invalid submit", err, norn.ErrInvalidArgument, "submit[1].queue")
 			b.unchanged("Transact invalid submit", before)
+		})
+	})
+}
+
+func exerciseClose(t *testing.T, setup setupFunc) {
+	t.Run("Close", func(t *testing.T) {
+		t.Parallel()
+
+		t.Run("OnlyAClosedStoreAnswersErrClosed", func(t *testing.T) {
+			t.Parallel()
+			s, b := setup(t)
+			b.submitOne(norn.NewTask{ID: "x", Queue: "q"})
+			if _, err := s.Get(b.ctx, "missing"); errors.Is(err, norn.ErrClosed) {
+				t.Fatalf("not found on an open store matches ErrClosed: %v", err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			_, err := s.Get(b.ctx, "x")
+			if !errors.Is(err, norn.ErrClosed) || !errors.Is(err, norn.ErrUnavailable) {
+				t.Fatalf("Get after Close: %v, want an error matching ErrClosed and ErrUnavailable", err)
+			}
+			_, err = s.Submit(b.ctx, norn.NewTask{Queue: "q"})
+			wantErr(t, "Submit after Close", err, norn.ErrClosed)
 		})
 	})
 }

@@ -184,6 +184,48 @@ func exerciseDependencies(t *testing.T, setup setupFunc) {
 			}
 		})
 
+		t.Run("FailureNamesTheDependencyAndItsFate", func(t *testing.T) {
+			t.Parallel()
+			_, b := setup(t)
+			b.submit(
+				norn.NewTask{ID: "ab", Queue: "qa"}, norn.NewTask{ID: "ca", Queue: "q"}, norn.NewTask{ID: "de", Queue: "q"},
+				norn.NewTask{ID: "on-ab", Queue: "q", DependsOn: []string{"ab"}},
+				norn.NewTask{ID: "on-ca", Queue: "q", DependsOn: []string{"ca"}},
+				norn.NewTask{ID: "on-de", Queue: "q", DependsOn: []string{"de"}},
+				norn.NewTask{ID: "on-on-ab", Queue: "q", DependsOn: []string{"on-ab"}},
+			)
+			b.abort(b.claim("w", "qa"), "boom")
+			b.cancel("ca")
+			b.delete("de")
+			b.sweep()
+			want := map[string]norn.ErrorInfo{
+				"on-ab":    norn.DependencyFailed("ab", norn.StatusAborted),
+				"on-ca":    norn.DependencyFailed("ca", norn.StatusCancelled),
+				"on-de":    norn.DependencyDeleted("de"),
+				"on-on-ab": norn.DependencyFailed("on-ab", norn.StatusAborted),
+			}
+			// Depending on a task that has already failed aborts at submit.
+			late := b.submit(norn.NewTask{ID: "late-ab", Queue: "q", DependsOn: []string{"ab"}},
+				norn.NewTask{ID: "late-ca", Queue: "q", DependsOn: []string{"ca"}})
+			for _, tk := range late {
+				if tk.Status != norn.StatusAborted {
+					t.Fatalf("%s: status %s at submit, want aborted", tk.ID, tk.Status)
+				}
+			}
+			want["late-ab"] = norn.DependencyFailed("ab", norn.StatusAborted)
+			want["late-ca"] = norn.DependencyFailed("ca", norn.StatusCancelled)
+			for id, w := range want {
+				tk := b.status(id, norn.StatusAborted)
+				if len(tk.Errors) != 1 || tk.Errors[0].Code != w.Code || tk.Errors[0].Description != w.Description {
+					t.Errorf("%s: errors %+v, want [%+v]", id, tk.Errors, w)
+				}
+				h := lastHistory(t, tk, norn.TaskAbort, tk.Updated)
+				if h.Error == nil || h.Error.Code != w.Code || h.Error.Description != w.Description {
+					t.Errorf("%s: TaskAbort entry error %+v, want %+v", id, h.Error, w)
+				}
+			}
+		})
+
 		t.Run("DelayCountsFromSubmitNotFromRelease", func(t *testing.T) {
 			t.Parallel()
 			_, b := setup(t)

@@ -32,6 +32,10 @@ func invalidInput(t *testing.T, setup setupFunc) {
 	}
 	ok := norn.NewTask{Queue: "q"}
 	bigJSON := json.RawMessage(`"` + strings.Repeat("a", norn.MaxSpecBytes) + `"`)
+	badUTF8 := json.RawMessage("{\"name\":\"\xff\xfe\"}")
+	if !json.Valid(badUTF8) {
+		t.Fatal("badUTF8 must be valid JSON apart from its UTF-8")
+	}
 	labels := map[string]string{}
 	for i := 0; i <= norn.MaxLabels; i++ {
 		labels[fmt.Sprintf("k%d", i)] = "v"
@@ -59,6 +63,7 @@ func invalidInput(t *testing.T, setup setupFunc) {
 		{"SubmitIDWithSpace", sub(norn.NewTask{ID: "a b", Queue: "q"}), inv, "tasks[0].id"},
 		{"SubmitLongID", sub(norn.NewTask{ID: strings.Repeat("i", norn.MaxIDLength+1), Queue: "q"}), inv, "tasks[0].id"},
 		{"SubmitTooManyLabels", sub(norn.NewTask{Queue: "q", Labels: labels}), inv, "tasks[0].labels"},
+		{"SubmitNonUTF8Spec", sub(ok, norn.NewTask{Queue: "q", Spec: badUTF8}), inv, "tasks[1].spec"},
 		{"SubmitSecondTaskInvalid", sub(ok, norn.NewTask{Queue: "bad queue"}), inv, "tasks[1].queue"},
 		{"SubmitDuplicateIDsInBatch", sub(norn.NewTask{ID: "d", Queue: "q"}, norn.NewTask{ID: "d", Queue: "q"}), inv, "tasks[1].id"},
 		{"SubmitMissingDependency", sub(ok, norn.NewTask{Queue: "q", DependsOn: []string{"nope"}}), inv, "tasks[1].depends_on[0]"},
@@ -102,6 +107,11 @@ func invalidInput(t *testing.T, setup setupFunc) {
 			_, err := s.AppendLog(b.ctx, r, norn.LogAppend{Data: bigJSON})
 			return err
 		}, big, "data"},
+		{"LogNonUTF8Data", func() error {
+			_, err := s.AppendLog(b.ctx, r, norn.LogAppend{Data: badUTF8})
+			return err
+		}, inv, "data"},
+		{"CompleteNonUTF8Result", func() error { return s.Complete(b.ctx, r, badUTF8) }, inv, "result"},
 		{"CompleteInvalidJSONResult", func() error { return s.Complete(b.ctx, r, json.RawMessage(`[1,`)) }, inv, "result"},
 		{"CompleteOversizeResult", func() error { return s.Complete(b.ctx, r, bigJSON) }, big, "result"},
 		{"FailOversizeError", func() error {
@@ -162,6 +172,10 @@ func invalidInput(t *testing.T, setup setupFunc) {
 			return err
 		}, inv, "retry.base"},
 
+		{"TransactionNonUTF8Spec", func() error {
+			_, err := s.Transact(b.ctx, norn.Txn{Submit: []norn.NewTask{{Queue: "q", Spec: badUTF8}}})
+			return err
+		}, inv, "submit[0].spec"},
 		{"TransactionInvalidSubmit", func() error {
 			_, err := s.Transact(b.ctx, norn.Txn{Submit: []norn.NewTask{ok, {Queue: "q", Spec: json.RawMessage(`nope`)}}})
 			return err

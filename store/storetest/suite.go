@@ -38,8 +38,8 @@ func RunWith(t *testing.T, f Factory, o Options) {
 		exerciseDependencies,
 		exerciseList, exerciseFilter,
 		exerciseRegisterWorker, exerciseClaim, exerciseHeartbeat, exerciseLog, exerciseFinish, exerciseTimeout,
-		exerciseLeaseBatch, exerciseFencing,
-		exerciseQueues, exerciseSubscribe, exerciseInvalidInput, exerciseDecisions, exerciseWorkerRetries,
+		exerciseLeaseBatch, exerciseFencing, exerciseRepeatedCall,
+		exerciseQueues, exerciseSubscribe, exerciseInvalidInput, exerciseClose,
 	} {
 		exercise(t, setup)
 	}

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -64,6 +65,41 @@ func exerciseHeartbeat(t *testing.T, setup setupFunc) {
 			_, err := s.Heartbeat(b.ctx, ref(c), norn.Heartbeat{Progress: ptr(1.5)})
 			wantField(t, "Heartbeat progress 1.5", err, norn.ErrInvalidArgument, "progress")
 			sameTask(t, "refused heartbeat changes nothing", before, b.get("h"))
+		})
+
+		t.Run("KeepsTheLeaseLengthTheClaimGranted", func(t *testing.T) {
+			t.Parallel()
+			s, b := setup(t)
+			b.submitOne(norn.NewTask{ID: "short", Queue: "q", Timeout: dur(time.Second)})
+			c := b.claimReq(norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, Timeout: dur(30 * time.Second)})[0]
+			eqTime(t, "deadline at claim", c.Deadline, b.now().Add(30*time.Second))
+			b.clock.Advance(500 * time.Millisecond)
+			dl, err := s.Heartbeat(b.ctx, ref(c), norn.Heartbeat{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eqTime(t, "deadline after a heartbeat", dl, b.now().Add(30*time.Second))
+			b.advance(20 * time.Second)
+			b.status("short", norn.StatusRunning)
+			// An explicit extension sets the length from then on.
+			if dl, err = s.Heartbeat(b.ctx, ref(c), norn.Heartbeat{Extend: dur(5 * time.Minute)}); err != nil {
+				t.Fatal(err)
+			}
+			eqTime(t, "deadline after extend", dl, b.now().Add(5*time.Minute))
+			b.clock.Advance(time.Minute)
+			if dl, err = s.Heartbeat(b.ctx, ref(c), norn.Heartbeat{Progress: ptr(0.5)}); err != nil {
+				t.Fatal(err)
+			}
+			eqTime(t, "deadline after a heartbeat following extend", dl, b.now().Add(5*time.Minute))
+			eqTime(t, "stored deadline", b.get("short").Deadline, dl)
+			// Without a claim timeout the lease is the task's own.
+			b.submitOne(norn.NewTask{ID: "own", Queue: "q2", Timeout: dur(7 * time.Second)})
+			c2 := b.claim("w", "q2")
+			b.clock.Advance(time.Second)
+			if dl, err = s.Heartbeat(b.ctx, ref(c2), norn.Heartbeat{}); err != nil {
+				t.Fatal(err)
+			}
+			eqTime(t, "deadline of a task's own timeout", dl, b.now().Add(7*time.Second))
 		})
 
 		t.Run("ExtendedLeaseHoldsPastTheOriginalDeadline", func(t *testing.T) {
@@ -173,6 +209,33 @@ func exerciseLog(t *testing.T, setup setupFunc) {
 			wantErrOneOf(t, "AppendLog after completion", err, norn.ErrLeaseLost, norn.ErrConflict)
 		})
 
+		t.Run("RepeatedAppendReturnsTheStoredEntry", func(t *testing.T) {
+			t.Parallel()
+			s, b := setup(t)
+			b.submitOne(norn.NewTask{ID: "l", Queue: "q"})
+			c := b.claim("w", "q")
+			first, err := s.AppendLog(b.ctx, ref(c), norn.LogAppend{Seq: 1, Data: json.RawMessage(`{"step":1}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.clock.Advance(time.Second)
+			again, err := s.AppendLog(b.ctx, ref(c), norn.LogAppend{Seq: 1, Data: json.RawMessage(`{"step":1}`)})
+			if err != nil {
+				t.Fatalf("repeated append: %v, want the stored entry", err)
+			}
+			if again.Seq != 1 || again.Lease != first.Lease || !again.Time.Equal(first.Time) || string(again.Data) != `{"step":1}` {
+				t.Fatalf("repeated append returned %+v, want %+v", again, first)
+			}
+			_, err = s.AppendLog(b.ctx, ref(c), norn.LogAppend{Seq: 1, Data: json.RawMessage(`{"step":2}`)})
+			wantErr(t, "append of other data under a used seq", err, norn.ErrConflict)
+			if _, err := s.AppendLog(b.ctx, ref(c), norn.LogAppend{Seq: 2, Data: json.RawMessage(`{"step":2}`)}); err != nil {
+				t.Fatal(err)
+			}
+			log, err := s.ReadLog(b.ctx, "l", 0, 0)
+			if err != nil || len(log) != 2 {
+				t.Fatalf("ReadLog: %d entries, %v; want 2", len(log), err)
+			}
+		})
 	})
 }
 
@@ -211,7 +274,7 @@ func exerciseFinish(t *testing.T, setup setupFunc) {
 			c, _ := completed(b)
 			g := b.get("c")
 			// A repeated Complete is answered as a success (see
-			// WorkerRetries/RetriedFinishingCallSucceedsOnlyAsAnExactRepeat).
+			// RepeatedCall/FinishingCallSucceedsOnlyAsAnExactRepeat).
 			stranger := ref(c)
 			stranger.Worker = "someone-else"
 			err := s.Complete(b.ctx, stranger, json.RawMessage(`2`))
@@ -706,6 +769,99 @@ func exerciseFencing(t *testing.T, setup setupFunc) {
 			jsonEq(t, "result", g.Result, `"second"`)
 			b.leaseCalls("stale lease after completion", ref(c1), norn.ErrLeaseLost)
 			sameTask(t, "stale calls after completion change nothing", g, b.get("f"))
+		})
+	})
+}
+
+// exerciseRepeatedCall checks what a worker whose reply was lost may do: send
+// the same finishing call again.
+func exerciseRepeatedCall(t *testing.T, setup setupFunc) {
+	t.Run("RepeatedCall", func(t *testing.T) {
+		t.Parallel()
+
+		t.Run("FinishingCallSucceedsOnlyAsAnExactRepeat", func(t *testing.T) {
+			t.Parallel()
+			s, b := setup(t)
+			retry := &norn.RetryPolicy{MaxRetries: 5, Base: dur(time.Minute)}
+			b.submit(norn.NewTask{ID: "done", Queue: "q1"}, norn.NewTask{ID: "failed", Queue: "q2", Retry: retry},
+				norn.NewTask{ID: "aborted", Queue: "q3"}, norn.NewTask{ID: "yielded", Queue: "q4"})
+			boom, other := norn.ErrorInfo{Code: "boom"}, norn.ErrorInfo{Code: "other"}
+			calls := []struct {
+				queue  string
+				finish func(norn.LeaseRef) error
+				// others must stay lease_lost after finish took effect.
+				others map[string]func(norn.LeaseRef) error
+			}{
+				{"q1", func(r norn.LeaseRef) error { return s.Complete(b.ctx, r, json.RawMessage(`{"ok":1}`)) },
+					map[string]func(norn.LeaseRef) error{
+						"Fail":  func(r norn.LeaseRef) error { return s.Fail(b.ctx, r, boom) },
+						"Abort": func(r norn.LeaseRef) error { return s.Abort(b.ctx, r, boom) },
+						"Yield": func(r norn.LeaseRef) error { return s.Yield(b.ctx, r) },
+					}},
+				{"q2", func(r norn.LeaseRef) error { return s.Fail(b.ctx, r, boom) },
+					map[string]func(norn.LeaseRef) error{
+						"Complete":          func(r norn.LeaseRef) error { return s.Complete(b.ctx, r, nil) },
+						"Fail another code": func(r norn.LeaseRef) error { return s.Fail(b.ctx, r, other) },
+						"Abort":             func(r norn.LeaseRef) error { return s.Abort(b.ctx, r, boom) },
+					}},
+				{"q3", func(r norn.LeaseRef) error { return s.Abort(b.ctx, r, boom) },
+					map[string]func(norn.LeaseRef) error{
+						"Complete":           func(r norn.LeaseRef) error { return s.Complete(b.ctx, r, nil) },
+						"Abort another code": func(r norn.LeaseRef) error { return s.Abort(b.ctx, r, other) },
+						"Yield":              func(r norn.LeaseRef) error { return s.Yield(b.ctx, r) },
+					}},
+				{"q4", func(r norn.LeaseRef) error { return s.Yield(b.ctx, r) },
+					map[string]func(norn.LeaseRef) error{
+						"Complete": func(r norn.LeaseRef) error { return s.Complete(b.ctx, r, nil) },
+						"Fail":     func(r norn.LeaseRef) error { return s.Fail(b.ctx, r, boom) },
+					}},
+			}
+			for _, c := range calls {
+				tk := b.claim("w1", c.queue)
+				if err := c.finish(ref(tk)); err != nil {
+					t.Fatalf("%s: first call: %v", tk.ID, err)
+				}
+				after := b.get(tk.ID)
+				b.clock.Advance(time.Second)
+				if err := c.finish(ref(tk)); err != nil {
+					t.Fatalf("%s: repeated call: %v, want success", tk.ID, err)
+				}
+				sameTask(t, tk.ID+": a repeat changes nothing", after, b.get(tk.ID))
+				stranger := ref(tk)
+				stranger.Worker = "w2"
+				wantErr(t, tk.ID+": the same call by another worker", c.finish(stranger), norn.ErrLeaseLost)
+				for name, call := range c.others {
+					wantErr(t, tk.ID+": "+name+" after the lease ended", call(ref(tk)), norn.ErrLeaseLost)
+				}
+				sameTask(t, tk.ID+": refused calls change nothing", after, b.get(tk.ID))
+			}
+			// Once the task is claimed again the old lease is simply lost.
+			b.advance(time.Minute)
+			again := b.claim("w1", "q2")
+			if again.ID != "failed" || again.Lease != 2 {
+				t.Fatalf("claimed %q lease %d, want failed lease 2", again.ID, again.Lease)
+			}
+			old := ref(again)
+			old.Lease = 1
+			wantErr(t, "Fail repeated after a new claim", s.Fail(b.ctx, old, boom), norn.ErrLeaseLost)
+			again = b.claim("w1", "q4")
+			old = ref(again)
+			old.Lease = 1
+			wantErr(t, "Yield repeated after a new claim", s.Yield(b.ctx, old), norn.ErrLeaseLost)
+			// Through a lease batch as well.
+			res, err := s.LeaseBatch(b.ctx, []norn.LeaseOp{
+				{Op: norn.OpComplete, LeaseRef: norn.LeaseRef{TaskID: "done", Worker: "w1", Lease: 1}},
+				{Op: norn.OpAbort, LeaseRef: norn.LeaseRef{TaskID: "aborted", Worker: "w1", Lease: 1}, Error: &other},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res[0].Err != nil {
+				t.Fatalf("batched repeat of Complete: %v, want success", res[0].Err)
+			}
+			if res[1].Err == nil || !errors.Is(res[1].Err, norn.ErrLeaseLost) {
+				t.Fatalf("batched Abort with another code: %v, want lease_lost", res[1].Err)
+			}
 		})
 	})
 }
