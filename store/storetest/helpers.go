@@ -36,16 +36,6 @@ func newSetup(f Factory) setupFunc {
 	}
 }
 
-// env and newEnv are the bundle's and setup's former names, kept while
-// cases written against them are folded into the Operation/Behaviour tree.
-type env = testBundle
-
-func newEnv(t *testing.T, f Factory) *testBundle {
-	t.Helper()
-	_, b := newSetup(f)(t)
-	return b
-}
-
 // with returns the bundle bound to t, for rows of a table that share one
 // store but each run as their own (sequential) subtest.
 func (b *testBundle) with(t *testing.T) *testBundle {
