@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -371,35 +370,3 @@ func FuzzParseFilter(f *testing.F) {
 	})
 }
 
-// FuzzDecodeFastMatchesSlow: whenever the one-pass fast path accepts a
-// body, the member-by-member decoder must accept it too and produce the
-// same value; otherwise the fast path would change what the API accepts.
-func FuzzDecodeFastMatchesSlow(f *testing.F) {
-	for _, s := range []string{`{"queue":"q","spec":{"a":[1,"x\"y"]},"priority":3,"labels":{"k":"v"},"retry":{"max_retries":1,"base":"1s"}}`,
-		`{"Queue":"q"}`, `{"queue":"q","spec":null}`, `{"queue":"q","delay":"-1s"}`, `{"q\u0075eue":"q"}`,
-		`{"op":"fail","id":"t","worker":"w","lease":1,"error":{"code":"x","args":{"a":null}}}`, `{"op":"heartbeat","progress":0.5,"extend":"2s"}`,
-		`{"submit":[{"queue":"q","max_attempts":2}],"update":[{"id":"a","priority":1}]}`, `{"worker":"w","lease":1,"seq":2,"data":[1]}`,
-		`{"paused":true,"retention":{"completed":"1h","aborted":"1h","cancelled":"1h"},"timeout":"5s"}`, `{"worker":"w","queues":["a"],"n":2,"wait":"1s"}`,
-		`{"priority":1,"labels":{"a":"b"},"run_at":"2030-01-01T00:00:00Z"}`, `{"name":"n","queues":["q"]}`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, mk := range []func() any{func() any { return new(norn.NewTask) }, func() any { return new(norn.LeaseOp) },
-			func() any { return new(norn.Txn) }, func() any { return new(AppendLogRequest) }, func() any { return new(HeartbeatRequest) },
-			func() any { return new(norn.QueueUpdate) }, func() any { return new(norn.Update) }, func() any { return new(norn.ClaimRequest) },
-			func() any { return new(QueueClaimRequest) }, func() any { return new(CompleteRequest) }, func() any { return new(FailRequest) },
-			func() any { return new(norn.WorkerInfo) }} {
-			fast := mk()
-			if !decodeFast(bytes.TrimSpace(b), fast) {
-				continue
-			}
-			slow := mk()
-			if err := decodeSlow(bytes.TrimSpace(b), reflect.ValueOf(slow), ""); err != nil {
-				t.Fatalf("%T: fast path accepted %q, slow path refused it: %v", fast, b, err)
-			}
-			if !reflect.DeepEqual(fast, slow) {
-				t.Fatalf("%T: fast %+v != slow %+v for %q", fast, fast, slow, b)
-			}
-		}
-	})
-}
