@@ -230,7 +230,7 @@ func openBenchTarget(ctx context.Context, cmd *cobra.Command, g *Globals, o *ben
 		if cmd.Flags().Changed("transport") && o.transport != transportHTTP {
 			return nil, usagef("--server runs over HTTP; it cannot be combined with --transport %s", o.transport)
 		}
-		c, err := client.New(g.Server, client.WithToken(g.Token), client.WithUserAgent("norn-bench/1"),
+		c, err := client.New(g.Server, client.WithToken(g.bearerToken()), client.WithUserAgent("norn-bench/1"),
 			client.WithHTTPClient(benchHTTPClient(workers)))
 		if err != nil {
 			return nil, usagef("--server: %v", err)

@@ -67,7 +67,7 @@ func clientCommand(cmd *cobra.Command) *cobra.Command {
 
 // newClient connects to --server with --token.
 func newClient(g *Globals) (*client.Client, error) {
-	c, err := client.New(g.Server, client.WithToken(g.Token), client.WithUserAgent("norn-cli/1"))
+	c, err := client.New(g.Server, client.WithToken(g.bearerToken()), client.WithUserAgent("norn-cli/1"))
 	if err != nil {
 		return nil, usagef("--server: %v", err)
 	}

@@ -26,6 +26,14 @@ type Globals struct {
 	Output string
 }
 
+// bearerToken is --token, or NORN_TOKEN when the flag is not given.
+func (g *Globals) bearerToken() string {
+	if g.Token != "" {
+		return g.Token
+	}
+	return os.Getenv("NORN_TOKEN")
+}
+
 var registry []func(g *Globals) *cobra.Command
 
 // register adds a subcommand constructor; call it from an init function.
@@ -42,7 +50,14 @@ func NewRoot() *cobra.Command {
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.Server, "server", envOr("NORN_SERVER", "http://127.0.0.1:7070"), "norn server URL (env NORN_SERVER)")
-	pf.StringVar(&g.Token, "token", os.Getenv("NORN_TOKEN"), "bearer token (env NORN_TOKEN)")
+	// The token's value must never be the flag's default: --help prints
+	// defaults, and help output ends up in terminals, logs and bug reports.
+	// bearerToken reads NORN_TOKEN when the flag is not given.
+	tokenHelp := "bearer token (env NORN_TOKEN)"
+	if os.Getenv("NORN_TOKEN") != "" {
+		tokenHelp = "bearer token (env NORN_TOKEN, which is set)"
+	}
+	pf.StringVar(&g.Token, "token", "", tokenHelp)
 	pf.StringVarP(&g.Output, "output", "o", "table", "output format: table, json or ndjson")
 	cmds := make([]*cobra.Command, 0, len(registry))
 	for _, f := range registry {
