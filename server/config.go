@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/nornq/norn"
@@ -29,8 +30,23 @@ type Config struct {
 	// a non-loopback address. Default false.
 	AllowUnauthenticatedNonLoopback bool
 	// TLSCert and TLSKey are PEM file paths. When both are set the server
-	// speaks HTTPS only; setting one without the other is an error.
+	// speaks HTTPS only (TLS 1.2 with AEAD suites and forward secrecy, or
+	// TLS 1.3); setting one without the other is an error.
 	TLSCert, TLSKey string
+	// CORSOrigins are the web origins ("https://app.example.com") whose
+	// pages may call the API from a browser; "*" allows any. Requests from
+	// any other origin than the server's own are refused with 403. Default
+	// none.
+	CORSOrigins []string
+	// AllowedHosts are extra Host names a server without tokens answers
+	// (it always answers localhost, *.localhost, IP addresses and the host
+	// of Addr). Without tokens any other Host is refused, so DNS rebinding
+	// cannot reach the API. Default none.
+	AllowedHosts []string
+	// MetricsAuth makes /metrics require a token (any role) like the API.
+	// Default false: /metrics is public (see docs/security.md for what it
+	// reveals).
+	MetricsAuth bool
 
 	// MaxBodyBytes caps every request body. Default 8 MiB.
 	MaxBodyBytes int64
@@ -44,6 +60,16 @@ type Config struct {
 	// MaxLabels caps the labels of one task. Default 64 (norn.MaxLabels,
 	// also the most allowed).
 	MaxLabels int
+	// MaxResponseBytes caps the body of a response that lists tasks or log
+	// entries without streaming (a multi-get, a list page, a log read);
+	// past it the answer is 413 and the caller asks for less or streams.
+	// Default 64 MiB; at least 4 MiB (one task with its spec, result and
+	// history fits).
+	MaxResponseBytes int64
+	// BodyReadTimeout bounds how long a request body may take to arrive;
+	// a slower body is refused with 408 and its connection closed.
+	// Default 30s.
+	BodyReadTimeout time.Duration
 
 	// PingInterval is how often /v1/events sends a ": ping" comment so
 	// proxies keep the stream open. Default 15s.
@@ -70,10 +96,12 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultAddr            = "127.0.0.1:7070"
-	DefaultMaxBodyBytes    = 8 << 20
-	DefaultPingInterval    = 15 * time.Second
-	DefaultShutdownTimeout = 30 * time.Second
+	DefaultAddr             = "127.0.0.1:7070"
+	DefaultMaxBodyBytes     = 8 << 20
+	DefaultPingInterval     = 15 * time.Second
+	DefaultShutdownTimeout  = 30 * time.Second
+	DefaultMaxResponseBytes = 64 << 20
+	DefaultBodyReadTimeout  = 30 * time.Second
 )
 
 // withDefaults returns c with defaults filled in, or an error naming the
@@ -108,6 +136,27 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxLabels < 0 || c.MaxLabels > norn.MaxLabels {
 		return c, norn.Invalid("MaxLabels", "must be between 1 and %d, got %d", norn.MaxLabels, c.MaxLabels)
+	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if c.MaxResponseBytes < 4<<20 {
+		return c, norn.Invalid("MaxResponseBytes", "must be at least %d, got %d", 4<<20, c.MaxResponseBytes)
+	}
+	if c.BodyReadTimeout == 0 {
+		c.BodyReadTimeout = DefaultBodyReadTimeout
+	}
+	if c.BodyReadTimeout < 0 {
+		return c, norn.Invalid("BodyReadTimeout", "must not be negative")
+	}
+	for i, o := range c.CORSOrigins {
+		if o == "*" {
+			continue
+		}
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" {
+			return c, norn.Invalid(fmt.Sprintf("CORSOrigins[%d]", i), "must be an origin such as https://app.example.com, got %q", o)
+		}
 	}
 	if c.PingInterval == 0 {
 		c.PingInterval = DefaultPingInterval

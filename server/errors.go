@@ -2,8 +2,11 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/internal/wire"
@@ -14,7 +17,11 @@ import (
 // the client only sees a generic message for them.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	ne := wire.Classify(err)
-	status := wire.StatusOf(ne.Code)
+	status := wire.Status(err)
+	var se *wire.StatusError
+	if errors.As(err, &se) && se.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(se.RetryAfter.Seconds()))))
+	}
 	if status >= 500 && r.Context().Err() == nil {
 		s.log.LogAttrs(r.Context(), slog.LevelError, "request failed",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path),

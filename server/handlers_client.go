@@ -59,8 +59,10 @@ func checkBatch(prefix string, tasks []norn.NewTask) error {
 	return nil
 }
 
-// checkTaskScope refuses a task outside a scoped principal's queues. It
-// costs a read, so it only runs for scoped tokens.
+// checkTaskScope answers for a task outside a scoped principal's queues
+// exactly as for a task that does not exist, so a scoped token cannot tell
+// another queue's ids from unused ones. It costs a read, so it only runs
+// for scoped tokens.
 func (s *Server) checkTaskScope(ctx context.Context, p *principal, id string) error {
 	if !p.scoped() {
 		return nil
@@ -69,7 +71,10 @@ func (s *Server) checkTaskScope(ctx context.Context, p *principal, id string) er
 	if err != nil {
 		return err
 	}
-	return p.checkQueue(t.Queue)
+	if p.checkQueue(t.Queue) != nil {
+		return norn.NotFound(id)
+	}
+	return nil
 }
 
 // checkTasksScope is checkTaskScope for many ids; ids that do not exist are
@@ -83,11 +88,17 @@ func (s *Server) checkTasksScope(ctx context.Context, p *principal, ids []string
 		return err
 	}
 	for _, t := range found {
-		if err := p.checkQueue(t.Queue); err != nil {
-			return err
+		if p.checkQueue(t.Queue) != nil {
+			return norn.NotFound(t.ID)
 		}
 	}
 	return nil
+}
+
+// tooLarge is the answer for a response that would pass
+// Config.MaxResponseBytes.
+func (s *Server) tooLarge(what string) error {
+	return norn.TooLarge("response", "would be larger than the limit of %d bytes; %s", s.cfg.MaxResponseBytes, what)
 }
 
 func pathID(r *http.Request) (string, error) {
@@ -179,22 +190,11 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		found, missing, err := s.store.GetMany(r.Context(), ids)
+		resp, err := s.getMany(r.Context(), p, ids)
 		if err != nil {
 			return err
 		}
-		for _, t := range found {
-			if err := p.checkQueue(t.Queue); err != nil {
-				return err
-			}
-		}
-		if found == nil {
-			found = []*norn.Task{}
-		}
-		if missing == nil {
-			missing = []string{}
-		}
-		writeJSON(w, http.StatusOK, wire.ManyResponse{Tasks: found, Missing: missing})
+		writeJSON(w, http.StatusOK, resp)
 		return nil
 	}
 	id, err := pathID(r)
@@ -205,11 +205,57 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := p.checkQueue(t.Queue); err != nil {
-		return err
+	if p.checkQueue(t.Queue) != nil {
+		return norn.NotFound(id)
 	}
 	writeJSON(w, http.StatusOK, wire.TaskResponse{Task: t})
 	return nil
+}
+
+// getManyChunk is how many tasks a multi-get reads from the store at a
+// time, so the response limit stops it before it holds them all.
+const getManyChunk = 256
+
+// getMany answers GET /v1/tasks/{id1},{id2},…: each id once (repeats would
+// multiply a large task into a huge response), tasks outside the caller's
+// scope reported missing like ids that do not exist, and the whole bounded
+// by Config.MaxResponseBytes.
+func (s *Server) getMany(ctx context.Context, p *principal, ids []string) (wire.ManyResponse, error) {
+	resp := wire.ManyResponse{Tasks: []*norn.Task{}, Missing: []string{}}
+	seen := make(map[string]bool, len(ids))
+	uniq := ids[:0:0]
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			uniq = append(uniq, id)
+		}
+	}
+	size := int64(64)
+	for start := 0; start < len(uniq); start += getManyChunk {
+		chunk := uniq[start:min(start+getManyChunk, len(uniq))]
+		found, _, err := s.store.GetMany(ctx, chunk)
+		if err != nil {
+			return resp, err
+		}
+		byID := make(map[string]*norn.Task, len(found))
+		for _, t := range found {
+			byID[t.ID] = t
+		}
+		for _, id := range chunk {
+			t := byID[id]
+			if t == nil || p.checkQueue(t.Queue) != nil {
+				resp.Missing = append(resp.Missing, id)
+				size += int64(len(id)) + 3
+				continue
+			}
+			resp.Tasks = append(resp.Tasks, t)
+			size += int64(wire.TaskSizeHint([]*norn.Task{t}))
+		}
+		if size > s.cfg.MaxResponseBytes {
+			return resp, s.tooLarge("ask for fewer ids at a time")
+		}
+	}
+	return resp, nil
 }
 
 // wantsNDJSON reports whether the client asked for a streamed list.
@@ -248,6 +294,9 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) error {
 	}
 	if page.Tasks == nil {
 		page.Tasks = []*norn.Task{}
+	}
+	if int64(wire.TaskSizeHint(page.Tasks)) > s.cfg.MaxResponseBytes {
+		return s.tooLarge("ask for a smaller limit, view=summary, or stream the list (Accept: application/x-ndjson)")
 	}
 	writeJSON(w, http.StatusOK, page)
 	return nil
@@ -455,6 +504,13 @@ func (s *Server) handleReadLog(w http.ResponseWriter, r *http.Request) error {
 	}
 	if entries == nil {
 		entries = []norn.LogEntry{}
+	}
+	size := int64(64)
+	for _, e := range entries {
+		size += 96 + int64(len(e.Data))
+	}
+	if size > s.cfg.MaxResponseBytes {
+		return s.tooLarge("read the log in parts (after, limit)")
 	}
 	writeJSON(w, http.StatusOK, wire.LogResponse{Entries: entries})
 	return nil

@@ -54,11 +54,34 @@ func (s *Server) handleWorkers(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if p := principalFrom(r.Context()); p.scoped() {
+		ws = scopeWorkers(ws, p)
+	}
 	if ws == nil {
 		ws = []norn.WorkerInfo{}
 	}
 	writeJSON(w, http.StatusOK, wire.WorkersResponse{Workers: ws})
 	return nil
+}
+
+// scopeWorkers keeps the workers that serve one of p's queues, with only
+// those queues listed: a scoped token learns nothing about other queues'
+// workers. Workers registered without queues are not shown to it.
+func scopeWorkers(ws []norn.WorkerInfo, p *principal) []norn.WorkerInfo {
+	out := []norn.WorkerInfo{}
+	for _, w := range ws {
+		var qs []string
+		for _, q := range w.Queues {
+			if p.checkQueue(q) == nil {
+				qs = append(qs, q)
+			}
+		}
+		if len(qs) > 0 {
+			w.Queues = qs
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 func (s *Server) handleClaimQueue(w http.ResponseWriter, r *http.Request) error {

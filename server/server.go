@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/wire"
 )
 
 // Server serves the Norn API. Create it with New, serve with Run, and
@@ -30,6 +31,7 @@ type Server struct {
 	ln    net.Listener
 	http  *http.Server
 	mux   *http.ServeMux
+	root  http.Handler // mux behind guard
 	m     *metrics
 
 	// drainCtx is cancelled when shutdown starts, which ends long-poll
@@ -57,7 +59,15 @@ func New(cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, norn.Invalid("TLSCert", "loading the certificate and key: %v", err)
 		}
-		s.tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		s.tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+			// TLS 1.2 only with forward-secret AEAD suites: Go's defaults
+			// still accept CBC and SHA-1 suites there. TLS 1.3 suites are
+			// not configurable and all modern.
+			CipherSuites: []uint16{
+				tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+				tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+				tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+			}}
 	}
 	s.m, err = newMetrics(cfg.Registry, cfg.Store)
 	if err != nil {
@@ -66,6 +76,7 @@ func New(cfg Config) (*Server, error) {
 	s.drainCtx, s.startDrain = context.WithCancel(context.Background())
 	s.mux = http.NewServeMux()
 	s.routes()
+	s.root = s.guard(s.mux)
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		s.startDrain()
@@ -76,7 +87,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.ln = ln
 	s.http = &http.Server{
-		Handler:           s.mux,
+		Handler:           s.root,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
@@ -98,7 +109,7 @@ func (s *Server) URL() string {
 
 // Handler returns the server's root handler, for tests and for embedding
 // the API in another server.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return s.root }
 
 // Run serves until ctx is done, then shuts down gracefully: it stops
 // accepting connections, ends long-poll claims and event streams, waits up
@@ -226,7 +237,14 @@ func (s *Server) routes() {
 	for _, rt := range s.apiRoutes() {
 		s.mux.Handle(rt.pattern, s.m.instrument(rt.pattern, s.wrap(rt)))
 	}
-	s.mux.Handle("GET /metrics", s.m.instrument("GET /metrics", s.m.handler()))
+	metricsHandler := s.m.handler()
+	if s.cfg.MetricsAuth {
+		metricsHandler = s.wrap(route{pattern: "GET /metrics", roles: anyRole, h: func(w http.ResponseWriter, r *http.Request) error {
+			s.m.handler().ServeHTTP(w, r)
+			return nil
+		}})
+	}
+	s.mux.Handle("GET /metrics", s.m.instrument("GET /metrics", metricsHandler))
 	// Unknown API paths get a JSON 404 rather than the mux's text page.
 	s.mux.Handle("/v1/", s.m.instrument("/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, norn.Errorf(norn.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
@@ -240,9 +258,20 @@ func (s *Server) routes() {
 // a returned error into the JSON error response.
 func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hasBody(r) {
+			// Bound the time the body may take before anything else, so
+			// a stalled body cannot hold a connection, authenticated or
+			// not; the deadline is lifted once the body is read.
+			rc := http.NewResponseController(w)
+			_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyReadTimeout))
+			r.Body = &bodyReader{ReadCloser: r.Body, header: w.Header(), rc: rc, timeout: s.cfg.BodyReadTimeout}
+		}
 		if !rt.public {
 			p, err := s.auth.authenticate(r)
 			if err != nil {
+				// The body is not read: close the connection rather
+				// than wait for the rest of it.
+				w.Header().Set("Connection", "close")
 				s.writeError(w, r, err)
 				return
 			}
@@ -251,6 +280,17 @@ func (s *Server) wrap(rt route) http.Handler {
 				return
 			}
 			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+		}
+		// A query string that does not parse exactly is refused: Go's
+		// lenient parsing would drop the bad pairs and widen a filter.
+		if _, err := wire.ParseRawQuery(r.URL.RawQuery); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if err := checkContentType(r); err != nil {
+			w.Header().Set("Connection", "close")
+			s.writeError(w, r, err)
+			return
 		}
 		if r.Body != nil {
 			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)

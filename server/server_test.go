@@ -83,6 +83,9 @@ func (r response) errorOf(t *testing.T) (norn.Code, string) {
 	t.Helper()
 	var b wire.ErrorBody
 	r.decode(t, &b)
+	if b.Error == nil {
+		return "", "" // not an error body
+	}
 	return b.Error.Code, b.Error.Field
 }
 
@@ -416,7 +419,8 @@ func TestBodyLimitStopsReading(t *testing.T) {
 	t.Parallel()
 	e := startServer(t, func(c *Config) { c.MaxBodyBytes = 16 << 10 })
 	body := &countingReader{r: io.MultiReader(strings.NewReader(`{"tasks":[{"queue":"q","spec":"`), endless{})}
-	req, _ := http.NewRequest("POST", "/v1/tasks/batch", body)
+	req, _ := http.NewRequest("POST", "http://localhost/v1/tasks/batch", body)
+	req.Header.Set("Content-Type", "application/json")
 	rec := newRecorder()
 	e.srv.Handler().ServeHTTP(rec, req)
 	if rec.code != 413 {

@@ -44,6 +44,9 @@ var serverEnv = map[string]string{
 	"dashboard":             "NORN_DASHBOARD",
 	"schema":                "NORN_SCHEMA",
 	"migrate":               "NORN_MIGRATE",
+	"cors-origin":           "NORN_CORS_ORIGINS",
+	"allowed-host":          "NORN_ALLOWED_HOSTS",
+	"metrics-auth":          "NORN_METRICS_AUTH",
 }
 
 // applyEnv sets every flag not given on the command line from its
@@ -86,6 +89,9 @@ type serverFlags struct {
 	logLevel, logFormat     string
 	shutdownTimeout         time.Duration
 	dashboard               bool
+	corsOrigins             []string
+	allowedHosts            []string
+	metricsAuth             bool
 	schema                  string
 	migrate                 bool
 	// kafka configures the optional Kafka delay bridge run beside the API
@@ -182,6 +188,9 @@ flight (up to --shutdown-timeout) and closes the store.`,
 		fs.StringVar(&sf.logFormat, "log-format", "text", "log format: text or json (logs go to stderr)")
 		fs.DurationVar(&sf.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "how long a graceful shutdown waits for requests in flight")
 		fs.BoolVar(&sf.dashboard, "dashboard", true, "serve the web dashboard at /")
+		fs.StringArrayVar(&sf.corsOrigins, "cors-origin", nil, "web origin (https://app.example.com, or *) whose pages may call the API from a browser (repeatable); other origins are refused")
+		fs.StringArrayVar(&sf.allowedHosts, "allowed-host", nil, "extra Host name a server without tokens answers besides localhost, IP addresses and --addr's host (repeatable)")
+		fs.BoolVar(&sf.metricsAuth, "metrics-auth", false, "require a token (any role) for /metrics")
 		fs.VisitAll(func(f *pflag.Flag) {
 			if env, ok := serverEnv[f.Name]; ok {
 				f.Usage += " [" + env + "]"
@@ -242,7 +251,7 @@ func runServer(cmd *cobra.Command, sf *serverFlags) error {
 		Addr: sf.addr, Store: st, Tokens: tokens, AllowUnauthenticatedNonLoopback: sf.allowUnauth,
 		TLSCert: sf.tlsCert, TLSKey: sf.tlsKey, MaxBodyBytes: sf.maxBody, MaxSpecBytes: sf.maxSpec,
 		MaxBatch: sf.maxBatch, MaxLabels: sf.maxLabels, ShutdownTimeout: sf.shutdownTimeout, Logger: log,
-		Registry: reg,
+		Registry: reg, CORSOrigins: sf.corsOrigins, AllowedHosts: sf.allowedHosts, MetricsAuth: sf.metricsAuth,
 	}
 	if sf.dashboard {
 		cfg.Dashboard = dashboard.Handler()
@@ -304,6 +313,9 @@ func serverConfigError(ne *norn.Error, addr string) error {
 		"Addr": "--addr", "TLSCert": "--tls-cert", "TLSKey": "--tls-key", "MaxBodyBytes": "--max-body-bytes",
 		"MaxSpecBytes": "--max-spec-bytes", "MaxBatch": "--max-batch", "MaxLabels": "--max-labels",
 		"ShutdownTimeout": "--shutdown-timeout",
+	}
+	if strings.HasPrefix(ne.Field, "CORSOrigins[") {
+		flags[ne.Field] = "--cors-origin"
 	}
 	c := *ne
 	if f, ok := flags[ne.Field]; ok {

@@ -369,4 +369,3 @@ func FuzzParseFilter(f *testing.F) {
 		}
 	})
 }
-

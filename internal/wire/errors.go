@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/nornq/norn"
 )
@@ -41,13 +42,13 @@ func CodeOfStatus(status int) norn.Code {
 		return norn.CodeNotFound
 	case http.StatusConflict:
 		return norn.CodeConflict
-	case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusUnsupportedMediaType:
+	case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusUnsupportedMediaType, http.StatusRequestTimeout:
 		return norn.CodeInvalidArgument
 	case http.StatusRequestEntityTooLarge:
 		return norn.CodeTooLarge
 	case http.StatusUnauthorized:
 		return norn.CodeUnauthenticated
-	case http.StatusForbidden:
+	case http.StatusForbidden, http.StatusMisdirectedRequest:
 		return norn.CodePermissionDenied
 	case http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout, http.StatusTooManyRequests:
 		return norn.CodeUnavailable
@@ -109,4 +110,34 @@ func FromError(ne *norn.Error) Error {
 		msg = "internal error"
 	}
 	return Error{Code: ne.Code, Message: msg, Field: ne.Field}
+}
+
+// StatusError gives an error a status of its own where the code's usual
+// status (StatusOf) would be less precise: 415 for a body that is not
+// JSON, 408 for a body that never arrived, 421 for a Host the server does
+// not answer, 429 with Retry-After for a caller over its limits. The
+// client reads it back as the code.
+type StatusError struct {
+	Status int
+	// RetryAfter, when positive, is sent as the Retry-After header.
+	RetryAfter time.Duration
+	Err        *norn.Error
+}
+
+func (e *StatusError) Error() string { return e.Err.Error() }
+func (e *StatusError) Unwrap() error { return e.Err }
+
+// WithStatus gives err the HTTP status status.
+func WithStatus(status int, err *norn.Error) error {
+	return &StatusError{Status: status, Err: err}
+}
+
+// Status is the HTTP status of any error: its StatusError's, else
+// StatusOf its code.
+func Status(err error) int {
+	var se *StatusError
+	if errors.As(err, &se) {
+		return se.Status
+	}
+	return StatusOf(Classify(err).Code)
 }
