@@ -29,6 +29,8 @@ type Bridge struct {
 	node  string
 	// prefix starts the id of every task the bridge owns (see TaskID).
 	prefix string
+	// lat measures publish latency for the adaptive timing advance.
+	lat *latency
 
 	// now is the bridge's clock; tests may replace it before Run.
 	now func() time.Time
@@ -81,12 +83,13 @@ func New(cfg Config, store norn.Store) (*Bridge, error) {
 		kgo.ProducerLinger(0),
 		kgo.DefaultProduceTopic(cfg.OutTopic),
 	)
+	opts = append(opts, cfg.extraOpts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, norn.Invalid("Brokers", "%v", err)
 	}
 	node := uuid.NewString()
-	return &Bridge{cfg: cfg, store: store, cl: cl, m: m, node: node, now: time.Now, prefix: idPrefix(cfg.Queue),
+	return &Bridge{cfg: cfg, store: store, cl: cl, m: m, node: node, now: time.Now, prefix: idPrefix(cfg.Queue), lat: newLatency(),
 		log: cfg.Logger.With("component", "kafka-bridge", "node", node)}, nil
 }
 
@@ -202,6 +205,7 @@ type item struct {
 // false only when ctx was cancelled before the batch was durable.
 func (b *Bridge) enqueue(ctx context.Context, recs []*kgo.Record) bool {
 	now := b.now()
+	advance := b.advance()
 	var delayed, immediate []*item
 	seen := make(map[string]bool, len(recs))
 	for _, r := range recs {
@@ -209,17 +213,18 @@ func (b *Bridge) enqueue(ctx context.Context, recs []*kgo.Record) bool {
 		m, err := parseRecord(r)
 		if err == nil {
 			var it *item
-			it, err = b.newItem(m, r, now)
+			var fire bool
+			it, fire, err = b.newItem(m, r, now, advance)
 			if err == nil {
 				if seen[it.taskID] {
 					b.m.duplicates.Inc()
 					continue
 				}
 				seen[it.taskID] = true
-				if it.task.RunAt.After(now) {
-					delayed = append(delayed, it)
-				} else {
+				if fire {
 					immediate = append(immediate, it)
+				} else {
+					delayed = append(delayed, it)
 				}
 				continue
 			}
@@ -240,21 +245,25 @@ func (b *Bridge) enqueue(ctx context.Context, recs []*kgo.Record) bool {
 	return true
 }
 
-func (b *Bridge) newItem(m *message, r *kgo.Record, now time.Time) (*item, error) {
+// newItem prepares m for the store. It is due (run_at) ClaimAhead before
+// its firing time, deadline − advance, so the firing node holds it by then;
+// fire says whether the firing time has come already.
+func (b *Bridge) newItem(m *message, r *kgo.Record, now time.Time, advance time.Duration) (it *item, fire bool, err error) {
 	raw, err := encodeSpec(m, r.Topic, r.Partition, r.Offset)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	zero := 0
 	id := TaskID(b.cfg.Queue, m.ID)
+	fireAt := m.Deadline.Add(-advance)
 	return &item{m: m, taskID: id, rec: r, task: norn.NewTask{
 		ID: id, Queue: b.cfg.Queue, Spec: raw,
-		RunAt: m.Deadline.Add(-b.cfg.TimingAdvance),
+		RunAt: fireAt.Add(-b.cfg.ClaimAhead),
 		// Unlimited attempts: a message must never be aborted because
 		// nodes holding it died; the hold is the claim's lease.
 		MaxAttempts: &zero,
 		Timeout:     norn.Duration(b.cfg.HoldTime),
-	}}, nil
+	}}, !fireAt.After(now), nil
 }
 
 // owns reports whether t is one of the bridge's tasks: in its queue and
@@ -320,9 +329,9 @@ func (b *Bridge) dropPending(ctx context.Context, items []*item) ([]*item, bool)
 	return out, true
 }
 
-// publishNow publishes late messages directly and returns those that could
-// not be published: they are stored (due now) so the firing loop retries
-// them and the input offset can still be committed.
+// publishNow publishes messages whose firing time has come directly and
+// returns those that could not be published: they are stored (due now) so
+// the firing loop retries them and the input offset can still be committed.
 func (b *Bridge) publishNow(ctx context.Context, items []*item) (failed []*item) {
 	if len(items) == 0 {
 		return nil
@@ -351,6 +360,7 @@ func (b *Bridge) produce(ctx context.Context, n int, msg func(i int) *message) [
 	wg.Add(n)
 	for i := 0; i < n; i++ {
 		m := msg(i)
+		sent := time.Now()
 		b.cl.Produce(ctx, m.record(b.cfg.OutTopic), func(_ *kgo.Record, err error) {
 			defer wg.Done()
 			if err != nil {
@@ -358,6 +368,7 @@ func (b *Bridge) produce(ctx context.Context, n int, msg func(i int) *message) [
 				errs[i] = err
 				return
 			}
+			b.lat.observe(time.Since(sent))
 			b.m.lateness.Observe(b.now().Sub(m.Deadline).Seconds())
 		})
 	}
@@ -537,161 +548,6 @@ func (b *Bridge) replaceFinished(ctx context.Context, it *item) bool {
 	}
 }
 
-// ------------------------------------------------------------------ firing
-
-func (b *Bridge) fireLoop(ctx context.Context, worker string) {
-	sem := make(chan struct{}, b.cfg.FireConcurrency)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	bo := b.backoff()
-	for {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		tasks, err := b.store.Claim(ctx, norn.ClaimRequest{
-			Worker: worker, Queues: []string{b.cfg.Queue}, N: b.cfg.ClaimBatch,
-			Timeout: norn.Duration(b.cfg.HoldTime), Wait: norn.Duration(b.jitter(b.cfg.PollInterval)),
-		})
-		if err != nil || len(tasks) == 0 {
-			<-sem
-			if ctx.Err() != nil {
-				return
-			}
-			if err != nil {
-				b.log.Warn("claiming due messages failed; retrying", "err", err)
-				if !bo.wait(ctx) {
-					return
-				}
-			}
-			continue
-		}
-		bo.reset()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			b.fire(ctx, worker, tasks)
-		}()
-	}
-}
-
-// jitter spreads nodes' polls so they do not query the store in unison.
-func (b *Bridge) jitter(d time.Duration) time.Duration {
-	return d + time.Duration(rand.Int64N(int64(d)/5+1))
-}
-
-// fire publishes a claimed batch and forgets every message the broker
-// acknowledged. It is not cut short by ctx: once messages are claimed, a
-// graceful stop finishes them (bounded by the hold time) rather than leaving
-// them to be taken over and published twice.
-func (b *Bridge) fire(ctx context.Context, worker string, tasks []*norn.Task) {
-	if h := b.hooks.beforePublish; h != nil && !h(tasks) {
-		return
-	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.HoldTime)
-	defer cancel()
-	msgs := make([]*message, 0, len(tasks))
-	live := tasks[:0:0]
-	for _, t := range tasks {
-		m, err := decodeSpec(t.Spec)
-		if err != nil {
-			// Not ours (or corrupt): it can never be published, so abort
-			// it rather than let it be taken over forever.
-			b.log.Error("aborting a task of the bridge queue that is not a bridge message", "id", t.ID, "err", err)
-			if err := b.store.Abort(fctx, norn.LeaseRef{TaskID: t.ID, Worker: worker, Lease: t.Lease},
-				norn.ErrorInfo{Code: "bad_message", Description: err.Error()}); err != nil {
-				b.log.Warn("aborting a bad message failed", "id", t.ID, "err", err)
-			}
-			continue
-		}
-		if t.Attempts > 1 {
-			b.m.takenOver.Inc()
-			b.log.Warn("taking over a message whose hold expired (suspected failure of its node)",
-				"id", m.ID, "previous_owner", t.Owner, "attempt", t.Attempts)
-		}
-		msgs = append(msgs, m)
-		live = append(live, t)
-	}
-	if len(live) == 0 {
-		return
-	}
-	errs := b.produce(fctx, len(msgs), func(i int) *message { return msgs[i] })
-	var acked []*norn.Task
-	for i, err := range errs {
-		if err == nil {
-			acked = append(acked, live[i])
-			b.m.fired.Inc()
-		}
-	}
-	if n := len(live) - len(acked); n > 0 {
-		// The hold expires and the message is claimed again: Kafka being
-		// down thus backs off by the hold time instead of spinning.
-		b.log.Warn("publishing due messages failed; they will be retried after the hold time", "count", n, "err", firstErr(errs))
-	}
-	if len(acked) == 0 {
-		return
-	}
-	if h := b.hooks.beforeComplete; h != nil && !h(acked) {
-		return
-	}
-	b.forget(fctx, worker, acked)
-}
-
-// forget completes and then deletes acknowledged messages, so the id may be
-// scheduled again. Completion is fenced by the lease (a node whose hold
-// expired cannot complete); deletion by the version the completion wrote.
-func (b *Bridge) forget(ctx context.Context, worker string, tasks []*norn.Task) {
-	ops := make([]norn.LeaseOp, len(tasks))
-	for i, t := range tasks {
-		ops[i] = norn.LeaseOp{Op: norn.OpComplete, LeaseRef: norn.LeaseRef{TaskID: t.ID, Worker: worker, Lease: t.Lease}}
-	}
-	res, err := b.store.LeaseBatch(ctx, ops)
-	if err != nil {
-		b.log.Warn("completing fired messages failed; they will be fired again after the hold time", "count", len(tasks), "err", err)
-		return
-	}
-	var done []*norn.Task
-	for i, r := range res {
-		if r.Err != nil {
-			// Chronos: another node took the message over (our hold
-			// expired) and fired it too; nothing more to do.
-			b.log.Warn("fired message was taken over by another node", "id", tasks[i].ID, "err", r.Err)
-			continue
-		}
-		done = append(done, tasks[i])
-	}
-	if len(done) == 0 {
-		return
-	}
-	txn := norn.Txn{}
-	for _, t := range done {
-		txn.Delete = append(txn.Delete, t.ID)
-		txn.Require = append(txn.Require, norn.Requirement{ID: t.ID, Version: t.Version + 1})
-	}
-	if _, err := b.store.Transact(ctx, txn); err == nil {
-		return
-	}
-	// Fall back to one at a time with the versions actually stored.
-	for _, t := range done {
-		cur, err := b.store.Get(ctx, t.ID)
-		if err != nil {
-			if !errors.Is(err, norn.ErrNotFound) {
-				b.log.Warn("deleting a fired message failed; it is replaced when its id comes again", "id", t.ID, "err", err)
-			}
-			continue
-		}
-		if !b.owns(cur) || cur.Status != norn.StatusCompleted || cur.Lease != t.Lease {
-			continue
-		}
-		if _, err := b.store.Transact(ctx, norn.Txn{Delete: []string{cur.ID},
-			Require: []norn.Requirement{{ID: cur.ID, Version: cur.Version}}}); err != nil && !errors.Is(err, norn.ErrConflict) && !errors.Is(err, norn.ErrNotFound) {
-			b.log.Warn("deleting a fired message failed; it is replaced when its id comes again", "id", t.ID, "err", err)
-		}
-	}
-}
-
 // ------------------------------------------------------- failure detection
 
 // detectLoop asks the store to run its monitor regularly, which returns
@@ -719,6 +575,11 @@ func (b *Bridge) detectLoop(ctx context.Context) {
 }
 
 // ----------------------------------------------------------------- helpers
+
+// jitter spreads nodes' polls so they do not query the store in unison.
+func (b *Bridge) jitter(d time.Duration) time.Duration {
+	return d + time.Duration(rand.Int64N(int64(d)/5+1))
+}
 
 // backoff doubles from the poll interval up to 5s.
 type backoff struct {

@@ -58,7 +58,9 @@ func TestRoundTrip(t *testing.T) {
 		}
 		r := got[0].rec
 		dl := base.Add(delays[i])
-		if got[0].at.Before(dl.Add(-cfg.TimingAdvance - 5*time.Millisecond)) {
+		// Adaptive advance: at most half the claim-ahead time (in practice
+		// the publish latency, about a millisecond).
+		if got[0].at.Before(dl.Add(-cfg.ClaimAhead/2 - 5*time.Millisecond)) {
 			t.Errorf("%s: arrived %s before its deadline", m.id, dl.Sub(got[0].at))
 		}
 		if !bytes.Equal(r.Value, m.value) || (r.Value == nil) != (m.value == nil) {
@@ -78,9 +80,17 @@ func TestRoundTrip(t *testing.T) {
 			}
 		}
 	}
+	// The output consumer can see a message before the bridge's producer
+	// has its acknowledgement (and counts it fired).
+	waitFor(t, 5*time.Second, func() string {
+		if s := n.b.Stats(); s.Fired+s.FiredImmediately != int64(len(msgs)) {
+			return fmt.Sprintf("stats %+v, want %d fired", s, len(msgs))
+		}
+		return ""
+	})
 	s := n.b.Stats()
-	if s.Consumed != int64(len(msgs)) || s.Fired+s.FiredImmediately != int64(len(msgs)) || s.Invalid != 0 || s.Duplicates != 0 {
-		t.Errorf("stats %+v, want %d consumed and fired, none invalid or duplicate", s, len(msgs))
+	if s.Consumed != int64(len(msgs)) || s.Invalid != 0 || s.Duplicates != 0 {
+		t.Errorf("stats %+v, want %d consumed, none invalid or duplicate", s, len(msgs))
 	}
 	if s.FiredImmediately < 2 {
 		t.Errorf("FiredImmediately = %d, want at least the 2 late messages", s.FiredImmediately)
@@ -290,7 +300,10 @@ func TestTakeOver(t *testing.T) {
 					t.Errorf("%s arrived %d times, want %d", id, got, want)
 				}
 			}
-			if s := b.b.Stats(); s.TakenOver != int64(len(ids)) {
+			// At least: on a loaded machine B's own hold can expire before
+			// its publication went out (then it fails and B takes the
+			// message over from itself).
+			if s := b.b.Stats(); s.TakenOver < int64(len(ids)) {
 				t.Errorf("node B took over %d, want %d", s.TakenOver, len(ids))
 			}
 		})

@@ -30,7 +30,7 @@ const (
 	DefaultGroup                    = "norn-delay"
 	DefaultClientID                 = "norn-delay"
 	DefaultQueue                    = "norn.kafka-delay"
-	DefaultTimingAdvance            = 50 * time.Millisecond
+	DefaultClaimAhead               = 500 * time.Millisecond
 	DefaultHoldTime                 = 5 * time.Second
 	DefaultPollInterval             = 100 * time.Millisecond
 	DefaultFailureDetectionInterval = 500 * time.Millisecond
@@ -60,10 +60,18 @@ type Config struct {
 	// id, and tasks that something else submits to this queue are aborted.
 	Queue string
 	// TimingAdvance fires messages this much before their deadline to make
-	// up for the bridge's own latency; a message whose deadline is within
-	// it when consumed is published at once. Default 50ms (zero means the
-	// default; use 1ns to fire at the deadline itself).
+	// up for the bridge's own publishing latency; a message whose deadline
+	// is within it when consumed is published at once. Zero (the default)
+	// makes it adaptive: the 10th percentile of the bridge's last 256 publish latencies
+	// (Produce call to broker acknowledgement), at most ClaimAhead/2. A
+	// positive value forces that fixed advance (1ns fires at the deadline).
 	TimingAdvance time.Duration
+	// ClaimAhead is how long before its firing time (deadline − timing
+	// advance) a message is claimed from the store; the node holds it and
+	// publishes it at the firing time, so the store's latency and jitter do
+	// not delay it. At most HoldTime/2. Default 500ms, or HoldTime/4 when
+	// that is shorter.
+	ClaimAhead time.Duration
 	// HoldTime is the lease a node takes on a due message: if the node has
 	// not published and deleted it by then, another node takes it over.
 	// Default 5s.
@@ -81,8 +89,9 @@ type Config struct {
 	FailureDetectionInterval time.Duration
 	// ClaimBatch is how many due messages one claim takes at most. Default 500.
 	ClaimBatch int
-	// FireConcurrency is how many claimed batches may be in flight
-	// (publishing/completing) at once. Default 4.
+	// FireConcurrency is how many claimed batches may be completed and
+	// deleted at once; ClaimBatch × FireConcurrency bounds how many
+	// messages a node holds (claimed, not yet finished). Default 4.
 	FireConcurrency int
 	// MaxPollRecords caps how many input records one store batch holds.
 	// Default 1000.
@@ -102,6 +111,10 @@ type Config struct {
 	// envErr records a malformed NORN_KAFKA_* environment value seen by
 	// RegisterFlags, reported by Validate so it is not silently ignored.
 	envErr error
+	// extraOpts are added to the bridge's franz-go options (a test seam:
+	// the fault test shortens the group session so a killed node's
+	// partitions move after Kafka's minimum of 6 s, not the default 45 s).
+	extraOpts []kgo.Opt
 }
 
 // SASLConfig selects a SASL mechanism.
@@ -137,11 +150,11 @@ func (c Config) withDefaults() Config {
 	if c.Queue == "" {
 		c.Queue = DefaultQueue
 	}
-	if c.TimingAdvance == 0 {
-		c.TimingAdvance = DefaultTimingAdvance
-	}
 	if c.HoldTime == 0 {
 		c.HoldTime = DefaultHoldTime
+	}
+	if c.ClaimAhead == 0 {
+		c.ClaimAhead = min(DefaultClaimAhead, c.HoldTime/4)
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
@@ -199,6 +212,9 @@ func (c Config) Validate() error {
 	}
 	if c.HoldTime < 0 {
 		return norn.Invalid("HoldTime", "must be positive")
+	}
+	if c.ClaimAhead < 0 || c.ClaimAhead > c.HoldTime/2 {
+		return norn.Invalid("ClaimAhead", "must be between 0 and half the hold time (%s): held messages must be published well within their hold", c.HoldTime/2)
 	}
 	if c.PollInterval < 0 {
 		return norn.Invalid("PollInterval", "must be positive")
@@ -327,7 +343,8 @@ func RegisterFlags(fs *pflag.FlagSet, cfg *Config) {
 	fs.StringVar(&cfg.Group, "group", envStr("NORN_KAFKA_GROUP", DefaultGroup), "consumer group of the input topic (env NORN_KAFKA_GROUP)")
 	fs.StringVar(&cfg.ClientID, "kafka-client-id", envStr("NORN_KAFKA_CLIENT_ID", DefaultClientID), "Kafka client id (env NORN_KAFKA_CLIENT_ID)")
 	fs.StringVar(&cfg.Queue, "kafka-queue", envStr("NORN_KAFKA_QUEUE", DefaultQueue), "norn queue holding delayed messages (env NORN_KAFKA_QUEUE)")
-	fs.DurationVar(&cfg.TimingAdvance, "kafka-timing-advance", envDur("NORN_KAFKA_TIMING_ADVANCE", DefaultTimingAdvance), "fire this much before the deadline (env NORN_KAFKA_TIMING_ADVANCE)")
+	fs.DurationVar(&cfg.TimingAdvance, "kafka-timing-advance", envDur("NORN_KAFKA_TIMING_ADVANCE", 0), "fire this much before the deadline; 0 = adaptive, the measured publish latency (env NORN_KAFKA_TIMING_ADVANCE)")
+	fs.DurationVar(&cfg.ClaimAhead, "kafka-claim-ahead", envDur("NORN_KAFKA_CLAIM_AHEAD", 0), "claim messages this long before their firing time and hold them; 0 = 500ms or hold-time/4 (env NORN_KAFKA_CLAIM_AHEAD)")
 	fs.DurationVar(&cfg.HoldTime, "kafka-hold-time", envDur("NORN_KAFKA_HOLD_TIME", DefaultHoldTime), "lease on a due message before another node may take it over (env NORN_KAFKA_HOLD_TIME)")
 	fs.DurationVar(&cfg.PollInterval, "kafka-poll-interval", envDur("NORN_KAFKA_POLL_INTERVAL", DefaultPollInterval), "longest wait of one claim for due messages (env NORN_KAFKA_POLL_INTERVAL)")
 	fs.DurationVar(&cfg.FailureDetectionInterval, "kafka-failure-detection-interval", envDur("NORN_KAFKA_FAILURE_DETECTION_INTERVAL", DefaultFailureDetectionInterval), "how often to sweep for expired holds; negative disables (env NORN_KAFKA_FAILURE_DETECTION_INTERVAL)")

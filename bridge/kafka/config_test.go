@@ -27,6 +27,12 @@ func TestConfigValidate(t *testing.T) {
 		{"bad queue", func(c *Config) { c.Queue = "a queue" }, "Queue"},
 		{"negative advance", func(c *Config) { c.TimingAdvance = -time.Second }, "TimingAdvance"},
 		{"negative hold", func(c *Config) { c.HoldTime = -time.Second }, "HoldTime"},
+		{"negative claim-ahead", func(c *Config) { c.ClaimAhead = -time.Second }, "ClaimAhead"},
+		{"claim-ahead over half the hold", func(c *Config) { c.HoldTime, c.ClaimAhead = time.Second, 501*time.Millisecond }, "ClaimAhead"},
+		{"claim-ahead half the hold", func(c *Config) { c.HoldTime, c.ClaimAhead = time.Second, 500*time.Millisecond }, ""},
+		{"short hold, default claim-ahead", func(c *Config) { c.HoldTime = 100 * time.Millisecond }, ""},
+		{"queue too long for ids", func(c *Config) { c.Queue = strings.Repeat("q", MaxQueueLength+1) }, "Queue"},
+		{"longest queue", func(c *Config) { c.Queue = strings.Repeat("q", MaxQueueLength) }, ""},
 		{"negative poll", func(c *Config) { c.PollInterval = -time.Second }, "PollInterval"},
 		{"detection disabled", func(c *Config) { c.FailureDetectionInterval = -1 }, ""},
 		{"claim batch too big", func(c *Config) { c.ClaimBatch = norn.MaxClaim + 1 }, "ClaimBatch"},
@@ -51,9 +57,12 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 	d := ok.withDefaults()
-	if d.Group != DefaultGroup || d.Queue != DefaultQueue || d.TimingAdvance != 50*time.Millisecond ||
+	if d.Group != DefaultGroup || d.Queue != DefaultQueue || d.TimingAdvance != 0 || d.ClaimAhead != 500*time.Millisecond ||
 		d.HoldTime != 5*time.Second || d.PollInterval != 100*time.Millisecond || d.FailureDetectionInterval != 500*time.Millisecond {
 		t.Errorf("defaults %+v", d)
+	}
+	if d := (Config{HoldTime: time.Second}).withDefaults(); d.ClaimAhead != 250*time.Millisecond {
+		t.Errorf("claim-ahead with a 1s hold = %s, want a quarter of it", d.ClaimAhead)
 	}
 	if _, err := (Config{Brokers: []string{"k:1"}, InTopic: "a", OutTopic: "b", TLSFiles: TLSFiles{CAFile: "/nonexistent"}}).ClientOptions(); err == nil {
 		t.Errorf("a missing CA file was accepted")

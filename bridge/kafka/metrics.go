@@ -18,6 +18,7 @@ type metrics struct {
 	duplicates       prometheus.Counter
 	publishErrors    prometheus.Counter
 	lateness         prometheus.Histogram
+	advance          prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -36,7 +37,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		publishErrors:    c("publish_errors_total", "Publishes to the output topic that failed (the message is retried)."),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "norn", Subsystem: "kafka", Name: "firing_lateness_seconds",
 			Help:    "Publish acknowledgement time minus the message deadline (negative: early, by up to the timing advance).",
-			Buckets: []float64{-0.1, -0.05, -0.025, -0.01, 0, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}}),
+			Buckets: []float64{-0.1, -0.05, -0.025, -0.01, -0.005, -0.002, 0, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}}),
+		advance: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "norn", Subsystem: "kafka", Name: "timing_advance_seconds",
+			Help: "Timing advance in force: the configured one, or the adaptive one (10th percentile of recent publish latencies)."}),
 	}
 	// Every reason is pre-declared so dashboards see zeros, not gaps.
 	for _, r := range []string{reasonMissingID, reasonMissingDeadline, reasonBadDeadline, reasonTooLarge, reasonRejected, reasonIDConflict} {
@@ -44,7 +47,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if reg != nil {
 		for _, col := range []prometheus.Collector{m.consumed, m.invalid, m.stored, m.firedImmediately, m.fired,
-			m.takenOver, m.duplicates, m.publishErrors, m.lateness} {
+			m.takenOver, m.duplicates, m.publishErrors, m.lateness, m.advance} {
 			if err := reg.Register(col); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if errors.As(err, &are) {

@@ -69,7 +69,7 @@ func TestApplicationTasksUntouched(t *testing.T) {
 			out := collect(t, kc)
 			n := startNode(t, testConfig(kc), st, hooks{})
 			warmUp(t, kc, out)
-			soon := rfc(time.Now().Add(time.Second))
+			soon := rfc(time.Now().Add(3 * time.Second)) // stored even when consuming is slow (loaded machine)
 			produce(t, kc,
 				msg{id: "order-42", deadline: soon, value: []byte("42")},
 				msg{id: "order-43", deadline: soon, value: []byte("43")},
@@ -137,7 +137,7 @@ func TestLegacyTaskIDs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		legacy = append(legacy, norn.NewTask{ID: id, Queue: DefaultQueue, Spec: raw, RunAt: m.Deadline.Add(-DefaultTimingAdvance),
+		legacy = append(legacy, norn.NewTask{ID: id, Queue: DefaultQueue, Spec: raw, RunAt: m.Deadline.Add(-50 * time.Millisecond),
 			MaxAttempts: &zero, Timeout: norn.Duration(cfg.HoldTime)})
 	}
 	if _, err := st.Submit(ctx, legacy...); err != nil {
