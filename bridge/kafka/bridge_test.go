@@ -327,7 +327,7 @@ func TestKafkaOutage(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		id := fmt.Sprintf("before-%d", i)
 		// Due while Kafka is down.
-		first = append(first, msg{id: id, deadline: rfc(time.Now().Add(800 * time.Millisecond)), value: []byte(id)})
+		first = append(first, msg{id: id, deadline: rfc(time.Now().Add(2500 * time.Millisecond)), value: []byte(id)})
 		ids = append(ids, id)
 	}
 	produce(t, kc, first...)
@@ -343,7 +343,7 @@ func TestKafkaOutage(t *testing.T) {
 		t.Errorf("Healthy = nil while Kafka is down")
 	}
 	cancel()
-	time.Sleep(2 * time.Second)
+	time.Sleep(3 * time.Second) // past the first messages' deadlines
 	kc.restart()
 
 	var second []msg
