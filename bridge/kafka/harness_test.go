@@ -140,10 +140,21 @@ func startNode(t *testing.T, cfg Config, st norn.Store, h hooks) *node {
 // that is already due and waits for it on out. Tests whose timing matters
 // call it first, since joining the consumer group can take seconds on a
 // loaded machine. The message counts as consumed and fired immediately.
-func warmUp(t *testing.T, kc *cluster, out *collector) {
+//
+// It returns how many messages the bridge n has stored so far: the warm-up
+// itself is stored when its immediate publication fails (the producer's
+// first connection can exceed the hold time on a loaded machine).
+func warmUp(t *testing.T, kc *cluster, out *collector, n *node) int64 {
 	t.Helper()
 	produce(t, kc, msg{id: "warm-up", deadline: rfc(time.Now().Add(-time.Second))})
 	out.waitAll(t, []string{"warm-up"}, 60*time.Second)
+	return n.b.Stats().Stored
+}
+
+// isWarmUp reports whether a claimed batch is the warm-up message alone
+// (hooks that simulate a dying node let it through).
+func isWarmUp(ts []*norn.Task) bool {
+	return len(ts) == 1 && ts[0].ID == TaskID(DefaultQueue, "warm-up")
 }
 
 // stop cancels Run, waits for it and closes the client.

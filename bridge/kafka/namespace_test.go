@@ -68,7 +68,7 @@ func TestApplicationTasksUntouched(t *testing.T) {
 			kc := startCluster(t, false)
 			out := collect(t, kc)
 			n := startNode(t, testConfig(kc), st, hooks{})
-			warmUp(t, kc, out)
+			warmUp(t, kc, out, n)
 			soon := rfc(time.Now().Add(3 * time.Second)) // stored even when consuming is slow (loaded machine)
 			produce(t, kc,
 				msg{id: "order-42", deadline: soon, value: []byte("42")},

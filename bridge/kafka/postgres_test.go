@@ -56,6 +56,9 @@ func TestPostgresTwoNodes(t *testing.T) {
 	}
 	a := startNode(t, cfg, stA, hooks{
 		beforePublish: func(ts []*norn.Task) bool {
+			if isWarmUp(ts) {
+				return true
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if dead {
@@ -65,6 +68,9 @@ func TestPostgresTwoNodes(t *testing.T) {
 			return true
 		},
 		beforeComplete: func(ts []*norn.Task) bool {
+			if isWarmUp(ts) {
+				return true
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			record(heldByA, ts)
@@ -73,7 +79,7 @@ func TestPostgresTwoNodes(t *testing.T) {
 		},
 	})
 	b := startNode(t, cfg, stB, hooks{})
-	warmUp(t, kc, out)
+	warmUp(t, kc, out, b)
 
 	var ids []string
 	var msgs []msg
