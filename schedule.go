@@ -1,7 +1,9 @@
 package norn
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -263,4 +265,172 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// ScheduleAPI stores schedules and fires them. Firing is a monitor duty of
+// the store (and part of Sweep): at a schedule's NextFire it submits the
+// tasks Plan decides and advances NextFire in the same atomic write, so each
+// tick yields exactly one task however many nodes, restarts and crashes.
+type ScheduleAPI interface {
+	// PutSchedule creates or replaces a schedule (idempotent). See
+	// PrepareSchedule for what is kept from an existing one.
+	PutSchedule(ctx context.Context, s Schedule) (*Schedule, error)
+	// GetSchedule returns one schedule, or ErrNotFound.
+	GetSchedule(ctx context.Context, name string) (*Schedule, error)
+	// ListSchedules returns every schedule, by name.
+	ListSchedules(ctx context.Context) ([]*Schedule, error)
+	// UpdateSchedule changes the fields u sets (ErrNotFound if absent).
+	UpdateSchedule(ctx context.Context, name string, u ScheduleUpdate) (*Schedule, error)
+	// DeleteSchedule removes a schedule; the tasks it submitted stay.
+	DeleteSchedule(ctx context.Context, name string) error
+	// TriggerSchedule submits one task now, outside the cadence: the id is
+	// generated, NextFire and LastFire do not move, LastTask does (so
+	// overlap=skip waits for it too).
+	TriggerSchedule(ctx context.Context, name string) (Submitted, error)
+}
+
+// ScheduleUpdate changes a schedule. Nil fields are left alone; the result
+// must validate as a whole.
+type ScheduleUpdate struct {
+	Queue       *string           `json:"queue,omitempty"`
+	Spec        json.RawMessage   `json:"spec,omitempty"`
+	Cron        *string           `json:"cron,omitempty"`
+	Timezone    *string           `json:"timezone,omitempty"`
+	Priority    *uint32           `json:"priority,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"` // replaces all labels when non-nil
+	Timeout     *Duration         `json:"timeout,omitempty"`
+	Retry       *RetryPolicy      `json:"retry,omitempty"`
+	MaxAttempts *int              `json:"max_attempts,omitempty"`
+	MaxRuntime  *Duration         `json:"max_runtime,omitempty"`
+	Overlap     *Overlap          `json:"overlap,omitempty"`
+	CatchUp     *CatchUp          `json:"catch_up,omitempty"`
+	Paused      *bool             `json:"paused,omitempty"`
+}
+
+// ScheduleNotFound is the not_found error for a schedule name.
+func ScheduleNotFound(name string) *Error {
+	return &Error{Code: CodeNotFound, Message: fmt.Sprintf("schedule %q not found", name)}
+}
+
+// PrepareSchedule turns a PutSchedule request into the record to store.
+// existing is the stored schedule of that name or nil. Created, LastFire and
+// LastTask of an existing schedule are kept; NextFire is kept unless the
+// cadence (cron or timezone) changed, so replacing a schedule with the same
+// cadence neither skips nor repeats a tick.
+func PrepareSchedule(in Schedule, existing *Schedule, now time.Time) (*Schedule, error) {
+	c, err := in.Validate()
+	if err != nil {
+		return nil, err
+	}
+	out := in
+	out.Spec = cloneRaw(in.Spec)
+	out.Labels = cloneLabels(in.Labels)
+	out.Normalize()
+	out.Updated = now
+	out.Created, out.NextFire, out.LastFire, out.LastTask = now, FirstFire(c, now), time.Time{}, ""
+	if existing != nil {
+		out.Created, out.LastFire, out.LastTask = existing.Created, existing.LastFire, existing.LastTask
+		if existing.Cron == in.Cron && existing.Timezone == in.Timezone && !existing.NextFire.IsZero() {
+			out.NextFire = existing.NextFire
+		}
+	}
+	return &out, nil
+}
+
+// ApplyScheduleUpdate returns the record UpdateSchedule stores.
+func ApplyScheduleUpdate(existing *Schedule, u ScheduleUpdate, now time.Time) (*Schedule, error) {
+	in := *existing
+	set := func(dst *string, v *string) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&in.Queue, u.Queue)
+	set(&in.Cron, u.Cron)
+	set(&in.Timezone, u.Timezone)
+	if u.Spec != nil {
+		in.Spec = u.Spec
+	}
+	if u.Priority != nil {
+		in.Priority = *u.Priority
+	}
+	if u.Labels != nil {
+		in.Labels = u.Labels
+	}
+	if u.Timeout != nil {
+		in.Timeout = *u.Timeout
+	}
+	if u.Retry != nil {
+		in.Retry = u.Retry
+	}
+	if u.MaxAttempts != nil {
+		in.MaxAttempts = u.MaxAttempts
+	}
+	if u.MaxRuntime != nil {
+		in.MaxRuntime = *u.MaxRuntime
+	}
+	if u.Overlap != nil {
+		in.Overlap = *u.Overlap
+	}
+	if u.CatchUp != nil {
+		in.CatchUp = *u.CatchUp
+	}
+	if u.Paused != nil {
+		in.Paused = *u.Paused
+	}
+	return PrepareSchedule(in, existing, now)
+}
+
+// Firing is the outcome of firing one schedule at one instant: the tasks to
+// submit and the schedule record to store with them, in one atomic write.
+type Firing struct {
+	Tasks    []NewTask
+	Ticks    []time.Time // Ticks[i] is the tick of Tasks[i]
+	Skipped  int
+	Schedule *Schedule
+}
+
+// FireSchedule decides what firing s at now does. previousRunning says
+// whether the task of s.LastTask exists and is not terminal. ok is false
+// when nothing is due (store nothing). The returned schedule's NextFire,
+// LastFire and LastTask are advanced; Updated is left alone (firing is not
+// an edit).
+func FireSchedule(s *Schedule, now time.Time, previousRunning bool) (f Firing, ok bool, err error) {
+	c, err := ParseCron("cron", s.Cron, s.Timezone)
+	if err != nil {
+		return Firing{}, false, err
+	}
+	p := s.Plan(c, now, previousRunning)
+	if len(p.Ticks) == 0 && p.Next.Equal(s.NextFire) {
+		return Firing{}, false, nil
+	}
+	next := *s
+	next.NextFire = p.Next
+	f = Firing{Ticks: p.Ticks, Skipped: p.Skipped, Schedule: &next}
+	for _, tick := range p.Ticks {
+		n := s.TaskFor(tick)
+		f.Tasks = append(f.Tasks, n)
+		next.LastFire, next.LastTask = tick, n.ID
+	}
+	return f, true, nil
+}
+
+// Observer receives measurements a store makes in the background (nil
+// methods are never called on a nil Observer: stores check). Methods must
+// return quickly and must not call the store.
+type Observer interface {
+	// ScheduleFired reports a task submitted for a schedule's tick and how
+	// late after the tick it was submitted.
+	ScheduleFired(name string, tick time.Time, lateness time.Duration)
+}
+
+func cloneLabels(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }

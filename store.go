@@ -21,6 +21,7 @@ type Store interface {
 	ClientAPI
 	WorkerAPI
 	AdminAPI
+	ScheduleAPI
 	// Close releases the store. Calls after Close fail with ErrClosed.
 	Close() error
 }
@@ -438,6 +439,8 @@ type SweepReport struct {
 	Released int `json:"released"`
 	Aborted  int `json:"aborted"`
 	Purged   int `json:"purged"`
+	// Fired counts tasks submitted by schedules.
+	Fired int `json:"fired"`
 }
 
 // EventKind names a task state change.

@@ -212,7 +212,9 @@ func (s *Store) sweep(ctx context.Context) (norn.SweepReport, error) {
 		rep.Aborted += part.Aborted
 		rep.Purged += part.Purged
 		if !more {
-			return rep, nil
+			n, err := s.fireSchedules(ctx)
+			rep.Fired += n
+			return rep, err
 		}
 	}
 }

@@ -344,10 +344,11 @@ func (s *Store) setTimer(t *task, at int64) {
 
 // nextTimer returns the earliest due time, 0 when nothing is pending.
 func (s *Store) nextTimer() int64 {
-	if len(s.timers) == 0 {
-		return 0
+	next := s.nextScheduleFire()
+	if len(s.timers) > 0 && (next == 0 || s.timers[0].timerAt < next) {
+		next = s.timers[0].timerAt
 	}
-	return s.timers[0].timerAt
+	return next
 }
 
 // toTask renders the in-memory part of t as a norn.Task (no spec, labels,

@@ -22,6 +22,9 @@ func (s *Store) load(ctx context.Context) error {
 	if err := s.loadWorkers(); err != nil {
 		return err
 	}
+	if err := s.loadSchedules(); err != nil {
+		return err
+	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{pfxTask}, UpperBound: []byte{pfxTask + 1}})
 	if err != nil {
 		return err

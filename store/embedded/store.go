@@ -82,6 +82,9 @@ type Options struct {
 	EventBuffer int
 	// CacheSize is Pebble's block cache in bytes. Default 64 MiB.
 	CacheSize int64
+	// Observer receives background measurements (schedule lateness).
+	// Default none.
+	Observer norn.Observer
 
 	// fs replaces the real filesystem in tests that inject disk faults.
 	fs vfs.FS
@@ -109,6 +112,7 @@ type Store struct {
 	workers map[string]*workerRec
 	// dependents maps a task to the tasks waiting for it.
 	dependents map[*task][]*task
+	schedules  map[string]*norn.Schedule
 	workerSeq  uint64
 	armedAt    int64
 	failed     error // a write failed: memory may be ahead of disk, refuse writes
@@ -214,6 +218,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		queues:     map[string]*queue{},
 		workers:    map[string]*workerRec{},
 		dependents: map[*task][]*task{},
+		schedules:  map[string]*norn.Schedule{},
 		kick:       make(chan struct{}, 1),
 		flush:      make(chan struct{}, 1),
 		subs:       map[*subscription]struct{}{},
