@@ -31,6 +31,9 @@ func (s *Store) Sweep(ctx context.Context) (norn.SweepReport, error) {
 	if err := s.sweepRetention(ctx, &rep); err != nil {
 		return rep, err
 	}
+	if err := s.fireSchedules(ctx, &rep); err != nil {
+		return rep, err
+	}
 	return rep, nil
 }
 
@@ -332,6 +335,9 @@ func (s *Store) monitor() {
 				if err = s.sweepTimeouts(ctx, &rep); err == nil {
 					err = s.sweepDelays(ctx, &rep)
 				}
+				if err == nil {
+					err = s.fireSchedules(ctx, &rep)
+				}
 				due = s.nextDue(ctx)
 			}
 			cancel()
@@ -339,7 +345,7 @@ func (s *Store) monitor() {
 				// Which node did the monitor's duties, and when: the fault
 				// suite checks from these lines that no two nodes sweep at once.
 				s.cfg.Logger.Debug("norn: monitor swept", "start", start, "timed_out", rep.TimedOut,
-					"released", rep.Released, "aborted", rep.Aborted, "purged", rep.Purged)
+					"released", rep.Released, "aborted", rep.Aborted, "purged", rep.Purged, "fired", rep.Fired)
 			}
 			if lostErr := lost(); lostErr != nil {
 				s.leader.Store(false)
@@ -442,7 +448,8 @@ func (s *Store) nextDue(ctx context.Context) time.Duration {
 	err := s.withConn(ctx, func(conn *pgx.Conn) error {
 		return conn.QueryRow(ctx, s.q(`SELECT extract(epoch FROM least(
 	(SELECT min(run_at) FROM {s}.tasks WHERE status = 'scheduled'),
-	(SELECT min(deadline) FROM {s}.tasks WHERE status = 'running')) - clock_timestamp())`)).Scan(&d)
+	(SELECT min(deadline) FROM {s}.tasks WHERE status = 'running'),
+	(SELECT min(next_fire) FROM {s}.schedules WHERE NOT paused)) - clock_timestamp())`)).Scan(&d)
 	})
 	if err != nil || d == nil {
 		return wait

@@ -72,6 +72,9 @@ type Config struct {
 	MaxConns int
 	// Logger receives operational messages (default slog.Default()).
 	Logger *slog.Logger
+	// Observer receives background measurements (schedule lateness).
+	// Default none.
+	Observer norn.Observer
 
 	// sweepPause, when set (tests), runs between a sweep's read and its
 	// compare-and-set write, to prove a racing change is never overwritten.
