@@ -45,6 +45,9 @@ func TestAuthMatrix(t *testing.T) {
 		t.Fatalf("claimed %s", run.ID)
 	}
 	lease := `"worker":"w1","lease":` + itoa(run.Lease)
+	for _, name := range []string{"s", "sd"} {
+		e.must(200, "PUT", "/v1/schedules/"+name, `{"queue":"q","cron":"@hourly"}`, admin)
+	}
 
 	cases := map[string]authCase{
 		"POST /v1/tasks":                {"POST", "/v1/tasks", `{"queue":"q"}`, true},
@@ -76,6 +79,14 @@ func TestAuthMatrix(t *testing.T) {
 		"GET /v1/stats":                 {"GET", "/v1/stats", "", false},
 		"POST /v1/sweep":                {"POST", "/v1/sweep", "", false},
 		"GET /v1/events":                {"GET", "/v1/events?queue=q", "", true},
+		// Schedules of other queues look like missing ones (404, see
+		// TestScheduleScope), so only PUT is a scope refusal.
+		"GET /v1/schedules":                 {"GET", "/v1/schedules", "", false},
+		"GET /v1/schedules/{name}":          {"GET", "/v1/schedules/s", "", false},
+		"PUT /v1/schedules/{name}":          {"PUT", "/v1/schedules/s2", `{"queue":"q","cron":"@hourly"}`, true},
+		"PATCH /v1/schedules/{name}":        {"PATCH", "/v1/schedules/s", `{"paused":true}`, false},
+		"DELETE /v1/schedules/{name}":       {"DELETE", "/v1/schedules/sd", "", false},
+		"POST /v1/schedules/{name}/trigger": {"POST", "/v1/schedules/s/trigger", "", false},
 	}
 
 	// status sends a request and returns the status and error code without

@@ -303,6 +303,32 @@ func TestRoundTrip(t *testing.T) {
 			request(t, marshalRequest(t, u), u)
 			plainResponse(t, QueueResponse{Queue: filled[norn.QueueInfo](t)})
 		},
+		"GET /v1/schedules": func(t *testing.T) {
+			s := filled[norn.Schedule](t)
+			plainResponse(t, SchedulesResponse{Schedules: []*norn.Schedule{&s}})
+		},
+		"GET /v1/schedules/{name}": func(t *testing.T) {
+			s := filled[norn.Schedule](t)
+			plainResponse(t, ScheduleResponse{Schedule: &s})
+		},
+		"PUT /v1/schedules/{name}": func(t *testing.T) {
+			s := filled[norn.Schedule](t)
+			request(t, marshalRequest(t, s), s)
+			plainResponse(t, ScheduleResponse{Schedule: &s})
+		},
+		"PATCH /v1/schedules/{name}": func(t *testing.T) {
+			u := filled[norn.ScheduleUpdate](t)
+			request(t, marshalRequest(t, u), u)
+			s := filled[norn.Schedule](t)
+			plainResponse(t, ScheduleResponse{Schedule: &s})
+		},
+		"DELETE /v1/schedules/{name}": func(t *testing.T) {
+			plainResponse(t, Empty{})
+		},
+		"POST /v1/schedules/{name}/trigger": func(t *testing.T) {
+			request(t, empty, Empty{})
+			plainResponse(t, TaskResponse{Task: &norn.Task{ID: "schedule-task", Queue: "q", Status: norn.StatusReady, Labels: map[string]string{norn.ScheduleLabel: "s"}}})
+		},
 		"GET /v1/stats": func(t *testing.T) {
 			plainResponse(t, filled[norn.Stats](t))
 		},

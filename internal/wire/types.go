@@ -231,6 +231,16 @@ type QueueResponse struct {
 	Queue norn.QueueInfo `json:"queue"`
 }
 
+// SchedulesResponse is the body of GET /v1/schedules.
+type SchedulesResponse struct {
+	Schedules []*norn.Schedule `json:"schedules"`
+}
+
+// ScheduleResponse is the body of GET, PUT and PATCH /v1/schedules/{name}.
+type ScheduleResponse struct {
+	Schedule *norn.Schedule `json:"schedule"`
+}
+
 // StatusResponse is the body of /healthz and /readyz.
 type StatusResponse struct {
 	Status string `json:"status"`

@@ -452,6 +452,78 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/schedules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List schedules
+         * @description Roles: client, admin
+         */
+        get: operations["listSchedules"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get one schedule
+         * @description Roles: client, admin
+         */
+        get: operations["getSchedule"];
+        /**
+         * Create or replace a schedule (idempotent)
+         * @description Roles: admin
+         */
+        put: operations["putSchedule"];
+        post?: never;
+        /**
+         * Delete a schedule (its tasks stay)
+         * @description Roles: admin
+         */
+        delete: operations["deleteSchedule"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a schedule (e.g. {"paused":true})
+         * @description Roles: admin
+         */
+        patch: operations["updateSchedule"];
+        trace?: never;
+    };
+    "/v1/schedules/{name}/trigger": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Submit one task of the schedule now, outside its cadence
+         * @description Roles: admin
+         */
+        post: operations["triggerSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/openapi.json": {
         parameters: {
             query?: never;
@@ -796,6 +868,8 @@ export interface components {
             released: number;
             aborted: number;
             purged: number;
+            /** @description Tasks submitted by schedules. */
+            fired: number;
         };
         Event: {
             /** @description A history type (TaskAssignment, …) or TaskSubmit, TaskUpdate, TaskDelete, TaskProgress, Lagged. */
@@ -876,6 +950,82 @@ export interface components {
             role: "client" | "worker" | "admin";
             queues?: string[];
             auth: boolean;
+        };
+        /** @description A stored object that submits a task on every tick of its cron expression. */
+        Schedule: {
+            name: string;
+            queue: string;
+            /** @description Any JSON value: the spec of every task the schedule submits. */
+            spec?: unknown;
+            /**
+             * @description 5-field cron, 6-field with seconds, or a descriptor (@hourly, @daily, @every 30s).
+             * @example *\/5 * * * *
+             * @example @every 30s
+             */
+            cron: string;
+            /**
+             * @description IANA time zone the expression is read in; empty means UTC.
+             * @example Europe/Berlin
+             */
+            timezone?: string;
+            priority?: number;
+            labels?: {
+                [key: string]: string;
+            };
+            timeout?: components["schemas"]["Duration"];
+            retry?: components["schemas"]["RetryPolicy"];
+            max_attempts?: number;
+            max_runtime?: components["schemas"]["Duration"];
+            /** @enum {string} */
+            overlap?: "allow" | "skip";
+            /** @enum {string} */
+            catch_up?: "one" | "all" | "none";
+            paused?: boolean;
+            /** Format: date-time */
+            readonly next_fire?: string;
+            /** Format: date-time */
+            readonly last_fire?: string;
+            readonly last_task?: string;
+            /** Format: date-time */
+            readonly created?: string;
+            /** Format: date-time */
+            readonly updated?: string;
+        };
+        /** @description Fields to change; absent fields are left alone. */
+        ScheduleUpdate: {
+            queue?: string;
+            /** @description Any JSON value: the spec of every task the schedule submits. */
+            spec?: unknown;
+            /**
+             * @description 5-field cron, 6-field with seconds, or a descriptor (@hourly, @daily, @every 30s).
+             * @example *\/5 * * * *
+             * @example @every 30s
+             */
+            cron?: string;
+            /**
+             * @description IANA time zone the expression is read in; empty means UTC.
+             * @example Europe/Berlin
+             */
+            timezone?: string;
+            priority?: number;
+            labels?: {
+                [key: string]: string;
+            };
+            timeout?: components["schemas"]["Duration"];
+            retry?: components["schemas"]["RetryPolicy"];
+            max_attempts?: number;
+            max_runtime?: components["schemas"]["Duration"];
+            /** @enum {string} */
+            overlap?: "allow" | "skip";
+            /** @enum {string} */
+            catch_up?: "one" | "all" | "none";
+            paused?: boolean;
+        };
+        ScheduleResponse: {
+            schedule: components["schemas"]["Schedule"];
+        };
+        SchedulesResponse: {
+            schedules: components["schemas"]["Schedule"][];
         };
     };
     responses: {
@@ -1887,6 +2037,191 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+        };
+    };
+    listSchedules: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Every schedule the token may see, by name. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SchedulesResponse"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+        };
+    };
+    getSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Schedule name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schedule. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleResponse"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            404: components["responses"]["E404"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+        };
+    };
+    putSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Schedule name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Schedule"];
+            };
+        };
+        responses: {
+            /** @description The stored schedule. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleResponse"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            409: components["responses"]["E409"];
+            413: components["responses"]["E413"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+        };
+    };
+    deleteSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Schedule name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Empty"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            404: components["responses"]["E404"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+        };
+    };
+    updateSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Schedule name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ScheduleUpdate"];
+            };
+        };
+        responses: {
+            /** @description The stored schedule. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleResponse"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            404: components["responses"]["E404"];
+            413: components["responses"]["E413"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+        };
+    };
+    triggerSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Schedule name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["Empty"];
+            };
+        };
+        responses: {
+            /** @description The submitted task. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TaskResponse"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            404: components["responses"]["E404"];
+            413: components["responses"]["E413"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };

@@ -1,0 +1,173 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/wire"
+)
+
+// Schedules are scoped by their queue: a queue-scoped token sees and
+// changes only the schedules of its queues, and any other schedule looks
+// like one that does not exist.
+
+func pathSchedule(r *http.Request) (string, error) {
+	name := r.PathValue("name")
+	return name, norn.ValidateScheduleName("name", name)
+}
+
+// scopedSchedule reads a schedule the caller may see, or not_found.
+func (s *Server) scopedSchedule(r *http.Request, name string) (*norn.Schedule, error) {
+	sc, err := s.store.GetSchedule(r.Context(), name)
+	if err != nil {
+		return nil, err
+	}
+	if principalFrom(r.Context()).checkQueue(sc.Queue) != nil {
+		return nil, norn.ScheduleNotFound(name)
+	}
+	return sc, nil
+}
+
+func (s *Server) handleSchedules(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	all, err := s.store.ListSchedules(r.Context())
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	out := make([]*norn.Schedule, 0, len(all))
+	for _, sc := range all {
+		if p.checkQueue(sc.Queue) == nil {
+			out = append(out, sc)
+		}
+	}
+	writeJSON(w, http.StatusOK, wire.SchedulesResponse{Schedules: out})
+	return nil
+}
+
+func (s *Server) handleSchedule(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	name, err := pathSchedule(r)
+	if err != nil {
+		return err
+	}
+	sc, err := s.scopedSchedule(r, name)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.ScheduleResponse{Schedule: sc})
+	return nil
+}
+
+func (s *Server) handlePutSchedule(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	name, err := pathSchedule(r)
+	if err != nil {
+		return err
+	}
+	var in norn.Schedule
+	if err := wire.ReadBody(r.Body, &in, false); err != nil {
+		return err
+	}
+	switch {
+	case in.Name == "":
+		in.Name = name
+	case in.Name != name:
+		return norn.Invalid("name", "body names schedule %q but the path names %q", in.Name, name)
+	}
+	if _, err := in.Validate(); err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	if err := p.checkQueue(in.Queue); err != nil {
+		return err
+	}
+	if p.scoped() {
+		// Replacing a schedule of a queue outside the scope would move it
+		// into the caller's reach.
+		if old, err := s.store.GetSchedule(r.Context(), name); err == nil && p.checkQueue(old.Queue) != nil {
+			return norn.Errorf(norn.CodeConflict, "schedule name %q is not available", name)
+		}
+	}
+	sc, err := s.store.PutSchedule(r.Context(), in)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.ScheduleResponse{Schedule: sc})
+	return nil
+}
+
+func (s *Server) handleUpdateSchedule(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	name, err := pathSchedule(r)
+	if err != nil {
+		return err
+	}
+	var u norn.ScheduleUpdate
+	if err := wire.ReadBody(r.Body, &u, false); err != nil {
+		return err
+	}
+	if _, err := s.scopedSchedule(r, name); err != nil {
+		return err
+	}
+	if u.Queue != nil {
+		if err := principalFrom(r.Context()).checkQueue(*u.Queue); err != nil {
+			return err
+		}
+	}
+	sc, err := s.store.UpdateSchedule(r.Context(), name, u)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.ScheduleResponse{Schedule: sc})
+	return nil
+}
+
+func (s *Server) handleDeleteSchedule(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	name, err := pathSchedule(r)
+	if err != nil {
+		return err
+	}
+	if _, err := s.scopedSchedule(r, name); err != nil {
+		return err
+	}
+	if err := s.store.DeleteSchedule(r.Context(), name); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.Empty{})
+	return nil
+}
+
+func (s *Server) handleTriggerSchedule(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	name, err := pathSchedule(r)
+	if err != nil {
+		return err
+	}
+	var empty wire.Empty
+	if err := wire.ReadBody(r.Body, &empty, true); err != nil {
+		return err
+	}
+	if _, err := s.scopedSchedule(r, name); err != nil {
+		return err
+	}
+	sub, err := s.store.TriggerSchedule(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.TaskResponse{Task: sub.Task, Duplicate: sub.Duplicate})
+	return nil
+}
