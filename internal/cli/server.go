@@ -232,9 +232,13 @@ func runServer(cmd *cobra.Command, sf *serverFlags) error {
 			return usagef("%v", err)
 		}
 	}
+	obs, err := server.NewStoreObserver(reg)
+	if err != nil {
+		return err
+	}
 	st, err := storeopen.Open(ctx, sf.store, storeopen.Options{
 		Durability: sf.durability, HistoryLimit: sf.historyLimit, Logger: log,
-		Schema: sf.schema, Migrate: sf.migrate,
+		Schema: sf.schema, Migrate: sf.migrate, Observer: obs,
 	})
 	if err != nil {
 		if norn.CodeOf(err) == norn.CodeInvalidArgument {

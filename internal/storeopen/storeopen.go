@@ -36,6 +36,10 @@ type Options struct {
 	// Migrate applies pending Postgres migrations on open; without it a
 	// schema that is not at the latest version is refused. Ignored by other kinds.
 	Migrate bool
+	// Observer receives the store's background measurements (schedule
+	// lateness); nil means none. server.NewStoreObserver makes one that
+	// feeds Prometheus.
+	Observer norn.Observer
 }
 
 // opener opens one kind of store; rest is the spec after "scheme:" (for
@@ -102,6 +106,7 @@ func openEmbedded(ctx context.Context, spec, dir string, opts Options) (norn.Sto
 	}
 	st, err := embedded.Open(ctx, embedded.Options{
 		Dir: dir, Durability: d, Clock: opts.Clock, HistoryLimit: opts.HistoryLimit, Logger: opts.Logger,
+		Observer: opts.Observer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", spec, err)
@@ -112,7 +117,7 @@ func openEmbedded(ctx context.Context, spec, dir string, opts Options) (norn.Sto
 func openPostgres(ctx context.Context, spec, _ string, opts Options) (norn.Store, error) {
 	st, err := postgres.Open(ctx, postgres.Config{
 		URL: spec, Schema: opts.Schema, Migrate: opts.Migrate, Clock: opts.Clock,
-		HistoryLimit: opts.HistoryLimit, Logger: opts.Logger,
+		HistoryLimit: opts.HistoryLimit, Logger: opts.Logger, Observer: opts.Observer,
 	})
 	if err != nil {
 		// The URL may hold a password: name the store by its kind only.
