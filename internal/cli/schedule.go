@@ -1,0 +1,340 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nornq/norn"
+	"github.com/spf13/cobra"
+)
+
+func init() {
+	register(func(g *Globals) *cobra.Command {
+		cmd := &cobra.Command{
+			Use:   "schedule",
+			Short: "Periodic schedules: a task on every tick of a cron expression",
+			Long: `A schedule submits a task to its queue on every tick of a cron expression
+(5 fields, 6 with seconds, or @hourly, @daily, @every 30s...) read in a time
+zone (default UTC). Each tick yields exactly one task, whose id is derived
+from the schedule's name and the tick, and which carries the label
+norn.schedule=NAME. Writing schedules needs the admin role; reading them the
+client role.`,
+			Example: `  norn schedule set nightly-report --cron "0 3 * * *" --timezone Europe/Berlin \
+      --queue reports --spec '{"kind":"daily"}'
+  norn schedule list
+  norn schedule pause nightly-report
+  norn schedule trigger nightly-report
+  norn list --label norn.schedule=nightly-report`,
+			Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return listSchedules(cmd, g)
+			},
+		}
+		list := &cobra.Command{
+			Use:   "list",
+			Short: "List schedules with their next and last fire",
+			Args:  cobra.NoArgs,
+			RunE:  func(cmd *cobra.Command, args []string) error { return listSchedules(cmd, g) },
+		}
+		cmd.AddCommand(
+			clientCommand(list),
+			clientCommand(scheduleGetCmd(g)),
+			clientCommand(scheduleSetCmd(g)),
+			clientCommand(schedulePauseCmd(g, true)),
+			clientCommand(schedulePauseCmd(g, false)),
+			clientCommand(scheduleTriggerCmd(g)),
+			clientCommand(scheduleDeleteCmd(g)),
+		)
+		return clientCommand(cmd)
+	})
+}
+
+func listSchedules(cmd *cobra.Command, g *Globals) error {
+	format, c, err := formatAndClient(g)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	all, err := c.ListSchedules(cmd.Context())
+	if err != nil {
+		return err
+	}
+	return printSchedules(cmd.OutOrStdout(), format, all)
+}
+
+func printSchedules(w io.Writer, format string, all []*norn.Schedule) error {
+	switch format {
+	case outJSON:
+		return writeJSON(w, all)
+	case outNDJSON:
+		for _, s := range all {
+			if err := writeNDJSONLine(w, s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tab := newTable(w, "SCHEDULE", "QUEUE", "CRON", "TIMEZONE", "PAUSED", "NEXT_FIRE", "LAST_FIRE", "LAST_TASK")
+	for _, s := range all {
+		tab.row(s.Name, s.Queue, s.Cron, orUTC(s.Timezone), yesNo(s.Paused), fmtTime(s.NextFire), fmtTime(s.LastFire), orDash(s.LastTask))
+	}
+	return tab.flush()
+}
+
+func orUTC(tz string) string {
+	if tz == "" {
+		return "UTC"
+	}
+	return tz
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func describeSchedule(w io.Writer, s *norn.Schedule) error {
+	tab := newTable(w)
+	tab.row("schedule:", s.Name)
+	tab.row("queue:", s.Queue)
+	tab.row("cron:", s.Cron)
+	tab.row("timezone:", orUTC(s.Timezone))
+	tab.row("paused:", yesNo(s.Paused))
+	tab.row("overlap:", string(s.Overlap))
+	tab.row("catch_up:", string(s.CatchUp))
+	tab.row("next_fire:", fmtTime(s.NextFire))
+	tab.row("last_fire:", fmtTime(s.LastFire))
+	tab.row("last_task:", orDash(s.LastTask))
+	tab.row("priority:", fmt.Sprint(s.Priority))
+	if len(s.Spec) > 0 {
+		tab.row("spec:", string(s.Spec))
+	}
+	for k, v := range s.Labels {
+		tab.row("label:", k+"="+v)
+	}
+	return tab.flush()
+}
+
+func scheduleGetCmd(g *Globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "get NAME",
+		Short: "Show one schedule",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			format, c, err := formatAndClient(g)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			s, err := c.GetSchedule(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if format != outTable {
+				return emit(cmd.OutOrStdout(), format, s)
+			}
+			return describeSchedule(cmd.OutOrStdout(), s)
+		},
+	}
+}
+
+func scheduleSetCmd(g *Globals) *cobra.Command {
+	var (
+		s                    norn.Schedule
+		spec                 string
+		labels               []string
+		timeout, maxRuntime  time.Duration
+		maxAttempts, retries int
+		retryBase, retryMax  time.Duration
+		overlap, catchUp     string
+	)
+	cmd := &cobra.Command{
+		Use:   "set NAME --cron EXPR --queue QUEUE [flags]",
+		Short: "Create or replace a schedule (idempotent)",
+		Long: `Create a schedule, or replace the one of that name with exactly what the
+flags say (flags not given take their defaults, as on a first create).
+Replacing a schedule with the same cron and time zone keeps its next fire,
+so no tick is skipped or repeated.`,
+		Example: `  norn schedule set cleanup --cron "*/15 * * * *" --queue maintenance
+  norn schedule set report --cron "0 9 * * MON-FRI" --timezone America/New_York \
+      --queue reports --spec '{"to":"team@example.com"}' --overlap skip --catch-up none`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			format, err := outputFormat(g)
+			if err != nil {
+				return err
+			}
+			fl := cmd.Flags()
+			s.Name = args[0]
+			if spec != "" {
+				if !json.Valid([]byte(spec)) {
+					return usagef("--spec is not valid JSON")
+				}
+				s.Spec = json.RawMessage(spec)
+			}
+			if s.Labels, err = parseLabels(labels); err != nil {
+				return err
+			}
+			for name, d := range map[string]time.Duration{"timeout": timeout, "max-runtime": maxRuntime, "retry-base": retryBase, "retry-max": retryMax} {
+				if d < 0 {
+					return usagef("--%s must not be negative", name)
+				}
+			}
+			s.Timeout, s.MaxRuntime = norn.Duration(timeout), norn.Duration(maxRuntime)
+			if fl.Changed("max-attempts") {
+				if maxAttempts < 0 {
+					return usagef("--max-attempts must not be negative")
+				}
+				s.MaxAttempts = &maxAttempts
+			}
+			if fl.Changed("retry") {
+				if retries < 0 {
+					return usagef("--retry must not be negative")
+				}
+				s.Retry = &norn.RetryPolicy{MaxRetries: retries, Base: norn.Duration(retryBase), Max: norn.Duration(retryMax)}
+			} else if fl.Changed("retry-base") || fl.Changed("retry-max") {
+				return usagef("--retry-base and --retry-max need --retry")
+			}
+			s.Overlap, s.CatchUp = norn.Overlap(overlap), norn.CatchUp(catchUp)
+			if _, err := s.Validate(); err != nil {
+				return usagef("%v", flagNamed(err))
+			}
+			c, err := newClient(g)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			out, err := c.PutSchedule(cmd.Context(), s)
+			if err != nil {
+				return err
+			}
+			if format != outTable {
+				return emit(cmd.OutOrStdout(), format, out)
+			}
+			return describeSchedule(cmd.OutOrStdout(), out)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&s.Cron, "cron", "", `cron expression: 5 fields, 6 with seconds, or @hourly, @daily, @every 30s... (required)`)
+	fs.StringVarP(&s.Queue, "queue", "q", "", "queue the tasks go to (required)")
+	fs.StringVar(&s.Timezone, "timezone", "", "IANA time zone the expression is read in (default UTC)")
+	fs.StringVar(&spec, "spec", "", "JSON spec of every task")
+	fs.Uint32Var(&s.Priority, "priority", 0, "priority of every task")
+	fs.StringArrayVarP(&labels, "label", "l", nil, "label key=value of every task (repeatable)")
+	fs.DurationVar(&timeout, "timeout", 0, "lease length of every task (0 = queue default)")
+	fs.DurationVar(&maxRuntime, "max-runtime", 0, "runtime limit of every task (0 = queue default)")
+	fs.IntVar(&maxAttempts, "max-attempts", 0, "max attempts of every task (default: the queue's)")
+	fs.IntVar(&retries, "retry", 0, "retries after a failure (default: the queue's policy)")
+	fs.DurationVar(&retryBase, "retry-base", time.Second, "first retry backoff, doubled each retry (with --retry)")
+	fs.DurationVar(&retryMax, "retry-max", time.Hour, "backoff cap (with --retry; 0 = no cap)")
+	fs.StringVar(&overlap, "overlap", "allow", "while the previous tick's task is not finished: allow (submit anyway) or skip (skip the tick)")
+	fs.StringVar(&catchUp, "catch-up", "one", "missed ticks after downtime: one (fire once), all (each, at most 100) or none")
+	fs.BoolVar(&s.Paused, "paused", false, "create the schedule paused")
+	return cmd
+}
+
+// flagNamed rewrites a validation error's field as the flag that sets it.
+func flagNamed(err error) error {
+	e, ok := err.(*norn.Error)
+	if !ok || e.Field == "" {
+		return err
+	}
+	flags := map[string]string{"name": "NAME", "catch_up": "--catch-up", "max_runtime": "--max-runtime", "max_attempts": "--max-attempts"}
+	f, ok := flags[e.Field]
+	if !ok {
+		f = "--" + e.Field
+	}
+	return fmt.Errorf("%s: %s", f, e.Message)
+}
+
+func schedulePauseCmd(g *Globals, pause bool) *cobra.Command {
+	use, short, verb := "resume NAME...", "Resume schedules (missed ticks follow their catch-up policy)", "resumed"
+	if pause {
+		use, short, verb = "pause NAME...", "Pause schedules (no task is submitted until resumed)", "paused"
+	}
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			format, c, err := formatAndClient(g)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var out []*norn.Schedule
+			for _, name := range args {
+				p := pause
+				s, err := c.UpdateSchedule(cmd.Context(), name, norn.ScheduleUpdate{Paused: &p})
+				if err != nil {
+					return fmt.Errorf("schedule %s: %w", name, err)
+				}
+				out = append(out, s)
+				if format == outTable {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", name, verb)
+				}
+			}
+			if format != outTable {
+				return printSchedules(cmd.OutOrStdout(), format, out)
+			}
+			return nil
+		},
+	}
+}
+
+func scheduleTriggerCmd(g *Globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "trigger NAME",
+		Short: "Submit one task of the schedule now, outside its cadence",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			format, c, err := formatAndClient(g)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			sub, err := c.TriggerSchedule(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if format != outTable {
+				return emit(cmd.OutOrStdout(), format, sub.Task)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), sub.Task.ID)
+			return nil
+		},
+	}
+}
+
+func scheduleDeleteCmd(g *Globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete NAME...",
+		Short: "Delete schedules (the tasks they submitted stay)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, c, err := formatAndClient(g)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			for _, name := range args {
+				if err := c.DeleteSchedule(cmd.Context(), name); err != nil {
+					return fmt.Errorf("schedule %s: %w", name, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s deleted\n", name)
+			}
+			return nil
+		},
+	}
+}
