@@ -483,3 +483,39 @@ func TestServerSettings(t *testing.T) {
 	off := &server{url: "http://127.0.0.1:1"}
 	off.fails(t, 1, "unavailable", "stats")
 }
+
+// TestScheduleCommands: norn schedule against a real server process.
+func TestScheduleCommands(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, t.TempDir())
+	type sched struct {
+		Name, Queue, Cron, Timezone, Overlap string
+		CatchUp                              string `json:"catch_up"`
+		Paused                               bool
+		NextFire                             string `json:"next_fire"`
+		LastTask                             string `json:"last_task"`
+		Labels                               map[string]string
+	}
+	got := decode[sched](t, s.ok(t, "schedule", "set", "nightly", "--cron", "0 3 * * *", "--timezone", "Europe/Berlin",
+		"--queue", "reports", "--spec", `{"kind":"daily"}`, "--label", "team=ops", "--overlap", "skip", "--catch-up", "none", "-o", "json"))
+	if got.Name != "nightly" || got.Timezone != "Europe/Berlin" || got.Overlap != "skip" || got.CatchUp != "none" ||
+		got.NextFire == "" || got.Labels["team"] != "ops" {
+		t.Fatalf("schedule set: %+v", got)
+	}
+	s.fails(t, 2, "--cron", "schedule", "set", "bad", "--cron", "every day", "--queue", "q")
+	s.fails(t, 2, "--catch-up", "schedule", "set", "bad", "--cron", "@daily", "--queue", "q", "--catch-up", "most")
+	s.fails(t, 2, "--spec", "schedule", "set", "bad", "--cron", "@daily", "--queue", "q", "--spec", "{")
+	mustContain(t, "list", s.ok(t, "schedule", "list"), "SCHEDULE", "nightly", "reports", "Europe/Berlin")
+	mustContain(t, "pause", s.ok(t, "schedule", "pause", "nightly"), "nightly paused")
+	if !decode[sched](t, s.ok(t, "schedule", "get", "nightly", "-o", "json")).Paused {
+		t.Fatal("schedule pause did not pause")
+	}
+	mustContain(t, "resume", s.ok(t, "schedule", "resume", "nightly"), "nightly resumed")
+	id := strings.TrimSpace(s.ok(t, "schedule", "trigger", "nightly"))
+	mustContain(t, "triggered task", s.ok(t, "get", id), "reports", "norn.schedule")
+	if decode[sched](t, s.ok(t, "schedule", "get", "nightly", "-o", "json")).LastTask != id {
+		t.Fatal("trigger did not record the last task")
+	}
+	mustContain(t, "delete", s.ok(t, "schedule", "delete", "nightly"), "nightly deleted")
+	s.fails(t, 1, "not found", "schedule", "get", "nightly")
+}
