@@ -623,7 +623,7 @@ export interface components {
         Status: "scheduled" | "blocked" | "ready" | "running" | "completed" | "aborted" | "cancelled";
         WireError: {
             /** @enum {string} */
-            code: "not_found" | "conflict" | "lease_lost" | "cancelled" | "invalid_argument" | "duplicate" | "too_large" | "unauthenticated" | "permission_denied" | "unavailable" | "internal";
+            code: "not_found" | "conflict" | "lease_lost" | "cancelled" | "invalid_argument" | "too_large" | "unauthenticated" | "permission_denied" | "unavailable" | "internal";
             message: string;
             /** @description The offending input, e.g. "tasks[3].priority". */
             field?: string;
