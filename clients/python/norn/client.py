@@ -359,7 +359,7 @@ class Client:
         for key, value in options.items():
             if value is None:
                 continue
-            if key in ("delay", "timeout"):
+            if key in ("delay", "timeout", "max_runtime", "unique_for"):
                 value = format_duration(value, prefix + key)
             elif key == "run_at":
                 value = format_time(value, prefix + key)
@@ -661,6 +661,52 @@ class Client:
         for key in ("updated", "cancelled"):
             rec[key] = [_task(t) for t in rec.get(key) or ()]
         return rec
+
+    # ---- schedules ----------------------------------------------------------
+
+    @staticmethod
+    def _schedule_body(fields: Mapping[str, Any]) -> Dict[str, Any]:
+        body: Dict[str, Any] = {}
+        for key, value in fields.items():
+            if value is None:
+                continue
+            if key in ("timeout", "max_runtime"):
+                value = format_duration(value, key)
+            elif key == "retry":
+                value = retry_policy(value, key)
+            body[key] = value
+        return body
+
+    def set_schedule(self, name: str, *, queue: str, cron: str, spec: Any = None, **fields: Any) -> Record:
+        """Creates or replaces the schedule ``name``, which submits a task
+        to ``queue`` on every tick of ``cron`` (5 or 6 fields, or
+        ``@hourly``, ``@every 30s``...). Fields: ``timezone`` (IANA name,
+        default UTC), ``priority``, ``labels``, ``timeout``, ``retry``,
+        ``max_attempts``, ``max_runtime``, ``overlap`` (``allow``/``skip``),
+        ``catch_up`` (``one``/``all``/``none``), ``paused``."""
+        body = self._schedule_body({"queue": queue, "cron": cron, "spec": spec, **fields})
+        return Record(self._call("PUT", "/v1/schedules/" + _seg(name), body=body)["schedule"])
+
+    def schedules(self) -> List[Record]:
+        """Every schedule, with its ``next_fire``, ``last_fire`` and ``last_task``."""
+        return [Record(x) for x in self._call("GET", "/v1/schedules").get("schedules") or ()]
+
+    def schedule(self, name: str) -> Record:
+        """One schedule; raises NotFound."""
+        return Record(self._call("GET", "/v1/schedules/" + _seg(name))["schedule"])
+
+    def update_schedule(self, name: str, **fields: Any) -> Record:
+        """Changes some fields of a schedule (``paused=True`` pauses it)."""
+        return Record(self._call("PATCH", "/v1/schedules/" + _seg(name), body=self._schedule_body(fields))["schedule"])
+
+    def delete_schedule(self, name: str) -> None:
+        """Deletes a schedule (the tasks it submitted stay)."""
+        self._call("DELETE", "/v1/schedules/" + _seg(name))
+
+    def trigger_schedule(self, name: str) -> Task:
+        """Submits the schedule's task now, outside its cadence."""
+        out = self._call("POST", "/v1/schedules/" + _seg(name) + "/trigger", body={})
+        return _task(out.get("task"))
 
     # ---- queues and administration ---------------------------------------
 

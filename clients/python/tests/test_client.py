@@ -333,6 +333,34 @@ class ClientTest(unittest.TestCase):
             self.c.transact(update=[{"id": a.id, "priority": -5}])
         self.assertTrue(cm.exception.field.startswith("update[0]"), cm.exception.field)
 
+    def test_schedules(self) -> None:
+        queue = q("sched")
+        name = q("nightly")
+        s = self.c.set_schedule(name, queue=queue, cron="0 3 * * *", spec={"report": True}, timezone="Europe/Paris", labels={"k": "v"}, timeout=30)
+        self.assertEqual((s.name, s.queue, s.cron, s.timezone), (name, queue, "0 3 * * *", "Europe/Paris"))
+        self.assertTrue(s.next_fire)
+        self.assertEqual(self.c.schedule(name).spec, {"report": True})
+        self.assertIn(name, [x.name for x in self.c.schedules()])
+        self.assertTrue(self.c.update_schedule(name, paused=True).paused)
+        t = self.c.trigger_schedule(name)
+        self.assertEqual((t.queue, t.spec, t.labels.get("norn.schedule")), (queue, {"report": True}, name))
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.set_schedule(name, queue=queue, cron="not cron")
+        self.assertEqual(cm.exception.field, "cron")
+        self.c.delete_schedule(name)
+        with self.assertRaises(norn.NotFound):
+            self.c.schedule(name)
+
+    def test_schedule_fires(self) -> None:
+        queue = q("tick")
+        name = q("every-second")
+        self.c.set_schedule(name, queue=queue, cron="@every 1s", spec="tick", overlap="skip", catch_up="none")
+        self.addCleanup(self.c.delete_schedule, name)
+        wait_for(lambda: self.c.count(queue=queue, labels={"norn.schedule": name}) >= 1, what="the schedule's first tick")
+        first = next(iter(self.c.list(queue=queue, limit=1)))
+        self.assertTrue(first.id.startswith(f"schedule:{name}:"), first.id)
+        self.assertEqual(first.spec, "tick")
+
     # ---- queues and administration -----------------------------------------------
 
     def test_queues_stats_workers_whoami_sweep(self) -> None:
