@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"os"
@@ -109,6 +110,9 @@ func LoadTokens(path string) ([]Token, error) {
 type principal struct {
 	role   Role
 	queues []string // nil: every queue
+	// key names the token for per-caller limits (a prefix of its hash,
+	// never the token); empty when authentication is off.
+	key string
 }
 
 // unrestricted is the principal of every request when authentication is off.
@@ -127,11 +131,12 @@ func newAuthenticator(tokens []Token) *authenticator {
 	}
 	a := &authenticator{byHash: make(map[[32]byte]*principal, len(tokens))}
 	for _, t := range tokens {
-		p := &principal{role: t.Role}
+		h := sha256.Sum256([]byte(t.Token))
+		p := &principal{role: t.Role, key: "token:" + hex.EncodeToString(h[:8])}
 		if len(t.Queues) > 0 {
 			p.queues = slices.Clone(t.Queues)
 		}
-		a.byHash[sha256.Sum256([]byte(t.Token))] = p
+		a.byHash[h] = p
 	}
 	return a
 }

@@ -66,6 +66,17 @@ type Config struct {
 	// Default 64 MiB; at least 4 MiB (one task with its spec, result and
 	// history fits).
 	MaxResponseBytes int64
+	// MaxStreams caps the long polls (claims with a wait), event streams
+	// and NDJSON lists open at once; past it they are refused with 429 and
+	// Retry-After. Default 4096.
+	MaxStreams int
+	// MaxStreamsPerCaller is MaxStreams for one token (or, without
+	// tokens, one client address). Default 256.
+	MaxStreamsPerCaller int
+	// MaxAuthFailures is how many failed authentications one client
+	// address may make per minute; past it its requests are refused with
+	// 429 until the minute is over. Default 30.
+	MaxAuthFailures int
 	// BodyReadTimeout bounds how long a request body may take to arrive;
 	// a slower body is refused with 408 and its connection closed.
 	// Default 30s.
@@ -96,12 +107,17 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultAddr             = "127.0.0.1:7070"
-	DefaultMaxBodyBytes     = 8 << 20
-	DefaultPingInterval     = 15 * time.Second
-	DefaultShutdownTimeout  = 30 * time.Second
-	DefaultMaxResponseBytes = 64 << 20
-	DefaultBodyReadTimeout  = 30 * time.Second
+	DefaultAddr                = "127.0.0.1:7070"
+	DefaultMaxBodyBytes        = 8 << 20
+	DefaultPingInterval        = 15 * time.Second
+	DefaultShutdownTimeout     = 30 * time.Second
+	DefaultMaxResponseBytes    = 64 << 20
+	DefaultBodyReadTimeout     = 30 * time.Second
+	DefaultMaxStreams          = 4096
+	DefaultMaxStreamsPerCaller = 256
+	DefaultMaxAuthFailures     = 30
+	// DefaultMaxHeaderBytes bounds request headers (Go's default is 1 MiB).
+	DefaultMaxHeaderBytes = 64 << 10
 )
 
 // withDefaults returns c with defaults filled in, or an error naming the
@@ -142,6 +158,19 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxResponseBytes < 4<<20 {
 		return c, norn.Invalid("MaxResponseBytes", "must be at least %d, got %d", 4<<20, c.MaxResponseBytes)
+	}
+	for _, f := range []struct {
+		name string
+		v    *int
+		def  int
+	}{{"MaxStreams", &c.MaxStreams, DefaultMaxStreams}, {"MaxStreamsPerCaller", &c.MaxStreamsPerCaller, DefaultMaxStreamsPerCaller},
+		{"MaxAuthFailures", &c.MaxAuthFailures, DefaultMaxAuthFailures}} {
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+		if *f.v < 0 {
+			return c, norn.Invalid(f.name, "must not be negative, got %d", *f.v)
+		}
 	}
 	if c.BodyReadTimeout == 0 {
 		c.BodyReadTimeout = DefaultBodyReadTimeout

@@ -142,6 +142,11 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	if f.Queues, err = p.scopeQueues(f.Queues); err != nil {
 		return err
 	}
+	release, err := s.streams.acquire(callerKey(p, r))
+	if err != nil {
+		return err
+	}
+	defer release()
 	rc := http.NewResponseController(w)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()

@@ -286,6 +286,11 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if stream {
+		release, err := s.streams.acquire(callerKey(p, r))
+		if err != nil {
+			return err
+		}
+		defer release()
 		return s.streamList(w, r, q)
 	}
 	page, err := s.store.List(r.Context(), q)

@@ -123,6 +123,13 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, req norn.ClaimReq
 			return norn.WithFieldPrefix(err, fmt.Sprintf("queues[%d]", i))
 		}
 	}
+	if req.Wait > 0 {
+		release, err := s.streams.acquire(callerKey(p, r))
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stop := context.AfterFunc(s.drainCtx, cancel)

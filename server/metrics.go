@@ -29,7 +29,8 @@ const maxTracked = 1 << 16
 // HTTP API; timeouts and retries are decided by the store's monitor, so
 // they are counted from the store's event stream.
 type metrics struct {
-	reg *prometheus.Registry
+	authFailures prometheus.Counter
+	reg          *prometheus.Registry
 
 	submittedTotal, claimedTotal, completedTotal, failedTotal, abortedTotal *prometheus.CounterVec
 	yieldedTotal, timedOutTotal, retriedTotal                               *prometheus.CounterVec
@@ -78,11 +79,13 @@ func newMetrics(reg *prometheus.Registry, store norn.Store) (*metrics, error) {
 		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "norn", Name: "http_request_duration_seconds",
 			Help: "HTTP request duration by method and route pattern (long polls and streams included).", Buckets: prometheus.DefBuckets},
 			[]string{"method", "route"}),
+		authFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "norn", Name: "auth_failures_total",
+			Help: "Requests refused for a missing or unknown token."}),
 		claims: map[string]claimInfo{},
 	}
 	for _, c := range []prometheus.Collector{m.submittedTotal, m.claimedTotal, m.completedTotal, m.failedTotal,
 		m.abortedTotal, m.yieldedTotal, m.timedOutTotal, m.retriedTotal, m.claimLatency, m.endToEnd,
-		m.httpRequests, m.httpDuration, &countsCollector{store: store},
+		m.httpRequests, m.httpDuration, m.authFailures, &countsCollector{store: store},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "norn", Name: "http_requests_in_flight",
 			Help: "HTTP requests being served (long polls and streams included)."},
 			func() float64 { return float64(m.inFlight.Load()) })} {

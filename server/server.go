@@ -33,6 +33,10 @@ type Server struct {
 	mux   *http.ServeMux
 	root  http.Handler // mux behind guard
 	m     *metrics
+	// streams caps long polls and streams; fails limits failed
+	// authentications per address (limits.go).
+	streams *streamLimiter
+	fails   *failureLimiter
 
 	// drainCtx is cancelled when shutdown starts, which ends long-poll
 	// claims and event streams so they do not hold up the drain.
@@ -53,7 +57,8 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.Tokens) == 0 && !isLoopback(cfg.Addr) && !cfg.AllowUnauthenticatedNonLoopback {
 		return nil, norn.Invalid("Addr", "no tokens are configured, so authentication is off and %q is not a loopback address; configure tokens or set AllowUnauthenticatedNonLoopback", cfg.Addr)
 	}
-	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens)}
+	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens),
+		streams: newStreamLimiter(cfg.MaxStreams, cfg.MaxStreamsPerCaller), fails: newFailureLimiter(cfg.MaxAuthFailures, time.Minute)}
 	if cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 		if err != nil {
@@ -89,6 +94,7 @@ func New(cfg Config) (*Server, error) {
 	s.http = &http.Server{
 		Handler:           s.root,
 		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    DefaultMaxHeaderBytes,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
@@ -273,8 +279,18 @@ func (s *Server) wrap(rt route) http.Handler {
 			r.Body = &bodyReader{ReadCloser: r.Body, header: w.Header(), rc: rc, timeout: s.cfg.BodyReadTimeout}
 		}
 		if !rt.public {
+			if s.auth != nil {
+				if wait := s.fails.blocked(clientAddr(r)); wait > 0 {
+					w.Header().Set("Connection", "close")
+					s.writeError(w, r, &wire.StatusError{Status: http.StatusTooManyRequests, RetryAfter: wait,
+						Err: norn.Errorf(norn.CodeUnauthenticated, "too many failed authentications from this address; retry later")})
+					return
+				}
+			}
 			p, err := s.auth.authenticate(r)
 			if err != nil {
+				s.fails.fail(clientAddr(r))
+				s.m.authFailures.Inc()
 				// The body is not read: close the connection rather
 				// than wait for the rest of it.
 				w.Header().Set("Connection", "close")

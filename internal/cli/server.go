@@ -180,6 +180,7 @@ flight (up to --shutdown-timeout) and closes the store.`,
 		fs.IntVar(&sf.maxBatch, "max-batch", norn.MaxBatch, "most tasks in a batch submit (and ops in a transaction or lease batch)")
 		fs.IntVar(&sf.maxLabels, "max-labels", norn.MaxLabels, "most labels on a task")
 		fs.StringVar(&sf.tokensFile, "tokens-file", "", "file of accepted tokens, one \"TOKEN ROLE [QUEUE,…]\" per line")
+		fs.StringVar(&sf.tokensFile, "auth-tokens-file", "", "same as --tokens-file")
 		fs.StringArrayVar(&sf.authTokens, "auth-token", nil, "accepted token TOKEN:ROLE[:QUEUE,…] (repeatable)")
 		fs.BoolVar(&sf.allowUnauth, "allow-unauthenticated", false, "allow a non-loopback address without tokens (anyone reaching it may do everything)")
 		fs.StringVar(&sf.tlsCert, "tls-cert", "", "TLS certificate (PEM); with --tls-key the server speaks HTTPS only")
