@@ -26,15 +26,15 @@ func TestBackoff(t *testing.T) {
 		{1 << 30, time.Hour},
 	}
 	for _, c := range cases {
-		if got := r.Backoff(c.n); got != c.want {
+		if got := r.backoff(c.n); got != c.want {
 			t.Errorf("Backoff(%d) = %v, want %v", c.n, got, c.want)
 		}
 	}
 	uncapped := RetryPolicy{Base: Duration(time.Second)}
-	if got := uncapped.Backoff(200); got <= 0 {
+	if got := uncapped.backoff(200); got <= 0 {
 		t.Errorf("uncapped Backoff(200) overflowed to %v", got)
 	}
-	if got := (RetryPolicy{}).Backoff(3); got != 0 {
+	if got := (RetryPolicy{}).backoff(3); got != 0 {
 		t.Errorf("zero policy Backoff = %v, want 0", got)
 	}
 }
@@ -80,17 +80,6 @@ func TestAfterTimeout(t *testing.T) {
 	}
 	if o := AfterTimeout(&Task{Attempts: 2, MaxAttempts: 3}, now); o.Status != StatusReady {
 		t.Errorf("not yet exhausted: %+v", o)
-	}
-}
-
-func TestAppendHistoryCap(t *testing.T) {
-	t.Parallel()
-	var task Task
-	for i := 0; i < 7; i++ {
-		task.AppendHistory(HistoryEntry{Type: TaskAssignment, Lease: uint64(i + 1)}, 3)
-	}
-	if len(task.History) != 3 || task.HistoryDropped != 4 || task.History[0].Lease != 5 || task.History[2].Lease != 7 {
-		t.Fatalf("history %+v dropped %d", task.History, task.HistoryDropped)
 	}
 }
 

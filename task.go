@@ -135,9 +135,9 @@ type RetryPolicy struct {
 	Max        Duration `json:"max,omitzero"`
 }
 
-// Backoff returns the wait before retry number n (0-based): Base·2^n capped at
+// backoff returns the wait before retry number n (0-based): Base·2^n capped at
 // Max (no cap when Max is 0). It never overflows.
-func (r RetryPolicy) Backoff(n int) time.Duration {
+func (r RetryPolicy) backoff(n int) time.Duration {
 	base := r.Base.D()
 	if base <= 0 {
 		return 0

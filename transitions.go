@@ -21,7 +21,7 @@ type Outcome struct {
 
 // AfterFailure decides what Fail does to a running task whose Attempts
 // already counts the failed attempt: abort with attempts_exhausted when
-// MaxAttempts is reached; otherwise retry (scheduled at now + Backoff(k),
+// MaxAttempts is reached; otherwise retry (scheduled at now + backoff(k),
 // k = Attempts-1 retries used so far) while the retry policy allows; else
 // abort with the worker's error.
 func AfterFailure(t *Task, now time.Time, e ErrorInfo) Outcome {
@@ -36,7 +36,7 @@ func AfterFailure(t *Task, now time.Time, e ErrorInfo) Outcome {
 		used = 0
 	}
 	if t.Retry != nil && used < t.Retry.MaxRetries {
-		wait := t.Retry.Backoff(used)
+		wait := t.Retry.backoff(used)
 		o := Outcome{Status: StatusScheduled, RunAt: now.Add(wait), History: TaskRetry, Error: e}
 		if wait <= 0 {
 			o.Status, o.RunAt = StatusReady, now
@@ -63,17 +63,6 @@ func describe(s string) string {
 		return ""
 	}
 	return ": " + s
-}
-
-// AppendHistory appends e, dropping the oldest entries beyond limit (> 0)
-// and counting them in HistoryDropped.
-func (t *Task) AppendHistory(e HistoryEntry, limit int) {
-	t.History = append(t.History, e)
-	if limit > 0 && len(t.History) > limit {
-		drop := len(t.History) - limit
-		t.History = append(t.History[:0:0], t.History[drop:]...)
-		t.HistoryDropped += drop
-	}
 }
 
 // DefaultHistoryLimit is the history cap stores use unless configured.

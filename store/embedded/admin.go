@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"sort"
-	"time"
 
 	"github.com/nornq/norn"
 )
@@ -250,55 +249,10 @@ func (tx *txn) due(t *task) {
 	}
 }
 
-// monitor runs the time-driven duties by itself: it sleeps until the
-// earliest timer and is woken early (kick) when an earlier one appears.
-func (s *Store) monitor() {
-	defer s.wg.Done()
-	tm := time.NewTimer(time.Hour)
-	tm.Stop()
-	for {
-		s.mu.Lock()
-		next := s.nextTimer()
-		s.armedAt = next
-		s.mu.Unlock()
-		var c <-chan time.Time
-		if next != 0 {
-			d := time.Duration(next - s.now())
-			if d <= 0 {
-				if err := s.enter(); err != nil {
-					return
-				}
-				_, err := s.sweep(context.Background())
-				s.exit()
-				if err != nil {
-					s.log.Error("embedded: monitor sweep failed", "err", err)
-					select {
-					case <-s.done:
-						return
-					case <-time.After(time.Second):
-					}
-				}
-				continue
-			}
-			tm.Reset(d)
-			c = tm.C
-		}
-		select {
-		case <-s.done:
-			tm.Stop()
-			return
-		case <-s.kick:
-			tm.Stop()
-		case <-c:
-		}
-	}
-}
-
 // kickMonitor wakes the monitor to re-arm (called under s.mu).
 func (s *Store) kickMonitor() {
 	s.armedAt = -1 << 63 // until the monitor re-arms, don't kick again
-	select {
-	case s.kick <- struct{}{}:
-	default:
+	if s.monitor != nil {
+		s.monitor.wake()
 	}
 }

@@ -101,7 +101,6 @@ type Store struct {
 	life   sync.RWMutex
 	closed atomic.Bool
 	done   chan struct{}
-	wg     sync.WaitGroup
 
 	// mu guards every in-memory index below. It is never held while user
 	// code runs or while waiting for a sync.
@@ -117,8 +116,8 @@ type Store struct {
 	armedAt    int64
 	failed     error // a write failed: memory may be ahead of disk, refuse writes
 
-	kick  chan struct{} // wakes the monitor when an earlier deadline appears
-	flush chan struct{} // wakes the opportunistic syncer
+	monitor *monitor // nil with ManualSweep
+	syncer  *syncer  // nil in strict mode
 
 	subMu   sync.Mutex
 	subs    map[*subscription]struct{}
@@ -219,8 +218,6 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		workers:    map[string]*workerRec{},
 		dependents: map[*task][]*task{},
 		schedules:  map[string]*norn.Schedule{},
-		kick:       make(chan struct{}, 1),
-		flush:      make(chan struct{}, 1),
 		subs:       map[*subscription]struct{}{},
 	}
 	if err := s.load(ctx); err != nil {
@@ -231,12 +228,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("embedded: rebuild indexes from %s: %w", dir, err)
 	}
 	if !opts.ManualSweep {
-		s.wg.Add(1)
-		go s.monitor()
+		s.monitor = newMonitor(monitorParams{arm: s.armMonitor, now: s.now, sweep: s.monitorSweep, logger: s.log})
+		s.monitor.start()
 	}
 	if opts.Durability == Opportunistic {
-		s.wg.Add(1)
-		go s.syncer()
+		s.syncer = newSyncer(syncerParams{interval: opts.SyncInterval, sync: s.backgroundSync})
+		s.syncer.start()
 	}
 	return s, nil
 }
@@ -244,16 +241,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 func isLockErr(err error) bool {
 	msg := err.Error()
 	for _, m := range []string{"lock held", "resource temporarily unavailable", "LOCK", "locked"} {
-		if contains(msg, m) {
-			return true
-		}
-	}
-	return false
-}
-
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
+		if strings.Contains(msg, m) {
 			return true
 		}
 	}
@@ -301,7 +289,12 @@ func (s *Store) Close() error {
 		}
 	}
 	s.mu.Unlock()
-	s.wg.Wait()   // the monitor and syncer see done and stop
+	if s.monitor != nil {
+		s.monitor.shutdown()
+	}
+	if s.syncer != nil {
+		s.syncer.shutdown()
+	}
 	s.life.Lock() // waits for calls in flight
 	defer s.life.Unlock()
 	s.subMu.Lock()
@@ -336,38 +329,41 @@ func (s *Store) queue(name string) *queue {
 	return q
 }
 
-// syncer makes opportunistic writes durable shortly after they are applied.
-func (s *Store) syncer() {
-	defer s.wg.Done()
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	for {
-		select {
-		case <-s.done:
-			return
-		case <-s.flush:
-		}
-		t.Reset(s.opts.SyncInterval)
-		select {
-		case <-s.done:
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		s.mu.Lock()
-		failed := s.failed
-		s.mu.Unlock()
-		if failed != nil {
-			continue
-		}
-		if err := s.syncWAL(); err != nil {
-			// What was acknowledged since the last sync may not be on disk;
-			// acknowledge nothing more.
-			s.mu.Lock()
-			s.fail(err)
-			s.mu.Unlock()
-		}
+// armMonitor returns the earliest timer for the monitor to sleep until,
+// recording that it does (so transactions know when to wake it).
+func (s *Store) armMonitor() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.armedAt = s.nextTimer()
+	return s.armedAt
+}
+
+// monitorSweep is the monitor's sweep: false once the store is closing.
+func (s *Store) monitorSweep() (bool, error) {
+	if err := s.enter(); err != nil {
+		return false, nil
 	}
+	defer s.exit()
+	_, err := s.sweep(context.Background())
+	return true, err
+}
+
+// backgroundSync is the syncer's sync. A failure stops writes: what was
+// acknowledged since the last sync may not be on disk, so nothing more is.
+func (s *Store) backgroundSync() error {
+	s.mu.Lock()
+	failed := s.failed
+	s.mu.Unlock()
+	if failed != nil {
+		return failed
+	}
+	err := s.syncWAL()
+	if err != nil {
+		s.mu.Lock()
+		s.fail(err)
+		s.mu.Unlock()
+	}
+	return err
 }
 
 // syncWAL makes everything applied so far durable. It waits for the sync

@@ -173,10 +173,7 @@ func (tx *txn) finish() error {
 				err = norn.Unavailable(err)
 			}
 		} else {
-			select {
-			case s.flush <- struct{}{}:
-			default:
-			}
+			s.syncer.nudge()
 		}
 		tx.b.Close()
 		tx.b = nil
