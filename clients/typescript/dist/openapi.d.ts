@@ -1100,6 +1100,44 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /** @description The request body did not arrive in time (the server's body read timeout, 30 s by default); the connection is closed. */
+        E408: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description A request body whose Content-Type is not application/json. */
+        E415: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description Without tokens, a Host header that names neither a loopback address nor the configured listen address or allowed hosts (a defence against DNS rebinding). */
+        E421: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description Too many requests: the caller is over its limit of open long polls, event streams and NDJSON lists, or its address failed authentication too often. Retry after the Retry-After header's seconds. */
+        E429: {
+            headers: {
+                /** @description Seconds to wait before retrying. */
+                "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
     };
     parameters: never;
     requestBodies: never;
@@ -1157,6 +1195,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1196,7 +1236,11 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1241,6 +1285,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1271,7 +1317,11 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1318,6 +1368,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1348,6 +1400,8 @@ export interface operations {
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
             413: components["responses"]["E413"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1377,6 +1431,8 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1410,8 +1466,12 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1445,7 +1505,11 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1480,6 +1544,8 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1513,8 +1579,12 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1548,8 +1618,12 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1583,8 +1657,12 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1618,8 +1696,12 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1653,8 +1735,12 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1688,8 +1774,12 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1720,8 +1810,12 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1747,6 +1841,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1776,7 +1872,11 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            408: components["responses"]["E408"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1809,7 +1909,11 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            408: components["responses"]["E408"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1839,7 +1943,11 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            408: components["responses"]["E408"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1869,7 +1977,11 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            408: components["responses"]["E408"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1895,6 +2007,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1923,6 +2037,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1955,7 +2071,11 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            408: components["responses"]["E408"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1981,6 +2101,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -2006,6 +2128,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -2036,6 +2160,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -2061,6 +2187,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -2090,6 +2218,8 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -2122,8 +2252,12 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -2153,6 +2287,8 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -2186,7 +2322,11 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -2220,7 +2360,11 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -2326,6 +2470,8 @@ export interface operations {
                 };
             };
             401: components["responses"]["E401"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
         };
     };
 }

@@ -1101,6 +1101,44 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /** @description The request body did not arrive in time (the server's body read timeout, 30 s by default); the connection is closed. */
+        E408: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description A request body whose Content-Type is not application/json. */
+        E415: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description Without tokens, a Host header that names neither a loopback address nor the configured listen address or allowed hosts (a defence against DNS rebinding). */
+        E421: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description Too many requests: the caller is over its limit of open long polls, event streams and NDJSON lists, or its address failed authentication too often. Retry after the Retry-After header's seconds. */
+        E429: {
+            headers: {
+                /** @description Seconds to wait before retrying. */
+                "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
     };
     parameters: never;
     requestBodies: never;
@@ -1158,6 +1196,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1197,7 +1237,11 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1242,6 +1286,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1272,7 +1318,11 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1319,6 +1369,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1349,6 +1401,8 @@ export interface operations {
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
             413: components["responses"]["E413"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1378,6 +1432,8 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1411,8 +1467,12 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1446,7 +1506,11 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1481,6 +1545,8 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1514,8 +1580,12 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1549,8 +1619,12 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1584,8 +1658,12 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1619,8 +1697,12 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1654,8 +1736,12 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1689,8 +1775,12 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1721,8 +1811,12 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1748,6 +1842,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1777,7 +1873,11 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            408: components["responses"]["E408"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1810,7 +1910,11 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            408: components["responses"]["E408"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1840,7 +1944,11 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            408: components["responses"]["E408"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1870,7 +1978,11 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            408: components["responses"]["E408"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1896,6 +2008,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1924,6 +2038,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1956,7 +2072,11 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            408: components["responses"]["E408"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -1982,6 +2102,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -2007,6 +2129,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -2037,6 +2161,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -2062,6 +2188,8 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -2091,6 +2219,8 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -2123,8 +2253,12 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -2154,6 +2288,8 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -2187,7 +2323,11 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -2221,7 +2361,11 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
@@ -2327,6 +2471,8 @@ export interface operations {
                 };
             };
             401: components["responses"]["E401"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
         };
     };
 }
