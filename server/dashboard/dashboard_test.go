@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -640,4 +641,59 @@ func TestAuthRoles(t *testing.T) {
 	if q, _ := e.st.Queue(ctx, "emails"); !q.Paused {
 		t.Fatal("admin pause did not reach the store")
 	}
+}
+
+func TestSchedulesPage(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	// Through the HTTP API, as an operator would create it; a yearly cron
+	// keeps the cadence itself from firing during the test.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, e.url+"/v1/schedules/nightly-report",
+		strings.NewReader(`{"queue":"reports","spec":{"kind":"daily"},"cron":"0 3 1 1 *","timezone":"Europe/Berlin"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT schedule: %s", resp.Status)
+	}
+
+	e.open("#/")
+	e.click("#nav-schedules")
+	row := `tr[data-schedule="nightly-report"]`
+	e.wait(fmt.Sprintf(`document.querySelector('%s')`, row))
+	if got := e.text(row + ` td.cron`); got != "0 3 1 1 * Europe/Berlin" {
+		t.Errorf("cron cell = %q", got)
+	}
+	if got := e.text(row + ` td.state`); got != "active" {
+		t.Errorf("state = %q, want active", got)
+	}
+	if got := e.text(row + ` td.last-tasks`); got != "none yet" {
+		t.Errorf("last tasks = %q, want none yet", got)
+	}
+
+	e.click(row + ` button.pause`)
+	e.wait(fmt.Sprintf(`document.querySelector('%s td.state').textContent === "paused" && document.querySelector('%s button.pause').textContent === "Resume"`, row, row))
+	if s, err := e.st.GetSchedule(ctx, "nightly-report"); err != nil || !s.Paused {
+		t.Fatalf("after pause: %+v, %v", s, err)
+	}
+
+	e.click(row + ` button.trigger`)
+	e.wait(fmt.Sprintf(`document.querySelector('%s td.last-tasks li a')`, row))
+	page, err := e.st.List(ctx, norn.Query{Filter: norn.Filter{Labels: map[string]string{"norn.schedule": "nightly-report"}}, Limit: 10})
+	if err != nil || len(page.Tasks) != 1 {
+		t.Fatalf("triggered tasks: %v, %v", page.Tasks, err)
+	}
+	tasks := page.Tasks
+	if got := e.text(row + ` td.last-tasks li a`); got != tasks[0].ID {
+		t.Errorf("last task link = %q, want %s", got, tasks[0].ID)
+	}
+	e.shots("schedules", fmt.Sprintf(`document.querySelector('%s td.last-tasks li a')`, row))
+	e.click(row + ` td.last-tasks li a`)
+	e.wait(fmt.Sprintf(`location.hash === %q && document.querySelector("#task-status")`, "#/tasks/"+tasks[0].ID))
 }

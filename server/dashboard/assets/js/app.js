@@ -8,6 +8,7 @@ import { h, fill, toast } from "./util.js";
 import * as overview from "./overview.js";
 import * as queueView from "./queue.js";
 import * as taskView from "./task.js";
+import * as schedulesView from "./schedules.js";
 
 const main = document.getElementById("main");
 const crumbs = document.getElementById("crumbs");
@@ -81,6 +82,7 @@ function route() {
   main.replaceChildren(h("p", { class: "muted" }, "Loading…"));
   if (parts.length === 0) cleanup = overview.render(ctx);
   else if (parts[0] === "queues" && parts[1]) cleanup = queueView.render(ctx, parts[1]);
+  else if (parts[0] === "schedules") cleanup = schedulesView.render(ctx);
   else if (parts[0] === "tasks" && parts[1]) cleanup = taskView.render(ctx, parts.slice(1).join("/"));
   else {
     setCrumbs([{ text: "Not found" }]);
