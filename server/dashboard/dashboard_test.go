@@ -625,6 +625,15 @@ func TestAuthRoles(t *testing.T) {
 	if q, _ := e.st.Queue(ctx, "emails"); q.Paused {
 		t.Fatal("queue paused by a client token")
 	}
+	// A client token sees schedules but is offered no pause or trigger.
+	if _, err := e.st.PutSchedule(ctx, norn.Schedule{Name: "nightly", Queue: "reports", Cron: "0 3 1 1 *"}); err != nil {
+		t.Fatal(err)
+	}
+	e.goHash("#/schedules")
+	e.wait(`document.querySelector('tr[data-schedule="nightly"]') && !document.querySelector("#schedules-role-note").hidden`)
+	if evalAs[bool](e, `!!document.querySelector('tr[data-schedule="nightly"] button')`) {
+		t.Error("client token is offered schedule buttons")
+	}
 
 	// A stored worker token is refused on load.
 	e.eval(`sessionStorage.setItem("norn.token", "worker-secret")`)

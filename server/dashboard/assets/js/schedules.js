@@ -70,7 +70,7 @@ export function render(ctx) {
       return h("tr", { "data-schedule": s.name },
         h("td", { class: "name", "data-label": "Schedule" }, s.name),
         h("td", { "data-label": "Queue" }, h("a", { href: "#/queues/" + enc(s.queue) }, s.queue)),
-        h("td", { "data-label": "Cron", class: "cron" }, h("code", {}, s.cron), " ", h("span", { class: "muted" }, s.timezone || "UTC")),
+        h("td", { "data-label": "Cron", class: "cron" }, h("span", {}, h("code", {}, s.cron), " ", h("span", { class: "muted" }, s.timezone || "UTC"))),
         h("td", { "data-label": "Next fire", class: "next-fire" }, s.paused ? h("span", { class: "muted" }, "—") : timeEl(s.next_fire)),
         h("td", { "data-label": "Last fire", class: "last-fire" }, timeEl(s.last_fire)),
         h("td", { "data-label": "State", class: "state" },
