@@ -100,6 +100,12 @@ func (w *Workload) Produce(ctx context.Context, i, batch int, pause time.Duratio
 			ids[j] = fmt.Sprintf("p%d-%06d", i, seq)
 			seq++
 			nts[j] = norn.NewTask{ID: ids[j], Queue: queue, Spec: []byte(`{}`), Timeout: norn.Duration(w.Lease)}
+			if seq%20 == 0 {
+				// Some tasks start later, so the monitor always has work
+				// (releasing them) even when no lease ever expires and the
+				// monitor checks have something to judge.
+				nts[j].Delay = norn.Duration(200 * time.Millisecond)
+			}
 		}
 		w.mu.Lock()
 		for _, id := range ids {
