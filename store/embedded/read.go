@@ -742,7 +742,9 @@ func (s *Store) ReadLog(ctx context.Context, id string, after uint64, limit int)
 	}
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
-	if _, c, err := snap.Get(taskKey(id, sufState)); err == pebble.ErrNotFound {
+	// The immutable record is the one every task has; a task that never
+	// changed state has no state record yet.
+	if _, c, err := snap.Get(taskKey(id, sufImmutable)); err == pebble.ErrNotFound {
 		return nil, norn.NotFound(id)
 	} else if err != nil {
 		return nil, norn.Unavailable(err)

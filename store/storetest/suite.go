@@ -40,7 +40,7 @@ func RunWith(t *testing.T, f Factory, o Options) {
 		exerciseRegisterWorker, exerciseClaim, exerciseHeartbeat, exerciseLog, exerciseFinish, exerciseTimeout,
 		exerciseLeaseBatch, exerciseFencing, exerciseRepeatedCall,
 		exerciseQueues, exerciseSubscribe, exerciseInvalidInput, exerciseClose,
-		exerciseSchedules,
+		exerciseSchedules, exerciseReadLog,
 	} {
 		exercise(t, setup)
 	}
