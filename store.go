@@ -189,7 +189,9 @@ type Filter struct {
 	// Owner: the current or last owner.
 	Owner string `json:"owner,omitempty"`
 	// IDContains: a substring of the id (the dashboard's text search).
-	IDContains    string    `json:"id_contains,omitempty"`
+	IDContains string `json:"id_contains,omitempty"`
+	// DependsOn: tasks that list this id among their dependencies.
+	DependsOn     string    `json:"depends_on,omitempty"`
 	CreatedAfter  time.Time `json:"created_after,omitzero"`
 	CreatedBefore time.Time `json:"created_before,omitzero"`
 	UpdatedAfter  time.Time `json:"updated_after,omitzero"`

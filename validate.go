@@ -314,13 +314,18 @@ func (f *Filter) Validate() error {
 			return Invalid(fmt.Sprintf("statuses[%d]", i), "unknown status %q", s)
 		}
 	}
+	if f.DependsOn != "" {
+		if err := ValidateID("depends_on", f.DependsOn); err != nil {
+			return err
+		}
+	}
 	return ValidateLabels("labels", f.Labels)
 }
 
 // Empty reports whether the filter matches every task.
 func (f *Filter) Empty() bool {
 	return len(f.Queues) == 0 && len(f.Statuses) == 0 && len(f.Labels) == 0 && f.Owner == "" &&
-		f.IDContains == "" && f.CreatedAfter.IsZero() && f.CreatedBefore.IsZero() &&
+		f.IDContains == "" && f.DependsOn == "" && f.CreatedAfter.IsZero() && f.CreatedBefore.IsZero() &&
 		f.UpdatedAfter.IsZero() && f.UpdatedBefore.IsZero()
 }
 
@@ -342,6 +347,9 @@ func (f *Filter) Match(t *Task) bool {
 		return false
 	}
 	if f.IDContains != "" && !strings.Contains(t.ID, f.IDContains) {
+		return false
+	}
+	if f.DependsOn != "" && !slices.Contains(t.DependsOn, f.DependsOn) {
 		return false
 	}
 	if !f.CreatedAfter.IsZero() && !t.Created.After(f.CreatedAfter) {

@@ -18,7 +18,7 @@ import (
 
 // FilterParams are the parameters ParseFilter understands.
 var FilterParams = []string{"queue", "status", "label", "owner", "id_contains",
-	"created_after", "created_before", "updated_after", "updated_before"}
+	"depends_on", "created_after", "created_before", "updated_after", "updated_before"}
 
 // CheckParams refuses parameters outside allowed.
 func CheckParams(v url.Values, allowed ...[]string) error {
@@ -134,6 +134,14 @@ func ParseFilter(v url.Values, maxLabels int) (norn.Filter, error) {
 	}
 	if len(f.IDContains) > norn.MaxIDLength {
 		return f, norn.Invalid("id_contains", "is longer than %d bytes", norn.MaxIDLength)
+	}
+	if f.DependsOn, err = single(v, "depends_on"); err != nil {
+		return f, err
+	}
+	if f.DependsOn != "" {
+		if err := norn.ValidateID("depends_on", f.DependsOn); err != nil {
+			return f, err
+		}
 	}
 	if f.CreatedAfter, err = parseTime(v, "created_after"); err != nil {
 		return f, err
@@ -311,6 +319,9 @@ func FilterValues(f norn.Filter) url.Values {
 	}
 	if f.IDContains != "" {
 		v.Set("id_contains", f.IDContains)
+	}
+	if f.DependsOn != "" {
+		v.Set("depends_on", f.DependsOn)
 	}
 	setTime(v, "created_after", f.CreatedAfter)
 	setTime(v, "created_before", f.CreatedBefore)

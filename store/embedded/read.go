@@ -556,7 +556,8 @@ func onlyQueueStatus(f *norn.Filter) bool {
 	return g.Empty()
 }
 
-// matchMem matches every filter field except labels against memory.
+// matchMem matches every filter field except labels and depends_on
+// against memory; onDisk says when the others need the disk records.
 func matchMem(f *norn.Filter, t *task) bool {
 	if len(f.Queues) > 0 && !containsStr(f.Queues, t.q.name) {
 		return false
@@ -583,6 +584,12 @@ func matchMem(f *norn.Filter, t *task) bool {
 		return false
 	}
 	return true
+}
+
+// onDisk reports whether f names fields memory does not hold: the labels
+// and the dependency lists live only in the task's immutable record.
+func onDisk(f *norn.Filter) bool {
+	return len(f.Labels) > 0 || f.DependsOn != ""
 }
 
 func containsStr(l []string, s string) bool {
@@ -651,7 +658,7 @@ func (s *Store) CountGrouped(ctx context.Context, f norn.Filter) ([]norn.GroupCo
 			}
 		}
 		s.mu.Unlock()
-	case len(f.Labels) == 0:
+	case !onDisk(&f):
 		s.mu.Lock()
 		for _, t := range s.tasks {
 			if matchMem(&f, t) {
@@ -714,7 +721,7 @@ func lastID(it *pebble.Iterator) string {
 // matchingIDs lists the ids of tasks matching f.
 func (s *Store) matchingIDs(ctx context.Context, f norn.Filter) ([]string, error) {
 	var ids []string
-	if len(f.Labels) == 0 {
+	if !onDisk(&f) {
 		s.mu.Lock()
 		for _, t := range s.tasks {
 			if matchMem(&f, t) {

@@ -84,6 +84,10 @@ func where(f norn.Filter, args []any) (string, []any) {
 	if f.IDContains != "" {
 		add("strpos(t.id, $?) > 0", f.IDContains)
 	}
+	if f.DependsOn != "" {
+		// @> (not = ANY) so the GIN index on depends_on serves it.
+		add("t.depends_on @> ARRAY[$?::text]", f.DependsOn)
+	}
 	if !f.CreatedAfter.IsZero() {
 		add("t.created > $?", f.CreatedAfter)
 	}

@@ -36,7 +36,7 @@ func RunWith(t *testing.T, f Factory, o Options) {
 	for _, exercise := range []func(*testing.T, setupFunc){
 		exerciseSubmit, exerciseCancel, exerciseUpdate, exerciseDelete, exerciseUnknownTask, exerciseTransact,
 		exerciseDependencies,
-		exerciseList, exerciseFilter,
+		exerciseList, exerciseFilter, exerciseDependsOnFilter,
 		exerciseRegisterWorker, exerciseClaim, exerciseHeartbeat, exerciseLog, exerciseFinish, exerciseTimeout,
 		exerciseLeaseBatch, exerciseFencing, exerciseRepeatedCall,
 		exerciseQueues, exerciseSubscribe, exerciseInvalidInput, exerciseClose,

@@ -1159,6 +1159,8 @@ export interface operations {
                 owner?: string;
                 /** @description Substring of the id. */
                 id_contains?: string;
+                /** @description Tasks that list this task id among their dependencies. */
+                depends_on?: string;
                 /** @description RFC 3339, exclusive. */
                 created_after?: string;
                 /** @description RFC 3339, exclusive. */
@@ -1258,6 +1260,8 @@ export interface operations {
                 owner?: string;
                 /** @description Substring of the id. */
                 id_contains?: string;
+                /** @description Tasks that list this task id among their dependencies. */
+                depends_on?: string;
                 /** @description RFC 3339, exclusive. */
                 created_after?: string;
                 /** @description RFC 3339, exclusive. */
@@ -1339,6 +1343,8 @@ export interface operations {
                 owner?: string;
                 /** @description Substring of the id. */
                 id_contains?: string;
+                /** @description Tasks that list this task id among their dependencies. */
+                depends_on?: string;
                 /** @description RFC 3339, exclusive. */
                 created_after?: string;
                 /** @description RFC 3339, exclusive. */

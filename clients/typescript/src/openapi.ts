@@ -1160,6 +1160,8 @@ export interface operations {
                 owner?: string;
                 /** @description Substring of the id. */
                 id_contains?: string;
+                /** @description Tasks that list this task id among their dependencies. */
+                depends_on?: string;
                 /** @description RFC 3339, exclusive. */
                 created_after?: string;
                 /** @description RFC 3339, exclusive. */
@@ -1259,6 +1261,8 @@ export interface operations {
                 owner?: string;
                 /** @description Substring of the id. */
                 id_contains?: string;
+                /** @description Tasks that list this task id among their dependencies. */
+                depends_on?: string;
                 /** @description RFC 3339, exclusive. */
                 created_after?: string;
                 /** @description RFC 3339, exclusive. */
@@ -1340,6 +1344,8 @@ export interface operations {
                 owner?: string;
                 /** @description Substring of the id. */
                 id_contains?: string;
+                /** @description Tasks that list this task id among their dependencies. */
+                depends_on?: string;
                 /** @description RFC 3339, exclusive. */
                 created_after?: string;
                 /** @description RFC 3339, exclusive. */
