@@ -107,6 +107,11 @@ type WorkerAPI interface {
 	// Yield gives the task back: ready at once, history TaskYield, and the
 	// attempt does not count.
 	Yield(ctx context.Context, ref LeaseRef) error
+	// Snooze puts the task back for later: scheduled until s's time (ready
+	// at once when that is not in the future), history TaskSnooze, and the
+	// attempt does not count. The lease number is kept (the next claim
+	// increments it) and the owner stays as the last owner.
+	Snooze(ctx context.Context, ref LeaseRef, s Snooze) (*Task, error)
 	// LeaseBatch applies many lease operations; each has its own result and
 	// one failing does not stop the others.
 	LeaseBatch(ctx context.Context, ops []LeaseOp) ([]LeaseOpResult, error)
@@ -340,6 +345,7 @@ const (
 	OpFail      LeaseOpKind = "fail"
 	OpAbort     LeaseOpKind = "abort"
 	OpYield     LeaseOpKind = "yield"
+	OpSnooze    LeaseOpKind = "snooze"
 )
 
 // LeaseOp is one operation of LeaseBatch.
@@ -347,6 +353,8 @@ type LeaseOp struct {
 	Op LeaseOpKind `json:"op"`
 	LeaseRef
 	Heartbeat
+	// Snooze is the delay or time of a snooze op.
+	Snooze
 	Result json.RawMessage `json:"result,omitempty"`
 	Error  *ErrorInfo      `json:"error,omitempty"`
 }

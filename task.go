@@ -65,6 +65,7 @@ const (
 	TaskComplete   HistoryType = "TaskComplete"   // completed by its owner
 	TaskAbort      HistoryType = "TaskAbort"      // aborted (by owner, retries used up, dependency failed, attempts exhausted)
 	TaskRelease    HistoryType = "TaskRelease"    // dependency satisfied or delay elapsed
+	TaskSnooze     HistoryType = "TaskSnooze"     // put back for later by its owner; attempt given back
 )
 
 // HistoryEntry is one recorded event in a task's life.

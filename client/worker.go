@@ -112,6 +112,20 @@ func (c *Client) Yield(ctx context.Context, ref norn.LeaseRef) error {
 	return c.finish(ctx, ref, "yield", owner(ref))
 }
 
+// Snooze puts a task back for later without counting the attempt
+// (POST /v1/tasks/{id}/snooze) and returns it.
+func (c *Client) Snooze(ctx context.Context, ref norn.LeaseRef, s norn.Snooze) (*norn.Task, error) {
+	if err := checkID("id", ref.TaskID); err != nil {
+		return nil, err
+	}
+	var out wire.TaskResponse
+	body := wire.SnoozeRequest{LeaseOwner: owner(ref), Snooze: s}
+	if err := c.do(ctx, request{method: http.MethodPost, path: taskPath(ref.TaskID, "/snooze"), body: body}, &out); err != nil {
+		return nil, err
+	}
+	return out.Task, nil
+}
+
 // LeaseBatch applies many lease operations in one request
 // (POST /v1/leases/batch); each result carries its own error. An operation
 // of an unknown kind gets its own invalid_argument result, as in the
@@ -125,7 +139,15 @@ func (c *Client) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Lea
 			return nil, err
 		}
 		switch ops[i].Op {
-		case norn.OpHeartbeat, norn.OpComplete, norn.OpFail, norn.OpAbort, norn.OpYield:
+		case norn.OpHeartbeat, norn.OpComplete, norn.OpFail, norn.OpAbort, norn.OpYield, norn.OpSnooze:
+			if ops[i].Op == norn.OpSnooze {
+				// The server refuses a whole batch with an invalid op; the
+				// stores give the op its own error, so check it here.
+				if err := ops[i].Snooze.Validate(); err != nil {
+					res[i].Err = norn.WithFieldPrefix(err, fmt.Sprintf("ops[%d]", i)).(*norn.Error)
+					continue
+				}
+			}
 			send = append(send, ops[i])
 			at = append(at, i)
 		default:

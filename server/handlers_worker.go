@@ -299,14 +299,42 @@ func (s *Server) handleYield(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+func (s *Server) handleSnooze(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	var b wire.SnoozeRequest
+	if err := wire.ReadBody(r.Body, &b, false); err != nil {
+		return err
+	}
+	if err := b.Snooze.Validate(); err != nil {
+		return err
+	}
+	ref, err := s.leaseRef(r, b.LeaseOwner)
+	if err != nil {
+		return err
+	}
+	t, err := s.store.Snooze(r.Context(), ref, b.Snooze)
+	if err != nil {
+		return err
+	}
+	s.m.finished(norn.OpSnooze, ref.TaskID, time.Now())
+	writeJSON(w, http.StatusOK, wire.TaskResponse{Task: t})
+	return nil
+}
+
 // validateLeaseOp checks one op of a lease batch; errors are not prefixed.
 func validateLeaseOp(op *norn.LeaseOp) error {
 	switch op.Op {
 	case norn.OpHeartbeat, norn.OpComplete, norn.OpFail, norn.OpAbort, norn.OpYield:
+	case norn.OpSnooze:
+		if err := op.Snooze.Validate(); err != nil {
+			return err
+		}
 	case "":
 		return norn.Invalid("op", "is required")
 	default:
-		return norn.Invalid("op", "must be heartbeat, complete, fail, abort or yield, got %q", wire.Trunc(string(op.Op)))
+		return norn.Invalid("op", "must be heartbeat, complete, fail, abort, yield or snooze, got %q", wire.Trunc(string(op.Op)))
 	}
 	if err := op.LeaseRef.Validate(); err != nil {
 		return err

@@ -250,7 +250,11 @@ func TestOpenAPIResponses(t *testing.T) {
 	call(409, "POST", "/v1/tasks/a/complete", `{`+lease+`}`)
 	call(200, "POST", "/v1/claim", `{"worker":"`+reg.ID+`","queues":["q"]}`).decode(t, &tr)
 	lease = `"worker":"` + reg.ID + `","lease":` + itoa(tr.Tasks[0].Lease)
-	call(200, "POST", "/v1/leases/batch", `{"ops":[{"op":"heartbeat","id":"a",`+lease+`},{"op":"yield","id":"a","worker":"x","lease":1}]}`)
+	call(200, "POST", "/v1/tasks/a/snooze", `{`+lease+`,"run_at":"2000-01-01T00:00:00Z"}`)
+	call(400, "POST", "/v1/tasks/a/snooze", `{`+lease+`}`)
+	call(200, "POST", "/v1/claim", `{"worker":"`+reg.ID+`","queues":["q"]}`).decode(t, &tr)
+	lease = `"worker":"` + reg.ID + `","lease":` + itoa(tr.Tasks[0].Lease)
+	call(200, "POST", "/v1/leases/batch", `{"ops":[{"op":"heartbeat","id":"a",`+lease+`},{"op":"yield","id":"a","worker":"x","lease":1},{"op":"snooze","id":"a","worker":"x","lease":1,"delay":"1s"}]}`)
 	call(200, "POST", "/v1/tasks/a/fail", `{`+lease+`,"error":{"code":"boom","description":"d","args":{"n":1}}}`)
 	call(200, "POST", "/v1/claim", `{"worker":"`+reg.ID+`","queues":["q"],"wait":"10s"}`).decode(t, &tr)
 	if len(tr.Tasks) == 1 {

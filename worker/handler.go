@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/nornq/norn"
 )
@@ -41,6 +42,8 @@ import (
 //   - an error fails it: it is retried per the task's retry policy, or
 //     aborted when no retries remain;
 //   - an error wrapped with Abort aborts it for good;
+//   - Snooze(d) puts it back for later (scheduled d from now) without
+//     counting the attempt;
 //   - a panic aborts it with the panic message and stack, and the worker
 //     keeps running.
 //
@@ -187,6 +190,31 @@ func Abort(err error) error {
 func IsAbort(err error) bool {
 	var a *abortError
 	return errors.As(err, &a)
+}
+
+// snoozeError asks for a snooze.
+type snoozeError struct{ d time.Duration }
+
+func (e *snoozeError) Error() string { return "worker: snooze for " + e.d.String() }
+
+// Snooze returns an error that, returned from a handler, puts the task back
+// for later instead of finishing it: scheduled d from now (ready at once
+// when d <= 0), the attempt does not count, and its history records
+// TaskSnooze. Use it for "not yet" (a resource is busy, a rate limit says
+// wait): unlike a failure it records no error and spends no retry.
+func Snooze(d time.Duration) error { return &snoozeError{d: d} }
+
+// snoozeOf returns the snooze a handler asked for, if it did.
+func snoozeOf(err error) (norn.Snooze, bool) {
+	var s *snoozeError
+	if !errors.As(err, &s) {
+		return norn.Snooze{}, false
+	}
+	if s.d <= 0 {
+		// A past run_at is "ready at once", whatever the store's clock says.
+		return norn.Snooze{RunAt: time.Unix(1, 0).UTC()}, true
+	}
+	return norn.Snooze{Delay: norn.Duration(s.d)}, true
 }
 
 // codedError attaches an error code.

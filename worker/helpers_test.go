@@ -74,6 +74,11 @@ func (s *spy) Yield(ctx context.Context, ref norn.LeaseRef) error {
 	return s.API.Yield(ctx, ref)
 }
 
+func (s *spy) Snooze(ctx context.Context, ref norn.LeaseRef, sn norn.Snooze) (*norn.Task, error) {
+	s.record(ref.TaskID, "snooze")
+	return s.API.Snooze(ctx, ref, sn)
+}
+
 func (s *spy) Heartbeat(ctx context.Context, ref norn.LeaseRef, hb norn.Heartbeat) (time.Time, error) {
 	s.mu.Lock()
 	fail := s.failBeats

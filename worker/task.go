@@ -227,6 +227,9 @@ type run struct {
 	// leaseLen is how long a lease lasts after a successful heartbeat;
 	// interval how often to heartbeat.
 	leaseLen, interval time.Duration
+	// snooze is what the handler asked for when it returned Snooze(d);
+	// written by finish before report reads it, on the same goroutine.
+	snooze norn.Snooze
 
 	// Guarded by Worker.mu.
 	state    runState

@@ -470,12 +470,17 @@ func (w *Worker) finish(r *run, err error, panicInfo *norn.ErrorInfo) {
 	log := w.log.With("worker", r.ref.Worker, "task", r.ref.TaskID, "lease", r.ref.Lease)
 	var op norn.LeaseOpKind
 	var info norn.ErrorInfo
+	sn, snooze := snoozeOf(err)
 	switch {
 	case panicInfo != nil:
 		op, info = norn.OpAbort, *panicInfo
 		log.Error("handler panicked; task aborted", "panic", firstLine(info.Description))
 	case err == nil:
 		op = norn.OpComplete
+	case snooze:
+		op = norn.OpSnooze
+		r.snooze = sn
+		log.Debug("task snoozed by its handler", "delay", sn.Delay.D())
 	case IsAbort(err):
 		op, info = norn.OpAbort, errorInfo(err)
 		log.Info("task aborted by its handler", "err", err)
@@ -514,6 +519,8 @@ func (w *Worker) report(r *run, op norn.LeaseOpKind, result json.RawMessage, inf
 			err = w.api.Complete(cctx, r.ref, result)
 		case norn.OpFail:
 			err = w.api.Fail(cctx, r.ref, info)
+		case norn.OpSnooze:
+			_, err = w.api.Snooze(cctx, r.ref, r.snooze)
 		default:
 			err = w.api.Abort(cctx, r.ref, info)
 		}

@@ -296,6 +296,14 @@ func AppendLeaseOps(b []byte, ops []norn.LeaseOp) ([]byte, error) {
 		if op.Extend != 0 {
 			b = jsonDuration(b, `,"extend":`, op.Extend)
 		}
+		if op.Delay != 0 {
+			b = jsonDuration(b, `,"delay":`, op.Delay)
+		}
+		if !op.RunAt.IsZero() {
+			if b, err = jsonMarshal(b, `,"run_at":`, op.RunAt); err != nil {
+				return nil, err
+			}
+		}
 		if len(op.Result) > 0 {
 			b = append(b, `,"result":`...)
 			b = append(b, op.Result...)

@@ -278,6 +278,11 @@ func TestRoundTrip(t *testing.T) {
 			request(t, marshalRequest(t, req), req)
 			plainResponse(t, Empty{})
 		},
+		"POST /v1/tasks/{id}/snooze": func(t *testing.T) {
+			req := filled[SnoozeRequest](t)
+			request(t, marshalRequest(t, req), req)
+			plainResponse(t, TaskResponse{Task: tp})
+		},
 		"POST /v1/leases/batch": func(t *testing.T) {
 			ops := []norn.LeaseOp{filled[norn.LeaseOp](t), {Op: norn.OpYield, LeaseRef: norn.LeaseRef{TaskID: "t", Worker: "w", Lease: 1}}}
 			body, err := AppendLeaseOps(nil, ops)

@@ -171,6 +171,13 @@ type FailRequest struct {
 // YieldRequest is the body of POST /v1/tasks/{id}/yield.
 type YieldRequest = LeaseOwner
 
+// SnoozeRequest is the body of POST /v1/tasks/{id}/snooze: the lease and
+// exactly one of delay and run_at.
+type SnoozeRequest struct {
+	LeaseOwner
+	norn.Snooze
+}
+
 // DeadlineResponse is the body of a heartbeat.
 type DeadlineResponse struct {
 	Deadline time.Time `json:"deadline"`

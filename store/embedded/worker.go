@@ -498,6 +498,8 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 				}
 			case norn.OpYield:
 				err = tx.yield(op.LeaseRef)
+			case norn.OpSnooze:
+				err = tx.snooze(op.LeaseRef, op.Snooze)
 			default:
 				err = norn.Invalid("op", "unknown lease operation %q", op.Op)
 			}

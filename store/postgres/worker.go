@@ -189,6 +189,14 @@ func (s *Store) Yield(ctx context.Context, ref norn.LeaseRef) error {
 	return s.single(ctx, norn.LeaseOp{Op: norn.OpYield, LeaseRef: ref})
 }
 
+// Snooze puts a running task back for later without counting the attempt.
+func (s *Store) Snooze(ctx context.Context, ref norn.LeaseRef, sn norn.Snooze) (*norn.Task, error) {
+	if err := s.single(ctx, norn.LeaseOp{Op: norn.OpSnooze, LeaseRef: ref, Snooze: sn}); err != nil {
+		return nil, err
+	}
+	return s.Get(ctx, ref.TaskID)
+}
+
 func (s *Store) single(ctx context.Context, op norn.LeaseOp) error {
 	res, err := s.LeaseBatch(ctx, []norn.LeaseOp{op})
 	if err != nil {
@@ -492,6 +500,8 @@ func validateLeaseOp(op norn.LeaseOp) error {
 		}
 		return norn.ValidateErrorInfo("error", *op.Error)
 	case norn.OpYield:
+	case norn.OpSnooze:
+		return op.Snooze.Validate()
 	default:
 		return norn.Invalid("op", "unknown operation %q", op.Op)
 	}
@@ -601,6 +611,21 @@ func (s *Store) decide(op norn.LeaseOp, r *rec, now time.Time) (deadline time.Ti
 		r.Status, r.Owner, r.Progress, r.Deadline, r.readyAt = norn.StatusReady, "", 0, time.Time{}, now
 		r.Attempts--
 		return time.Time{}, norn.EventKind(norn.TaskYield), []norn.HistoryEntry{h}, nil
+	case norn.OpSnooze:
+		// The owner stays as the last owner and the lease number is kept:
+		// the next claim increments it.
+		h := entry(norn.TaskSnooze, nil)
+		o := norn.AfterSnooze(now, op.Snooze)
+		r.Status, r.Progress, r.Deadline = o.Status, 0, time.Time{}
+		if o.Status == norn.StatusReady {
+			r.RunAt, r.readyAt = now, now
+		} else {
+			r.RunAt = micro(o.RunAt)
+		}
+		if r.Attempts > 0 {
+			r.Attempts--
+		}
+		return time.Time{}, norn.EventKind(norn.TaskSnooze), []norn.HistoryEntry{h}, nil
 	}
 	return time.Time{}, "", nil, norn.Invalid("op", "unknown operation %q", op.Op)
 }

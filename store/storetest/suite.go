@@ -38,7 +38,7 @@ func RunWith(t *testing.T, f Factory, o Options) {
 		exerciseDependencies,
 		exerciseList, exerciseFilter, exerciseDependsOnFilter,
 		exerciseRegisterWorker, exerciseClaim, exerciseHeartbeat, exerciseLog, exerciseFinish, exerciseTimeout,
-		exerciseLeaseBatch, exerciseFencing, exerciseRepeatedCall,
+		exerciseLeaseBatch, exerciseFencing, exerciseRepeatedCall, exerciseSnooze,
 		exerciseQueues, exerciseSubscribe, exerciseInvalidInput, exerciseClose,
 		exerciseSchedules, exerciseReadLog,
 	} {

@@ -1,0 +1,39 @@
+package norn
+
+import "time"
+
+// Snooze says until when a snoozed task waits: exactly one of Delay (> 0,
+// from now) or RunAt (a past time makes the task ready at once).
+type Snooze struct {
+	Delay Duration  `json:"delay,omitzero"`
+	RunAt time.Time `json:"run_at,omitzero"`
+}
+
+// Validate checks that exactly one of Delay and RunAt is set and that
+// Delay is positive; errors name "delay" or "run_at".
+func (s Snooze) Validate() error {
+	switch {
+	case s.Delay != 0 && !s.RunAt.IsZero():
+		return Invalid("run_at", "give either delay or run_at, not both")
+	case s.Delay < 0:
+		return Invalid("delay", "must be positive, got %s", s.Delay.D())
+	case s.Delay == 0 && s.RunAt.IsZero():
+		return Invalid("delay", "a snooze needs a positive delay or a run_at")
+	}
+	return nil
+}
+
+// AfterSnooze decides what Snooze does to a running task at now: scheduled
+// until the snooze's time, or ready at once when that time is not in the
+// future. The caller gives the attempt back (Attempts - 1) and keeps the
+// lease number, so the next claim still fences out the snoozing worker.
+func AfterSnooze(now time.Time, s Snooze) Outcome {
+	at := s.RunAt
+	if s.Delay > 0 {
+		at = now.Add(s.Delay.D())
+	}
+	if at.After(now) {
+		return Outcome{Status: StatusScheduled, RunAt: at, History: TaskSnooze}
+	}
+	return Outcome{Status: StatusReady, RunAt: now, History: TaskSnooze}
+}
