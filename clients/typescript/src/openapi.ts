@@ -244,6 +244,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tasks/{id}/snooze": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Put the task back for later
+         * @description Roles: worker, admin
+         */
+        post: operations["snoozeTask"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/transactions": {
         parameters: {
             query?: never;
@@ -646,7 +666,7 @@ export interface components {
         };
         HistoryEntry: {
             /** @enum {string} */
-            type: "TaskAssignment" | "TaskTimeout" | "TaskYield" | "TaskRetry" | "TaskCancel" | "TaskComplete" | "TaskAbort" | "TaskRelease";
+            type: "TaskAssignment" | "TaskTimeout" | "TaskYield" | "TaskRetry" | "TaskCancel" | "TaskComplete" | "TaskAbort" | "TaskRelease" | "TaskSnooze";
             /** Format: date-time */
             time: string;
             worker?: string;
@@ -804,14 +824,33 @@ export interface components {
             lease: number;
             error?: components["schemas"]["ErrorInfo"];
         };
+        /** @description The lease and exactly one of delay and run_at. */
+        SnoozeRequest: {
+            worker: string;
+            lease: number;
+            /** @description How long to wait (> 0). */
+            delay?: components["schemas"]["Duration"];
+            /**
+             * Format: date-time
+             * @description When the task becomes ready again; a past time makes it ready at once.
+             */
+            run_at?: string;
+        };
         LeaseOp: {
             worker: string;
             lease: number;
             /** @enum {string} */
-            op: "heartbeat" | "complete" | "fail" | "abort" | "yield";
+            op: "heartbeat" | "complete" | "fail" | "abort" | "yield" | "snooze";
             id: string;
             progress?: number;
             extend?: components["schemas"]["Duration"];
+            /** @description snooze: how long to wait (> 0); give delay or run_at. */
+            delay?: components["schemas"]["Duration"];
+            /**
+             * Format: date-time
+             * @description snooze: when the task becomes ready again (a past time: at once).
+             */
+            run_at?: string;
             /** @description Any JSON value. */
             result?: unknown;
             error?: components["schemas"]["ErrorInfo"];
@@ -1787,6 +1826,41 @@ export interface operations {
             415: components["responses"]["E415"];
             421: components["responses"]["E421"];
             429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+        };
+    };
+    snoozeTask: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Task id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SnoozeRequest"];
+            };
+        };
+        responses: {
+            /** @description The task: scheduled until the snooze time (ready if that is not in the future); the attempt does not count, history TaskSnooze, the lease number is kept so the next claim fences this worker out. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TaskResponse"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            404: components["responses"]["E404"];
+            409: components["responses"]["E409"];
+            413: components["responses"]["E413"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
         };
