@@ -65,6 +65,11 @@ func TestPostgresTwoNodes(t *testing.T) {
 				record(claimedDead, ts)
 				return false
 			}
+			// A completes nothing it publishes (it dies at its first
+			// completion), and with claim-ahead several publications can
+			// be under way when it does: every message A published is
+			// one it holds and B fires again.
+			record(heldByA, ts)
 			return true
 		},
 		beforeComplete: func(ts []*norn.Task) bool {
@@ -73,7 +78,6 @@ func TestPostgresTwoNodes(t *testing.T) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			record(heldByA, ts)
 			dead = true
 			return false
 		},
