@@ -305,7 +305,10 @@ type MonitorReport struct {
 	Sweeps    int             // monitor passes that changed something
 	Leads     int             // leadership terms
 	Takeovers []time.Duration // leader stopped or killed → another node leads
-	Problems  []string
+	// FrozenSweeps: sweeps under way when their node was frozen, which
+	// span the pause and are not judged as a second sweeper.
+	FrozenSweeps int
+	Problems     []string
 }
 
 // CheckMonitor checks from the nodes' logs that the monitor's duties were
@@ -328,9 +331,27 @@ func CheckMonitor(nodes []*Node, events []Event, until time.Time) *MonitorReport
 		}
 	}
 	ts := func(t time.Time) string { return t.Format("15:04:05.000") }
+	// A sweep that was under way when its node was frozen (SIGSTOP) spans
+	// the whole pause: it is the frozen leader's, it resumes after another
+	// node took over, and its late writes are compare-and-sets that cannot
+	// overwrite the new leader's (docs/reliability.md). It is not a second
+	// sweeper; every other overlap is.
+	frozen := func(s interval) bool {
+		for _, e := range events {
+			name, _ := strings.CutSuffix(e.Target, " (leader)")
+			if e.Fault == "pause" && name == s.node && !s.start.After(e.Start) && !s.end.Before(e.Healed) {
+				return true
+			}
+		}
+		return false
+	}
 	sort.Slice(all, func(i, j int) bool { return all[i].start.Before(all[j].start) })
 	var active []interval
 	for _, s := range all {
+		if frozen(s) {
+			mr.FrozenSweeps++
+			continue
+		}
 		keep := active[:0]
 		for _, a := range active {
 			if a.end.After(s.start) {

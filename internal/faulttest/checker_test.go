@@ -78,6 +78,14 @@ func TestCheckMonitor(t *testing.T) {
 		{"sweep without the lead", []logLine{line(s(1), msgSwept, s(0.5))}, nil, nil, "a swept"},
 		{"sweep after losing the lead mid-sweep", []logLine{line(s(0), msgLeads, zero), line(s(1), msgLost+" during a sweep; sweep stopped", zero),
 			line(s(3), msgSwept, s(2)), line(s(4), msgLeads, zero)}, nil, nil, "a swept"},
+		// a is frozen mid-sweep (0.9 s to 6 s spans the pause from 1 s to
+		// 5.5 s) while b takes over and sweeps: not a second sweeper.
+		{"frozen leader's sweep spans the pause", []logLine{line(s(0), msgLeads, zero), line(s(6), msgSwept, s(0.9)), line(s(6.1), msgLost, zero)},
+			[]logLine{line(s(3), msgLeads, zero), line(s(4), msgSwept, s(3.5))},
+			[]Event{{Fault: "pause", Target: "a (leader)", Start: s(1), Healed: s(5.5)}}, ""},
+		// The same overlap without a pause is two sweepers.
+		{"overlap without a pause", []logLine{line(s(0), msgLeads, zero), line(s(6), msgSwept, s(0.9))},
+			[]logLine{line(s(3), msgLeads, zero), line(s(4), msgSwept, s(3.5))}, nil, "b swept"},
 		{"no takeover", []logLine{line(s(0), msgLeads, zero)}, nil,
 			[]Event{{Fault: "pause", Target: "a (leader)", Start: s(1), Healed: s(9)}}, "pause: the leader a"},
 	} {
