@@ -48,34 +48,24 @@ func (s *Store) queues(ctx context.Context, only *string) ([]norn.QueueInfo, err
 		if err != nil {
 			return err
 		}
-		for rows.Next() {
-			name, d, err := scanQueue(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			q := get(name)
-			q.Paused, q.Defaults = d.paused, d.QueueDefaults
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		rows, err = br.Query()
+		qds, err := pgx.CollectRows(rows, queueRow)
 		if err != nil {
 			return err
 		}
-		for rows.Next() {
-			var name, st string
-			var n int64
-			if err := rows.Scan(&name, &st, &n); err != nil {
-				rows.Close()
-				return err
-			}
-			get(name).Counts[norn.Status(st)] = n
+		for _, d := range qds {
+			q := get(d.name)
+			q.Paused, q.Defaults = d.paused, d.QueueDefaults
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		if rows, err = br.Query(); err != nil {
+			return err
+		}
+		var name, st string
+		var n int64
+		_, err = pgx.ForEachRow(rows, []any{&name, &st, &n}, func() error {
+			get(name).Counts[norn.Status(st)] = n
+			return nil
+		})
+		if err != nil {
 			return err
 		}
 		return br.Close()
@@ -126,7 +116,7 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		d := queueDefaults{QueueDefaults: norn.DefaultQueueDefaults()}
 		row := tx.QueryRow(ctx, s.q(`SELECT `+queueCols+` FROM {s}.queues WHERE name = $1 FOR UPDATE`), name)
-		if _, got, err := scanQueue(row); err == nil {
+		if got, err := scanQueue(row); err == nil {
 			d = got
 		} else if err != pgx.ErrNoRows {
 			return err
@@ -191,16 +181,13 @@ func (s *Store) Workers(ctx context.Context) ([]norn.WorkerInfo, error) {
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (norn.WorkerInfo, error) {
 			var w norn.WorkerInfo
-			if err := rows.Scan(&w.ID, &w.Name, &w.Queues, &w.Registered, &w.LastSeen); err != nil {
-				return err
-			}
+			err := row.Scan(&w.ID, &w.Name, &w.Queues, &w.Registered, &w.LastSeen)
 			w.Registered, w.LastSeen = w.Registered.UTC(), w.LastSeen.UTC()
-			out = append(out, w)
-		}
-		return rows.Err()
+			return w, err
+		})
+		return err
 	})
 	return out, err
 }

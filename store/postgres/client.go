@@ -183,19 +183,17 @@ func (s *Store) page(ctx context.Context, q norn.Query, c *cursor, limit int) ([
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			r, err := scanRec(rows)
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*norn.Task, error) {
+			r, err := scanRec(row)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			t := r.task()
 			if q.Summary {
-				t = t.Summary()
+				return r.Summary(), nil
 			}
-			out = append(out, t)
-		}
-		return rows.Err()
+			return &r.Task, nil
+		})
+		return err
 	})
 	return out, err
 }
@@ -346,17 +344,14 @@ func (s *Store) groupCounts(ctx context.Context, cond string, args []any) ([]nor
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (norn.GroupCount, error) {
 			var g norn.GroupCount
 			var st string
-			if err := rows.Scan(&g.Queue, &st, &g.Count); err != nil {
-				return err
-			}
+			err := row.Scan(&g.Queue, &st, &g.Count)
 			g.Status = norn.Status(st)
-			out = append(out, g)
-		}
-		return rows.Err()
+			return g, err
+		})
+		return err
 	})
 	norn.SortGroupCounts(out)
 	return out, err
@@ -468,19 +463,14 @@ SELECT d.id, d.old_status FROM d WHERE (SELECT count(*) FROM nt) >= 0`), ids, no
 	}
 	var pendingIDs []string
 	n := 0
-	for rows.Next() {
-		var id, st string
-		if err := rows.Scan(&id, &st); err != nil {
-			rows.Close()
-			return 0, err
-		}
+	var id, st string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &st}, func() error {
 		n++
 		if norn.Status(st).Pending() {
 			pendingIDs = append(pendingIDs, id)
 		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		return nil
+	}); err != nil {
 		return 0, err
 	}
 	if len(pendingIDs) > 0 {

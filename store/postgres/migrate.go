@@ -205,18 +205,17 @@ func status(ctx context.Context, conn *pgx.Conn, schema string) (MigrationStatus
 		if err != nil {
 			return st, mapErr(err)
 		}
-		for rows.Next() {
+		st.Applied, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (AppliedMigration, error) {
 			var a AppliedMigration
-			if err := rows.Scan(&a.Version, &a.Name, &a.AppliedAt); err != nil {
-				rows.Close()
-				return st, mapErr(err)
-			}
+			err := row.Scan(&a.Version, &a.Name, &a.AppliedAt)
 			a.AppliedAt = a.AppliedAt.UTC()
-			st.Applied = append(st.Applied, a)
-			st.Current = max(st.Current, a.Version)
-		}
-		if err := rows.Err(); err != nil {
+			return a, err
+		})
+		if err != nil {
 			return st, mapErr(err)
+		}
+		for _, a := range st.Applied {
+			st.Current = max(st.Current, a.Version)
 		}
 	}
 	for v := st.Current + 1; v <= st.Latest; v++ {

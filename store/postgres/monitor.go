@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,273 +13,54 @@ import (
 	"github.com/nornq/norn"
 )
 
-// sweepBatch bounds every sweep statement so a backlog is worked off in
-// short transactions instead of one huge one.
-const sweepBatch = 1000
-
-// Sweep runs one monitor pass now: expired leases, due delays and
-// backoffs, retention. Every change is a compare-and-set on the (status,
-// lease, version) read, so two nodes sweeping at once, or a worker
-// finishing a task while it is swept, can never be overwritten.
-func (s *Store) Sweep(ctx context.Context) (norn.SweepReport, error) {
-	var rep norn.SweepReport
-	if err := s.sweepTimeouts(ctx, &rep); err != nil {
-		return rep, err
-	}
-	if err := s.sweepDelays(ctx, &rep); err != nil {
-		return rep, err
-	}
-	if err := s.sweepRetention(ctx, &rep); err != nil {
-		return rep, err
-	}
-	if err := s.fireSchedules(ctx, &rep); err != nil {
-		return rep, err
-	}
-	return rep, nil
+// monitorParams configures the monitor duty (Config's LeaderLockKey,
+// LeaderRetry and SweepInterval).
+type monitorParams struct {
+	lockKey       int64
+	retry         time.Duration
+	sweepInterval time.Duration
 }
 
-// noSortSQL runs before the statements that take the head of a partial
-// index in order (claims, due delays, expired leases), in the same
-// implicit transaction of a pipeline. Those tables churn faster than
-// statistics follow: after a backlog was worked off and analyzed, a new
-// backlog of 100,000 tasks was estimated at one row, and the planner
-// preferred a bitmap scan of the whole backlog plus an on-disk sort to
-// reading the first n index entries (claims took 250 ms instead of 2).
-// With explicit sorts disabled, the ordered index scan is the only
-// cheap plan, whatever the estimates say. (The disabled sort's nominal
-// cost must not trigger JIT compilation: the store turns jit off for its
-// sessions, and this statement does so again for sessions whose URL
-// turned it on.)
-const noSortSQL = "SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)"
-
-// sweepCandidates reads tasks matching cond (a condition on t and $1 =
-// now) without locking them.
-func (s *Store) sweepCandidates(ctx context.Context, conn *pgx.Conn, cond, order string) (time.Time, []*rec, error) {
-	now, err := s.dbNow(ctx, conn)
-	if err != nil {
-		return now, nil, err
-	}
-	now = micro(now)
-	b := &pgx.Batch{}
-	b.Queue(noSortSQL)
-	b.Queue(s.q(`SELECT `+colsCore+` FROM {s}.tasks t WHERE `+cond+` ORDER BY `+order+` LIMIT $2`), now, sweepBatch)
-	br := conn.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return now, nil, err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return now, nil, err
-	}
-	defer rows.Close()
-	var out []*rec
-	for rows.Next() {
-		r, err := scanRec(rows)
-		if err != nil {
-			return now, nil, err
-		}
-		out = append(out, r)
-	}
-	return now, out, rows.Err()
+// monitor is the background duty that, on every node, tries to lead the
+// sweeps: see run.
+type monitor struct {
+	p      monitorParams
+	s      *Store // whose sweeps it runs
+	leader atomic.Bool
+	*duty
 }
 
-func (s *Store) sweepTimeouts(ctx context.Context, rep *norn.SweepReport) error {
-	for {
-		var n int
-		err := s.withConn(ctx, func(conn *pgx.Conn) error {
-			now, cands, err := s.sweepCandidates(ctx, conn, `t.status = 'running' AND t.deadline < $1`, `t.deadline`)
-			if err != nil {
-				return err
-			}
-			n = len(cands)
-			if s.cfg.sweepPause != nil && n > 0 {
-				s.cfg.sweepPause()
-			}
-			changes := make([]*change, 0, n)
-			for _, o := range cands {
-				r := o.clone()
-				out := norn.AfterTimeout(&r.Task, now)
-				h := norn.HistoryEntry{Type: out.History, Time: now, Worker: r.Owner, Lease: r.Lease, Progress: r.Progress, Error: &out.Error}
-				r.Errors = append(r.Errors, out.Error)
-				r.Status, r.Deadline = out.Status, time.Time{}
-				if out.Status == norn.StatusReady {
-					r.Owner, r.Progress, r.readyAt = "", 0, now
-				} else {
-					r.endedAt = now
-				}
-				changes = append(changes, &change{old: o, cur: r, hist: []norn.HistoryEntry{h}, kind: norn.EventKind(out.History)})
-			}
-			res, err := s.apply(ctx, conn, false, now, changes)
-			if err != nil {
-				return err
-			}
-			for _, c := range changes {
-				if !res.ok[c.cur.ID] {
-					continue // a heartbeat, completion or reclaim won the race
-				}
-				if c.cur.Status == norn.StatusReady {
-					rep.TimedOut++
-				} else {
-					rep.Aborted++
-				}
-			}
-			rep.Aborted += len(res.aborted)
-			if len(res.ok) > 0 {
-				s.wake.fire()
-			}
-			return nil
-		})
-		if err != nil || n < sweepBatch {
-			return err
-		}
-	}
+// startMonitor starts the monitor duty of s; stop it with stop.
+func startMonitor(s *Store, p monitorParams) *monitor {
+	m := &monitor{p: p, s: s}
+	m.duty = startDuty(m.run)
+	return m
 }
 
-// delaySQL releases due delays and backoffs ($1: now, or NULL for the
-// database clock; $2 rows at most) in one statement: the due tasks are
-// locked (SKIP LOCKED: a task some other transaction is changing is left
-// for the next sweep) and re-checked as still scheduled and due, so there is
-// no gap between reading and writing in which a cancel or update could be
-// overwritten, and two nodes sweeping at once release each task once.
-func (s *Store) delaySQL() string { return s.sql.delay }
-
-func (s *Store) buildDelaySQL() string {
-	return s.q(`WITH n AS (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now),
-c AS (SELECT t.id FROM {s}.tasks t WHERE t.status = 'scheduled' AND t.run_at <= (SELECT now FROM n)
-	ORDER BY t.run_at LIMIT $2 FOR UPDATE SKIP LOCKED),
-upd AS (UPDATE {s}.tasks t SET status = 'ready', ready_at = n.now, updated = n.now, version = t.version + 1,
-	history_count = t.history_count + 1
-	FROM c, n WHERE t.id = c.id
-	RETURNING t.id, t.queue, t.status, t.version, t.history_count, 'TaskRelease'::text AS kind, t.updated AS time),
-h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time) SELECT id, history_count, 'TaskRelease', time FROM upd)` +
-		replaceHL(trimHistory, "$3") + s.eventsCTE("upd") + `
-SELECT count(*), (SELECT count(*) FROM nt) FROM upd`)
-}
-
-func (s *Store) sweepDelays(ctx context.Context, rep *norn.SweepReport) error {
-	for {
-		var n int64
-		err := s.withConn(ctx, func(conn *pgx.Conn) error {
-			var cnt int64
-			b := &pgx.Batch{}
-			b.Queue(noSortSQL)
-			b.Queue(s.delaySQL(), s.clockNow(), sweepBatch, s.cfg.HistoryLimit)
-			br := conn.SendBatch(ctx, b)
-			defer br.Close()
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-			if err := br.QueryRow().Scan(&n, &cnt); err != nil {
-				return err
-			}
-			return br.Close()
-		})
-		if err != nil {
-			return err
-		}
-		rep.Released += int(n)
-		if n > 0 {
-			s.wake.fire()
-		}
-		if n < sweepBatch {
-			return nil
-		}
-	}
-}
-
-// sweepRetention deletes terminal tasks whose queue's retention for their
-// status has passed since they ended. The index on (status, ended_at)
-// bounds the scan to tasks older than the shortest retention in force.
-func (s *Store) sweepRetention(ctx context.Context, rep *norn.SweepReport) error {
-	for _, st := range []struct {
-		status norn.Status
-		col    string
-		def    time.Duration
-	}{
-		{norn.StatusCompleted, "retention_completed_ns", norn.DefaultRetention.Completed.D()},
-		{norn.StatusAborted, "retention_aborted_ns", norn.DefaultRetention.Aborted.D()},
-		{norn.StatusCancelled, "retention_cancelled_ns", norn.DefaultRetention.Cancelled.D()},
-	} {
-		for {
-			var n int
-			err := s.withConn(ctx, func(conn *pgx.Conn) error {
-				now, err := s.dbNow(ctx, conn)
-				if err != nil {
-					return err
-				}
-				now = micro(now)
-				var minNS *int64
-				if err := conn.QueryRow(ctx, s.q(`SELECT min(`+st.col+`) FROM {s}.queues WHERE `+st.col+` > 0`)).Scan(&minNS); err != nil {
-					return err
-				}
-				minRet := st.def
-				if minNS != nil && time.Duration(*minNS) < minRet {
-					minRet = time.Duration(*minNS)
-				}
-				rows, err := conn.Query(ctx, s.q(fmt.Sprintf(`SELECT t.id FROM {s}.tasks t LEFT JOIN {s}.queues q ON q.name = t.queue
-WHERE t.status = $1 AND t.ended_at IS NOT NULL AND t.ended_at <= $2
-	AND coalesce(q.%[1]s, $3) > 0 AND t.ended_at + (coalesce(q.%[1]s, $3) / 1000) * interval '1 microsecond' <= $4
-ORDER BY t.ended_at LIMIT $5`, st.col)), string(st.status), now.Add(-minRet), int64(st.def), now, sweepBatch)
-				if err != nil {
-					return err
-				}
-				ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-				if err != nil {
-					return err
-				}
-				n = len(ids)
-				if n == 0 {
-					return nil
-				}
-				// Only tasks still terminal in that status go: one that was
-				// deleted or replaced meanwhile is left alone.
-				tag, err := conn.Exec(ctx, s.q(`WITH d AS (DELETE FROM {s}.tasks t WHERE t.id = ANY($1) AND t.status = $2
-	RETURNING t.id, t.queue, 'deleted'::text AS status, t.version + 1 AS version, 'TaskDelete'::text AS kind, $3::timestamptz AS time),
-dh AS (DELETE FROM {s}.task_history_rows h USING d WHERE h.task_id = d.id),
-dl AS (DELETE FROM {s}.task_log l USING d WHERE l.task_id = d.id)`+s.eventsCTE("d")+`
-SELECT d.id FROM d WHERE (SELECT count(*) FROM nt) >= 0`), ids, string(st.status), now)
-				if err != nil {
-					return err
-				}
-				rep.Purged += int(tag.RowsAffected())
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-			if n < sweepBatch {
-				break
-			}
-		}
-	}
-	return nil
-}
-
-// monitor runs on every node: it tries to become the leader with a
+// run is the monitor duty: it tries to become the leader with a
 // session-level advisory lock on a dedicated connection and, while it
 // holds it, sweeps timeouts and delays as they fall due and runs a full
 // sweep (retention too) every SweepInterval. A new delay reported by any
 // node wakes it to recompute when the next one is due. When the leader's
 // session dies the lock is released by the server and another node takes
 // over at its next attempt.
-func (s *Store) monitor() {
-	defer s.wg.Done()
+func (m *monitor) run(ctx context.Context) {
+	s := m.s
 	var lockConn *pgx.Conn
 	defer func() {
 		if lockConn != nil {
 			lockConn.Close(context.Background())
 		}
-		s.leader.Store(false)
+		m.leader.Store(false)
 	}()
 	var lastFull, lastPing time.Time
 	for {
 		if lockConn == nil || lockConn.IsClosed() {
-			s.leader.Store(false)
-			ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+			m.leader.Store(false)
+			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			c, err := pgx.ConnectConfig(ctx, s.connCfg)
 			if err == nil {
-				err = s.limitIdle(ctx, c)
+				err = m.limitIdle(ctx, c)
 			}
 			cancel()
 			if err == nil {
@@ -287,32 +69,32 @@ func (s *Store) monitor() {
 				lockConn = nil
 			}
 		}
-		if lockConn != nil && !s.leader.Load() {
-			ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+		if lockConn != nil && !m.leader.Load() {
+			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			var got bool
-			err := lockConn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", s.cfg.LeaderLockKey).Scan(&got)
+			err := lockConn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", m.p.lockKey).Scan(&got)
 			cancel()
 			if err != nil {
 				lockConn.Close(context.Background())
 				lockConn = nil
 			} else if got {
-				s.leader.Store(true)
+				m.leader.Store(true)
 				lastFull, lastPing = time.Time{}, time.Now()
 				s.cfg.Logger.Info("norn: this node now leads the monitor", "schema", s.cfg.Schema)
 			}
 		}
-		wait := s.cfg.LeaderRetry
+		wait := m.p.retry
 		// Taken before looking at what is due, so a delay reported while
 		// we look is not missed.
 		wake := s.sweepWake.wait()
-		if s.leader.Load() {
+		if m.leader.Load() {
 			// Still leading? A dead session means the lock is gone.
-			if time.Since(lastPing) >= s.cfg.LeaderRetry {
-				ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+			if time.Since(lastPing) >= m.p.retry {
+				ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				err := lockConn.Ping(ctx)
 				cancel()
 				if err != nil {
-					s.leader.Store(false)
+					m.leader.Store(false)
 					lockConn.Close(context.Background())
 					lockConn = nil
 					s.cfg.Logger.Warn("norn: lost the monitor leadership", "err", err)
@@ -320,25 +102,25 @@ func (s *Store) monitor() {
 				}
 				lastPing = time.Now()
 			}
-			ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
-			lost := s.holdLead(ctx, cancel, lockConn)
+			sctx, cancel := context.WithTimeout(ctx, time.Minute)
+			lost := m.holdLead(ctx, sctx, cancel, lockConn)
 			var err error
 			var rep norn.SweepReport
 			start := time.Now()
-			due := s.nextDue(ctx)
+			due := m.nextDue(sctx)
 			switch {
-			case time.Since(lastFull) >= s.cfg.SweepInterval:
-				rep, err = s.Sweep(ctx)
+			case time.Since(lastFull) >= m.p.sweepInterval:
+				rep, err = s.Sweep(sctx)
 				lastFull = time.Now()
-				due = s.nextDue(ctx)
+				due = m.nextDue(sctx)
 			case due <= 0:
-				if err = s.sweepTimeouts(ctx, &rep); err == nil {
-					err = s.sweepDelays(ctx, &rep)
+				if err = s.sweepTimeouts(sctx, &rep); err == nil {
+					err = s.sweepDelays(sctx, &rep)
 				}
 				if err == nil {
-					err = s.fireSchedules(ctx, &rep)
+					err = s.fireSchedules(sctx, &rep)
 				}
-				due = s.nextDue(ctx)
+				due = m.nextDue(sctx)
 			}
 			cancel()
 			if rep != (norn.SweepReport{}) {
@@ -348,16 +130,16 @@ func (s *Store) monitor() {
 					"released", rep.Released, "aborted", rep.Aborted, "purged", rep.Purged, "fired", rep.Fired)
 			}
 			if lostErr := lost(); lostErr != nil {
-				s.leader.Store(false)
+				m.leader.Store(false)
 				lockConn.Close(context.Background())
 				lockConn = nil
 				s.cfg.Logger.Warn("norn: lost the monitor leadership during a sweep; sweep stopped", "err", lostErr)
 				continue
 			}
-			if err != nil && s.ctx.Err() == nil {
+			if err != nil && ctx.Err() == nil {
 				s.cfg.Logger.Warn("norn: sweep failed", "err", err)
 			}
-			wait = max(min(due, s.cfg.SweepInterval-time.Since(lastFull)), 5*time.Millisecond)
+			wait = max(min(due, m.p.sweepInterval-time.Since(lastFull)), 5*time.Millisecond)
 		} else {
 			// Only the leader cares about new delays; the others just
 			// retry the lock now and then.
@@ -365,7 +147,7 @@ func (s *Store) monitor() {
 		}
 		timer := time.NewTimer(wait)
 		select {
-		case <-s.ctx.Done():
+		case <-ctx.Done():
 			timer.Stop()
 			return
 		case <-timer.C:
@@ -380,24 +162,24 @@ func (s *Store) monitor() {
 // loaded database) and cancels the sweep if the session dies, since the
 // lock, and with it the lead, is then gone and another node may sweep.
 // The returned function stops it and reports a lost session; lockConn is
-// the monitor's again once it returned.
-func (s *Store) holdLead(ctx context.Context, cancel context.CancelFunc, lockConn *pgx.Conn) func() error {
+// the monitor's again once it returned. ctx is the duty's, sctx the sweep's.
+func (m *monitor) holdLead(ctx, sctx context.Context, cancel context.CancelFunc, lockConn *pgx.Conn) func() error {
 	done := make(chan struct{})
 	var lostErr error
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
-		t := time.NewTicker(max(s.cfg.LeaderRetry/2, 10*time.Millisecond))
+		t := time.NewTicker(max(m.p.retry/2, 10*time.Millisecond))
 		defer t.Stop()
 		for {
 			select {
 			case <-done:
 				return
-			case <-ctx.Done():
+			case <-sctx.Done():
 				return
 			case <-t.C:
 			}
-			pctx, pcancel := context.WithTimeout(s.ctx, 10*time.Second)
+			pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
 			err := lockConn.Ping(pctx)
 			pcancel()
 			if err != nil {
@@ -423,8 +205,8 @@ func (s *Store) holdLead(ctx context.Context, cancel context.CancelFunc, lockCon
 // max(LeaderRetry, SweepInterval) plus one sweep, so a live leader is never
 // idle that long. PostgreSQL before 14 has no idle_session_timeout: there a
 // frozen leader keeps the lead until it resumes.
-func (s *Store) limitIdle(ctx context.Context, c *pgx.Conn) error {
-	d := max(5*time.Second, 3*max(s.cfg.LeaderRetry, s.cfg.SweepInterval))
+func (m *monitor) limitIdle(ctx context.Context, c *pgx.Conn) error {
+	d := max(5*time.Second, 3*max(m.p.retry, m.p.sweepInterval))
 	_, err := c.Exec(ctx, fmt.Sprintf("SET idle_session_timeout = %d", d.Milliseconds()))
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42704" { // undefined_object: PostgreSQL < 14
@@ -439,8 +221,9 @@ func (s *Store) limitIdle(ctx context.Context, c *pgx.Conn) error {
 // nextDue returns how long until the next delay or lease deadline is due
 // (zero or less: something is due now), SweepInterval when nothing is
 // pending or the clock is a fake one.
-func (s *Store) nextDue(ctx context.Context) time.Duration {
-	wait := s.cfg.SweepInterval
+func (m *monitor) nextDue(ctx context.Context) time.Duration {
+	s := m.s
+	wait := m.p.sweepInterval
 	if s.cfg.Clock != nil {
 		return wait // a fake clock does not move with real time
 	}

@@ -140,6 +140,31 @@ func scanRec(row pgx.Row) (*rec, error) {
 	return &r, nil
 }
 
+// recRow reads one task row (any of the column lists) for pgx.CollectRows.
+func recRow(row pgx.CollectableRow) (*rec, error) { return scanRec(row) }
+
+// recsByID reads every task row of rows, keyed by id.
+func recsByID(rows pgx.Rows) (map[string]*rec, error) {
+	list, err := pgx.CollectRows(rows, recRow)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*rec, len(list))
+	for _, r := range list {
+		out[r.ID] = r
+	}
+	return out, nil
+}
+
+// idRow reads the task id in the first column of a row, ignoring the rest
+// (the writing statements return the id and the notification count).
+func idRow(row pgx.CollectableRow) (string, error) {
+	var id string
+	dest := make([]any, len(row.FieldDescriptions()))
+	dest[0] = &id
+	return id, row.Scan(dest...)
+}
+
 // task returns the public view.
 func (r *rec) task() *norn.Task {
 	t := r.Task.Clone()

@@ -141,13 +141,16 @@ type Store struct {
 	channel string
 
 	closed    atomic.Bool
-	ctx       context.Context // cancelled by Close
+	ctx       context.Context // cancelled by Close: ends waiting claims
 	cancel    context.CancelFunc
-	wg        sync.WaitGroup
 	wake      *broadcaster // ready tasks: long-polling claimers
 	sweepWake *broadcaster // new delays: the monitor leader
 	subs      *subscribers
-	leader    atomic.Bool
+
+	// The background duties (nil when not running).
+	listener  *listener
+	announcer *announcer
+	monitor   *monitor
 	node      string      // this store's name in event_subscribers
 	announced atomic.Bool // this node has a row in event_subscribers
 }
@@ -202,24 +205,26 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		return nil, err
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	ready := make(chan error, 1)
-	s.wg.Add(1)
-	go s.listen(ready)
-	select {
-	case err := <-ready:
-		if err != nil {
-			s.Close()
-			return nil, norn.Unavailable(fmt.Errorf("listen: %w", err))
-		}
-	case <-ctx.Done():
+	s.listener, err = startListener(ctx, listenerParams{connCfg: connCfg, channel: s.channel, dispatch: s.dispatch,
+		lost: s.subs.lagAll,
+		resumed: func() {
+			s.wake.fire()
+			s.sweepWake.fire()
+			s.subs.lagAll()
+		},
+		logger: cfg.Logger})
+	if err != nil {
 		s.Close()
-		return nil, ctx.Err()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, norn.Unavailable(fmt.Errorf("listen: %w", err))
 	}
-	s.wg.Add(1)
-	go s.renewSubscribers()
+	s.announcer = startAnnouncer(announcerParams{every: subscriberTTL / 3, active: func() bool { return s.subs.count() > 0 },
+		announce: s.announceSubscriber, withdraw: s.withdrawSubscriber, logger: cfg.Logger})
 	if !cfg.DisableMonitor {
-		s.wg.Add(1)
-		go s.monitor()
+		s.monitor = startMonitor(s, monitorParams{lockKey: cfg.LeaderLockKey, retry: cfg.LeaderRetry,
+			sweepInterval: cfg.SweepInterval})
 	}
 	return s, nil
 }
@@ -232,14 +237,22 @@ func (s *Store) Close() error {
 	if s.cancel != nil {
 		s.cancel()
 	}
-	s.wg.Wait()
+	if s.monitor != nil {
+		s.monitor.stop()
+	}
+	if s.announcer != nil {
+		s.announcer.stop()
+	}
+	if s.listener != nil {
+		s.listener.stop()
+	}
 	s.pool.Close()
 	s.subs.closeAll()
 	return nil
 }
 
 // IsLeader reports whether this node currently runs the monitor sweeps.
-func (s *Store) IsLeader() bool { return s.leader.Load() }
+func (s *Store) IsLeader() bool { return s.monitor != nil && s.monitor.leader.Load() }
 
 // querier is what both a connection and a transaction offer.
 type querier interface {

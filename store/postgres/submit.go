@@ -116,6 +116,7 @@ type stored struct {
 
 type queueDefaults struct {
 	norn.QueueDefaults
+	name   string
 	paused bool
 }
 
@@ -187,16 +188,11 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 			if err != nil {
 				return err
 			}
-			for rows.Next() {
-				var id, st, queue string
-				if err := rows.Scan(&id, &st, &queue); err != nil {
-					rows.Close()
-					return err
-				}
+			var id, st, queue string
+			if _, err := pgx.ForEachRow(rows, []any{&id, &st, &queue}, func() error {
 				existing[id] = stored{status: norn.Status(st), queue: queue}
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
+				return nil
+			}); err != nil {
 				return err
 			}
 		}
@@ -204,17 +200,12 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 		if err != nil {
 			return err
 		}
-		for rows.Next() {
-			name, d, err := scanQueue(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			defaults[name] = d
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		qds, err := pgx.CollectRows(rows, queueRow)
+		if err != nil {
 			return err
+		}
+		for _, d := range qds {
+			defaults[d.name] = d
 		}
 		return br.Close()
 	}()
@@ -345,17 +336,12 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 		if err != nil {
 			return nil, err
 		}
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			inserted[id] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
 			return nil, err
+		}
+		for _, id := range got {
+			inserted[id] = true
 		}
 	}
 	// Duplicates (existing before, or inserted concurrently) are returned
@@ -393,16 +379,18 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 	return out, nil
 }
 
-func scanQueue(row pgx.Row) (string, queueDefaults, error) {
+// queueRow reads one row of queueCols (pgx.CollectRows, or a single row).
+func queueRow(row pgx.CollectableRow) (queueDefaults, error) { return scanQueue(row) }
+
+func scanQueue(row pgx.Row) (queueDefaults, error) {
 	var (
-		name                   string
 		d                      queueDefaults
 		timeout, rc, ra, rcanc int64
 		retry                  []byte
 		maxAtt                 int32
 	)
-	if err := row.Scan(&name, &d.paused, &timeout, &retry, &maxAtt, &rc, &ra, &rcanc); err != nil {
-		return "", d, err
+	if err := row.Scan(&d.name, &d.paused, &timeout, &retry, &maxAtt, &rc, &ra, &rcanc); err != nil {
+		return d, err
 	}
 	d.Timeout = norn.Duration(timeout)
 	d.MaxAttempts = int(maxAtt)
@@ -410,8 +398,8 @@ func scanQueue(row pgx.Row) (string, queueDefaults, error) {
 	if len(retry) > 0 {
 		d.Retry = new(norn.RetryPolicy)
 		if err := json.Unmarshal(retry, d.Retry); err != nil {
-			return "", d, err
+			return d, err
 		}
 	}
-	return name, d, nil
+	return d, nil
 }

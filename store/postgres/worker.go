@@ -115,46 +115,48 @@ func (s *Store) claimOnce(ctx context.Context, req norn.ClaimRequest) ([]*norn.T
 			if want <= 0 {
 				break
 			}
-			b := &pgx.Batch{}
-			b.Queue(noSortSQL)
-			b.Queue(s.claimSQL(), queue, want, s.clockNow(), req.Worker, timeout, s.cfg.HistoryLimit)
-			br := conn.SendBatch(ctx, b)
-			if _, err := br.Exec(); err != nil {
-				br.Close()
-				return err
-			}
-			rows, err := br.Query()
+			got, err := s.claimQueue(ctx, conn, queue, want, req.Worker, timeout)
 			if err != nil {
-				br.Close()
 				return err
 			}
-			for rows.Next() {
-				r, err := scanRec(rows)
-				if err != nil {
-					rows.Close()
-					br.Close()
-					return err
-				}
-				// A fresh task's history, not read back, is just this
-				// assignment; an older one's was read with it.
-				if r.History == nil {
-					r.History = []norn.HistoryEntry{{Type: norn.TaskAssignment, Time: r.Updated, Worker: r.Owner, Lease: r.Lease}}
-					r.HistoryDropped = r.historyCount - 1
-				}
-				out = append(out, r.task())
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				br.Close()
-				return err
-			}
-			if err := br.Close(); err != nil {
-				return err
-			}
+			out = append(out, got...)
 		}
 		return nil
 	})
 	return out, err
+}
+
+// claimQueue runs claimSQL for one queue: up to want tasks.
+func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, error) {
+	b := &pgx.Batch{}
+	b.Queue(noSortSQL)
+	b.Queue(s.claimSQL(), queue, want, s.clockNow(), worker, timeout, s.cfg.HistoryLimit)
+	br := conn.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*norn.Task, error) {
+		r, err := scanRec(row)
+		if err != nil {
+			return nil, err
+		}
+		// A fresh task's history, not read back, is just this
+		// assignment; an older one's was read with it.
+		if r.History == nil {
+			r.History = []norn.HistoryEntry{{Type: norn.TaskAssignment, Time: r.Updated, Worker: r.Owner, Lease: r.Lease}}
+			r.HistoryDropped = r.historyCount - 1
+		}
+		return &r.Task, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, br.Close()
 }
 
 // Heartbeat extends the lease.
@@ -439,25 +441,11 @@ func (s *Store) completeFast(ctx context.Context, ops []norn.LeaseOp, idx []int)
 		for _, id := range got {
 			done[at[id]] = true
 		}
-		rows, err := br.Query()
+		rel, err := scanReleased(br)
 		if err != nil {
 			return err
 		}
-		for rows.Next() {
-			var id, st string
-			var cnt int64
-			if err := rows.Scan(&id, &st, &cnt); err != nil {
-				rows.Close()
-				return err
-			}
-			if st != string(norn.StatusBlocked) {
-				released = true
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
+		released = len(rel) > 0
 		return br.Close()
 	})
 	if err != nil {
@@ -527,17 +515,8 @@ func (s *Store) readWithNow(ctx context.Context, q querier, ids []string) (time.
 	if err != nil {
 		return now, nil, err
 	}
-	recs := map[string]*rec{}
-	for rows.Next() {
-		r, err := scanRec(rows)
-		if err != nil {
-			rows.Close()
-			return now, nil, err
-		}
-		recs[r.ID] = r
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	recs, err := recsByID(rows)
+	if err != nil {
 		return now, nil, err
 	}
 	return now, recs, br.Close()
@@ -724,20 +703,19 @@ func (s *Store) ReadLog(ctx context.Context, id string, after uint64, limit int)
 		if err != nil {
 			return err
 		}
-		for rows.Next() {
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (norn.LogEntry, error) {
 			var e norn.LogEntry
 			var seq, lease int64
 			var data []byte
-			if err := rows.Scan(&seq, &lease, &e.Time, &data); err != nil {
-				rows.Close()
-				return err
-			}
+			err := row.Scan(&seq, &lease, &e.Time, &data)
 			e.Seq, e.Lease, e.Time, e.Data = uint64(seq), uint64(lease), e.Time.UTC(), data
-			out = append(out, e)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+			return e, err
+		})
+		if err != nil {
 			return err
+		}
+		if len(out) == 0 {
+			out = nil // as before: no entries read as null, not []
 		}
 		return br.Close()
 	})

@@ -295,50 +295,22 @@ func (s *Store) apply(ctx context.Context, q querier, inTx bool, now time.Time, 
 				return err
 			}
 		}
-		rows, err := br.Query()
+		ok, err := scanIDs(br)
 		if err != nil {
 			return err
 		}
-		for rows.Next() {
-			var id string
-			var cnt int64
-			if err := rows.Scan(&id, &cnt); err != nil {
-				rows.Close()
-				return err
-			}
+		for _, id := range ok {
 			res.ok[id] = true
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
 		if len(completed) > 0 {
-			rows, err := br.Query()
-			if err != nil {
-				return err
-			}
-			for rows.Next() {
-				var id, st string
-				var cnt int64
-				if err := rows.Scan(&id, &st, &cnt); err != nil {
-					rows.Close()
-					return err
-				}
-				if st != string(norn.StatusBlocked) {
-					res.released = append(res.released, id)
-				}
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
+			if res.released, err = scanReleased(br); err != nil {
 				return err
 			}
 		}
 		if len(failed) > 0 {
-			got, err := scanIDs(br)
-			if err != nil {
+			if next, err = scanIDs(br); err != nil {
 				return err
 			}
-			next = got
 		}
 		return br.Close()
 	}()
@@ -379,18 +351,8 @@ func (s *Store) cascade(ctx context.Context, q querier, now time.Time, ids, errs
 		if err != nil {
 			return all, err
 		}
-		var next []string
-		for rows.Next() {
-			var id string
-			var cnt int64
-			if err := rows.Scan(&id, &cnt); err != nil {
-				rows.Close()
-				return all, err
-			}
-			next = append(next, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		next, err := pgx.CollectRows(rows, idRow)
+		if err != nil {
 			return all, err
 		}
 		all = append(all, next...)
@@ -413,22 +375,31 @@ func errJSON(e norn.ErrorInfo) string {
 	return string(b)
 }
 
+// scanIDs reads the ids returned by the next statement of a batch.
 func scanIDs(br pgx.BatchResults) ([]string, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var id string
-		var cnt int64
-		if err := rows.Scan(&id, &cnt); err != nil {
-			return nil, err
-		}
-		out = append(out, id)
+	return pgx.CollectRows(rows, idRow)
+}
+
+// scanReleased reads the result of releaseSQL, the next statement of br:
+// the dependents that are no longer blocked.
+func scanReleased(br pgx.BatchResults) ([]string, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
 	}
-	return out, rows.Err()
+	var out []string
+	var id, st string
+	_, err = pgx.ForEachRow(rows, []any{&id, &st, nil}, func() error {
+		if st != string(norn.StatusBlocked) {
+			out = append(out, id)
+		}
+		return nil
+	})
+	return out, err
 }
 
 func toStrings(v []any) []string {
@@ -458,16 +429,7 @@ func (s *Store) readCore(ctx context.Context, q querier, ids []string, lock bool
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := make(map[string]*rec, len(ids))
-	for rows.Next() {
-		r, err := scanRec(rows)
-		if err != nil {
-			return nil, err
-		}
-		out[r.ID] = r
-	}
-	return out, rows.Err()
+	return recsByID(rows)
 }
 
 // readFull reads complete tasks (history included) by id.
@@ -476,16 +438,7 @@ func (s *Store) readFull(ctx context.Context, q querier, ids []string) (map[stri
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := make(map[string]*rec, len(ids))
-	for rows.Next() {
-		r, err := scanRec(rows)
-		if err != nil {
-			return nil, err
-		}
-		out[r.ID] = r
-	}
-	return out, rows.Err()
+	return recsByID(rows)
 }
 
 // errConcurrent marks a compare-and-set that lost to a concurrent change;

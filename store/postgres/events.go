@@ -2,8 +2,8 @@ package postgres
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -11,109 +11,6 @@ import (
 
 	"github.com/nornq/norn"
 )
-
-// listen keeps a dedicated session LISTENing on the store's channel. Every
-// notification is parsed into events for subscribers; a task becoming
-// ready wakes long-polling claimers and a new delay wakes the monitor. When
-// the session drops it reconnects with backoff; meanwhile claimers fall back
-// to polling, and subscribers get EventLagged because events were missed.
-func (s *Store) listen(ready chan<- error) {
-	defer s.wg.Done()
-	backoff := 50 * time.Millisecond
-	first := true
-	for s.ctx.Err() == nil {
-		err := s.listenOnce(func() {
-			if first {
-				ready <- nil
-				first = false
-			} else {
-				// Whatever happened while we were away is unknown.
-				s.wake.fire()
-				s.sweepWake.fire()
-				s.subs.lagAll()
-			}
-			backoff = 50 * time.Millisecond
-		})
-		if s.ctx.Err() != nil {
-			break
-		}
-		if first {
-			ready <- err
-			return
-		}
-		s.cfg.Logger.Warn("norn: notification listener lost its connection; reconnecting", "err", err)
-		s.subs.lagAll()
-		select {
-		case <-s.ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 2*time.Second)
-	}
-	if first {
-		ready <- s.ctx.Err()
-	}
-}
-
-func (s *Store) listenOnce(up func()) error {
-	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-	conn, err := pgx.ConnectConfig(ctx, s.connCfg)
-	cancel()
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(s.ctx, "LISTEN "+quoteIdent(s.channel)); err != nil {
-		return err
-	}
-	up()
-	for {
-		n, err := conn.WaitForNotification(s.ctx)
-		if err != nil {
-			return err
-		}
-		s.dispatch(n.Payload)
-	}
-}
-
-// dispatch parses a payload of event lines (kind, id, queue, status,
-// version, unix microseconds; tab-separated).
-func (s *Store) dispatch(payload string) {
-	wakeClaim, wakeSweep := false, false
-	switch payload {
-	case "wake":
-		s.wake.fire()
-		return
-	case "sched":
-		s.sweepWake.fire()
-		return
-	}
-	for _, line := range strings.Split(payload, "\n") {
-		f := strings.Split(line, "\t")
-		if len(f) != 6 {
-			continue
-		}
-		v, _ := strconv.ParseUint(f[4], 10, 64)
-		us, _ := strconv.ParseInt(f[5], 10, 64)
-		ev := norn.Event{Kind: norn.EventKind(f[0]), TaskID: f[1], Queue: f[2], Status: norn.Status(f[3]),
-			Version: v, Time: time.UnixMicro(us).UTC()}
-		if ev.Status == "deleted" {
-			ev.Status = ""
-		}
-		switch ev.Status {
-		case norn.StatusReady:
-			wakeClaim = true
-		case norn.StatusScheduled:
-			wakeSweep = true
-		}
-		s.subs.publish(ev)
-	}
-	if wakeClaim {
-		s.wake.fire()
-	}
-	if wakeSweep {
-		s.sweepWake.fire()
-	}
-}
 
 // subscribers fans events out to local Subscribe streams.
 type subscribers struct {
@@ -266,31 +163,59 @@ ON CONFLICT (node) DO UPDATE SET until = EXCLUDED.until`), s.node, subscriberTTL
 	})
 }
 
-// renewSubscribers keeps this node's announcement alive while it has
-// Subscribe streams, and withdraws it when the store closes.
-func (s *Store) renewSubscribers() {
-	defer s.wg.Done()
-	t := time.NewTicker(subscriberTTL / 3)
+// announcerParams configures the announcer duty.
+type announcerParams struct {
+	// every is how often the announcement is renewed while active says so.
+	every    time.Duration
+	active   func() bool
+	announce func(ctx context.Context) error
+	// withdraw runs when the duty stops, if announce ever succeeded.
+	withdraw func(ctx context.Context)
+	logger   *slog.Logger
+}
+
+// announcer is the background duty that keeps this node's row in
+// event_subscribers alive while it has Subscribe streams, and withdraws it
+// when the store closes.
+type announcer struct {
+	p announcerParams
+	*duty
+}
+
+func startAnnouncer(p announcerParams) *announcer {
+	a := &announcer{p: p}
+	a.duty = startDuty(a.run)
+	return a
+}
+
+func (a *announcer) run(ctx context.Context) {
+	t := time.NewTicker(a.p.every)
 	defer t.Stop()
 	for {
 		select {
-		case <-s.ctx.Done():
-			if s.announced.Load() {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				_, _ = s.pool.Exec(ctx, s.q(`DELETE FROM {s}.event_subscribers WHERE node = $1`), s.node)
-				cancel()
-			}
+		case <-ctx.Done():
+			wctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			a.p.withdraw(wctx)
+			cancel()
 			return
 		case <-t.C:
-			if s.subs.count() == 0 {
+			if !a.p.active() {
 				continue
 			}
-			ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-			if err := s.announceSubscriber(ctx); err != nil && s.ctx.Err() == nil {
-				s.cfg.Logger.Warn("norn: cannot renew the event subscription; events may stop until it succeeds", "err", err)
+			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if err := a.p.announce(actx); err != nil && ctx.Err() == nil {
+				a.p.logger.Warn("norn: cannot renew the event subscription; events may stop until it succeeds", "err", err)
 			}
 			cancel()
 		}
+	}
+}
+
+// withdrawSubscriber removes this node's row from event_subscribers, if it
+// ever wrote one.
+func (s *Store) withdrawSubscriber(ctx context.Context) {
+	if s.announced.Load() {
+		_, _ = s.pool.Exec(ctx, s.q(`DELETE FROM {s}.event_subscribers WHERE node = $1`), s.node)
 	}
 }
 
