@@ -11,7 +11,7 @@ import (
 // permission_denied 403, unavailable 503, internal 500.
 type Code string
 
-// The error codes of DESIGN §4.
+// The error codes of the API (docs/api.md).
 const (
 	CodeNotFound         Code = "not_found"
 	CodeConflict         Code = "conflict"

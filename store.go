@@ -8,7 +8,7 @@ import (
 )
 
 // Store is the whole of Norn's contract: every client, worker and admin
-// operation of DESIGN §4. store/embedded, store/postgres and client (HTTP)
+// operation of docs/api.md. store/embedded, store/postgres and client (HTTP)
 // implement it, and store/storetest checks that they behave the same.
 //
 // Rules every implementation follows:

@@ -16,7 +16,7 @@ import (
 	"time"
 )
 
-// Status is the lifecycle state of a task. See DESIGN §3 for the transitions.
+// Status is the lifecycle state of a task. See docs/design.md for the transitions.
 type Status string
 
 // The task statuses.
@@ -55,7 +55,7 @@ func (s Status) Pending() bool { return s.Valid() && !s.Terminal() }
 // HistoryType names an entry in a task's history.
 type HistoryType string
 
-// History entry types (DESIGN §2). Heartbeats are never recorded.
+// History entry types. Heartbeats are never recorded.
 const (
 	TaskAssignment HistoryType = "TaskAssignment" // claimed by a worker
 	TaskTimeout    HistoryType = "TaskTimeout"    // lease expired; back to ready (or aborted)

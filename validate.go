@@ -367,7 +367,7 @@ func (f *Filter) Match(t *Task) bool {
 	return true
 }
 
-// statusAliases are the work-queue aliases of DESIGN §4.
+// statusAliases are the work-queue aliases (pending, succeeded, failed, terminal).
 var statusAliases = map[string][]Status{
 	"pending":   {StatusScheduled, StatusBlocked, StatusReady, StatusRunning},
 	"succeeded": {StatusCompleted},

@@ -1,4 +1,4 @@
-// Package server is Norn's HTTP/JSON API (API-WIRE.md, docs/api.md) over any
+// Package server is Norn's HTTP/JSON API (docs/api.md) over any
 // norn.Store: routes, request decoding with size limits, bearer-token auth
 // with roles and queue scopes, long-poll claims, NDJSON streaming, server-sent
 // events, Prometheus metrics, health probes and the OpenAPI document.
@@ -200,7 +200,7 @@ var (
 	clientWorker = []Role{RoleClient, RoleWorker}
 )
 
-// apiRoutes lists every route of API-WIRE.md with its roles. The auth
+// apiRoutes lists every route of the API (docs/api.md) with its roles. The auth
 // matrix test walks this table, so a new route cannot skip the check.
 func (s *Server) apiRoutes() []route {
 	return []route{

@@ -21,7 +21,7 @@ const DefaultSpec = "embedded:./norn-data"
 
 // Options are the backend-independent settings of Open.
 type Options struct {
-	// Durability is "strict" (default) or "opportunistic"; see DESIGN §5.
+	// Durability is "strict" (default) or "opportunistic"; see docs/design.md.
 	// Backends without the distinction ignore it.
 	Durability string
 	// Clock is the time source; nil means the backend's default.

@@ -87,7 +87,7 @@ func BenchmarkSubmit(b *testing.B) {
 						}
 					})
 				} else {
-					// Four concurrent submitters, as in DESIGN §5's budget.
+					// Four concurrent submitters, as in the write budget of docs/benchmarks.md.
 					b.SetParallelism(2)
 					b.RunParallel(func(pb *testing.PB) {
 						for pb.Next() {

@@ -98,7 +98,7 @@ func (w *waiter) wake() {
 // Entries carry copies of the sort keys so that comparisons read only the
 // heap's own contiguous memory: with a million ready tasks, following a
 // pointer to each task (and its id to another allocation) per comparison
-// was the cost of heap.down (docs/benchmarks.md, issue 8). Ids that are
+// was the cost of heap.down (docs/benchmarks.md). Ids that are
 // canonical lowercase UUIDs (every generated id) compare as two integers,
 // which orders them exactly as their strings do; other ids compare as
 // strings.
