@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -233,4 +234,43 @@ func stdinPiped() bool {
 func isTerminal(f *os.File) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// pauseCommand is `pause NAME...` / `resume NAME...` for anything that can
+// be paused (queues, schedules): set changes one by name, print renders the
+// results in a non-table format; the table format says "NAME paused".
+func pauseCommand[T any](g *Globals, kind string, pause bool, use, short string,
+	set func(ctx context.Context, c *client.Client, name string, paused bool) (T, error),
+	print func(w io.Writer, format string, out []T) error) *cobra.Command {
+	verb := "resumed"
+	if pause {
+		verb = "paused"
+	}
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			format, c, err := formatAndClient(g)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var out []T
+			for _, name := range args {
+				v, err := set(cmd.Context(), c, name, pause)
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", kind, name, err)
+				}
+				out = append(out, v)
+				if format == outTable {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", name, verb)
+				}
+			}
+			if format != outTable {
+				return print(cmd.OutOrStdout(), format, out)
+			}
+			return nil
+		},
+	}
 }

@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"context"
+
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/client"
 	"github.com/spf13/cobra"
 )
 
@@ -122,38 +125,14 @@ func describeQueue(w io.Writer, q norn.QueueInfo) error {
 }
 
 func queuePauseCmd(g *Globals, pause bool) *cobra.Command {
-	use, short, verb := "resume QUEUE...", "Resume claiming from queues", "resumed"
+	use, short := "resume QUEUE...", "Resume claiming from queues"
 	if pause {
-		use, short, verb = "pause QUEUE...", "Pause claiming from queues (everything else keeps working)", "paused"
+		use, short = "pause QUEUE...", "Pause claiming from queues (everything else keeps working)"
 	}
-	return &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			format, c, err := formatAndClient(g)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			var out []norn.QueueInfo
-			for _, name := range args {
-				p := pause
-				q, err := c.UpdateQueue(cmd.Context(), name, norn.QueueUpdate{Paused: &p})
-				if err != nil {
-					return fmt.Errorf("queue %s: %w", name, err)
-				}
-				out = append(out, q)
-				if format == outTable {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", name, verb)
-				}
-			}
-			if format != outTable {
-				return printQueues(cmd.OutOrStdout(), format, out)
-			}
-			return nil
-		},
-	}
+	return pauseCommand(g, "queue", pause, use, short,
+		func(ctx context.Context, c *client.Client, name string, paused bool) (norn.QueueInfo, error) {
+			return c.UpdateQueue(ctx, name, norn.QueueUpdate{Paused: &paused})
+		}, printQueues)
 }
 
 func queueSetCmd(g *Globals) *cobra.Command {

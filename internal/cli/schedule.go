@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"context"
+
 	"encoding/json"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/client"
 	"github.com/spf13/cobra"
 )
 
@@ -259,38 +262,14 @@ func flagNamed(err error) error {
 }
 
 func schedulePauseCmd(g *Globals, pause bool) *cobra.Command {
-	use, short, verb := "resume NAME...", "Resume schedules (missed ticks follow their catch-up policy)", "resumed"
+	use, short := "resume NAME...", "Resume schedules (missed ticks follow their catch-up policy)"
 	if pause {
-		use, short, verb = "pause NAME...", "Pause schedules (no task is submitted until resumed)", "paused"
+		use, short = "pause NAME...", "Pause schedules (no task is submitted until resumed)"
 	}
-	return &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			format, c, err := formatAndClient(g)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			var out []*norn.Schedule
-			for _, name := range args {
-				p := pause
-				s, err := c.UpdateSchedule(cmd.Context(), name, norn.ScheduleUpdate{Paused: &p})
-				if err != nil {
-					return fmt.Errorf("schedule %s: %w", name, err)
-				}
-				out = append(out, s)
-				if format == outTable {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", name, verb)
-				}
-			}
-			if format != outTable {
-				return printSchedules(cmd.OutOrStdout(), format, out)
-			}
-			return nil
-		},
-	}
+	return pauseCommand(g, "schedule", pause, use, short,
+		func(ctx context.Context, c *client.Client, name string, paused bool) (*norn.Schedule, error) {
+			return c.UpdateSchedule(ctx, name, norn.ScheduleUpdate{Paused: &paused})
+		}, printSchedules)
 }
 
 func scheduleTriggerCmd(g *Globals) *cobra.Command {
