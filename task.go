@@ -66,6 +66,10 @@ const (
 	TaskAbort      HistoryType = "TaskAbort"      // aborted (by owner, retries used up, dependency failed, attempts exhausted)
 	TaskRelease    HistoryType = "TaskRelease"    // dependency satisfied or delay elapsed
 	TaskSnooze     HistoryType = "TaskSnooze"     // put back for later by its owner; attempt given back
+	// TaskRedrive: retried by a client after it ended (aborted or
+	// cancelled). Not TaskRetry, which records a failed attempt scheduled
+	// for another by the task's retry policy.
+	TaskRedrive HistoryType = "TaskRedrive"
 )
 
 // HistoryEntry is one recorded event in a task's life.

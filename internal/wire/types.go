@@ -63,6 +63,15 @@ type DeletedResponse struct {
 	Deleted int64 `json:"deleted"`
 }
 
+// RetryRequest is the body of POST /v1/tasks/{id}/retry: both members are
+// optional, and an empty body ({}) retries at once without dependents.
+type RetryRequest = norn.RetryOptions
+
+// RetriedResponse is the body of POST /v1/tasks/retry (retry by filter).
+type RetriedResponse struct {
+	Retried int64 `json:"retried"`
+}
+
 // Update is norn.Update on the wire (PATCH /v1/tasks/{id}). Labels is a
 // pointer so that an empty, non-nil map (which clears the labels) is sent as
 // {} instead of being dropped by omitempty, which would leave them alone.

@@ -1,0 +1,148 @@
+package norn
+
+import (
+	"slices"
+	"time"
+)
+
+// RetryOptions tune Retry (a redrive: a client runs again a task that
+// ended without success).
+type RetryOptions struct {
+	// RunAt makes the task wait until then (scheduled); zero or a past
+	// time makes it ready at once.
+	RunAt time.Time `json:"run_at,omitzero"`
+	// WithDependents also brings back, transitively, every task that was
+	// aborted with dependency_failed because of this one: they wait for
+	// their dependencies again (blocked).
+	WithDependents bool `json:"with_dependents,omitempty"`
+}
+
+// Retryable reports whether a task in status s can be retried: it ended
+// without success (aborted or cancelled).
+func Retryable(s Status) bool { return s == StatusAborted || s == StatusCancelled }
+
+// CheckRetry refuses, with ErrConflict naming the status, the retry of a
+// task that is not aborted or cancelled: a completed task succeeded, and a
+// pending one is still under way.
+func CheckRetry(id string, s Status) error {
+	if Retryable(s) {
+		return nil
+	}
+	return Errorf(CodeConflict, "task %q is %s; only aborted or cancelled tasks can be retried", id, s)
+}
+
+// Redrive is the decided state of a retried task. Whoever persists it also
+// resets Attempts to 0, clears the terminal time (the task is no longer
+// subject to retention), the deadline and the progress, keeps the errors,
+// the history, the owner and the lease number (the next claim increments
+// it, so fencing stays monotonic), and records a TaskRedrive entry.
+type Redrive struct {
+	// Status is ready, scheduled (RunAt ahead) or blocked (PendingDeps > 0).
+	Status Status
+	RunAt  time.Time
+	// PendingDeps counts the dependencies not completed yet (blocked tasks).
+	PendingDeps int
+}
+
+// DecideRetry decides what Retry makes of t at now. depStatus returns the
+// current status of one of t's dependencies ("" when it no longer exists).
+// A task whose dependencies are not all completed waits for them again
+// (blocked); one whose dependency failed cannot run and is refused with
+// ErrConflict naming that dependency (retry that one, with dependents).
+func DecideRetry(t *Task, now time.Time, o RetryOptions, depStatus func(id string) Status) (Redrive, error) {
+	if err := CheckRetry(t.ID, t.Status); err != nil {
+		return Redrive{}, err
+	}
+	runAt := o.RunAt
+	if runAt.IsZero() || !runAt.After(now) {
+		runAt = now
+	}
+	r, failed, fate := redrive(t.DependsOn, runAt, now, depStatus)
+	if failed != "" {
+		return Redrive{}, Errorf(CodeConflict, "task %q depends on %q, which is %s; retry that task with with_dependents instead",
+			t.ID, failed, fate)
+	}
+	return r, nil
+}
+
+// DecideDependentRetry decides whether t, a dependent found by
+// AbortedBecauseOf while its dependency is being retried, comes back too:
+// it then waits for its dependencies again (blocked, its own run_at kept).
+// It stays aborted (false) when another of its dependencies failed too, as
+// it would abort again at once.
+func DecideDependentRetry(t *Task, now time.Time, depStatus func(id string) Status) (Redrive, bool) {
+	if !Retryable(t.Status) {
+		return Redrive{}, false
+	}
+	r, failed, _ := redrive(t.DependsOn, t.RunAt, now, depStatus)
+	return r, failed == ""
+}
+
+func redrive(deps []string, runAt, now time.Time, depStatus func(id string) Status) (r Redrive, failed string, fate Status) {
+	r.RunAt = runAt
+	for _, d := range deps {
+		switch st := depStatus(d); st {
+		case StatusCompleted:
+		case "", StatusAborted, StatusCancelled:
+			if st == "" {
+				st = "deleted"
+			}
+			return Redrive{}, d, st
+		default:
+			r.PendingDeps++
+		}
+	}
+	r.Status = InitialStatus(runAt, now, r.PendingDeps > 0)
+	return r, "", ""
+}
+
+// AbortedBecauseOf reports whether a task in status s whose latest error
+// is last was aborted because its dependency id failed (the error
+// DependencyFailed recorded, not a deletion of the dependency): the tasks
+// a retry with dependents brings back.
+func AbortedBecauseOf(s Status, last *ErrorInfo, id string) bool {
+	if s != StatusAborted || last == nil || last.Code != CodeDependencyFailed {
+		return false
+	}
+	return last.Description == DependencyFailed(id, StatusAborted).Description ||
+		last.Description == DependencyFailed(id, StatusCancelled).Description
+}
+
+// LastError returns t's latest error, nil when it has none.
+func LastError(t *Task) *ErrorInfo {
+	if len(t.Errors) == 0 {
+		return nil
+	}
+	return &t.Errors[len(t.Errors)-1]
+}
+
+// RetryFilter narrows f to what RetryMatching retries: its matches that
+// are aborted or cancelled (other matches are skipped, not errors). ok is
+// false when f asks only for statuses that cannot be retried, so nothing
+// is. The caller refuses an empty f before narrowing it.
+func RetryFilter(f Filter) (g Filter, ok bool) {
+	g = f
+	g.Statuses = nil
+	for _, s := range []Status{StatusAborted, StatusCancelled} {
+		if len(f.Statuses) == 0 || slices.Contains(f.Statuses, s) {
+			g.Statuses = append(g.Statuses, s)
+		}
+	}
+	return g, len(g.Statuses) > 0
+}
+
+// CheckRetryFilter validates the filter of RetryMatching: valid, and not
+// empty (as DeleteMatching, so nobody retries a whole store by accident).
+func CheckRetryFilter(f *Filter) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	if f.Empty() {
+		return Invalid("filter", "an empty filter would retry every failed task; give at least one condition")
+	}
+	return nil
+}
+
+// RetryBatch is how many tasks RetryMatching retries per write, so memory
+// stays constant whatever the number of matches.
+const RetryBatch = 500
