@@ -25,12 +25,12 @@ func TestMain(m *testing.M) {
 			_ = os.RemoveAll(buildDir)
 		}
 	}()
-	pgtest.Main(m)
+	pgtest.Main(m, repeatFailures)
 }
 
 // soak returns the run length asked for with NORN_FAULT_MINUTES (0: the
 // short form, one pass over every fault).
-func soak(t *testing.T) time.Duration {
+func soak(t testing.TB) time.Duration {
 	v := os.Getenv("NORN_FAULT_MINUTES")
 	if v == "" {
 		return 0
@@ -61,7 +61,7 @@ func answers(ctx context.Context, c *client.Client) error {
 
 // run drives the workload while the nemesis runs faults, drains the queue
 // and checks the history. It returns the workload and the nemesis.
-func run(t *testing.T, nodes []*Node, lease time.Duration, faults []Fault, nm *Nemesis, length time.Duration, diag func() string) (*Workload, *Report) {
+func run(t testing.TB, nodes []*Node, lease time.Duration, faults []Fault, nm *Nemesis, length time.Duration, diag func() string) (*Workload, *Report) {
 	t.Helper()
 	clients := make([]*client.Client, len(nodes))
 	for i, n := range nodes {
@@ -174,8 +174,9 @@ func run(t *testing.T, nodes []*Node, lease time.Duration, faults []Fault, nm *N
 // cuts, blackholes and delays a node's database connections and freezes
 // the monitor leader for longer than a lease and than it takes another
 // node to take the lead.
-func TestCluster(t *testing.T) {
-	t.Parallel()
+func TestCluster(tt *testing.T) {
+	tt.Parallel()
+	t := loudT(tt)
 	length := soak(t)
 	pg := pgtest.NewCluster(t)
 	const lease = 2 * time.Second
@@ -313,8 +314,9 @@ func TestCluster(t *testing.T) {
 
 // TestEmbedded: one `norn server` on the embedded store, killed with
 // SIGKILL and restarted again and again under the same load and checker.
-func TestEmbedded(t *testing.T) {
-	t.Parallel()
+func TestEmbedded(tt *testing.T) {
+	tt.Parallel()
+	t := loudT(tt)
 	length := soak(t)
 	const lease = 2 * time.Second
 	n := StartNode(t, "embedded", "--store", "embedded:"+t.TempDir())

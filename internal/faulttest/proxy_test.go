@@ -8,7 +8,7 @@ import (
 )
 
 // echo starts a line echo server and returns its address.
-func echo(t *testing.T) string {
+func echo(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -48,7 +48,8 @@ func roundTrip(c net.Conn, r *bufio.Reader, within time.Duration) (time.Duration
 	return time.Since(start), nil
 }
 
-func TestProxy(t *testing.T) {
+func TestProxy(tt *testing.T) {
+	t := loudT(tt)
 	p, err := NewProxy(echo(t))
 	if err != nil {
 		t.Fatal(err)

@@ -53,8 +53,9 @@ var (
 )
 
 // Main runs the tests of a package and then stops the shared cluster, if one
-// was started, and removes its directory. Call it from TestMain.
-func Main(m *testing.M) {
+// was started, and removes its directory, then runs after (for a package's
+// last words). Call it from TestMain.
+func Main(m *testing.M, after ...func()) {
 	code := m.Run()
 	sharedMu.Lock()
 	if shared != nil {
@@ -62,6 +63,9 @@ func Main(m *testing.M) {
 		shared = nil
 	}
 	sharedMu.Unlock()
+	for _, f := range after {
+		f()
+	}
 	os.Exit(code)
 }
 
