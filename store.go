@@ -161,12 +161,21 @@ type NewTask struct {
 	Retry *RetryPolicy `json:"retry,omitempty"`
 	// Timeout 0 = queue default (DefaultTimeout).
 	Timeout Duration `json:"timeout,omitzero"`
+	// UniqueKey, when set, makes the submission a no-op while a task of
+	// the same queue with the same key is not terminal: Submit returns that
+	// task with Duplicate set (see ValidateUniqueKey for the limits).
+	UniqueKey string `json:"unique_key,omitempty"`
+	// UniqueFor extends UniqueKey to tasks of the queue with the key that
+	// ended (became terminal) less than this long ago. Needs UniqueKey.
+	UniqueFor Duration `json:"unique_for,omitzero"`
 }
 
 // Submitted is one result of Submit.
 type Submitted struct {
 	Task *Task `json:"task"`
-	// Duplicate is true when the id already existed; Task is then the existing task.
+	// Duplicate is true when nothing was created: the id already existed,
+	// or another task of the queue holds the unique key. Task is then that
+	// existing task (whose id may differ from the one submitted).
 	Duplicate bool `json:"duplicate,omitempty"`
 }
 
@@ -196,7 +205,9 @@ type Filter struct {
 	// IDContains: a substring of the id (the dashboard's text search).
 	IDContains string `json:"id_contains,omitempty"`
 	// DependsOn: tasks that list this id among their dependencies.
-	DependsOn     string    `json:"depends_on,omitempty"`
+	DependsOn string `json:"depends_on,omitempty"`
+	// UniqueKey: tasks submitted with this unique key (live or ended).
+	UniqueKey     string    `json:"unique_key,omitempty"`
 	CreatedAfter  time.Time `json:"created_after,omitzero"`
 	CreatedBefore time.Time `json:"created_before,omitzero"`
 	UpdatedAfter  time.Time `json:"updated_after,omitzero"`

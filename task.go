@@ -201,10 +201,12 @@ type Task struct {
 	MaxAttempts int          `json:"max_attempts"`
 	Retry       *RetryPolicy `json:"retry,omitempty"`
 	// Timeout is the lease length granted on claim and heartbeat.
-	Timeout Duration        `json:"timeout"`
-	Result  json.RawMessage `json:"result,omitempty"`
-	Errors  []ErrorInfo     `json:"errors,omitempty"`
-	History []HistoryEntry  `json:"history,omitempty"`
+	Timeout Duration `json:"timeout"`
+	// UniqueKey is the key the task was submitted with (see NewTask).
+	UniqueKey string          `json:"unique_key,omitempty"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Errors    []ErrorInfo     `json:"errors,omitempty"`
+	History   []HistoryEntry  `json:"history,omitempty"`
 	// HistoryDropped counts the oldest history entries dropped by the cap.
 	HistoryDropped int `json:"history_dropped,omitempty"`
 	// Version is +1 on every write; use it for compare-and-set updates.

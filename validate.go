@@ -31,6 +31,8 @@ const (
 	// MaxWorkerNameLength and MaxWorkerQueues bound a worker registration.
 	MaxWorkerNameLength = 256
 	MaxWorkerQueues     = 1000
+	// MaxUniqueKeyLength bounds NewTask.UniqueKey.
+	MaxUniqueKeyLength = 256
 )
 
 // ValidQueueName reports whether q is 1..128 chars of [A-Za-z0-9._:-].
@@ -171,6 +173,17 @@ func (n *NewTask) Validate() error {
 	}
 	if err := ValidateRetry("retry", n.Retry); err != nil {
 		return err
+	}
+	if n.UniqueKey != "" {
+		if err := ValidateUniqueKey("unique_key", n.UniqueKey); err != nil {
+			return err
+		}
+	}
+	if n.UniqueFor < 0 {
+		return Invalid("unique_for", "must not be negative")
+	}
+	if n.UniqueFor > 0 && n.UniqueKey == "" {
+		return Invalid("unique_for", "needs a unique_key")
 	}
 	if len(n.DependsOn) > MaxDependencies {
 		return Invalid("depends_on", "has %d ids, more than the limit of %d", len(n.DependsOn), MaxDependencies)
@@ -319,13 +332,18 @@ func (f *Filter) Validate() error {
 			return err
 		}
 	}
+	if f.UniqueKey != "" {
+		if err := ValidateUniqueKey("unique_key", f.UniqueKey); err != nil {
+			return err
+		}
+	}
 	return ValidateLabels("labels", f.Labels)
 }
 
 // Empty reports whether the filter matches every task.
 func (f *Filter) Empty() bool {
 	return len(f.Queues) == 0 && len(f.Statuses) == 0 && len(f.Labels) == 0 && f.Owner == "" &&
-		f.IDContains == "" && f.DependsOn == "" && f.CreatedAfter.IsZero() && f.CreatedBefore.IsZero() &&
+		f.IDContains == "" && f.DependsOn == "" && f.UniqueKey == "" && f.CreatedAfter.IsZero() && f.CreatedBefore.IsZero() &&
 		f.UpdatedAfter.IsZero() && f.UpdatedBefore.IsZero()
 }
 
@@ -350,6 +368,9 @@ func (f *Filter) Match(t *Task) bool {
 		return false
 	}
 	if f.DependsOn != "" && !slices.Contains(t.DependsOn, f.DependsOn) {
+		return false
+	}
+	if f.UniqueKey != "" && t.UniqueKey != f.UniqueKey {
 		return false
 	}
 	if !f.CreatedAfter.IsZero() && !t.Created.After(f.CreatedAfter) {

@@ -133,6 +133,10 @@ func AppendTask(b []byte, t *norn.Task) ([]byte, error) {
 	b = append(b, `,"timeout":"`...)
 	b = append(b, time.Duration(t.Timeout).String()...)
 	b = append(b, '"')
+	if t.UniqueKey != "" {
+		b = append(b, `,"unique_key":`...)
+		b = jsonString(b, t.UniqueKey)
+	}
 	if len(t.Result) > 0 {
 		b = append(b, `,"result":`...)
 		b = append(b, t.Result...)
@@ -265,6 +269,13 @@ func AppendNewTask(b []byte, nt *norn.NewTask) ([]byte, error) {
 	}
 	if nt.Timeout != 0 {
 		b = jsonDuration(b, `,"timeout":`, nt.Timeout)
+	}
+	if nt.UniqueKey != "" {
+		b = append(b, `,"unique_key":`...)
+		b = jsonString(b, nt.UniqueKey)
+	}
+	if nt.UniqueFor != 0 {
+		b = jsonDuration(b, `,"unique_for":`, nt.UniqueFor)
 	}
 	return append(b, '}'), nil
 }

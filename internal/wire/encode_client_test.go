@@ -21,7 +21,7 @@ func TestAppendBatchMatchesMarshal(t *testing.T) {
 		{ID: "é\"<x>&\\\n\x01", Queue: "q\u2028", Spec: json.RawMessage(` "s" `), Labels: map[string]string{"b": "2", "a": "<1>"}},
 		{Queue: "q", RunAt: time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC), Delay: norn.Duration(1500 * time.Millisecond),
 			DependsOn: []string{"a", "b\"c"}, MaxAttempts: &two, Retry: &norn.RetryPolicy{MaxRetries: 3, Base: norn.Duration(time.Second)},
-			Timeout: norn.Duration(time.Minute)},
+			Timeout: norn.Duration(time.Minute), UniqueKey: "k\"1", UniqueFor: norn.Duration(time.Hour)},
 		{Queue: "q", MaxAttempts: &zero, Spec: json.RawMessage(`null`), Priority: 1<<32 - 1},
 		{Queue: "q", ID: string([]byte{0xff, 'a'})},
 	}

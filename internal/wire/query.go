@@ -18,7 +18,7 @@ import (
 
 // FilterParams are the parameters ParseFilter understands.
 var FilterParams = []string{"queue", "status", "label", "owner", "id_contains",
-	"depends_on", "created_after", "created_before", "updated_after", "updated_before"}
+	"depends_on", "unique_key", "created_after", "created_before", "updated_after", "updated_before"}
 
 // CheckParams refuses parameters outside allowed.
 func CheckParams(v url.Values, allowed ...[]string) error {
@@ -140,6 +140,14 @@ func ParseFilter(v url.Values, maxLabels int) (norn.Filter, error) {
 	}
 	if f.DependsOn != "" {
 		if err := norn.ValidateID("depends_on", f.DependsOn); err != nil {
+			return f, err
+		}
+	}
+	if f.UniqueKey, err = single(v, "unique_key"); err != nil {
+		return f, err
+	}
+	if f.UniqueKey != "" {
+		if err := norn.ValidateUniqueKey("unique_key", f.UniqueKey); err != nil {
 			return f, err
 		}
 	}
@@ -322,6 +330,9 @@ func FilterValues(f norn.Filter) url.Values {
 	}
 	if f.DependsOn != "" {
 		v.Set("depends_on", f.DependsOn)
+	}
+	if f.UniqueKey != "" {
+		v.Set("unique_key", f.UniqueKey)
 	}
 	setTime(v, "created_after", f.CreatedAfter)
 	setTime(v, "created_before", f.CreatedBefore)

@@ -75,21 +75,46 @@ func (tx *txn) submit(prefix string, tasks []norn.NewTask) ([]norn.Submitted, er
 		}
 		ids[i] = id
 	}
+	// A task whose unique key is held is a duplicate of the holder, found
+	// and decided under s.mu like the insert that follows.
+	uniq := norn.PlanUnique(tasks, ids, dup, fromNanos(tx.now), s.uniqueHolders)
+	if len(uniq) > 0 && dup == nil {
+		dup = make([]bool, len(tasks))
+	}
+	for i := range uniq {
+		dup[i] = true
+		out[i] = norn.Submitted{Duplicate: true}
+	}
 	order, err := norn.OrderBatch(prefix, tasks, ids, dup, func(id string) bool { return s.tasks[id] != nil })
 	if err != nil {
 		return nil, err
 	}
+	var inBatch map[string]int
 	for _, i := range order {
 		out[i].Task = tx.insert(ids[i], &tasks[i])
-	}
-	for i, id := range ids {
-		if dup != nil && dup[i] {
-			t, err := s.readTask(id, false)
-			if err != nil {
-				return nil, err
+		if len(uniq) > 0 && tasks[i].UniqueKey != "" {
+			if inBatch == nil {
+				inBatch = map[string]int{}
 			}
-			out[i].Task = t
+			inBatch[ids[i]] = i
 		}
+	}
+	for i := range ids {
+		if dup == nil || !dup[i] {
+			continue
+		}
+		id, byKey := uniq[i]
+		if !byKey {
+			id = ids[i]
+		} else if j, ok := inBatch[id]; ok {
+			out[i].Task = out[j].Task.Clone()
+			continue
+		}
+		t, err := s.readTask(id, false)
+		if err != nil {
+			return nil, err
+		}
+		out[i].Task = t
 	}
 	return out, nil
 }
@@ -124,13 +149,18 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 		}
 	}
 	im := immutable{queue: q.name, created: now, maxAttempts: int64(t.maxAttempts), timeout: t.timeout,
-		retry: t.retry, deps: n.DependsOn, spec: n.Spec, labels: n.Labels, st: st}
+		retry: t.retry, uniqueKey: n.UniqueKey, deps: n.DependsOn, spec: n.Spec, labels: n.Labels, st: st}
 	tx.buf = im.encode(tx.buf[:0])
 	tx.b.Set(tx.key(id, sufImmutable), tx.buf, nil)
 	t.st = st
 	tx.addTask(t)
+	if n.UniqueKey != "" {
+		s.addUnique(t, n.UniqueKey)
+		tx.onUndo(func() { s.dropUnique(t) })
+	}
 	tx.event(norn.EventSubmitted, t)
 	nt := t.toTask()
+	nt.UniqueKey = n.UniqueKey
 	nt.Spec = cloneBytes(n.Spec)
 	if len(n.Labels) > 0 {
 		nt.Labels = maps.Clone(n.Labels)

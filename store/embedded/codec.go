@@ -229,8 +229,10 @@ type immutable struct {
 	maxAttempts int64
 	timeout     int64
 	retry       *norn.RetryPolicy
-	deps        []string
-	spec        []byte
+	// uniqueKey is the task's unique key ("" when none).
+	uniqueKey string
+	deps      []string
+	spec      []byte
 	// labels and st are the task's labels and state at submit; a later
 	// labels record ('b') or state record ('c') supersedes them, so a
 	// submit writes one key per task.
@@ -238,7 +240,9 @@ type immutable struct {
 	st     state
 }
 
-const immVersion = 2
+// immVersion 3 added the unique key; version 2 records (without one)
+// are still read.
+const immVersion = 3
 
 func (im *immutable) encode(buf []byte) []byte {
 	e := enc{b: buf}
@@ -255,6 +259,7 @@ func (im *immutable) encode(buf []byte) []byte {
 	} else {
 		e.b = append(e.b, 0)
 	}
+	e.s(im.uniqueKey)
 	e.u(uint64(len(im.deps)))
 	for _, d := range im.deps {
 		e.s(d)
@@ -273,7 +278,7 @@ func (im *immutable) encode(buf []byte) []byte {
 // copying what a caller does not need (recovery needs neither).
 func decodeImmutable(b []byte, withSpec, withLabels bool) (immutable, error) {
 	var im immutable
-	if len(b) < 1 || b[0] != immVersion {
+	if len(b) < 1 || (b[0] != immVersion && b[0] != 2) {
 		return im, errCorrupt
 	}
 	d := dec{b: b[1:]}
@@ -288,6 +293,9 @@ func decodeImmutable(b []byte, withSpec, withLabels bool) (immutable, error) {
 	d.b = d.b[1:]
 	if hasRetry {
 		im.retry = &norn.RetryPolicy{MaxRetries: int(d.i()), Base: norn.Duration(d.i()), Max: norn.Duration(d.i())}
+	}
+	if b[0] >= 3 {
+		im.uniqueKey = d.s()
 	}
 	n := d.u()
 	if n > norn.MaxDependencies {

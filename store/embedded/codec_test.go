@@ -38,11 +38,30 @@ func TestRecordsRoundTrip(t *testing.T) {
 		t.Fatalf("state round trip: %+v, %v", got, err)
 	}
 	im := immutable{queue: "q", created: 99, maxAttempts: 3, timeout: int64(time.Second),
-		retry: &norn.RetryPolicy{MaxRetries: 2, Base: norn.Duration(time.Second)}, deps: []string{"a", "b"},
-		spec: []byte(`{"x":1}`), labels: map[string]string{"k": "v"}, st: st}
+		retry: &norn.RetryPolicy{MaxRetries: 2, Base: norn.Duration(time.Second)}, uniqueKey: "user-42",
+		deps: []string{"a", "b"}, spec: []byte(`{"x":1}`), labels: map[string]string{"k": "v"}, st: st}
 	gim, err := decodeImmutable(im.encode(nil), true, true)
 	if err != nil || !reflect.DeepEqual(gim, im) {
 		t.Fatalf("immutable round trip:\n%+v\n%+v\n%v", gim, im, err)
+	}
+	// A version 2 record (written before unique keys) is the version 3
+	// layout without the key: it still reads, with no key.
+	old := immutable{queue: "q", created: 99, deps: []string{"a"}, st: st}
+	v3 := old.encode(nil)
+	v2 := append([]byte{2}, v3[1:]...)
+	head := enc{b: []byte{2}}
+	head.s(old.queue)
+	head.i(old.created)
+	head.i(old.maxAttempts)
+	head.i(old.timeout)
+	at := len(head.b) + 1 // after the "no retry" flag
+	if v2[at] != 0 {
+		t.Fatalf("layout assumption broken: byte %d is %d, not the empty key's length", at, v2[at])
+	}
+	v2 = append(v2[:at:at], v2[at+1:]...)
+	gold, err := decodeImmutable(v2, true, true)
+	if err != nil || !reflect.DeepEqual(gold, old) {
+		t.Fatalf("version 2 record:\n%+v\n%+v\n%v", gold, old, err)
 	}
 	min, err := decodeImmutable(im.encode(nil), false, false)
 	if err != nil || min.spec != nil || min.labels != nil || min.st != st || min.queue != "q" {

@@ -66,6 +66,9 @@ func (s *Store) load(ctx context.Context) error {
 		t := &task{id: id, q: s.queue(im.queue), st: st, created: im.created, maxAttempts: int32(im.maxAttempts),
 			timeout: im.timeout, retry: im.retry, heapIdx: -1, timerIdx: -1}
 		s.tasks[id] = t
+		if im.uniqueKey != "" {
+			s.addUnique(t, im.uniqueKey)
+		}
 		t.q.counts[st.status]++
 		if st.status == stReady {
 			t.heapIdx = int32(len(t.q.ready))

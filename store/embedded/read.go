@@ -100,7 +100,8 @@ func (s *Store) decodeTask(it *pebble.Iterator, id string, lo []byte, summary bo
 				return nil, fmt.Errorf("embedded: task %q: %w", id, err)
 			}
 			t = &norn.Task{ID: id, Queue: im.queue, Created: fromNanos(im.created), MaxAttempts: int(im.maxAttempts),
-				Timeout: norn.Duration(im.timeout), Retry: im.retry, DependsOn: im.deps, Spec: im.spec, Labels: im.labels}
+				Timeout: norn.Duration(im.timeout), Retry: im.retry, UniqueKey: im.uniqueKey, DependsOn: im.deps, Spec: im.spec,
+				Labels: im.labels}
 			st = im.st
 		case sufLabels:
 			if t == nil {
@@ -556,8 +557,8 @@ func onlyQueueStatus(f *norn.Filter) bool {
 	return g.Empty()
 }
 
-// matchMem matches every filter field except labels and depends_on
-// against memory; onDisk says when the others need the disk records.
+// matchMem matches every filter field except labels, depends_on and
+// unique_key against memory; onDisk says when the others need the disk records.
 func matchMem(f *norn.Filter, t *task) bool {
 	if len(f.Queues) > 0 && !containsStr(f.Queues, t.q.name) {
 		return false
@@ -586,10 +587,11 @@ func matchMem(f *norn.Filter, t *task) bool {
 	return true
 }
 
-// onDisk reports whether f names fields memory does not hold: the labels
-// and the dependency lists live only in the task's immutable record.
+// onDisk reports whether f names fields memory does not hold: the labels,
+// the dependency lists and the unique keys live only in the task's
+// immutable record (the unique-key index serves submits, not listings).
 func onDisk(f *norn.Filter) bool {
-	return len(f.Labels) > 0 || f.DependsOn != ""
+	return len(f.Labels) > 0 || f.DependsOn != "" || f.UniqueKey != ""
 }
 
 func containsStr(l []string, s string) bool {

@@ -111,10 +111,15 @@ type Store struct {
 	workers map[string]*workerRec
 	// dependents maps a task to the tasks waiting for it.
 	dependents map[*task][]*task
-	schedules  map[string]*norn.Schedule
-	workerSeq  uint64
-	armedAt    int64
-	failed     error // a write failed: memory may be ahead of disk, refuse writes
+	// unique maps a queue and unique key to every task submitted with it
+	// that still exists (live or ended); uniqueOf is the reverse, for
+	// deletion. Only tasks with a key are in either.
+	unique    map[norn.UniqueRef][]*task
+	uniqueOf  map[*task]string
+	schedules map[string]*norn.Schedule
+	workerSeq uint64
+	armedAt   int64
+	failed    error // a write failed: memory may be ahead of disk, refuse writes
 
 	monitor *monitor // nil with ManualSweep
 	syncer  *syncer  // nil in strict mode
@@ -217,6 +222,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		queues:     map[string]*queue{},
 		workers:    map[string]*workerRec{},
 		dependents: map[*task][]*task{},
+		unique:     map[norn.UniqueRef][]*task{},
+		uniqueOf:   map[*task]string{},
 		schedules:  map[string]*norn.Schedule{},
 		subs:       map[*subscription]struct{}{},
 	}

@@ -270,11 +270,16 @@ func (tx *txn) removeTask(t *task) {
 	wasPending := !terminal(t.st.status)
 	s.unindex(t)
 	delete(s.tasks, t.id)
+	key, unique := s.uniqueOf[t]
+	s.dropUnique(t)
 	t.deleted = true
 	tx.onUndo(func() {
 		t.deleted = false
 		s.tasks[t.id] = t
 		s.index(t, t.st, false)
+		if unique {
+			s.addUnique(t, key)
+		}
 	})
 	tx.b.DeleteRange(taskPrefix(t.id), taskEnd(t.id), nil)
 	tx.event(norn.EventDeleted, t)

@@ -66,6 +66,11 @@ func invalidInput(t *testing.T, setup setupFunc) {
 		{"SubmitNonUTF8Spec", sub(ok, norn.NewTask{Queue: "q", Spec: badUTF8}), inv, "tasks[1].spec"},
 		{"SubmitSecondTaskInvalid", sub(ok, norn.NewTask{Queue: "bad queue"}), inv, "tasks[1].queue"},
 		{"SubmitDuplicateIDsInBatch", sub(norn.NewTask{ID: "d", Queue: "q"}, norn.NewTask{ID: "d", Queue: "q"}), inv, "tasks[1].id"},
+		{"SubmitLongUniqueKey", sub(norn.NewTask{Queue: "q", UniqueKey: strings.Repeat("k", norn.MaxUniqueKeyLength+1)}), inv, "tasks[0].unique_key"},
+		{"SubmitUniqueKeyWithControlCharacter", sub(ok, norn.NewTask{Queue: "q", UniqueKey: "a\nb"}), inv, "tasks[1].unique_key"},
+		{"SubmitNonUTF8UniqueKey", sub(norn.NewTask{Queue: "q", UniqueKey: "\xff\xfe"}), inv, "tasks[0].unique_key"},
+		{"SubmitUniqueForWithoutKey", sub(norn.NewTask{Queue: "q", UniqueFor: dur(time.Minute)}), inv, "tasks[0].unique_for"},
+		{"SubmitNegativeUniqueFor", sub(norn.NewTask{Queue: "q", UniqueKey: "k", UniqueFor: dur(-time.Minute)}), inv, "tasks[0].unique_for"},
 		{"SubmitMissingDependency", sub(ok, norn.NewTask{Queue: "q", DependsOn: []string{"nope"}}), inv, "tasks[1].depends_on[0]"},
 
 		{"UpdateBadLabels", func() error {
@@ -127,6 +132,10 @@ func invalidInput(t *testing.T, setup setupFunc) {
 			_, err := s.List(b.ctx, norn.Query{Filter: norn.Filter{Queues: []string{"bad q"}}})
 			return err
 		}, inv, "queues[0]"},
+		{"ListLongUniqueKey", func() error {
+			_, err := s.List(b.ctx, norn.Query{Filter: norn.Filter{UniqueKey: strings.Repeat("k", norn.MaxUniqueKeyLength+1)}})
+			return err
+		}, inv, "unique_key"},
 		{"StreamBadStatus", func() error {
 			it, err := s.Stream(b.ctx, norn.Query{Filter: norn.Filter{Statuses: []norn.Status{"done"}}})
 			if err == nil {

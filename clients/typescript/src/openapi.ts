@@ -701,6 +701,8 @@ export interface components {
             max_attempts: number;
             retry?: components["schemas"]["RetryPolicy"];
             timeout: components["schemas"]["Duration"];
+            /** @description The unique key the task was submitted with. */
+            unique_key?: string;
             /** @description Any JSON value. */
             result?: unknown;
             errors?: components["schemas"]["ErrorInfo"][];
@@ -725,9 +727,14 @@ export interface components {
             max_attempts?: number;
             retry?: components["schemas"]["RetryPolicy"];
             timeout?: components["schemas"]["Duration"];
+            /** @description While a task of the same queue with this key is not terminal, submitting returns that task with duplicate=true instead of creating another. At most 256 bytes of UTF-8 without control characters. */
+            unique_key?: string;
+            /** @description Needs unique_key: also a duplicate of a task with the key that ended less than this long ago. */
+            unique_for?: components["schemas"]["Duration"];
         };
         Submitted: {
             task: components["schemas"]["Task"];
+            /** @description True when nothing was created: the id existed already, or a task of the queue holds the unique key. task is then that task. */
             duplicate?: boolean;
         };
         Update: {
@@ -1201,6 +1208,8 @@ export interface operations {
                 id_contains?: string;
                 /** @description Tasks that list this task id among their dependencies. */
                 depends_on?: string;
+                /** @description Tasks submitted with this unique key. */
+                unique_key?: string;
                 /** @description RFC 3339, exclusive. */
                 created_after?: string;
                 /** @description RFC 3339, exclusive. */
@@ -1302,6 +1311,8 @@ export interface operations {
                 id_contains?: string;
                 /** @description Tasks that list this task id among their dependencies. */
                 depends_on?: string;
+                /** @description Tasks submitted with this unique key. */
+                unique_key?: string;
                 /** @description RFC 3339, exclusive. */
                 created_after?: string;
                 /** @description RFC 3339, exclusive. */
@@ -1385,6 +1396,8 @@ export interface operations {
                 id_contains?: string;
                 /** @description Tasks that list this task id among their dependencies. */
                 depends_on?: string;
+                /** @description Tasks submitted with this unique key. */
+                unique_key?: string;
                 /** @description RFC 3339, exclusive. */
                 created_after?: string;
                 /** @description RFC 3339, exclusive. */
