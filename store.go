@@ -168,6 +168,12 @@ type NewTask struct {
 	// UniqueFor extends UniqueKey to tasks of the queue with the key that
 	// ended (became terminal) less than this long ago. Needs UniqueKey.
 	UniqueFor Duration `json:"unique_for,omitzero"`
+	// ConcurrencyKey groups tasks for the queue's flow control: at most
+	// key_limit (or the key's own limit) of one key run at once, and fair_by
+	// concurrency_key rotates claims across keys. Optional, at most
+	// MaxConcurrencyKeyLength bytes; a task without one is limited only by
+	// the queue's max_running and rate_limit.
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 }
 
 // Submitted is one result of Submit.

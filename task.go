@@ -203,10 +203,12 @@ type Task struct {
 	// Timeout is the lease length granted on claim and heartbeat.
 	Timeout Duration `json:"timeout"`
 	// UniqueKey is the key the task was submitted with (see NewTask).
-	UniqueKey string          `json:"unique_key,omitempty"`
-	Result    json.RawMessage `json:"result,omitempty"`
-	Errors    []ErrorInfo     `json:"errors,omitempty"`
-	History   []HistoryEntry  `json:"history,omitempty"`
+	UniqueKey string `json:"unique_key,omitempty"`
+	// ConcurrencyKey is the flow-control key given at submit (NewTask).
+	ConcurrencyKey string          `json:"concurrency_key,omitempty"`
+	Result         json.RawMessage `json:"result,omitempty"`
+	Errors         []ErrorInfo     `json:"errors,omitempty"`
+	History        []HistoryEntry  `json:"history,omitempty"`
 	// HistoryDropped counts the oldest history entries dropped by the cap.
 	HistoryDropped int `json:"history_dropped,omitempty"`
 	// Version is +1 on every write; use it for compare-and-set updates.

@@ -21,13 +21,15 @@ const (
 	MaxLabels         = 64
 	MaxLabelKeyLength = 128
 	MaxLabelValLength = 1024
-	MaxDependencies   = 1000
-	MaxBatch          = 10000
-	MaxClaim          = 1000
-	MaxClaimWait      = 5 * time.Minute
-	MaxListLimit      = 1000
-	DefaultListLimit  = 100
-	MaxErrorBytes     = 64 << 10
+	// MaxConcurrencyKeyLength bounds NewTask.ConcurrencyKey.
+	MaxConcurrencyKeyLength = 256
+	MaxDependencies         = 1000
+	MaxBatch                = 10000
+	MaxClaim                = 1000
+	MaxClaimWait            = 5 * time.Minute
+	MaxListLimit            = 1000
+	DefaultListLimit        = 100
+	MaxErrorBytes           = 64 << 10
 	// MaxWorkerNameLength and MaxWorkerQueues bound a worker registration.
 	MaxWorkerNameLength = 256
 	MaxWorkerQueues     = 1000
@@ -128,6 +130,26 @@ func ValidateLabels(field string, labels map[string]string) error {
 	return nil
 }
 
+// ValidateConcurrencyKey checks a concurrency key: 1..256 bytes of UTF-8
+// without control characters (it appears in URLs, metrics and logs).
+func ValidateConcurrencyKey(field, key string) error {
+	if key == "" {
+		return Invalid(field, "key is required")
+	}
+	if len(key) > MaxConcurrencyKeyLength {
+		return Invalid(field, "is %d bytes, more than the limit of %d", len(key), MaxConcurrencyKeyLength)
+	}
+	if !utf8.ValidString(key) {
+		return Invalid(field, "is not valid UTF-8")
+	}
+	for _, r := range key {
+		if r < ' ' || r == 0x7f {
+			return Invalid(field, "contains a control character")
+		}
+	}
+	return nil
+}
+
 // ValidateRetry checks a retry policy.
 func ValidateRetry(field string, r *RetryPolicy) error {
 	if r == nil {
@@ -161,6 +183,11 @@ func (n *NewTask) Validate() error {
 	}
 	if err := ValidateLabels("labels", n.Labels); err != nil {
 		return err
+	}
+	if n.ConcurrencyKey != "" {
+		if err := ValidateConcurrencyKey("concurrency_key", n.ConcurrencyKey); err != nil {
+			return err
+		}
 	}
 	if n.Delay < 0 {
 		return Invalid("delay", "must not be negative")

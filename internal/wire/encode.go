@@ -27,7 +27,7 @@ func TaskSizeHint(tasks []*norn.Task) int {
 	n := 64
 	for _, t := range tasks {
 		if t != nil {
-			n += 320 + len(t.ID) + len(t.Queue) + len(t.Spec) + len(t.Result) + len(t.Owner)
+			n += 320 + len(t.ID) + len(t.Queue) + len(t.ConcurrencyKey) + len(t.Spec) + len(t.Result) + len(t.Owner)
 		}
 	}
 	return n
@@ -136,6 +136,10 @@ func AppendTask(b []byte, t *norn.Task) ([]byte, error) {
 	if t.UniqueKey != "" {
 		b = append(b, `,"unique_key":`...)
 		b = jsonString(b, t.UniqueKey)
+	}
+	if t.ConcurrencyKey != "" {
+		b = append(b, `,"concurrency_key":`...)
+		b = jsonString(b, t.ConcurrencyKey)
 	}
 	if len(t.Result) > 0 {
 		b = append(b, `,"result":`...)
@@ -276,6 +280,10 @@ func AppendNewTask(b []byte, nt *norn.NewTask) ([]byte, error) {
 	}
 	if nt.UniqueFor != 0 {
 		b = jsonDuration(b, `,"unique_for":`, nt.UniqueFor)
+	}
+	if nt.ConcurrencyKey != "" {
+		b = append(b, `,"concurrency_key":`...)
+		b = jsonString(b, nt.ConcurrencyKey)
 	}
 	return append(b, '}'), nil
 }

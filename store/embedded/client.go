@@ -41,7 +41,7 @@ func (s *Store) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Submi
 func batchSizeHint(tasks []norn.NewTask) int {
 	n := 0
 	for i := range tasks {
-		n += 160 + len(tasks[i].ID) + len(tasks[i].Queue) + len(tasks[i].Spec) + 40*len(tasks[i].Labels) + 40*len(tasks[i].DependsOn)
+		n += 160 + len(tasks[i].ConcurrencyKey) + len(tasks[i].ID) + len(tasks[i].Queue) + len(tasks[i].Spec) + 40*len(tasks[i].Labels) + 40*len(tasks[i].DependsOn)
 	}
 	return n
 }
@@ -149,7 +149,8 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 		}
 	}
 	im := immutable{queue: q.name, created: now, maxAttempts: int64(t.maxAttempts), timeout: t.timeout,
-		retry: t.retry, uniqueKey: n.UniqueKey, deps: n.DependsOn, spec: n.Spec, labels: n.Labels, st: st}
+		retry: t.retry, uniqueKey: n.UniqueKey, deps: n.DependsOn, spec: n.Spec, key: n.ConcurrencyKey,
+		labels: n.Labels, st: st}
 	tx.buf = im.encode(tx.buf[:0])
 	tx.b.Set(tx.key(id, sufImmutable), tx.buf, nil)
 	t.st = st
@@ -162,6 +163,7 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 	nt := t.toTask()
 	nt.UniqueKey = n.UniqueKey
 	nt.Spec = cloneBytes(n.Spec)
+	nt.ConcurrencyKey = n.ConcurrencyKey
 	if len(n.Labels) > 0 {
 		nt.Labels = maps.Clone(n.Labels)
 	}

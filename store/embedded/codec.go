@@ -233,6 +233,8 @@ type immutable struct {
 	uniqueKey string
 	deps      []string
 	spec      []byte
+	// key is the concurrency key ("" for none).
+	key string
 	// labels and st are the task's labels and state at submit; a later
 	// labels record ('b') or state record ('c') supersedes them, so a
 	// submit writes one key per task.
@@ -240,9 +242,9 @@ type immutable struct {
 	st     state
 }
 
-// immVersion 3 added the unique key; version 2 records (without one)
-// are still read.
-const immVersion = 3
+// immVersion 3 added the unique key, 4 the concurrency key after the
+// spec; version 2 and 3 records (without them) are still read.
+const immVersion = 4
 
 func (im *immutable) encode(buf []byte) []byte {
 	e := enc{b: buf}
@@ -270,6 +272,7 @@ func (im *immutable) encode(buf []byte) []byte {
 		e.b = append(e.b, 1)
 		e.by(im.spec)
 	}
+	e.s(im.key)
 	e.b = appendLabels(e.b, im.labels)
 	return im.st.encode(e.b)
 }
@@ -278,7 +281,7 @@ func (im *immutable) encode(buf []byte) []byte {
 // copying what a caller does not need (recovery needs neither).
 func decodeImmutable(b []byte, withSpec, withLabels bool) (immutable, error) {
 	var im immutable
-	if len(b) < 1 || (b[0] != immVersion && b[0] != 2) {
+	if len(b) < 1 || b[0] < 2 || b[0] > immVersion {
 		return im, errCorrupt
 	}
 	d := dec{b: b[1:]}
@@ -318,6 +321,9 @@ func decodeImmutable(b []byte, withSpec, withLabels bool) (immutable, error) {
 		}
 	} else if d.err == nil {
 		d.err = errCorrupt
+	}
+	if b[0] >= 4 {
+		im.key = d.s()
 	}
 	if d.err != nil {
 		return im, d.err

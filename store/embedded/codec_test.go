@@ -39,15 +39,26 @@ func TestRecordsRoundTrip(t *testing.T) {
 	}
 	im := immutable{queue: "q", created: 99, maxAttempts: 3, timeout: int64(time.Second),
 		retry: &norn.RetryPolicy{MaxRetries: 2, Base: norn.Duration(time.Second)}, uniqueKey: "user-42",
-		deps: []string{"a", "b"}, spec: []byte(`{"x":1}`), labels: map[string]string{"k": "v"}, st: st}
+		deps: []string{"a", "b"}, spec: []byte(`{"x":1}`), key: "tenant-7", labels: map[string]string{"k": "v"}, st: st}
 	gim, err := decodeImmutable(im.encode(nil), true, true)
 	if err != nil || !reflect.DeepEqual(gim, im) {
 		t.Fatalf("immutable round trip:\n%+v\n%+v\n%v", gim, im, err)
 	}
-	// A version 2 record (written before unique keys) is the version 3
-	// layout without the key: it still reads, with no key.
+	// A version 3 record (written before concurrency keys) is the version
+	// 4 layout without the concurrency key, which sits just before the
+	// labels and the state: it still reads, with no key.
 	old := immutable{queue: "q", created: 99, deps: []string{"a"}, st: st}
-	v3 := old.encode(nil)
+	v4 := old.encode(nil)
+	tail := st.encode(appendLabels(nil, nil))
+	if v4[len(v4)-len(tail)-1] != 0 {
+		t.Fatal("layout assumption broken: no empty concurrency key before the labels")
+	}
+	v3 := append(append([]byte{3}, v4[1:len(v4)-len(tail)-1]...), tail...)
+	if g3, err := decodeImmutable(v3, true, true); err != nil || !reflect.DeepEqual(g3, old) {
+		t.Fatalf("version 3 record:\n%+v\n%+v\n%v", g3, old, err)
+	}
+	// A version 2 record (written before unique keys) is the version 3
+	// layout without the unique key: it still reads, with no key.
 	v2 := append([]byte{2}, v3[1:]...)
 	head := enc{b: []byte{2}}
 	head.s(old.queue)

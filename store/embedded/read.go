@@ -101,7 +101,7 @@ func (s *Store) decodeTask(it *pebble.Iterator, id string, lo []byte, summary bo
 			}
 			t = &norn.Task{ID: id, Queue: im.queue, Created: fromNanos(im.created), MaxAttempts: int(im.maxAttempts),
 				Timeout: norn.Duration(im.timeout), Retry: im.retry, UniqueKey: im.uniqueKey, DependsOn: im.deps, Spec: im.spec,
-				Labels: im.labels}
+				Labels: im.labels, ConcurrencyKey: im.key}
 			st = im.st
 		case sufLabels:
 			if t == nil {

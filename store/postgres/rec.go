@@ -32,7 +32,7 @@ type rec struct {
 const (
 	colsBase = `t.id, t.queue, t.priority, t.status, t.progress, t.labels, t.created, t.updated, t.run_at,
 t.ready_at, t.ended_at, t.depends_on, t.pending_deps, t.owner, t.deadline, t.lease, t.attempts,
-t.max_attempts, t.retry, t.timeout_ns, t.history_count, t.log_seq, t.version, t.assign_seq, t.done_seq, t.claimed_at`
+t.max_attempts, t.retry, t.timeout_ns, t.history_count, t.log_seq, t.version, t.assign_seq, t.done_seq, t.claimed_at, t.concurrency_key`
 	// historyAgg is the task's history: its task_history_rows plus the
 	// assignment and completion entries kept in the row, unless the history
 	// cap ({hl}) has dropped them.
@@ -77,10 +77,11 @@ func scanRec(row pgx.Row) (*rec, error) {
 		runAt, readyAt    time.Time
 		assignSeq, doneSq int32
 		claimed           *time.Time
+		ckey              *string
 	)
 	err := row.Scan(&r.ID, &r.Queue, &priority, &status, &r.Progress, &labels, &created, &updated, &runAt,
 		&readyAt, &ended, &deps, &pending, &owner, &deadline, &lease, &attempts,
-		&maxAttempts, &retry, &timeoutNS, &hcnt, &logSeq, &version, &assignSeq, &doneSq, &claimed,
+		&maxAttempts, &retry, &timeoutNS, &hcnt, &logSeq, &version, &assignSeq, &doneSq, &claimed, &ckey,
 		&spec, &result, &errs, &hist)
 	if err != nil {
 		return nil, err
@@ -100,6 +101,9 @@ func scanRec(row pgx.Row) (*rec, error) {
 	r.assignSeq, r.doneSeq = int(assignSeq), int(doneSq)
 	if owner != nil {
 		r.Owner = *owner
+	}
+	if ckey != nil {
+		r.ConcurrencyKey = *ckey
 	}
 	if len(deps) > 0 {
 		r.DependsOn = deps

@@ -93,13 +93,16 @@ func (s *Store) buildInsertSQL(onConflict bool) string {
 		conflict = "ON CONFLICT (id) DO NOTHING"
 	}
 	return s.q(`WITH ins AS (INSERT INTO {s}.tasks (id, queue, spec, priority, status, labels, created, updated, run_at,
-	ready_at, ended_at, depends_on, pending_deps, max_attempts, retry, timeout_ns, errors, history_count, version)
+	ready_at, ended_at, depends_on, pending_deps, max_attempts, retry, timeout_ns, errors, history_count, version,
+	concurrency_key)
 SELECT u.id, u.queue, u.spec, u.priority, u.status, u.labels::jsonb, $16, $16, u.run_at, $16, u.ended_at,
-	string_to_array(u.deps, ','), u.pending, u.max_attempts, u.retry::jsonb, u.timeout_ns, u.errors::jsonb, u.hcount, 1
+	string_to_array(u.deps, ','), u.pending, u.max_attempts, u.retry::jsonb, u.timeout_ns, u.errors::jsonb, u.hcount, 1,
+	u.ckey
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::text[], $6::text[], $7::timestamptz[],
-	$8::timestamptz[], $9::text[], $10::int[], $11::int[], $12::text[], $13::bigint[], $14::text[], $15::int[])
+	$8::timestamptz[], $9::text[], $10::int[], $11::int[], $12::text[], $13::bigint[], $14::text[], $15::int[],
+	$19::text[])
 	AS u(id, queue, spec, priority, status, labels, run_at, ended_at, deps, pending, max_attempts, retry,
-	timeout_ns, errors, hcount)
+	timeout_ns, errors, hcount, ckey)
 ` + conflict + `
 RETURNING id, queue, status, version, 'TaskSubmit'::text AS kind, created AS time),
 h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time, error)
@@ -258,6 +261,7 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 		if len(nt.Labels) > 0 {
 			r.Labels = nt.Labels
 		}
+		r.ConcurrencyKey = nt.ConcurrencyKey
 		r.Created, r.Updated, r.readyAt = now, now, now
 		r.RunAt = micro(in.RunAt)
 		if len(nt.DependsOn) > 0 {
@@ -278,7 +282,7 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 	var (
 		n                                      = 0
 		ids, qs, status, labels, deps, retries []string
-		labelsP, depsP, retryP, errsP          []*string
+		labelsP, depsP, retryP, errsP, ckeyP   []*string
 		specs                                  [][]byte
 		prio, timeouts                         []int64
 		runAt                                  []time.Time
@@ -300,6 +304,7 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 		prio = append(prio, int64(r.Priority))
 		status = append(status, string(r.Status))
 		labelsP = append(labelsP, labelsJSON(r.Labels))
+		ckeyP = append(ckeyP, strPtr(r.ConcurrencyKey))
 		runAt = append(runAt, r.RunAt)
 		ended = append(ended, timePtr(r.endedAt))
 		if len(r.DependsOn) > 0 {
@@ -332,7 +337,7 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 	}
 	if n > 0 {
 		rows, err := q.Query(ctx, s.insertSQL(clientIDs), ids, qs, specs, prio, status, labelsP, runAt, ended, depsP,
-			pending, maxAtt, retryP, timeouts, errsP, hcount, now, abortIDs, abortErrs)
+			pending, maxAtt, retryP, timeouts, errsP, hcount, now, abortIDs, abortErrs, ckeyP)
 		if err != nil {
 			return nil, err
 		}

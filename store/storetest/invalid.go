@@ -62,6 +62,8 @@ func invalidInput(t *testing.T, setup setupFunc) {
 		{"SubmitNegativeBackoff", sub(norn.NewTask{Queue: "q", Retry: &norn.RetryPolicy{MaxRetries: 1, Base: dur(-time.Second)}}), inv, "tasks[0].retry"},
 		{"SubmitIDWithSpace", sub(norn.NewTask{ID: "a b", Queue: "q"}), inv, "tasks[0].id"},
 		{"SubmitLongID", sub(norn.NewTask{ID: strings.Repeat("i", norn.MaxIDLength+1), Queue: "q"}), inv, "tasks[0].id"},
+		{"SubmitLongConcurrencyKey", sub(norn.NewTask{Queue: "q", ConcurrencyKey: strings.Repeat("k", norn.MaxConcurrencyKeyLength+1)}), inv, "tasks[0].concurrency_key"},
+		{"SubmitConcurrencyKeyWithControlCharacter", sub(ok, norn.NewTask{Queue: "q", ConcurrencyKey: "a\nb"}), inv, "tasks[1].concurrency_key"},
 		{"SubmitTooManyLabels", sub(norn.NewTask{Queue: "q", Labels: labels}), inv, "tasks[0].labels"},
 		{"SubmitNonUTF8Spec", sub(ok, norn.NewTask{Queue: "q", Spec: badUTF8}), inv, "tasks[1].spec"},
 		{"SubmitSecondTaskInvalid", sub(ok, norn.NewTask{Queue: "bad queue"}), inv, "tasks[1].queue"},

@@ -40,7 +40,7 @@ func RunWith(t *testing.T, f Factory, o Options) {
 		exerciseRegisterWorker, exerciseClaim, exerciseHeartbeat, exerciseLog, exerciseFinish, exerciseTimeout,
 		exerciseLeaseBatch, exerciseFencing, exerciseRepeatedCall, exerciseSnooze,
 		exerciseQueues, exerciseSubscribe, exerciseInvalidInput, exerciseClose,
-		exerciseSchedules, exerciseReadLog,
+		exerciseSchedules, exerciseReadLog, exerciseFlow,
 	} {
 		exercise(t, setup)
 	}

@@ -703,6 +703,8 @@ export interface components {
             timeout: components["schemas"]["Duration"];
             /** @description The unique key the task was submitted with. */
             unique_key?: string;
+            /** @description Flow-control key: the queue's key_limit (or the key's own limit) caps how many tasks with this key run at once, and fair_by concurrency_key rotates claims across keys. UTF-8 without control characters. */
+            concurrency_key?: string;
             /** @description Any JSON value. */
             result?: unknown;
             errors?: components["schemas"]["ErrorInfo"][];
@@ -731,6 +733,8 @@ export interface components {
             unique_key?: string;
             /** @description Needs unique_key: also a duplicate of a task with the key that ended less than this long ago. */
             unique_for?: components["schemas"]["Duration"];
+            /** @description Flow-control key: the queue's key_limit (or the key's own limit) caps how many tasks with this key run at once, and fair_by concurrency_key rotates claims across keys. UTF-8 without control characters. */
+            concurrency_key?: string;
         };
         Submitted: {
             task: components["schemas"]["Task"];

@@ -1,0 +1,1 @@
+ALTER TABLE {{schema}}.tasks DROP COLUMN IF EXISTS concurrency_key;
