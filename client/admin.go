@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/internal/wire"
@@ -72,6 +73,19 @@ func (c *Client) Stats(ctx context.Context) (norn.Stats, error) {
 	var out norn.Stats
 	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/stats"}, &out); err != nil {
 		return norn.Stats{}, err
+	}
+	return out, nil
+}
+
+// Throughput returns the server's per-minute history of submitted,
+// completed and failed tasks from since (zero: the whole window of
+// norn.ThroughputWindow) for the given queues summed (none: all), as GET
+// /v1/stats/throughput describes it.
+func (c *Client) Throughput(ctx context.Context, since time.Time, queues ...string) (norn.Throughput, error) {
+	var out norn.Throughput
+	req := request{method: http.MethodGet, path: "/v1/stats/throughput", query: wire.ThroughputValues(queues, since)}
+	if err := c.do(ctx, req, &out); err != nil {
+		return norn.Throughput{}, err
 	}
 	return out, nil
 }

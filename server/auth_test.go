@@ -79,6 +79,7 @@ func TestAuthMatrix(t *testing.T) {
 		"GET /v1/queues/{queue}":        {"GET", "/v1/queues/q", "", true},
 		"PATCH /v1/queues/{queue}":      {"PATCH", "/v1/queues/q", `{"max_attempts":3}`, true},
 		"GET /v1/stats":                 {"GET", "/v1/stats", "", false},
+		"GET /v1/stats/throughput":      {"GET", "/v1/stats/throughput?queue=q", "", true},
 		"POST /v1/sweep":                {"POST", "/v1/sweep", "", false},
 		"GET /v1/events":                {"GET", "/v1/events?queue=q", "", true},
 		// Schedules of other queues look like missing ones (404, see

@@ -277,6 +277,8 @@ func TestOpenAPIResponses(t *testing.T) {
 	call(200, "GET", "/v1/queues/q", "")
 	call(200, "PATCH", "/v1/queues/q", `{"paused":true,"timeout":"20s","retry":{"max_retries":2,"base":"1s","max":"10s"},"retention":{"completed":"1h","aborted":"2h","cancelled":"0s"}}`)
 	call(200, "GET", "/v1/stats", "")
+	call(200, "GET", "/v1/stats/throughput?queue=q&since=1h", "")
+	call(400, "GET", "/v1/stats/throughput?since=soon", "")
 	call(200, "POST", "/v1/sweep", "")
 	call(200, "PUT", "/v1/schedules/nightly", `{"queue":"q","cron":"0 3 * * *","timezone":"Europe/Berlin","spec":{"r":1},"labels":{"k":"v"},"retry":{"max_retries":1},"max_attempts":2,"overlap":"skip","catch_up":"all"}`)
 	call(400, "PUT", "/v1/schedules/nightly", `{"queue":"q","cron":"nope"}`)

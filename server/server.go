@@ -33,6 +33,9 @@ type Server struct {
 	mux   *http.ServeMux
 	root  http.Handler // mux behind guard
 	m     *metrics
+	tp    *throughput // throughput.go
+	// tpDone is closed when the throughput recorder has stopped.
+	tpDone chan struct{}
 	// streams caps long polls and streams; fails limits failed
 	// authentications per address (limits.go).
 	streams *streamLimiter
@@ -79,6 +82,19 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.drainCtx, s.startDrain = context.WithCancel(context.Background())
+	// The history counts from here: subscribing now, not in Run, means an
+	// event stored after New returns is counted.
+	s.tp = newThroughput(time.Now)
+	sub, err := cfg.Store.Subscribe(s.drainCtx, norn.EventFilter{})
+	if err != nil {
+		cfg.Logger.Warn("throughput history: event subscription failed; retrying in the background", slog.Any("error", err))
+		sub = nil
+	}
+	s.tpDone = make(chan struct{})
+	go func() {
+		defer close(s.tpDone)
+		s.tp.follow(s.drainCtx, cfg.Store, sub, cfg.Logger)
+	}()
 	s.mux = http.NewServeMux()
 	s.routes()
 	s.root = s.guard(s.mux)
@@ -141,6 +157,8 @@ func (s *Server) Run(ctx context.Context) error {
 	defer func() {
 		stopTrack()
 		<-trackerDone
+		s.startDrain() // ends the throughput recorder's subscription
+		<-s.tpDone
 	}()
 
 	serveErr := make(chan error, 1)
@@ -232,6 +250,7 @@ func (s *Server) apiRoutes() []route {
 		{pattern: "GET /v1/queues/{queue}", roles: clientOnly, h: s.handleQueue},
 		{pattern: "PATCH /v1/queues/{queue}", roles: adminOnly, h: s.handleUpdateQueue},
 		{pattern: "GET /v1/stats", roles: clientOnly, h: s.handleStats},
+		{pattern: "GET /v1/stats/throughput", roles: clientOnly, h: s.handleThroughput},
 		{pattern: "POST /v1/sweep", roles: adminOnly, h: s.handleSweep},
 		{pattern: "GET /v1/events", roles: clientOnly, h: s.handleEvents},
 		{pattern: "GET /v1/schedules", roles: clientOnly, h: s.handleSchedules},

@@ -350,7 +350,7 @@ func FuzzDecodeBodies(f *testing.F) {
 // invalid_argument.
 func FuzzParseFilter(f *testing.F) {
 	for _, s := range []string{"queue=a&status=pending&label=k:v", "created_after=2030-01-01T00:00:00Z&limit=5",
-		"order=newest&view=summary&cursor=x", "label=:", "limit=99999999999999999999"} {
+		"order=newest&view=summary&cursor=x", "label=:", "since=90m&queue=a,b", "since=2030-01-01T00:00:00Z", "limit=99999999999999999999"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -366,6 +366,9 @@ func FuzzParseFilter(f *testing.F) {
 		}
 		if _, _, err := ParseLogParams(v); err != nil && norn.CodeOf(err) != norn.CodeInvalidArgument {
 			t.Fatalf("ParseLogParams: %v", err)
+		}
+		if _, _, err := ParseThroughputParams(v, time.Now()); err != nil && norn.CodeOf(err) != norn.CodeInvalidArgument {
+			t.Fatalf("ParseThroughputParams: %v", err)
 		}
 	})
 }

@@ -40,6 +40,7 @@ var Routes = []string{
 	"GET /v1/queues/{queue}",
 	"PATCH /v1/queues/{queue}",
 	"GET /v1/stats",
+	"GET /v1/stats/throughput",
 	"POST /v1/sweep",
 	"GET /v1/events",
 	"GET /v1/schedules",

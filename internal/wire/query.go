@@ -455,3 +455,53 @@ func ParseRawQuery(raw string) (url.Values, error) {
 	}
 	return v, nil
 }
+
+// ParseThroughputParams reads GET /v1/stats/throughput's parameters:
+// queue (repeatable or comma-separated; none means all) and since, an RFC
+// 3339 time or a duration such as 90m meaning that long before now. A
+// missing since, or one further back than norn.ThroughputWindow, is the
+// start of the window.
+func ParseThroughputParams(v url.Values, now time.Time) (queues []string, since time.Time, err error) {
+	if err := CheckParams(v, []string{"queue", "since"}); err != nil {
+		return nil, time.Time{}, err
+	}
+	if queues, err = parseQueues(v, "queue"); err != nil {
+		return nil, time.Time{}, err
+	}
+	s, err := single(v, "since")
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	start := now.Add(-norn.ThroughputWindow)
+	since = start
+	if s != "" {
+		if d, derr := time.ParseDuration(s); derr == nil {
+			if d < 0 {
+				return nil, time.Time{}, norn.Invalid("since", "a duration must not be negative, got %q", Trunc(s))
+			}
+			if d < norn.ThroughputWindow {
+				since = now.Add(-d)
+			}
+		} else if t, terr := time.Parse(time.RFC3339Nano, s); terr == nil {
+			if t.After(start) {
+				since = t.UTC()
+			}
+		} else {
+			return nil, time.Time{}, norn.Invalid("since", "must be an RFC 3339 time such as 2030-01-02T03:04:05Z or a duration such as 90m, got %q", Trunc(s))
+		}
+	}
+	return queues, since, nil
+}
+
+// ThroughputValues encodes the parameters ParseThroughputParams reads; a
+// zero since is left out (the whole window).
+func ThroughputValues(queues []string, since time.Time) url.Values {
+	v := url.Values{}
+	for _, q := range queues {
+		v.Add("queue", q)
+	}
+	if !since.IsZero() {
+		v.Set("since", since.UTC().Format(time.RFC3339Nano))
+	}
+	return v
+}

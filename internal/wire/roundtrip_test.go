@@ -337,6 +337,15 @@ func TestRoundTrip(t *testing.T) {
 		"GET /v1/stats": func(t *testing.T) {
 			plainResponse(t, filled[norn.Stats](t))
 		},
+		"GET /v1/stats/throughput": func(t *testing.T) {
+			now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+			since := now.Add(-90 * time.Minute)
+			qs, got, err := ParseThroughputParams(queryString(t, ThroughputValues([]string{"a", "b"}, since)), now)
+			if err != nil || !got.Equal(since) || !reflect.DeepEqual(qs, []string{"a", "b"}) {
+				t.Fatalf("throughput params %v %v, %v", qs, got, err)
+			}
+			plainResponse(t, filled[norn.Throughput](t))
+		},
 		"POST /v1/sweep": func(t *testing.T) {
 			request(t, empty, Empty{})
 			plainResponse(t, filled[norn.SweepReport](t))

@@ -379,11 +379,73 @@ func TestOverview(t *testing.T) {
 	if err := e.st.Complete(ctx, norn.LeaseRef{TaskID: "report-1", Worker: s.worker, Lease: s.leases["report-1"]}, nil); err != nil {
 		t.Fatal(err)
 	}
-	e.wait(`/submitted.*[1-9]\d* in 15m/.test(document.querySelector('.legend-item[data-series="submitted"]').textContent)`)
-	e.wait(`/completed.*[1-9]\d* in 15m/.test(document.querySelector('.legend-item[data-series="completed"]').textContent)`)
+	e.wait(`/submitted.* 65 in 1h/.test(document.querySelector('.legend-item[data-series="submitted"]').textContent)`)
+	e.wait(`/completed.* 2 in 1h/.test(document.querySelector('.legend-item[data-series="completed"]').textContent)`)
 	// report-1 completing releases report-4 (blocked → ready).
 	e.wait(`document.querySelector('#queues tr[data-queue="reports"] td[data-status="blocked"]').textContent === "0"`)
 	e.shots("overview", `document.querySelector('#queues tr[data-queue="emails"]')`)
+}
+
+// TestThroughputHistory: the chart is drawn from the server's history on
+// the first page load, before any live event arrives, and again after a
+// reload; the queue page draws its own queue's history.
+func TestThroughputHistory(t *testing.T) {
+	e := newEnv(t, nil)
+	seed(t, e.st)
+	// The server counts the store's events in the background: wait until
+	// it has them all, so that the page's first request sees them.
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		var h norn.Throughput
+		resp, err := http.Get(e.url + "/v1/stats/throughput")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = json.NewDecoder(resp.Body).Decode(&h)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, p := range h.Points {
+			n += p.Submitted
+		}
+		if n == 64 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server history has %d submits, want 64", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.open("#/")
+	// Nothing happens after the page loads: these counts can only come
+	// from the history. The rate is the last whole minute's, 0 or all of
+	// them depending on when the minute turned, so only totals are checked.
+	e.wait(`/^submitted (0|64)\/min · 64 in 1h$/.test((document.querySelector('.legend-item[data-series="submitted"]') || {}).textContent)`)
+	e.wait(`/ 1 in 1h$/.test((document.querySelector('.legend-item[data-series="completed"]') || {}).textContent)`)
+	e.wait(`/ 1 in 1h$/.test((document.querySelector('.legend-item[data-series="failed"]') || {}).textContent)`)
+	if got := evalAs[bool](e, `document.querySelector('#throughput-note').hidden`); !got {
+		t.Errorf("chart shows an error: %s", e.text("#throughput-note"))
+	}
+	// The canvas has the submitted line drawn above the baseline.
+	e.wait(`(() => { const c = document.querySelector('#throughput'); const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+		let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n > 0; })()`)
+	e.click(`.range-chip[data-range="24h"]`)
+	e.wait(`/ 64 in 24h$/.test((document.querySelector('.legend-item[data-series="submitted"]') || {}).textContent)`)
+	if got := e.text(`.range-chip[aria-pressed="true"]`); got != "24 h" {
+		t.Errorf("pressed range %q, want 24 h", got)
+	}
+	// A reload draws the same history at once (and keeps the range).
+	e.open("#/")
+	e.wait(`/ 64 in 24h$/.test((document.querySelector('.legend-item[data-series="submitted"]') || {}).textContent)`)
+	// The queue page counts its queue only: 4 reports submitted, 1 completed.
+	e.open("#/queues/reports")
+	e.wait(`/ 4 in 24h$/.test((document.querySelector('.legend-item[data-series="submitted"]') || {}).textContent)`)
+	e.wait(`/ 1 in 24h$/.test((document.querySelector('.legend-item[data-series="completed"]') || {}).textContent)`)
+	e.open("#/queues/emails")
+	e.wait(`/ 60 in 24h$/.test((document.querySelector('.legend-item[data-series="submitted"]') || {}).textContent)`)
+	e.wait(`/ 0 in 24h$/.test((document.querySelector('.legend-item[data-series="completed"]') || {}).textContent)`)
 }
 
 func TestQueuePage(t *testing.T) {

@@ -432,6 +432,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/stats/throughput": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Per-minute history of submitted, completed and failed tasks
+         * @description Roles: client, admin. Counted by this server from the store's events since it started (RecordingSince), at most the last 24 hours; on PostgreSQL every node counts the whole cluster's events. A token scoped to some queues sees the sum of its queues.
+         */
+        get: operations["throughput"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sweep": {
         parameters: {
             query?: never;
@@ -1076,6 +1096,40 @@ export interface components {
         };
         SchedulesResponse: {
             schedules: components["schemas"]["Schedule"][];
+        };
+        Throughput: {
+            /** @description The queues counted; absent means all. */
+            queues?: string[];
+            /**
+             * Format: date-time
+             * @description First minute covered.
+             */
+            since: string;
+            /**
+             * Format: date-time
+             * @description The minute under way.
+             */
+            until: string;
+            /**
+             * Format: date-time
+             * @description When this server started recording; earlier minutes are unknown to it, not idle.
+             */
+            recording_since: string;
+            /** @description Minutes with any activity, oldest first; a minute without a point had none. */
+            points: components["schemas"]["ThroughputPoint"][];
+        };
+        ThroughputPoint: {
+            /**
+             * Format: date-time
+             * @description Start of the minute.
+             */
+            t: string;
+            /** @description New tasks. */
+            submitted: number;
+            /** @description Completions. */
+            completed: number;
+            /** @description Failed attempts: retries, timeouts and aborts. */
+            failed: number;
         };
     };
     responses: {
@@ -2194,6 +2248,38 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Stats"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+        };
+    };
+    throughput: {
+        parameters: {
+            query?: {
+                /** @description Queue; repeat or comma-separate. Several are summed; none means all. */
+                queue?: string[];
+                /** @description First minute wanted: an RFC 3339 time or a duration such as 90m meaning that long ago. Default and limit: 24 hours ago. */
+                since?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Throughput. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Throughput"];
                 };
             };
             400: components["responses"]["E400"];

@@ -3,7 +3,6 @@
 // a cleanup function that stops their timers and subscriptions.
 
 import { api, get, auth, enc, EventBus, ApiError } from "./api.js";
-import { Throughput } from "./chart.js";
 import { h, fill, toast } from "./util.js";
 import * as overview from "./overview.js";
 import * as queueView from "./queue.js";
@@ -16,9 +15,6 @@ const liveEl = document.getElementById("live");
 const logoutBtn = document.getElementById("logout");
 
 const bus = new EventBus();
-const tp = new Throughput();
-bus.subscribe((ev) => tp.add(ev));
-addEventListener("pagehide", () => tp.save());
 bus.onState((s) => {
   liveEl.textContent = s === "live" ? "live" : s === "denied" ? "no live updates" : s;
   liveEl.dataset.state = s;
@@ -77,7 +73,7 @@ function route() {
   }
   const { parts, params } = parseHash();
   const ctrl = new AbortController();
-  const ctx = { main, bus, tp, session, params, signal: ctrl.signal, crumbs: setCrumbs };
+  const ctx = { main, bus, session, params, signal: ctrl.signal, crumbs: setCrumbs };
   let cleanup;
   main.replaceChildren(h("p", { class: "muted" }, "Loading…"));
   if (parts.length === 0) cleanup = overview.render(ctx);

@@ -1,4 +1,4 @@
-// Overview: totals, live throughput, every queue with counts per status,
+// Overview: totals, throughput history, every queue with counts per status,
 // and the registered workers.
 
 import { get, enc, ApiError } from "./api.js";
@@ -8,10 +8,10 @@ import { h, fill, num, STATUSES, timeEl, throttle } from "./util.js";
 const ACTIVE_MS = 60 * 1000; // norn.ActiveWorkerWindow
 
 export function render(ctx) {
-  const { main, bus, tp, signal } = ctx;
+  const { main, bus, signal } = ctx;
   ctx.crumbs([{ text: "Overview" }]);
   const totals = h("section", { class: "totals", id: "totals", "aria-label": "Totals" });
-  const chart = chartView(tp);
+  const chart = chartView(ctx);
   const queuesBody = h("div", { id: "queues" }, h("p", { class: "muted" }, "Loading…"));
   const workersBody = h("div", { id: "workers" });
   const err = h("p", { class: "error", id: "overview-error", hidden: true });

@@ -2,6 +2,7 @@
 // filters, cursor paging and bulk actions.
 
 import { api, get, query, enc, ApiError } from "./api.js";
+import { chartView } from "./chart.js";
 import {
   h, fill, num, STATUSES, PENDING, statusBadge, progressBar, timeEl, labelsEl, debounce, throttle, toast,
   confirmDialog, validDuration,
@@ -47,6 +48,7 @@ export function render(ctx, name) {
   const nextBtn = h("button", { type: "button", id: "next", disabled: true }, "Next ›");
   const pageEl = h("span", { id: "page-no", class: "muted" });
   const err = h("p", { class: "error", id: "queue-error", hidden: true });
+  const chart = chartView(ctx, name);
 
   fill(main,
     h("div", { class: "page-head" }, h("div", { class: "title-row" }, title, pausedBadge), h("div", { class: "actions" }, pauseBtn)),
@@ -61,6 +63,7 @@ export function render(ctx, name) {
       h("div", { class: "bulk" }, matchEl, h("span", { class: "spacer" }), cancelAllBtn, deleteAllBtn),
       listEl,
       h("div", { class: "pager" }, prevBtn, pageEl, nextBtn)),
+    chart.el,
     h("details", { class: "card defaults", id: "defaults-card" }, h("summary", {}, h("h2", {}, "Queue defaults")), defaultsBox));
 
   function apiFilter(over = {}) {
@@ -381,5 +384,5 @@ export function render(ctx, name) {
   loadQueue().catch(show);
   loadList();
   loadCount();
-  return () => { unsub(); refreshCounts.cancel(); refreshFirst.cancel(); };
+  return () => { unsub(); chart.stop(); refreshCounts.cancel(); refreshFirst.cancel(); };
 }
