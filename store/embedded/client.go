@@ -159,6 +159,10 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 		s.addUnique(t, n.UniqueKey)
 		tx.onUndo(func() { s.dropUnique(t) })
 	}
+	if len(n.DependsOn) > 0 {
+		s.indexDeps(t, n.DependsOn)
+		tx.onUndo(func() { s.unindexDeps(t) })
+	}
 	tx.event(norn.EventSubmitted, t)
 	nt := t.toTask()
 	nt.UniqueKey = n.UniqueKey

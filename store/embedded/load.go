@@ -69,6 +69,7 @@ func (s *Store) load(ctx context.Context) error {
 		if im.uniqueKey != "" {
 			s.addUnique(t, im.uniqueKey)
 		}
+		s.indexDeps(t, im.deps)
 		t.q.counts[st.status]++
 		if st.status == stReady {
 			t.heapIdx = int32(len(t.q.ready))

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -270,6 +271,9 @@ func (s *Store) page(ctx context.Context, q norn.Query, limit int) (norn.Page, e
 	if q.Order == norn.OrderPriority {
 		return s.pagePriority(ctx, q, limit, pos)
 	}
+	if q.Filter.DependsOn != "" {
+		return s.pageIndexed(ctx, q, limit, pos)
+	}
 	main, err := s.db.NewIter(&pebble.IterOptions{})
 	if err != nil {
 		return norn.Page{}, norn.Unavailable(err)
@@ -357,6 +361,54 @@ func (s *Store) page(ctx context.Context, q norn.Query, limit int) (norn.Page, e
 	return page, nil
 }
 
+// pageIndexed is page for a depends_on filter in id order (or newest
+// first, which is id order reversed): the index names the candidates, so
+// only they are read.
+func (s *Store) pageIndexed(ctx context.Context, q norn.Query, limit int, pos []byte) (norn.Page, error) {
+	ids := s.indexedIDs(&q.Filter)
+	newest := q.Order == norn.OrderNewest
+	if newest {
+		slices.Reverse(ids)
+	}
+	if pos != nil {
+		// Skip to the first id after the cursor in this order.
+		p := string(pos)
+		i, _ := slices.BinarySearchFunc(ids, p, func(a, b string) int {
+			if newest {
+				return strings.Compare(b, a)
+			}
+			return strings.Compare(a, b)
+		})
+		for i < len(ids) && ids[i] == p {
+			i++
+		}
+		ids = ids[i:]
+	}
+	r := s.newReader()
+	defer r.close()
+	page := norn.Page{Tasks: []*norn.Task{}}
+	for i, id := range ids {
+		if i%256 == 255 {
+			if err := ctx.Err(); err != nil {
+				return norn.Page{}, err
+			}
+		}
+		t, err := r.task(id, q.Summary, &q.Filter)
+		if err != nil {
+			return norn.Page{}, err
+		}
+		if t == nil {
+			continue
+		}
+		if len(page.Tasks) == limit {
+			page.NextCursor = encodeCursor(q.Order, []byte(page.Tasks[limit-1].ID))
+			break
+		}
+		page.Tasks = append(page.Tasks, t)
+	}
+	return page, nil
+}
+
 // prioKey is a position in priority order: priority desc, then id asc.
 type prioKey struct {
 	prio uint32
@@ -396,16 +448,13 @@ func (h *prioHeap) Pop() any {
 func (s *Store) firstByPriority(after *prioKey, f *norn.Filter, k int) []prioKey {
 	h := make(prioHeap, 0, k)
 	s.mu.Lock()
-	for _, t := range s.tasks {
+	s.eachMem(f, func(t *task) {
 		c := prioKey{t.st.priority, t.id}
 		if after != nil && !after.before(c) {
-			continue
+			return
 		}
 		if len(h) == k && !c.before(h[0]) {
-			continue
-		}
-		if !matchMem(f, t) {
-			continue
+			return
 		}
 		if len(h) == k {
 			h[0] = c
@@ -413,7 +462,7 @@ func (s *Store) firstByPriority(after *prioKey, f *norn.Filter, k int) []prioKey
 		} else {
 			heap.Push(&h, c)
 		}
-	}
+	})
 	s.mu.Unlock()
 	out := make([]prioKey, len(h))
 	for i := len(h) - 1; i >= 0; i-- {
@@ -558,7 +607,8 @@ func onlyQueueStatus(f *norn.Filter) bool {
 }
 
 // matchMem matches every filter field except labels, depends_on and
-// unique_key against memory; onDisk says when the others need the disk records.
+// unique_key against memory (eachMem answers depends_on from its index);
+// onDisk says when the others need the disk records.
 func matchMem(f *norn.Filter, t *task) bool {
 	if len(f.Queues) > 0 && !containsStr(f.Queues, t.q.name) {
 		return false
@@ -587,11 +637,11 @@ func matchMem(f *norn.Filter, t *task) bool {
 	return true
 }
 
-// onDisk reports whether f names fields memory does not hold: the labels,
-// the dependency lists and the unique keys live only in the task's
-// immutable record (the unique-key index serves submits, not listings).
+// onDisk reports whether f names fields memory does not hold: the labels
+// and the unique keys live only in the task's immutable record (the
+// unique-key index serves submits, not listings).
 func onDisk(f *norn.Filter) bool {
-	return len(f.Labels) > 0 || f.DependsOn != "" || f.UniqueKey != ""
+	return len(f.Labels) > 0 || f.UniqueKey != ""
 }
 
 func containsStr(l []string, s string) bool {
@@ -662,11 +712,7 @@ func (s *Store) CountGrouped(ctx context.Context, f norn.Filter) ([]norn.GroupCo
 		s.mu.Unlock()
 	case !onDisk(&f):
 		s.mu.Lock()
-		for _, t := range s.tasks {
-			if matchMem(&f, t) {
-				add(t.q.name, t.st.status, 1)
-			}
-		}
+		s.eachMem(&f, func(t *task) { add(t.q.name, t.st.status, 1) })
 		s.mu.Unlock()
 	default:
 		err := s.scan(ctx, &f, func(t *norn.Task) { add(t.Queue, statusCode(t.Status), 1) })
@@ -686,8 +732,28 @@ func (s *Store) CountGrouped(ctx context.Context, f norn.Filter) ([]norn.GroupCo
 	return out, nil
 }
 
-// scan calls fn with the summary of every task on disk matching f.
+// scan calls fn with the summary of every task on disk matching f: all
+// of them read, or only those the depends_on index names.
 func (s *Store) scan(ctx context.Context, f *norn.Filter, fn func(*norn.Task)) error {
+	if f.DependsOn != "" {
+		r := s.newReader()
+		defer r.close()
+		for i, id := range s.indexedIDs(f) {
+			if i%1024 == 1023 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			t, err := r.task(id, true, f)
+			if err != nil {
+				return err
+			}
+			if t != nil {
+				fn(t)
+			}
+		}
+		return nil
+	}
 	main, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{pfxTask}, UpperBound: []byte{pfxTask + 1}})
 	if err != nil {
 		return norn.Unavailable(err)
@@ -725,11 +791,7 @@ func (s *Store) matchingIDs(ctx context.Context, f norn.Filter) ([]string, error
 	var ids []string
 	if !onDisk(&f) {
 		s.mu.Lock()
-		for _, t := range s.tasks {
-			if matchMem(&f, t) {
-				ids = append(ids, t.id)
-			}
-		}
+		s.eachMem(&f, func(t *task) { ids = append(ids, t.id) })
 		s.mu.Unlock()
 		return ids, nil
 	}

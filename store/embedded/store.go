@@ -114,8 +114,11 @@ type Store struct {
 	// unique maps a queue and unique key to every task submitted with it
 	// that still exists (live or ended); uniqueOf is the reverse, for
 	// deletion. Only tasks with a key are in either.
-	unique    map[norn.UniqueRef][]*task
-	uniqueOf  map[*task]string
+	unique   map[norn.UniqueRef][]*task
+	uniqueOf map[*task]string
+	// byDep and depsOf are the depends_on index (depindex.go).
+	byDep     map[string][]*task
+	depsOf    map[*task][]string
 	schedules map[string]*norn.Schedule
 	workerSeq uint64
 	armedAt   int64
@@ -224,6 +227,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		dependents: map[*task][]*task{},
 		unique:     map[norn.UniqueRef][]*task{},
 		uniqueOf:   map[*task]string{},
+		byDep:      map[string][]*task{},
+		depsOf:     map[*task][]string{},
 		schedules:  map[string]*norn.Schedule{},
 		subs:       map[*subscription]struct{}{},
 	}

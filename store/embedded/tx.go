@@ -273,6 +273,7 @@ func (tx *txn) removeTask(t *task) {
 	key, unique := s.uniqueOf[t]
 	s.dropUnique(t)
 	t.deleted = true
+	deps := s.unindexDeps(t)
 	tx.onUndo(func() {
 		t.deleted = false
 		s.tasks[t.id] = t
@@ -280,6 +281,7 @@ func (tx *txn) removeTask(t *task) {
 		if unique {
 			s.addUnique(t, key)
 		}
+		s.indexDeps(t, deps)
 	})
 	tx.b.DeleteRange(taskPrefix(t.id), taskEnd(t.id), nil)
 	tx.event(norn.EventDeleted, t)
