@@ -31,7 +31,7 @@ from .errors import (
     Unavailable,
 )
 from .types import LogEntry, Record, Task
-from .worker import Abort, ActiveTask, Fail, Middleware, Worker
+from .worker import Abort, ActiveTask, Fail, Middleware, Snooze, Worker
 
 __version__ = "0.1.0"
 
@@ -44,6 +44,7 @@ __all__ = [
     "Middleware",
     "Abort",
     "Fail",
+    "Snooze",
     "Task",
     "LogEntry",
     "Record",

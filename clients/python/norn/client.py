@@ -842,6 +842,16 @@ class Client:
         """Finishes a task unsuccessfully for good."""
         self._call("POST", "/v1/tasks/" + _seg(id) + "/abort", body=_finish_body(worker, lease, code, description, args))
 
+    def snooze(self, id: str, worker: str, lease: int, *, delay: Optional[Duration] = None, run_at: Optional[Time] = None) -> None:
+        """Puts the task back until ``delay`` from now (or ``run_at``)
+        without spending an attempt."""
+        body: Dict[str, Any] = {"worker": worker, "lease": lease}
+        if delay is not None:
+            body["delay"] = format_duration(delay, "delay")
+        if run_at is not None:
+            body["run_at"] = format_time(run_at, "run_at")
+        self._call("POST", "/v1/tasks/" + _seg(id) + "/snooze", body=body)
+
     def yield_(self, id: str, worker: str, lease: int) -> None:
         """Gives a task back: ready again at once, the attempt does not count."""
         self._call("POST", "/v1/tasks/" + _seg(id) + "/yield", body={"worker": worker, "lease": lease})

@@ -9,6 +9,8 @@ handler                    task becomes
 =========================  ==========================================
 returns a value            completed, the value (JSON) is its result
 raises ``norn.Abort``      aborted, never retried
+raises ``norn.Snooze``     scheduled again after the given delay, the
+                           attempt not counted
 raises ``norn.Fail``       failed with the given code: retried per the
                            task's retry policy, else aborted
 raises anything else       failed (code ``handler_error``), likewise
@@ -35,12 +37,12 @@ import traceback
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from . import errors
-from ._wire import format_duration, parse_duration
+from ._wire import format_duration, format_time, parse_duration
 from .client import Client, _Abort
 from .errors import Cancelled, InvalidArgument, LeaseLost, NornError, NotFound, Shutdown
 from .types import LogEntry, Task
 
-__all__ = ["Worker", "ActiveTask", "Abort", "Fail", "Handler", "Middleware"]
+__all__ = ["Worker", "ActiveTask", "Abort", "Fail", "Snooze", "Handler", "Middleware"]
 
 Handler = Callable[["ActiveTask"], Any]
 # Middleware wraps every handler call: mw(task, next) calls next(task) (or
@@ -78,6 +80,23 @@ class Fail(Exception):
         super().__init__(message)
         self.code = code
         self.details = details
+
+
+class Snooze(Exception):
+    """Raise it from a handler to put the task back until ``delay`` seconds
+    (a number, timedelta or duration string) from now, or until ``run_at``,
+    without spending an attempt: ``raise norn.Snooze(30)``."""
+
+    def __init__(self, delay: Optional[Any] = None, *, run_at: Optional[Any] = None) -> None:
+        if (delay is None) == (run_at is None):
+            raise InvalidArgument("give exactly one of delay and run_at", field="delay")
+        if delay is not None:
+            format_duration(delay, "delay")  # refuses a bad value here, in the handler
+        else:
+            format_time(run_at, "run_at")
+        super().__init__(f"snoozed until {run_at}" if run_at is not None else f"snoozed for {delay}")
+        self.delay = delay
+        self.run_at = run_at
 
 
 # Where a claimed task is in its life on this worker.
@@ -595,6 +614,8 @@ class Worker:
                     json.dumps(result, allow_nan=False)
                 except (TypeError, ValueError) as e:
                     op, code, desc = "abort", "invalid_result", f"the handler's result is not JSON: {e}"
+        except Snooze as e:
+            op, details = "snooze", e
         except Abort as e:
             op, code, desc, details = "abort", e.code or DEFAULT_ERROR_CODE, _describe(e, False), e.details
         except Fail as e:
@@ -613,7 +634,9 @@ class Worker:
             if run.state != _RUNNING:
                 return
             run.state = _FINISHING
-        if op != "complete":
+        if op == "snooze":
+            self.log.info("norn task %s: %s", run.id, details)
+        elif op != "complete":
             self.log.info("norn task %s: %s (%s): %s", run.id, op, code, desc.splitlines()[0] if desc else "")
         err = self._report(run, op, result, code, desc, details)
         if err is not None and op == "complete" and not _gone(err) and not _transient(err):
@@ -638,6 +661,8 @@ class Worker:
                     c.complete(run.id, run.worker, run.lease, result)
                 elif op == "fail":
                     c.fail(run.id, run.worker, run.lease, code, desc, details)
+                elif op == "snooze":
+                    c.snooze(run.id, run.worker, run.lease, delay=details.delay, run_at=details.run_at)
                 else:
                     c.abort(run.id, run.worker, run.lease, code, desc, details)
                 return None

@@ -333,6 +333,30 @@ class ClientTest(unittest.TestCase):
             self.c.transact(update=[{"id": a.id, "priority": -5}])
         self.assertTrue(cm.exception.field.startswith("update[0]"), cm.exception.field)
 
+    def test_unique_key(self) -> None:
+        queue = q("unique")
+        first = self.c.submit(queue, {"n": 1}, unique_key="invoice-7", unique_for="1h")
+        again = self.c.submit(queue, {"n": 2}, unique_key="invoice-7")
+        self.assertEqual((again.id, again.duplicate, again.unique_key), (first.id, True, "invoice-7"))
+        self.assertFalse(first.duplicate)
+        other = self.c.submit(q("unique-other"), None, unique_key="invoice-7")
+        self.assertNotEqual(other.id, first.id, "keys are per queue")
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.submit(queue, None, unique_key="x" * 300)
+        self.assertEqual(cm.exception.field, "unique_key")
+
+    def test_snooze(self) -> None:
+        queue = q("snooze")
+        t = self.c.submit(queue, None)
+        wid, got = self.claim_one(queue)
+        self.c.snooze(t.id, wid, got.lease, delay=3600)
+        s = self.c.get(t.id)
+        self.assertEqual((s.status, s.attempts), ("scheduled", 0))
+        self.assertGreater((s.time("run_at") - s.time("updated")).total_seconds(), 3500)
+        self.assertIn("TaskSnooze", history_types(s))
+        with self.assertRaises(norn.LeaseLost):
+            self.c.snooze(t.id, wid, got.lease, delay=1)
+
     def test_schedules(self) -> None:
         queue = q("sched")
         name = q("nightly")

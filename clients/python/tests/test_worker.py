@@ -107,6 +107,25 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual((done["nojson"].status, done["nojson"].errors[-1]["code"]), ("aborted", "invalid_result"))
         self.assertEqual((done["none"].status, done["none"].get("result")), ("completed", None))
 
+    def test_snooze(self) -> None:
+        queue = q("snooze")
+        seen = []
+
+        def handle(task: norn.ActiveTask):
+            seen.append(task.attempts)
+            raise norn.Snooze(3600)
+
+        t = self.c.submit(queue, None)
+        with running(norn.Worker(self.c, {queue: handle}, concurrency=1, wait=1)):
+            s = self.status_is(t.id, "scheduled")
+        self.assertEqual((seen, s.attempts), ([1], 0), "a snooze gives the attempt back")
+        self.assertIn("TaskSnooze", history_types(s))
+        self.assertGreater((s.time("run_at") - s.time("updated")).total_seconds(), 3500)
+        with self.assertRaises(norn.InvalidArgument):
+            norn.Snooze()
+        with self.assertRaises(norn.InvalidArgument):
+            norn.Snooze(-1)
+
     def test_middleware(self) -> None:
         queue = q("mw")
         trace = []
