@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import http.client
 import json
 import os
@@ -737,6 +738,23 @@ class Client:
         """Counts per queue and status, totals and worker numbers."""
         return Record(self._call("GET", "/v1/stats"))
 
+    def throughput(self, queue: Union[None, str, Sequence[str]] = None, since: Union[None, Time, Duration] = None) -> Record:
+        """The server's per-minute counts of submitted, completed and failed
+        tasks (at most the last 24 hours) of the given queues summed, or of
+        all: ``{"since", "until", "recording_since", "points": [{"t",
+        "submitted", "completed", "failed"}]}``. ``since`` is a datetime or
+        RFC 3339 string, or a duration (seconds, timedelta, ``"90m"``) meaning
+        that long ago. The server counts from its start, in memory."""
+        q: List[Tuple[str, str]] = []
+        if queue:
+            q.append(("queue", queue if isinstance(queue, str) else ",".join(queue)))
+        if since is not None:
+            if isinstance(since, (_dt.datetime, str)) and not (isinstance(since, str) and _is_duration(since)):
+                q.append(("since", format_time(since, "since")))
+            else:
+                q.append(("since", format_duration(since, "since")))
+        return Record(self._call("GET", "/v1/stats/throughput", query=q))
+
     def workers(self) -> List[Record]:
         """The registered workers."""
         return [Record(w) for w in self._call("GET", "/v1/workers").get("workers") or ()]
@@ -931,3 +949,11 @@ def _seg(id: str) -> str:
     if not isinstance(id, str) or not id:
         raise InvalidArgument("id is required", field="id")
     return urllib.parse.quote(id, safe="")
+
+
+def _is_duration(s: str) -> bool:
+    try:
+        parse_duration(s)
+        return True
+    except ValueError:
+        return False

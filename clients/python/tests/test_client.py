@@ -345,6 +345,22 @@ class ClientTest(unittest.TestCase):
             self.c.submit(queue, None, unique_key="x" * 300)
         self.assertEqual(cm.exception.field, "unique_key")
 
+    def test_throughput(self) -> None:
+        qa, qb = q("tp-a"), q("tp-b")
+        self.c.submit_batch([{"queue": qa}, {"queue": qa}, {"queue": qb}])
+
+        def submitted(h: norn.Record) -> int:
+            return sum(p["submitted"] for p in h.points)
+
+        wait_for(lambda: submitted(self.c.throughput(qa)) == 2, what="two submits of the queue counted")
+        h = self.c.throughput([qa, qb], since="1h")
+        self.assertEqual((submitted(h), h.queues), (3, [qa, qb]))
+        self.assertEqual(submitted(self.c.throughput(qb, since=dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=10))), 1)
+        self.assertEqual(submitted(self.c.throughput(qb, since=600)), 1)
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.throughput(since="yesterday")
+        self.assertEqual(cm.exception.field, "since")
+
     def test_snooze(self) -> None:
         queue = q("snooze")
         t = self.c.submit(queue, None)
