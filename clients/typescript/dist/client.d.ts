@@ -17,6 +17,9 @@ export type Whoami = Schemas["WhoamiResponse"];
 export type ErrorInfo = Schemas["ErrorInfo"];
 export type RetryPolicy = Schemas["RetryPolicy"];
 export type Retention = Schemas["Retention"];
+export type Schedule = Schemas["Schedule"];
+export type Throughput = Schemas["Throughput"];
+export type ThroughputPoint = Schemas["ThroughputPoint"];
 /** A submitted task; `duplicate` is true when a task with its id existed. */
 export type SubmittedTask = Task & {
     duplicate?: boolean;
@@ -32,7 +35,7 @@ export interface CallOptions {
     signal?: AbortSignal;
 }
 /** The options of a new task, named as in the API. */
-export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" | "delay" | "timeout" | "retry"> & {
+export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" | "delay" | "timeout" | "retry" | "unique_for"> & {
     /** When it becomes ready (at most one of run_at and delay). */
     run_at?: Time;
     /** How long after submission it becomes ready. */
@@ -40,6 +43,8 @@ export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" |
     /** Its lease length (the queue's default otherwise). */
     timeout?: Duration;
     retry?: RetryOptions;
+    /** With unique_key: also a duplicate of a task with the key that ended less than this long ago. */
+    unique_for?: Duration;
 };
 /** A task to submit in a batch or a transaction. */
 export type NewTask = TaskOptions & {
@@ -82,6 +87,20 @@ export type QueueSettings = Omit<Schemas["QueueUpdate"], "timeout" | "retry" | "
         cancelled?: Duration;
     };
 };
+/** The settings of a schedule, as in the API, with durations as numbers (ms) or strings. */
+export type ScheduleOptions = Omit<Schemas["ScheduleUpdate"], "timeout" | "retry" | "max_runtime"> & {
+    timeout?: Duration;
+    retry?: RetryOptions;
+    max_runtime?: Duration;
+};
+/** When a snoozed task becomes ready again: after `delay`, or at `run_at`. */
+export type SnoozeUntil = {
+    delay: Duration;
+    run_at?: undefined;
+} | {
+    run_at: Time;
+    delay?: undefined;
+};
 /** What a failing or aborting worker records. */
 export interface TaskError {
     code: string;
@@ -113,7 +132,12 @@ export type LeaseOp = {
     id: string;
     worker: string;
     lease: number;
-};
+} | ({
+    op: "snooze";
+    id: string;
+    worker: string;
+    lease: number;
+} & SnoozeUntil);
 /** The result of one lease batch operation: its answer, or its error. */
 export type LeaseOpResult = {
     deadline?: string;
@@ -194,11 +218,39 @@ export declare class Client {
     /** Pauses or resumes a queue and sets its defaults (role admin). */
     updateQueue(name: string, settings: QueueSettings, opts?: CallOptions): Promise<QueueInfo>;
     stats(opts?: CallOptions): Promise<Stats>;
+    /**
+     * The server's per-minute counts of submitted, completed and failed tasks
+     * (at most the last 24 hours, from `since`; of the given queues summed, or
+     * all). A server counts from its start and keeps the history in memory.
+     */
+    throughput(opts?: {
+        queue?: string | readonly string[];
+        since?: Time | Duration;
+    } & CallOptions): Promise<Throughput>;
     workers(opts?: CallOptions): Promise<WorkerInfo[]>;
     /** What the caller's token may do. */
     whoami(opts?: CallOptions): Promise<Whoami>;
     /** Runs the monitor's duties due now (role admin). */
     sweep(opts?: CallOptions): Promise<SweepReport>;
+    /**
+     * Creates or replaces the schedule `name` (role admin): a task submitted to
+     * `queue` on every tick of `cron` (5 fields, 6 with seconds, or `@hourly`,
+     * `@every 30s`…), read in `timezone` (default UTC).
+     */
+    setSchedule(name: string, schedule: ScheduleOptions & {
+        queue: string;
+        cron: string;
+    }, opts?: CallOptions): Promise<Schedule>;
+    /** Every schedule, with its next_fire, last_fire and last_task. */
+    schedules(opts?: CallOptions): Promise<Schedule[]>;
+    /** One schedule; NotFound if there is none. */
+    schedule(name: string, opts?: CallOptions): Promise<Schedule>;
+    /** Changes some settings of a schedule (`{ paused: true }` pauses it; role admin). */
+    updateSchedule(name: string, changes: ScheduleOptions, opts?: CallOptions): Promise<Schedule>;
+    /** Deletes a schedule; the tasks it submitted stay (role admin). */
+    deleteSchedule(name: string, opts?: CallOptions): Promise<void>;
+    /** Submits the schedule's task now, outside its cadence (role admin). */
+    triggerSchedule(name: string, opts?: CallOptions): Promise<Task>;
     /**
      * Task state changes as they happen (server-sent events); stop with
      * `break` or the signal. The subscription starts with the first `next()`.
@@ -245,6 +297,8 @@ export declare class Client {
     abort(id: string, worker: string, lease: number, error: TaskError, opts?: CallOptions): Promise<void>;
     /** Gives the task back: ready again at once, the attempt does not count. */
     yield(id: string, worker: string, lease: number, opts?: CallOptions): Promise<void>;
+    /** Puts the task back until `delay` from now (or `run_at`) without spending the attempt. */
+    snooze(id: string, worker: string, lease: number, until: SnoozeUntil, opts?: CallOptions): Promise<void>;
     /** Runs lease operations in one call; each gets its own result or error, in order. */
     leaseBatch(ops: readonly LeaseOp[], opts?: CallOptions): Promise<LeaseOpResult[]>;
 }

@@ -300,6 +300,20 @@ export class Client {
     async stats(opts = {}) {
         return this.#call("GET", "/v1/stats", opts);
     }
+    /**
+     * The server's per-minute counts of submitted, completed and failed tasks
+     * (at most the last 24 hours, from `since`; of the given queues summed, or
+     * all). A server counts from its start and keeps the history in memory.
+     */
+    async throughput(opts = {}) {
+        const q = new URLSearchParams();
+        const queue = csv(opts.queue);
+        if (queue)
+            q.set("queue", queue);
+        if (opts.since !== undefined)
+            q.set("since", sinceParam(opts.since));
+        return this.#call("GET", "/v1/stats/throughput", { query: q, signal: opts.signal });
+    }
     async workers(opts = {}) {
         return (await this.#call("GET", "/v1/workers", opts)).workers;
     }
@@ -310,6 +324,37 @@ export class Client {
     /** Runs the monitor's duties due now (role admin). */
     async sweep(opts = {}) {
         return this.#call("POST", "/v1/sweep", opts);
+    }
+    // ---- schedules ----------------------------------------------------------
+    /**
+     * Creates or replaces the schedule `name` (role admin): a task submitted to
+     * `queue` on every tick of `cron` (5 fields, 6 with seconds, or `@hourly`,
+     * `@every 30s`…), read in `timezone` (default UTC).
+     */
+    async setSchedule(name, schedule, opts = {}) {
+        const body = scheduleBody(schedule);
+        return (await this.#call("PUT", schedulePath(name), { body, signal: opts.signal })).schedule;
+    }
+    /** Every schedule, with its next_fire, last_fire and last_task. */
+    async schedules(opts = {}) {
+        return (await this.#call("GET", "/v1/schedules", opts)).schedules;
+    }
+    /** One schedule; NotFound if there is none. */
+    async schedule(name, opts = {}) {
+        return (await this.#call("GET", schedulePath(name), opts)).schedule;
+    }
+    /** Changes some settings of a schedule (`{ paused: true }` pauses it; role admin). */
+    async updateSchedule(name, changes, opts = {}) {
+        const body = scheduleBody(changes);
+        return (await this.#call("PATCH", schedulePath(name), { body, signal: opts.signal })).schedule;
+    }
+    /** Deletes a schedule; the tasks it submitted stay (role admin). */
+    async deleteSchedule(name, opts = {}) {
+        await this.#call("DELETE", schedulePath(name), opts);
+    }
+    /** Submits the schedule's task now, outside its cadence (role admin). */
+    async triggerSchedule(name, opts = {}) {
+        return (await this.#call("POST", `${schedulePath(name)}/trigger`, opts)).task;
     }
     /**
      * Task state changes as they happen (server-sent events); stop with
@@ -434,9 +479,22 @@ export class Client {
     async yield(id, worker, lease, opts = {}) {
         await this.#call("POST", `/v1/tasks/${taskID(id)}/yield`, { body: { worker, lease }, signal: opts.signal });
     }
+    /** Puts the task back until `delay` from now (or `run_at`) without spending the attempt. */
+    async snooze(id, worker, lease, until, opts = {}) {
+        const body = { worker, lease, ...snoozeBody(until, "") };
+        await this.#call("POST", `/v1/tasks/${taskID(id)}/snooze`, { body, signal: opts.signal });
+    }
     /** Runs lease operations in one call; each gets its own result or error, in order. */
     async leaseBatch(ops, opts = {}) {
-        const wire = ops.map((op, i) => op.op === "heartbeat" && op.extend !== undefined ? { ...op, extend: formatDuration(op.extend, `ops[${i}].extend`) } : op);
+        const wire = ops.map((op, i) => {
+            if (op.op === "heartbeat" && op.extend !== undefined)
+                return { ...op, extend: formatDuration(op.extend, `ops[${i}].extend`) };
+            if (op.op === "snooze") {
+                const { delay: _d, run_at: _r, ...rest } = op;
+                return { ...rest, ...snoozeBody(op, `ops[${i}].`) };
+            }
+            return op;
+        });
         const r = await this.#call("POST", "/v1/leases/batch", { body: { ops: wire }, signal: opts.signal });
         return r.results.map((res) => (res.error ? errorFromWire(res.error, 200) : res));
     }
@@ -467,6 +525,45 @@ function retryPolicy(r, field) {
         out["max"] = formatDuration(r.max, `${field}.max`);
     return out;
 }
+// A number is milliseconds ago; a string a Go duration or an RFC 3339 time.
+function sinceParam(v) {
+    if (typeof v === "number")
+        return formatDuration(v, "since");
+    if (typeof v === "string") {
+        try {
+            return formatDuration(v, "since");
+        }
+        catch {
+            // not a duration: a time
+        }
+    }
+    return formatTime(v, "since");
+}
+function schedulePath(name) {
+    if (typeof name !== "string" || name === "")
+        throw new InvalidArgument("must be a non-empty schedule name", { field: "name" });
+    return `/v1/schedules/${encodeURIComponent(name)}`;
+}
+function scheduleBody(s) {
+    const out = {};
+    for (const [k, v] of Object.entries(s)) {
+        if (v === undefined)
+            continue;
+        if (k === "timeout" || k === "max_runtime")
+            out[k] = formatDuration(v, k);
+        else if (k === "retry")
+            out[k] = retryPolicy(v, k);
+        else
+            out[k] = v;
+    }
+    return out;
+}
+function snoozeBody(u, prefix) {
+    if (u === null || typeof u !== "object" || (u.delay === undefined) === (u.run_at === undefined)) {
+        throw new InvalidArgument("give exactly one of delay and run_at", { field: prefix + "delay" });
+    }
+    return u.delay !== undefined ? { delay: formatDuration(u.delay, prefix + "delay") } : { run_at: formatTime(u.run_at, prefix + "run_at") };
+}
 function newTask(t, prefix) {
     if (t === null || typeof t !== "object")
         throw new InvalidArgument("must be a task object", { field: prefix.replace(/\.$/, "") || "task" });
@@ -476,7 +573,7 @@ function newTask(t, prefix) {
             continue;
         if (k === "run_at")
             out[k] = formatTime(v, prefix + k);
-        else if (k === "delay" || k === "timeout")
+        else if (k === "delay" || k === "timeout" || k === "unique_for" || k === "max_runtime")
             out[k] = formatDuration(v, prefix + k);
         else if (k === "retry")
             out[k] = retryPolicy(v, prefix + k);

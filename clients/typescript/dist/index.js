@@ -1,4 +1,4 @@
 export * from "./errors.js";
 export * from "./client.js";
-export { Worker, ActiveTask, Abort, Fail } from "./worker.js";
+export { Worker, ActiveTask, Abort, Fail, Snooze } from "./worker.js";
 export { parseDuration } from "./wire.js";

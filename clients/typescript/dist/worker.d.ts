@@ -1,9 +1,10 @@
-import { Client, type LogEntry, type Task } from "./client.js";
+import { Client, type LogEntry, type SnoozeUntil, type Task } from "./client.js";
 import { NornError } from "./errors.js";
 /**
  * Runs one task. What it does decides the outcome: resolving completes the
  * task with the value as its result (JSON; undefined: no result), throwing
- * {@link Abort} aborts it for good, throwing {@link Fail} or anything else
+ * {@link Abort} aborts it for good, throwing {@link Snooze} puts it back for
+ * later without spending the attempt, throwing {@link Fail} or anything else
  * fails the attempt (retried per the task's policy, else aborted).
  */
 export type Handler = (task: ActiveTask) => unknown;
@@ -81,6 +82,16 @@ export declare class Fail extends HandlerOutcome {
         details?: Record<string, unknown>;
         cause?: unknown;
     });
+}
+/**
+ * Throw it from a handler to put the task back until `delay` from now (ms or
+ * a Go duration string) or until `run_at`, without spending the attempt:
+ * `throw new Snooze({ delay: "30s" })`. A bad value is refused here, in the
+ * handler.
+ */
+export declare class Snooze extends Error {
+    readonly until: SnoozeUntil;
+    constructor(until: SnoozeUntil);
 }
 type RunState = "running" | "finishing" | "gone" | "yielded";
 /** The worker's bookkeeping of one claimed task. */

@@ -1,7 +1,7 @@
 import os from "node:os";
 import { Client } from "./client.js";
 import { Cancelled, Conflict, Internal, InvalidArgument, LeaseLost, NornError, NotFound, PermissionDenied, Shutdown, Unauthenticated, Unavailable, } from "./errors.js";
-import { formatDuration, parseDuration } from "./wire.js";
+import { formatDuration, formatTime, parseDuration } from "./wire.js";
 /** What Abort and Fail share: the error code and details to record. */
 class HandlerOutcome extends Error {
     /** Recorded as the error's code; default handler_error. */
@@ -25,6 +25,24 @@ export class Abort extends HandlerOutcome {
 export class Fail extends HandlerOutcome {
     constructor(message = "", opts = {}) {
         super(message, opts);
+    }
+}
+/**
+ * Throw it from a handler to put the task back until `delay` from now (ms or
+ * a Go duration string) or until `run_at`, without spending the attempt:
+ * `throw new Snooze({ delay: "30s" })`. A bad value is refused here, in the
+ * handler.
+ */
+export class Snooze extends Error {
+    until;
+    constructor(until) {
+        if (until === null || typeof until !== "object" || (until.delay === undefined) === (until.run_at === undefined)) {
+            throw new InvalidArgument("give exactly one of delay and run_at", { field: "delay" });
+        }
+        const what = until.delay !== undefined ? `for ${formatDuration(until.delay, "delay")}` : `until ${formatTime(until.run_at, "run_at")}`;
+        super(`snoozed ${what}`);
+        this.name = "Snooze";
+        this.until = until;
     }
 }
 const DEFAULT_LEASE_MS = 10_000;
@@ -524,7 +542,12 @@ export class Worker {
             }
         }
         catch (e) {
-            if (e instanceof HandlerOutcome) {
+            if (e instanceof Snooze) {
+                op = "snooze";
+                result = e.until;
+                desc = e.message;
+            }
+            else if (e instanceof HandlerOutcome) {
                 op = e instanceof Abort ? "abort" : "fail";
                 code = e.code || DEFAULT_ERROR_CODE;
                 desc = describe(e, false);
@@ -542,7 +565,9 @@ export class Worker {
         if (run.state !== "running")
             return;
         run.state = "finishing";
-        if (op !== "complete")
+        if (op === "snooze")
+            this.#log.info?.(`norn task ${run.id}: ${desc}`);
+        else if (op !== "complete")
             this.#log.info?.(`norn task ${run.id}: ${op} (${code}): ${desc.split("\n")[0]}`);
         let err = await this.#report(run, op, result, code, desc, details);
         if (err && op === "complete" && !isGone(err) && !isTransient(err)) {
@@ -558,6 +583,7 @@ export class Worker {
         else
             this.#log.error?.(`norn task ${run.id}: could not report ${op}; the task runs again when its lease expires: ${String(err)}`);
     }
+    // result is the snooze's SnoozeUntil for op "snooze".
     async #report(run, op, result, code, desc, details) {
         const c = this.client;
         let delay = 100;
@@ -569,6 +595,8 @@ export class Worker {
                     await c.complete(run.id, run.worker, run.lease, result);
                 else if (op === "fail")
                     await c.fail(run.id, run.worker, run.lease, error);
+                else if (op === "snooze")
+                    await c.snooze(run.id, run.worker, run.lease, result);
                 else
                     await c.abort(run.id, run.worker, run.lease, error);
                 return undefined;

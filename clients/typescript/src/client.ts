@@ -19,6 +19,9 @@ export type Whoami = Schemas["WhoamiResponse"];
 export type ErrorInfo = Schemas["ErrorInfo"];
 export type RetryPolicy = Schemas["RetryPolicy"];
 export type Retention = Schemas["Retention"];
+export type Schedule = Schemas["Schedule"];
+export type Throughput = Schemas["Throughput"];
+export type ThroughputPoint = Schemas["ThroughputPoint"];
 
 /** A submitted task; `duplicate` is true when a task with its id existed. */
 export type SubmittedTask = Task & { duplicate?: boolean };
@@ -33,7 +36,7 @@ export interface CallOptions {
 }
 
 /** The options of a new task, named as in the API. */
-export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" | "delay" | "timeout" | "retry"> & {
+export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" | "delay" | "timeout" | "retry" | "unique_for"> & {
   /** When it becomes ready (at most one of run_at and delay). */
   run_at?: Time;
   /** How long after submission it becomes ready. */
@@ -41,6 +44,8 @@ export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" |
   /** Its lease length (the queue's default otherwise). */
   timeout?: Duration;
   retry?: RetryOptions;
+  /** With unique_key: also a duplicate of a task with the key that ended less than this long ago. */
+  unique_for?: Duration;
 };
 
 /** A task to submit in a batch or a transaction. */
@@ -81,6 +86,16 @@ export type QueueSettings = Omit<Schemas["QueueUpdate"], "timeout" | "retry" | "
   retention?: { completed?: Duration; aborted?: Duration; cancelled?: Duration };
 };
 
+/** The settings of a schedule, as in the API, with durations as numbers (ms) or strings. */
+export type ScheduleOptions = Omit<Schemas["ScheduleUpdate"], "timeout" | "retry" | "max_runtime"> & {
+  timeout?: Duration;
+  retry?: RetryOptions;
+  max_runtime?: Duration;
+};
+
+/** When a snoozed task becomes ready again: after `delay`, or at `run_at`. */
+export type SnoozeUntil = { delay: Duration; run_at?: undefined } | { run_at: Time; delay?: undefined };
+
 /** What a failing or aborting worker records. */
 export interface TaskError {
   code: string;
@@ -93,7 +108,8 @@ export type LeaseOp =
   | { op: "heartbeat"; id: string; worker: string; lease: number; progress?: number; extend?: Duration }
   | { op: "complete"; id: string; worker: string; lease: number; result?: unknown }
   | { op: "fail" | "abort"; id: string; worker: string; lease: number; error: TaskError }
-  | { op: "yield"; id: string; worker: string; lease: number };
+  | { op: "yield"; id: string; worker: string; lease: number }
+  | ({ op: "snooze"; id: string; worker: string; lease: number } & SnoozeUntil);
 
 /** The result of one lease batch operation: its answer, or its error. */
 export type LeaseOpResult = { deadline?: string } | NornError;
@@ -431,6 +447,19 @@ export class Client {
     return this.#call<Stats>("GET", "/v1/stats", opts);
   }
 
+  /**
+   * The server's per-minute counts of submitted, completed and failed tasks
+   * (at most the last 24 hours, from `since`; of the given queues summed, or
+   * all). A server counts from its start and keeps the history in memory.
+   */
+  async throughput(opts: { queue?: string | readonly string[]; since?: Time | Duration } & CallOptions = {}): Promise<Throughput> {
+    const q = new URLSearchParams();
+    const queue = csv(opts.queue);
+    if (queue) q.set("queue", queue);
+    if (opts.since !== undefined) q.set("since", sinceParam(opts.since));
+    return this.#call<Throughput>("GET", "/v1/stats/throughput", { query: q, signal: opts.signal });
+  }
+
   async workers(opts: CallOptions = {}): Promise<WorkerInfo[]> {
     return (await this.#call<Schemas["WorkersResponse"]>("GET", "/v1/workers", opts)).workers;
   }
@@ -443,6 +472,44 @@ export class Client {
   /** Runs the monitor's duties due now (role admin). */
   async sweep(opts: CallOptions = {}): Promise<SweepReport> {
     return this.#call<SweepReport>("POST", "/v1/sweep", opts);
+  }
+
+  // ---- schedules ----------------------------------------------------------
+
+  /**
+   * Creates or replaces the schedule `name` (role admin): a task submitted to
+   * `queue` on every tick of `cron` (5 fields, 6 with seconds, or `@hourly`,
+   * `@every 30s`…), read in `timezone` (default UTC).
+   */
+  async setSchedule(name: string, schedule: ScheduleOptions & { queue: string; cron: string }, opts: CallOptions = {}): Promise<Schedule> {
+    const body = scheduleBody(schedule);
+    return (await this.#call<Schemas["ScheduleResponse"]>("PUT", schedulePath(name), { body, signal: opts.signal })).schedule;
+  }
+
+  /** Every schedule, with its next_fire, last_fire and last_task. */
+  async schedules(opts: CallOptions = {}): Promise<Schedule[]> {
+    return (await this.#call<Schemas["SchedulesResponse"]>("GET", "/v1/schedules", opts)).schedules;
+  }
+
+  /** One schedule; NotFound if there is none. */
+  async schedule(name: string, opts: CallOptions = {}): Promise<Schedule> {
+    return (await this.#call<Schemas["ScheduleResponse"]>("GET", schedulePath(name), opts)).schedule;
+  }
+
+  /** Changes some settings of a schedule (`{ paused: true }` pauses it; role admin). */
+  async updateSchedule(name: string, changes: ScheduleOptions, opts: CallOptions = {}): Promise<Schedule> {
+    const body = scheduleBody(changes);
+    return (await this.#call<Schemas["ScheduleResponse"]>("PATCH", schedulePath(name), { body, signal: opts.signal })).schedule;
+  }
+
+  /** Deletes a schedule; the tasks it submitted stay (role admin). */
+  async deleteSchedule(name: string, opts: CallOptions = {}): Promise<void> {
+    await this.#call("DELETE", schedulePath(name), opts);
+  }
+
+  /** Submits the schedule's task now, outside its cadence (role admin). */
+  async triggerSchedule(name: string, opts: CallOptions = {}): Promise<Task> {
+    return (await this.#call<Schemas["TaskResponse"]>("POST", `${schedulePath(name)}/trigger`, opts)).task;
   }
 
   /**
@@ -575,11 +642,22 @@ export class Client {
     await this.#call("POST", `/v1/tasks/${taskID(id)}/yield`, { body: { worker, lease }, signal: opts.signal });
   }
 
+  /** Puts the task back until `delay` from now (or `run_at`) without spending the attempt. */
+  async snooze(id: string, worker: string, lease: number, until: SnoozeUntil, opts: CallOptions = {}): Promise<void> {
+    const body = { worker, lease, ...snoozeBody(until, "") };
+    await this.#call("POST", `/v1/tasks/${taskID(id)}/snooze`, { body, signal: opts.signal });
+  }
+
   /** Runs lease operations in one call; each gets its own result or error, in order. */
   async leaseBatch(ops: readonly LeaseOp[], opts: CallOptions = {}): Promise<LeaseOpResult[]> {
-    const wire = ops.map((op, i) =>
-      op.op === "heartbeat" && op.extend !== undefined ? { ...op, extend: formatDuration(op.extend, `ops[${i}].extend`) } : op,
-    );
+    const wire = ops.map((op, i) => {
+      if (op.op === "heartbeat" && op.extend !== undefined) return { ...op, extend: formatDuration(op.extend, `ops[${i}].extend`) };
+      if (op.op === "snooze") {
+        const { delay: _d, run_at: _r, ...rest } = op;
+        return { ...rest, ...snoozeBody(op, `ops[${i}].`) };
+      }
+      return op;
+    });
     const r = await this.#call<Schemas["LeaseBatchResponse"]>("POST", "/v1/leases/batch", { body: { ops: wire }, signal: opts.signal });
     return r.results.map((res) => (res.error ? errorFromWire(res.error, 200) : res));
   }
@@ -612,13 +690,49 @@ function retryPolicy(r: RetryOptions, field: string): Record<string, unknown> {
   return out;
 }
 
+// A number is milliseconds ago; a string a Go duration or an RFC 3339 time.
+function sinceParam(v: Time | Duration): string {
+  if (typeof v === "number") return formatDuration(v, "since");
+  if (typeof v === "string") {
+    try {
+      return formatDuration(v, "since");
+    } catch {
+      // not a duration: a time
+    }
+  }
+  return formatTime(v, "since");
+}
+
+function schedulePath(name: string): string {
+  if (typeof name !== "string" || name === "") throw new InvalidArgument("must be a non-empty schedule name", { field: "name" });
+  return `/v1/schedules/${encodeURIComponent(name)}`;
+}
+
+function scheduleBody(s: ScheduleOptions): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(s)) {
+    if (v === undefined) continue;
+    if (k === "timeout" || k === "max_runtime") out[k] = formatDuration(v as Duration, k);
+    else if (k === "retry") out[k] = retryPolicy(v as RetryOptions, k);
+    else out[k] = v;
+  }
+  return out;
+}
+
+function snoozeBody(u: SnoozeUntil, prefix: string): Record<string, string> {
+  if (u === null || typeof u !== "object" || (u.delay === undefined) === (u.run_at === undefined)) {
+    throw new InvalidArgument("give exactly one of delay and run_at", { field: prefix + "delay" });
+  }
+  return u.delay !== undefined ? { delay: formatDuration(u.delay, prefix + "delay") } : { run_at: formatTime(u.run_at as Time, prefix + "run_at") };
+}
+
 function newTask(t: NewTask, prefix: string): Record<string, unknown> {
   if (t === null || typeof t !== "object") throw new InvalidArgument("must be a task object", { field: prefix.replace(/\.$/, "") || "task" });
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(t)) {
     if (v === undefined) continue;
     if (k === "run_at") out[k] = formatTime(v as Time, prefix + k);
-    else if (k === "delay" || k === "timeout") out[k] = formatDuration(v as Duration, prefix + k);
+    else if (k === "delay" || k === "timeout" || k === "unique_for" || k === "max_runtime") out[k] = formatDuration(v as Duration, prefix + k);
     else if (k === "retry") out[k] = retryPolicy(v as RetryOptions, prefix + k);
     else out[k] = v;
   }

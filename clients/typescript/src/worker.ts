@@ -1,5 +1,5 @@
 import os from "node:os";
-import { Client, type LeaseOp, type LogEntry, type Task } from "./client.js";
+import { Client, type LeaseOp, type LogEntry, type SnoozeUntil, type Task } from "./client.js";
 import {
   Cancelled,
   Conflict,
@@ -13,12 +13,13 @@ import {
   Unauthenticated,
   Unavailable,
 } from "./errors.js";
-import { formatDuration, parseDuration } from "./wire.js";
+import { type Duration, type Time, formatDuration, formatTime, parseDuration } from "./wire.js";
 
 /**
  * Runs one task. What it does decides the outcome: resolving completes the
  * task with the value as its result (JSON; undefined: no result), throwing
- * {@link Abort} aborts it for good, throwing {@link Fail} or anything else
+ * {@link Abort} aborts it for good, throwing {@link Snooze} puts it back for
+ * later without spending the attempt, throwing {@link Fail} or anything else
  * fails the attempt (retried per the task's policy, else aborted).
  */
 export type Handler = (task: ActiveTask) => unknown;
@@ -101,8 +102,28 @@ export class Fail extends HandlerOutcome {
   }
 }
 
+/**
+ * Throw it from a handler to put the task back until `delay` from now (ms or
+ * a Go duration string) or until `run_at`, without spending the attempt:
+ * `throw new Snooze({ delay: "30s" })`. A bad value is refused here, in the
+ * handler.
+ */
+export class Snooze extends Error {
+  readonly until: SnoozeUntil;
+  constructor(until: SnoozeUntil) {
+    if (until === null || typeof until !== "object" || (until.delay === undefined) === (until.run_at === undefined)) {
+      throw new InvalidArgument("give exactly one of delay and run_at", { field: "delay" });
+    }
+    const what = until.delay !== undefined ? `for ${formatDuration(until.delay as Duration, "delay")}` : `until ${formatTime(until.run_at as Time, "run_at")}`;
+    super(`snoozed ${what}`);
+    this.name = "Snooze";
+    this.until = until;
+  }
+}
+
 const DEFAULT_LEASE_MS = 10_000;
 const DEFAULT_ERROR_CODE = "handler_error";
+type Outcome = "complete" | "fail" | "abort" | "snooze";
 const MAX_CLAIM = 1000;
 const MAX_WAIT_MS = 300_000;
 // How long run() waits for handlers that ignore their signal after their
@@ -569,7 +590,7 @@ export class Worker {
   // ---- running a task ----------------------------------------------------
 
   async #serve(run: Run, task: ActiveTask): Promise<void> {
-    let op: "complete" | "fail" | "abort" = "complete";
+    let op: Outcome = "complete";
     let result: unknown;
     let code = "";
     let desc = "";
@@ -586,7 +607,11 @@ export class Worker {
         }
       }
     } catch (e) {
-      if (e instanceof HandlerOutcome) {
+      if (e instanceof Snooze) {
+        op = "snooze";
+        result = e.until;
+        desc = e.message;
+      } else if (e instanceof HandlerOutcome) {
         op = e instanceof Abort ? "abort" : "fail";
         code = e.code || DEFAULT_ERROR_CODE;
         desc = describe(e, false);
@@ -600,10 +625,11 @@ export class Worker {
     await this.#finish(run, op, result, code, desc, details);
   }
 
-  async #finish(run: Run, op: "complete" | "fail" | "abort", result: unknown, code: string, desc: string, details?: Record<string, unknown>) {
+  async #finish(run: Run, op: Outcome, result: unknown, code: string, desc: string, details?: Record<string, unknown>) {
     if (run.state !== "running") return;
     run.state = "finishing";
-    if (op !== "complete") this.#log.info?.(`norn task ${run.id}: ${op} (${code}): ${desc.split("\n")[0]}`);
+    if (op === "snooze") this.#log.info?.(`norn task ${run.id}: ${desc}`);
+    else if (op !== "complete") this.#log.info?.(`norn task ${run.id}: ${op} (${code}): ${desc.split("\n")[0]}`);
     let err = await this.#report(run, op, result, code, desc, details);
     if (err && op === "complete" && !isGone(err) && !isTransient(err)) {
       // The server refused the result itself (too large): the handler would
@@ -616,7 +642,8 @@ export class Worker {
     else this.#log.error?.(`norn task ${run.id}: could not report ${op}; the task runs again when its lease expires: ${String(err)}`);
   }
 
-  async #report(run: Run, op: "complete" | "fail" | "abort", result: unknown, code: string, desc: string, details?: Record<string, unknown>): Promise<NornError | undefined> {
+  // result is the snooze's SnoozeUntil for op "snooze".
+  async #report(run: Run, op: Outcome, result: unknown, code: string, desc: string, details?: Record<string, unknown>): Promise<NornError | undefined> {
     const c = this.client;
     let delay = 100;
     const giveUp = now() + Math.max(run.leaseLen, 10_000);
@@ -625,6 +652,7 @@ export class Worker {
         const error = { code, ...(desc ? { description: desc } : {}), ...(details ? { args: details } : {}) };
         if (op === "complete") await c.complete(run.id, run.worker, run.lease, result);
         else if (op === "fail") await c.fail(run.id, run.worker, run.lease, error);
+        else if (op === "snooze") await c.snooze(run.id, run.worker, run.lease, result as SnoozeUntil);
         else await c.abort(run.id, run.worker, run.lease, error);
         return undefined;
       } catch (e) {

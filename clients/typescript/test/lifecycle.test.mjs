@@ -1,0 +1,124 @@
+// Schedules, snooze (client call, lease batch op and the worker's Snooze),
+// unique keys and the throughput history, against a real server.
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { Client, InvalidArgument, LeaseLost, NotFound, Snooze, Worker, parseDuration } from "../dist/index.js";
+import { eventually, startServer } from "./server.mjs";
+
+let srv;
+let c;
+
+before(async () => {
+  srv = await startServer();
+  c = new Client({ url: srv.url });
+});
+after(async () => {
+  await srv?.stop();
+});
+
+const hours = (t) => (Date.parse(t.run_at) - Date.parse(t.updated)) / 3_600_000;
+
+describe("lifecycle", () => {
+  test("schedules: set, get, list, pause, trigger, delete", async () => {
+    const s = await c.setSchedule("nightly", {
+      queue: "sq", cron: "0 3 * * *", timezone: "Europe/Paris", spec: { report: true }, labels: { k: "v" },
+      timeout: 30_000, retry: { max_retries: 2, base: "1s" }, overlap: "skip", catch_up: "none",
+    });
+    assert.deepEqual([s.name, s.queue, s.cron, s.timezone, s.overlap, s.catch_up], ["nightly", "sq", "0 3 * * *", "Europe/Paris", "skip", "none"]);
+    assert.equal(parseDuration(s.timeout), 30_000);
+    assert.ok(Date.parse(s.next_fire) > Date.now(), "next_fire is ahead");
+    assert.deepEqual((await c.schedule("nightly")).spec, { report: true });
+    assert.ok((await c.schedules()).some((x) => x.name === "nightly"));
+    const paused = await c.updateSchedule("nightly", { paused: true, priority: 3 });
+    assert.equal(paused.paused, true);
+    assert.equal(paused.priority, 3);
+    const t = await c.triggerSchedule("nightly");
+    assert.deepEqual([t.queue, t.labels["norn.schedule"], t.priority], ["sq", "nightly", 3]);
+    assert.deepEqual(t.spec, { report: true });
+    await assert.rejects(c.setSchedule("bad", { queue: "sq", cron: "not cron" }), (e) => e instanceof InvalidArgument && e.field === "cron");
+    await assert.rejects(c.setSchedule("bad", { queue: "sq", cron: "@hourly", timeout: -1 }), (e) => e instanceof InvalidArgument && e.field === "timeout");
+    await c.deleteSchedule("nightly");
+    await assert.rejects(c.schedule("nightly"), NotFound);
+  });
+
+  test("a schedule fires on its own", async () => {
+    await c.setSchedule("every-second", { queue: "tick", cron: "@every 1s", spec: "tick", overlap: "skip", catch_up: "none" });
+    try {
+      await eventually(async () => (await c.count({ queue: "tick", labels: { "norn.schedule": "every-second" } })) >= 1, 15_000, "the first tick");
+    } finally {
+      await c.deleteSchedule("every-second");
+    }
+  });
+
+  test("snooze: the call and the lease batch op give the attempt back", async () => {
+    await c.submit("snq", null, { id: "sn-1" });
+    await c.submit("snq", null, { id: "sn-2" });
+    const wid = await c.registerWorker("w", ["snq"]);
+    const got = await c.claim(wid, "snq", { n: 2 });
+    const one = got.find((t) => t.id === "sn-1");
+    const two = got.find((t) => t.id === "sn-2");
+    await c.snooze("sn-1", wid, one.lease, { delay: "1h" });
+    let t = await c.get("sn-1");
+    assert.deepEqual([t.status, t.attempts], ["scheduled", 0]);
+    assert.ok(hours(t) > 0.99, `run_at ${t.run_at}`);
+    assert.ok(t.history.some((h) => h.type === "TaskSnooze"));
+    await assert.rejects(c.snooze("sn-1", wid, one.lease, { delay: 1000 }), LeaseLost);
+    await assert.rejects(c.snooze("sn-1", wid, one.lease, {}), (e) => e instanceof InvalidArgument && e.field === "delay");
+    const at = new Date(Date.now() + 2 * 3_600_000);
+    const res = await c.leaseBatch([{ op: "snooze", id: "sn-2", worker: wid, lease: two.lease, run_at: at }]);
+    assert.deepEqual(res, [{}]);
+    t = await c.get("sn-2");
+    assert.deepEqual([t.status, t.attempts, Date.parse(t.run_at)], ["scheduled", 0, at.getTime()]);
+  });
+
+  test("worker: throwing Snooze puts the task back without spending the attempt", async () => {
+    const seen = [];
+    const w = new Worker(c, {
+      handlers: {
+        wsn: async (task) => {
+          seen.push(task.attempts);
+          throw new Snooze({ delay: 3_600_000 });
+        },
+      },
+      logger: {}, handleSignals: false, wait: 1000, pollInterval: 50,
+    });
+    const done = w.run();
+    await c.submit("wsn", null, { id: "wsn-1" });
+    const t = await eventually(async () => {
+      const x = await c.get("wsn-1");
+      return x.status === "scheduled" ? x : undefined;
+    }, 15_000, "the snoozed task");
+    await w.stop();
+    await done;
+    assert.deepEqual(seen, [1]);
+    assert.equal(t.attempts, 0, "a snooze gives the attempt back");
+    assert.ok(hours(t) > 0.99);
+    assert.ok(t.history.some((h) => h.type === "TaskSnooze"));
+    assert.throws(() => new Snooze({}), InvalidArgument);
+    assert.throws(() => new Snooze({ delay: -1 }), (e) => e instanceof InvalidArgument && e.field === "delay");
+    assert.throws(() => new Snooze({ run_at: "tomorrow" }), (e) => e instanceof InvalidArgument && e.field === "run_at");
+  });
+
+  test("unique keys: a second submit returns the first task", async () => {
+    const first = await c.submit("uk", { n: 1 }, { unique_key: "invoice-7", unique_for: "1h" });
+    const again = await c.submit("uk", { n: 2 }, { unique_key: "invoice-7" });
+    assert.deepEqual([again.id, again.duplicate, again.unique_key], [first.id, true, "invoice-7"]);
+    assert.equal(first.duplicate, undefined);
+    assert.notEqual((await c.submit("uk-other", null, { unique_key: "invoice-7" })).id, first.id, "keys are per queue");
+    await assert.rejects(c.submit("uk", null, { unique_key: "x".repeat(300) }), (e) => e instanceof InvalidArgument && e.field === "unique_key");
+    await assert.rejects(c.submit("uk", null, { unique_key: "k", unique_for: "soon" }), (e) => e instanceof InvalidArgument && e.field === "unique_for");
+  });
+
+  test("throughput: the server's per-minute history", async () => {
+    await c.submitBatch([{ queue: "tp-a" }, { queue: "tp-a" }, { queue: "tp-b" }]);
+    const submitted = (h) => h.points.reduce((n, p) => n + p.submitted, 0);
+    await eventually(async () => submitted(await c.throughput({ queue: "tp-a" })) === 2, 10_000, "two submits of tp-a counted");
+    const h = await c.throughput({ queue: ["tp-a", "tp-b"], since: "1h" });
+    assert.equal(submitted(h), 3);
+    assert.deepEqual(h.queues, ["tp-a", "tp-b"]);
+    assert.ok(Date.parse(h.since) >= Date.now() - 3_660_000);
+    assert.equal(submitted(await c.throughput({ queue: "tp-b", since: new Date(Date.now() - 600_000) })), 1);
+    assert.equal(submitted(await c.throughput({ queue: "tp-b", since: 600_000 })), 1);
+    await assert.rejects(c.throughput({ since: "yesterday" }), (e) => e instanceof InvalidArgument && e.field === "since");
+  });
+});
