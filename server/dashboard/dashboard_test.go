@@ -646,6 +646,33 @@ func TestTaskPage(t *testing.T) {
 	e.wait(`document.querySelector("#task-gone")`)
 }
 
+// TestTaskPageNewerFields: a task's unique key shows on its page, and a
+// snooze has its own label in the history.
+func TestTaskPageNewerFields(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	if _, err := e.st.Submit(ctx, norn.NewTask{ID: "invoice", Queue: "bills", UniqueKey: "invoice-7"}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := e.st.RegisterWorker(ctx, norn.WorkerInfo{Name: "w", Queues: []string{"bills"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.st.Claim(ctx, norn.ClaimRequest{Worker: w, Queues: []string{"bills"}, N: 1, Timeout: norn.Duration(time.Hour)})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("claim: %v, %v", got, err)
+	}
+	if _, err := e.st.Snooze(ctx, norn.LeaseRef{TaskID: "invoice", Worker: w, Lease: got[0].Lease}, norn.Snooze{Delay: norn.Duration(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	e.open("#/tasks/invoice")
+	e.wait(`(document.querySelector('#unique-key') || {}).textContent === "invoice-7"`)
+	e.wait(`/Snoozed/.test((document.querySelector('li[data-type="TaskSnooze"]') || {}).textContent)`)
+	if got := evalAs[bool](e, `!!document.querySelector('#concurrency-key')`); got {
+		t.Error("a concurrency key row for a task without one")
+	}
+}
+
 func TestAuthRoles(t *testing.T) {
 	e := newEnv(t, []server.Token{
 		{Token: "admin-secret", Role: server.RoleAdmin},

@@ -103,6 +103,10 @@ export function render(ctx, id) {
       row("Created", h("span", {}, timeEl(t.created), " · " + absTime(t.created))),
       row("Updated", h("span", {}, timeEl(t.updated), " · " + absTime(t.updated))),
       row("Timeout", t.timeout || "—"),
+      // Fields of newer features, shown only when the task has them.
+      t.max_runtime ? row("Max runtime", t.max_runtime, "max-runtime") : null,
+      t.unique_key ? row("Unique key", h("code", {}, t.unique_key), "unique-key") : null,
+      t.concurrency_key ? row("Concurrency key", h("code", {}, t.concurrency_key), "concurrency-key") : null,
       row("Retry", retry),
       row("Version", String(t.version)));
   }
@@ -258,5 +262,6 @@ function label(type) {
   return {
     TaskAssignment: "Assigned", TaskTimeout: "Timed out", TaskYield: "Yielded", TaskRetry: "Failed, will retry",
     TaskCancel: "Cancelled", TaskComplete: "Completed", TaskAbort: "Aborted", TaskRelease: "Released",
+    TaskSnooze: "Snoozed", TaskRedrive: "Retried by hand",
   }[type] || type;
 }
