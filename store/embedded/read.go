@@ -62,6 +62,54 @@ func (r *reader) task(id string, summary bool, f *norn.Filter) (*norn.Task, erro
 	return r.s.decodeTask(r.it, id, lo, summary, f)
 }
 
+// tasksForward reads the whole claimed tasks ids (all of which must exist) in one
+// forward pass of r's unbounded iterator: it visits them in key order and
+// reaches each from the previous position with a few Next calls when it is
+// near (claimed tasks usually sit next to each other: same queue, ready
+// times and UUIDv7 ids in order), seeking only when it is not. A seek
+// positions every level of the LSM; per task it was a third of the cost of
+// reading claimed tasks back (docs/benchmarks.md). out[i] is ids[i].
+func (r *reader) tasksForward(ids []string) ([]*norn.Task, error) {
+	order := make([]int32, len(ids))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(ids[a], ids[b]) })
+	out := make([]*norn.Task, len(ids))
+	var lo []byte
+	for _, i := range order {
+		id := ids[i]
+		lo = append(append(append(lo[:0], pfxTask), id...), 0)
+		if !r.forwardTo(lo) {
+			if err := r.it.Error(); err != nil {
+				return nil, norn.Unavailable(err)
+			}
+		}
+		t, err := r.s.decodeTask(r.it, id, lo, false, nil)
+		if err == nil && t == nil {
+			err = fmt.Errorf("embedded: claimed task %q has no record: %w", id, errCorrupt)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+// forwardTo positions r.it at the first key >= k, stepping when the
+// iterator is a few keys before k and seeking otherwise.
+func (r *reader) forwardTo(k []byte) bool {
+	it := r.it
+	for i := 0; i < 8 && it.Valid(); i++ {
+		if bytes.Compare(it.Key(), k) >= 0 {
+			return true
+		}
+		it.Next()
+	}
+	return it.SeekGE(k)
+}
+
 // skipTask moves it past the remaining keys of the task with prefix lo:
 // a few Next calls (the usual case), else one seek.
 func skipTask(it *pebble.Iterator, id string, lo []byte) bool {

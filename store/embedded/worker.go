@@ -98,18 +98,11 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 		}
 		if len(claimed) > 0 {
 			defer r.close()
-			out := make([]*norn.Task, 0, len(claimed))
-			for _, t := range claimed {
-				nt, err := r.task(t.id, false, nil)
-				if err == nil && nt == nil {
-					err = fmt.Errorf("embedded: claimed task %q has no record: %w", t.id, errCorrupt)
-				}
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, nt)
+			ids := make([]string, len(claimed))
+			for i, t := range claimed {
+				ids[i] = t.id
 			}
-			return out, nil
+			return r.tasksForward(ids)
 		}
 		if w == nil {
 			return []*norn.Task{}, nil
