@@ -174,8 +174,9 @@ func (tx *txn) claim(req *norn.ClaimRequest) []*task {
 			}
 			ns.deadline = tx.now + lease
 			ns.progress = 0
-			tx.history(t, &ns, norn.HistoryEntry{Type: norn.TaskAssignment, Worker: req.Worker, Lease: ns.lease})
+			seq := nextHistory(&ns)
 			tx.set(t, ns) // removes it from the ready heap
+			tx.writeHistory(t, seq, norn.HistoryEntry{Type: norn.TaskAssignment, Worker: req.Worker, Lease: ns.lease})
 			tx.event(norn.EventKind(norn.TaskAssignment), t)
 			out = append(out, t)
 		}
@@ -336,9 +337,6 @@ func (tx *txn) complete(ref norn.LeaseRef, result json.RawMessage) error {
 	if t == nil {
 		return err
 	}
-	if len(result) > 0 {
-		tx.b.Set(tx.key(t.id, sufResult), result, nil)
-	}
 	t2 := t.st
 	t2.progress = 1
 	old := t.st
@@ -346,6 +344,10 @@ func (tx *txn) complete(ref norn.LeaseRef, result json.RawMessage) error {
 	// A state undo step (not a closure, which allocated on every complete).
 	tx.undo = append(tx.undo, undoStep{t: t, old: old})
 	tx.finishTask(t, stCompleted, norn.HistoryEntry{Type: norn.TaskComplete, Worker: ref.Worker, Lease: ref.Lease, Progress: 1}, nil)
+	if len(result) > 0 {
+		// After the state and history keys, which sort before it.
+		tx.b.Set(tx.key(t.id, sufResult), result, nil)
+	}
 	return nil
 }
 
