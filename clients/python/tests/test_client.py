@@ -345,6 +345,17 @@ class ClientTest(unittest.TestCase):
             self.c.submit(queue, None, unique_key="x" * 300)
         self.assertEqual(cm.exception.field, "unique_key")
 
+    def test_depends_on_and_unique_key_filters(self) -> None:
+        queue = q("filters")
+        p = self.c.submit(queue, None)
+        k1 = self.c.submit(queue, None, depends_on=[p.id])
+        k2 = self.c.submit(queue, None, depends_on=[p.id], unique_key="uk-f")
+        self.c.submit(queue, None)
+        with self.c.list(depends_on=p.id) as tasks:
+            self.assertEqual(sorted(t.id for t in tasks), sorted([k1.id, k2.id]))
+        self.assertEqual(self.c.count(queue=queue, depends_on=p.id), 2)
+        self.assertEqual([t.id for t in self.c.list_page(queue=queue, unique_key="uk-f")[0]], [k2.id])
+
     def test_throughput(self) -> None:
         qa, qb = q("tp-a"), q("tp-b")
         self.c.submit_batch([{"queue": qa}, {"queue": qa}, {"queue": qb}])

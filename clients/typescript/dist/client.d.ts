@@ -60,6 +60,10 @@ export interface Filter {
     labels?: Record<string, string>;
     owner?: string;
     id_contains?: string;
+    /** The tasks that list this id among their dependencies. */
+    depends_on?: string;
+    /** The tasks submitted with this unique key. */
+    unique_key?: string;
     created_after?: Time;
     created_before?: Time;
     updated_after?: Time;

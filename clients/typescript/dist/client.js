@@ -596,6 +596,10 @@ function filterQuery(f) {
         q.set("owner", f.owner);
     if (f.id_contains)
         q.set("id_contains", f.id_contains);
+    if (f.depends_on)
+        q.set("depends_on", f.depends_on);
+    if (f.unique_key)
+        q.set("unique_key", f.unique_key);
     for (const k of ["created_after", "created_before", "updated_after", "updated_before"]) {
         const v = f[k];
         if (v !== undefined)

@@ -60,6 +60,10 @@ export interface Filter {
   labels?: Record<string, string>;
   owner?: string;
   id_contains?: string;
+  /** The tasks that list this id among their dependencies. */
+  depends_on?: string;
+  /** The tasks submitted with this unique key. */
+  unique_key?: string;
   created_after?: Time;
   created_before?: Time;
   updated_after?: Time;
@@ -748,6 +752,8 @@ function filterQuery(f: Filter): URLSearchParams {
   for (const [k, v] of Object.entries(f.labels ?? {})) q.append("label", `${k}:${v}`);
   if (f.owner) q.set("owner", f.owner);
   if (f.id_contains) q.set("id_contains", f.id_contains);
+  if (f.depends_on) q.set("depends_on", f.depends_on);
+  if (f.unique_key) q.set("unique_key", f.unique_key);
   for (const k of ["created_after", "created_before", "updated_after", "updated_before"] as const) {
     const v = f[k];
     if (v !== undefined) q.set(k, formatTime(v, k));

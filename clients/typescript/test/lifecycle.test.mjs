@@ -109,6 +109,23 @@ describe("lifecycle", () => {
     await assert.rejects(c.submit("uk", null, { unique_key: "k", unique_for: "soon" }), (e) => e instanceof InvalidArgument && e.field === "unique_for");
   });
 
+  test("filters: depends_on and unique_key", async () => {
+    await c.submitBatch([
+      { id: "f-p", queue: "fq" },
+      { id: "f-k1", queue: "fq", depends_on: ["f-p"] },
+      { id: "f-k2", queue: "fq", depends_on: ["f-p"], unique_key: "uk-f" },
+      { id: "f-x", queue: "fq" },
+    ]);
+    const ids = async (f) => {
+      const out = [];
+      for await (const t of c.list({ ...f, summary: true })) out.push(t.id);
+      return out.sort();
+    };
+    assert.deepEqual(await ids({ depends_on: "f-p" }), ["f-k1", "f-k2"]);
+    assert.equal(await c.count({ depends_on: "f-p", queue: "fq" }), 2);
+    assert.deepEqual(await ids({ unique_key: "uk-f" }), ["f-k2"]);
+  });
+
   test("throughput: the server's per-minute history", async () => {
     await c.submitBatch([{ queue: "tp-a" }, { queue: "tp-a" }, { queue: "tp-b" }]);
     const submitted = (h) => h.points.reduce((n, p) => n + p.submitted, 0);
