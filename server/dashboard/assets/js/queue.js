@@ -153,6 +153,7 @@ export function render(ctx, name) {
     fill(defaultsBox,
       h("dl", { class: "kv" },
         h("dt", {}, "Timeout"), h("dd", { id: "def-timeout" }, d.timeout || "—"),
+        h("dt", {}, "Max runtime"), h("dd", { id: "def-max-runtime" }, d.max_runtime && d.max_runtime !== "0s" ? d.max_runtime : "none"),
         h("dt", {}, "Max attempts"), h("dd", { id: "def-max-attempts" }, d.max_attempts ? String(d.max_attempts) : "unlimited"),
         h("dt", {}, "Retry"), h("dd", { id: "def-retry" }, r && r.max_retries ? `${r.max_retries}× backoff ${r.base || "0s"}${r.max ? " (max " + r.max + ")" : ""}` : "none"),
         h("dt", {}, "Keep completed"), h("dd", {}, forever(ret.completed)),
@@ -170,6 +171,7 @@ export function render(ctx, name) {
     const msg = h("p", { class: "error", hidden: true, id: "defaults-error" });
     const form = h("form", { class: "defaults-form", id: "defaults-form" },
       field("timeout", "Timeout", d.timeout, "Go duration, e.g. 30s"),
+      field("max_runtime", "Max runtime", d.max_runtime || "0s", "per attempt, even while heartbeating; 0s = none"),
       field("max_attempts", "Max attempts", d.max_attempts || 0, "0 = unlimited"),
       field("max_retries", "Retries", r.max_retries || 0, "0 = never retry"),
       field("retry_base", "Retry backoff base", r.base || "0s"),
@@ -188,7 +190,7 @@ export function render(ctx, name) {
       for (const id of ints) {
         if (!/^\d+$/.test(v(id))) { msg.hidden = false; msg.textContent = id + ": must be a whole number ≥ 0"; return; }
       }
-      for (const id of ["timeout", "retry_base", "retry_max", "ret_completed", "ret_aborted", "ret_cancelled"]) {
+      for (const id of ["timeout", "max_runtime", "retry_base", "retry_max", "ret_completed", "ret_aborted", "ret_cancelled"]) {
         if (!validDuration(v(id))) { msg.hidden = false; msg.textContent = id + ": not a duration like 10s, 5m or 24h"; return; }
       }
       const body = {
@@ -197,6 +199,9 @@ export function render(ctx, name) {
         retry: { max_retries: Number(v("max_retries")), base: v("retry_base"), max: v("retry_max") },
         retention: { completed: v("ret_completed"), aborted: v("ret_aborted"), cancelled: v("ret_cancelled") },
       };
+      // Sent only when changed, so a server without runtime limits is not
+      // sent a setting it does not know.
+      if (v("max_runtime") !== (d.max_runtime || "0s")) body.max_runtime = v("max_runtime");
       try {
         info = (await api("PATCH", "v1/queues/" + enc(name), body)).queue;
         delete defaultsBox.dataset.editing;
