@@ -146,3 +146,43 @@ func CheckRetryFilter(f *Filter) error {
 // RetryBatch is how many tasks RetryMatching retries per write, so memory
 // stays constant whatever the number of matches.
 const RetryBatch = 500
+
+// PlanDependentRetries decides which tasks of found come back with a
+// retried task, and how: found is what a store collected by following
+// AbortedBecauseOf from the retried task, level by level (dependents of
+// dependents included). Tasks of found count as pending for each other, so
+// siblings that wait for one another come back together; one whose other
+// dependency failed stays aborted, and so do the tasks that would wait for
+// it. depStatus gives the status of every other task, the retried one
+// included as it is after its own retry ("" when it does not exist).
+func PlanDependentRetries(found []*Task, now time.Time, depStatus func(id string) Status) map[string]Redrive {
+	in := make(map[string]bool, len(found))
+	for _, t := range found {
+		in[t.ID] = true
+	}
+	status := func(id string) Status {
+		if in[id] {
+			return StatusBlocked
+		}
+		return depStatus(id)
+	}
+	for {
+		out := make(map[string]Redrive, len(in))
+		dropped := false
+		for _, t := range found {
+			if !in[t.ID] {
+				continue
+			}
+			r, ok := DecideDependentRetry(t, now, status)
+			if !ok {
+				delete(in, t.ID)
+				dropped = true
+				continue
+			}
+			out[t.ID] = r
+		}
+		if !dropped {
+			return out
+		}
+	}
+}

@@ -138,3 +138,31 @@ func TestRetryFilter(t *testing.T) {
 		t.Fatalf("CheckRetryFilter(queue) = %v", err)
 	}
 }
+
+func TestPlanDependentRetries(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	// x was retried (ready). a and b waited for x; c waits for a and b;
+	// d waits for a and for "bad", which failed on its own; e waits for d.
+	found := []*Task{
+		{ID: "c", Status: StatusAborted, DependsOn: []string{"a", "b"}, RunAt: now},
+		{ID: "a", Status: StatusAborted, DependsOn: []string{"x"}, RunAt: now},
+		{ID: "b", Status: StatusAborted, DependsOn: []string{"x", "done"}, RunAt: now},
+		{ID: "e", Status: StatusAborted, DependsOn: []string{"d"}, RunAt: now},
+		{ID: "d", Status: StatusAborted, DependsOn: []string{"a", "bad"}, RunAt: now},
+	}
+	outside := map[string]Status{"x": StatusReady, "done": StatusCompleted, "bad": StatusAborted}
+	got := PlanDependentRetries(found, now, func(id string) Status { return outside[id] })
+	want := map[string]Redrive{
+		"a": {Status: StatusBlocked, RunAt: now, PendingDeps: 1},
+		"b": {Status: StatusBlocked, RunAt: now, PendingDeps: 1},
+		"c": {Status: StatusBlocked, RunAt: now, PendingDeps: 2},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("PlanDependentRetries = %+v, want %+v", got, want)
+	}
+	for id, w := range want {
+		if got[id] != w {
+			t.Fatalf("PlanDependentRetries[%s] = %+v, want %+v", id, got[id], w)
+		}
+	}
+}

@@ -65,6 +65,22 @@ type ClientAPI interface {
 	// DeleteMatching removes every task matching f and returns how many. An
 	// empty filter is refused (invalid_argument) so nobody wipes a store by accident.
 	DeleteMatching(ctx context.Context, f Filter) (int64, error)
+	// Retry runs again a task that ended without success (a redrive):
+	// aborted or cancelled → ready, or scheduled until o.RunAt, or blocked
+	// while dependencies are not completed (norn.DecideRetry decides).
+	// Attempts restart at 0; errors and history are kept and a TaskRedrive
+	// entry added; the terminal time is cleared (retention no longer
+	// applies); the lease number is kept, so the next claim increments it
+	// and fencing stays monotonic. A completed or pending task is
+	// ErrConflict naming its status. With o.WithDependents, every task
+	// aborted with dependency_failed because of this one (transitively)
+	// waits for its dependencies again, with its own TaskRedrive entry.
+	Retry(ctx context.Context, id string, o RetryOptions) (*Task, error)
+	// RetryMatching retries every aborted or cancelled task matching f, in
+	// batches (not atomically, in constant memory), and returns how many.
+	// Other matches are skipped, as are tasks whose dependencies failed. An
+	// empty filter is refused (invalid_argument), as for DeleteMatching.
+	RetryMatching(ctx context.Context, f Filter) (int64, error)
 	// ReadLog returns log entries with Seq > after, in order, at most limit (0 = all).
 	ReadLog(ctx context.Context, id string, after uint64, limit int) ([]LogEntry, error)
 	// Transact applies a transaction all or nothing.

@@ -175,6 +175,32 @@ func (c *Client) Cancel(ctx context.Context, id string) (*norn.Task, error) {
 	return out.Task, nil
 }
 
+// Retry runs again an aborted or cancelled task (POST /v1/tasks/{id}/retry)
+// and returns it.
+func (c *Client) Retry(ctx context.Context, id string, o norn.RetryOptions) (*norn.Task, error) {
+	if err := checkID("id", id); err != nil {
+		return nil, err
+	}
+	var out wire.TaskResponse
+	if err := c.do(ctx, request{method: http.MethodPost, path: taskPath(id, "/retry"), body: wire.RetryRequest(o)}, &out); err != nil {
+		return nil, err
+	}
+	return out.Task, nil
+}
+
+// RetryMatching retries every aborted or cancelled task matching a
+// non-empty filter (POST /v1/tasks/retry?<filter>) and returns how many.
+func (c *Client) RetryMatching(ctx context.Context, f norn.Filter) (int64, error) {
+	if err := norn.CheckRetryFilter(&f); err != nil {
+		return 0, err
+	}
+	var out wire.RetriedResponse
+	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/tasks/retry", query: FilterValues(f), body: wire.Empty{}}, &out); err != nil {
+		return 0, err
+	}
+	return out.Retried, nil
+}
+
 // Update changes a task that is not running (PATCH /v1/tasks/{id}).
 func (c *Client) Update(ctx context.Context, id string, u norn.Update) (*norn.Task, error) {
 	if err := checkID("id", id); err != nil {

@@ -33,7 +33,7 @@ type metrics struct {
 	reg          *prometheus.Registry
 
 	submittedTotal, claimedTotal, completedTotal, failedTotal, abortedTotal *prometheus.CounterVec
-	yieldedTotal, timedOutTotal, retriedTotal                               *prometheus.CounterVec
+	yieldedTotal, timedOutTotal, retriedTotal, redrivenTotal                *prometheus.CounterVec
 	claimLatency, endToEnd                                                  *prometheus.HistogramVec
 	httpRequests                                                            *prometheus.CounterVec
 	httpDuration                                                            *prometheus.HistogramVec
@@ -70,6 +70,8 @@ func newMetrics(reg *prometheus.Registry, store norn.Store) (*metrics, error) {
 		yieldedTotal:   counter("tasks_yielded_total", "Successful yield calls through this server."),
 		timedOutTotal:  counter("tasks_timed_out_total", "Leases that expired (from the store's events)."),
 		retriedTotal:   counter("tasks_retried_total", "Failures scheduled for a retry (from the store's events)."),
+		redrivenTotal: counter("tasks_redriven_total",
+			"Ended (aborted or cancelled) tasks a client ran again with retry, dependents included (from the store's events)."),
 		claimLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "norn", Name: "claim_latency_seconds",
 			Help: "Time from when a task could first run (run_at, or creation) to its claim.", Buckets: latencyBuckets}, []string{"queue"}),
 		endToEnd: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "norn", Name: "end_to_end_latency_seconds",
@@ -84,7 +86,7 @@ func newMetrics(reg *prometheus.Registry, store norn.Store) (*metrics, error) {
 		claims: map[string]claimInfo{},
 	}
 	for _, c := range []prometheus.Collector{m.submittedTotal, m.claimedTotal, m.completedTotal, m.failedTotal,
-		m.abortedTotal, m.yieldedTotal, m.timedOutTotal, m.retriedTotal, m.claimLatency, m.endToEnd,
+		m.abortedTotal, m.yieldedTotal, m.timedOutTotal, m.retriedTotal, m.redrivenTotal, m.claimLatency, m.endToEnd,
 		m.httpRequests, m.httpDuration, m.authFailures, &countsCollector{store: store},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "norn", Name: "http_requests_in_flight",
 			Help: "HTTP requests being served (long polls and streams included)."},
@@ -165,6 +167,9 @@ func (m *metrics) observeEvent(e norn.Event) {
 		m.timedOutTotal.WithLabelValues(e.Queue).Inc()
 	case norn.EventKind(norn.TaskRetry):
 		m.retriedTotal.WithLabelValues(e.Queue).Inc()
+	case norn.EventKind(norn.TaskRedrive):
+		m.redrivenTotal.WithLabelValues(e.Queue).Inc()
+		return
 	case norn.EventKind(norn.TaskCancel), norn.EventDeleted, norn.EventKind(norn.TaskAbort):
 	default:
 		return

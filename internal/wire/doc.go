@@ -21,6 +21,8 @@ var Routes = []string{
 	"DELETE /v1/tasks",
 	"PATCH /v1/tasks/{id}",
 	"POST /v1/tasks/{id}/cancel",
+	"POST /v1/tasks/{id}/retry",
+	"POST /v1/tasks/retry",
 	"GET /v1/tasks/{id}/log",
 	"POST /v1/transactions",
 	"POST /v1/workers",

@@ -204,6 +204,22 @@ func TestRoundTrip(t *testing.T) {
 			request(t, empty, Empty{})
 			plainResponse(t, TaskResponse{Task: tp})
 		},
+		"POST /v1/tasks/{id}/retry": func(t *testing.T) {
+			req := filled[RetryRequest](t)
+			request(t, marshalRequest(t, req), req)
+			request(t, empty, RetryRequest{})
+			plainResponse(t, TaskResponse{Task: tp})
+		},
+		"POST /v1/tasks/retry": func(t *testing.T) {
+			v := queryString(t, FilterValues(filter))
+			if err := CheckParams(v, FilterParams); err != nil {
+				t.Fatal(err)
+			}
+			if f, err := ParseFilter(v, norn.MaxLabels); err != nil || !reflect.DeepEqual(f, filter) {
+				t.Fatalf("filter %+v, %v", f, err)
+			}
+			plainResponse(t, RetriedResponse{Retried: 12})
+		},
 		"GET /v1/tasks/{id}/log": func(t *testing.T) {
 			after, limit, err := ParseLogParams(queryString(t, LogValues(9, 4)))
 			if err != nil || after != 9 || limit != 4 {

@@ -38,7 +38,7 @@ func RunWith(t *testing.T, f Factory, o Options) {
 		exerciseDependencies,
 		exerciseList, exerciseFilter, exerciseDependsOnFilter,
 		exerciseRegisterWorker, exerciseClaim, exerciseHeartbeat, exerciseLog, exerciseFinish, exerciseTimeout,
-		exerciseLeaseBatch, exerciseFencing, exerciseRepeatedCall, exerciseSnooze,
+		exerciseLeaseBatch, exerciseFencing, exerciseRepeatedCall, exerciseSnooze, exerciseRetry,
 		exerciseQueues, exerciseSubscribe, exerciseInvalidInput, exerciseClose,
 		exerciseSchedules, exerciseReadLog, exerciseFlow,
 	} {

@@ -119,6 +119,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tasks/{id}/retry": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Retry (redrive) an aborted or cancelled task
+         * @description Roles: client, admin. Ready again (or scheduled until run_at, or blocked while dependencies are not completed), attempts back to 0, errors and history kept with a TaskRedrive entry, lease number kept (the next claim increments it). A completed or pending task, or one whose dependency failed, is a 409.
+         */
+        post: operations["retryTask"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tasks/retry": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Retry every aborted or cancelled task matching the filters (at least one required)
+         * @description Roles: client, admin. Other matches, and tasks whose dependency failed, are skipped. In batches, not atomically. A queue-scoped token retries within its queues.
+         */
+        post: operations["retryMatching"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tasks/{id}/log": {
         parameters: {
             query?: never;
@@ -685,7 +725,7 @@ export interface components {
         };
         HistoryEntry: {
             /** @enum {string} */
-            type: "TaskAssignment" | "TaskTimeout" | "TaskYield" | "TaskRetry" | "TaskCancel" | "TaskComplete" | "TaskAbort" | "TaskRelease" | "TaskSnooze";
+            type: "TaskAssignment" | "TaskTimeout" | "TaskYield" | "TaskRetry" | "TaskCancel" | "TaskComplete" | "TaskAbort" | "TaskRelease" | "TaskSnooze" | "TaskRedrive";
             /** Format: date-time */
             time: string;
             worker?: string;
@@ -1129,6 +1169,19 @@ export interface components {
             completed: number;
             /** @description Failed attempts: retries, timeouts and aborts. */
             failed: number;
+        };
+        /** @description Options of a retry; both optional ({} or no body retries at once, without dependents). */
+        RetryRequest: {
+            /**
+             * Format: date-time
+             * @description Wait until then (scheduled); a past time means now.
+             */
+            run_at?: string;
+            /** @description Also bring back, transitively, the tasks aborted with dependency_failed because of this one; they wait for their dependencies again (blocked). */
+            with_dependents?: boolean;
+        };
+        RetriedResponse: {
+            retried: number;
         };
     };
     responses: {
@@ -1623,6 +1676,100 @@ export interface operations {
             404: components["responses"]["E404"];
             408: components["responses"]["E408"];
             409: components["responses"]["E409"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+        };
+    };
+    retryTask: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Task id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RetryRequest"];
+            };
+        };
+        responses: {
+            /** @description The retried task. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TaskResponse"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
+            409: components["responses"]["E409"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+        };
+    };
+    retryMatching: {
+        parameters: {
+            query?: {
+                /** @description Queue name; repeat or comma-separate for several. */
+                queue?: string[];
+                /** @description Comma list of statuses or aliases (pending, succeeded, failed, terminal). */
+                status?: string;
+                /** @description key:value; repeat for several (all must match). */
+                label?: string[];
+                /** @description Current or last owner (worker id). */
+                owner?: string;
+                /** @description Substring of the id. */
+                id_contains?: string;
+                /** @description Tasks that list this task id among their dependencies. */
+                depends_on?: string;
+                /** @description Tasks submitted with this unique key. */
+                unique_key?: string;
+                /** @description RFC 3339, exclusive. */
+                created_after?: string;
+                /** @description RFC 3339, exclusive. */
+                created_before?: string;
+                /** @description RFC 3339, exclusive. */
+                updated_after?: string;
+                /** @description RFC 3339, exclusive. */
+                updated_before?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["Empty"];
+            };
+        };
+        responses: {
+            /** @description How many tasks were retried. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetriedResponse"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            408: components["responses"]["E408"];
             415: components["responses"]["E415"];
             421: components["responses"]["E421"];
             429: components["responses"]["E429"];

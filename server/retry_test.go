@@ -1,0 +1,70 @@
+package server
+
+import (
+	"testing"
+
+	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/wire"
+)
+
+// TestRetryRoutes: the body and query rules of both retry routes, the
+// queue scope of tokens and the redriven counter.
+func TestRetryRoutes(t *testing.T) {
+	t.Parallel()
+	e := startServer(t, func(c *Config) {
+		c.Tokens = []Token{{Token: "admin", Role: RoleAdmin}, {Token: "a", Role: RoleClient, Queues: []string{"a"}}}
+	})
+	admin, scoped := withToken("admin"), withToken("a")
+	e.must(200, "POST", "/v1/tasks/batch", `{"tasks":[{"id":"a1","queue":"a"},{"id":"a2","queue":"a"},{"id":"a3","queue":"a","depends_on":["a2"]},
+		{"id":"b1","queue":"b"},{"id":"b2","queue":"b"}]}`, admin)
+	for _, id := range []string{"a1", "a2", "b1", "b2"} {
+		e.must(200, "POST", "/v1/tasks/"+id+"/cancel", "", admin)
+	}
+
+	// One task: no body, {} or options; unknown members are refused.
+	var tr wire.TaskResponse
+	e.must(200, "POST", "/v1/tasks/a1/retry", "", scoped).decode(t, &tr)
+	if tr.Task.Status != norn.StatusReady || tr.Task.History[len(tr.Task.History)-1].Type != norn.TaskRedrive {
+		t.Fatalf("retried: %+v", tr.Task)
+	}
+	if c, _ := e.must(409, "POST", "/v1/tasks/a1/retry", "{}", scoped).errorOf(t); c != norn.CodeConflict {
+		t.Fatalf("retry of a ready task: %s", c)
+	}
+	if c, f := e.must(400, "POST", "/v1/tasks/a2/retry", `{"with_dependants":true}`, scoped).errorOf(t); c != norn.CodeInvalidArgument || f != "with_dependants" {
+		t.Fatalf("unknown member: %s %s", c, f)
+	}
+	e.must(400, "POST", "/v1/tasks/a2/retry?x=1", "", scoped)
+	e.must(404, "POST", "/v1/tasks/b1/retry", "", scoped) // out of scope looks missing
+	e.must(200, "POST", "/v1/tasks/a2/retry", `{"run_at":"2000-01-01T00:00:00Z","with_dependents":true}`, scoped).decode(t, &tr)
+	if tr.Task.Status != norn.StatusReady {
+		t.Fatalf("retried with a past run_at: %s", tr.Task.Status)
+	}
+	var a3 wire.TaskResponse
+	e.must(200, "GET", "/v1/tasks/a3", "", admin).decode(t, &a3)
+	if a3.Task.Status != norn.StatusBlocked {
+		t.Fatalf("dependent after retry with dependents: %s", a3.Task.Status)
+	}
+
+	// By filter: at least one condition; a scoped token without a queue
+	// retries only its own queues, and naming another is refused.
+	if c, f := e.must(400, "POST", "/v1/tasks/retry", "", admin).errorOf(t); c != norn.CodeInvalidArgument || f != "filter" {
+		t.Fatalf("empty filter: %s %s", c, f)
+	}
+	e.must(400, "POST", "/v1/tasks/retry?queue=b&limit=3", "", admin)
+	e.must(403, "POST", "/v1/tasks/retry?queue=b", "", scoped)
+	var rr wire.RetriedResponse
+	e.must(200, "POST", "/v1/tasks/retry?status=cancelled", "", scoped).decode(t, &rr)
+	if rr.Retried != 0 {
+		t.Fatalf("scoped retry by filter retried %d, want 0 (b's tasks are out of scope)", rr.Retried)
+	}
+	e.must(200, "POST", "/v1/tasks/retry?queue=b&status=cancelled,completed", "{}", admin).decode(t, &rr)
+	if rr.Retried != 2 {
+		t.Fatalf("retry by filter retried %d, want 2", rr.Retried)
+	}
+
+	waitFor(t, func() bool {
+		text := string(e.must(200, "GET", "/metrics", "").body)
+		return metricLine(text, "norn_tasks_redriven_total", `queue="a"`) == "3" &&
+			metricLine(text, "norn_tasks_redriven_total", `queue="b"`) == "2"
+	})
+}

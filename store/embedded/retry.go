@@ -1,0 +1,204 @@
+package embedded
+
+import (
+	"context"
+	"slices"
+
+	"github.com/nornq/norn"
+)
+
+// Retry runs again an aborted or cancelled task; see norn.ClientAPI.
+func (s *Store) Retry(ctx context.Context, id string, o norn.RetryOptions) (*norn.Task, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	if err := norn.ValidateID("id", id); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out *norn.Task
+	err := s.run(func(tx *txn) error {
+		t := s.tasks[id]
+		if t == nil {
+			return norn.NotFound(id)
+		}
+		// Refuse before reading the disk: the status is in memory.
+		if err := norn.CheckRetry(id, statusOf(t.st.status)); err != nil {
+			return err
+		}
+		nt, err := s.readTask(id, true)
+		if err != nil {
+			return err
+		}
+		r, err := norn.DecideRetry(nt, fromNanos(tx.now), o, tx.depStatus)
+		if err != nil {
+			return err
+		}
+		tx.redrive(t, r, nt.DependsOn)
+		if o.WithDependents {
+			if err := tx.redriveDependents(t); err != nil {
+				return err
+			}
+		}
+		out = tx.readAfter(id)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RetryMatching retries the aborted and cancelled tasks matching f, one
+// page of ids at a time (by id, so memory stays constant).
+func (s *Store) RetryMatching(ctx context.Context, f norn.Filter) (int64, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.exit()
+	if err := norn.CheckRetryFilter(&f); err != nil {
+		return 0, err
+	}
+	g, ok := norn.RetryFilter(f)
+	if !ok {
+		return 0, nil
+	}
+	q := norn.Query{Filter: g, Summary: true}
+	var n int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		p, err := s.page(ctx, q, norn.RetryBatch)
+		if err != nil {
+			return n, err
+		}
+		err = s.run(func(tx *txn) error {
+			for _, pt := range p.Tasks {
+				// A task changed since the page was read is judged as it
+				// is now; one whose dependencies failed is skipped.
+				t := s.tasks[pt.ID]
+				if t == nil || !matchMem(&g, t) {
+					continue
+				}
+				pt.Status = statusOf(t.st.status)
+				r, err := norn.DecideRetry(pt, fromNanos(tx.now), norn.RetryOptions{}, tx.depStatus)
+				if err != nil {
+					continue
+				}
+				tx.redrive(t, r, pt.DependsOn)
+				n++
+			}
+			return nil
+		})
+		if err != nil || p.NextCursor == "" {
+			return n, err
+		}
+		q.Cursor = p.NextCursor
+	}
+}
+
+// depStatus is the status of a task as of this transaction ("" when it
+// does not exist).
+func (tx *txn) depStatus(id string) norn.Status {
+	if d := tx.s.tasks[id]; d != nil {
+		return statusOf(d.st.status)
+	}
+	return ""
+}
+
+// redrive persists norn's decision r for t, an aborted or cancelled task
+// whose dependencies are deps.
+func (tx *txn) redrive(t *task, r norn.Redrive, deps []string) {
+	s := tx.s
+	ns := tx.touch(t)
+	ns.status = statusCode(r.Status)
+	ns.runAt = nanos(r.RunAt)
+	ns.deadline, ns.endedAt, ns.progress, ns.attempts = 0, 0, 0, 0
+	if r.Status == norn.StatusReady {
+		ns.readyAt = tx.now
+	}
+	if r.Status == norn.StatusBlocked {
+		old := t.depsLeft
+		t.depsLeft = int32(r.PendingDeps)
+		tx.onUndo(func() { t.depsLeft = old })
+		for _, id := range deps {
+			dt := s.tasks[id]
+			if dt == nil || dt.st.status == stCompleted {
+				continue
+			}
+			// A task that ended while blocked may still be listed (only
+			// the failed dependency's list is cleared).
+			prev := s.getDependents(dt)
+			if slices.Contains(prev, t) {
+				continue
+			}
+			s.setDependents(dt, append(slices.Clip(prev), t))
+			tx.onUndo(func() { s.setDependents(dt, prev) })
+		}
+	}
+	tx.history(t, &ns, norn.HistoryEntry{Type: norn.TaskRedrive})
+	tx.set(t, ns)
+	tx.event(norn.EventKind(norn.TaskRedrive), t)
+}
+
+// redriveDependents brings back the tasks aborted because root failed,
+// transitively, as norn.PlanDependentRetries decides. Dependency lists
+// live on disk, so the aborted tasks' lists are read once and indexed.
+func (tx *txn) redriveDependents(root *task) error {
+	s := tx.s
+	r := s.newReader()
+	defer r.close()
+	waiting := map[string][]string{} // dependency → aborted tasks listing it
+	for id, t := range s.tasks {
+		if t.st.status != stAborted || t == root {
+			continue
+		}
+		nt, err := r.task(id, true, nil)
+		if err != nil {
+			return err
+		}
+		if nt == nil {
+			continue
+		}
+		for _, d := range nt.DependsOn {
+			waiting[d] = append(waiting[d], id)
+		}
+	}
+	var found []*norn.Task
+	seen := map[string]bool{root.id: true}
+	level := []string{root.id}
+	for len(level) > 0 {
+		var next []string
+		for _, cause := range level {
+			ids := waiting[cause]
+			slices.Sort(ids)
+			for _, id := range ids {
+				if seen[id] {
+					continue
+				}
+				nt, err := r.task(id, false, nil)
+				if err != nil {
+					return err
+				}
+				if nt == nil || !norn.AbortedBecauseOf(nt.Status, norn.LastError(nt), cause) {
+					continue
+				}
+				seen[id] = true
+				found = append(found, nt)
+				next = append(next, id)
+			}
+		}
+		level = next
+	}
+	plan := norn.PlanDependentRetries(found, fromNanos(tx.now), tx.depStatus)
+	for _, nt := range found {
+		if d, ok := plan[nt.ID]; ok {
+			tx.redrive(s.tasks[nt.ID], d, nt.DependsOn)
+		}
+	}
+	return nil
+}
