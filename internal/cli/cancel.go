@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"fmt"
-
 	"github.com/nornq/norn"
 	"github.com/spf13/cobra"
 )
@@ -24,40 +22,9 @@ any failed.`,
 					return err
 				}
 				defer c.Close()
-				w := cmd.OutOrStdout()
-				var done []*norn.Task
-				failed := 0
-				for _, id := range args {
-					t, err := c.Cancel(cmd.Context(), id)
-					if err != nil {
-						failed++
-						fmt.Fprintf(cmd.ErrOrStderr(), "norn: cancel %s: %v\n", id, err)
-						continue
-					}
-					done = append(done, t)
-					if format == outTable {
-						fmt.Fprintf(w, "%s cancelled\n", t.ID)
-					}
-				}
-				switch format {
-				case outJSON:
-					if done == nil {
-						done = []*norn.Task{}
-					}
-					if err := writeJSON(w, done); err != nil {
-						return err
-					}
-				case outNDJSON:
-					for _, t := range done {
-						if err := writeNDJSONLine(w, t); err != nil {
-							return err
-						}
-					}
-				}
-				if failed > 0 {
-					return fmt.Errorf("%d of %d tasks could not be cancelled", failed, len(args))
-				}
-				return nil
+				return perTask(cmd, format, "cancel", args, func(id string) (*norn.Task, error) {
+					return c.Cancel(cmd.Context(), id)
+				})
 			},
 		}
 		return clientCommand(cmd)

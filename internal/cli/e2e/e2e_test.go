@@ -292,6 +292,18 @@ func TestCLI(t *testing.T) {
 	mustContain(t, "delete by filter", s.ok(t, "delete", "-q", "batch", "-s", "ready"), "deleted 2500 tasks")
 	mustContain(t, "dependent aborted", s.ok(t, "get", "b-dep"), "aborted", "dependency_failed")
 
+	// retry: by id, and by filter after counting what it would retry.
+	mustContain(t, "retry", s.ok(t, "retry", "job-1"), "job-1 retried (ready)")
+	s.fails(t, 1, "only aborted or cancelled", "retry", "job-1")
+	s.fails(t, 2, "at least one filter", "retry")
+	s.fails(t, 2, "task ids only", "retry", "-q", "emails", "--with-dependents")
+	mustContain(t, "after retry", s.ok(t, "get", "job-1"), "ready", "TaskRedrive")
+	s.ok(t, "cancel", "job-1")
+	mustContain(t, "retry dry run", s.ok(t, "retry", "-q", "emails", "-s", "terminal", "--dry-run"), "would retry 1 tasks")
+	mustContain(t, "retry by filter", s.ok(t, "retry", "-q", "emails", "-s", "terminal"), "retried 1 tasks")
+	mustContain(t, "retried by filter", s.ok(t, "get", "job-1"), "ready")
+	s.ok(t, "cancel", "job-1") // as the checks below expect
+
 	// queues.
 	mustContain(t, "pause", s.ok(t, "queues", "pause", "emails"), "emails paused")
 	type queue struct {

@@ -1,0 +1,174 @@
+package cli
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/nornq/norn"
+	"github.com/spf13/cobra"
+)
+
+// retryOutput is the JSON form of `norn retry`.
+type retryOutput struct {
+	Retried int64 `json:"retried"`
+	// DryRun is set when nothing was retried and Retried is how many
+	// aborted or cancelled tasks the filters match.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+func init() {
+	register(func(g *Globals) *cobra.Command {
+		var (
+			dryRun, withDeps bool
+			delay            time.Duration
+			runAt            string
+			ff               *filterFlags
+		)
+		cmd := &cobra.Command{
+			Use:   "retry [ID...]",
+			Short: "Run again aborted or cancelled tasks, by id or every one matching filters",
+			Long: `Retry (redrive) the given tasks, or, with filter flags and no ids, every
+aborted or cancelled task matching the filters (other matches are skipped).
+A retried task is ready again (or scheduled with --delay/--run-at, or blocked
+while its dependencies are not completed) with its attempts back to 0; its
+errors and history are kept and a TaskRedrive entry is added.
+--with-dependents also brings back the tasks that were aborted because this
+one failed. A filter is required so nobody retries a whole store by accident;
+--dry-run prints how many tasks the filters would retry, so check the count
+first. A completed or pending task cannot be retried. Every id is tried; the
+exit code is 1 if any failed.`,
+			Example: `  norn retry job-1 job-2
+  norn retry job-1 --with-dependents --delay 10m
+  norn retry -q emails -s failed --dry-run
+  norn retry -q emails -s failed`,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				format, err := outputFormat(g)
+				if err != nil {
+					return err
+				}
+				now := time.Now()
+				f, err := ff.filter(now)
+				if err != nil {
+					return err
+				}
+				var o norn.RetryOptions
+				o.WithDependents = withDeps
+				switch {
+				case delay < 0:
+					return usagef("--delay must not be negative")
+				case delay > 0 && runAt != "":
+					return usagef("give --delay or --run-at, not both")
+				case delay > 0:
+					o.RunAt = now.Add(delay)
+				case runAt != "":
+					if o.RunAt, err = time.Parse(time.RFC3339, runAt); err != nil {
+						return usagef("--run-at: %v", err)
+					}
+				}
+				if len(args) > 0 && !f.Empty() {
+					return usagef("give task ids or filters, not both")
+				}
+				if len(args) == 0 && f.Empty() {
+					return usagef("retry needs task ids or at least one filter (--queue, --status, --label, ...)")
+				}
+				if len(args) == 0 && (withDeps || !o.RunAt.IsZero()) {
+					return usagef("--with-dependents, --delay and --run-at work with task ids only")
+				}
+				if len(args) > 0 && dryRun {
+					return usagef("--dry-run works with filters only")
+				}
+				c, err := newClient(g)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				w := cmd.OutOrStdout()
+				if len(args) > 0 {
+					return perTask(cmd, format, "retry", args, func(id string) (*norn.Task, error) {
+						return c.Retry(cmd.Context(), id, o)
+					})
+				}
+				var out retryOutput
+				if dryRun {
+					out.DryRun = true
+					if rf, ok := norn.RetryFilter(f); ok {
+						if out.Retried, err = c.Count(cmd.Context(), rf); err != nil {
+							return err
+						}
+					}
+				} else if out.Retried, err = c.RetryMatching(cmd.Context(), f); err != nil {
+					return err
+				}
+				switch {
+				case format != outTable:
+					return emit(w, format, out)
+				case dryRun:
+					fmt.Fprintf(w, "would retry %d tasks\n", out.Retried)
+				default:
+					fmt.Fprintf(w, "retried %d tasks\n", out.Retried)
+				}
+				return nil
+			},
+		}
+		ff = addFilterFlags(cmd.Flags())
+		cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only count the aborted and cancelled tasks the filters match")
+		cmd.Flags().BoolVar(&withDeps, "with-dependents", false, "also bring back the tasks aborted because these failed")
+		cmd.Flags().DurationVar(&delay, "delay", 0, "run no earlier than this long from now (e.g. 30s, 5m)")
+		cmd.Flags().StringVar(&runAt, "run-at", "", "run no earlier than this time (RFC 3339)")
+		return clientCommand(cmd)
+	})
+}
+
+// perTask calls do for each id and prints the tasks it returns (table: one
+// line each; JSON: an array; NDJSON: one task a line). Every id is tried;
+// the error says how many failed.
+func perTask(cmd *cobra.Command, format, verb string, ids []string, do func(id string) (*norn.Task, error)) error {
+	w := cmd.OutOrStdout()
+	var done []*norn.Task
+	failed := 0
+	for _, id := range ids {
+		t, err := do(id)
+		if err != nil {
+			failed++
+			fmt.Fprintf(cmd.ErrOrStderr(), "norn: %s %s: %v\n", verb, id, err)
+			continue
+		}
+		done = append(done, t)
+		if format == outTable {
+			line := t.ID + " " + pastTense(verb)
+			if verb == "retry" {
+				line += " (" + string(t.Status) + ")" // ready, scheduled or blocked
+			}
+			fmt.Fprintln(w, line)
+		}
+	}
+	switch format {
+	case outJSON:
+		if done == nil {
+			done = []*norn.Task{}
+		}
+		if err := writeJSON(w, done); err != nil {
+			return err
+		}
+	case outNDJSON:
+		for _, t := range done {
+			if err := writeNDJSONLine(w, t); err != nil {
+				return err
+			}
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d tasks could not be %s", failed, len(ids), pastTense(verb))
+	}
+	return nil
+}
+
+func pastTense(verb string) string {
+	switch verb {
+	case "retry":
+		return "retried"
+	case "cancel":
+		return "cancelled"
+	}
+	return verb + "ed"
+}
