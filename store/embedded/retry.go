@@ -146,52 +146,36 @@ func (tx *txn) redrive(t *task, r norn.Redrive, deps []string) {
 }
 
 // redriveDependents brings back the tasks aborted because root failed,
-// transitively, as norn.PlanDependentRetries decides. Dependency lists
-// live on disk, so the aborted tasks' lists are read once and indexed.
+// transitively, as norn.PlanDependentRetries decides. The depends_on index
+// finds the candidates; only aborted ones are read from disk (their
+// latest error says which dependency aborted them).
 func (tx *txn) redriveDependents(root *task) error {
 	s := tx.s
 	r := s.newReader()
 	defer r.close()
-	waiting := map[string][]string{} // dependency → aborted tasks listing it
-	for id, t := range s.tasks {
-		if t.st.status != stAborted || t == root {
-			continue
-		}
-		nt, err := r.task(id, true, nil)
-		if err != nil {
-			return err
-		}
-		if nt == nil {
-			continue
-		}
-		for _, d := range nt.DependsOn {
-			waiting[d] = append(waiting[d], id)
-		}
-	}
 	var found []*norn.Task
 	seen := map[string]bool{root.id: true}
 	level := []string{root.id}
 	for len(level) > 0 {
 		var next []string
 		for _, cause := range level {
-			ids := waiting[cause]
-			slices.Sort(ids)
-			for _, id := range ids {
-				if seen[id] {
+			for _, t := range s.byDep[cause] {
+				if seen[t.id] || t.deleted || t.st.status != stAborted {
 					continue
 				}
-				nt, err := r.task(id, false, nil)
+				nt, err := r.task(t.id, false, nil)
 				if err != nil {
 					return err
 				}
 				if nt == nil || !norn.AbortedBecauseOf(nt.Status, norn.LastError(nt), cause) {
 					continue
 				}
-				seen[id] = true
+				seen[t.id] = true
 				found = append(found, nt)
-				next = append(next, id)
+				next = append(next, t.id)
 			}
 		}
+		slices.Sort(next)
 		level = next
 	}
 	plan := norn.PlanDependentRetries(found, fromNanos(tx.now), tx.depStatus)
