@@ -563,6 +563,29 @@ func TestQueuePage(t *testing.T) {
 	}
 	e.click("#bulk-close")
 	e.wait(`document.querySelector("#no-tasks")`)
+
+	// Bulk retry of cancelled tasks, the count confirmed first.
+	page, err := e.st.List(ctx, norn.Query{Filter: norn.Filter{Queues: []string{"emails"}, Statuses: []norn.Status{norn.StatusReady}}, Limit: 3})
+	if err != nil || len(page.Tasks) != 3 {
+		t.Fatalf("ready emails: %d, %v", len(page.Tasks), err)
+	}
+	for _, tk := range page.Tasks {
+		if _, err := e.st.Cancel(ctx, tk.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.wait(`document.querySelector("#match-count").dataset.count === "3"`)
+	e.click("#retry-all")
+	e.wait(`document.querySelector("#confirm h2") && document.querySelector("#confirm h2").textContent === "Retry 3 tasks?"`)
+	e.click("#confirm-ok")
+	e.wait(`document.querySelector("#bulk-text") && document.querySelector("#bulk-text").dataset.done === "3"`)
+	for _, tk := range page.Tasks {
+		if g, err := e.st.Get(ctx, tk.ID); err != nil || g.Status != norn.StatusReady || g.History[len(g.History)-1].Type != norn.TaskRedrive {
+			t.Errorf("after bulk retry: %v, %v", g, err)
+		}
+	}
+	e.click("#bulk-close")
+	e.wait(`document.querySelector("#no-tasks")`)
 }
 
 func TestTaskPage(t *testing.T) {
@@ -614,6 +637,19 @@ func TestTaskPage(t *testing.T) {
 	e.wait(`document.querySelector('#task-status [data-status="cancelled"]')`)
 	if tk, err := e.st.Get(ctx, "report-2"); err != nil || tk.Status != norn.StatusCancelled {
 		t.Fatalf("after cancel: %v, %v", tk, err)
+	}
+
+	// Retry the cancelled task (a redrive: same id, history kept).
+	e.wait(`document.querySelector("#retry")`)
+	e.click("#retry")
+	e.wait(`document.querySelector("#retry-dependents")`)
+	e.click("#confirm-ok")
+	e.wait(`document.querySelector('#task-status [data-status="ready"]') && document.querySelector('#history li[data-type="TaskRedrive"]')`)
+	if tk, err := e.st.Get(ctx, "report-2"); err != nil || tk.Status != norn.StatusReady || tk.Attempts != 0 {
+		t.Fatalf("after retry: %v, %v", tk, err)
+	}
+	if e.text("#retry") != "" {
+		t.Error("a ready task still offers retry")
 	}
 
 	// Resubmit a completed task as a new one.

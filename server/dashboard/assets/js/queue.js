@@ -4,7 +4,7 @@
 import { api, get, query, enc, ApiError } from "./api.js";
 import { chartView } from "./chart.js";
 import {
-  h, fill, num, STATUSES, PENDING, statusBadge, progressBar, timeEl, labelsEl, debounce, throttle, toast,
+  h, fill, num, STATUSES, PENDING, RETRYABLE, statusBadge, progressBar, timeEl, labelsEl, debounce, throttle, toast,
   confirmDialog, validDuration,
 } from "./util.js";
 
@@ -42,6 +42,7 @@ export function render(ctx, name) {
   sizeSel.value = String(f.limit);
   const matchEl = h("span", { id: "match-count", class: "muted" });
   const cancelAllBtn = h("button", { type: "button", id: "cancel-all" }, "Cancel matching…");
+  const retryAllBtn = h("button", { type: "button", id: "retry-all" }, "Retry matching…");
   const deleteAllBtn = h("button", { type: "button", id: "delete-all", class: "danger-outline" }, "Delete matching…");
   const listEl = h("div", { id: "task-list" }, h("p", { class: "muted" }, "Loading…"));
   const prevBtn = h("button", { type: "button", id: "prev", disabled: true }, "‹ Previous");
@@ -60,7 +61,7 @@ export function render(ctx, name) {
           labelIn, h("button", { type: "submit" }, "Add label")),
         orderSel, sizeSel),
       labelChips,
-      h("div", { class: "bulk" }, matchEl, h("span", { class: "spacer" }), cancelAllBtn, deleteAllBtn),
+      h("div", { class: "bulk" }, matchEl, h("span", { class: "spacer" }), cancelAllBtn, retryAllBtn, deleteAllBtn),
       listEl,
       h("div", { class: "pager" }, prevBtn, pageEl, nextBtn)),
     chart.el,
@@ -320,6 +321,23 @@ export function render(ctx, name) {
     });
   });
 
+  retryAllBtn.addEventListener("click", async () => {
+    const statuses = f.status.length ? f.status.filter((s) => RETRYABLE.includes(s)) : RETRYABLE;
+    if (!statuses.length) { toast("Only aborted or cancelled tasks can be retried; the status filter selects none.", "error"); return; }
+    const filt = apiFilter({ status: statuses });
+    let count;
+    try { ({ count } = await get("v1/tasks/count" + query(filt), { signal })); } catch (e) { show(e); return; }
+    if (!count) { toast("No matching task can be retried."); return; }
+    const ok = await confirmDialog("Retry " + num(count) + (count === 1 ? " task?" : " tasks?"),
+      [h("p", {}, describe(filt)), h("p", {}, "They become ready again with their attempts back to 0; errors and history are kept. Tasks whose dependency failed are skipped.")],
+      "Retry " + num(count) + (count === 1 ? " task" : " tasks"));
+    if (!ok) return;
+    await runBulk("Retrying", count, async (prog) => {
+      const { retried } = await api("POST", "v1/tasks/retry" + query(filt), {});
+      prog.add(retried, 0);
+    });
+  });
+
   deleteAllBtn.addEventListener("click", async () => {
     const filt = apiFilter();
     let count;
@@ -355,7 +373,7 @@ export function render(ctx, name) {
     stop.addEventListener("click", () => { prog.stopped = true; stop.disabled = true; });
     let error = null;
     try { await work(prog); } catch (e) { error = e; }
-    const past = verb === "Cancelling" ? "Cancelled" : "Deleted";
+    const past = { Cancelling: "Cancelled", Retrying: "Retried" }[verb] || "Deleted";
     const summary = past + " " + num(prog.done) + (prog.done === 1 ? " task" : " tasks") +
       (prog.failed ? ", " + num(prog.failed) + " could not be changed" : "") + (prog.stopped ? " (stopped)" : "") + ".";
     text.textContent = error ? summary + " Error: " + (error instanceof ApiError ? error.describe() : error.message) : summary;

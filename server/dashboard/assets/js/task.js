@@ -1,9 +1,9 @@
 // Task page: every field, spec and result, history timeline, update log,
-// dependencies both ways, and the cancel / delete / resubmit actions.
+// dependencies both ways, and the cancel / retry / delete / resubmit actions.
 
 import { api, get, query, enc, ndjson, ApiError } from "./api.js";
 import {
-  h, fill, num, PENDING, statusBadge, progressBar, timeEl, absTime, labelsEl, pretty, throttle, toast,
+  h, fill, num, PENDING, RETRYABLE, statusBadge, progressBar, timeEl, absTime, labelsEl, pretty, throttle, toast,
   confirmDialog, isZeroTime,
 } from "./util.js";
 
@@ -78,7 +78,8 @@ export function render(ctx, id) {
     const t = task;
     const actions = [];
     if (PENDING.includes(t.status)) actions.push(h("button", { type: "button", id: "cancel", onclick: cancel }, "Cancel"));
-    if (!PENDING.includes(t.status)) actions.push(h("button", { type: "button", id: "resubmit", class: "primary", onclick: resubmit }, "Resubmit as new task"));
+    if (RETRYABLE.includes(t.status)) actions.push(h("button", { type: "button", id: "retry", class: "primary", onclick: retry }, "Retry"));
+    if (!PENDING.includes(t.status)) actions.push(h("button", { type: "button", id: "resubmit", class: RETRYABLE.includes(t.status) ? "" : "primary", onclick: resubmit }, "Resubmit as new task"));
     actions.push(h("button", { type: "button", id: "delete", class: "danger-outline", onclick: del }, "Delete"));
     fill(head,
       h("div", { class: "title-row" }, h("h1", { class: "task-id" }, t.id), h("span", { id: "task-status" }, statusBadge(t.status))),
@@ -215,6 +216,27 @@ export function render(ctx, id) {
     try {
       task = (await api("POST", "v1/tasks/" + enc(id) + "/cancel", {})).task;
       toast("Task cancelled.");
+      await load();
+    } catch (e) {
+      toast(e instanceof ApiError ? e.describe() : e.message, "error");
+      if (b) b.disabled = false;
+    }
+  }
+
+  // retry runs this task again (a redrive: same id, attempts back to 0,
+  // history kept), optionally with the dependents its failure aborted.
+  async function retry() {
+    const withDeps = h("input", { type: "checkbox", id: "retry-dependents" });
+    const ok = await confirmDialog("Retry this task?", [
+      h("p", {}, "Task ", h("code", {}, id), " becomes ready again (blocked while its dependencies are not completed); its attempts restart at 0 and its errors and history are kept."),
+      h("label", {}, withDeps, " Also bring back the tasks that were aborted because this one failed"),
+    ], "Retry");
+    if (!ok) return;
+    const b = document.getElementById("retry");
+    if (b) b.disabled = true;
+    try {
+      task = (await api("POST", "v1/tasks/" + enc(id) + "/retry", withDeps.checked ? { with_dependents: true } : {})).task;
+      toast("Task retried.");
       await load();
     } catch (e) {
       toast(e instanceof ApiError ? e.describe() : e.message, "error");

@@ -5,6 +5,8 @@
 export const STATUSES = ["scheduled", "blocked", "ready", "running", "completed", "aborted", "cancelled"];
 export const PENDING = ["scheduled", "blocked", "ready", "running"];
 export const TERMINAL = ["completed", "aborted", "cancelled"];
+// RETRYABLE: the statuses a retry (redrive) accepts.
+export const RETRYABLE = ["aborted", "cancelled"];
 
 // h builds an element: h("a", {href: "#/", class: "x", onclick: fn}, "text", child).
 // Attributes starting with "on" become listeners; null/undefined/false are skipped.
