@@ -37,14 +37,8 @@ a pending task that others depend on aborts the dependents.`,
 				if err != nil {
 					return err
 				}
-				if len(args) > 0 && !f.Empty() {
-					return usagef("give task ids or filters, not both")
-				}
-				if len(args) == 0 && f.Empty() {
-					return usagef("delete needs task ids or at least one filter (--queue, --status, --label, ...)")
-				}
-				if len(args) > 0 && dryRun {
-					return usagef("--dry-run works with filters only")
+				if err := idsOrFilter("delete", args, &f, dryRun); err != nil {
+					return err
 				}
 				c, err := newClient(g)
 				if err != nil {

@@ -65,17 +65,11 @@ exit code is 1 if any failed.`,
 						return usagef("--run-at: %v", err)
 					}
 				}
-				if len(args) > 0 && !f.Empty() {
-					return usagef("give task ids or filters, not both")
-				}
-				if len(args) == 0 && f.Empty() {
-					return usagef("retry needs task ids or at least one filter (--queue, --status, --label, ...)")
+				if err := idsOrFilter("retry", args, &f, dryRun); err != nil {
+					return err
 				}
 				if len(args) == 0 && (withDeps || !o.RunAt.IsZero()) {
 					return usagef("--with-dependents, --delay and --run-at work with task ids only")
-				}
-				if len(args) > 0 && dryRun {
-					return usagef("--dry-run works with filters only")
 				}
 				c, err := newClient(g)
 				if err != nil {
@@ -117,6 +111,20 @@ exit code is 1 if any failed.`,
 		cmd.Flags().StringVar(&runAt, "run-at", "", "run no earlier than this time (RFC 3339)")
 		return clientCommand(cmd)
 	})
+}
+
+// idsOrFilter checks the arguments of a command that acts on task ids or,
+// with none, on every task matching a filter that must not be empty.
+func idsOrFilter(verb string, args []string, f *norn.Filter, dryRun bool) error {
+	switch {
+	case len(args) > 0 && !f.Empty():
+		return usagef("give task ids or filters, not both")
+	case len(args) == 0 && f.Empty():
+		return usagef("%s needs task ids or at least one filter (--queue, --status, --label, ...)", verb)
+	case len(args) > 0 && dryRun:
+		return usagef("--dry-run works with filters only")
+	}
+	return nil
 }
 
 // perTask calls do for each id and prints the tasks it returns (table: one
