@@ -576,6 +576,27 @@ class Client:
         out = self._call("POST", "/v1/tasks/" + _seg(id) + "/cancel", body={})
         return _task(out.get("task"))
 
+    def retry(self, id: str, *, run_at: Optional[Time] = None, with_dependents: bool = False) -> Task:
+        """Puts an aborted or cancelled task back to ready (or scheduled until
+        ``run_at``) with its attempts reset; ``with_dependents`` also brings
+        back the dependents aborted because of it."""
+        body: Dict[str, Any] = {}
+        if run_at is not None:
+            body["run_at"] = format_time(run_at, "run_at")
+        if with_dependents:
+            body["with_dependents"] = True
+        out = self._call("POST", "/v1/tasks/" + _seg(id) + "/retry", body=body)
+        return _task(out.get("task"))
+
+    def retry_matching(self, **filters: Any) -> int:
+        """Retries every aborted or cancelled task matching the filters of
+        :meth:`list` (at least one is required) and returns how many."""
+        q = self._filters(**filters)
+        if not q:
+            raise InvalidArgument("retrying by filter needs at least one filter", field="filter")
+        out = self._call("POST", "/v1/tasks/retry", query=q, body={})
+        return int(out["retried"])
+
     def update(
         self,
         id: str,

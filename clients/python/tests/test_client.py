@@ -372,6 +372,29 @@ class ClientTest(unittest.TestCase):
             self.c.throughput(since="yesterday")
         self.assertEqual(cm.exception.field, "since")
 
+    def test_retry(self) -> None:
+        queue = q("retry")
+        t = self.c.submit(queue, None)
+        wid, got = self.claim_one(queue)
+        self.c.abort(t.id, wid, got.lease, "broken")
+        back = self.c.retry(t.id)
+        self.assertEqual((back.status, back.attempts), ("ready", 0))
+        self.assertIn("TaskRedrive", history_types(self.c.get(t.id)))
+        _, again = self.claim_one(queue)
+        self.assertGreater(again.lease, got.lease, "fencing stays monotonic")
+        with self.assertRaises(norn.Conflict):
+            self.c.retry(t.id)  # running: nothing to retry
+        c1, c2 = self.c.submit(queue, None), self.c.submit(queue, None)
+        self.c.cancel(c1.id)
+        self.c.cancel(c2.id)
+        later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+        self.assertEqual(self.c.retry(c1.id, run_at=later).status, "scheduled")
+        self.assertEqual(self.c.retry_matching(queue=queue, status="cancelled"), 1)
+        self.assertEqual(self.c.get(c2.id).status, "ready")
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.retry_matching()
+        self.assertEqual(cm.exception.field, "filter")
+
     def test_snooze(self) -> None:
         queue = q("snooze")
         t = self.c.submit(queue, None)

@@ -198,6 +198,18 @@ export declare class Client {
     delete(id: string, opts?: CallOptions): Promise<void>;
     /** Deletes every matching task (at least one filter is required); how many were deleted. */
     deleteMatching(filter: Filter & CallOptions): Promise<number>;
+    /**
+     * Runs again a task that ended without success (aborted or cancelled):
+     * ready at once, or scheduled until `run_at`; attempts restart at 0.
+     * `with_dependents` also brings back, transitively, the tasks aborted
+     * because this one failed.
+     */
+    retry(id: string, opts?: {
+        run_at?: Time;
+        with_dependents?: boolean;
+    } & CallOptions): Promise<Task>;
+    /** Retries every aborted or cancelled task matching the filter (at least one condition); returns how many. */
+    retryMatching(filter: Filter & CallOptions): Promise<number>;
     /** The task's update log after sequence number `after` (at most `limit` entries, 0: all). */
     readLog(id: string, opts?: {
         after?: number;

@@ -245,6 +245,28 @@ export class Client {
         const r = await this.#call("DELETE", "/v1/tasks", { query: filterQuery(filter), signal: filter.signal });
         return r.deleted;
     }
+    /**
+     * Runs again a task that ended without success (aborted or cancelled):
+     * ready at once, or scheduled until `run_at`; attempts restart at 0.
+     * `with_dependents` also brings back, transitively, the tasks aborted
+     * because this one failed.
+     */
+    async retry(id, opts = {}) {
+        const body = {};
+        if (opts.run_at !== undefined)
+            body["run_at"] = formatTime(opts.run_at, "run_at");
+        if (opts.with_dependents)
+            body["with_dependents"] = true;
+        return (await this.#call("POST", `/v1/tasks/${taskID(id)}/retry`, { body, signal: opts.signal })).task;
+    }
+    /** Retries every aborted or cancelled task matching the filter (at least one condition); returns how many. */
+    async retryMatching(filter) {
+        const query = filterQuery(filter);
+        if ([...query.keys()].length === 0)
+            throw new InvalidArgument("retrying by filter needs at least one condition", { field: "filter" });
+        const r = await this.#call("POST", "/v1/tasks/retry", { query, body: {}, signal: filter.signal });
+        return r.retried;
+    }
     /** The task's update log after sequence number `after` (at most `limit` entries, 0: all). */
     async readLog(id, opts = {}) {
         const q = new URLSearchParams();

@@ -387,6 +387,27 @@ export class Client {
     return r.deleted;
   }
 
+  /**
+   * Runs again a task that ended without success (aborted or cancelled):
+   * ready at once, or scheduled until `run_at`; attempts restart at 0.
+   * `with_dependents` also brings back, transitively, the tasks aborted
+   * because this one failed.
+   */
+  async retry(id: string, opts: { run_at?: Time; with_dependents?: boolean } & CallOptions = {}): Promise<Task> {
+    const body: Record<string, unknown> = {};
+    if (opts.run_at !== undefined) body["run_at"] = formatTime(opts.run_at, "run_at");
+    if (opts.with_dependents) body["with_dependents"] = true;
+    return (await this.#call<Schemas["TaskResponse"]>("POST", `/v1/tasks/${taskID(id)}/retry`, { body, signal: opts.signal })).task;
+  }
+
+  /** Retries every aborted or cancelled task matching the filter (at least one condition); returns how many. */
+  async retryMatching(filter: Filter & CallOptions): Promise<number> {
+    const query = filterQuery(filter);
+    if ([...query.keys()].length === 0) throw new InvalidArgument("retrying by filter needs at least one condition", { field: "filter" });
+    const r = await this.#call<{ retried: number }>("POST", "/v1/tasks/retry", { query, body: {}, signal: filter.signal });
+    return r.retried;
+  }
+
   /** The task's update log after sequence number `after` (at most `limit` entries, 0: all). */
   async readLog(id: string, opts: { after?: number; limit?: number } & CallOptions = {}): Promise<LogEntry[]> {
     const q = new URLSearchParams();

@@ -2,7 +2,7 @@
 // unique keys and the throughput history, against a real server.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { Client, InvalidArgument, LeaseLost, NotFound, Snooze, Worker, parseDuration } from "../dist/index.js";
+import { Client, Conflict, InvalidArgument, LeaseLost, NotFound, Snooze, Worker, parseDuration } from "../dist/index.js";
 import { eventually, startServer } from "./server.mjs";
 
 let srv;
@@ -124,6 +124,28 @@ describe("lifecycle", () => {
     assert.deepEqual(await ids({ depends_on: "f-p" }), ["f-k1", "f-k2"]);
     assert.equal(await c.count({ depends_on: "f-p", queue: "fq" }), 2);
     assert.deepEqual(await ids({ unique_key: "uk-f" }), ["f-k2"]);
+  });
+
+  test("retry: an aborted or cancelled task runs again, by id or by filter", async () => {
+    await c.submit("rq", null, { id: "r-1" });
+    const wid = await c.registerWorker("w", ["rq"]);
+    const [got] = await c.claim(wid, "rq");
+    await c.abort("r-1", wid, got.lease, { code: "broken" });
+    const back = await c.retry("r-1");
+    assert.deepEqual([back.status, back.attempts], ["ready", 0]);
+    assert.ok((await c.get("r-1")).history.some((h) => h.type === "TaskRedrive"));
+    const [again] = await c.claim(wid, "rq");
+    assert.ok(again.lease > got.lease, "fencing stays monotonic");
+    await assert.rejects(c.retry("r-1"), Conflict);
+    await c.submit("rq2", null, { id: "r-2" });
+    await c.submit("rq2", null, { id: "r-3" });
+    await c.cancel("r-2");
+    await c.cancel("r-3");
+    const later = new Date(Date.now() + 3_600_000);
+    assert.equal((await c.retry("r-2", { run_at: later })).status, "scheduled");
+    assert.equal(await c.retryMatching({ queue: "rq2", status: "cancelled" }), 1);
+    assert.equal((await c.get("r-3")).status, "ready");
+    await assert.rejects(c.retryMatching({}), (e) => e instanceof InvalidArgument && e.field === "filter");
   });
 
   test("throughput: the server's per-minute history", async () => {
