@@ -18,6 +18,7 @@ type Initial struct {
 	// RunAt is when the task may first run (submission time unless delayed).
 	RunAt       time.Time
 	Timeout     Duration
+	MaxRuntime  Duration
 	MaxAttempts int
 	// Retry is a copy the store may keep (nil: never retried).
 	Retry *RetryPolicy
@@ -33,9 +34,13 @@ type Initial struct {
 // defaults qd. dep reports the status of each dependency, which must exist
 // (stored, or inserted earlier in the same batch: see OrderBatch). Fields
 // of n left zero take the queue's defaults, and the queue's zero timeout
-// DefaultTimeout.
+// DefaultTimeout. The max runtime is fixed here, at submission: changing
+// the queue's default later does not change tasks already submitted.
 func (n *NewTask) Initial(now time.Time, qd *QueueDefaults, dep func(id string) Status) Initial {
-	in := Initial{Timeout: n.Timeout, MaxAttempts: qd.MaxAttempts}
+	in := Initial{Timeout: n.Timeout, MaxRuntime: n.MaxRuntime, MaxAttempts: qd.MaxAttempts}
+	if in.MaxRuntime <= 0 {
+		in.MaxRuntime = qd.MaxRuntime
+	}
 	if in.Timeout <= 0 {
 		in.Timeout = qd.Timeout
 	}

@@ -107,15 +107,23 @@ func TestHeartbeatDeadline(t *testing.T) {
 		name              string
 		updated, deadline time.Time
 		extend            time.Duration
+		limit             time.Time
 		want              time.Time
+		lost              bool
 	}{
-		{"keeps the granted length", claimed, claimed.Add(30 * time.Second), 0, now.Add(30 * time.Second)},
-		{"extend sets the length", claimed, claimed.Add(30 * time.Second), time.Minute, now.Add(time.Minute)},
-		{"unknown length falls back to the timeout", claimed, time.Time{}, 0, now.Add(time.Second)},
+		{"keeps the granted length", claimed, claimed.Add(30 * time.Second), 0, time.Time{}, now.Add(30 * time.Second), false},
+		{"extend sets the length", claimed, claimed.Add(30 * time.Second), time.Minute, time.Time{}, now.Add(time.Minute), false},
+		{"unknown length falls back to the timeout", claimed, time.Time{}, 0, time.Time{}, now.Add(time.Second), false},
+		{"capped at the runtime limit", claimed, claimed.Add(30 * time.Second), 0, now.Add(5 * time.Second), now.Add(5 * time.Second), false},
+		{"extend capped at the runtime limit", claimed, claimed.Add(30 * time.Second), time.Hour, now.Add(5 * time.Second), now.Add(5 * time.Second), false},
+		{"a limit further away changes nothing", claimed, claimed.Add(30 * time.Second), 0, now.Add(time.Hour), now.Add(30 * time.Second), false},
+		{"at the runtime limit the lease is lost", claimed, now, 0, now, time.Time{}, true},
+		{"past the runtime limit the lease is lost", claimed, now, time.Minute, now.Add(-time.Nanosecond), time.Time{}, true},
 	}
 	for _, c := range cases {
-		if got := HeartbeatDeadline(now, c.updated, c.deadline, time.Second, c.extend); !got.Equal(c.want) {
-			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		got, ok := HeartbeatDeadline(now, c.updated, c.deadline, time.Second, c.extend, c.limit)
+		if !got.Equal(c.want) || ok == c.lost {
+			t.Errorf("%s: %v %v, want %v (lost %v)", c.name, got, ok, c.want, c.lost)
 		}
 	}
 }

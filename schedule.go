@@ -153,6 +153,7 @@ func (s *Schedule) taskTemplate() NewTask {
 		MaxAttempts: s.MaxAttempts,
 		Retry:       s.Retry,
 		Timeout:     s.Timeout,
+		MaxRuntime:  s.MaxRuntime,
 	}
 }
 

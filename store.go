@@ -190,6 +190,10 @@ type NewTask struct {
 	// MaxConcurrencyKeyLength bytes; a task without one is limited only by
 	// the queue's max_running and rate_limit.
 	ConcurrencyKey string `json:"concurrency_key,omitempty"`
+	// MaxRuntime limits each attempt: the monitor stops it at claim time +
+	// MaxRuntime even while its worker heartbeats. 0 = queue default
+	// (whose 0 is no limit).
+	MaxRuntime Duration `json:"max_runtime,omitzero"`
 }
 
 // Submitted is one result of Submit.
@@ -440,6 +444,8 @@ type QueueDefaults struct {
 	// they became terminal, using the setting current at sweep time.
 	// Default DefaultRetention.
 	Retention Retention `json:"retention"`
+	// MaxRuntime: default 0 (no limit on how long one attempt may run).
+	MaxRuntime Duration `json:"max_runtime"`
 }
 
 // DefaultQueueDefaults returns the defaults of a queue nobody configured.
@@ -462,6 +468,8 @@ type QueueUpdate struct {
 	Retry       *RetryPolicy `json:"retry,omitempty"`
 	MaxAttempts *int         `json:"max_attempts,omitempty"`
 	Retention   *Retention   `json:"retention,omitempty"`
+	// MaxRuntime 0 removes the limit.
+	MaxRuntime *Duration `json:"max_runtime,omitempty"`
 }
 
 // Stats summarises the store.

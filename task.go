@@ -97,6 +97,9 @@ const (
 	CodeAttemptsExhausted = "attempts_exhausted"
 	CodeDependencyFailed  = "dependency_failed"
 	CodeRetriesExhausted  = "retries_exhausted"
+	// CodeMaxRuntime: the monitor stopped an attempt that reached the
+	// task's max_runtime (see RuntimeLimit).
+	CodeMaxRuntime = "max_runtime"
 )
 
 // Duration is a time.Duration that reads and writes JSON as a Go duration
@@ -205,10 +208,15 @@ type Task struct {
 	// UniqueKey is the key the task was submitted with (see NewTask).
 	UniqueKey string `json:"unique_key,omitempty"`
 	// ConcurrencyKey is the flow-control key given at submit (NewTask).
-	ConcurrencyKey string          `json:"concurrency_key,omitempty"`
-	Result         json.RawMessage `json:"result,omitempty"`
-	Errors         []ErrorInfo     `json:"errors,omitempty"`
-	History        []HistoryEntry  `json:"history,omitempty"`
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
+	// MaxRuntime bounds one attempt: its lease never runs past Started +
+	// MaxRuntime, however often the worker heartbeats (0: no limit).
+	MaxRuntime Duration `json:"max_runtime,omitzero"`
+	// Started is when the current (or last) attempt was claimed.
+	Started time.Time       `json:"started,omitzero"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Errors  []ErrorInfo     `json:"errors,omitempty"`
+	History []HistoryEntry  `json:"history,omitempty"`
 	// HistoryDropped counts the oldest history entries dropped by the cap.
 	HistoryDropped int `json:"history_dropped,omitempty"`
 	// Version is +1 on every write; use it for compare-and-set updates.

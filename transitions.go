@@ -48,12 +48,20 @@ func AfterFailure(t *Task, now time.Time, e ErrorInfo) Outcome {
 
 // AfterTimeout decides what the monitor does to a running task whose
 // deadline passed: back to ready (TaskTimeout), or aborted with
-// attempts_exhausted when MaxAttempts is reached.
+// attempts_exhausted when MaxAttempts is reached. The error is timeout,
+// or max_runtime when the lease ended at the task's runtime limit
+// (StoppedByMaxRuntime: t needs Deadline, Started and MaxRuntime); both
+// follow the same attempt rules.
 func AfterTimeout(t *Task, now time.Time) Outcome {
 	e := ErrorInfo{Code: CodeTimeout, Description: "lease expired without a heartbeat"}
+	last := "last attempt timed out"
+	if StoppedByMaxRuntime(t) {
+		e = ErrorInfo{Code: CodeMaxRuntime, Description: "attempt ran for its max_runtime of " + t.MaxRuntime.String()}
+		last = "last attempt reached max_runtime"
+	}
 	if t.MaxAttempts > 0 && t.Attempts >= t.MaxAttempts {
 		return Outcome{Status: StatusAborted, History: TaskAbort, Error: ErrorInfo{
-			Code: CodeAttemptsExhausted, Description: "max_attempts reached; last attempt timed out"}}
+			Code: CodeAttemptsExhausted, Description: "max_attempts reached; " + last}}
 	}
 	return Outcome{Status: StatusReady, RunAt: now, History: TaskTimeout, Error: e}
 }
@@ -88,7 +96,14 @@ func InitialStatus(runAt, now time.Time, waitingDeps bool) Status {
 // only when a lease is granted (claim, heartbeat; log appends are not
 // changes), so that length is deadline − updated; timeout is the fallback
 // should it not be positive.
-func HeartbeatDeadline(now, updated, deadline time.Time, timeout, extend time.Duration) time.Time {
+//
+// limit is the attempt's runtime limit (RuntimeLimit; zero: none): the
+// deadline never goes past it, and ok is false when now has reached it,
+// which the store answers with lease_lost.
+func HeartbeatDeadline(now, updated, deadline time.Time, timeout, extend time.Duration, limit time.Time) (_ time.Time, ok bool) {
+	if RuntimeExceeded(now, limit) {
+		return time.Time{}, false
+	}
 	length := extend
 	if length <= 0 {
 		length = deadline.Sub(updated)
@@ -96,7 +111,7 @@ func HeartbeatDeadline(now, updated, deadline time.Time, timeout, extend time.Du
 	if length <= 0 {
 		length = timeout
 	}
-	return now.Add(length)
+	return CapLease(now.Add(length), limit), true
 }
 
 // IsRepeat decides whether a finishing call (complete, fail, abort, yield)

@@ -195,6 +195,9 @@ func (n *NewTask) Validate() error {
 	if n.Timeout < 0 {
 		return Invalid("timeout", "must not be negative")
 	}
+	if n.MaxRuntime < 0 {
+		return Invalid("max_runtime", "must not be negative")
+	}
 	if n.MaxAttempts != nil && *n.MaxAttempts < 0 {
 		return Invalid("max_attempts", "must not be negative")
 	}
@@ -329,6 +332,9 @@ func (u *QueueUpdate) Validate() error {
 	}
 	if u.MaxAttempts != nil && *u.MaxAttempts < 0 {
 		return Invalid("max_attempts", "must not be negative")
+	}
+	if u.MaxRuntime != nil && *u.MaxRuntime < 0 {
+		return Invalid("max_runtime", "must not be negative")
 	}
 	if err := ValidateRetry("retry", u.Retry); err != nil {
 		return err

@@ -176,7 +176,7 @@ func TestOpenAPIResponses(t *testing.T) {
 	}
 	queue := func(counts string) string {
 		return `{"queue":{"name":"q","paused":false,"counts":` + counts +
-			`,"defaults":{"timeout":"1m0s","max_attempts":0,"retention":{"completed":"0s","aborted":"0s","cancelled":"0s"}}}}`
+			`,"defaults":{"timeout":"1m0s","max_attempts":0,"retention":{"completed":"0s","aborted":"0s","cancelled":"0s"},"max_runtime":"0s"}}}`
 	}
 	for _, c := range []struct {
 		path   string

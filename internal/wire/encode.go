@@ -141,6 +141,14 @@ func AppendTask(b []byte, t *norn.Task) ([]byte, error) {
 		b = append(b, `,"concurrency_key":`...)
 		b = jsonString(b, t.ConcurrencyKey)
 	}
+	if t.MaxRuntime != 0 {
+		b = jsonDuration(b, `,"max_runtime":`, t.MaxRuntime)
+	}
+	if !t.Started.IsZero() {
+		if b, err = jsonTime(b, `,"started":`, t.Started); err != nil {
+			return nil, err
+		}
+	}
 	if len(t.Result) > 0 {
 		b = append(b, `,"result":`...)
 		b = append(b, t.Result...)
@@ -284,6 +292,9 @@ func AppendNewTask(b []byte, nt *norn.NewTask) ([]byte, error) {
 	if nt.ConcurrencyKey != "" {
 		b = append(b, `,"concurrency_key":`...)
 		b = jsonString(b, nt.ConcurrencyKey)
+	}
+	if nt.MaxRuntime != 0 {
+		b = jsonDuration(b, `,"max_runtime":`, nt.MaxRuntime)
 	}
 	return append(b, '}'), nil
 }

@@ -95,6 +95,9 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 		if u.MaxAttempts != nil {
 			q.defaults.MaxAttempts = *u.MaxAttempts
 		}
+		if u.MaxRuntime != nil {
+			q.defaults.MaxRuntime = *u.MaxRuntime
+		}
 		if u.Retention != nil {
 			q.defaults.Retention = *u.Retention
 			// Retention is measured with the current setting: re-arm the
@@ -231,7 +234,8 @@ func (tx *txn) due(t *task) {
 		tx.event(norn.EventKind(norn.TaskRelease), t)
 		tx.report.Released++
 	case stRunning:
-		view := &norn.Task{Attempts: int(t.st.attempts), MaxAttempts: int(t.maxAttempts)}
+		view := &norn.Task{Attempts: int(t.st.attempts), MaxAttempts: int(t.maxAttempts), Deadline: fromNanos(t.st.deadline),
+			Started: fromNanos(t.st.started), MaxRuntime: norn.Duration(t.maxRuntime)}
 		o := norn.AfterTimeout(view, fromNanos(tx.now))
 		h := norn.HistoryEntry{Type: o.History, Worker: t.st.owner, Lease: t.st.lease, Progress: t.st.progress}
 		tx.report.TimedOut++

@@ -128,7 +128,7 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 	now := tx.now
 	in := n.Initial(fromNanos(now), &q.defaults, func(d string) norn.Status { return statusOf(s.tasks[d].st.status) })
 	t := &task{id: id, q: q, created: now, heapIdx: -1, timerIdx: -1,
-		timeout: int64(in.Timeout), maxAttempts: int32(in.MaxAttempts), retry: in.Retry}
+		timeout: int64(in.Timeout), maxRuntime: int64(in.MaxRuntime), maxAttempts: int32(in.MaxAttempts), retry: in.Retry}
 	st := state{status: statusCode(in.Status), priority: n.Priority, updated: now, runAt: nanos(in.RunAt),
 		version: 1, logNext: 1}
 	switch in.Status {
@@ -149,7 +149,7 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 		}
 	}
 	im := immutable{queue: q.name, created: now, maxAttempts: int64(t.maxAttempts), timeout: t.timeout,
-		retry: t.retry, uniqueKey: n.UniqueKey, deps: n.DependsOn, spec: n.Spec, key: n.ConcurrencyKey,
+		maxRuntime: t.maxRuntime, retry: t.retry, uniqueKey: n.UniqueKey, deps: n.DependsOn, spec: n.Spec, key: n.ConcurrencyKey,
 		labels: n.Labels, st: st}
 	tx.buf = im.encode(tx.buf[:0])
 	tx.b.Set(tx.key(id, sufImmutable), tx.buf, nil)

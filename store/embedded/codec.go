@@ -167,6 +167,7 @@ type state struct {
 	deadline int64
 	readyAt  int64 // when it last became ready (claim order)
 	endedAt  int64 // when it became terminal (retention)
+	started  int64 // when the current or last attempt was claimed
 	owner    string
 	lease    uint64
 	attempts int32
@@ -176,11 +177,14 @@ type state struct {
 	logNext  uint64 // next log sequence number (starts at 1)
 }
 
-const recVersion = 1
+// recVersion 2 added started; version 1 records (written before it
+// existed) decode with started 0.
+const recVersion = 2
 
 func (st *state) encode(buf []byte) []byte {
 	e := enc{b: buf}
 	e.b = append(e.b, recVersion, st.status)
+	e.i(st.started)
 	e.u(uint64(st.priority))
 	e.f(st.progress)
 	e.i(st.updated)
@@ -200,11 +204,14 @@ func (st *state) encode(buf []byte) []byte {
 
 func decodeState(b []byte) (state, error) {
 	var st state
-	if len(b) < 2 || b[0] != recVersion || int(b[1]) >= len(norn.AllStatuses) {
+	if len(b) < 2 || (b[0] != recVersion && b[0] != 1) || int(b[1]) >= len(norn.AllStatuses) {
 		return st, errCorrupt
 	}
 	st.status = b[1]
 	d := dec{b: b[2:]}
+	if b[0] >= 2 {
+		st.started = d.i()
+	}
 	st.priority = uint32(d.u())
 	st.progress = d.f()
 	st.updated = d.i()
@@ -228,6 +235,7 @@ type immutable struct {
 	created     int64
 	maxAttempts int64
 	timeout     int64
+	maxRuntime  int64
 	retry       *norn.RetryPolicy
 	// uniqueKey is the task's unique key ("" when none).
 	uniqueKey string
@@ -243,8 +251,9 @@ type immutable struct {
 }
 
 // immVersion 3 added the unique key, 4 the concurrency key after the
-// spec; version 2 and 3 records (without them) are still read.
-const immVersion = 4
+// spec, 5 maxRuntime after the timeout; version 2 to 4 records (without
+// them) are still read, as no key and no limit.
+const immVersion = 5
 
 func (im *immutable) encode(buf []byte) []byte {
 	e := enc{b: buf}
@@ -253,6 +262,7 @@ func (im *immutable) encode(buf []byte) []byte {
 	e.i(im.created)
 	e.i(im.maxAttempts)
 	e.i(im.timeout)
+	e.i(im.maxRuntime)
 	if im.retry != nil {
 		e.b = append(e.b, 1)
 		e.i(int64(im.retry.MaxRetries))
@@ -289,6 +299,9 @@ func decodeImmutable(b []byte, withSpec, withLabels bool) (immutable, error) {
 	im.created = d.i()
 	im.maxAttempts = d.i()
 	im.timeout = d.i()
+	if b[0] >= 5 {
+		im.maxRuntime = d.i()
+	}
 	if len(d.b) < 1 {
 		return im, errCorrupt
 	}

@@ -32,47 +32,17 @@ func TestTaskKeysSortByID(t *testing.T) {
 func TestRecordsRoundTrip(t *testing.T) {
 	t.Parallel()
 	st := state{status: stRunning, priority: 7, progress: 0.25, updated: 1, runAt: 2, deadline: 3, readyAt: 4,
-		endedAt: 5, owner: "worker-1", lease: 9, attempts: 3, version: 11, histNext: 12, logNext: 13, errN: 2}
+		endedAt: 5, started: 6, owner: "worker-1", lease: 9, attempts: 3, version: 11, histNext: 12, logNext: 13, errN: 2}
 	got, err := decodeState(st.encode(nil))
 	if err != nil || got != st {
 		t.Fatalf("state round trip: %+v, %v", got, err)
 	}
-	im := immutable{queue: "q", created: 99, maxAttempts: 3, timeout: int64(time.Second),
+	im := immutable{queue: "q", created: 99, maxAttempts: 3, timeout: int64(time.Second), maxRuntime: int64(time.Minute),
 		retry: &norn.RetryPolicy{MaxRetries: 2, Base: norn.Duration(time.Second)}, uniqueKey: "user-42",
 		deps: []string{"a", "b"}, spec: []byte(`{"x":1}`), key: "tenant-7", labels: map[string]string{"k": "v"}, st: st}
 	gim, err := decodeImmutable(im.encode(nil), true, true)
 	if err != nil || !reflect.DeepEqual(gim, im) {
 		t.Fatalf("immutable round trip:\n%+v\n%+v\n%v", gim, im, err)
-	}
-	// A version 3 record (written before concurrency keys) is the version
-	// 4 layout without the concurrency key, which sits just before the
-	// labels and the state: it still reads, with no key.
-	old := immutable{queue: "q", created: 99, deps: []string{"a"}, st: st}
-	v4 := old.encode(nil)
-	tail := st.encode(appendLabels(nil, nil))
-	if v4[len(v4)-len(tail)-1] != 0 {
-		t.Fatal("layout assumption broken: no empty concurrency key before the labels")
-	}
-	v3 := append(append([]byte{3}, v4[1:len(v4)-len(tail)-1]...), tail...)
-	if g3, err := decodeImmutable(v3, true, true); err != nil || !reflect.DeepEqual(g3, old) {
-		t.Fatalf("version 3 record:\n%+v\n%+v\n%v", g3, old, err)
-	}
-	// A version 2 record (written before unique keys) is the version 3
-	// layout without the unique key: it still reads, with no key.
-	v2 := append([]byte{2}, v3[1:]...)
-	head := enc{b: []byte{2}}
-	head.s(old.queue)
-	head.i(old.created)
-	head.i(old.maxAttempts)
-	head.i(old.timeout)
-	at := len(head.b) + 1 // after the "no retry" flag
-	if v2[at] != 0 {
-		t.Fatalf("layout assumption broken: byte %d is %d, not the empty key's length", at, v2[at])
-	}
-	v2 = append(v2[:at:at], v2[at+1:]...)
-	gold, err := decodeImmutable(v2, true, true)
-	if err != nil || !reflect.DeepEqual(gold, old) {
-		t.Fatalf("version 2 record:\n%+v\n%+v\n%v", gold, old, err)
 	}
 	min, err := decodeImmutable(im.encode(nil), false, false)
 	if err != nil || min.spec != nil || min.labels != nil || min.st != st || min.queue != "q" {
@@ -88,6 +58,82 @@ func TestRecordsRoundTrip(t *testing.T) {
 	gl, err := decodeLog(4, encodeLog(l))
 	if err != nil || !reflect.DeepEqual(gl, l) {
 		t.Fatalf("log round trip: %+v %v", gl, err)
+	}
+}
+
+// legacyState writes st as state record version 1 did (no started).
+func legacyState(st state) []byte {
+	e := enc{b: []byte{1, st.status}}
+	e.u(uint64(st.priority))
+	e.f(st.progress)
+	e.i(st.updated)
+	e.i(st.runAt)
+	e.i(st.deadline)
+	e.i(st.readyAt)
+	e.i(st.endedAt)
+	e.s(st.owner)
+	e.u(st.lease)
+	e.i(int64(st.attempts))
+	e.u(st.version)
+	e.u(st.histNext)
+	e.u(st.logNext)
+	e.u(uint64(st.errN))
+	return e.b
+}
+
+// legacyImmutable writes im as immutable record version v (2: before unique
+// keys, 3: before concurrency keys, 4: before max runtimes) did, with a
+// version 1 state inside.
+func legacyImmutable(v byte, im immutable) []byte {
+	e := enc{b: []byte{v}}
+	e.s(im.queue)
+	e.i(im.created)
+	e.i(im.maxAttempts)
+	e.i(im.timeout)
+	if im.retry != nil {
+		e.b = append(e.b, 1)
+		e.i(int64(im.retry.MaxRetries))
+		e.i(int64(im.retry.Base))
+		e.i(int64(im.retry.Max))
+	} else {
+		e.b = append(e.b, 0)
+	}
+	if v >= 3 {
+		e.s(im.uniqueKey)
+	}
+	e.u(uint64(len(im.deps)))
+	for _, d := range im.deps {
+		e.s(d)
+	}
+	e.b = append(e.b, 1)
+	e.by(im.spec)
+	if v >= 4 {
+		e.s(im.key)
+	}
+	e.b = appendLabels(e.b, im.labels)
+	return append(e.b, legacyState(im.st)...)
+}
+
+// Records written by earlier versions of the store still decode, the
+// fields they did not have reading as zero.
+func TestOlderRecordsDecode(t *testing.T) {
+	t.Parallel()
+	st := state{status: stReady, priority: 7, updated: 1, runAt: 2, readyAt: 4, owner: "w", lease: 2, version: 3}
+	got, err := decodeState(legacyState(st))
+	if err != nil || got != st {
+		t.Fatalf("state version 1: %+v, %v", got, err)
+	}
+	for _, c := range []struct {
+		v                  byte
+		uniqueKey, flowKey string
+	}{{2, "", ""}, {3, "user-42", ""}, {4, "user-42", "tenant-7"}} {
+		im := immutable{queue: "q", created: 99, maxAttempts: 3, timeout: 5, retry: &norn.RetryPolicy{MaxRetries: 1},
+			uniqueKey: c.uniqueKey, deps: []string{"a"}, spec: []byte(`{"x":1}`), key: c.flowKey,
+			labels: map[string]string{"k": "v"}, st: st}
+		gim, err := decodeImmutable(legacyImmutable(c.v, im), true, true)
+		if err != nil || !reflect.DeepEqual(gim, im) {
+			t.Fatalf("immutable version %d:\n%+v\n%+v\n%v", c.v, gim, im, err)
+		}
 	}
 }
 

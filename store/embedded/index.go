@@ -32,8 +32,10 @@ type task struct {
 	st      state
 	created int64
 	timeout int64
-	retry   *norn.RetryPolicy
-	timerAt int64 // when the timer fires
+	// maxRuntime bounds every attempt (0: no limit); see norn.RuntimeLimit.
+	maxRuntime int64
+	retry      *norn.RetryPolicy
+	timerAt    int64 // when the timer fires
 
 	heapIdx     int32 // position in q.ready, -1 when absent
 	timerIdx    int32 // position in the timer heap, -1 when absent
@@ -369,6 +371,8 @@ func (t *task) toTask() *norn.Task {
 		Attempts:    int(t.st.attempts),
 		MaxAttempts: int(t.maxAttempts),
 		Timeout:     norn.Duration(t.timeout),
+		MaxRuntime:  norn.Duration(t.maxRuntime),
+		Started:     fromNanos(t.st.started),
 		Version:     t.st.version,
 	}
 	if t.retry != nil {

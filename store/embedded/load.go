@@ -64,7 +64,7 @@ func (s *Store) load(ctx context.Context) error {
 			}
 		}
 		t := &task{id: id, q: s.queue(im.queue), st: st, created: im.created, maxAttempts: int32(im.maxAttempts),
-			timeout: im.timeout, retry: im.retry, heapIdx: -1, timerIdx: -1}
+			timeout: im.timeout, maxRuntime: im.maxRuntime, retry: im.retry, heapIdx: -1, timerIdx: -1}
 		s.tasks[id] = t
 		if im.uniqueKey != "" {
 			s.addUnique(t, im.uniqueKey)

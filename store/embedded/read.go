@@ -149,8 +149,8 @@ func (s *Store) decodeTask(it *pebble.Iterator, id string, lo []byte, summary bo
 				return nil, fmt.Errorf("embedded: task %q: %w", id, err)
 			}
 			t = &norn.Task{ID: id, Queue: im.queue, Created: fromNanos(im.created), MaxAttempts: int(im.maxAttempts),
-				Timeout: norn.Duration(im.timeout), Retry: im.retry, UniqueKey: im.uniqueKey, DependsOn: im.deps, Spec: im.spec,
-				Labels: im.labels, ConcurrencyKey: im.key}
+				Timeout: norn.Duration(im.timeout), MaxRuntime: norn.Duration(im.maxRuntime), Retry: im.retry, UniqueKey: im.uniqueKey,
+				DependsOn: im.deps, Spec: im.spec, Labels: im.labels, ConcurrencyKey: im.key}
 			st = im.st
 		case sufLabels:
 			if t == nil {
@@ -181,6 +181,7 @@ func (s *Store) decodeTask(it *pebble.Iterator, id string, lo []byte, summary bo
 	t.Status, t.Priority, t.Progress = statusOf(st.status), st.priority, st.progress
 	t.Updated, t.RunAt, t.Deadline = fromNanos(st.updated), fromNanos(st.runAt), fromNanos(st.deadline)
 	t.Owner, t.Lease, t.Attempts, t.Version = st.owner, st.lease, int(st.attempts), st.version
+	t.Started = fromNanos(st.started)
 	if (f != nil && !f.Match(t)) || summary {
 		skipTask(it, id, lo)
 		if f != nil && !f.Match(t) {

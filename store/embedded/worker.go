@@ -172,7 +172,8 @@ func (tx *txn) claim(req *norn.ClaimRequest) []*task {
 			if req.Timeout > 0 {
 				lease = int64(req.Timeout)
 			}
-			ns.deadline = tx.now + lease
+			ns.started = tx.now
+			ns.deadline = nanos(norn.ClaimDeadline(fromNanos(tx.now), time.Duration(lease), norn.Duration(t.maxRuntime)))
 			ns.progress = 0
 			seq := nextHistory(&ns)
 			tx.set(t, ns) // removes it from the ready heap
@@ -258,9 +259,13 @@ func (tx *txn) heartbeat(ref norn.LeaseRef, hb norn.Heartbeat) (time.Time, error
 	if err != nil {
 		return time.Time{}, err
 	}
+	dl, ok := norn.HeartbeatDeadline(fromNanos(tx.now), fromNanos(t.st.updated), fromNanos(t.st.deadline),
+		time.Duration(t.timeout), hb.Extend.D(), norn.RuntimeLimit(fromNanos(t.st.started), norn.Duration(t.maxRuntime)))
+	if !ok {
+		return time.Time{}, norn.RuntimeLeaseLost(ref.TaskID, ref.Lease)
+	}
 	ns := tx.touch(t)
-	ns.deadline = nanos(norn.HeartbeatDeadline(fromNanos(tx.now), fromNanos(t.st.updated), fromNanos(t.st.deadline),
-		time.Duration(t.timeout), hb.Extend.D()))
+	ns.deadline = nanos(dl)
 	if hb.Progress != nil {
 		ns.progress = *hb.Progress
 	}

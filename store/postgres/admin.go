@@ -10,7 +10,8 @@ import (
 	"github.com/nornq/norn"
 )
 
-const queueCols = `name, paused, timeout_ns, retry, max_attempts, retention_completed_ns, retention_aborted_ns, retention_cancelled_ns`
+const queueCols = `name, paused, timeout_ns, retry, max_attempts, retention_completed_ns, retention_aborted_ns, retention_cancelled_ns,
+max_runtime_ns`
 
 func emptyCounts() map[norn.Status]int64 {
 	m := make(map[norn.Status]int64, len(norn.AllStatuses))
@@ -138,6 +139,9 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 		if u.MaxAttempts != nil {
 			d.MaxAttempts = *u.MaxAttempts
 		}
+		if u.MaxRuntime != nil {
+			d.MaxRuntime = *u.MaxRuntime
+		}
 		if u.Retention != nil {
 			d.Retention = *u.Retention
 		}
@@ -148,12 +152,13 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 			r := string(b)
 			retry = &r
 		}
-		_, err := tx.Exec(ctx, s.q(`INSERT INTO {s}.queues (`+queueCols+`) VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8)
+		_, err := tx.Exec(ctx, s.q(`INSERT INTO {s}.queues (`+queueCols+`) VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9)
 ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, timeout_ns = EXCLUDED.timeout_ns, retry = EXCLUDED.retry,
 	max_attempts = EXCLUDED.max_attempts, retention_completed_ns = EXCLUDED.retention_completed_ns,
-	retention_aborted_ns = EXCLUDED.retention_aborted_ns, retention_cancelled_ns = EXCLUDED.retention_cancelled_ns`),
+	retention_aborted_ns = EXCLUDED.retention_aborted_ns, retention_cancelled_ns = EXCLUDED.retention_cancelled_ns,
+	max_runtime_ns = EXCLUDED.max_runtime_ns`),
 			name, d.paused, int64(d.Timeout), retry, d.MaxAttempts, int64(d.Retention.Completed),
-			int64(d.Retention.Aborted), int64(d.Retention.Cancelled))
+			int64(d.Retention.Aborted), int64(d.Retention.Cancelled), int64(d.MaxRuntime))
 		if err != nil {
 			return err
 		}

@@ -32,7 +32,8 @@ type rec struct {
 const (
 	colsBase = `t.id, t.queue, t.priority, t.status, t.progress, t.labels, t.created, t.updated, t.run_at,
 t.ready_at, t.ended_at, t.depends_on, t.pending_deps, t.owner, t.deadline, t.lease, t.attempts,
-t.max_attempts, t.retry, t.timeout_ns, t.history_count, t.log_seq, t.version, t.assign_seq, t.done_seq, t.claimed_at, t.concurrency_key`
+t.max_attempts, t.retry, t.timeout_ns, t.history_count, t.log_seq, t.version, t.assign_seq, t.done_seq, t.claimed_at, t.concurrency_key,
+t.max_runtime_ns`
 	// historyAgg is the task's history: its task_history_rows plus the
 	// assignment and completion entries kept in the row, unless the history
 	// cap ({hl}) has dropped them.
@@ -78,10 +79,11 @@ func scanRec(row pgx.Row) (*rec, error) {
 		assignSeq, doneSq int32
 		claimed           *time.Time
 		ckey              *string
+		maxRuntimeNS      int64
 	)
 	err := row.Scan(&r.ID, &r.Queue, &priority, &status, &r.Progress, &labels, &created, &updated, &runAt,
 		&readyAt, &ended, &deps, &pending, &owner, &deadline, &lease, &attempts,
-		&maxAttempts, &retry, &timeoutNS, &hcnt, &logSeq, &version, &assignSeq, &doneSq, &claimed, &ckey,
+		&maxAttempts, &retry, &timeoutNS, &hcnt, &logSeq, &version, &assignSeq, &doneSq, &claimed, &ckey, &maxRuntimeNS,
 		&spec, &result, &errs, &hist)
 	if err != nil {
 		return nil, err
@@ -96,8 +98,12 @@ func scanRec(row pgx.Row) (*rec, error) {
 		r.Deadline = deadline.UTC()
 	}
 	if claimed != nil {
+		// Every claim writes claimed_at: it is also when the current (or
+		// last) attempt started.
 		r.claimedAt = claimed.UTC()
+		r.Started = r.claimedAt
 	}
+	r.MaxRuntime = norn.Duration(maxRuntimeNS)
 	r.assignSeq, r.doneSeq = int(assignSeq), int(doneSq)
 	if owner != nil {
 		r.Owner = *owner

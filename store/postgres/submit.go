@@ -94,15 +94,15 @@ func (s *Store) buildInsertSQL(onConflict bool) string {
 	}
 	return s.q(`WITH ins AS (INSERT INTO {s}.tasks (id, queue, spec, priority, status, labels, created, updated, run_at,
 	ready_at, ended_at, depends_on, pending_deps, max_attempts, retry, timeout_ns, errors, history_count, version,
-	concurrency_key)
+	concurrency_key, max_runtime_ns)
 SELECT u.id, u.queue, u.spec, u.priority, u.status, u.labels::jsonb, $16, $16, u.run_at, $16, u.ended_at,
 	string_to_array(u.deps, ','), u.pending, u.max_attempts, u.retry::jsonb, u.timeout_ns, u.errors::jsonb, u.hcount, 1,
-	u.ckey
+	u.ckey, u.max_runtime_ns
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::text[], $6::text[], $7::timestamptz[],
 	$8::timestamptz[], $9::text[], $10::int[], $11::int[], $12::text[], $13::bigint[], $14::text[], $15::int[],
-	$19::text[])
+	$19::text[], $20::bigint[])
 	AS u(id, queue, spec, priority, status, labels, run_at, ended_at, deps, pending, max_attempts, retry,
-	timeout_ns, errors, hcount, ckey)
+	timeout_ns, errors, hcount, ckey, max_runtime_ns)
 ` + conflict + `
 RETURNING id, queue, status, version, 'TaskSubmit'::text AS kind, created AS time),
 h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time, error)
@@ -174,8 +174,7 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 	if len(lookup) > 0 {
 		b.Queue(s.q(`SELECT id, status, queue FROM {s}.tasks WHERE id = ANY($1)`+lock), lookup)
 	}
-	b.Queue(s.q(`SELECT name, paused, timeout_ns, retry, max_attempts, retention_completed_ns, retention_aborted_ns,
-	retention_cancelled_ns FROM {s}.queues WHERE name = ANY($1)`), qnames)
+	b.Queue(s.q(`SELECT `+queueCols+` FROM {s}.queues WHERE name = ANY($1)`), qnames)
 	br := q.SendBatch(ctx, b)
 	var now time.Time
 	var eventsOn bool
@@ -268,6 +267,7 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 			r.DependsOn = append([]string(nil), nt.DependsOn...)
 		}
 		r.Timeout, r.MaxAttempts, r.Retry, r.pendingDeps = in.Timeout, in.MaxAttempts, in.Retry, in.PendingDeps
+		r.MaxRuntime = in.MaxRuntime
 		r.Version = 1
 		if in.Error != nil {
 			r.endedAt = now
@@ -284,7 +284,7 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 		ids, qs, status, labels, deps, retries []string
 		labelsP, depsP, retryP, errsP, ckeyP   []*string
 		specs                                  [][]byte
-		prio, timeouts                         []int64
+		prio, timeouts, maxRuntimes            []int64
 		runAt                                  []time.Time
 		ended                                  []*time.Time
 		pending, maxAtt, hcount                []int32
@@ -317,6 +317,7 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 		maxAtt = append(maxAtt, int32(r.MaxAttempts))
 		retryP = append(retryP, retryJSON(r.Retry))
 		timeouts = append(timeouts, int64(r.Timeout))
+		maxRuntimes = append(maxRuntimes, int64(r.MaxRuntime))
 		errsP = append(errsP, errorsJSON(r.Errors))
 		hcount = append(hcount, int32(r.historyCount))
 		if r.Status == norn.StatusAborted {
@@ -337,7 +338,7 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 	}
 	if n > 0 {
 		rows, err := q.Query(ctx, s.insertSQL(clientIDs), ids, qs, specs, prio, status, labelsP, runAt, ended, depsP,
-			pending, maxAtt, retryP, timeouts, errsP, hcount, now, abortIDs, abortErrs, ckeyP)
+			pending, maxAtt, retryP, timeouts, errsP, hcount, now, abortIDs, abortErrs, ckeyP, maxRuntimes)
 		if err != nil {
 			return nil, err
 		}
@@ -391,13 +392,14 @@ func scanQueue(row pgx.Row) (queueDefaults, error) {
 	var (
 		d                      queueDefaults
 		timeout, rc, ra, rcanc int64
+		maxRuntime             int64
 		retry                  []byte
 		maxAtt                 int32
 	)
-	if err := row.Scan(&d.name, &d.paused, &timeout, &retry, &maxAtt, &rc, &ra, &rcanc); err != nil {
+	if err := row.Scan(&d.name, &d.paused, &timeout, &retry, &maxAtt, &rc, &ra, &rcanc, &maxRuntime); err != nil {
 		return d, err
 	}
-	d.Timeout = norn.Duration(timeout)
+	d.Timeout, d.MaxRuntime = norn.Duration(timeout), norn.Duration(maxRuntime)
 	d.MaxAttempts = int(maxAtt)
 	d.Retention = norn.Retention{Completed: norn.Duration(rc), Aborted: norn.Duration(ra), Cancelled: norn.Duration(rcanc)}
 	if len(retry) > 0 {

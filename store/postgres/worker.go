@@ -41,7 +41,9 @@ c AS (SELECT t.id FROM {s}.tasks t
 	AND NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = $1 AND q.paused)
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED),
 upd AS (UPDATE {s}.tasks t SET status = 'running', owner = $4, lease = t.lease + 1, attempts = t.attempts + 1,
-	deadline = n.now + (coalesce($5::bigint, t.timeout_ns) / 1000) * interval '1 microsecond',
+	deadline = n.now + (CASE WHEN t.max_runtime_ns > 0
+		THEN least(coalesce($5::bigint, t.timeout_ns), (t.max_runtime_ns + 999) / 1000 * 1000)
+		ELSE coalesce($5::bigint, t.timeout_ns) END / 1000) * interval '1 microsecond',
 	updated = n.now, version = t.version + 1, history_count = t.history_count + 1,
 	assign_seq = t.history_count + 1, claimed_at = n.now
 	FROM c, n WHERE t.id = c.id
@@ -547,7 +549,11 @@ func (s *Store) decide(op norn.LeaseOp, r *rec, now time.Time) (deadline time.Ti
 	}
 	switch op.Op {
 	case norn.OpHeartbeat:
-		r.Deadline = micro(norn.HeartbeatDeadline(now, r.Updated, r.Deadline, r.Timeout.D(), op.Extend.D()))
+		dl, ok := norn.HeartbeatDeadline(now, r.Updated, r.Deadline, r.Timeout.D(), op.Extend.D(), norn.RuntimeLimit(r.Started, r.MaxRuntime))
+		if !ok {
+			return time.Time{}, "", nil, norn.RuntimeLeaseLost(op.TaskID, op.Lease)
+		}
+		r.Deadline = micro(dl)
 		if op.Progress != nil {
 			r.Progress = *op.Progress
 			kind = norn.EventProgress

@@ -316,6 +316,7 @@ func canonTask(tk *norn.Task) string {
 		return t.UTC().Round(0)
 	}
 	c.Created, c.Updated, c.RunAt, c.Deadline = utc(c.Created), utc(c.Updated), utc(c.RunAt), utc(c.Deadline)
+	c.Started = utc(c.Started)
 	for i := range c.History {
 		c.History[i].Time = utc(c.History[i].Time)
 	}

@@ -39,6 +39,7 @@ func RunWith(t *testing.T, f Factory, o Options) {
 		exerciseList, exerciseFilter, exerciseDependsOnFilter,
 		exerciseRegisterWorker, exerciseClaim, exerciseHeartbeat, exerciseLog, exerciseFinish, exerciseTimeout,
 		exerciseLeaseBatch, exerciseFencing, exerciseRepeatedCall, exerciseSnooze, exerciseRetry,
+		exerciseMaxRuntime,
 		exerciseQueues, exerciseSubscribe, exerciseInvalidInput, exerciseClose,
 		exerciseSchedules, exerciseReadLog, exerciseFlow,
 	} {

@@ -765,6 +765,13 @@ export interface components {
             unique_key?: string;
             /** @description Flow-control key: the queue's key_limit (or the key's own limit) caps how many tasks with this key run at once, and fair_by concurrency_key rotates claims across keys. UTF-8 without control characters. */
             concurrency_key?: string;
+            /** @description Runtime limit of one attempt: the lease never runs past started + max_runtime, however often the worker heartbeats; the monitor then stops the attempt with error code max_runtime. Absent: no limit. */
+            max_runtime?: components["schemas"]["Duration"];
+            /**
+             * Format: date-time
+             * @description When the current (or last) attempt was claimed.
+             */
+            started?: string;
             /** @description Any JSON value. */
             result?: unknown;
             errors?: components["schemas"]["ErrorInfo"][];
@@ -795,6 +802,8 @@ export interface components {
             unique_for?: components["schemas"]["Duration"];
             /** @description Flow-control key: the queue's key_limit (or the key's own limit) caps how many tasks with this key run at once, and fair_by concurrency_key rotates claims across keys. UTF-8 without control characters. */
             concurrency_key?: string;
+            /** @description Runtime limit of each attempt (absent or 0s: the queue's default, whose 0s is no limit). */
+            max_runtime?: components["schemas"]["Duration"];
         };
         Submitted: {
             task: components["schemas"]["Task"];
@@ -941,6 +950,8 @@ export interface components {
             retry?: components["schemas"]["RetryPolicy"];
             max_attempts: number;
             retention: components["schemas"]["Retention"];
+            /** @description Runtime limit of tasks submitted without their own (0s: none). */
+            max_runtime: components["schemas"]["Duration"];
         };
         QueueInfo: {
             name: string;
@@ -957,6 +968,8 @@ export interface components {
             retry?: components["schemas"]["RetryPolicy"];
             max_attempts?: number;
             retention?: components["schemas"]["Retention"];
+            /** @description Default runtime limit of tasks submitted later (0s removes it). */
+            max_runtime?: components["schemas"]["Duration"];
         };
         GroupCount: {
             queue: string;
