@@ -742,11 +742,11 @@ class Client:
 
     def update_queue(self, name: str, **settings: Any) -> Record:
         """Changes a queue's settings (role admin): ``paused``, ``timeout``,
-        ``retry``, ``max_attempts``, ``retention`` (``{"completed": "24h",
+        ``max_runtime``, ``retry``, ``max_attempts``, ``retention`` (``{"completed": "24h",
         ...}``) and any setting the server has added since."""
         body: Dict[str, Any] = {}
         for key, value in settings.items():
-            if key == "timeout" and value is not None:
+            if key in ("timeout", "max_runtime") and value is not None:
                 value = format_duration(value, key)
             elif key == "retry" and value is not None:
                 value = retry_policy(value, key)

@@ -356,6 +356,15 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(self.c.count(queue=queue, depends_on=p.id), 2)
         self.assertEqual([t.id for t in self.c.list_page(queue=queue, unique_key="uk-f")[0]], [k2.id])
 
+    def test_max_runtime(self) -> None:
+        queue = q("maxrt")
+        t = self.c.submit(queue, None, max_runtime=30, delay="1h")
+        self.assertEqual(t.max_runtime, "30s")
+        self.assertEqual(self.c.update_queue(queue, max_runtime="2m").defaults["max_runtime"], "2m0s")
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.submit(queue, None, max_runtime=-1)
+        self.assertEqual(cm.exception.field, "max_runtime")
+
     def test_throughput(self) -> None:
         qa, qb = q("tp-a"), q("tp-b")
         self.c.submit_batch([{"queue": qa}, {"queue": qa}, {"queue": qb}])

@@ -35,7 +35,7 @@ export interface CallOptions {
     signal?: AbortSignal;
 }
 /** The options of a new task, named as in the API. */
-export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" | "delay" | "timeout" | "retry" | "unique_for"> & {
+export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" | "delay" | "timeout" | "retry" | "unique_for" | "max_runtime"> & {
     /** When it becomes ready (at most one of run_at and delay). */
     run_at?: Time;
     /** How long after submission it becomes ready. */
@@ -45,6 +45,8 @@ export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" |
     retry?: RetryOptions;
     /** With unique_key: also a duplicate of a task with the key that ended less than this long ago. */
     unique_for?: Duration;
+    /** Runtime limit of each attempt, however often the worker heartbeats (the queue's default otherwise). */
+    max_runtime?: Duration;
 };
 /** A task to submit in a batch or a transaction. */
 export type NewTask = TaskOptions & {
@@ -82,8 +84,10 @@ export interface PageOptions extends ListOptions {
 export type UpdateOptions = Omit<Schemas["Update"], "run_at"> & {
     run_at?: Time;
 };
-export type QueueSettings = Omit<Schemas["QueueUpdate"], "timeout" | "retry" | "retention"> & {
+export type QueueSettings = Omit<Schemas["QueueUpdate"], "timeout" | "retry" | "retention" | "max_runtime"> & {
     timeout?: Duration;
+    /** Default runtime limit of tasks submitted later (0: none). */
+    max_runtime?: Duration;
     retry?: RetryOptions;
     retention?: {
         completed?: Duration;

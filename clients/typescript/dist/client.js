@@ -306,6 +306,8 @@ export class Client {
         const body = { ...settings };
         if (settings.timeout !== undefined)
             body["timeout"] = formatDuration(settings.timeout, "timeout");
+        if (settings.max_runtime !== undefined)
+            body["max_runtime"] = formatDuration(settings.max_runtime, "max_runtime");
         if (settings.retry !== undefined)
             body["retry"] = retryPolicy(settings.retry, "retry");
         if (settings.retention !== undefined) {

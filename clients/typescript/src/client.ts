@@ -36,7 +36,7 @@ export interface CallOptions {
 }
 
 /** The options of a new task, named as in the API. */
-export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" | "delay" | "timeout" | "retry" | "unique_for"> & {
+export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" | "delay" | "timeout" | "retry" | "unique_for" | "max_runtime"> & {
   /** When it becomes ready (at most one of run_at and delay). */
   run_at?: Time;
   /** How long after submission it becomes ready. */
@@ -46,6 +46,8 @@ export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" |
   retry?: RetryOptions;
   /** With unique_key: also a duplicate of a task with the key that ended less than this long ago. */
   unique_for?: Duration;
+  /** Runtime limit of each attempt, however often the worker heartbeats (the queue's default otherwise). */
+  max_runtime?: Duration;
 };
 
 /** A task to submit in a batch or a transaction. */
@@ -84,8 +86,10 @@ export interface PageOptions extends ListOptions {
 
 export type UpdateOptions = Omit<Schemas["Update"], "run_at"> & { run_at?: Time };
 
-export type QueueSettings = Omit<Schemas["QueueUpdate"], "timeout" | "retry" | "retention"> & {
+export type QueueSettings = Omit<Schemas["QueueUpdate"], "timeout" | "retry" | "retention" | "max_runtime"> & {
   timeout?: Duration;
+  /** Default runtime limit of tasks submitted later (0: none). */
+  max_runtime?: Duration;
   retry?: RetryOptions;
   retention?: { completed?: Duration; aborted?: Duration; cancelled?: Duration };
 };
@@ -456,6 +460,7 @@ export class Client {
   async updateQueue(name: string, settings: QueueSettings, opts: CallOptions = {}): Promise<QueueInfo> {
     const body: Record<string, unknown> = { ...settings };
     if (settings.timeout !== undefined) body["timeout"] = formatDuration(settings.timeout, "timeout");
+    if (settings.max_runtime !== undefined) body["max_runtime"] = formatDuration(settings.max_runtime, "max_runtime");
     if (settings.retry !== undefined) body["retry"] = retryPolicy(settings.retry, "retry");
     if (settings.retention !== undefined) {
       const ret: Record<string, string> = {};

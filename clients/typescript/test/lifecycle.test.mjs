@@ -148,6 +148,31 @@ describe("lifecycle", () => {
     await assert.rejects(c.retryMatching({}), (e) => e instanceof InvalidArgument && e.field === "filter");
   });
 
+  test("max_runtime: on a task and as a queue default; a handler running past it is stopped", async () => {
+    const t = await c.submit("mrq", null, { id: "mr-1", max_runtime: "30s", delay: "1h" });
+    assert.equal(parseDuration(t.max_runtime), 30_000);
+    const q = await c.updateQueue("mrq2", { max_runtime: 1000 });
+    assert.equal(parseDuration(q.defaults.max_runtime), 1000);
+    await assert.rejects(c.submit("mrq", null, { max_runtime: "forever" }), (e) => e instanceof InvalidArgument && e.field === "max_runtime");
+    let reason;
+    const w = new Worker(c, {
+      handlers: {
+        mrq2: (task) => new Promise((resolve) => task.signal.addEventListener("abort", () => { reason = task.signal.reason; resolve("late"); }, { once: true })),
+      },
+      logger: {}, handleSignals: false, wait: 1000, pollInterval: 50, lease: 600, heartbeatInterval: 200,
+    });
+    const done = w.run();
+    await c.submit("mrq2", null, { id: "mr-2", retry: { max_retries: 0 } });
+    const ended = await eventually(async () => {
+      const x = await c.get("mr-2");
+      return x.errors?.some((e) => e.code === "max_runtime") ? x : undefined;
+    }, 20_000, "the attempt stopped at its runtime limit");
+    await w.stop();
+    await done;
+    assert.ok(reason instanceof LeaseLost, `the handler was told to stop: ${reason}`);
+    assert.notEqual(ended.status, "completed");
+  });
+
   test("throughput: the server's per-minute history", async () => {
     await c.submitBatch([{ queue: "tp-a" }, { queue: "tp-a" }, { queue: "tp-b" }]);
     const submitted = (h) => h.points.reduce((n, p) => n + p.submitted, 0);
