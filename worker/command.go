@@ -20,9 +20,15 @@ import (
 
 // Exit codes of a Command's process that mean something to Norn.
 const (
-	// ExitTempFail (EX_TEMPFAIL from sysexits.h) fails the task for retry.
+	// ExitTempFail (EX_TEMPFAIL from sysexits.h) fails the task for retry,
+	// or snoozes it when the last line of stdout asks for that (see
+	// ParseSnooze).
 	ExitTempFail = 75
 )
+
+// SnoozePrefix starts the line by which a command asks for a snooze: the
+// last line of its stdout, followed by exit status ExitTempFail.
+const SnoozePrefix = "norn:snooze"
 
 // DefaultStderrTail is how many bytes of a command's stderr become the
 // error description when it fails.
@@ -38,7 +44,12 @@ const DefaultStderrTail = 4096
 //   - exit 0 completes the task; stdout becomes the result: as is when it is
 //     JSON, else the text (trailing newlines removed) as a JSON string; empty
 //     stdout means no result;
-//   - exit 75 (EX_TEMPFAIL) fails the task for retry;
+//   - exit 75 (EX_TEMPFAIL) fails the task for retry; but when the last
+//     line of stdout is "norn:snooze 30s" (a positive Go duration) or
+//     "norn:snooze 2026-01-02T15:04:05Z" (an RFC 3339 time), the task is
+//     snoozed until then instead: no error recorded, the attempt given
+//     back. A malformed snooze line fails the task for retry with code
+//     "invalid_snooze" (the line is only read with exit 75);
 //   - any other exit code aborts it; death by a signal the worker did not
 //     send (e.g. the OOM killer) fails it for retry. Either way the error
 //     description is the tail of stderr and the code is "exit_<n>" or
@@ -46,8 +57,8 @@ const DefaultStderrTail = 4096
 //
 // Lines of the form "progress: 0.4" (or "progress: 40%") on stderr set the
 // task's progress, sent with the next heartbeat. The program runs in its own
-// process group; when the task is cancelled, its lease is lost or a shutdown
-// yields it, the whole group is killed.
+// process group; when the task is cancelled, its lease is lost, it reaches
+// its max_runtime or a shutdown yields it, the whole group is killed.
 type Command struct {
 	// Path is the program (looked up in PATH when it has no slash).
 	Path string
@@ -194,6 +205,17 @@ func (c *Command) ServeTask(ctx context.Context, t *Task) error {
 	code := ee.ExitCode()
 	switch {
 	case code == ExitTempFail:
+		if stdout.over {
+			return WithCode("exit_75", fmt.Errorf("exit status 75 (temporary failure)\n%s", desc))
+		}
+		switch sn, ok, err := ParseSnooze(stdout.buf.Bytes()); {
+		case ok && err != nil:
+			return WithCode("invalid_snooze", fmt.Errorf("exit status 75 with %w\n%s", err, desc))
+		case ok && !sn.RunAt.IsZero():
+			return SnoozeUntil(sn.RunAt)
+		case ok:
+			return Snooze(sn.Delay.D())
+		}
 		return WithCode("exit_75", fmt.Errorf("exit status 75 (temporary failure)\n%s", desc))
 	case code < 0:
 		return WithCode("signal", fmt.Errorf("%s\n%s", ee.ProcessState.String(), desc))
@@ -216,6 +238,35 @@ func ParseResult(out []byte) json.RawMessage {
 	text := strings.TrimRight(string(out), "\r\n")
 	raw, _ := json.Marshal(text) // strings always encode
 	return raw
+}
+
+// ParseSnooze reads the snooze request of a command's stdout: its last
+// non-empty line, "norn:snooze 30s" (a positive Go duration) or "norn:snooze
+// 2026-01-02T15:04:05Z" (an RFC 3339 time; a past one makes the task ready
+// at once). ok says whether that line is a snooze request at all; err, when
+// it is one, says what is wrong with its value.
+func ParseSnooze(out []byte) (sn norn.Snooze, ok bool, err error) {
+	out = bytes.TrimRight(out, " \t\r\n")
+	line := out[bytes.LastIndexByte(out, '\n')+1:]
+	rest, found := bytes.CutPrefix(bytes.TrimSpace(line), []byte(SnoozePrefix))
+	if !found || (len(rest) > 0 && rest[0] != ' ' && rest[0] != '\t') {
+		return norn.Snooze{}, false, nil
+	}
+	v := string(bytes.TrimSpace(rest))
+	if v == "" {
+		return norn.Snooze{}, true, errors.New(`snooze line without a delay or time: want "norn:snooze 30s" or "norn:snooze 2026-01-02T15:04:05Z"`)
+	}
+	if d, derr := time.ParseDuration(v); derr == nil {
+		if d <= 0 {
+			return norn.Snooze{}, true, fmt.Errorf("snooze delay %q is not positive", v)
+		}
+		return norn.Snooze{Delay: norn.Duration(d)}, true, nil
+	}
+	at, terr := time.Parse(time.RFC3339Nano, v)
+	if terr != nil || at.IsZero() {
+		return norn.Snooze{}, true, fmt.Errorf("snooze value %q is neither a Go duration nor an RFC 3339 time", truncateUTF8(v, 64))
+	}
+	return norn.Snooze{RunAt: at.UTC()}, true, nil
 }
 
 // ParseProgress recognises a progress line: "progress: 0.4" or

@@ -48,10 +48,10 @@ import (
 //     keeps running.
 //
 // ctx is cancelled when the task is cancelled by a client, when its lease is
-// lost (another worker may now own it) and when a shutdown's grace period
-// ends; context.Cause(ctx) says which (ErrTaskCancelled, ErrLeaseLost,
-// ErrShutdown). In the first two cases nothing the handler returns is
-// reported.
+// lost (another worker may now own it), when the attempt reaches the task's
+// max_runtime and when a shutdown's grace period ends; context.Cause(ctx)
+// says which (ErrTaskCancelled, ErrLeaseLost, ErrMaxRuntime, ErrShutdown).
+// In the first three cases nothing the handler returns is reported.
 type Handler interface {
 	ServeTask(ctx context.Context, t *Task) error
 }
@@ -169,6 +169,10 @@ var (
 	// ErrShutdown: the worker is shutting down and the grace period is over;
 	// the task is yielded back to the queue.
 	ErrShutdown = errors.New("worker: shutting down")
+	// ErrMaxRuntime: the attempt ran for the task's max_runtime. Nothing
+	// more is reported: the store stops the attempt (error code
+	// max_runtime) and the task's attempt rules decide what follows.
+	ErrMaxRuntime = errors.New("worker: task reached its max_runtime")
 )
 
 // abortError marks an error as unrecoverable.
@@ -192,10 +196,18 @@ func IsAbort(err error) bool {
 	return errors.As(err, &a)
 }
 
-// snoozeError asks for a snooze.
-type snoozeError struct{ d time.Duration }
+// snoozeError asks for a snooze: until at when set, else for d.
+type snoozeError struct {
+	d  time.Duration
+	at time.Time
+}
 
-func (e *snoozeError) Error() string { return "worker: snooze for " + e.d.String() }
+func (e *snoozeError) Error() string {
+	if !e.at.IsZero() {
+		return "worker: snooze until " + e.at.UTC().Format(time.RFC3339Nano)
+	}
+	return "worker: snooze for " + e.d.String()
+}
 
 // Snooze returns an error that, returned from a handler, puts the task back
 // for later instead of finishing it: scheduled d from now (ready at once
@@ -204,11 +216,23 @@ func (e *snoozeError) Error() string { return "worker: snooze for " + e.d.String
 // wait): unlike a failure it records no error and spends no retry.
 func Snooze(d time.Duration) error { return &snoozeError{d: d} }
 
+// SnoozeUntil is Snooze to a point in time: the task is scheduled until t
+// (ready at once when t has passed, by the store's clock).
+func SnoozeUntil(t time.Time) error {
+	if t.IsZero() {
+		return Snooze(0)
+	}
+	return &snoozeError{at: t}
+}
+
 // snoozeOf returns the snooze a handler asked for, if it did.
 func snoozeOf(err error) (norn.Snooze, bool) {
 	var s *snoozeError
 	if !errors.As(err, &s) {
 		return norn.Snooze{}, false
+	}
+	if !s.at.IsZero() {
+		return norn.Snooze{RunAt: s.at.UTC()}, true
 	}
 	if s.d <= 0 {
 		// A past run_at is "ready at once", whatever the store's clock says.

@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
+
+	"github.com/nornq/norn"
 )
 
 func TestParseProgress(t *testing.T) {
@@ -164,6 +167,57 @@ func FuzzScanStderr(f *testing.F) {
 		}
 		if s := tail.String(); len(s) > tailMax || !utf8.ValidString(s) {
 			t.Fatalf("tail %q", s)
+		}
+	})
+}
+
+func TestParseSnooze(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
+	cases := []struct {
+		out   string
+		want  norn.Snooze
+		ok    bool
+		wrong bool // a snooze line with a bad value
+	}{
+		{"norn:snooze 30s", norn.Snooze{Delay: norn.Duration(30 * time.Second)}, true, false},
+		{"working…\nnorn:snooze 1h30m\n", norn.Snooze{Delay: norn.Duration(90 * time.Minute)}, true, false},
+		{"norn:snooze 2026-01-02T15:04:05Z\n\n  \n", norn.Snooze{RunAt: at}, true, false},
+		{"  norn:snooze\t2026-01-02T16:04:05+01:00 \r\n", norn.Snooze{RunAt: at}, true, false},
+		{"norn:snooze 0s", norn.Snooze{}, true, true},
+		{"norn:snooze -5s", norn.Snooze{}, true, true},
+		{"norn:snooze", norn.Snooze{}, true, true},
+		{"norn:snooze tomorrow", norn.Snooze{}, true, true},
+		{"norn:snooze 30", norn.Snooze{}, true, true},
+		{"norn:snooze 30s\nthen more output", norn.Snooze{}, false, false},
+		{"norn:snoozed 30s", norn.Snooze{}, false, false},
+		{"please norn:snooze 30s", norn.Snooze{}, false, false},
+		{"", norn.Snooze{}, false, false},
+	}
+	for _, c := range cases {
+		got, ok, err := ParseSnooze([]byte(c.out))
+		if ok != c.ok || (err != nil) != c.wrong || got != c.want {
+			t.Errorf("ParseSnooze(%q) = %+v, %v, %v; want %+v, %v, error %v", c.out, got, ok, err, c.want, c.ok, c.wrong)
+		}
+		if err == nil && ok && got.Validate() != nil {
+			t.Errorf("ParseSnooze(%q) = %+v, which the store refuses: %v", c.out, got, got.Validate())
+		}
+	}
+}
+
+func FuzzParseSnooze(f *testing.F) {
+	for _, s := range []string{"norn:snooze 30s", "x\nnorn:snooze 2026-01-02T15:04:05Z\n", "norn:snooze -1s", "norn:snooze \xff"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, out []byte) {
+		sn, ok, err := ParseSnooze(out)
+		switch {
+		case !ok && (err != nil || sn != norn.Snooze{}):
+			t.Fatalf("no snooze line in %q, yet %+v, %v", out, sn, err)
+		case ok && err == nil && sn.Validate() != nil:
+			t.Fatalf("ParseSnooze(%q) = %+v, which the store refuses: %v", out, sn, sn.Validate())
+		case err != nil && !utf8.ValidString(err.Error()):
+			t.Fatalf("error is not UTF-8: %q", err.Error())
 		}
 	})
 }

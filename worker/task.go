@@ -230,6 +230,8 @@ type run struct {
 	// snooze is what the handler asked for when it returned Snooze(d);
 	// written by finish before report reads it, on the same goroutine.
 	snooze norn.Snooze
+	// limit cancels the handler at the task's max_runtime (nil: no limit).
+	limit *time.Timer
 
 	// Guarded by Worker.mu.
 	state    runState

@@ -429,6 +429,12 @@ func (w *Worker) start(nt *norn.Task, sent time.Time) {
 	r.nextBeat = sent.Add(r.interval)
 	w.mu.Lock()
 	w.runs[r] = struct{}{}
+	if nt.MaxRuntime > 0 {
+		// The store started the attempt after sent, so its limit is no
+		// earlier than sent + MaxRuntime by the local clock: stopping then
+		// needs no agreement between the clocks.
+		r.limit = time.AfterFunc(time.Until(sent.Add(nt.MaxRuntime.D())), func() { w.overRuntime(r) })
+	}
 	w.mu.Unlock()
 	kick(w.hbKick)
 	w.handlers.Add(1)
@@ -544,6 +550,9 @@ func (w *Worker) release(r *run) {
 	r.cancel(context.Canceled)
 	w.mu.Lock()
 	delete(w.runs, r)
+	if r.limit != nil {
+		r.limit.Stop()
+	}
 	w.mu.Unlock()
 	kick(w.slotFreed)
 }
@@ -630,6 +639,22 @@ func (w *Worker) lose(r *run, err error) {
 	}
 	r.cancel(cause)
 	w.log.Info("task lost; handler cancelled", "worker", r.ref.Worker, "task", r.ref.TaskID, "lease", r.ref.Lease, "cause", err)
+}
+
+// overRuntime stops a run whose attempt reached the task's max_runtime:
+// the handler's context is cancelled with ErrMaxRuntime and nothing more is
+// sent for it (the store stops the attempt at the same limit). A handler
+// that already returned has its outcome reported as usual.
+func (w *Worker) overRuntime(r *run) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r.state != stRunning {
+		return
+	}
+	r.state = stGone
+	r.cancel(fmt.Errorf("%w of %s", ErrMaxRuntime, r.task.MaxRuntime.D()))
+	w.log.Info("task reached its max_runtime; handler cancelled", "worker", r.ref.Worker, "task", r.ref.TaskID,
+		"lease", r.ref.Lease, "max_runtime", r.task.MaxRuntime.D())
 }
 
 // beaten records a successful heartbeat sent at sent.
