@@ -104,6 +104,12 @@ func describeTask(w io.Writer, t *norn.Task, now time.Time) {
 		kv("retry", fmt.Sprintf("%d retries, backoff %s doubling, max %s", t.Retry.MaxRetries, t.Retry.Base, t.Retry.Max))
 	}
 	kv("timeout", t.Timeout.String())
+	if t.MaxRuntime > 0 {
+		kv("max_runtime", t.MaxRuntime.String())
+	}
+	if !t.Started.IsZero() {
+		kv("started", stamp(t.Started, now))
+	}
 	kv("version", fmt.Sprint(t.Version))
 	kv("spec", compactJSON(t.Spec))
 	if len(t.Result) > 0 {

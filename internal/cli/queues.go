@@ -60,7 +60,7 @@ func printQueues(w io.Writer, format string, qs []norn.QueueInfo) error {
 		return nil
 	}
 	header := append([]string{"QUEUE", "PAUSED"}, statusHeader()...)
-	header = append(header, "TIMEOUT", "MAX_ATTEMPTS", "RETRIES")
+	header = append(header, "TIMEOUT", "MAX_ATTEMPTS", "RETRIES", "MAX_RUNTIME")
 	tab := newTable(w, header...)
 	for _, q := range qs {
 		row := append([]string{q.Name, yesNo(q.Paused)}, statusCounts(q.Counts)...)
@@ -68,7 +68,11 @@ func printQueues(w io.Writer, format string, qs []norn.QueueInfo) error {
 		if q.Defaults.Retry != nil {
 			retries = fmt.Sprint(q.Defaults.Retry.MaxRetries)
 		}
-		row = append(row, q.Defaults.Timeout.String(), fmt.Sprint(q.Defaults.MaxAttempts), retries)
+		maxRuntime := "-"
+		if q.Defaults.MaxRuntime > 0 {
+			maxRuntime = q.Defaults.MaxRuntime.String()
+		}
+		row = append(row, q.Defaults.Timeout.String(), fmt.Sprint(q.Defaults.MaxAttempts), retries, maxRuntime)
 		tab.row(row...)
 	}
 	return tab.flush()
@@ -114,6 +118,11 @@ func describeQueue(w io.Writer, q norn.QueueInfo) error {
 	d := q.Defaults
 	tab.row("timeout:", d.Timeout.String())
 	tab.row("max_attempts:", fmt.Sprint(d.MaxAttempts))
+	if d.MaxRuntime > 0 {
+		tab.row("max_runtime:", d.MaxRuntime.String())
+	} else {
+		tab.row("max_runtime:", "none")
+	}
 	if d.Retry != nil {
 		tab.row("retry:", fmt.Sprintf("%d retries, backoff %s doubling, max %s", d.Retry.MaxRetries, d.Retry.Base, d.Retry.Max))
 	} else {
@@ -136,15 +145,17 @@ func queuePauseCmd(g *Globals, pause bool) *cobra.Command {
 }
 
 func queueSetCmd(g *Globals) *cobra.Command {
-	var timeout, retryBase, retryMax, retCompleted, retAborted, retCancelled time.Duration
+	var timeout, maxRuntime, retryBase, retryMax, retCompleted, retAborted, retCancelled time.Duration
 	var maxAttempts, retry int
 	cmd := &cobra.Command{
 		Use:   "set QUEUE",
-		Short: "Change a queue's defaults (timeout, retries, max attempts, retention)",
+		Short: "Change a queue's defaults (timeout, retries, max attempts, max runtime, retention)",
 		Long: `Change the defaults a queue applies to tasks that do not set their own, and
 how long its terminal tasks are kept. Only the flags given change. Retention
-0 keeps tasks forever. --retry 0 removes the retry policy.`,
+0 keeps tasks forever. --retry 0 removes the retry policy; --max-runtime 0
+removes the runtime limit. A new default applies to tasks submitted later.`,
 		Example: `  norn queues set emails --timeout 1m --retry 5 --retry-base 10s --retry-max 10m
+  norn queues set reports --max-runtime 15m
   norn queues set emails --retention-completed 1h --retention-aborted 0`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -154,7 +165,7 @@ how long its terminal tasks are kept. Only the flags given change. Retention
 			}
 			fl := cmd.Flags()
 			var u norn.QueueUpdate
-			for _, d := range []time.Duration{timeout, retryBase, retryMax, retCompleted, retAborted, retCancelled} {
+			for _, d := range []time.Duration{timeout, maxRuntime, retryBase, retryMax, retCompleted, retAborted, retCancelled} {
 				if d < 0 {
 					return usagef("durations must not be negative")
 				}
@@ -171,6 +182,10 @@ how long its terminal tasks are kept. Only the flags given change. Retention
 					return usagef("--max-attempts must not be negative")
 				}
 				u.MaxAttempts = &maxAttempts
+			}
+			if fl.Changed("max-runtime") {
+				d := norn.Duration(maxRuntime)
+				u.MaxRuntime = &d
 			}
 			if fl.Changed("retry") {
 				if retry < 0 {
@@ -205,7 +220,7 @@ how long its terminal tasks are kept. Only the flags given change. Retention
 				u.Retention = &r
 			}
 			if u == (norn.QueueUpdate{}) {
-				return usagef("nothing to change: give at least one of --timeout, --max-attempts, --retry, --retention-*")
+				return usagef("nothing to change: give at least one of --timeout, --max-attempts, --max-runtime, --retry, --retention-*")
 			}
 			q, err := c.UpdateQueue(cmd.Context(), args[0], u)
 			if err != nil {
@@ -219,6 +234,7 @@ how long its terminal tasks are kept. Only the flags given change. Retention
 	}
 	fs := cmd.Flags()
 	fs.DurationVar(&timeout, "timeout", 0, "default lease length")
+	fs.DurationVar(&maxRuntime, "max-runtime", 0, "default runtime limit of one attempt (0 = none)")
 	fs.IntVar(&maxAttempts, "max-attempts", 0, "default max attempts (0 = unlimited)")
 	fs.IntVar(&retry, "retry", 0, "default retries after a failure (0 = none)")
 	fs.DurationVar(&retryBase, "retry-base", time.Second, "first retry backoff, doubled each retry (with --retry)")

@@ -86,6 +86,7 @@ type submitFlags struct {
 	retryMax    time.Duration
 	maxAttempts int
 	timeout     time.Duration
+	maxRuntime  time.Duration
 	batch       string
 	chunk       int
 }
@@ -111,6 +112,7 @@ existing task as a duplicate (exit code 0).`,
 			Example: `  norn submit emails '{"to":"a@example.com"}'
   norn submit emails --file mail.json --priority 10 --label tenant=acme
   echo '{"n":1}' | norn submit numbers --delay 5m --retry 3
+  norn submit reports '{"month":"2026-10"}' --timeout 30s --max-runtime 10m
   norn submit --batch tasks.ndjson`,
 			Args: cobra.RangeArgs(0, 2),
 			RunE: func(cmd *cobra.Command, args []string) error {
@@ -143,6 +145,7 @@ existing task as a duplicate (exit code 0).`,
 		fs.DurationVar(&sf.retryMax, "retry-max", time.Hour, "backoff cap (with --retry; 0 = no cap)")
 		fs.IntVar(&sf.maxAttempts, "max-attempts", 0, "abort after this many attempts (default: the queue's; 0 with the flag given = unlimited)")
 		fs.DurationVar(&sf.timeout, "timeout", 0, "lease length per attempt (default: the queue's, 10s)")
+		fs.DurationVar(&sf.maxRuntime, "max-runtime", 0, "stop an attempt after this long even while it heartbeats (default: the queue's, none)")
 		fs.StringVar(&sf.batch, "batch", "", "submit every task of this NDJSON file (- for stdin)")
 		fs.IntVar(&sf.chunk, "chunk", 1000, "tasks per request with --batch (1..10000)")
 		return clientCommand(cmd)
@@ -152,7 +155,7 @@ existing task as a duplicate (exit code 0).`,
 // newTask builds the NewTask of a single submit from flags and arguments.
 func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reader, stdinPiped bool) (norn.NewTask, error) {
 	nt := norn.NewTask{ID: sf.id, Queue: args[0], Priority: sf.priority, DependsOn: sf.dependsOn,
-		Delay: norn.Duration(sf.delay), Timeout: norn.Duration(sf.timeout)}
+		Delay: norn.Duration(sf.delay), Timeout: norn.Duration(sf.timeout), MaxRuntime: norn.Duration(sf.maxRuntime)}
 	var spec []byte
 	switch {
 	case len(args) == 2:
@@ -200,7 +203,7 @@ func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reade
 		}
 		nt.RunAt = t.UTC()
 	}
-	if sf.delay < 0 || sf.timeout < 0 || sf.retryBase < 0 || sf.retryMax < 0 {
+	if sf.delay < 0 || sf.timeout < 0 || sf.maxRuntime < 0 || sf.retryBase < 0 || sf.retryMax < 0 {
 		return nt, usagef("durations must not be negative")
 	}
 	if cmd.Flags().Changed("retry") {

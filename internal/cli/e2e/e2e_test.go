@@ -186,6 +186,8 @@ type task struct {
 	Spec     json.RawMessage   `json:"spec"`
 	Result   json.RawMessage   `json:"result"`
 	Lease    uint64            `json:"lease"`
+	// MaxRuntime is a Go duration string ("" when the task has none).
+	MaxRuntime string `json:"max_runtime"`
 }
 
 func decode[T any](t *testing.T, s string) T {
@@ -215,10 +217,12 @@ func TestCLI(t *testing.T) {
 		"job-1 submitted to emails (ready)")
 	mustContain(t, "duplicate", s.ok(t, "submit", "emails", `{"to":"b"}`, "--id", "job-1"), "job-1 already exists")
 	mustContain(t, "delayed", s.ok(t, "submit", "emails", "--id", "job-2", "--delay", "1h"), "(scheduled)")
-	if r := s.norn(t, `{"from":"stdin"}`, "submit", "emails", "--id", "job-3", "-o", "json"); r.code != 0 ||
-		compact(decode[struct{ Task task }](t, r.out).Task.Spec) != `{"from":"stdin"}` {
+	if r := s.norn(t, `{"from":"stdin"}`, "submit", "emails", "--id", "job-3", "--max-runtime", "90s", "-o", "json"); r.code != 0 ||
+		compact(decode[struct{ Task task }](t, r.out).Task.Spec) != `{"from":"stdin"}` ||
+		decode[struct{ Task task }](t, r.out).Task.MaxRuntime != "1m30s" {
 		t.Fatalf("submit from stdin: %+v", r)
 	}
+	s.fails(t, 2, "negative", "submit", "emails", "--max-runtime=-1s")
 	s.fails(t, 2, "not valid JSON", "submit", "emails", "{nope")
 	s.fails(t, 2, "--label", "submit", "emails", "--label", "novalue")
 	s.fails(t, 1, "queue", "submit", "bad queue!")
@@ -312,7 +316,8 @@ func TestCLI(t *testing.T) {
 		Counts   map[string]int
 		Defaults struct {
 			Timeout     string
-			MaxAttempts int `json:"max_attempts"`
+			MaxAttempts int    `json:"max_attempts"`
+			MaxRuntime  string `json:"max_runtime"`
 			Retention   struct{ Completed string }
 		}
 	}
@@ -328,10 +333,13 @@ func TestCLI(t *testing.T) {
 	}
 	mustContain(t, "queues table", s.ok(t, "queues"), "QUEUE", "PAUSED", "emails", "yes")
 	mustContain(t, "resume", s.ok(t, "queues", "resume", "emails"), "emails resumed")
-	q := decode[queue](t, s.ok(t, "queues", "set", "emails", "--timeout", "30s", "--max-attempts", "3", "--retention-completed", "1h", "-o", "json"))
-	if q.Paused || q.Defaults.Timeout != "30s" || q.Defaults.MaxAttempts != 3 || q.Defaults.Retention.Completed != "1h0m0s" {
+	q := decode[queue](t, s.ok(t, "queues", "set", "emails", "--timeout", "30s", "--max-attempts", "3", "--retention-completed", "1h",
+		"--max-runtime", "10m", "-o", "json"))
+	if q.Paused || q.Defaults.Timeout != "30s" || q.Defaults.MaxAttempts != 3 || q.Defaults.Retention.Completed != "1h0m0s" ||
+		q.Defaults.MaxRuntime != "10m0s" {
 		t.Fatalf("queues set: %+v", q)
 	}
+	mustContain(t, "queue get", s.ok(t, "queues", "get", "emails"), "max_runtime:", "10m0s")
 	s.fails(t, 2, "nothing to change", "queues", "set", "emails")
 
 	// stats.
