@@ -33,7 +33,7 @@ type metrics struct {
 	reg          *prometheus.Registry
 
 	submittedTotal, claimedTotal, completedTotal, failedTotal, abortedTotal *prometheus.CounterVec
-	yieldedTotal, timedOutTotal, retriedTotal, redrivenTotal                *prometheus.CounterVec
+	yieldedTotal, snoozedTotal, timedOutTotal, retriedTotal, redrivenTotal  *prometheus.CounterVec
 	claimLatency, endToEnd                                                  *prometheus.HistogramVec
 	httpRequests                                                            *prometheus.CounterVec
 	httpDuration                                                            *prometheus.HistogramVec
@@ -68,6 +68,7 @@ func newMetrics(reg *prometheus.Registry, store norn.Store) (*metrics, error) {
 		failedTotal:    counter("tasks_failed_total", "Successful fail calls through this server (the task is then retried or aborted)."),
 		abortedTotal:   counter("tasks_aborted_total", "Successful abort calls through this server."),
 		yieldedTotal:   counter("tasks_yielded_total", "Successful yield calls through this server."),
+		snoozedTotal:   counter("tasks_snoozed_total", "Successful snooze calls through this server (the task waits, its attempt given back)."),
 		timedOutTotal:  counter("tasks_timed_out_total", "Leases that expired (from the store's events)."),
 		retriedTotal:   counter("tasks_retried_total", "Failures scheduled for a retry (from the store's events)."),
 		redrivenTotal: counter("tasks_redriven_total",
@@ -86,7 +87,7 @@ func newMetrics(reg *prometheus.Registry, store norn.Store) (*metrics, error) {
 		claims: map[string]claimInfo{},
 	}
 	for _, c := range []prometheus.Collector{m.submittedTotal, m.claimedTotal, m.completedTotal, m.failedTotal,
-		m.abortedTotal, m.yieldedTotal, m.timedOutTotal, m.retriedTotal, m.redrivenTotal, m.claimLatency, m.endToEnd,
+		m.abortedTotal, m.yieldedTotal, m.snoozedTotal, m.timedOutTotal, m.retriedTotal, m.redrivenTotal, m.claimLatency, m.endToEnd,
 		m.httpRequests, m.httpDuration, m.authFailures, &countsCollector{store: store},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "norn", Name: "http_requests_in_flight",
 			Help: "HTTP requests being served (long polls and streams included)."},
@@ -156,6 +157,8 @@ func (m *metrics) finished(op norn.LeaseOpKind, id string, now time.Time) {
 		m.abortedTotal.WithLabelValues(q).Inc()
 	case norn.OpYield:
 		m.yieldedTotal.WithLabelValues(q).Inc()
+	case norn.OpSnooze:
+		m.snoozedTotal.WithLabelValues(q).Inc()
 	}
 }
 

@@ -52,6 +52,9 @@ func TestMetrics(t *testing.T) {
 	e.must(200, "POST", "/v1/tasks/"+t1.ID+"/complete", `{"worker":"w","lease":`+itoa(t1.Lease)+`}`)
 	t2 := e.claimOne("m", "w")
 	e.must(200, "POST", "/v1/tasks/"+t2.ID+"/fail", `{"worker":"w","lease":`+itoa(t2.Lease)+`,"error":{"code":"x"}}`)
+	e.must(201, "POST", "/v1/tasks", `{"id":"s1","queue":"s"}`)
+	t3 := e.claimOne("s", "w")
+	e.must(200, "POST", "/v1/tasks/"+t3.ID+"/snooze", `{"worker":"w","lease":`+itoa(t3.Lease)+`,"delay":"1h"}`)
 	// A lease of 1 ms expires at once; the store's monitor times it out.
 	var tr wire.TasksResponse
 	e.must(200, "POST", "/v1/claim", `{"worker":"w","queues":["m"],"timeout":"1ms"}`).decode(t, &tr)
@@ -76,12 +79,13 @@ func TestMetrics(t *testing.T) {
 		{"norn_tasks_failed_total", []string{`queue="m"`}, "1"},
 		{"norn_tasks_retried_total", []string{`queue="m"`}, "1"},
 		{"norn_tasks_timed_out_total", []string{`queue="m"`}, "1"},
+		{"norn_tasks_snoozed_total", []string{`queue="s"`}, "1"},
 		{"norn_claim_latency_seconds_count", []string{`queue="m"`}, "3"},
 		{"norn_end_to_end_latency_seconds_count", []string{`queue="m"`}, "1"},
 		{"norn_tasks", []string{`queue="m"`, `status="completed"`}, "1"},
 		{"norn_tasks", []string{`queue="m"`, `status="scheduled"`}, "1"},
 		{"norn_store_up", nil, "1"},
-		{"norn_http_requests_total", []string{`method="POST"`, `route="/v1/tasks"`, `code="201"`}, "3"},
+		{"norn_http_requests_total", []string{`method="POST"`, `route="/v1/tasks"`, `code="201"`}, "4"},
 		{"norn_http_request_duration_seconds_count", []string{`method="POST"`, `route="/v1/tasks/{id}/complete"`}, "1"},
 	}
 	for _, w := range want {

@@ -298,7 +298,8 @@ func seed(t *testing.T, st norn.Store) seeded {
 	}
 	retry := &norn.RetryPolicy{MaxRetries: 3, Base: norn.Duration(time.Hour)}
 	batch = append(batch,
-		norn.NewTask{ID: "report-1", Queue: "reports", Priority: 9, Spec: json.RawMessage(`{"report":"monthly","month":"2025-01"}`), Labels: map[string]string{"team": "finance"}},
+		norn.NewTask{ID: "report-1", Queue: "reports", Priority: 9, Spec: json.RawMessage(`{"report":"monthly","month":"2025-01"}`), Labels: map[string]string{"team": "finance"},
+			MaxRuntime: norn.Duration(2 * time.Hour)},
 		norn.NewTask{ID: "report-2", Queue: "reports", Priority: 8, Spec: json.RawMessage(`{"report":"weekly"}`), Retry: retry},
 		norn.NewTask{ID: "report-3", Queue: "reports", Priority: 7, Spec: json.RawMessage(`{"report":"daily","rows":[1,2,3]}`), Labels: map[string]string{"team": "ops"}},
 		norn.NewTask{ID: "report-4", Queue: "reports", Priority: 6, Spec: json.RawMessage(`{"report":"summary"}`), DependsOn: []string{"report-1"}},
@@ -609,6 +610,12 @@ func TestTaskPage(t *testing.T) {
 	}
 	if e.text(`#history li[data-type="TaskAssignment"]`) == "" {
 		t.Error("no assignment in the history")
+	}
+	if got := e.text("#max-runtime"); got != "2h0m0s" {
+		t.Errorf("max runtime shown as %q, want 2h0m0s", got)
+	}
+	if got := e.text("#started"); got == "" || got == "—" {
+		t.Errorf("started of a running task shown as %q", got)
 	}
 	ref := norn.LeaseRef{TaskID: "report-1", Worker: s.worker, Lease: s.leases["report-1"]}
 	p := 0.8

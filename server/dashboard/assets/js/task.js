@@ -108,6 +108,7 @@ export function render(ctx, id) {
       t.max_runtime ? row("Max runtime", t.max_runtime, "max-runtime") : null,
       t.unique_key ? row("Unique key", h("code", {}, t.unique_key), "unique-key") : null,
       t.concurrency_key ? row("Concurrency key", h("code", {}, t.concurrency_key), "concurrency-key") : null,
+      isZeroTime(t.started) ? null : row("Started", h("span", {}, timeEl(t.started), " · " + absTime(t.started)), "started"),
       row("Retry", retry),
       row("Version", String(t.version)));
   }
@@ -259,6 +260,7 @@ export function render(ctx, id) {
   async function resubmit() {
     const t = task;
     const body = { queue: t.queue, priority: t.priority, max_attempts: t.max_attempts, timeout: t.timeout };
+    if (t.max_runtime) body.max_runtime = t.max_runtime;
     if (t.spec !== undefined) body.spec = t.spec;
     if (t.labels) body.labels = t.labels;
     if (t.retry) body.retry = t.retry;
