@@ -110,3 +110,11 @@ func TestInitialMaxRuntime(t *testing.T) {
 		t.Errorf("no limit by default, got %v", in.MaxRuntime)
 	}
 }
+
+func TestScheduleTaskCarriesMaxRuntime(t *testing.T) {
+	t.Parallel()
+	s := Schedule{Name: "n", Queue: "q", Cron: "@hourly", MaxRuntime: Duration(time.Minute)}
+	if n := s.TaskFor(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)); n.MaxRuntime != Duration(time.Minute) {
+		t.Fatalf("schedule task max_runtime %v, want 1m", n.MaxRuntime)
+	}
+}
