@@ -32,7 +32,7 @@ func checkSpecs(prefix string, tasks []norn.NewTask) error {
 }
 
 // Submit stores tasks atomically through POST /v1/tasks/batch; duplicates
-// (ids that already existed) come back with Duplicate set.
+// (ids that already existed, unique keys held) come back with Duplicate set.
 func (c *Client) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Submitted, error) {
 	if tasks == nil {
 		tasks = []norn.NewTask{}
@@ -52,13 +52,30 @@ func (c *Client) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Subm
 	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/tasks/batch", raw: body}, &out); err != nil {
 		return nil, err
 	}
-	dup := make(map[string]bool, len(out.Duplicates))
+	// "duplicates" lists the returned task's id once per result that
+	// created nothing. An id can be returned more than once (a task with
+	// the unique key of an earlier one of the batch is a duplicate of it);
+	// only its first occurrence can have created it, so of n occurrences
+	// of an id listed d times, the last d are the duplicates.
+	dups := make(map[string]int, len(out.Duplicates))
 	for _, id := range out.Duplicates {
-		dup[id] = true
+		dups[id]++
+	}
+	seen := make(map[string]int, len(out.Tasks))
+	for _, t := range out.Tasks {
+		if t != nil {
+			seen[t.ID]++
+		}
 	}
 	subs := make([]norn.Submitted, len(out.Tasks))
 	for i, t := range out.Tasks {
-		subs[i] = norn.Submitted{Task: t, Duplicate: t != nil && dup[t.ID]}
+		subs[i] = norn.Submitted{Task: t}
+		if t == nil {
+			continue
+		}
+		// seen counts down the occurrences left, this one included.
+		subs[i].Duplicate = seen[t.ID] <= dups[t.ID]
+		seen[t.ID]--
 	}
 	return subs, nil
 }

@@ -17,8 +17,8 @@ import (
 // GET, PATCH /v1/tasks/{id} and POST /v1/tasks/{id}/cancel.
 type TaskResponse struct {
 	Task *norn.Task `json:"task"`
-	// Duplicate is true when a submitted id already existed; Task is then
-	// the existing task.
+	// Duplicate is true when nothing was created (the id existed, or the
+	// unique key is held); Task is then the existing task.
 	Duplicate bool `json:"duplicate,omitempty"`
 }
 
@@ -30,7 +30,10 @@ type BatchRequest struct {
 }
 
 // BatchResponse is the body of POST /v1/tasks/batch: the tasks in request
-// order and the ids that already existed.
+// order and, once per result that created nothing, the id of the task
+// returned instead (an existing id, or the holder of a unique key: an id
+// may then appear more than once in both lists, and its first occurrence
+// in Tasks is the one that may have been created).
 type BatchResponse struct {
 	Tasks      []*norn.Task `json:"tasks"`
 	Duplicates []string     `json:"duplicates"`

@@ -32,8 +32,8 @@ type rec struct {
 const (
 	colsBase = `t.id, t.queue, t.priority, t.status, t.progress, t.labels, t.created, t.updated, t.run_at,
 t.ready_at, t.ended_at, t.depends_on, t.pending_deps, t.owner, t.deadline, t.lease, t.attempts,
-t.max_attempts, t.retry, t.timeout_ns, t.history_count, t.log_seq, t.version, t.assign_seq, t.done_seq, t.claimed_at, t.concurrency_key,
-t.max_runtime_ns`
+t.max_attempts, t.retry, t.timeout_ns, t.history_count, t.log_seq, t.version, t.assign_seq, t.done_seq, t.claimed_at,
+t.concurrency_key, t.max_runtime_ns, t.unique_key`
 	// historyAgg is the task's history: its task_history_rows plus the
 	// assignment and completion entries kept in the row, unless the history
 	// cap ({hl}) has dropped them.
@@ -66,7 +66,7 @@ func scanRec(row pgx.Row) (*rec, error) {
 		status            string
 		labels, retry     []byte
 		ended, deadline   *time.Time
-		owner             *string
+		owner, uniqueKey  *string
 		deps              []string
 		pending, attempts int32
 		maxAttempts, hcnt int32
@@ -84,7 +84,7 @@ func scanRec(row pgx.Row) (*rec, error) {
 	err := row.Scan(&r.ID, &r.Queue, &priority, &status, &r.Progress, &labels, &created, &updated, &runAt,
 		&readyAt, &ended, &deps, &pending, &owner, &deadline, &lease, &attempts,
 		&maxAttempts, &retry, &timeoutNS, &hcnt, &logSeq, &version, &assignSeq, &doneSq, &claimed, &ckey, &maxRuntimeNS,
-		&spec, &result, &errs, &hist)
+		&uniqueKey, &spec, &result, &errs, &hist)
 	if err != nil {
 		return nil, err
 	}
@@ -110,6 +110,9 @@ func scanRec(row pgx.Row) (*rec, error) {
 	}
 	if ckey != nil {
 		r.ConcurrencyKey = *ckey
+	}
+	if uniqueKey != nil {
+		r.UniqueKey = *uniqueKey
 	}
 	if len(deps) > 0 {
 		r.DependsOn = deps

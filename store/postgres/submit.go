@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 
 // Submit stores tasks atomically with one multi-row INSERT. Batches with
 // dependencies run in a transaction that share-locks the dependencies, so a
-// dependency cannot complete or fail unseen while its dependent is inserted.
+// dependency cannot complete or fail unseen while its dependent is inserted;
+// batches with unique keys run in one that holds the keys' advisory locks.
 func (s *Store) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Submitted, error) {
 	if err := norn.ValidateBatch("tasks", tasks); err != nil {
 		return nil, err
@@ -27,7 +29,7 @@ func (s *Store) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Submi
 		return err
 	}
 	var err error
-	if hasDeps(tasks) {
+	if hasDeps(tasks) || hasUniqueKeys(tasks) {
 		err = s.withTx(ctx, func(tx pgx.Tx) error { return run(tx) })
 	} else {
 		err = s.withConn(ctx, func(conn *pgx.Conn) error { return run(conn) })
@@ -41,7 +43,9 @@ func (s *Store) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Submi
 
 // SubmitTx submits tasks inside the caller's transaction: they exist if and
 // only if tx commits (River's InsertTx). tx must be on the store's database;
-// the tasks become claimable, and claimers are notified, at commit.
+// the tasks become claimable, and claimers are notified, at commit. Unique
+// keys are decided exactly under READ COMMITTED (the default): a stricter
+// isolation level may see a holder too late and fail with a conflict.
 func (s *Store) SubmitTx(ctx context.Context, tx pgx.Tx, tasks ...norn.NewTask) ([]norn.Submitted, error) {
 	if s.closed.Load() {
 		return nil, norn.ErrClosed
@@ -56,6 +60,15 @@ func (s *Store) SubmitTx(ctx context.Context, tx pgx.Tx, tasks ...norn.NewTask) 
 func hasDeps(tasks []norn.NewTask) bool {
 	for _, t := range tasks {
 		if len(t.DependsOn) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func hasUniqueKeys(tasks []norn.NewTask) bool {
+	for _, t := range tasks {
+		if t.UniqueKey != "" {
 			return true
 		}
 	}
@@ -77,9 +90,10 @@ func (s *Store) wakeForSubmitted(out []norn.Submitted) {
 	}
 }
 
-// insertSQL inserts a batch; with onConflict, ids that exist already are
-// skipped (and reported as duplicates by the caller), otherwise the plain
-// INSERT spares the speculative insertion every row pays for ON CONFLICT.
+// insertSQL inserts a batch; with onConflict, rows whose id exists already
+// or whose unique key is held are skipped (and reported as duplicates by
+// the caller), otherwise the plain INSERT spares the speculative insertion
+// every row pays for ON CONFLICT.
 func (s *Store) insertSQL(onConflict bool) string {
 	if onConflict {
 		return s.sql.insertConflict
@@ -90,19 +104,19 @@ func (s *Store) insertSQL(onConflict bool) string {
 func (s *Store) buildInsertSQL(onConflict bool) string {
 	conflict := ""
 	if onConflict {
-		conflict = "ON CONFLICT (id) DO NOTHING"
+		conflict = "ON CONFLICT DO NOTHING"
 	}
 	return s.q(`WITH ins AS (INSERT INTO {s}.tasks (id, queue, spec, priority, status, labels, created, updated, run_at,
 	ready_at, ended_at, depends_on, pending_deps, max_attempts, retry, timeout_ns, errors, history_count, version,
-	concurrency_key, max_runtime_ns)
+	concurrency_key, max_runtime_ns, unique_key)
 SELECT u.id, u.queue, u.spec, u.priority, u.status, u.labels::jsonb, $16, $16, u.run_at, $16, u.ended_at,
 	string_to_array(u.deps, ','), u.pending, u.max_attempts, u.retry::jsonb, u.timeout_ns, u.errors::jsonb, u.hcount, 1,
-	u.ckey, u.max_runtime_ns
+	u.ckey, u.max_runtime_ns, u.ukey
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::text[], $6::text[], $7::timestamptz[],
 	$8::timestamptz[], $9::text[], $10::int[], $11::int[], $12::text[], $13::bigint[], $14::text[], $15::int[],
-	$19::text[], $20::bigint[])
+	$19::text[], $20::bigint[], $21::text[])
 	AS u(id, queue, spec, priority, status, labels, run_at, ended_at, deps, pending, max_attempts, retry,
-	timeout_ns, errors, hcount, ckey, max_runtime_ns)
+	timeout_ns, errors, hcount, ckey, max_runtime_ns, ukey)
 ` + conflict + `
 RETURNING id, queue, status, version, 'TaskSubmit'::text AS kind, created AS time),
 h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time, error)
@@ -123,266 +137,467 @@ type queueDefaults struct {
 	paused bool
 }
 
-// submitIn is the body of Submit, SubmitTx and the submits of Transact. The
-// batch must already be validated; prefix names it in errors ("tasks").
+// submitPlan is a batch on its way in: what was read before writing and
+// what norn decided from it.
+type submitPlan struct {
+	prefix string
+	// tasks is the batch with every id filled in.
+	tasks []norn.NewTask
+	// lookup are the ids that may exist already: the caller's ids and the
+	// dependencies outside the batch.
+	lookup    []string
+	clientIDs bool
+	deps      bool
+	keys      bool
+	queues    []string
+
+	now      time.Time
+	eventsOn bool
+	existing map[string]stored
+	defaults map[string]queueDefaults
+	holders  map[norn.UniqueRef][]norn.UniqueHolder
+
+	// dup marks tasks not inserted (id or unique-key duplicates); uniq
+	// maps those duplicating by key to the task they duplicate.
+	dup  []bool
+	uniq map[int]string
+	// recs are the rows to insert, nil for duplicates.
+	recs []*rec
+	byID map[string]int // see index
+}
+
+// submitIn is the body of Submit, SubmitTx and the submits of Transact:
+// plan (ids, one round trip of reads, norn's decisions), write, answer.
+// The batch must already be validated; prefix names it in errors ("tasks").
 func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []norn.NewTask) ([]norn.Submitted, error) {
 	if len(in) == 0 {
 		return []norn.Submitted{}, nil
 	}
-	tasks := make([]norn.NewTask, len(in))
-	copy(tasks, in)
-	batch := make(map[string]int, len(tasks))
+	p, err := newSubmitPlan(prefix, in)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.readForSubmit(ctx, q, p); err != nil {
+		return nil, err
+	}
+	if err := p.decide(); err != nil {
+		return nil, err
+	}
+	if !p.clientIDs && !p.deps && !p.keys {
+		// Generated ids cannot exist: nothing to look for, so COPY.
+		if err := s.copyIn(ctx, q, p.recs, p.now, p.eventsOn); err != nil {
+			return nil, err
+		}
+		out := make([]norn.Submitted, len(p.recs))
+		for i, r := range p.recs {
+			out[i] = norn.Submitted{Task: r.task()}
+		}
+		return out, nil
+	}
+	inserted, err := s.insertRecs(ctx, q, p)
+	if err != nil {
+		return nil, err
+	}
+	return s.answerSubmit(ctx, q, p, inserted)
+}
+
+// newSubmitPlan fills in generated ids and lists what must be read.
+func newSubmitPlan(prefix string, in []norn.NewTask) (*submitPlan, error) {
+	p := &submitPlan{prefix: prefix, tasks: make([]norn.NewTask, len(in))}
+	copy(p.tasks, in)
+	batch := make(map[string]int, len(p.tasks))
 	queues := map[string]bool{}
 	// Ids the caller chose may exist already; generated ones (UUIDv7)
 	// cannot, so they need neither a lookup nor ON CONFLICT.
-	lookup := make([]string, 0, len(tasks))
-	for i := range tasks {
-		if tasks[i].ID == "" {
+	for i := range p.tasks {
+		t := &p.tasks[i]
+		if t.ID == "" {
 			u, err := uuid.NewV7()
 			if err != nil {
 				return nil, err
 			}
-			tasks[i].ID = u.String()
+			t.ID = u.String()
 		} else {
-			lookup = append(lookup, tasks[i].ID)
+			p.lookup = append(p.lookup, t.ID)
 		}
-		batch[tasks[i].ID] = i
-		queues[tasks[i].Queue] = true
+		batch[t.ID] = i
+		queues[t.Queue] = true
+		p.keys = p.keys || t.UniqueKey != ""
+		p.deps = p.deps || len(t.DependsOn) > 0
 	}
-	clientIDs := len(lookup) > 0
-	for i := range tasks {
-		for _, d := range tasks[i].DependsOn {
+	p.clientIDs = len(p.lookup) > 0
+	for i := range p.tasks {
+		for _, d := range p.tasks[i].DependsOn {
 			if _, ok := batch[d]; !ok {
-				lookup = append(lookup, d)
+				p.lookup = append(p.lookup, d)
 			}
 		}
 	}
-	qnames := make([]string, 0, len(queues))
 	for q := range queues {
-		qnames = append(qnames, q)
+		p.queues = append(p.queues, q)
 	}
+	return p, nil
+}
 
-	// One round trip: the time, the existing ids (share-locked when the
-	// batch has dependencies: the caller runs it in a transaction) and the
-	// queue defaults.
+// uniqueLockKey is the advisory lock every submit of a queue's unique key
+// takes (see readForSubmit).
+func (s *Store) uniqueLockKey(ref norn.UniqueRef) int64 {
+	return lockKey("norn-unique:" + s.cfg.Schema + ":" + ref.Queue + "\x00" + ref.Key)
+}
+
+// readForSubmit reads, in one round trip, the time, the existing ids
+// (share-locked when the batch has dependencies: the caller runs it in a
+// transaction), the queue defaults and the holders of the batch's unique
+// keys. Before the holders are read, the keys' advisory locks are taken
+// (in a fixed order, so submitters cannot deadlock): submits of one key
+// are serialized until commit, so the holder read is the truth at insert
+// time. Without the lock, a task inserted by a concurrent submitter could
+// end before this insert and let it through although it ended within
+// unique_for; the partial unique index on live holders stays the guard
+// against every other writer.
+func (s *Store) readForSubmit(ctx context.Context, q querier, p *submitPlan) error {
 	b := &pgx.Batch{}
 	b.Queue(s.q("SELECT clock_timestamp(), EXISTS (SELECT 1 FROM {s}.event_subscribers WHERE until > clock_timestamp())"))
 	lock := ""
-	if hasDeps(tasks) {
+	if p.deps {
 		lock = " ORDER BY id FOR SHARE"
 	}
-	if len(lookup) > 0 {
-		b.Queue(s.q(`SELECT id, status, queue FROM {s}.tasks WHERE id = ANY($1)`+lock), lookup)
+	if len(p.lookup) > 0 {
+		b.Queue(s.q(`SELECT id, status, queue FROM {s}.tasks WHERE id = ANY($1)`+lock), p.lookup)
 	}
-	b.Queue(s.q(`SELECT `+queueCols+` FROM {s}.queues WHERE name = ANY($1)`), qnames)
+	b.Queue(s.q(`SELECT `+queueCols+` FROM {s}.queues WHERE name = ANY($1)`), p.queues)
+	var refs []norn.UniqueRef
+	if p.keys {
+		refs = p.uniqueRefs()
+		locks := make([]int64, len(refs))
+		rq, rk := make([]string, len(refs)), make([]string, len(refs))
+		for i, r := range refs {
+			locks[i], rq[i], rk[i] = s.uniqueLockKey(r), r.Queue, r.Key
+		}
+		slices.Sort(locks)
+		b.Queue("SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k", locks)
+		// Per key: the live holder, and the holder that ended last.
+		b.Queue(s.q(`SELECT u.q, u.k, h.id, h.status, h.ended_at FROM unnest($1::text[], $2::text[]) AS u(q, k)
+CROSS JOIN LATERAL ((SELECT t.id, t.status, t.ended_at FROM {s}.tasks t WHERE t.unique_key = u.k AND t.queue = u.q
+	AND t.status IN ('scheduled', 'blocked', 'ready', 'running') LIMIT 1)
+UNION ALL (SELECT t.id, t.status, t.ended_at FROM {s}.tasks t WHERE t.unique_key = u.k AND t.queue = u.q
+	AND t.ended_at IS NOT NULL ORDER BY t.ended_at DESC LIMIT 1)) h`), rq, rk)
+	}
 	br := q.SendBatch(ctx, b)
-	var now time.Time
-	var eventsOn bool
-	existing := map[string]stored{}
-	defaults := map[string]queueDefaults{}
-	err := func() error {
-		defer br.Close()
-		if err := br.QueryRow().Scan(&now, &eventsOn); err != nil {
+	defer br.Close()
+	if err := br.QueryRow().Scan(&p.now, &p.eventsOn); err != nil {
+		return err
+	}
+	p.existing = map[string]stored{}
+	if len(p.lookup) > 0 {
+		rows, err := br.Query()
+		if err != nil {
 			return err
 		}
-		if len(lookup) > 0 {
-			rows, err := br.Query()
-			if err != nil {
-				return err
-			}
-			var id, st, queue string
-			if _, err := pgx.ForEachRow(rows, []any{&id, &st, &queue}, func() error {
-				existing[id] = stored{status: norn.Status(st), queue: queue}
-				return nil
-			}); err != nil {
-				return err
-			}
+		var id, st, queue string
+		if _, err := pgx.ForEachRow(rows, []any{&id, &st, &queue}, func() error {
+			p.existing[id] = stored{status: norn.Status(st), queue: queue}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	qds, err := pgx.CollectRows(rows, queueRow)
+	if err != nil {
+		return err
+	}
+	p.defaults = make(map[string]queueDefaults, len(qds))
+	for _, d := range qds {
+		p.defaults[d.name] = d
+	}
+	if p.keys {
+		if _, err := br.Exec(); err != nil {
+			return err
 		}
 		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
-		qds, err := pgx.CollectRows(rows, queueRow)
-		if err != nil {
+		p.holders = map[norn.UniqueRef][]norn.UniqueHolder{}
+		var ref norn.UniqueRef
+		var h norn.UniqueHolder
+		var ended *time.Time
+		if _, err := pgx.ForEachRow(rows, []any{&ref.Queue, &ref.Key, &h.ID, &h.Status, &ended}, func() error {
+			h.Ended = time.Time{}
+			if ended != nil {
+				h.Ended = ended.UTC()
+			}
+			p.holders[ref] = append(p.holders[ref], h)
+			return nil
+		}); err != nil {
 			return err
 		}
-		for _, d := range qds {
-			defaults[d.name] = d
-		}
-		return br.Close()
-	}()
-	if err != nil {
-		return nil, err
 	}
 	if c := s.clockNow(); c != nil {
-		now = *c
+		p.now = *c
 	}
-	now = micro(now)
+	p.now = micro(p.now)
+	return br.Close()
+}
 
-	// Ids that exist are duplicates (in the same queue) or conflicts; the
-	// rest are new, inserted in the order norn decides.
-	batchIDs := make([]string, len(tasks))
-	var dup []bool
-	for i := range tasks {
-		batchIDs[i] = tasks[i].ID
-		if e, ok := existing[batchIDs[i]]; ok {
-			if e.queue != tasks[i].Queue {
-				return nil, norn.IDTaken(fmt.Sprintf("%s[%d].id", prefix, i), batchIDs[i])
+// uniqueRefs lists the batch's distinct unique keys.
+func (p *submitPlan) uniqueRefs() []norn.UniqueRef {
+	seen := map[norn.UniqueRef]bool{}
+	var refs []norn.UniqueRef
+	for i := range p.tasks {
+		if k := p.tasks[i].UniqueKey; k != "" {
+			r := norn.UniqueRef{Queue: p.tasks[i].Queue, Key: k}
+			if !seen[r] {
+				seen[r] = true
+				refs = append(refs, r)
 			}
-			if dup == nil {
-				dup = make([]bool, len(tasks))
-			}
-			dup[i] = true
 		}
 	}
-	order, err := norn.OrderBatch(prefix, tasks, batchIDs, dup, func(id string) bool { _, ok := existing[id]; return ok })
-	if err != nil {
-		return nil, err
+	return refs
+}
+
+// decide applies norn's rules to what was read: ids that exist are
+// duplicates (in the same queue) or conflicts, held unique keys make
+// duplicates, the rest are new and get their first state, in the order
+// norn.OrderBatch gives.
+func (p *submitPlan) decide() error {
+	ids := make([]string, len(p.tasks))
+	for i := range p.tasks {
+		ids[i] = p.tasks[i].ID
+		if e, ok := p.existing[ids[i]]; ok {
+			if e.queue != p.tasks[i].Queue {
+				return norn.IDTaken(fmt.Sprintf("%s[%d].id", p.prefix, i), ids[i])
+			}
+			p.markDup(i)
+		}
 	}
-	recs := make([]*rec, len(tasks))
+	if p.keys {
+		p.uniq = norn.PlanUnique(p.tasks, ids, p.dup, p.now, func(r norn.UniqueRef) []norn.UniqueHolder { return p.holders[r] })
+		for i := range p.uniq {
+			p.markDup(i)
+		}
+	}
+	order, err := norn.OrderBatch(p.prefix, p.tasks, ids, p.dup, func(id string) bool { _, ok := p.existing[id]; return ok })
+	if err != nil {
+		return err
+	}
+	p.recs = make([]*rec, len(p.tasks))
 	// Statuses of the dependencies: stored ones, then new tasks as decided.
-	depStatus := make(map[string]norn.Status, len(existing))
-	for id, e := range existing {
+	depStatus := make(map[string]norn.Status, len(p.existing))
+	for id, e := range p.existing {
 		depStatus[id] = e.status
 	}
 	for _, i := range order {
-		nt := &tasks[i]
-		qd, ok := defaults[nt.Queue]
+		nt := &p.tasks[i]
+		qd, ok := p.defaults[nt.Queue]
 		if !ok {
 			qd = queueDefaults{QueueDefaults: norn.DefaultQueueDefaults()}
 		}
-		in := nt.Initial(now, &qd.QueueDefaults, func(id string) norn.Status { return depStatus[id] })
-		r := &rec{}
-		r.ID, r.Queue, r.Priority, r.Status = nt.ID, nt.Queue, nt.Priority, in.Status
-		if len(nt.Spec) > 0 {
-			r.Spec = append(json.RawMessage(nil), nt.Spec...)
-		}
-		if len(nt.Labels) > 0 {
-			r.Labels = nt.Labels
-		}
-		r.ConcurrencyKey = nt.ConcurrencyKey
-		r.Created, r.Updated, r.readyAt = now, now, now
-		r.RunAt = micro(in.RunAt)
-		if len(nt.DependsOn) > 0 {
-			r.DependsOn = append([]string(nil), nt.DependsOn...)
-		}
-		r.Timeout, r.MaxAttempts, r.Retry, r.pendingDeps = in.Timeout, in.MaxAttempts, in.Retry, in.PendingDeps
-		r.MaxRuntime = in.MaxRuntime
-		r.Version = 1
-		if in.Error != nil {
-			r.endedAt = now
-			r.Errors = []norn.ErrorInfo{*in.Error}
-			r.History = []norn.HistoryEntry{{Type: norn.TaskAbort, Time: now, Error: in.Error}}
-			r.historyCount = 1
-		}
+		in := nt.Initial(p.now, &qd.QueueDefaults, func(id string) norn.Status { return depStatus[id] })
+		p.recs[i] = newRec(nt, in, p.now)
 		depStatus[nt.ID] = in.Status
-		recs[i] = r
 	}
+	return nil
+}
 
-	var (
-		n                                      = 0
-		ids, qs, status, labels, deps, retries []string
-		labelsP, depsP, retryP, errsP, ckeyP   []*string
-		specs                                  [][]byte
-		prio, timeouts, maxRuntimes            []int64
-		runAt                                  []time.Time
-		ended                                  []*time.Time
-		pending, maxAtt, hcount                []int32
-		abortIDs, abortErrs                    []string
-	)
-	_ = labels
-	_ = deps
-	_ = retries
-	for _, r := range recs {
-		if r == nil {
-			continue
+// index returns the position of id in the batch.
+func (p *submitPlan) index(id string) (int, bool) {
+	if p.byID == nil {
+		p.byID = make(map[string]int, len(p.tasks))
+		for i := range p.tasks {
+			p.byID[p.tasks[i].ID] = i
 		}
-		n++
-		ids = append(ids, r.ID)
-		qs = append(qs, r.Queue)
-		specs = append(specs, r.Spec)
-		prio = append(prio, int64(r.Priority))
-		status = append(status, string(r.Status))
-		labelsP = append(labelsP, labelsJSON(r.Labels))
-		ckeyP = append(ckeyP, strPtr(r.ConcurrencyKey))
-		runAt = append(runAt, r.RunAt)
-		ended = append(ended, timePtr(r.endedAt))
-		if len(r.DependsOn) > 0 {
-			d := strings.Join(r.DependsOn, ",")
-			depsP = append(depsP, &d)
-		} else {
-			depsP = append(depsP, nil)
-		}
-		pending = append(pending, int32(r.pendingDeps))
-		maxAtt = append(maxAtt, int32(r.MaxAttempts))
-		retryP = append(retryP, retryJSON(r.Retry))
-		timeouts = append(timeouts, int64(r.Timeout))
-		maxRuntimes = append(maxRuntimes, int64(r.MaxRuntime))
-		errsP = append(errsP, errorsJSON(r.Errors))
-		hcount = append(hcount, int32(r.historyCount))
-		if r.Status == norn.StatusAborted {
-			b, _ := json.Marshal(r.Errors[0])
-			abortIDs, abortErrs = append(abortIDs, r.ID), append(abortErrs, string(b))
+	}
+	i, ok := p.byID[id]
+	return i, ok
+}
+
+func (p *submitPlan) markDup(i int) {
+	if p.dup == nil {
+		p.dup = make([]bool, len(p.tasks))
+	}
+	p.dup[i] = true
+}
+
+// newRec is the row of a new task in its first state in.
+func newRec(nt *norn.NewTask, in norn.Initial, now time.Time) *rec {
+	r := &rec{}
+	r.ID, r.Queue, r.Priority, r.Status, r.UniqueKey = nt.ID, nt.Queue, nt.Priority, in.Status, nt.UniqueKey
+	if len(nt.Spec) > 0 {
+		r.Spec = append(json.RawMessage(nil), nt.Spec...)
+	}
+	if len(nt.Labels) > 0 {
+		r.Labels = nt.Labels
+	}
+	r.ConcurrencyKey = nt.ConcurrencyKey
+	r.Created, r.Updated, r.readyAt = now, now, now
+	r.RunAt = micro(in.RunAt)
+	if len(nt.DependsOn) > 0 {
+		r.DependsOn = append([]string(nil), nt.DependsOn...)
+	}
+	r.Timeout, r.MaxAttempts, r.Retry, r.pendingDeps = in.Timeout, in.MaxAttempts, in.Retry, in.PendingDeps
+	r.MaxRuntime = in.MaxRuntime
+	r.Version = 1
+	if in.Error != nil {
+		r.endedAt = now
+		r.Errors = []norn.ErrorInfo{*in.Error}
+		r.History = []norn.HistoryEntry{{Type: norn.TaskAbort, Time: now, Error: in.Error}}
+		r.historyCount = 1
+	}
+	return r
+}
+
+// insertArgs are the column arrays of insertSQL, one element per new row.
+type insertArgs struct {
+	ids, qs, status             []string
+	labels, deps, retries, errs []*string
+	ckeys, keys                 []*string
+	specs                       [][]byte
+	prio, timeouts, maxRuntimes []int64
+	runAt                       []time.Time
+	ended                       []*time.Time
+	pending, maxAtt, hcount     []int32
+	abortIDs, abortErrs         []string
+}
+
+func (a *insertArgs) add(r *rec) {
+	a.ids = append(a.ids, r.ID)
+	a.qs = append(a.qs, r.Queue)
+	a.specs = append(a.specs, r.Spec)
+	a.prio = append(a.prio, int64(r.Priority))
+	a.status = append(a.status, string(r.Status))
+	a.labels = append(a.labels, labelsJSON(r.Labels))
+	a.runAt = append(a.runAt, r.RunAt)
+	a.ended = append(a.ended, timePtr(r.endedAt))
+	var deps *string
+	if len(r.DependsOn) > 0 {
+		d := strings.Join(r.DependsOn, ",")
+		deps = &d
+	}
+	a.deps = append(a.deps, deps)
+	a.pending = append(a.pending, int32(r.pendingDeps))
+	a.maxAtt = append(a.maxAtt, int32(r.MaxAttempts))
+	a.retries = append(a.retries, retryJSON(r.Retry))
+	a.timeouts = append(a.timeouts, int64(r.Timeout))
+	a.maxRuntimes = append(a.maxRuntimes, int64(r.MaxRuntime))
+	a.errs = append(a.errs, errorsJSON(r.Errors))
+	a.hcount = append(a.hcount, int32(r.historyCount))
+	a.ckeys = append(a.ckeys, strPtr(r.ConcurrencyKey))
+	a.keys = append(a.keys, strPtr(r.UniqueKey))
+	if r.Status == norn.StatusAborted {
+		b, _ := json.Marshal(r.Errors[0])
+		a.abortIDs, a.abortErrs = append(a.abortIDs, r.ID), append(a.abortErrs, string(b))
+	}
+}
+
+// insertRecs writes the plan's new rows and returns the ids inserted: with
+// the caller's ids or unique keys, rows that conflict (inserted
+// concurrently) are skipped, and answerSubmit reports them.
+func (s *Store) insertRecs(ctx context.Context, q querier, p *submitPlan) (map[string]bool, error) {
+	var a insertArgs
+	for _, r := range p.recs {
+		if r != nil {
+			a.add(r)
 		}
 	}
 	inserted := map[string]bool{}
-	if n > 0 && !clientIDs && !hasDeps(tasks) {
-		if err := s.copyIn(ctx, q, recs, now, eventsOn); err != nil {
+	if len(a.ids) == 0 {
+		return inserted, nil
+	}
+	rows, err := q.Query(ctx, s.insertSQL(p.clientIDs || p.keys), a.ids, a.qs, a.specs, a.prio, a.status, a.labels,
+		a.runAt, a.ended, a.deps, a.pending, a.maxAtt, a.retries, a.timeouts, a.errs, a.hcount, p.now,
+		a.abortIDs, a.abortErrs, a.ckeys, a.maxRuntimes, a.keys)
+	if err != nil {
+		return nil, err
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range got {
+		inserted[id] = true
+	}
+	return inserted, nil
+}
+
+// answerSubmit builds the results: inserted tasks as written, duplicates
+// (decided before, or inserted concurrently) as they are now.
+func (s *Store) answerSubmit(ctx context.Context, q querier, p *submitPlan, inserted map[string]bool) ([]norn.Submitted, error) {
+	out := make([]norn.Submitted, len(p.tasks))
+	var read []string
+	for i := range p.tasks {
+		id := p.tasks[i].ID
+		switch of, byKey := p.uniq[i]; {
+		case inserted[id]:
+			out[i] = norn.Submitted{Task: p.recs[i].task()}
+		case byKey:
+			if !inserted[of] {
+				read = append(read, of)
+			}
+		default:
+			read = append(read, id)
+		}
+	}
+	var found map[string]*rec
+	if len(read) > 0 {
+		var err error
+		if found, err = s.readFull(ctx, q, read); err != nil {
 			return nil, err
 		}
-		out := make([]norn.Submitted, len(tasks))
-		for i, r := range recs {
-			out[i] = norn.Submitted{Task: r.task()}
-		}
-		return out, nil
 	}
-	if n > 0 {
-		rows, err := q.Query(ctx, s.insertSQL(clientIDs), ids, qs, specs, prio, status, labelsP, runAt, ended, depsP,
-			pending, maxAtt, retryP, timeouts, errsP, hcount, now, abortIDs, abortErrs, ckeyP, maxRuntimes)
-		if err != nil {
-			return nil, err
-		}
-		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return nil, err
-		}
-		for _, id := range got {
-			inserted[id] = true
-		}
-	}
-	// Duplicates (existing before, or inserted concurrently) are returned
-	// as they are now.
-	var dupIDs []string
-	for i := range tasks {
-		if !inserted[tasks[i].ID] {
-			dupIDs = append(dupIDs, tasks[i].ID)
-		}
-	}
-	var dups map[string]*rec
-	if len(dupIDs) > 0 {
-		if dups, err = s.readFull(ctx, q, dupIDs); err != nil {
-			return nil, err
-		}
-	}
-	out := make([]norn.Submitted, len(tasks))
-	for i := range tasks {
-		id := tasks[i].ID
-		if inserted[id] {
-			out[i] = norn.Submitted{Task: recs[i].task()}
+	for i := range p.tasks {
+		if out[i].Task != nil {
 			continue
 		}
-		d := dups[id]
-		if d == nil {
-			// Inserted concurrently and deleted again before we looked.
-			return nil, norn.Errorf(norn.CodeConflict, "task %q changed concurrently; submit again", id)
+		nt := &p.tasks[i]
+		of, byKey := p.uniq[i]
+		if !byKey {
+			of = nt.ID
 		}
-		if d.Queue != tasks[i].Queue {
+		if j, ok := p.index(of); ok && inserted[of] {
+			// A duplicate of an earlier task of the batch.
+			out[i] = norn.Submitted{Task: p.recs[j].task(), Duplicate: true}
+			continue
+		}
+		d := found[of]
+		if d == nil && !byKey && nt.UniqueKey != "" && p.recs[i] != nil {
+			// Not inserted, and its id is free: its key was taken by a
+			// writer that holds no submit lock (a retried task).
+			var err error
+			if d, err = s.liveHolder(ctx, q, norn.UniqueRef{Queue: nt.Queue, Key: nt.UniqueKey}); err != nil {
+				return nil, err
+			}
+		}
+		switch {
+		case d == nil:
+			// Inserted concurrently and deleted again before we looked.
+			return nil, norn.Errorf(norn.CodeConflict, "task %q changed concurrently; submit again", nt.ID)
+		case d.Queue != nt.Queue:
 			// Inserted concurrently into another queue.
-			return nil, norn.IDTaken(fmt.Sprintf("%s[%d].id", prefix, i), id)
+			return nil, norn.IDTaken(fmt.Sprintf("%s[%d].id", p.prefix, i), nt.ID)
 		}
 		out[i] = norn.Submitted{Task: d.task(), Duplicate: true}
 	}
 	return out, nil
+}
+
+// liveHolder reads the task of ref's queue that holds its key and is not
+// terminal (nil when none does).
+func (s *Store) liveHolder(ctx context.Context, q querier, ref norn.UniqueRef) (*rec, error) {
+	rows, err := q.Query(ctx, s.q(`SELECT `+colsFull+` FROM {s}.tasks t WHERE t.queue = $1 AND t.unique_key = $2
+	AND t.status IN ('scheduled', 'blocked', 'ready', 'running')`), ref.Queue, ref.Key)
+	if err != nil {
+		return nil, err
+	}
+	list, err := pgx.CollectRows(rows, recRow)
+	if err != nil || len(list) == 0 {
+		return nil, err
+	}
+	return list[0], nil
 }
 
 // queueRow reads one row of queueCols (pgx.CollectRows, or a single row).
