@@ -110,6 +110,9 @@ func describeTask(w io.Writer, t *norn.Task, now time.Time) {
 	if !t.Started.IsZero() {
 		kv("started", stamp(t.Started, now))
 	}
+	if t.UniqueKey != "" {
+		kv("unique_key", t.UniqueKey)
+	}
 	kv("version", fmt.Sprint(t.Version))
 	kv("spec", compactJSON(t.Spec))
 	if len(t.Result) > 0 {

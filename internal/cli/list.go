@@ -20,6 +20,7 @@ type filterFlags struct {
 	owner         string
 	idContains    string
 	dependsOn     string
+	uniqueKey     string
 	createdAfter  string
 	createdBefore string
 	updatedAfter  string
@@ -34,6 +35,7 @@ func addFilterFlags(fs *pflag.FlagSet) *filterFlags {
 	fs.StringVar(&f.owner, "owner", "", "only tasks owned (now or last) by this worker id")
 	fs.StringVar(&f.idContains, "id-contains", "", "only ids containing this text")
 	fs.StringVar(&f.dependsOn, "depends-on", "", "only tasks that depend on this task id")
+	fs.StringVar(&f.uniqueKey, "unique-key", "", "only tasks submitted with this unique key")
 	fs.StringVar(&f.createdAfter, "created-after", "", "created after this time (RFC 3339, or a duration meaning that long ago: 1h)")
 	fs.StringVar(&f.createdBefore, "created-before", "", "created before this time (RFC 3339 or duration ago)")
 	fs.StringVar(&f.updatedAfter, "updated-after", "", "updated after this time (RFC 3339 or duration ago)")
@@ -43,7 +45,7 @@ func addFilterFlags(fs *pflag.FlagSet) *filterFlags {
 
 // filter builds the norn.Filter; bad values are usage errors naming the flag.
 func (f *filterFlags) filter(now time.Time) (norn.Filter, error) {
-	out := norn.Filter{Owner: f.owner, IDContains: f.idContains, DependsOn: f.dependsOn}
+	out := norn.Filter{Owner: f.owner, IDContains: f.idContains, DependsOn: f.dependsOn, UniqueKey: f.uniqueKey}
 	for _, q := range f.queues {
 		if q = strings.TrimSpace(q); q != "" {
 			out.Queues = append(out.Queues, q)

@@ -87,6 +87,8 @@ type submitFlags struct {
 	maxAttempts int
 	timeout     time.Duration
 	maxRuntime  time.Duration
+	uniqueKey   string
+	uniqueFor   time.Duration
 	batch       string
 	chunk       int
 }
@@ -108,11 +110,14 @@ each chunk atomically, with a progress bar on stderr. Dependencies may point
 to tasks in earlier chunks or the same chunk.
 
 Submitting an id that already exists changes nothing and reports the
-existing task as a duplicate (exit code 0).`,
+existing task as a duplicate (exit code 0). So does --unique-key while a task
+of the queue with that key is not terminal (or, with --unique-for, ended less
+than that long ago): the task holding the key is reported instead.`,
 			Example: `  norn submit emails '{"to":"a@example.com"}'
   norn submit emails --file mail.json --priority 10 --label tenant=acme
   echo '{"n":1}' | norn submit numbers --delay 5m --retry 3
   norn submit reports '{"month":"2026-10"}' --timeout 30s --max-runtime 10m
+  norn submit reports '{"user":42}' --unique-key report-user-42 --unique-for 1h
   norn submit --batch tasks.ndjson`,
 			Args: cobra.RangeArgs(0, 2),
 			RunE: func(cmd *cobra.Command, args []string) error {
@@ -146,6 +151,8 @@ existing task as a duplicate (exit code 0).`,
 		fs.IntVar(&sf.maxAttempts, "max-attempts", 0, "abort after this many attempts (default: the queue's; 0 with the flag given = unlimited)")
 		fs.DurationVar(&sf.timeout, "timeout", 0, "lease length per attempt (default: the queue's, 10s)")
 		fs.DurationVar(&sf.maxRuntime, "max-runtime", 0, "stop an attempt after this long even while it heartbeats (default: the queue's, none)")
+		fs.StringVar(&sf.uniqueKey, "unique-key", "", "submit nothing while a task of the queue with this key is not terminal")
+		fs.DurationVar(&sf.uniqueFor, "unique-for", 0, "with --unique-key: also while one ended less than this long ago")
 		fs.StringVar(&sf.batch, "batch", "", "submit every task of this NDJSON file (- for stdin)")
 		fs.IntVar(&sf.chunk, "chunk", 1000, "tasks per request with --batch (1..10000)")
 		return clientCommand(cmd)
@@ -155,7 +162,8 @@ existing task as a duplicate (exit code 0).`,
 // newTask builds the NewTask of a single submit from flags and arguments.
 func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reader, stdinPiped bool) (norn.NewTask, error) {
 	nt := norn.NewTask{ID: sf.id, Queue: args[0], Priority: sf.priority, DependsOn: sf.dependsOn,
-		Delay: norn.Duration(sf.delay), Timeout: norn.Duration(sf.timeout), MaxRuntime: norn.Duration(sf.maxRuntime)}
+		Delay: norn.Duration(sf.delay), Timeout: norn.Duration(sf.timeout), MaxRuntime: norn.Duration(sf.maxRuntime),
+		UniqueKey: sf.uniqueKey, UniqueFor: norn.Duration(sf.uniqueFor)}
 	var spec []byte
 	switch {
 	case len(args) == 2:
@@ -203,8 +211,16 @@ func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reade
 		}
 		nt.RunAt = t.UTC()
 	}
-	if sf.delay < 0 || sf.timeout < 0 || sf.maxRuntime < 0 || sf.retryBase < 0 || sf.retryMax < 0 {
+	if sf.delay < 0 || sf.timeout < 0 || sf.maxRuntime < 0 || sf.retryBase < 0 || sf.retryMax < 0 || sf.uniqueFor < 0 {
 		return nt, usagef("durations must not be negative")
+	}
+	if sf.uniqueFor > 0 && sf.uniqueKey == "" {
+		return nt, usagef("--unique-for needs --unique-key")
+	}
+	if sf.uniqueKey != "" {
+		if err := norn.ValidateUniqueKey("unique_key", sf.uniqueKey); err != nil {
+			return nt, usagef("--unique-key: %v", messageOf(err))
+		}
 	}
 	if cmd.Flags().Changed("retry") {
 		if sf.retry < 0 {
@@ -244,6 +260,10 @@ func runSubmit(cmd *cobra.Command, g *Globals, sf *submitFlags, args []string) e
 	if format != outTable {
 		return emit(cmd.OutOrStdout(), format, s)
 	}
+	if s.Duplicate && (nt.ID == "" || s.Task.ID != nt.ID) {
+		fmt.Fprintf(cmd.OutOrStdout(), "%s holds unique key %q (queue %s, status %s); nothing submitted\n", s.Task.ID, nt.UniqueKey, s.Task.Queue, s.Task.Status)
+		return nil
+	}
 	if s.Duplicate {
 		fmt.Fprintf(cmd.OutOrStdout(), "%s already exists (queue %s, status %s); nothing changed\n", s.Task.ID, s.Task.Queue, s.Task.Status)
 		return nil
@@ -267,8 +287,8 @@ func runSubmitBatch(cmd *cobra.Command, g *Globals, sf *submitFlags, defaultQueu
 	if sf.chunk < 1 || sf.chunk > norn.MaxBatch {
 		return usagef("--chunk must be between 1 and %d", norn.MaxBatch)
 	}
-	if sf.file != "" || sf.id != "" {
-		return usagef("--batch cannot be combined with --file or --id")
+	if sf.file != "" || sf.id != "" || sf.uniqueKey != "" || sf.uniqueFor != 0 {
+		return usagef("--batch cannot be combined with --file, --id or --unique-key/--unique-for (give unique_key per line)")
 	}
 	var in io.Reader = cmd.InOrStdin()
 	var total int64

@@ -691,6 +691,16 @@ func TestTaskPage(t *testing.T) {
 	// A missing task says so.
 	e.goHash("#/tasks/report-3")
 	e.wait(`document.querySelector("#task-gone")`)
+
+	// The unique key a task was submitted with is shown (as text, never markup).
+	if _, err := e.st.Submit(ctx, norn.NewTask{ID: "keyed", Queue: "reports", UniqueKey: "report <b>42</b>"}); err != nil {
+		t.Fatal(err)
+	}
+	e.goHash("#/tasks/keyed")
+	e.wait(`document.querySelector("#unique-key code")`)
+	if got := e.text("#unique-key"); got != "report <b>42</b>" {
+		t.Errorf("unique key shown as %q", got)
+	}
 }
 
 // TestTaskPageNewerFields: a task's unique key shows on its page, and a

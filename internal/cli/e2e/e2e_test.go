@@ -539,3 +539,31 @@ func TestScheduleCommands(t *testing.T) {
 	mustContain(t, "delete", s.ok(t, "schedule", "delete", "nightly"), "nightly deleted")
 	s.fails(t, 1, "not found", "schedule", "get", "nightly")
 }
+
+func TestSubmitUniqueKey(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, t.TempDir())
+	mustContain(t, "first", s.ok(t, "submit", "reports", `{"user":42}`, "--id", "r-1", "--unique-key", "report-42"),
+		"r-1 submitted to reports (ready)")
+	mustContain(t, "held", s.ok(t, "submit", "reports", `{"user":42}`, "--unique-key", "report-42", "--unique-for", "1h"),
+		`r-1 holds unique key "report-42"`, "nothing submitted")
+	dup := decode[struct {
+		Task      task
+		Duplicate bool
+	}](t, s.ok(t, "submit", "reports", "--unique-key", "report-42", "-o", "json"))
+	if !dup.Duplicate || dup.Task.ID != "r-1" {
+		t.Fatalf("submit -o json of a held key: %+v", dup)
+	}
+	mustContain(t, "other queue", s.ok(t, "submit", "other", "--id", "o-1", "--unique-key", "report-42"), "o-1 submitted")
+	mustContain(t, "get", s.ok(t, "get", "r-1"), "unique_key:", "report-42")
+	nd := strings.Split(strings.TrimSpace(s.ok(t, "list", "--unique-key", "report-42", "-o", "ndjson")), "\n")
+	if len(nd) != 2 {
+		t.Fatalf("list --unique-key: %q", nd)
+	}
+	if got := strings.TrimSpace(s.ok(t, "count", "--unique-key", "report-42", "-q", "reports")); got != "1" {
+		t.Fatalf("count --unique-key = %q", got)
+	}
+	s.fails(t, 2, "--unique-for needs --unique-key", "submit", "reports", "--unique-for", "1h")
+	s.fails(t, 2, "--unique-key", "submit", "reports", "--unique-key", strings.Repeat("k", 257))
+	s.fails(t, 2, "negative", "submit", "reports", "--unique-key", "k", "--unique-for", "-1s")
+}
