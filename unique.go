@@ -1,10 +1,6 @@
 package norn
 
-import (
-	"time"
-	"unicode"
-	"unicode/utf8"
-)
+import "time"
 
 // Unique keys: the decisions every store makes the same way. A store only
 // finds the stored tasks holding a key (atomically with the insert that
@@ -28,21 +24,7 @@ import (
 // ValidateUniqueKey checks a unique key: 1..256 bytes of valid UTF-8
 // without control characters (keys appear in URLs, logs and the dashboard).
 func ValidateUniqueKey(field, key string) error {
-	if key == "" {
-		return Invalid(field, "must not be empty")
-	}
-	if len(key) > MaxUniqueKeyLength {
-		return Invalid(field, "is %d bytes, longer than %d", len(key), MaxUniqueKeyLength)
-	}
-	if !utf8.ValidString(key) {
-		return Invalid(field, "is not valid UTF-8")
-	}
-	for _, r := range key {
-		if unicode.IsControl(r) {
-			return Invalid(field, "contains the control character %U", r)
-		}
-	}
-	return nil
+	return validateKey(field, key, MaxUniqueKeyLength)
 }
 
 // UniqueHolder is what a store knows of a stored task holding a unique

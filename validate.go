@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -133,18 +134,25 @@ func ValidateLabels(field string, labels map[string]string) error {
 // ValidateConcurrencyKey checks a concurrency key: 1..256 bytes of UTF-8
 // without control characters (it appears in URLs, metrics and logs).
 func ValidateConcurrencyKey(field, key string) error {
+	return validateKey(field, key, MaxConcurrencyKeyLength)
+}
+
+// validateKey checks a key a caller groups or deduplicates tasks by:
+// 1..max bytes of valid UTF-8 without control characters, since keys
+// appear in URLs, logs, metrics and the dashboard.
+func validateKey(field, key string, max int) error {
 	if key == "" {
 		return Invalid(field, "key is required")
 	}
-	if len(key) > MaxConcurrencyKeyLength {
-		return Invalid(field, "is %d bytes, more than the limit of %d", len(key), MaxConcurrencyKeyLength)
+	if len(key) > max {
+		return Invalid(field, "is %d bytes, more than the limit of %d", len(key), max)
 	}
 	if !utf8.ValidString(key) {
 		return Invalid(field, "is not valid UTF-8")
 	}
 	for _, r := range key {
-		if r < ' ' || r == 0x7f {
-			return Invalid(field, "contains a control character")
+		if unicode.IsControl(r) {
+			return Invalid(field, "contains the control character %U", r)
 		}
 	}
 	return nil

@@ -66,6 +66,53 @@ func BenchmarkSubmit(b *testing.B) {
 	}
 }
 
+// BenchmarkSubmitPaths measures the submit paths that do not COPY: batches
+// with the caller's ids (INSERT … ON CONFLICT), and tasks with unique keys
+// (a transaction, the keys' advisory locks, the holder lookup), next to
+// the same batches without keys.
+func BenchmarkSubmitPaths(b *testing.B) {
+	var seq atomic.Int64
+	batch := func(n int, keyed bool) []norn.NewTask {
+		nts := make([]norn.NewTask, n)
+		for i := range nts {
+			k := seq.Add(1)
+			nts[i] = norn.NewTask{ID: fmt.Sprintf("t-%d", k), Queue: "q", Spec: spec200}
+			if keyed {
+				nts[i].UniqueKey = fmt.Sprintf("key-%d", k)
+			}
+		}
+		return nts
+	}
+	for _, c := range []struct {
+		name  string
+		n     int
+		keyed bool
+	}{{"ids/single", 1, false}, {"ids/batch100", 100, false}, {"unique/single", 1, true}, {"unique/batch100", 100, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			s := openTest(b, nil, func(cfg *Config) { cfg.DisableMonitor = true })
+			b.ResetTimer()
+			if c.n == 1 {
+				b.SetParallelism(16)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if _, err := s.Submit(context.Background(), batch(1, c.keyed)...); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			} else {
+				for i := 0; i < b.N; i++ {
+					if _, err := s.Submit(context.Background(), batch(c.n, c.keyed)...); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.N*c.n)/b.Elapsed().Seconds(), "tasks/s")
+		})
+	}
+}
+
 // BenchmarkClaimComplete measures work throughput on a queue holding
 // 10,000 tasks (1,000,000 with NORN_BENCH_BIG=1): single claim+complete
 // from many goroutines, and claims of 100 completed with one LeaseBatch.

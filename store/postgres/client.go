@@ -496,199 +496,265 @@ func (s *Store) Transact(ctx context.Context, txn norn.Txn) (*norn.TxnResult, er
 		return nil, err
 	}
 	var res *norn.TxnResult
-	var wakeReady, wakeSched bool
+	var w wakes
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		res = &norn.TxnResult{Submitted: []norn.Submitted{}, Updated: []*norn.Task{}, Cancelled: []*norn.Task{}}
-		wakeReady, wakeSched = false, false
-		// Lock what the transaction reads or changes first, so the
-		// requirements still hold when it commits.
-		var lockIDs []string
-		for _, r := range txn.Require {
-			lockIDs = append(lockIDs, r.ID)
-		}
-		for _, u := range txn.Update {
-			lockIDs = append(lockIDs, u.ID)
-		}
-		lockIDs = append(lockIDs, txn.Cancel...)
-		lockIDs = append(lockIDs, txn.Delete...)
-		if len(lockIDs) > 0 {
-			if _, err := s.readCore(ctx, tx, lockIDs, true); err != nil {
-				return err
-			}
-		}
-		if len(txn.Submit) > 0 {
-			sub, err := s.submitIn(ctx, tx, "submit", txn.Submit)
-			if err != nil {
-				return err
-			}
-			res.Submitted = sub
-			for _, r := range sub {
-				wakeReady = wakeReady || (!r.Duplicate && r.Task.Status == norn.StatusReady)
-				wakeSched = wakeSched || (!r.Duplicate && r.Task.Status == norn.StatusScheduled)
-			}
-		}
-		now, err := s.dbNow(ctx, tx)
-		if err != nil {
-			return err
-		}
-		now = micro(now)
-		recs, err := s.readCore(ctx, tx, lockIDs, false)
-		if err != nil {
-			return err
-		}
-		for i, r := range txn.Require {
-			got := recs[r.ID]
-			if got == nil {
-				e := norn.Errorf(norn.CodeConflict, "required task %q does not exist", r.ID)
-				e.Field = fmt.Sprintf("require[%d].id", i)
-				return e
-			}
-			if r.Version != 0 && got.Version != r.Version {
-				e := norn.Errorf(norn.CodeConflict, "required task %q is at version %d, not %d", r.ID, got.Version, r.Version)
-				e.Field = fmt.Sprintf("require[%d].version", i)
-				return e
-			}
-		}
-		changes := map[string]*change{}
-		var order []*change
-		curOf := func(id string) *rec {
-			if c := changes[id]; c != nil {
-				return c.cur
-			}
-			if r := recs[id]; r != nil {
-				return r.clone()
-			}
-			return nil
-		}
-		record := func(r *rec, kind norn.EventKind, h *norn.HistoryEntry) {
-			c := changes[r.ID]
-			if c == nil {
-				c = &change{old: recs[r.ID], cur: r}
-				changes[r.ID] = c
-				order = append(order, c)
-			}
-			c.kind = kind
-			if h != nil {
-				c.hist = append(c.hist, *h)
-			}
-		}
-		var updated, cancelled []*rec
-		for i, u := range txn.Update {
-			field := fmt.Sprintf("update[%d]", i)
-			r := curOf(u.ID)
-			if r == nil {
-				return fieldErr(field, norn.NotFound(u.ID))
-			}
-			if err := applyUpdate(r, u.Update, now); err != nil {
-				return fieldErr(field, err)
-			}
-			record(r, norn.EventUpdated, nil)
-			updated = append(updated, r)
-			wakeReady = wakeReady || r.Status == norn.StatusReady
-			wakeSched = wakeSched || r.Status == norn.StatusScheduled
-		}
-		for i, id := range txn.Cancel {
-			field := fmt.Sprintf("cancel[%d]", i)
-			r := curOf(id)
-			if r == nil {
-				return fieldErr(field, norn.NotFound(id))
-			}
-			switch r.Status {
-			case norn.StatusCancelled:
-				cancelled = append(cancelled, r)
-				continue
-			case norn.StatusCompleted, norn.StatusAborted:
-				e := norn.Errorf(norn.CodeConflict, "task %q is already %s", id, r.Status)
-				e.Field = field
-				return e
-			}
-			r.Status, r.Deadline, r.endedAt, r.pendingDeps = norn.StatusCancelled, time.Time{}, now, 0
-			record(r, norn.EventKind(norn.TaskCancel), &norn.HistoryEntry{Type: norn.TaskCancel, Time: now})
-			cancelled = append(cancelled, r)
-		}
-		deleted := map[string]bool{}
-		for i, id := range txn.Delete {
-			if curOf(id) == nil || deleted[id] {
-				return fieldErr(fmt.Sprintf("delete[%d]", i), norn.NotFound(id))
-			}
-			deleted[id] = true
-		}
-		// Write the changes (the version each carries is recomputed by apply
-		// from the locked original, plus one write).
-		var writes []*change
-		for _, c := range order {
-			if !deleted[c.cur.ID] {
-				writes = append(writes, c)
-			}
-		}
-		ar, err := s.apply(ctx, tx, true, now, writes)
-		if err != nil {
-			return err
-		}
-		for _, c := range writes {
-			if !ar.ok[c.cur.ID] {
-				return fmt.Errorf("task %q: %w", c.cur.ID, errConcurrent)
-			}
-		}
-		if len(ar.released) > 0 {
-			wakeReady = true
-		}
-		var delIDs []string
-		for id := range deleted {
-			delIDs = append(delIDs, id)
-		}
-		n, err := s.deleteIDs(ctx, tx, now, delIDs)
-		if err != nil {
-			return err
-		}
-		res.Deleted = n
-		for _, r := range updated {
-			res.Updated = append(res.Updated, nil)
-			res.Updated[len(res.Updated)-1] = r.Task.Clone()
-		}
-		for _, r := range cancelled {
-			res.Cancelled = append(res.Cancelled, r.Task.Clone())
-		}
-		return nil
+		var err error
+		res, w, err = s.transactIn(ctx, tx, txn)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	// Returned tasks carry their history as stored: read them back.
-	if len(res.Updated)+len(res.Cancelled) > 0 {
-		var ids []string
-		for _, t := range res.Updated {
-			ids = append(ids, t.ID)
-		}
-		for _, t := range res.Cancelled {
-			ids = append(ids, t.ID)
-		}
-		var full map[string]*rec
-		err := s.withConn(ctx, func(conn *pgx.Conn) error {
-			var err error
-			full, err = s.readFull(ctx, conn, ids)
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		fill := func(ts []*norn.Task) {
-			for i, t := range ts {
-				if f := full[t.ID]; f != nil && f.Version == t.Version {
-					ts[i] = f.task()
-				}
-			}
-		}
-		fill(res.Updated)
-		fill(res.Cancelled)
+	if err := s.readBackTxn(ctx, res); err != nil {
+		return nil, err
 	}
-	if wakeReady {
+	w.fire(s)
+	return res, nil
+}
+
+// wakes says which local waiters a write should wake once committed:
+// claimers (a task became ready) and the sweeper (one became scheduled).
+type wakes struct{ ready, sched bool }
+
+func (w *wakes) saw(st norn.Status) {
+	w.ready = w.ready || st == norn.StatusReady
+	w.sched = w.sched || st == norn.StatusScheduled
+}
+
+func (w wakes) fire(s *Store) {
+	if w.ready {
 		s.wake.fire()
 	}
-	if wakeSched {
+	if w.sched {
 		s.sweepWake.fire()
 	}
-	return res, nil
+}
+
+// transactIn runs a transaction's steps inside tx: lock what it names,
+// submit, check the requirements, decide the updates, cancels and deletes
+// (txnPlan), write them, and answer.
+func (s *Store) transactIn(ctx context.Context, tx pgx.Tx, txn norn.Txn) (*norn.TxnResult, wakes, error) {
+	res := &norn.TxnResult{Submitted: []norn.Submitted{}, Updated: []*norn.Task{}, Cancelled: []*norn.Task{}}
+	var w wakes
+	// Lock what the transaction reads or changes first, so the
+	// requirements still hold when it commits.
+	lockIDs := txnIDs(txn)
+	if len(lockIDs) > 0 {
+		if _, err := s.readCore(ctx, tx, lockIDs, true); err != nil {
+			return nil, w, err
+		}
+	}
+	if len(txn.Submit) > 0 {
+		sub, err := s.submitIn(ctx, tx, "submit", txn.Submit)
+		if err != nil {
+			return nil, w, err
+		}
+		res.Submitted = sub
+		for _, r := range sub {
+			if !r.Duplicate {
+				w.saw(r.Task.Status)
+			}
+		}
+	}
+	now, err := s.dbNow(ctx, tx)
+	if err != nil {
+		return nil, w, err
+	}
+	now = micro(now)
+	recs, err := s.readCore(ctx, tx, lockIDs, false)
+	if err != nil {
+		return nil, w, err
+	}
+	if err := checkRequirements(txn.Require, recs); err != nil {
+		return nil, w, err
+	}
+	p := &txnPlan{recs: recs, changes: map[string]*change{}, deleted: map[string]bool{}}
+	if err := p.decide(txn, now, &w); err != nil {
+		return nil, w, err
+	}
+	if err := s.writeTxnPlan(ctx, tx, p, now, res, &w); err != nil {
+		return nil, w, err
+	}
+	for _, r := range p.updated {
+		res.Updated = append(res.Updated, r.Task.Clone())
+	}
+	for _, r := range p.cancelled {
+		res.Cancelled = append(res.Cancelled, r.Task.Clone())
+	}
+	return res, w, nil
+}
+
+// txnIDs lists the ids a transaction requires, updates, cancels or deletes.
+func txnIDs(txn norn.Txn) []string {
+	var ids []string
+	for _, r := range txn.Require {
+		ids = append(ids, r.ID)
+	}
+	for _, u := range txn.Update {
+		ids = append(ids, u.ID)
+	}
+	ids = append(ids, txn.Cancel...)
+	return append(ids, txn.Delete...)
+}
+
+// checkRequirements fails on the first requirement recs do not meet.
+func checkRequirements(req []norn.Requirement, recs map[string]*rec) error {
+	for i, r := range req {
+		got := recs[r.ID]
+		if got == nil {
+			e := norn.Errorf(norn.CodeConflict, "required task %q does not exist", r.ID)
+			e.Field = fmt.Sprintf("require[%d].id", i)
+			return e
+		}
+		if r.Version != 0 && got.Version != r.Version {
+			e := norn.Errorf(norn.CodeConflict, "required task %q is at version %d, not %d", r.ID, got.Version, r.Version)
+			e.Field = fmt.Sprintf("require[%d].version", i)
+			return e
+		}
+	}
+	return nil
+}
+
+// txnPlan is what a transaction's updates, cancels and deletes do to the
+// locked tasks recs: one change per task, in the order first touched.
+type txnPlan struct {
+	recs               map[string]*rec
+	changes            map[string]*change
+	order              []*change
+	updated, cancelled []*rec
+	deleted            map[string]bool
+}
+
+// cur is the task as the transaction has changed it so far (nil: missing).
+func (p *txnPlan) cur(id string) *rec {
+	if c := p.changes[id]; c != nil {
+		return c.cur
+	}
+	if r := p.recs[id]; r != nil {
+		return r.clone()
+	}
+	return nil
+}
+
+func (p *txnPlan) record(r *rec, kind norn.EventKind, h *norn.HistoryEntry) {
+	c := p.changes[r.ID]
+	if c == nil {
+		c = &change{old: p.recs[r.ID], cur: r}
+		p.changes[r.ID] = c
+		p.order = append(p.order, c)
+	}
+	c.kind = kind
+	if h != nil {
+		c.hist = append(c.hist, *h)
+	}
+}
+
+// decide applies the updates, then the cancels, then checks the deletes.
+func (p *txnPlan) decide(txn norn.Txn, now time.Time, w *wakes) error {
+	for i, u := range txn.Update {
+		field := fmt.Sprintf("update[%d]", i)
+		r := p.cur(u.ID)
+		if r == nil {
+			return fieldErr(field, norn.NotFound(u.ID))
+		}
+		if err := applyUpdate(r, u.Update, now); err != nil {
+			return fieldErr(field, err)
+		}
+		p.record(r, norn.EventUpdated, nil)
+		p.updated = append(p.updated, r)
+		w.saw(r.Status)
+	}
+	for i, id := range txn.Cancel {
+		field := fmt.Sprintf("cancel[%d]", i)
+		r := p.cur(id)
+		if r == nil {
+			return fieldErr(field, norn.NotFound(id))
+		}
+		switch r.Status {
+		case norn.StatusCancelled:
+			p.cancelled = append(p.cancelled, r)
+			continue
+		case norn.StatusCompleted, norn.StatusAborted:
+			e := norn.Errorf(norn.CodeConflict, "task %q is already %s", id, r.Status)
+			e.Field = field
+			return e
+		}
+		r.Status, r.Deadline, r.endedAt, r.pendingDeps = norn.StatusCancelled, time.Time{}, now, 0
+		p.record(r, norn.EventKind(norn.TaskCancel), &norn.HistoryEntry{Type: norn.TaskCancel, Time: now})
+		p.cancelled = append(p.cancelled, r)
+	}
+	for i, id := range txn.Delete {
+		if p.cur(id) == nil || p.deleted[id] {
+			return fieldErr(fmt.Sprintf("delete[%d]", i), norn.NotFound(id))
+		}
+		p.deleted[id] = true
+	}
+	return nil
+}
+
+// writeTxnPlan writes the plan's changes (compare-and-set on the locked
+// rows; the version each carries is recomputed by apply from the locked
+// original, plus one write) and deletes.
+func (s *Store) writeTxnPlan(ctx context.Context, tx pgx.Tx, p *txnPlan, now time.Time, res *norn.TxnResult, w *wakes) error {
+	var writes []*change
+	for _, c := range p.order {
+		if !p.deleted[c.cur.ID] {
+			writes = append(writes, c)
+		}
+	}
+	ar, err := s.apply(ctx, tx, true, now, writes)
+	if err != nil {
+		return err
+	}
+	for _, c := range writes {
+		if !ar.ok[c.cur.ID] {
+			return fmt.Errorf("task %q: %w", c.cur.ID, errConcurrent)
+		}
+	}
+	if len(ar.released) > 0 {
+		w.ready = true
+	}
+	delIDs := make([]string, 0, len(p.deleted))
+	for id := range p.deleted {
+		delIDs = append(delIDs, id)
+	}
+	n, err := s.deleteIDs(ctx, tx, now, delIDs)
+	res.Deleted = n
+	return err
+}
+
+// readBackTxn replaces the updated and cancelled tasks of res by their
+// stored form (history included), unless they changed again since.
+func (s *Store) readBackTxn(ctx context.Context, res *norn.TxnResult) error {
+	if len(res.Updated)+len(res.Cancelled) == 0 {
+		return nil
+	}
+	var ids []string
+	for _, t := range res.Updated {
+		ids = append(ids, t.ID)
+	}
+	for _, t := range res.Cancelled {
+		ids = append(ids, t.ID)
+	}
+	var full map[string]*rec
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		var err error
+		full, err = s.readFull(ctx, conn, ids)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	fill := func(ts []*norn.Task) {
+		for i, t := range ts {
+			if f := full[t.ID]; f != nil && f.Version == t.Version {
+				ts[i] = f.task()
+			}
+		}
+	}
+	fill(res.Updated)
+	fill(res.Cancelled)
+	return nil
 }
 
 func validateTxn(txn *norn.Txn) error {

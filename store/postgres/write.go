@@ -177,156 +177,24 @@ func (s *Store) apply(ctx context.Context, q querier, inTx bool, now time.Time, 
 	if len(changes) == 0 {
 		return res, nil
 	}
-	n := len(changes)
-	var (
-		ids, oldStatus, status, kinds        = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		oldVersion, oldLease, prio, lease    = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-		version                              = make([]int64, n)
-		progress                             = make([]float64, n)
-		labels, owner, errs                  = make([]*string, n), make([]*string, n), make([]*string, n)
-		updated, runAt, readyAt              = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
-		ended, deadline                      = make([]*time.Time, n), make([]*time.Time, n)
-		pending, attempts, hcount            = make([]int32, n), make([]int32, n), make([]int32, n)
-		result                               = make([][]byte, n)
-		hID, hType                           []string
-		hSeq                                 []int32
-		hTime                                []time.Time
-		hWorker, hErr                        []*string
-		hLease                               []*int64
-		hProg                                []*float64
-		completed, completedV, failed, failV []any
-		failErrs                             []string
-	)
-	for i, c := range changes {
-		o, t := c.old, c.cur
-		// Entries kept in the row move to task_history_rows first (unless the cap
-		// dropped them already): the write below clears them, and a later
-		// transition may change the owner and lease they are read from.
-		hist := c.hist
-		var seqs []int
-		keep := func(seq int) bool { return seq > 0 && seq > o.historyCount-s.cfg.HistoryLimit }
-		if keep(o.assignSeq) || keep(o.doneSeq) {
-			var pre []norn.HistoryEntry
-			if keep(o.assignSeq) {
-				pre = append(pre, norn.HistoryEntry{Type: norn.TaskAssignment, Time: o.claimedAt, Worker: o.Owner, Lease: o.Lease})
-				seqs = append(seqs, o.assignSeq)
-			}
-			if keep(o.doneSeq) {
-				pre = append(pre, norn.HistoryEntry{Type: norn.TaskComplete, Time: o.endedAt, Worker: o.Owner, Lease: o.Lease, Progress: 1})
-				seqs = append(seqs, o.doneSeq)
-			}
-			hist = append(pre, hist...)
-		}
-		t.assignSeq, t.doneSeq = 0, 0
-		for k, h := range hist {
-			seq := 0
-			if k < len(seqs) {
-				seq = seqs[k]
-			} else {
-				t.historyCount++
-				seq = t.historyCount
-			}
-			hID = append(hID, t.ID)
-			hSeq = append(hSeq, int32(seq))
-			hType = append(hType, string(h.Type))
-			hTime = append(hTime, micro(h.Time))
-			hWorker = append(hWorker, strPtr(h.Worker))
-			if h.Lease != 0 {
-				l := int64(h.Lease)
-				hLease = append(hLease, &l)
-			} else {
-				hLease = append(hLease, nil)
-			}
-			if h.Progress != 0 {
-				p := h.Progress
-				hProg = append(hProg, &p)
-			} else {
-				hProg = append(hProg, nil)
-			}
-			if h.Error != nil {
-				b, _ := json.Marshal(h.Error)
-				e := string(b)
-				hErr = append(hErr, &e)
-			} else {
-				hErr = append(hErr, nil)
-			}
-		}
-		t.Version = o.Version + 1
-		t.Updated = now
-		ids[i], oldStatus[i], status[i], kinds[i] = t.ID, string(o.Status), string(t.Status), string(c.kind)
-		oldVersion[i], oldLease[i], prio[i], lease[i] = int64(o.Version), int64(o.Lease), int64(t.Priority), int64(t.Lease)
-		version[i] = int64(t.Version)
-		progress[i] = t.Progress
-		labels[i], owner[i], errs[i] = labelsJSON(t.Labels), strPtr(t.Owner), errorsJSON(t.Errors)
-		updated[i], runAt[i], readyAt[i] = micro(t.Updated), micro(t.RunAt), micro(t.readyAt)
-		ended[i], deadline[i] = timePtr(micro(t.endedAt)), timePtr(micro(t.Deadline))
-		pending[i], attempts[i], hcount[i] = int32(t.pendingDeps), int32(t.Attempts), int32(t.historyCount)
-		result[i] = t.Result
-		if t.Status != o.Status {
-			switch t.Status {
-			case norn.StatusCompleted:
-				completed, completedV = append(completed, t.ID), append(completedV, int64(t.Version))
-			case norn.StatusAborted, norn.StatusCancelled:
-				failed, failV = append(failed, t.ID), append(failV, int64(t.Version))
-				failErrs = append(failErrs, errJSON(norn.DependencyFailed(t.ID, t.Status)))
-			}
-		}
-	}
-	ownTx := !inTx && len(failed) > 0
-	b := &pgx.Batch{}
-	if ownTx {
-		b.Queue("BEGIN")
-	}
-	b.Queue(s.casSQL(), ids, oldVersion, oldStatus, oldLease, status, prio, progress, labels, updated, runAt,
-		readyAt, ended, pending, owner, deadline, lease, attempts, result, errs, hcount, version, kinds,
-		hID, hSeq, hType, hTime, hWorker, hLease, hProg, hErr, s.cfg.HistoryLimit)
-	if len(completed) > 0 {
-		b.Queue(s.releaseSQL(), toStrings(completed), toInt64s(completedV), now, s.cfg.HistoryLimit)
-	}
-	if len(failed) > 0 {
-		b.Queue(s.cascadeSQL(), toStrings(failed), toInt64s(failV), now, s.cfg.HistoryLimit, failErrs)
-	}
-	var next []string
-	err := func() error {
-		br := q.SendBatch(ctx, b)
-		defer br.Close()
-		if ownTx {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
-		ok, err := scanIDs(br)
-		if err != nil {
-			return err
-		}
-		for _, id := range ok {
-			res.ok[id] = true
-		}
-		if len(completed) > 0 {
-			if res.released, err = scanReleased(br); err != nil {
-				return err
-			}
-		}
-		if len(failed) > 0 {
-			if next, err = scanIDs(br); err != nil {
-				return err
-			}
-		}
-		return br.Close()
-	}()
-	if err != nil {
+	a := s.newCasArgs(changes, now)
+	// A failure cascade takes more than one statement: all in one transaction.
+	ownTx := !inTx && len(a.failed) > 0
+	rollback := func() {
 		if ownTx {
 			_, _ = q.Exec(context.Background(), "ROLLBACK")
 		}
+	}
+	next, err := s.sendCas(ctx, q, ownTx, now, a, &res)
+	if err != nil {
+		rollback()
 		return res, err
 	}
 	res.aborted = append(res.aborted, next...)
 	if len(next) > 0 {
 		more, err := s.cascade(ctx, q, now, next, abortedErrs(next))
 		if err != nil {
-			if ownTx {
-				_, _ = q.Exec(context.Background(), "ROLLBACK")
-			}
+			rollback()
 			return res, err
 		}
 		res.aborted = append(res.aborted, more...)
@@ -337,6 +205,174 @@ func (s *Store) apply(ctx context.Context, q querier, inTx bool, now time.Time, 
 		}
 	}
 	return res, nil
+}
+
+// casArgs are the column arrays of casSQL (one element per change, and
+// one per history entry written), and the tasks whose dependents the
+// changes release (completed) or abort (failed).
+type casArgs struct {
+	ids, oldStatus, status, kinds     []string
+	oldVersion, oldLease, prio, lease []int64
+	version                           []int64
+	progress                          []float64
+	labels, owner, errs               []*string
+	updated, runAt, readyAt           []time.Time
+	ended, deadline                   []*time.Time
+	pending, attempts, hcount         []int32
+	result                            [][]byte
+
+	hID, hType    []string
+	hSeq          []int32
+	hTime         []time.Time
+	hWorker, hErr []*string
+	hLease        []*int64
+	hProg         []*float64
+
+	completed, completedV, failed, failV []any
+	failErrs                             []string
+}
+
+// newCasArgs turns changes into casArgs; it sets each change's new
+// version, update time and history count.
+func (s *Store) newCasArgs(changes []*change, now time.Time) *casArgs {
+	n := len(changes)
+	a := &casArgs{
+		ids: make([]string, n), oldStatus: make([]string, n), status: make([]string, n), kinds: make([]string, n),
+		oldVersion: make([]int64, n), oldLease: make([]int64, n), prio: make([]int64, n), lease: make([]int64, n),
+		version: make([]int64, n), progress: make([]float64, n),
+		labels: make([]*string, n), owner: make([]*string, n), errs: make([]*string, n),
+		updated: make([]time.Time, n), runAt: make([]time.Time, n), readyAt: make([]time.Time, n),
+		ended: make([]*time.Time, n), deadline: make([]*time.Time, n),
+		pending: make([]int32, n), attempts: make([]int32, n), hcount: make([]int32, n), result: make([][]byte, n),
+	}
+	for i, c := range changes {
+		o, t := c.old, c.cur
+		s.addHistory(a, c)
+		t.Version = o.Version + 1
+		t.Updated = now
+		a.ids[i], a.oldStatus[i], a.status[i], a.kinds[i] = t.ID, string(o.Status), string(t.Status), string(c.kind)
+		a.oldVersion[i], a.oldLease[i], a.prio[i], a.lease[i] = int64(o.Version), int64(o.Lease), int64(t.Priority), int64(t.Lease)
+		a.version[i] = int64(t.Version)
+		a.progress[i] = t.Progress
+		a.labels[i], a.owner[i], a.errs[i] = labelsJSON(t.Labels), strPtr(t.Owner), errorsJSON(t.Errors)
+		a.updated[i], a.runAt[i], a.readyAt[i] = micro(t.Updated), micro(t.RunAt), micro(t.readyAt)
+		a.ended[i], a.deadline[i] = timePtr(micro(t.endedAt)), timePtr(micro(t.Deadline))
+		a.pending[i], a.attempts[i], a.hcount[i] = int32(t.pendingDeps), int32(t.Attempts), int32(t.historyCount)
+		a.result[i] = t.Result
+		if t.Status != o.Status {
+			switch t.Status {
+			case norn.StatusCompleted:
+				a.completed, a.completedV = append(a.completed, t.ID), append(a.completedV, int64(t.Version))
+			case norn.StatusAborted, norn.StatusCancelled:
+				a.failed, a.failV = append(a.failed, t.ID), append(a.failV, int64(t.Version))
+				a.failErrs = append(a.failErrs, errJSON(norn.DependencyFailed(t.ID, t.Status)))
+			}
+		}
+	}
+	return a
+}
+
+// addHistory adds the history rows change c writes to a. Entries kept in
+// the row move to task_history_rows first (unless the cap dropped them
+// already): the write clears them, and a later transition may change the
+// owner and lease they are read from.
+func (s *Store) addHistory(a *casArgs, c *change) {
+	o, t := c.old, c.cur
+	hist := c.hist
+	var seqs []int
+	keep := func(seq int) bool { return seq > 0 && seq > o.historyCount-s.cfg.HistoryLimit }
+	if keep(o.assignSeq) || keep(o.doneSeq) {
+		var pre []norn.HistoryEntry
+		if keep(o.assignSeq) {
+			pre = append(pre, norn.HistoryEntry{Type: norn.TaskAssignment, Time: o.claimedAt, Worker: o.Owner, Lease: o.Lease})
+			seqs = append(seqs, o.assignSeq)
+		}
+		if keep(o.doneSeq) {
+			pre = append(pre, norn.HistoryEntry{Type: norn.TaskComplete, Time: o.endedAt, Worker: o.Owner, Lease: o.Lease, Progress: 1})
+			seqs = append(seqs, o.doneSeq)
+		}
+		hist = append(pre, hist...)
+	}
+	t.assignSeq, t.doneSeq = 0, 0
+	for k, h := range hist {
+		seq := 0
+		if k < len(seqs) {
+			seq = seqs[k]
+		} else {
+			t.historyCount++
+			seq = t.historyCount
+		}
+		a.hID = append(a.hID, t.ID)
+		a.hSeq = append(a.hSeq, int32(seq))
+		a.hType = append(a.hType, string(h.Type))
+		a.hTime = append(a.hTime, micro(h.Time))
+		a.hWorker = append(a.hWorker, strPtr(h.Worker))
+		var lease *int64
+		if h.Lease != 0 {
+			l := int64(h.Lease)
+			lease = &l
+		}
+		a.hLease = append(a.hLease, lease)
+		var prog *float64
+		if h.Progress != 0 {
+			p := h.Progress
+			prog = &p
+		}
+		a.hProg = append(a.hProg, prog)
+		var e *string
+		if h.Error != nil {
+			b, _ := json.Marshal(h.Error)
+			j := string(b)
+			e = &j
+		}
+		a.hErr = append(a.hErr, e)
+	}
+}
+
+// sendCas sends the compare-and-set and the first release and cascade
+// steps in one round trip (opening the transaction first with ownTx),
+// fills res.ok and res.released, and returns the dependents the cascade
+// aborted, whose own dependents are next.
+func (s *Store) sendCas(ctx context.Context, q querier, ownTx bool, now time.Time, a *casArgs, res *applyResult) ([]string, error) {
+	b := &pgx.Batch{}
+	if ownTx {
+		b.Queue("BEGIN")
+	}
+	b.Queue(s.casSQL(), a.ids, a.oldVersion, a.oldStatus, a.oldLease, a.status, a.prio, a.progress, a.labels, a.updated,
+		a.runAt, a.readyAt, a.ended, a.pending, a.owner, a.deadline, a.lease, a.attempts, a.result, a.errs, a.hcount,
+		a.version, a.kinds, a.hID, a.hSeq, a.hType, a.hTime, a.hWorker, a.hLease, a.hProg, a.hErr, s.cfg.HistoryLimit)
+	if len(a.completed) > 0 {
+		b.Queue(s.releaseSQL(), toStrings(a.completed), toInt64s(a.completedV), now, s.cfg.HistoryLimit)
+	}
+	if len(a.failed) > 0 {
+		b.Queue(s.cascadeSQL(), toStrings(a.failed), toInt64s(a.failV), now, s.cfg.HistoryLimit, a.failErrs)
+	}
+	br := q.SendBatch(ctx, b)
+	defer br.Close()
+	if ownTx {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	ok, err := scanIDs(br)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ok {
+		res.ok[id] = true
+	}
+	if len(a.completed) > 0 {
+		if res.released, err = scanReleased(br); err != nil {
+			return nil, err
+		}
+	}
+	var next []string
+	if len(a.failed) > 0 {
+		if next, err = scanIDs(br); err != nil {
+			return nil, err
+		}
+	}
+	return next, br.Close()
 }
 
 // cascade aborts, level by level, every blocked task depending on ids
