@@ -44,8 +44,10 @@ func (s *Store) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Submi
 // SubmitTx submits tasks inside the caller's transaction: they exist if and
 // only if tx commits (River's InsertTx). tx must be on the store's database;
 // the tasks become claimable, and claimers are notified, at commit. Unique
-// keys are decided exactly under READ COMMITTED (the default): a stricter
-// isolation level may see a holder too late and fail with a conflict.
+// keys are decided exactly under READ COMMITTED (the default): under a
+// stricter isolation level the holder read may miss a concurrent commit,
+// and the submit then fails (serialization failure or conflict) rather
+// than create a second task.
 func (s *Store) SubmitTx(ctx context.Context, tx pgx.Tx, tasks ...norn.NewTask) ([]norn.Submitted, error) {
 	if s.closed.Load() {
 		return nil, norn.ErrClosed
