@@ -459,6 +459,12 @@ type QueueInfo struct {
 	Paused   bool             `json:"paused"`
 	Counts   map[Status]int64 `json:"counts"`
 	Defaults QueueDefaults    `json:"defaults"`
+	// QueueFlow: the queue's flow-control settings.
+	QueueFlow
+	// Keys lists, for a flow-controlled queue read alone (Queue, not
+	// Queues), every concurrency key that has its own settings or running
+	// tasks, sorted by key.
+	Keys []KeyInfo `json:"keys,omitempty"`
 }
 
 // QueueUpdate changes a queue. Nil fields are left alone.
@@ -470,6 +476,12 @@ type QueueUpdate struct {
 	Retention   *Retention   `json:"retention,omitempty"`
 	// MaxRuntime 0 removes the limit.
 	MaxRuntime *Duration `json:"max_runtime,omitempty"`
+	// MaxRunning and KeyLimit set the queue's flow limits (0 removes one).
+	MaxRunning *int `json:"max_running,omitempty"`
+	KeyLimit   *int `json:"key_limit,omitempty"`
+	// Keys sets concurrency keys' own settings; a nil value removes a
+	// key's settings (the queue's apply again).
+	Keys map[string]*KeySettings `json:"keys,omitempty"`
 }
 
 // Stats summarises the store.

@@ -353,7 +353,7 @@ func (u *QueueUpdate) Validate() error {
 			return Invalid("retention", "durations must not be negative")
 		}
 	}
-	return nil
+	return u.validateFlow()
 }
 
 // Validate checks the shape of a filter.

@@ -260,3 +260,80 @@ func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, wire.WhoamiResponse{Role: string(p.role), Queues: p.queues, Auth: len(s.cfg.Tokens) > 0})
 	return nil
 }
+
+// The routes of one concurrency key's settings are views of the queue's:
+// PUT and DELETE are UpdateQueue with that one key, GET reads it from Queue.
+
+func pathKey(r *http.Request) (string, error) {
+	k := r.PathValue("key")
+	return k, norn.ValidateConcurrencyKey("key", k)
+}
+
+// keyOf finds key in a queue's keys; a key without settings or running
+// tasks reads as its defaults.
+func keyOf(q norn.QueueInfo, key string) norn.KeyInfo {
+	for _, k := range q.Keys {
+		if k.Key == key {
+			return k
+		}
+	}
+	return norn.KeyInfo{Key: key}
+}
+
+func (s *Server) handleQueueKey(w http.ResponseWriter, r *http.Request) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	name, err := pathQueue(r)
+	if err != nil {
+		return err
+	}
+	key, err := pathKey(r)
+	if err != nil {
+		return err
+	}
+	q, err := s.store.Queue(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.KeyResponse{Key: keyOf(q, key)})
+	return nil
+}
+
+func (s *Server) handlePutQueueKey(w http.ResponseWriter, r *http.Request) error {
+	var ks norn.KeySettings
+	return s.updateQueueKey(w, r, &ks)
+}
+
+func (s *Server) handleDeleteQueueKey(w http.ResponseWriter, r *http.Request) error {
+	return s.updateQueueKey(w, r, nil)
+}
+
+// updateQueueKey sets (ks non-nil: read from the body) or removes a key's settings.
+func (s *Server) updateQueueKey(w http.ResponseWriter, r *http.Request, ks *norn.KeySettings) error {
+	if err := noParams(r); err != nil {
+		return err
+	}
+	name, err := pathQueue(r)
+	if err != nil {
+		return err
+	}
+	key, err := pathKey(r)
+	if err != nil {
+		return err
+	}
+	if ks != nil {
+		if err := wire.ReadBody(r.Body, ks, false); err != nil {
+			return err
+		}
+	}
+	if ks != nil && ks.Limit < 0 {
+		return norn.Invalid("limit", "must not be negative (0 means the queue's key_limit)")
+	}
+	q, err := s.store.UpdateQueue(r.Context(), name, norn.QueueUpdate{Keys: map[string]*norn.KeySettings{key: ks}})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, wire.KeyResponse{Key: keyOf(q, key)})
+	return nil
+}

@@ -5,6 +5,9 @@ import (
 
 	"fmt"
 	"io"
+	"reflect"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nornq/norn"
@@ -130,7 +133,23 @@ func describeQueue(w io.Writer, q norn.QueueInfo) error {
 	}
 	tab.row("retention:", fmt.Sprintf("completed %s, aborted %s, cancelled %s (0s = forever)",
 		d.Retention.Completed, d.Retention.Aborted, d.Retention.Cancelled))
+	tab.row("max_running:", limitText(q.MaxRunning))
+	tab.row("key_limit:", limitText(q.KeyLimit))
+	for _, k := range q.Keys {
+		lim := "queue's"
+		if k.Limit > 0 {
+			lim = fmt.Sprint(k.Limit)
+		}
+		tab.row("key "+k.Key+":", fmt.Sprintf("running %d, limit %s", k.Running, lim))
+	}
 	return tab.flush()
+}
+
+func limitText(n int) string {
+	if n == 0 {
+		return "unlimited"
+	}
+	return fmt.Sprint(n)
 }
 
 func queuePauseCmd(g *Globals, pause bool) *cobra.Command {
@@ -146,17 +165,25 @@ func queuePauseCmd(g *Globals, pause bool) *cobra.Command {
 
 func queueSetCmd(g *Globals) *cobra.Command {
 	var timeout, maxRuntime, retryBase, retryMax, retCompleted, retAborted, retCancelled time.Duration
-	var maxAttempts, retry int
+	var maxAttempts, retry, maxRunning, keyLimit int
+	var keys, unsetKeys []string
 	cmd := &cobra.Command{
 		Use:   "set QUEUE",
-		Short: "Change a queue's defaults (timeout, retries, max attempts, max runtime, retention)",
-		Long: `Change the defaults a queue applies to tasks that do not set their own, and
-how long its terminal tasks are kept. Only the flags given change. Retention
-0 keeps tasks forever. --retry 0 removes the retry policy; --max-runtime 0
-removes the runtime limit. A new default applies to tasks submitted later.`,
+		Short: "Change a queue's defaults (timeout, retries, max attempts, max runtime, retention) and flow limits",
+		Long: `Change the defaults a queue applies to tasks that do not set their own, how
+long its terminal tasks are kept, and its flow limits. Only the flags given
+change. Retention 0 keeps tasks forever. --retry 0 removes the retry policy;
+--max-runtime 0 removes the runtime limit. A new default applies to tasks
+submitted later.
+
+Flow limits are enforced by the store at claim time, across every worker and
+server node: --max-running caps the queue's running tasks, --key-limit the
+running tasks of each concurrency_key, --key KEY=N gives one key its own
+limit and --unset-key KEY removes it again. 0 removes a limit.`,
 		Example: `  norn queues set emails --timeout 1m --retry 5 --retry-base 10s --retry-max 10m
   norn queues set reports --max-runtime 15m
-  norn queues set emails --retention-completed 1h --retention-aborted 0`,
+  norn queues set emails --retention-completed 1h --retention-aborted 0
+  norn queues set payments --max-running 50 --key-limit 10 --key acme=2`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			format, err := outputFormat(g)
@@ -186,6 +213,32 @@ removes the runtime limit. A new default applies to tasks submitted later.`,
 			if fl.Changed("max-runtime") {
 				d := norn.Duration(maxRuntime)
 				u.MaxRuntime = &d
+			}
+			if fl.Changed("max-running") {
+				u.MaxRunning = &maxRunning
+			}
+			if fl.Changed("key-limit") {
+				u.KeyLimit = &keyLimit
+			}
+			for _, kv := range keys {
+				k, v, ok := strings.Cut(kv, "=")
+				n, err := strconv.Atoi(v)
+				if !ok || err != nil {
+					return usagef("--key %q: want KEY=LIMIT", kv)
+				}
+				if u.Keys == nil {
+					u.Keys = map[string]*norn.KeySettings{}
+				}
+				u.Keys[k] = &norn.KeySettings{Limit: n}
+			}
+			for _, k := range unsetKeys {
+				if u.Keys == nil {
+					u.Keys = map[string]*norn.KeySettings{}
+				}
+				u.Keys[k] = nil
+			}
+			if err := u.Validate(); err != nil {
+				return err
 			}
 			if fl.Changed("retry") {
 				if retry < 0 {
@@ -219,8 +272,8 @@ removes the runtime limit. A new default applies to tasks submitted later.`,
 				}
 				u.Retention = &r
 			}
-			if u == (norn.QueueUpdate{}) {
-				return usagef("nothing to change: give at least one of --timeout, --max-attempts, --max-runtime, --retry, --retention-*")
+			if reflect.ValueOf(u).IsZero() {
+				return usagef("nothing to change: give at least one of --timeout, --max-attempts, --max-runtime, --retry, --retention-*, --max-running, --key-limit, --key, --unset-key")
 			}
 			q, err := c.UpdateQueue(cmd.Context(), args[0], u)
 			if err != nil {
@@ -235,6 +288,10 @@ removes the runtime limit. A new default applies to tasks submitted later.`,
 	fs := cmd.Flags()
 	fs.DurationVar(&timeout, "timeout", 0, "default lease length")
 	fs.DurationVar(&maxRuntime, "max-runtime", 0, "default runtime limit of one attempt (0 = none)")
+	fs.IntVar(&maxRunning, "max-running", 0, "at most this many running tasks in the queue (0 = unlimited)")
+	fs.IntVar(&keyLimit, "key-limit", 0, "at most this many running tasks per concurrency key (0 = unlimited)")
+	fs.StringArrayVar(&keys, "key", nil, "KEY=LIMIT: one concurrency key's own running limit (repeatable)")
+	fs.StringArrayVar(&unsetKeys, "unset-key", nil, "remove a key's own limit (repeatable)")
 	fs.IntVar(&maxAttempts, "max-attempts", 0, "default max attempts (0 = unlimited)")
 	fs.IntVar(&retry, "retry", 0, "default retries after a failure (0 = none)")
 	fs.DurationVar(&retryBase, "retry-base", time.Second, "first retry backoff, doubled each retry (with --retry)")

@@ -324,6 +324,17 @@ func TestRoundTrip(t *testing.T) {
 			request(t, marshalRequest(t, u), u)
 			plainResponse(t, QueueResponse{Queue: filled[norn.QueueInfo](t)})
 		},
+		"GET /v1/queues/{queue}/keys/{key}": func(t *testing.T) {
+			plainResponse(t, KeyResponse{Key: filled[norn.KeyInfo](t)})
+		},
+		"PUT /v1/queues/{queue}/keys/{key}": func(t *testing.T) {
+			ks := filled[norn.KeySettings](t)
+			request(t, marshalRequest(t, ks), ks)
+			plainResponse(t, KeyResponse{Key: filled[norn.KeyInfo](t)})
+		},
+		"DELETE /v1/queues/{queue}/keys/{key}": func(t *testing.T) {
+			plainResponse(t, KeyResponse{Key: filled[norn.KeyInfo](t)})
+		},
 		"GET /v1/schedules": func(t *testing.T) {
 			s := filled[norn.Schedule](t)
 			plainResponse(t, SchedulesResponse{Schedules: []*norn.Schedule{&s}})

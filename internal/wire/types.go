@@ -250,6 +250,11 @@ type QueueResponse struct {
 	Queue norn.QueueInfo `json:"queue"`
 }
 
+// KeyResponse is the body of GET, PUT and DELETE /v1/queues/{queue}/keys/{key}.
+type KeyResponse struct {
+	Key norn.KeyInfo `json:"key"`
+}
+
 // SchedulesResponse is the body of GET /v1/schedules.
 type SchedulesResponse struct {
 	Schedules []*norn.Schedule `json:"schedules"`

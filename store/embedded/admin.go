@@ -12,6 +12,7 @@ import (
 type queueRecord struct {
 	Paused   bool               `json:"paused"`
 	Defaults norn.QueueDefaults `json:"defaults"`
+	Flow     norn.QueueFlow     `json:"flow,omitzero"`
 }
 
 // Queues lists every queue that has tasks or settings.
@@ -44,7 +45,7 @@ func (s *Store) Queue(ctx context.Context, name string) (norn.QueueInfo, error) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if q := s.queues[name]; q != nil {
-		return q.info(), nil
+		return q.infoWithKeys(), nil
 	}
 	return norn.QueueInfo{Name: name, Counts: map[norn.Status]int64{}, Defaults: norn.DefaultQueueDefaults()}, nil
 }
@@ -68,18 +69,31 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 		old := struct {
 			paused, configured bool
 			defaults           norn.QueueDefaults
-		}{q.paused, q.configured, q.defaults}
+			flow               norn.QueueFlow
+		}{q.paused, q.configured, q.defaults, q.flow}
 		tx.onUndo(func() {
 			q.paused, q.configured, q.defaults = old.paused, old.configured, old.defaults
+			if q.flow != old.flow {
+				q.flow = old.flow
+				q.refixAll()
+			}
 			if !existed {
 				delete(s.queues, name)
 			}
 		})
 		if u.Paused != nil {
 			q.paused = *u.Paused
-			if !q.paused && len(q.ready) > 0 {
-				tx.wake = append(tx.wake, q)
+		}
+		if flow := q.flow; u.MaxRunning != nil || u.KeyLimit != nil {
+			u.ApplyFlow(&q.flow)
+			if q.flow != flow {
+				q.refixAll()
 			}
+		}
+		tx.setKeys(q, u.Keys)
+		// Resumed, or limits raised: waiting claimers may find work now.
+		if !q.paused && q.claimable() {
+			tx.wake = append(tx.wake, q)
 		}
 		if u.Timeout != nil {
 			q.defaults.Timeout = *u.Timeout
@@ -116,9 +130,9 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 			})
 		}
 		q.configured = true
-		j, _ := json.Marshal(queueRecord{Paused: q.paused, Defaults: q.defaults})
+		j, _ := json.Marshal(queueRecord{Paused: q.paused, Defaults: q.defaults, Flow: q.flow})
 		tx.b.Set(queueKey(name), j, nil)
-		out = q.info()
+		out = q.infoWithKeys()
 		return nil
 	})
 	return out, err

@@ -29,6 +29,7 @@ func terminal(c uint8) bool { return c >= stCompleted }
 type task struct {
 	id      string
 	q       *queue
+	g       *keyGroup // the task's concurrency key group in q
 	st      state
 	created int64
 	timeout int64
@@ -37,7 +38,7 @@ type task struct {
 	retry      *norn.RetryPolicy
 	timerAt    int64 // when the timer fires
 
-	heapIdx     int32 // position in q.ready, -1 when absent
+	heapIdx     int32 // position in g.ready, -1 when absent
 	timerIdx    int32 // position in the timer heap, -1 when absent
 	maxAttempts int32
 	depsLeft    int32 // dependencies not yet completed (blocked tasks)
@@ -55,9 +56,13 @@ type queue struct {
 	defaults norn.QueueDefaults
 	// configured is true once UpdateQueue stored settings for it.
 	configured bool
-	ready      readyHeap
-	counts     [numStatus]int64
-	waiters    map[*waiter]struct{}
+	flow       norn.QueueFlow
+	// top, keys and nokey hold the ready tasks by concurrency key (flow.go).
+	top     groupHeap
+	keys    map[string]*keyGroup
+	nokey   *keyGroup
+	counts  [numStatus]int64
+	waiters map[*waiter]struct{}
 }
 
 func (q *queue) total() int64 {
@@ -69,7 +74,8 @@ func (q *queue) total() int64 {
 }
 
 func (q *queue) info() norn.QueueInfo {
-	qi := norn.QueueInfo{Name: q.name, Paused: q.paused, Counts: map[norn.Status]int64{}, Defaults: q.defaults}
+	qi := norn.QueueInfo{Name: q.name, Paused: q.paused, Counts: map[norn.Status]int64{}, Defaults: q.defaults,
+		QueueFlow: q.flow}
 	if q.defaults.Retry != nil {
 		r := *q.defaults.Retry
 		qi.Defaults.Retry = &r
@@ -149,8 +155,10 @@ func uuidKey(id string) (k [2]uint64, ok bool) {
 	return k, true
 }
 
-func (h readyHeap) less(i, j int) bool {
-	a, b := &h[i], &h[j]
+func (h readyHeap) less(i, j int) bool { return entLess(&h[i], &h[j]) }
+
+// entLess orders ready entries: priority desc, ready time asc, id asc.
+func entLess(a, b *readyEnt) bool {
 	if a.priority != b.priority {
 		return a.priority > b.priority
 	}
@@ -291,36 +299,67 @@ func timerFor(t *task) int64 {
 // index brings every in-memory index in line with t.st after a change from
 // old (counted is false when t was not counted before, i.e. it is new).
 func (s *Store) index(t *task, old state, counted bool) {
+	g := t.g
+	regroup := false
 	if counted {
 		if old.status != t.st.status {
 			t.q.counts[old.status]--
 			t.q.counts[t.st.status]++
+			if old.status == stRunning {
+				g.running--
+				regroup = true
+			}
+			if t.st.status == stRunning {
+				g.running++
+				regroup = true
+			}
 		}
 	} else {
+		if g.tasks == 0 && g != t.q.nokey {
+			t.q.keys[g.key] = g // back after an undone deletion
+		}
+		g.tasks++
 		t.q.counts[t.st.status]++
+		if t.st.status == stRunning {
+			g.running++
+			regroup = true
+		}
 	}
 	if t.st.status == stReady && !t.deleted {
 		if t.heapIdx >= 0 {
-			e := &t.q.ready[t.heapIdx]
+			e := &g.ready[t.heapIdx]
 			if e.priority != t.st.priority || e.readyAt != t.st.readyAt {
 				e.priority, e.readyAt = t.st.priority, t.st.readyAt
-				t.q.ready.fix(int(t.heapIdx))
+				g.ready.fix(int(t.heapIdx))
+				regroup = true
 			}
 		} else {
-			t.q.ready.push(newReadyEnt(t))
+			g.ready.push(newReadyEnt(t))
+			regroup = true
 		}
 	} else if t.heapIdx >= 0 {
-		t.q.ready.remove(int(t.heapIdx))
+		g.ready.remove(int(t.heapIdx))
+		regroup = true
+	}
+	if regroup {
+		t.q.fixGroup(g)
 	}
 	s.setTimer(t, timerFor(t))
 }
 
 // unindex removes t from every index (deletion).
 func (s *Store) unindex(t *task) {
+	g := t.g
 	t.q.counts[t.st.status]--
-	if t.heapIdx >= 0 {
-		t.q.ready.remove(int(t.heapIdx))
+	if t.st.status == stRunning {
+		g.running--
 	}
+	if t.heapIdx >= 0 {
+		g.ready.remove(int(t.heapIdx))
+	}
+	t.q.fixGroup(g)
+	g.tasks--
+	t.q.dropGroup(g)
 	s.setTimer(t, 0)
 }
 

@@ -19,6 +19,9 @@ func (s *Store) load(ctx context.Context) error {
 	if err := s.loadQueues(); err != nil {
 		return err
 	}
+	if err := s.loadKeySettings(); err != nil {
+		return err
+	}
 	if err := s.loadWorkers(); err != nil {
 		return err
 	}
@@ -70,10 +73,15 @@ func (s *Store) load(ctx context.Context) error {
 			s.addUnique(t, im.uniqueKey)
 		}
 		s.indexDeps(t, im.deps)
+		t.g = t.q.group(im.key)
+		t.g.tasks++
 		t.q.counts[st.status]++
-		if st.status == stReady {
-			t.heapIdx = int32(len(t.q.ready))
-			t.q.ready = append(t.q.ready, newReadyEnt(t))
+		switch st.status {
+		case stReady:
+			t.heapIdx = int32(len(t.g.ready))
+			t.g.ready = append(t.g.ready, newReadyEnt(t))
+		case stRunning:
+			t.g.running++
 		}
 		if at := timerFor(t); at != 0 {
 			t.timerAt = at
@@ -95,7 +103,11 @@ func (s *Store) load(ctx context.Context) error {
 		return err
 	}
 	for _, q := range s.queues {
-		q.ready.init()
+		q.nokey.ready.init()
+		for _, g := range q.keys {
+			g.ready.init()
+		}
+		q.refixAll()
 	}
 	heap.Init(&s.timers)
 	// Dependency counters: a dependency that is gone or completed is
@@ -161,7 +173,7 @@ func (s *Store) loadQueues() error {
 			return fmt.Errorf("queue %q settings: %w", name, err)
 		}
 		q := s.queue(name)
-		q.paused, q.defaults, q.configured = rec.Paused, rec.Defaults, true
+		q.paused, q.defaults, q.configured, q.flow = rec.Paused, rec.Defaults, true, rec.Flow
 	}
 	return it.Error()
 }

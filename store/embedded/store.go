@@ -335,7 +335,9 @@ func (s *Store) now() int64 { return s.clock.Now().UnixNano() }
 func (s *Store) queue(name string) *queue {
 	q := s.queues[name]
 	if q == nil {
-		q = &queue{name: name, defaults: norn.DefaultQueueDefaults(), waiters: map[*waiter]struct{}{}}
+		q = &queue{name: name, defaults: norn.DefaultQueueDefaults(), waiters: map[*waiter]struct{}{},
+			keys: map[string]*keyGroup{}}
+		q.nokey = &keyGroup{q: q, topIdx: -1}
 		s.queues[name] = q
 	}
 	return q

@@ -246,6 +246,10 @@ func (tx *txn) set(t *task, ns state) {
 	tx.b.Set(tx.key(t.id, sufState), tx.buf, nil)
 	if ns.status == stReady && old.status != stReady {
 		tx.wake = append(tx.wake, t.q)
+	} else if old.status == stRunning && ns.status != stRunning && t.q.flow.Limited() {
+		// A running task left a limited queue: its key or the queue may
+		// admit a waiting claimer's task again.
+		tx.wake = append(tx.wake, t.q)
 	}
 }
 
@@ -268,6 +272,9 @@ func (tx *txn) addTask(t *task) {
 func (tx *txn) removeTask(t *task) {
 	s := tx.s
 	wasPending := !terminal(t.st.status)
+	if t.st.status == stRunning && t.q.flow.Limited() {
+		tx.wake = append(tx.wake, t.q)
+	}
 	s.unindex(t)
 	delete(s.tasks, t.id)
 	key, unique := s.uniqueOf[t]

@@ -161,8 +161,10 @@ func (tx *txn) claim(req *norn.ClaimRequest) []*task {
 		if q == nil || q.paused {
 			continue
 		}
-		for len(out) < req.N && len(q.ready) > 0 {
-			t := q.ready[0].t
+		// q.top holds only keys below their limit; max_running is checked
+		// per task because every claim raises the queue's running count.
+		for len(out) < req.N && q.claimable() {
+			t := q.top[0].ready[0].t
 			ns := tx.touch(t)
 			ns.status = stRunning
 			ns.lease++

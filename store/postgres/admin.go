@@ -11,7 +11,7 @@ import (
 )
 
 const queueCols = `name, paused, timeout_ns, retry, max_attempts, retention_completed_ns, retention_aborted_ns, retention_cancelled_ns,
-max_runtime_ns`
+max_runtime_ns, max_running, key_limit`
 
 func emptyCounts() map[norn.Status]int64 {
 	m := make(map[norn.Status]int64, len(norn.AllStatuses))
@@ -55,7 +55,7 @@ func (s *Store) queues(ctx context.Context, only *string) ([]norn.QueueInfo, err
 		}
 		for _, d := range qds {
 			q := get(d.name)
-			q.Paused, q.Defaults = d.paused, d.QueueDefaults
+			q.Paused, q.Defaults, q.QueueFlow = d.paused, d.QueueDefaults, d.flow
 		}
 		if rows, err = br.Query(); err != nil {
 			return err
@@ -69,7 +69,19 @@ func (s *Store) queues(ctx context.Context, only *string) ([]norn.QueueInfo, err
 		if err != nil {
 			return err
 		}
-		return br.Close()
+		if err := br.Close(); err != nil {
+			return err
+		}
+		if only != nil {
+			keys, err := s.queueKeys(ctx, conn, *only)
+			if err != nil {
+				return err
+			}
+			if len(keys) > 0 {
+				get(*only).Keys = keys
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -145,20 +157,40 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 		if u.Retention != nil {
 			d.Retention = *u.Retention
 		}
-		resumed = wasPaused && !d.paused
+		wasFlow := d.flow
+		u.ApplyFlow(&d.flow)
+		for key, ks := range u.Keys {
+			if ks == nil {
+				_, err := tx.Exec(ctx, s.q(`DELETE FROM {s}.queue_keys WHERE queue = $1 AND key = $2`), name, key)
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			_, err := tx.Exec(ctx, s.q(`INSERT INTO {s}.queue_keys (queue, key, lim) VALUES ($1, $2, $3)
+ON CONFLICT (queue, key) DO UPDATE SET lim = EXCLUDED.lim`), name, key, ks.Limit)
+			if err != nil {
+				return err
+			}
+		}
+		// Resumed, or limits lifted or raised: waiting claimers look again.
+		resumed = (wasPaused && !d.paused) || d.flow != wasFlow || len(u.Keys) > 0
 		var retry *string
 		if d.Retry != nil {
 			b, _ := json.Marshal(d.Retry)
 			r := string(b)
 			retry = &r
 		}
-		_, err := tx.Exec(ctx, s.q(`INSERT INTO {s}.queues (`+queueCols+`) VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9)
+		_, err := tx.Exec(ctx, s.q(`INSERT INTO {s}.queues (`+queueCols+`, flow_limited)
+VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11,
+	$10 > 0 OR $11 > 0 OR EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0))
 ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, timeout_ns = EXCLUDED.timeout_ns, retry = EXCLUDED.retry,
 	max_attempts = EXCLUDED.max_attempts, retention_completed_ns = EXCLUDED.retention_completed_ns,
 	retention_aborted_ns = EXCLUDED.retention_aborted_ns, retention_cancelled_ns = EXCLUDED.retention_cancelled_ns,
-	max_runtime_ns = EXCLUDED.max_runtime_ns`),
+	max_runtime_ns = EXCLUDED.max_runtime_ns,
+	max_running = EXCLUDED.max_running, key_limit = EXCLUDED.key_limit, flow_limited = EXCLUDED.flow_limited`),
 			name, d.paused, int64(d.Timeout), retry, d.MaxAttempts, int64(d.Retention.Completed),
-			int64(d.Retention.Aborted), int64(d.Retention.Cancelled), int64(d.MaxRuntime))
+			int64(d.Retention.Aborted), int64(d.Retention.Cancelled), int64(d.MaxRuntime), d.flow.MaxRunning, d.flow.KeyLimit)
 		if err != nil {
 			return err
 		}

@@ -238,9 +238,9 @@ func micro(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 // statements holds the quoted schema the SQL is written against and the
 // hot statements, built once per store instead of on every call.
 type statements struct {
-	schema                                        string
-	claim, complete, cas, release, cascade, delay string
-	insert, insertConflict                        string
+	schema                                                  string
+	claim, claimIDs, complete, cas, release, cascade, delay string
+	insert, insertConflict                                  string
 }
 
 func newStatements(schema string) *statements { return &statements{schema: schema} }
@@ -248,6 +248,8 @@ func newStatements(schema string) *statements { return &statements{schema: schem
 // build fills in the hot statements (they need the store's configuration).
 func (st *statements) build(s *Store) {
 	st.claim, st.complete, st.delay = s.buildClaimSQL(), s.buildCompleteSQL(), s.buildDelaySQL()
+	st.claimIDs = s.buildAssignSQL(`c AS (SELECT t.id FROM {s}.tasks t WHERE t.id = ANY($1::text[]) AND t.status = 'ready'
+	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`)
 	st.cas, st.release, st.cascade = s.buildCasSQL(), s.buildReleaseSQL(), s.buildCascadeSQL()
 	st.insert, st.insertConflict = s.buildInsertSQL(false), s.buildInsertSQL(true)
 }

@@ -137,6 +137,7 @@ type queueDefaults struct {
 	norn.QueueDefaults
 	name   string
 	paused bool
+	flow   norn.QueueFlow
 }
 
 // submitPlan is a batch on its way in: what was read before writing and
@@ -613,11 +614,13 @@ func scanQueue(row pgx.Row) (queueDefaults, error) {
 		retry                  []byte
 		maxAtt                 int32
 	)
-	if err := row.Scan(&d.name, &d.paused, &timeout, &retry, &maxAtt, &rc, &ra, &rcanc, &maxRuntime); err != nil {
+	var maxRunning, keyLimit int32
+	if err := row.Scan(&d.name, &d.paused, &timeout, &retry, &maxAtt, &rc, &ra, &rcanc, &maxRuntime, &maxRunning, &keyLimit); err != nil {
 		return d, err
 	}
 	d.Timeout, d.MaxRuntime = norn.Duration(timeout), norn.Duration(maxRuntime)
 	d.MaxAttempts = int(maxAtt)
+	d.flow = norn.QueueFlow{MaxRunning: int(maxRunning), KeyLimit: int(keyLimit)}
 	d.Retention = norn.Retention{Completed: norn.Duration(rc), Aborted: norn.Duration(ra), Cancelled: norn.Duration(rcanc)}
 	if len(retry) > 0 {
 		d.Retry = new(norn.RetryPolicy)

@@ -34,12 +34,20 @@ SELECT n.n, 'worker-' || n.n, $1, $2, n.now, n.now FROM n RETURNING id`),
 // events are written together.
 func (s *Store) claimSQL() string { return s.sql.claim }
 
+// buildClaimSQL is the claim of a queue without flow limits. A paused
+// queue, and one with limits (claimed by claimLimited), yield nothing here.
 func (s *Store) buildClaimSQL() string {
-	return s.q(`WITH n AS (SELECT coalesce($3::timestamptz, clock_timestamp()) AS now),
-c AS (SELECT t.id FROM {s}.tasks t
+	return s.buildAssignSQL(`c AS (SELECT t.id FROM {s}.tasks t
 	WHERE t.status = 'ready' AND t.queue = $1
-	AND NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = $1 AND q.paused)
-	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED),
+	AND NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = $1 AND (q.paused OR q.flow_limited))
+	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`)
+}
+
+// buildAssignSQL assigns the tasks the CTE c selects ($3 now, $4 worker,
+// $5 lease length override, $6 history cap).
+func (s *Store) buildAssignSQL(c string) string {
+	return s.q(`WITH n AS (SELECT coalesce($3::timestamptz, clock_timestamp()) AS now),
+` + c + `,
 upd AS (UPDATE {s}.tasks t SET status = 'running', owner = $4, lease = t.lease + 1, attempts = t.attempts + 1,
 	deadline = n.now + (CASE WHEN t.max_runtime_ns > 0
 		THEN least(coalesce($5::bigint, t.timeout_ns), (t.max_runtime_ns + 999) / 1000 * 1000)
@@ -133,6 +141,8 @@ func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, wa
 	b := &pgx.Batch{}
 	b.Queue(noSortSQL)
 	b.Queue(s.claimSQL(), queue, want, s.clockNow(), worker, timeout, s.cfg.HistoryLimit)
+	// In the same round trip: whether flow limits made the claim skip the queue.
+	b.Queue(s.q(`SELECT flow_limited AND NOT paused FROM {s}.queues WHERE name = $1`), queue)
 	br := conn.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -142,23 +152,36 @@ func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, wa
 	if err != nil {
 		return nil, err
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*norn.Task, error) {
-		r, err := scanRec(row)
-		if err != nil {
-			return nil, err
-		}
-		// A fresh task's history, not read back, is just this
-		// assignment; an older one's was read with it.
-		if r.History == nil {
-			r.History = []norn.HistoryEntry{{Type: norn.TaskAssignment, Time: r.Updated, Worker: r.Owner, Lease: r.Lease}}
-			r.HistoryDropped = r.historyCount - 1
-		}
-		return &r.Task, nil
-	})
+	out, err := pgx.CollectRows(rows, claimedRow)
 	if err != nil {
 		return nil, err
 	}
-	return out, br.Close()
+	var limited bool
+	if err := br.QueryRow().Scan(&limited); err != nil && err != pgx.ErrNoRows {
+		return nil, err
+	}
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	if limited && len(out) == 0 {
+		return s.claimLimited(ctx, conn, queue, want, worker, timeout)
+	}
+	return out, nil
+}
+
+// claimedRow reads one task a claim assigned.
+func claimedRow(row pgx.CollectableRow) (*norn.Task, error) {
+	r, err := scanRec(row)
+	if err != nil {
+		return nil, err
+	}
+	// A fresh task's history, not read back, is just this
+	// assignment; an older one's was read with it.
+	if r.History == nil {
+		r.History = []norn.HistoryEntry{{Type: norn.TaskAssignment, Time: r.Updated, Worker: r.Owner, Lease: r.Lease}}
+		r.HistoryDropped = r.historyCount - 1
+	}
+	return &r.Task, nil
 }
 
 // Heartbeat extends the lease.

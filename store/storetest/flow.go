@@ -1,7 +1,12 @@
 package storetest
 
 import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/nornq/norn"
 )
@@ -34,5 +39,307 @@ func exerciseFlow(t *testing.T, setup setupFunc) {
 				}
 			}
 		})
+
+		// limited configures queue q with u and fails the test on error.
+		limited := func(b *testBundle, u norn.QueueUpdate) norn.QueueInfo {
+			b.t.Helper()
+			qi, err := b.s.UpdateQueue(b.ctx, "q", u)
+			b.must(err, "UpdateQueue")
+			return qi
+		}
+		claimN := func(b *testBundle, n int) []string {
+			b.t.Helper()
+			return ids(b.claimReq(norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: n}))
+		}
+
+		t.Run("MaxRunningCapsClaims", func(t *testing.T) {
+			t.Parallel()
+			_, b := setup(t)
+			qi := limited(b, norn.QueueUpdate{MaxRunning: ptr(2)})
+			if qi.MaxRunning != 2 || qi.KeyLimit != 0 {
+				t.Fatalf("UpdateQueue answered max_running %d key_limit %d", qi.MaxRunning, qi.KeyLimit)
+			}
+			b.submit(norn.NewTask{ID: "a", Queue: "q"}, norn.NewTask{ID: "b", Queue: "q"},
+				norn.NewTask{ID: "c", Queue: "q", ConcurrencyKey: "k"}, norn.NewTask{ID: "d", Queue: "q"})
+			eqStrings(t, "first claim", claimN(b, 10), []string{"a", "b"})
+			b.claimNone("q")
+			b.complete(b.get("a"), "")
+			eqStrings(t, "claim after a completion", claimN(b, 10), []string{"c"})
+			limited(b, norn.QueueUpdate{MaxRunning: ptr(0)})
+			eqStrings(t, "claim after the limit was removed", claimN(b, 10), []string{"d"})
+			if g, err := b.s.Queue(b.ctx, "q"); err != nil || g.MaxRunning != 0 {
+				t.Fatalf("Queue: max_running %d, %v", g.MaxRunning, err)
+			}
+		})
+
+		t.Run("BlockedKeyNeverStopsOtherKeys", func(t *testing.T) {
+			t.Parallel()
+			_, b := setup(t)
+			limited(b, norn.QueueUpdate{KeyLimit: ptr(1)})
+			b.submit(norn.NewTask{ID: "a1", Queue: "q", ConcurrencyKey: "a"}, norn.NewTask{ID: "a2", Queue: "q", ConcurrencyKey: "a"},
+				norn.NewTask{ID: "a3", Queue: "q", ConcurrencyKey: "a"}, norn.NewTask{ID: "b1", Queue: "q", ConcurrencyKey: "b"},
+				norn.NewTask{ID: "b2", Queue: "q", ConcurrencyKey: "b"}, norn.NewTask{ID: "n1", Queue: "q"}, norn.NewTask{ID: "n2", Queue: "q"})
+			// Claim order is id order here; a's and b's second tasks are skipped,
+			// tasks without a key are not key-limited.
+			eqStrings(t, "first claim", claimN(b, 10), []string{"a1", "b1", "n1", "n2"})
+			b.claimNone("q")
+			b.complete(b.get("a1"), "")
+			eqStrings(t, "claim after a1 completed", claimN(b, 10), []string{"a2"})
+			qi, err := b.s.Queue(b.ctx, "q")
+			b.must(err, "Queue")
+			if fmt.Sprint(qi.Keys) != "[{a {0} 1} {b {0} 1}]" || qi.KeyLimit != 1 {
+				t.Fatalf("Queue keys %v key_limit %d, want a and b running 1 each", qi.Keys, qi.KeyLimit)
+			}
+		})
+
+		t.Run("KeyOwnLimitOverridesKeyLimit", func(t *testing.T) {
+			t.Parallel()
+			_, b := setup(t)
+			qi := limited(b, norn.QueueUpdate{KeyLimit: ptr(1), Keys: map[string]*norn.KeySettings{"a": {Limit: 2}}})
+			if fmt.Sprint(qi.Keys) != "[{a {2} 0}]" {
+				t.Fatalf("UpdateQueue keys %v", qi.Keys)
+			}
+			for i := range 4 {
+				b.submit(norn.NewTask{ID: fmt.Sprintf("a%d", i), Queue: "q", ConcurrencyKey: "a"},
+					norn.NewTask{ID: fmt.Sprintf("b%d", i), Queue: "q", ConcurrencyKey: "b"})
+			}
+			eqStrings(t, "claim", claimN(b, 10), []string{"a0", "a1", "b0"})
+			// Removing the key's own limit brings back the queue's: a is above it
+			// now, so neither key gets more.
+			qi = limited(b, norn.QueueUpdate{Keys: map[string]*norn.KeySettings{"a": nil}})
+			if fmt.Sprint(qi.Keys) != "[{a {0} 2} {b {0} 1}]" {
+				t.Fatalf("keys after removing a's limit: %v", qi.Keys)
+			}
+			b.claimNone("q")
+			b.complete(b.get("a0"), "")
+			b.claimNone("q")
+			b.complete(b.get("a1"), "")
+			eqStrings(t, "claim after a's tasks ended", claimN(b, 10), []string{"a2"})
+			// A limit for a key with no tasks is kept and shown.
+			qi = limited(b, norn.QueueUpdate{Keys: map[string]*norn.KeySettings{"idle": {Limit: 5}}})
+			if fmt.Sprint(qi.Keys) != "[{a {0} 1} {b {0} 1} {idle {5} 0}]" {
+				t.Fatalf("keys with an idle key's limit: %v", qi.Keys)
+			}
+		})
+
+		t.Run("EveryWayOutOfRunningFreesTheKey", func(t *testing.T) {
+			t.Parallel()
+			_, b := setup(t)
+			limited(b, norn.QueueUpdate{KeyLimit: ptr(1), MaxRunning: ptr(1)})
+			exits := []struct {
+				name string
+				out  func(tk *norn.Task)
+			}{
+				{"complete", func(tk *norn.Task) { b.complete(tk, "") }},
+				{"fail", func(tk *norn.Task) { b.fail(tk, "x") }},
+				{"abort", func(tk *norn.Task) { b.abort(tk, "x") }},
+				{"yield", func(tk *norn.Task) { b.yield(tk) }},
+				{"snooze", func(tk *norn.Task) {
+					_, err := b.s.Snooze(b.ctx, ref(tk), norn.Snooze{Delay: dur(time.Hour)})
+					b.must(err, "Snooze")
+				}},
+				{"timeout", func(tk *norn.Task) { b.advance(time.Minute) }},
+				{"cancel", func(tk *norn.Task) { b.cancel(tk.ID) }},
+				{"delete", func(tk *norn.Task) { b.delete(tk.ID) }},
+				{"batch complete", func(tk *norn.Task) {
+					res, err := b.s.LeaseBatch(b.ctx, []norn.LeaseOp{{Op: norn.OpComplete, LeaseRef: ref(tk)}})
+					b.must(err, "LeaseBatch")
+					if res[0].Err != nil {
+						t.Fatalf("LeaseBatch complete: %v", res[0].Err)
+					}
+				}},
+			}
+			for i, e := range exits {
+				id := fmt.Sprintf("t%d", i)
+				// A yielded or timed-out task is ready again, first in line.
+				b.submit(norn.NewTask{ID: id, Queue: "q", ConcurrencyKey: "k", Timeout: dur(10 * time.Second),
+					MaxAttempts: ptr(1)})
+				tk := b.claimID("w", id, "q")
+				b.submit(norn.NewTask{ID: id + "-next", Queue: "q", ConcurrencyKey: "k"})
+				b.claimNone("q")
+				e.out(tk)
+				got := claimN(b, 1)
+				if len(got) != 1 {
+					t.Fatalf("after %s: nothing claimable, the key's running count did not drop", e.name)
+				}
+				b.complete(b.get(got[0]), "")
+				for _, left := range claimN(b, 10) { // the other of the two, if still ready
+					b.complete(b.get(left), "")
+				}
+			}
+		})
+
+		t.Run("LongPollWakesWhenTheKeyFrees", func(t *testing.T) {
+			t.Parallel()
+			_, b := setup(t)
+			limited(b, norn.QueueUpdate{KeyLimit: ptr(1)})
+			b.submit(norn.NewTask{ID: "a1", Queue: "q", ConcurrencyKey: "a"}, norn.NewTask{ID: "a2", Queue: "q", ConcurrencyKey: "a"})
+			a1 := b.claimID("w", "a1", "q")
+			got := make(chan []*norn.Task, 1)
+			go func() {
+				ts, _ := b.s.Claim(b.ctx, norn.ClaimRequest{Worker: "w2", Queues: []string{"q"}, N: 1, Wait: dur(time.Minute)})
+				got <- ts
+			}()
+			select {
+			case ts := <-got:
+				t.Fatalf("long poll returned %d tasks while the key was at its limit", len(ts))
+			case <-time.After(200 * time.Millisecond):
+			}
+			b.complete(a1, "")
+			select {
+			case ts := <-got:
+				if len(ts) != 1 || ts[0].ID != "a2" {
+					t.Fatalf("long poll returned %v, want a2", ids(ts))
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("long poll did not wake when the key's running task completed")
+			}
+		})
+
+		t.Run("LimitsHoldUnderConcurrentClaimers", func(t *testing.T) {
+			t.Parallel()
+			s, b := setup(t)
+			ConcurrentLimits(t, []norn.Store{s}, b.ctx)
+		})
 	})
+}
+
+// ConcurrentLimits checks that flow limits hold with many concurrent
+// claimers spread over stores (several instances of one cluster store, or
+// one store): workers claim batches from a queue with max_running and
+// key_limit, hold each task a moment and complete it. No task may be
+// observed running by the workers beyond a limit (a task counts from when
+// its claim returned until before its completion is sent, inside the
+// store's own running interval), the store's own counts (Queue) never
+// exceed the limits, and every task completes exactly once.
+func ConcurrentLimits(t *testing.T, stores []norn.Store, ctx context.Context) {
+	const (
+		maxRunning = 6
+		keyLimit   = 2
+		keys       = 5
+		perKey     = 40
+		workers    = 8
+	)
+	s0 := stores[0]
+	_, err := s0.UpdateQueue(ctx, "flow", norn.QueueUpdate{MaxRunning: ptr(maxRunning), KeyLimit: ptr(keyLimit),
+		Keys: map[string]*norn.KeySettings{"k0": {Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nts []norn.NewTask
+	for i := range perKey {
+		for k := range keys {
+			nts = append(nts, norn.NewTask{Queue: "flow", ConcurrencyKey: fmt.Sprintf("k%d", k), Spec: []byte(fmt.Sprint(i))})
+		}
+		nts = append(nts, norn.NewTask{Queue: "flow"})
+	}
+	if _, err := s0.Submit(ctx, nts...); err != nil {
+		t.Fatal(err)
+	}
+	limitOf := func(key string) int {
+		switch key {
+		case "":
+			return maxRunning
+		case "k0":
+			return 1
+		}
+		return keyLimit
+	}
+	var (
+		mu        sync.Mutex
+		running   = map[string]int{}
+		total     int
+		completed = map[string]int{}
+		failure   error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if failure == nil {
+			failure = err
+		}
+		mu.Unlock()
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := stores[w%len(stores)]
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for {
+				mu.Lock()
+				finished := len(completed) == len(nts) || failure != nil
+				mu.Unlock()
+				if finished {
+					return
+				}
+				ts, err := s.Claim(ctx, norn.ClaimRequest{Worker: fmt.Sprintf("w%d", w), Queues: []string{"flow"}, N: 3,
+					Wait: dur(50 * time.Millisecond), Timeout: dur(time.Hour)})
+				if err != nil {
+					fail(fmt.Errorf("Claim: %w", err))
+					return
+				}
+				mu.Lock()
+				for _, tk := range ts {
+					running[tk.ConcurrencyKey]++
+					total++
+					if running[tk.ConcurrencyKey] > limitOf(tk.ConcurrencyKey) || total > maxRunning {
+						failure = fmt.Errorf("over-admitted: key %q has %d running (limit %d), queue %d (max %d)",
+							tk.ConcurrencyKey, running[tk.ConcurrencyKey], limitOf(tk.ConcurrencyKey), total, maxRunning)
+					}
+				}
+				mu.Unlock()
+				time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+				for _, tk := range ts {
+					mu.Lock()
+					running[tk.ConcurrencyKey]--
+					total--
+					completed[tk.ID]++
+					mu.Unlock()
+					if err := s.Complete(ctx, norn.LeaseRef{TaskID: tk.ID, Worker: tk.Owner, Lease: tk.Lease}, nil); err != nil {
+						fail(fmt.Errorf("Complete(%s): %w", tk.ID, err))
+						return
+					}
+				}
+			}
+		}()
+	}
+	// The store's own view, sampled meanwhile.
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			qi, err := s0.Queue(ctx, "flow")
+			if err != nil {
+				fail(err)
+				return
+			}
+			if n := qi.Counts[norn.StatusRunning]; n > maxRunning {
+				fail(fmt.Errorf("Queue shows %d running, max_running is %d", n, maxRunning))
+			}
+			for _, k := range qi.Keys {
+				if k.Running > int64(limitOf(k.Key)) {
+					fail(fmt.Errorf("Queue shows key %q with %d running, limit %d", k.Key, k.Running, limitOf(k.Key)))
+				}
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	wg.Wait()
+	close(done)
+	if failure != nil {
+		t.Fatal(failure)
+	}
+	for id, n := range completed {
+		if n != 1 {
+			t.Fatalf("task %s was claimed %d times", id, n)
+		}
+	}
+	if len(completed) != len(nts) {
+		t.Fatalf("%d of %d tasks completed", len(completed), len(nts))
+	}
 }

@@ -446,10 +446,38 @@ export interface paths {
         options?: never;
         head?: never;
         /**
-         * Pause/resume a queue or change its defaults
+         * Pause/resume a queue, change its defaults or its flow limits
          * @description Roles: admin
          */
         patch: operations["updateQueue"];
+        trace?: never;
+    };
+    "/v1/queues/{queue}/keys/{key}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get one concurrency key's settings and running count
+         * @description Roles: client, admin
+         */
+        get: operations["getQueueKey"];
+        /**
+         * Set one concurrency key's own limit
+         * @description Roles: admin
+         */
+        put: operations["putQueueKey"];
+        post?: never;
+        /**
+         * Remove one concurrency key's own settings (the queue's apply again)
+         * @description Roles: admin
+         */
+        delete: operations["deleteQueueKey"];
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/v1/stats": {
@@ -961,6 +989,12 @@ export interface components {
                 [key: string]: number;
             } | null;
             defaults: components["schemas"]["QueueDefaults"];
+            /** @description Flow limit: running tasks in the queue (absent: none). */
+            max_running?: number;
+            /** @description Flow limit: running tasks per concurrency key (absent: none). */
+            key_limit?: number;
+            /** @description GET/PATCH of one queue: the concurrency keys with their own settings or running tasks, sorted. */
+            keys?: components["schemas"]["KeyInfo"][];
         };
         QueueUpdate: {
             paused?: boolean;
@@ -970,6 +1004,14 @@ export interface components {
             retention?: components["schemas"]["Retention"];
             /** @description Default runtime limit of tasks submitted later (0s removes it). */
             max_runtime?: components["schemas"]["Duration"];
+            /** @description At most this many running tasks in the queue, across the cluster; 0 removes the limit. */
+            max_running?: number;
+            /** @description At most this many running tasks per concurrency_key; 0 removes the limit. */
+            key_limit?: number;
+            /** @description Concurrency keys' own settings; null removes a key's settings. */
+            keys?: {
+                [key: string]: components["schemas"]["KeySettings"] | null;
+            };
         };
         GroupCount: {
             queue: string;
@@ -1196,6 +1238,19 @@ export interface components {
         };
         RetriedResponse: {
             retried: number;
+        };
+        KeySettings: {
+            /** @description At most this many running tasks with this key; overrides the queue's key_limit (0: the queue's applies). */
+            limit?: number;
+        };
+        KeyInfo: {
+            key: string;
+            limit?: number;
+            /** @description Running tasks with this key now. */
+            running: number;
+        };
+        KeyResponse: {
+            key: components["schemas"]["KeyInfo"];
         };
     };
     responses: {
@@ -2386,6 +2441,109 @@ export interface operations {
             408: components["responses"]["E408"];
             413: components["responses"]["E413"];
             415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+        };
+    };
+    getQueueKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Queue name. */
+                queue: string;
+                /** @description Concurrency key (URL-escaped). */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key's settings and running count. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyResponse"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+        };
+    };
+    putQueueKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Queue name. */
+                queue: string;
+                /** @description Concurrency key (URL-escaped). */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["KeySettings"];
+            };
+        };
+        responses: {
+            /** @description The key's settings and running count. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyResponse"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            408: components["responses"]["E408"];
+            413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+        };
+    };
+    deleteQueueKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Queue name. */
+                queue: string;
+                /** @description Concurrency key (URL-escaped). */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key's settings and running count. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyResponse"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
             421: components["responses"]["E421"];
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];

@@ -1,0 +1,213 @@
+package embedded
+
+import (
+	"container/heap"
+	"encoding/json"
+	"slices"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/nornq/norn"
+)
+
+// Flow control in memory. A queue's ready tasks are split by concurrency
+// key: each key group has its own ready heap, and the queue's top heap
+// holds every group that may run another task (it has ready tasks and is
+// below its key limit), ordered by the group's first task. A claim takes
+// the first task of the first group — the same task one heap over every
+// ready task would give, minus those of keys at their limit — in
+// O(log keys + log tasks of the key), however many tasks blocked keys have
+// waiting. A group at its limit leaves the top heap and comes back when
+// one of its running tasks ends. Tasks without a key form the queue's
+// nokey group, which only max_running limits.
+
+// keyGroup is one concurrency key of a queue.
+type keyGroup struct {
+	key     string
+	q       *queue
+	ready   readyHeap
+	head    readyEnt // copy of ready[0] while in the top heap
+	running int64
+	tasks   int64 // tasks in memory with this key (any status)
+	// settings are the key's own (hasSettings: stored under a 'k' key).
+	settings    norn.KeySettings
+	hasSettings bool
+	topIdx      int
+}
+
+// limit is the key's running limit, 0 for none.
+func (g *keyGroup) limit() int {
+	var ks *norn.KeySettings
+	if g.hasSettings {
+		ks = &g.settings
+	}
+	return g.q.flow.KeyLimitFor(g.key, ks)
+}
+
+func (g *keyGroup) eligible() bool {
+	if len(g.ready) == 0 {
+		return false
+	}
+	l := g.limit()
+	return l == 0 || g.running < int64(l)
+}
+
+// groupHeap orders the groups that may run a task by their first ready
+// task, as readyHeap orders tasks.
+type groupHeap []*keyGroup
+
+func (h groupHeap) Len() int           { return len(h) }
+func (h groupHeap) Less(i, j int) bool { return entLess(&h[i].head, &h[j].head) }
+func (h groupHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].topIdx = i
+	h[j].topIdx = j
+}
+func (h *groupHeap) Push(x any) {
+	g := x.(*keyGroup)
+	g.topIdx = len(*h)
+	*h = append(*h, g)
+}
+func (h *groupHeap) Pop() any {
+	old := *h
+	n := len(old)
+	g := old[n-1]
+	old[n-1] = nil
+	*h = old[:n-1]
+	g.topIdx = -1
+	return g
+}
+
+// group returns the queue's group for key, creating it.
+func (q *queue) group(key string) *keyGroup {
+	if key == "" {
+		return q.nokey
+	}
+	g := q.keys[key]
+	if g == nil {
+		g = &keyGroup{key: key, q: q, topIdx: -1}
+		q.keys[key] = g
+	}
+	return g
+}
+
+// fixGroup puts g in, moves it within, or takes it out of the top heap
+// after its ready tasks, running count or limit changed.
+func (q *queue) fixGroup(g *keyGroup) {
+	if !g.eligible() {
+		if g.topIdx >= 0 {
+			heap.Remove(&q.top, g.topIdx)
+		}
+		return
+	}
+	g.head = g.ready[0]
+	if g.topIdx >= 0 {
+		heap.Fix(&q.top, g.topIdx)
+	} else {
+		heap.Push(&q.top, g)
+	}
+}
+
+// dropGroup forgets a group nothing refers to any more.
+func (q *queue) dropGroup(g *keyGroup) {
+	if g != q.nokey && g.tasks == 0 && !g.hasSettings && q.keys[g.key] == g {
+		delete(q.keys, g.key)
+	}
+}
+
+// refixAll re-evaluates every group after the queue's limits changed.
+func (q *queue) refixAll() {
+	q.fixGroup(q.nokey)
+	for _, g := range q.keys {
+		q.fixGroup(g)
+	}
+}
+
+// claimable reports whether a claim could take a task now.
+func (q *queue) claimable() bool {
+	if len(q.top) == 0 {
+		return false
+	}
+	return q.flow.MaxRunning == 0 || q.counts[stRunning] < int64(q.flow.MaxRunning)
+}
+
+// infoWithKeys is info plus the keys (one queue's view).
+func (q *queue) infoWithKeys() norn.QueueInfo {
+	qi := q.info()
+	qi.Keys = q.keyInfos()
+	return qi
+}
+
+// keyInfos lists the keys with settings or running tasks, sorted.
+func (q *queue) keyInfos() []norn.KeyInfo {
+	var out []norn.KeyInfo
+	for _, g := range q.keys {
+		if g.hasSettings || g.running > 0 {
+			out = append(out, norn.KeyInfo{Key: g.key, KeySettings: g.settings, Running: g.running})
+		}
+	}
+	slices.SortFunc(out, func(a, b norn.KeyInfo) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// Key settings are stored one per key: 'k' + queue + 0x00 + key → JSON.
+// Queue names cannot contain 0x00.
+const pfxKeySettings = 'k'
+
+func keySettingsKey(queue, key string) []byte {
+	k := make([]byte, 0, 2+len(queue)+len(key))
+	k = append(k, pfxKeySettings)
+	k = append(k, queue...)
+	k = append(k, 0)
+	return append(k, key...)
+}
+
+// setKeys applies the Keys part of a queue update.
+func (tx *txn) setKeys(q *queue, keys map[string]*norn.KeySettings) {
+	for key, ks := range keys {
+		g := q.group(key)
+		old, had := g.settings, g.hasSettings
+		tx.onUndo(func() {
+			g.settings, g.hasSettings = old, had
+			if !had && q.keys[key] == nil {
+				q.keys[key] = g
+			}
+			q.fixGroup(g)
+			q.dropGroup(g)
+		})
+		if ks == nil {
+			g.settings, g.hasSettings = norn.KeySettings{}, false
+			tx.b.Delete(keySettingsKey(q.name, key), nil)
+		} else {
+			g.settings, g.hasSettings = *ks, true
+			j, _ := json.Marshal(ks)
+			tx.b.Set(keySettingsKey(q.name, key), j, nil)
+		}
+		q.fixGroup(g)
+		q.dropGroup(g)
+	}
+}
+
+// loadKeySettings reads the stored key settings at open.
+func (s *Store) loadKeySettings() error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{pfxKeySettings}, UpperBound: []byte{pfxKeySettings + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()[1:]
+		i := slices.Index(k, 0)
+		if i < 0 {
+			return errCorrupt
+		}
+		var ks norn.KeySettings
+		if err := json.Unmarshal(it.Value(), &ks); err != nil {
+			return errCorrupt
+		}
+		g := s.queue(string(k[:i])).group(string(k[i+1:]))
+		g.settings, g.hasSettings = ks, true
+	}
+	return it.Error()
+}
