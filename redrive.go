@@ -186,3 +186,21 @@ func PlanDependentRetries(found []*Task, now time.Time, depStatus func(id string
 		}
 	}
 }
+
+// CheckRetryUnique refuses to bring t back while another task of its queue
+// holds its unique key and has not ended: a retry must never make a second
+// live holder of a key (a submit would have been a duplicate of that
+// holder). holders are the stored tasks holding t's key, t among them or
+// not. The conflict names the holder so the caller can decide.
+func CheckRetryUnique(t *Task, holders []UniqueHolder) error {
+	if t.UniqueKey == "" {
+		return nil
+	}
+	for _, h := range holders {
+		if h.ID != t.ID && !h.Status.Terminal() {
+			return Errorf(CodeConflict, "task %q cannot be retried: its unique key %q is held by task %q of queue %q, which has not ended",
+				t.ID, t.UniqueKey, h.ID, t.Queue)
+		}
+	}
+	return nil
+}

@@ -166,3 +166,31 @@ func TestPlanDependentRetries(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckRetryUnique(t *testing.T) {
+	keyed := &Task{ID: "a", Queue: "q", UniqueKey: "k"}
+	for _, tc := range []struct {
+		name    string
+		task    *Task
+		holders []UniqueHolder
+		refused bool
+	}{
+		{"NoKeyIsNeverRefused", &Task{ID: "a", Queue: "q"}, []UniqueHolder{{ID: "b", Status: StatusReady}}, false},
+		{"NoHolders", keyed, nil, false},
+		{"OnlyItself", keyed, []UniqueHolder{{ID: "a", Status: StatusAborted}}, false},
+		{"OthersEnded", keyed, []UniqueHolder{{ID: "b", Status: StatusCompleted}, {ID: "c", Status: StatusCancelled}}, false},
+		{"AnotherLiveHolder", keyed, []UniqueHolder{{ID: "a", Status: StatusAborted}, {ID: "b", Status: StatusRunning}}, true},
+		{"ABlockedHolderIsLive", keyed, []UniqueHolder{{ID: "b", Status: StatusBlocked}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckRetryUnique(tc.task, tc.holders)
+			if (err != nil) != tc.refused {
+				t.Fatalf("refused = %v (%v), want %v", err != nil, err, tc.refused)
+			}
+			var e *Error
+			if err != nil && (!errors.As(err, &e) || e.Code != CodeConflict || !strings.Contains(err.Error(), `"b"`)) {
+				t.Fatalf("want a conflict naming the holder, got %v", err)
+			}
+		})
+	}
+}

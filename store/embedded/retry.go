@@ -33,6 +33,9 @@ func (s *Store) Retry(ctx context.Context, id string, o norn.RetryOptions) (*nor
 		if err != nil {
 			return err
 		}
+		if err := norn.CheckRetryUnique(nt, s.holdersOf(nt)); err != nil {
+			return err
+		}
 		r, err := norn.DecideRetry(nt, fromNanos(tx.now), o, tx.depStatus)
 		if err != nil {
 			return err
@@ -85,6 +88,12 @@ func (s *Store) RetryMatching(ctx context.Context, f norn.Filter) (int64, error)
 					continue
 				}
 				pt.Status = statusOf(t.st.status)
+				pt.UniqueKey = s.uniqueOf[t]
+				// The index reflects the retries made so far in this
+				// batch, so two matches sharing a key bring back one.
+				if norn.CheckRetryUnique(pt, s.holdersOf(pt)) != nil {
+					continue
+				}
 				r, err := norn.DecideRetry(pt, fromNanos(tx.now), norn.RetryOptions{}, tx.depStatus)
 				if err != nil {
 					continue
@@ -99,6 +108,14 @@ func (s *Store) RetryMatching(ctx context.Context, f norn.Filter) (int64, error)
 		}
 		q.Cursor = p.NextCursor
 	}
+}
+
+// holdersOf returns the tasks holding t's unique key (none without one).
+func (s *Store) holdersOf(t *norn.Task) []norn.UniqueHolder {
+	if t.UniqueKey == "" {
+		return nil
+	}
+	return s.uniqueHolders(norn.UniqueRef{Queue: t.Queue, Key: t.UniqueKey})
 }
 
 // depStatus is the status of a task as of this transaction ("" when it
@@ -178,6 +195,21 @@ func (tx *txn) redriveDependents(root *task) error {
 		slices.Sort(next)
 		level = next
 	}
+	// A dependent whose unique key another live task holds (or one
+	// brought back before it here) stays aborted, and so do the tasks
+	// waiting on it: the plan sees it as failed.
+	taken := map[norn.UniqueRef]bool{}
+	found = slices.DeleteFunc(found, func(nt *norn.Task) bool {
+		if nt.UniqueKey == "" {
+			return false
+		}
+		ref := norn.UniqueRef{Queue: nt.Queue, Key: nt.UniqueKey}
+		if taken[ref] || norn.CheckRetryUnique(nt, s.holdersOf(nt)) != nil {
+			return true
+		}
+		taken[ref] = true
+		return false
+	})
 	plan := norn.PlanDependentRetries(found, fromNanos(tx.now), tx.depStatus)
 	for _, nt := range found {
 		if d, ok := plan[nt.ID]; ok {

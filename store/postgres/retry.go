@@ -33,6 +33,17 @@ func (s *Store) Retry(ctx context.Context, id string, o norn.RetryOptions) (*nor
 		if err := norn.CheckRetry(id, r.Status); err != nil {
 			return err
 		}
+		taken := map[norn.UniqueRef]bool{}
+		if r.UniqueKey != "" {
+			h, err := s.keyHolders(ctx, tx, &r.Task)
+			if err != nil {
+				return err
+			}
+			if err := norn.CheckRetryUnique(&r.Task, h); err != nil {
+				return err
+			}
+			taken[norn.UniqueRef{Queue: r.Queue, Key: r.UniqueKey}] = true
+		}
 		now, err := s.dbNow(ctx, tx)
 		if err != nil {
 			return err
@@ -48,7 +59,7 @@ func (s *Store) Retry(ctx context.Context, id string, o norn.RetryOptions) (*nor
 		}
 		changes := []*change{redriveChange(r, d, now)}
 		if o.WithDependents {
-			more, err := s.redriveDependents(ctx, tx, r.ID, d.Status, now)
+			more, err := s.redriveDependents(ctx, tx, r.ID, d.Status, now, taken)
 			if err != nil {
 				return err
 			}
@@ -119,7 +130,17 @@ ORDER BY t.id LIMIT $%d FOR UPDATE`, colsCore, cond, len(args)-1, len(args))), a
 			// Decided in id order: a dependency retried earlier in the
 			// batch counts as pending for the tasks after it.
 			var changes []*change
+			taken := map[norn.UniqueRef]bool{}
 			for _, r := range recs {
+				if !norn.Retryable(r.Status) {
+					continue
+				}
+				// Two matches sharing a key bring back one.
+				if ok, err := s.mayRetryUnique(ctx, tx, &r.Task, taken); err != nil {
+					return err
+				} else if !ok {
+					continue
+				}
 				d, err := norn.DecideRetry(&r.Task, now, norn.RetryOptions{}, func(id string) norn.Status { return st[id] })
 				if err != nil {
 					continue
@@ -171,6 +192,51 @@ func (s *Store) applyRedrives(ctx context.Context, tx pgx.Tx, now time.Time, cha
 	return nil
 }
 
+// mayRetryUnique reports whether t may come back as far as its unique key
+// goes: no other task of its queue holds the key live, and no task brought
+// back earlier in this transaction took it (taken, which it then marks).
+// The key's advisory lock is taken first, as submits take it, so no submit
+// of the key slips in before the commit; the partial unique index on live
+// holders stays the last guard.
+func (s *Store) mayRetryUnique(ctx context.Context, tx pgx.Tx, t *norn.Task, taken map[norn.UniqueRef]bool) (bool, error) {
+	if t.UniqueKey == "" {
+		return true, nil
+	}
+	ref := norn.UniqueRef{Queue: t.Queue, Key: t.UniqueKey}
+	if taken[ref] {
+		return false, nil
+	}
+	h, err := s.keyHolders(ctx, tx, t)
+	if err != nil {
+		return false, err
+	}
+	if norn.CheckRetryUnique(t, h) != nil {
+		return false, nil
+	}
+	taken[ref] = true
+	return true, nil
+}
+
+// keyHolders locks t's unique key and returns its live holders.
+func (s *Store) keyHolders(ctx context.Context, tx pgx.Tx, t *norn.Task) ([]norn.UniqueHolder, error) {
+	ref := norn.UniqueRef{Queue: t.Queue, Key: t.UniqueKey}
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", s.uniqueLockKey(ref)); err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, s.q(`SELECT id, status FROM {s}.tasks WHERE queue = $1 AND unique_key = $2
+	AND status IN ('scheduled', 'blocked', 'ready', 'running')`), ref.Queue, ref.Key)
+	if err != nil {
+		return nil, err
+	}
+	var out []norn.UniqueHolder
+	var id, st string
+	_, err = pgx.ForEachRow(rows, []any{&id, &st}, func() error {
+		out = append(out, norn.UniqueHolder{ID: id, Status: norn.Status(st)})
+		return nil
+	})
+	return out, err
+}
+
 func (s *Store) wakeAfter(ready, sched bool) {
 	if ready {
 		s.wake.fire()
@@ -203,7 +269,7 @@ func (s *Store) statuses(ctx context.Context, q querier, ids []string) (map[stri
 // redriveDependents finds, level by level, the tasks aborted because root
 // (now in rootStatus) failed, and returns the changes that bring back those
 // norn.PlanDependentRetries lets come back.
-func (s *Store) redriveDependents(ctx context.Context, tx pgx.Tx, root string, rootStatus norn.Status, now time.Time) ([]*change, error) {
+func (s *Store) redriveDependents(ctx context.Context, tx pgx.Tx, root string, rootStatus norn.Status, now time.Time, taken map[norn.UniqueRef]bool) ([]*change, error) {
 	seen := map[string]bool{root: true}
 	var found []*rec
 	level := []string{root}
@@ -234,6 +300,22 @@ WHERE t.depends_on && $1::text[] AND t.status = 'aborted' ORDER BY t.id FOR UPDA
 		}
 		level = next
 	}
+	// A dependent whose unique key another live task holds (or one
+	// brought back before it here) stays aborted, and so do the tasks
+	// waiting on it: the plan sees it as failed.
+	kept := found[:0]
+	for _, r := range found {
+		ok, err := s.mayRetryUnique(ctx, tx, &r.Task, taken)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			kept = append(kept, r)
+		} else {
+			delete(seen, r.ID)
+		}
+	}
+	found = kept
 	if len(found) == 0 {
 		return nil, nil
 	}

@@ -303,6 +303,80 @@ func exerciseRetry(t *testing.T, setup setupFunc) {
 			b.status("done", norn.StatusCompleted)
 		})
 
+		t.Run("UniqueKeyHeldByAnotherLiveTaskIsAConflict", func(t *testing.T) {
+			t.Parallel()
+			_, b := setup(t)
+			b.submit(norn.NewTask{ID: "old", Queue: "q", UniqueKey: "k"})
+			b.cancel("old")
+			// The key is free once old ended, so new takes it.
+			b.submit(norn.NewTask{ID: "new", Queue: "q", UniqueKey: "k"})
+			before := b.snapshot()
+			_, err := b.s.Retry(b.ctx, "old", norn.RetryOptions{})
+			wantErr(t, "Retry(old) while new holds its key", err, norn.ErrConflict)
+			if !strings.Contains(err.Error(), `"new"`) {
+				t.Fatalf("Retry error %q does not name the holder", err)
+			}
+			b.unchanged("refused retry", before)
+			// Once the holder ended, the retry goes through.
+			b.cancel("new")
+			retry(b, "old", norn.RetryOptions{})
+			b.status("old", norn.StatusReady)
+		})
+
+		t.Run("UniqueKeyOfAnotherQueueDoesNotMatter", func(t *testing.T) {
+			t.Parallel()
+			_, b := setup(t)
+			b.submit(norn.NewTask{ID: "x", Queue: "q", UniqueKey: "k"})
+			b.cancel("x")
+			b.submit(norn.NewTask{ID: "y", Queue: "p", UniqueKey: "k"})
+			retry(b, "x", norn.RetryOptions{})
+			b.status("x", norn.StatusReady)
+		})
+
+		t.Run("RetryMatchingBringsBackOneHolderPerKey", func(t *testing.T) {
+			t.Parallel()
+			s, b := setup(t)
+			b.submit(norn.NewTask{ID: "k1", Queue: "q", UniqueKey: "k"})
+			b.cancel("k1")
+			b.submit(norn.NewTask{ID: "k2", Queue: "q", UniqueKey: "k"})
+			b.cancel("k2")
+			b.submit(norn.NewTask{ID: "plain", Queue: "q"})
+			b.cancel("plain")
+			n, err := s.RetryMatching(b.ctx, norn.Filter{Queues: []string{"q"}})
+			b.must(err, "RetryMatching")
+			if n != 2 {
+				t.Fatalf("RetryMatching retried %d, want 2 (one holder of k and plain)", n)
+			}
+			live := 0
+			for _, id := range []string{"k1", "k2"} {
+				if !b.get(id).Status.Terminal() {
+					live++
+				}
+			}
+			if live != 1 {
+				t.Fatalf("%d live holders of key k after RetryMatching, want 1", live)
+			}
+			b.status("plain", norn.StatusReady)
+		})
+
+		t.Run("WithDependentsLeavesADependentWhoseKeyIsHeld", func(t *testing.T) {
+			t.Parallel()
+			_, b := setup(t)
+			b.submit(
+				norn.NewTask{ID: "a", Queue: "q"},
+				norn.NewTask{ID: "b", Queue: "q", UniqueKey: "k", DependsOn: []string{"a"}},
+				norn.NewTask{ID: "c", Queue: "q", DependsOn: []string{"b"}},
+				norn.NewTask{ID: "d", Queue: "q", DependsOn: []string{"a"}},
+			)
+			b.abort(b.claimID("w1", "a", "q"), "boom")
+			b.submit(norn.NewTask{ID: "holder", Queue: "q", UniqueKey: "k", Delay: dur(time.Hour)})
+			retry(b, "a", norn.RetryOptions{WithDependents: true})
+			b.status("d", norn.StatusBlocked)
+			// b stays aborted, and c, which waits for it, with it.
+			b.status("b", norn.StatusAborted)
+			b.status("c", norn.StatusAborted)
+		})
+
 		t.Run("RetryMatchingWorksInBatches", func(t *testing.T) {
 			t.Parallel()
 			s, b := setup(t)
