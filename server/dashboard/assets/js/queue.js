@@ -159,7 +159,16 @@ export function render(ctx, name) {
         h("dt", {}, "Retry"), h("dd", { id: "def-retry" }, r && r.max_retries ? `${r.max_retries}× backoff ${r.base || "0s"}${r.max ? " (max " + r.max + ")" : ""}` : "none"),
         h("dt", {}, "Keep completed"), h("dd", {}, forever(ret.completed)),
         h("dt", {}, "Keep aborted"), h("dd", {}, forever(ret.aborted)),
-        h("dt", {}, "Keep cancelled"), h("dd", {}, forever(ret.cancelled))),
+        h("dt", {}, "Keep cancelled"), h("dd", {}, forever(ret.cancelled)),
+        // Flow limits are queue settings next to the defaults.
+        h("dt", {}, "Max running"), h("dd", { id: "def-max-running" }, info.max_running ? String(info.max_running) : "no limit"),
+        h("dt", {}, "Per-key limit"), h("dd", { id: "def-key-limit" }, info.key_limit ? String(info.key_limit) : "no limit")),
+      info.keys && info.keys.length ? h("table", { class: "grid keys", id: "flow-keys" },
+        h("thead", {}, h("tr", {}, h("th", {}, "Concurrency key"), h("th", { class: "num" }, "Limit"), h("th", { class: "num" }, "Running"))),
+        h("tbody", {}, info.keys.map((k) => h("tr", { "data-key": k.key },
+          h("td", { "data-label": "Key" }, h("code", {}, k.key)),
+          h("td", { class: "num", "data-label": "Limit" }, k.limit ? String(k.limit) : "queue's"),
+          h("td", { class: "num", "data-label": "Running" }, num(k.running)))))) : null,
       admin ? h("button", { type: "button", id: "edit-defaults", onclick: editDefaults }, "Edit defaults") : null);
   }
   function editDefaults() {
@@ -180,6 +189,8 @@ export function render(ctx, name) {
       field("ret_completed", "Keep completed", ret.completed || "0s", "0s = forever"),
       field("ret_aborted", "Keep aborted", ret.aborted || "0s"),
       field("ret_cancelled", "Keep cancelled", ret.cancelled || "0s"),
+      field("max_running", "Max running", info.max_running || 0, "running tasks in the queue; 0 = no limit"),
+      field("key_limit", "Per-key limit", info.key_limit || 0, "running tasks per concurrency key; 0 = no limit"),
       msg,
       h("div", { class: "actions" },
         h("button", { type: "button", onclick: () => { delete defaultsBox.dataset.editing; renderDefaults(); } }, "Cancel"),
@@ -187,7 +198,7 @@ export function render(ctx, name) {
     form.addEventListener("submit", async (e) => {
       e.preventDefault();
       const v = (id) => form.elements[id].value.trim();
-      const ints = ["max_attempts", "max_retries"];
+      const ints = ["max_attempts", "max_retries", "max_running", "key_limit"];
       for (const id of ints) {
         if (!/^\d+$/.test(v(id))) { msg.hidden = false; msg.textContent = id + ": must be a whole number ≥ 0"; return; }
       }
@@ -203,6 +214,7 @@ export function render(ctx, name) {
       // Sent only when changed, so a server without runtime limits is not
       // sent a setting it does not know.
       if (v("max_runtime") !== (d.max_runtime || "0s")) body.max_runtime = v("max_runtime");
+      for (const id of ["max_running", "key_limit"]) if (Number(v(id)) !== (info[id] || 0)) body[id] = Number(v(id));
       try {
         info = (await api("PATCH", "v1/queues/" + enc(name), body)).queue;
         delete defaultsBox.dataset.editing;
