@@ -2,7 +2,11 @@ module github.com/nornq/norn
 
 go 1.26.0
 
-require github.com/spf13/cobra v1.10.2
+require (
+	github.com/spf13/cobra v1.10.2
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
+)
 
 require (
 	github.com/DataDog/zstd v1.5.7 // indirect

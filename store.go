@@ -166,6 +166,12 @@ type NewTask struct {
 	Spec     json.RawMessage   `json:"spec,omitempty"`
 	Priority uint32            `json:"priority,omitempty"`
 	Labels   map[string]string `json:"labels,omitempty"`
+	// Traceparent is a W3C traceparent ("00-<trace id>-<span id>-<flags>")
+	// to store with the task, and Tracestate its optional companion. Empty:
+	// the store takes the span of the submitting context, if any (see
+	// WithTrace).
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 	// RunAt delays the task until this time.
 	RunAt time.Time `json:"run_at,omitzero"`
 	// Delay delays the task by this long from submission (ignored if RunAt is set).

@@ -185,8 +185,13 @@ type Task struct {
 	Status   Status            `json:"status"`
 	Progress float64           `json:"progress"`
 	Labels   map[string]string `json:"labels,omitempty"`
-	Created  time.Time         `json:"created"`
-	Updated  time.Time         `json:"updated"`
+	// Traceparent and Tracestate are the W3C trace context the task was
+	// submitted in (empty: none); a worker's span for an attempt is a
+	// child of it. See docs/tracing.md.
+	Traceparent string    `json:"traceparent,omitempty"`
+	Tracestate  string    `json:"tracestate,omitempty"`
+	Created     time.Time `json:"created"`
+	Updated     time.Time `json:"updated"`
 	// RunAt: not claimable before this time.
 	RunAt     time.Time `json:"run_at"`
 	DependsOn []string  `json:"depends_on,omitempty"`

@@ -197,6 +197,15 @@ func (n *NewTask) Validate() error {
 			return err
 		}
 	}
+	if err := ValidateTraceparent("traceparent", n.Traceparent); err != nil {
+		return err
+	}
+	if err := ValidateTracestate("tracestate", n.Tracestate); err != nil {
+		return err
+	}
+	if n.Tracestate != "" && n.Traceparent == "" {
+		return Invalid("tracestate", "is only meaningful with a traceparent")
+	}
 	if n.Delay < 0 {
 		return Invalid("delay", "must not be negative")
 	}

@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/internal/wire"
 )
@@ -177,6 +179,11 @@ func (c *Client) send(ctx context.Context, hc *http.Client, r request) (*http.Re
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	// The caller's span travels as a W3C traceparent header: the server's
+	// span for the call is its child, and a submit stores it with the
+	// tasks that carry no trace context of their own. Without a span in
+	// ctx this adds nothing.
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, transportError(err)

@@ -120,7 +120,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) error {
 	if err := s.validateNewTask(p, "", &nt); err != nil {
 		return err
 	}
-	res, err := s.store.Submit(r.Context(), nt)
+	res, err := s.store.Submit(submitContext(r), nt)
 	if err != nil {
 		return err
 	}
@@ -158,7 +158,7 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request) error
 	}
 	resp := wire.BatchResponse{Tasks: make([]*norn.Task, 0, len(tasks)), Duplicates: []string{}}
 	if len(tasks) > 0 {
-		res, err := s.store.Submit(r.Context(), tasks...)
+		res, err := s.store.Submit(submitContext(r), tasks...)
 		if err != nil {
 			return err
 		}
@@ -574,7 +574,7 @@ func (s *Server) handleTransact(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkTasksScope(r.Context(), p, ids); err != nil {
 		return err
 	}
-	res, err := s.store.Transact(r.Context(), tx)
+	res, err := s.store.Transact(submitContext(r), tx)
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ func TaskSizeHint(tasks []*norn.Task) int {
 	n := 64
 	for _, t := range tasks {
 		if t != nil {
-			n += 320 + len(t.ID) + len(t.Queue) + len(t.ConcurrencyKey) + len(t.Spec) + len(t.Result) + len(t.Owner)
+			n += 320 + len(t.ID) + len(t.Queue) + len(t.ConcurrencyKey) + len(t.Spec) + len(t.Result) + len(t.Owner) + len(t.Traceparent) + len(t.Tracestate)
 		}
 	}
 	return n
@@ -91,6 +91,7 @@ func AppendTask(b []byte, t *norn.Task) ([]byte, error) {
 			return nil, err
 		}
 	}
+	b = appendTrace(b, t.Traceparent, t.Tracestate)
 	if b, err = jsonTime(b, `,"created":`, t.Created); err != nil {
 		return nil, err
 	}
@@ -170,6 +171,19 @@ func AppendTask(b []byte, t *norn.Task) ([]byte, error) {
 	b = append(b, `,"version":`...)
 	b = strconv.AppendUint(b, t.Version, 10)
 	return append(b, '}'), nil
+}
+
+// appendTrace writes the trace context members, omitted when empty.
+func appendTrace(b []byte, traceparent, tracestate string) []byte {
+	if traceparent != "" {
+		b = append(b, `,"traceparent":`...)
+		b = jsonString(b, traceparent)
+	}
+	if tracestate != "" {
+		b = append(b, `,"tracestate":`...)
+		b = jsonString(b, tracestate)
+	}
+	return b
 }
 
 // AppendLeaseResults writes the LeaseBatchResponse body (and a final
@@ -252,6 +266,7 @@ func AppendNewTask(b []byte, nt *norn.NewTask) ([]byte, error) {
 			return nil, err
 		}
 	}
+	b = appendTrace(b, nt.Traceparent, nt.Tracestate)
 	if !nt.RunAt.IsZero() {
 		if b, err = jsonMarshal(b, `,"run_at":`, nt.RunAt); err != nil {
 			return nil, err
@@ -353,7 +368,7 @@ func AppendLeaseOps(b []byte, ops []norn.LeaseOp) ([]byte, error) {
 func BatchSizeHint(tasks []norn.NewTask) int {
 	n := 16
 	for i := range tasks {
-		n += 64 + len(tasks[i].ID) + len(tasks[i].Queue) + len(tasks[i].Spec)
+		n += 64 + len(tasks[i].ID) + len(tasks[i].Queue) + len(tasks[i].Spec) + len(tasks[i].Traceparent) + len(tasks[i].Tracestate)
 	}
 	return n
 }

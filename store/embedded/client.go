@@ -25,6 +25,7 @@ func (s *Store) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Submi
 	if len(tasks) == 0 {
 		return []norn.Submitted{}, nil
 	}
+	tasks = norn.WithTrace(ctx, tasks)
 	var out []norn.Submitted
 	err := s.runSized(batchSizeHint(tasks), func(tx *txn) error {
 		var err error
@@ -151,7 +152,7 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 	}
 	im := immutable{queue: q.name, created: now, maxAttempts: int64(t.maxAttempts), timeout: t.timeout,
 		maxRuntime: t.maxRuntime, retry: t.retry, uniqueKey: n.UniqueKey, deps: n.DependsOn, spec: n.Spec, key: n.ConcurrencyKey,
-		labels: n.Labels, st: st}
+		labels: n.Labels, st: st, traceparent: n.Traceparent, tracestate: n.Tracestate}
 	tx.buf = im.encode(tx.buf[:0])
 	tx.b.Set(tx.key(id, sufImmutable), tx.buf, nil)
 	t.st = st
@@ -169,6 +170,7 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 	nt.UniqueKey = n.UniqueKey
 	nt.Spec = cloneBytes(n.Spec)
 	nt.ConcurrencyKey = n.ConcurrencyKey
+	nt.Traceparent, nt.Tracestate = n.Traceparent, n.Tracestate
 	if len(n.Labels) > 0 {
 		nt.Labels = maps.Clone(n.Labels)
 	}
@@ -407,6 +409,7 @@ func (s *Store) Transact(ctx context.Context, t norn.Txn) (*norn.TxnResult, erro
 		if err := norn.ValidateBatch("submit", t.Submit); err != nil {
 			return nil, err
 		}
+		t.Submit = norn.WithTrace(ctx, t.Submit)
 	}
 	for i := range t.Update {
 		if err := norn.ValidateID(fmt.Sprintf("update[%d].id", i), t.Update[i].ID); err != nil {

@@ -243,6 +243,8 @@ type immutable struct {
 	spec      []byte
 	// key is the concurrency key ("" for none).
 	key string
+	// traceparent and tracestate are the task's W3C trace context.
+	traceparent, tracestate string
 	// labels and st are the task's labels and state at submit; a later
 	// labels record ('b') or state record ('c') supersedes them, so a
 	// submit writes one key per task.
@@ -251,9 +253,20 @@ type immutable struct {
 }
 
 // immVersion 3 added the unique key, 4 the concurrency key after the
-// spec, 5 maxRuntime after the timeout; version 2 to 4 records (without
-// them) are still read, as no key and no limit.
-const immVersion = 5
+// spec, 5 maxRuntime after the timeout, 6 the optional fields after the
+// concurrency key; version 2 to 5 records (without them) are still read,
+// as no key, no limit and no optional field.
+const immVersion = 6
+
+// Optional fields of the immutable record (version 6 on): a count, then
+// each present one as a tag and its bytes. Absent fields cost one byte in
+// all, a field added later takes the next tag instead of a new version,
+// and a reader skips tags it does not know, so records written by a newer
+// version stay readable by an older one.
+const (
+	optTraceparent = 1
+	optTracestate  = 2
+)
 
 func (im *immutable) encode(buf []byte) []byte {
 	e := enc{b: buf}
@@ -283,12 +296,14 @@ func (im *immutable) encode(buf []byte) []byte {
 		e.by(im.spec)
 	}
 	e.s(im.key)
+	im.appendOptional(&e)
 	e.b = appendLabels(e.b, im.labels)
 	return im.st.encode(e.b)
 }
 
 // decodeImmutable decodes the record; withSpec and withLabels false skip
-// copying what a caller does not need (recovery needs neither).
+// copying what a caller does not need (recovery needs neither, nor the
+// optional fields, which are skipped when both are false).
 func decodeImmutable(b []byte, withSpec, withLabels bool) (immutable, error) {
 	var im immutable
 	if len(b) < 1 || b[0] < 2 || b[0] > immVersion {
@@ -338,6 +353,9 @@ func decodeImmutable(b []byte, withSpec, withLabels bool) (immutable, error) {
 	if b[0] >= 4 {
 		im.key = d.s()
 	}
+	if b[0] >= 6 {
+		im.decodeOptional(&d, withSpec || withLabels)
+	}
 	if d.err != nil {
 		return im, d.err
 	}
@@ -353,6 +371,44 @@ func decodeImmutable(b []byte, withSpec, withLabels bool) (immutable, error) {
 	}
 	im.st, err = decodeState(rest)
 	return im, err
+}
+
+func (im *immutable) appendOptional(e *enc) {
+	n := 0
+	if im.traceparent != "" {
+		n++
+	}
+	if im.tracestate != "" {
+		n++
+	}
+	e.u(uint64(n))
+	if im.traceparent != "" {
+		e.u(optTraceparent)
+		e.s(im.traceparent)
+	}
+	if im.tracestate != "" {
+		e.u(optTracestate)
+		e.s(im.tracestate)
+	}
+}
+
+// decodeOptional reads the optional fields; keep false skips them without
+// copying (recovery reads every task at open and needs none of them).
+func (im *immutable) decodeOptional(d *dec, keep bool) {
+	n := d.u()
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		tag := d.u()
+		switch {
+		case !keep:
+			d.by()
+		case tag == optTraceparent:
+			im.traceparent = d.s()
+		case tag == optTracestate:
+			im.tracestate = d.s()
+		default:
+			d.by()
+		}
+	}
 }
 
 func appendLabels(b []byte, l map[string]string) []byte {

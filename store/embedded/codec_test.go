@@ -39,13 +39,14 @@ func TestRecordsRoundTrip(t *testing.T) {
 	}
 	im := immutable{queue: "q", created: 99, maxAttempts: 3, timeout: int64(time.Second), maxRuntime: int64(time.Minute),
 		retry: &norn.RetryPolicy{MaxRetries: 2, Base: norn.Duration(time.Second)}, uniqueKey: "user-42",
-		deps: []string{"a", "b"}, spec: []byte(`{"x":1}`), key: "tenant-7", labels: map[string]string{"k": "v"}, st: st}
+		deps: []string{"a", "b"}, spec: []byte(`{"x":1}`), key: "tenant-7", labels: map[string]string{"k": "v"}, st: st,
+		traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", tracestate: "congo=t61rcWkgMzE"}
 	gim, err := decodeImmutable(im.encode(nil), true, true)
 	if err != nil || !reflect.DeepEqual(gim, im) {
 		t.Fatalf("immutable round trip:\n%+v\n%+v\n%v", gim, im, err)
 	}
 	min, err := decodeImmutable(im.encode(nil), false, false)
-	if err != nil || min.spec != nil || min.labels != nil || min.st != st || min.queue != "q" {
+	if err != nil || min.spec != nil || min.labels != nil || min.traceparent != "" || min.st != st || min.queue != "q" {
 		t.Fatalf("minimal decode: %+v %v", min, err)
 	}
 	h := norn.HistoryEntry{Type: norn.TaskAbort, Time: time.Unix(5, 6).UTC(), Worker: "w", Lease: 2, Progress: 0.5,
@@ -82,7 +83,8 @@ func legacyState(st state) []byte {
 }
 
 // legacyImmutable writes im as immutable record version v (2: before unique
-// keys, 3: before concurrency keys, 4: before max runtimes) did, with a
+// keys, 3: before concurrency keys, 4: before max runtimes, 5: before the
+// optional fields) did, with a
 // version 1 state inside.
 func legacyImmutable(v byte, im immutable) []byte {
 	e := enc{b: []byte{v}}
@@ -90,6 +92,9 @@ func legacyImmutable(v byte, im immutable) []byte {
 	e.i(im.created)
 	e.i(im.maxAttempts)
 	e.i(im.timeout)
+	if v >= 5 {
+		e.i(im.maxRuntime)
+	}
 	if im.retry != nil {
 		e.b = append(e.b, 1)
 		e.i(int64(im.retry.MaxRetries))
@@ -126,8 +131,9 @@ func TestOlderRecordsDecode(t *testing.T) {
 	for _, c := range []struct {
 		v                  byte
 		uniqueKey, flowKey string
-	}{{2, "", ""}, {3, "user-42", ""}, {4, "user-42", "tenant-7"}} {
-		im := immutable{queue: "q", created: 99, maxAttempts: 3, timeout: 5, retry: &norn.RetryPolicy{MaxRetries: 1},
+		maxRuntime         int64
+	}{{2, "", "", 0}, {3, "user-42", "", 0}, {4, "user-42", "tenant-7", 0}, {5, "user-42", "tenant-7", 60}} {
+		im := immutable{queue: "q", created: 99, maxAttempts: 3, timeout: 5, maxRuntime: c.maxRuntime, retry: &norn.RetryPolicy{MaxRetries: 1},
 			uniqueKey: c.uniqueKey, deps: []string{"a"}, spec: []byte(`{"x":1}`), key: c.flowKey,
 			labels: map[string]string{"k": "v"}, st: st}
 		gim, err := decodeImmutable(legacyImmutable(c.v, im), true, true)
@@ -137,11 +143,42 @@ func TestOlderRecordsDecode(t *testing.T) {
 	}
 }
 
+// Optional fields of tags this version does not know (written by a newer
+// one) are skipped.
+func TestImmutableSkipsUnknownOptionalFields(t *testing.T) {
+	t.Parallel()
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	im := immutable{queue: "q", created: 5, spec: []byte(`1`), labels: map[string]string{"k": "v"},
+		st: state{status: stReady, version: 1}, traceparent: tp}
+	rec := im.encode(nil)
+	known := enc{}
+	known.u(1)
+	known.u(optTraceparent)
+	known.s(tp)
+	at := bytes.Index(rec, known.b)
+	if at < 0 {
+		t.Fatal("layout assumption broken: optional fields not found")
+	}
+	future := enc{}
+	future.u(2)
+	future.u(99)
+	future.s("from a later version")
+	future.u(optTraceparent)
+	future.s(tp)
+	spliced := append(append(append([]byte(nil), rec[:at]...), future.b...), rec[at+len(known.b):]...)
+	got, err := decodeImmutable(spliced, true, true)
+	if err != nil || !reflect.DeepEqual(got, im) {
+		t.Fatalf("record with an unknown optional field:\n%+v\n%+v\n%v", got, im, err)
+	}
+}
+
 // Decoders of disk records must reject garbage with an error, never panic.
 func FuzzDecodeRecords(f *testing.F) {
 	st := state{status: stReady, owner: "w"}
 	im := immutable{queue: "q", deps: []string{"d"}, spec: []byte(`1`), st: st}
 	f.Add(st.encode(nil))
+	f.Add(im.encode(nil))
+	im.traceparent, im.tracestate = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "a=b"
 	f.Add(im.encode(nil))
 	f.Add(encodeHistory(norn.HistoryEntry{Type: norn.TaskRetry}))
 	f.Add([]byte{})

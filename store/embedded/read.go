@@ -150,7 +150,8 @@ func (s *Store) decodeTask(it *pebble.Iterator, id string, lo []byte, summary bo
 			}
 			t = &norn.Task{ID: id, Queue: im.queue, Created: fromNanos(im.created), MaxAttempts: int(im.maxAttempts),
 				Timeout: norn.Duration(im.timeout), MaxRuntime: norn.Duration(im.maxRuntime), Retry: im.retry, UniqueKey: im.uniqueKey,
-				DependsOn: im.deps, Spec: im.spec, Labels: im.labels, ConcurrencyKey: im.key}
+				DependsOn: im.deps, Spec: im.spec, Labels: im.labels, ConcurrencyKey: im.key,
+				Traceparent: im.traceparent, Tracestate: im.tracestate}
 			st = im.st
 		case sufLabels:
 			if t == nil {

@@ -33,7 +33,7 @@ const (
 	colsBase = `t.id, t.queue, t.priority, t.status, t.progress, t.labels, t.created, t.updated, t.run_at,
 t.ready_at, t.ended_at, t.depends_on, t.pending_deps, t.owner, t.deadline, t.lease, t.attempts,
 t.max_attempts, t.retry, t.timeout_ns, t.history_count, t.log_seq, t.version, t.assign_seq, t.done_seq, t.claimed_at,
-t.concurrency_key, t.max_runtime_ns, t.unique_key`
+t.concurrency_key, t.max_runtime_ns, t.unique_key, t.traceparent, t.tracestate`
 	// historyAgg is the task's history: its task_history_rows plus the
 	// assignment and completion entries kept in the row, unless the history
 	// cap ({hl}) has dropped them.
@@ -80,11 +80,12 @@ func scanRec(row pgx.Row) (*rec, error) {
 		claimed           *time.Time
 		ckey              *string
 		maxRuntimeNS      int64
+		tparent, tstate   *string
 	)
 	err := row.Scan(&r.ID, &r.Queue, &priority, &status, &r.Progress, &labels, &created, &updated, &runAt,
 		&readyAt, &ended, &deps, &pending, &owner, &deadline, &lease, &attempts,
 		&maxAttempts, &retry, &timeoutNS, &hcnt, &logSeq, &version, &assignSeq, &doneSq, &claimed, &ckey, &maxRuntimeNS,
-		&uniqueKey, &spec, &result, &errs, &hist)
+		&uniqueKey, &tparent, &tstate, &spec, &result, &errs, &hist)
 	if err != nil {
 		return nil, err
 	}
@@ -113,6 +114,12 @@ func scanRec(row pgx.Row) (*rec, error) {
 	}
 	if uniqueKey != nil {
 		r.UniqueKey = *uniqueKey
+	}
+	if tparent != nil {
+		r.Traceparent = *tparent
+	}
+	if tstate != nil {
+		r.Tracestate = *tstate
 	}
 	if len(deps) > 0 {
 		r.DependsOn = deps

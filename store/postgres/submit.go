@@ -110,15 +110,15 @@ func (s *Store) buildInsertSQL(onConflict bool) string {
 	}
 	return s.q(`WITH ins AS (INSERT INTO {s}.tasks (id, queue, spec, priority, status, labels, created, updated, run_at,
 	ready_at, ended_at, depends_on, pending_deps, max_attempts, retry, timeout_ns, errors, history_count, version,
-	concurrency_key, max_runtime_ns, unique_key)
+	concurrency_key, max_runtime_ns, unique_key, traceparent, tracestate)
 SELECT u.id, u.queue, u.spec, u.priority, u.status, u.labels::jsonb, $16, $16, u.run_at, $16, u.ended_at,
 	string_to_array(u.deps, ','), u.pending, u.max_attempts, u.retry::jsonb, u.timeout_ns, u.errors::jsonb, u.hcount, 1,
-	u.ckey, u.max_runtime_ns, u.ukey
+	u.ckey, u.max_runtime_ns, u.ukey, u.tparent, u.tstate
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::text[], $6::text[], $7::timestamptz[],
 	$8::timestamptz[], $9::text[], $10::int[], $11::int[], $12::text[], $13::bigint[], $14::text[], $15::int[],
-	$19::text[], $20::bigint[], $21::text[])
+	$19::text[], $20::bigint[], $21::text[], $22::text[], $23::text[])
 	AS u(id, queue, spec, priority, status, labels, run_at, ended_at, deps, pending, max_attempts, retry,
-	timeout_ns, errors, hcount, ckey, max_runtime_ns, ukey)
+	timeout_ns, errors, hcount, ckey, max_runtime_ns, ukey, tparent, tstate)
 ` + conflict + `
 RETURNING id, queue, status, version, 'TaskSubmit'::text AS kind, created AS time),
 h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time, error)
@@ -176,6 +176,7 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 	if len(in) == 0 {
 		return []norn.Submitted{}, nil
 	}
+	in = norn.WithTrace(ctx, in)
 	p, err := newSubmitPlan(prefix, in)
 	if err != nil {
 		return nil, err
@@ -437,6 +438,7 @@ func newRec(nt *norn.NewTask, in norn.Initial, now time.Time) *rec {
 		r.Labels = nt.Labels
 	}
 	r.ConcurrencyKey = nt.ConcurrencyKey
+	r.Traceparent, r.Tracestate = nt.Traceparent, nt.Tracestate
 	r.Created, r.Updated, r.readyAt = now, now, now
 	r.RunAt = micro(in.RunAt)
 	if len(nt.DependsOn) > 0 {
@@ -459,6 +461,7 @@ type insertArgs struct {
 	ids, qs, status             []string
 	labels, deps, retries, errs []*string
 	ckeys, keys                 []*string
+	tparents, tstates           []*string
 	specs                       [][]byte
 	prio, timeouts, maxRuntimes []int64
 	runAt                       []time.Time
@@ -491,6 +494,7 @@ func (a *insertArgs) add(r *rec) {
 	a.hcount = append(a.hcount, int32(r.historyCount))
 	a.ckeys = append(a.ckeys, strPtr(r.ConcurrencyKey))
 	a.keys = append(a.keys, strPtr(r.UniqueKey))
+	a.tparents, a.tstates = append(a.tparents, strPtr(r.Traceparent)), append(a.tstates, strPtr(r.Tracestate))
 	if r.Status == norn.StatusAborted {
 		b, _ := json.Marshal(r.Errors[0])
 		a.abortIDs, a.abortErrs = append(a.abortIDs, r.ID), append(a.abortErrs, string(b))
@@ -513,7 +517,7 @@ func (s *Store) insertRecs(ctx context.Context, q querier, p *submitPlan) (map[s
 	}
 	rows, err := q.Query(ctx, s.insertSQL(p.clientIDs || p.keys), a.ids, a.qs, a.specs, a.prio, a.status, a.labels,
 		a.runAt, a.ended, a.deps, a.pending, a.maxAtt, a.retries, a.timeouts, a.errs, a.hcount, p.now,
-		a.abortIDs, a.abortErrs, a.ckeys, a.maxRuntimes, a.keys)
+		a.abortIDs, a.abortErrs, a.ckeys, a.maxRuntimes, a.keys, a.tparents, a.tstates)
 	if err != nil {
 		return nil, err
 	}

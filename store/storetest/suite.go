@@ -41,7 +41,7 @@ func RunWith(t *testing.T, f Factory, o Options) {
 		exerciseLeaseBatch, exerciseFencing, exerciseRepeatedCall, exerciseSnooze, exerciseRetry,
 		exerciseMaxRuntime,
 		exerciseQueues, exerciseSubscribe, exerciseInvalidInput, exerciseClose,
-		exerciseSchedules, exerciseReadLog, exerciseFlow,
+		exerciseSchedules, exerciseReadLog, exerciseFlow, exerciseTrace,
 	} {
 		exercise(t, setup)
 	}

@@ -773,6 +773,8 @@ export interface components {
             labels?: {
                 [key: string]: string;
             };
+            traceparent?: components["schemas"]["Traceparent"];
+            tracestate?: components["schemas"]["Tracestate"];
             /** Format: date-time */
             created: string;
             /** Format: date-time */
@@ -816,6 +818,8 @@ export interface components {
             labels?: {
                 [key: string]: string;
             };
+            traceparent?: components["schemas"]["Traceparent"];
+            tracestate?: components["schemas"]["Tracestate"];
             /** Format: date-time */
             run_at?: string;
             delay?: components["schemas"]["Duration"];
@@ -832,6 +836,16 @@ export interface components {
             /** @description Runtime limit of each attempt (absent or 0s: the queue's default, whose 0s is no limit). */
             max_runtime?: components["schemas"]["Duration"];
         };
+        /**
+         * @description W3C traceparent (https://www.w3.org/TR/trace-context/): the trace context the task was submitted in. A worker's span for an attempt is its child. On submit, when absent, the server takes the request's traceparent header (or its own span for the call when tracing is on). Trace and parent ids must not be all zeros; version ff is invalid.
+         * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+         */
+        Traceparent: string;
+        /**
+         * @description W3C tracestate that travels with traceparent: up to 32 comma-separated key=value entries. Only valid with a traceparent.
+         * @example congo=t61rcWkgMzE
+         */
+        Tracestate: string;
         Submitted: {
             task: components["schemas"]["Task"];
             /** @description True when nothing was created: the id existed already, or a task of the queue holds the unique key. task is then that task. */
