@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -188,4 +189,19 @@ func WithTrace(ctx context.Context, tasks []NewTask) []NewTask {
 		return tasks
 	}
 	return out
+}
+
+// ContextWithTrace returns ctx carrying the trace context traceparent and
+// tracestate as a remote parent, so that a span started from it is their
+// child; ctx itself when traceparent is empty or not a W3C traceparent.
+// Workers call it with a claimed task's fields.
+func ContextWithTrace(ctx context.Context, traceparent, tracestate string) context.Context {
+	if traceparent == "" {
+		return ctx
+	}
+	carrier := propagation.MapCarrier{"traceparent": traceparent}
+	if tracestate != "" {
+		carrier["tracestate"] = tracestate
+	}
+	return propagation.TraceContext{}.Extract(ctx, carrier)
 }

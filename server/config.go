@@ -11,6 +11,7 @@ import (
 
 	"github.com/nornq/norn"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config configures a Server. Zero values mean the documented defaults.
@@ -94,6 +95,13 @@ type Config struct {
 	// Registry receives the server's Prometheus metrics and is what /metrics
 	// serves. Default: a new registry with the Go and process collectors.
 	Registry *prometheus.Registry
+	// TracerProvider, when set, gives every API call a server span (named
+	// by its route, "POST /v1/tasks"), a child of the caller's traceparent
+	// header; a submit then stores that span as the trace context of tasks
+	// without their own. Default nil: no spans, and nothing is added to a
+	// request's path (the traceparent header is still stored on submit).
+	// See tracing.FromEnv.
+	TracerProvider trace.TracerProvider
 	// ReadyCheck is an optional extra readiness probe for /readyz (e.g. a
 	// Kafka bridge); the store is always probed.
 	ReadyCheck func(ctx context.Context) error

@@ -272,7 +272,7 @@ func (s *Server) apiRoutes() []route {
 
 func (s *Server) routes() {
 	for _, rt := range s.apiRoutes() {
-		s.mux.Handle(rt.pattern, s.m.instrument(rt.pattern, s.wrap(rt)))
+		s.mux.Handle(rt.pattern, s.m.instrument(rt.pattern, s.traced(rt.pattern, s.wrap(rt))))
 	}
 	metricsHandler := s.m.handler()
 	if s.cfg.MetricsAuth {

@@ -38,7 +38,10 @@ const DefaultStderrTail = 4096
 // engine of `norn work`. The program gets:
 //   - the task's spec on stdin (nothing when the task has no spec);
 //   - NORN_TASK_ID, NORN_QUEUE, NORN_LEASE, NORN_ATTEMPT and NORN_WORKER in
-//     its environment, on top of the worker's own environment and Env.
+//     its environment, on top of the worker's own environment and Env;
+//   - TRACEPARENT and TRACESTATE: the W3C trace context of the attempt (its
+//     span when the worker traces, else the task's stored one; empty when
+//     the task has none), for the program's own spans to be its children.
 //
 // Its outcome:
 //   - exit 0 completes the task; stdout becomes the result: as is when it is
@@ -103,6 +106,7 @@ func (c *Command) ServeTask(ctx context.Context, t *Task) error {
 		closeAll(inR, inW, outR, outW)
 		return err
 	}
+	traceparent, tracestate := norn.TraceFromContext(ctx)
 	cmd := exec.Command(path, c.Args...)
 	cmd.Dir = c.Dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
@@ -112,6 +116,10 @@ func (c *Command) ServeTask(ctx context.Context, t *Task) error {
 		"NORN_LEASE="+strconv.FormatUint(t.Lease, 10),
 		"NORN_ATTEMPT="+strconv.Itoa(t.Attempts),
 		"NORN_WORKER="+t.Ref().Worker,
+		// Set even when empty: a TRACEPARENT the worker inherited is not
+		// the task's parent.
+		"TRACEPARENT="+traceparent,
+		"TRACESTATE="+tracestate,
 	)
 	setProcessGroup(cmd)
 	err = cmd.Start()

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/nornq/norn"
 )
 
@@ -232,6 +234,8 @@ type run struct {
 	snooze norn.Snooze
 	// limit cancels the handler at the task's max_runtime (nil: no limit).
 	limit *time.Timer
+	// span is the attempt's span (nil without Config.TracerProvider).
+	span trace.Span
 
 	// Guarded by Worker.mu.
 	state    runState

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/nornq/norn"
 )
 
@@ -71,6 +73,14 @@ type Config struct {
 	Name string
 	// Logger receives the worker's logs. Default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider, when set, gives every attempt a consumer span
+	// ("process <queue>"), a child of the task's stored traceparent, that
+	// ends when the outcome is reported and records it. The handler's
+	// context carries the span, so its own spans nest under it. Default
+	// nil: no span, but the handler's context still carries the task's
+	// trace context as a remote parent (spans the handler starts with its
+	// own tracer join the submitter's trace). See tracing.FromEnv.
+	TracerProvider trace.TracerProvider
 }
 
 // Defaults of Config.
@@ -423,7 +433,7 @@ func (w *Worker) start(nt *norn.Task, sent time.Time) {
 	if r.interval <= 0 || r.interval >= r.leaseLen {
 		r.interval = r.leaseLen / 3
 	}
-	r.ctx, r.cancel = context.WithCancelCause(context.Background())
+	r.ctx, r.cancel = context.WithCancelCause(w.traceStart(r, nt))
 	r.task = &Task{Task: *nt, r: r}
 	r.lastOK = sent
 	r.nextBeat = sent.Add(r.interval)
@@ -446,6 +456,7 @@ func (w *Worker) serve(r *run) {
 	defer w.handlers.Done()
 	err, panicInfo := w.call(r)
 	w.finish(r, err, panicInfo)
+	r.traceEnd()
 }
 
 // call runs the handler, turning a panic into an abort description.
@@ -494,6 +505,7 @@ func (w *Worker) finish(r *run, err error, panicInfo *norn.ErrorInfo) {
 		op, info = norn.OpFail, errorInfo(err)
 		log.Info("task failed", "err", err)
 	}
+	r.traceOutcome(op, info)
 	rerr := w.report(r, op, result, info)
 	if rerr != nil && op == norn.OpComplete && !gone(rerr) && !transient(rerr) {
 		// The store refused the result itself (too large, invalid): the

@@ -233,6 +233,11 @@ func runServer(cmd *cobra.Command, sf *serverFlags) error {
 			return usagef("%v", err)
 		}
 	}
+	tp, stopTracing, err := startTracing(ctx, "norn-server", log)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	defer stopTracing()
 	obs, err := server.NewStoreObserver(reg)
 	if err != nil {
 		return err
@@ -257,6 +262,7 @@ func runServer(cmd *cobra.Command, sf *serverFlags) error {
 		TLSCert: sf.tlsCert, TLSKey: sf.tlsKey, MaxBodyBytes: sf.maxBody, MaxSpecBytes: sf.maxSpec,
 		MaxBatch: sf.maxBatch, MaxLabels: sf.maxLabels, ShutdownTimeout: sf.shutdownTimeout, Logger: log,
 		Registry: reg, CORSOrigins: sf.corsOrigins, AllowedHosts: sf.allowedHosts, MetricsAuth: sf.metricsAuth,
+		TracerProvider: tp.TracerProvider(),
 	}
 	if sf.dashboard {
 		cfg.Dashboard = dashboard.Handler()

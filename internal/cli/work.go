@@ -35,7 +35,11 @@ func init() {
 task, at most -c at a time, heartbeating every running task.
 
 The command gets the task's spec on stdin and NORN_TASK_ID, NORN_QUEUE,
-NORN_LEASE, NORN_ATTEMPT and NORN_WORKER in its environment. Its outcome:
+NORN_LEASE, NORN_ATTEMPT and NORN_WORKER in its environment, and TRACEPARENT
+(and TRACESTATE) with the W3C trace context of the attempt when the task has
+one: spans the command starts under it join the submitter's trace. Tracing
+of norn work itself is configured by the OTEL_* variables (docs/tracing.md).
+Its outcome:
   exit 0     completes the task; stdout is the result (JSON as is, other text
              as a JSON string, nothing when empty)
   exit 75    fails the task; it is retried per its retry policy
@@ -74,6 +78,11 @@ it is optional but clearer.`,
 					level = slog.LevelDebug
 				}
 				logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+				tp, stopTracing, err := startTracing(cmd.Context(), "norn-work", logger)
+				if err != nil {
+					return usagef("%v", err)
+				}
+				defer stopTracing()
 				cfg := worker.Config{
 					Handler: &worker.Command{
 						Path:      args[0],
@@ -91,6 +100,7 @@ it is optional but clearer.`,
 					ShutdownGrace:     o.grace,
 					Name:              o.name,
 					Logger:            logger,
+					TracerProvider:    tp.TracerProvider(),
 				}
 				if o.grace == 0 {
 					cfg.ShutdownGrace = -1 // --grace 0 means yield at once

@@ -30,12 +30,14 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
+from . import tracing
 from .types import LogEntry, Record, Task
 from .worker import Abort, ActiveTask, Fail, Middleware, Snooze, Worker
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "tracing",
     "Client",
     "DEFAULT_SERVER",
     "Stream",

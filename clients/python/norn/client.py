@@ -394,8 +394,10 @@ class Client:
         submit idempotent), ``priority``, ``labels`` (dict of strings),
         ``run_at`` (datetime or RFC 3339) or ``delay``, ``depends_on`` (task
         ids), ``max_attempts``, ``retry`` (``{"max_retries": 5, "base": 20,
-        "max": 3600}``), ``timeout`` (lease length). Durations are seconds,
-        timedeltas or Go duration strings (``"1h30m"``).
+        "max": 3600}``), ``timeout`` (lease length), ``traceparent`` and
+        ``tracestate`` (the W3C trace context to store with the task, see
+        :mod:`norn.tracing`). Durations are seconds, timedeltas or Go
+        duration strings (``"1h30m"``).
         """
         out = self._call("POST", "/v1/tasks", body=self._new_task(queue, spec, options))
         return _task(out.get("task"), bool(out.get("duplicate")))

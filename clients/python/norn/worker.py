@@ -170,6 +170,12 @@ class ActiveTask:
                 tp = trace.get("traceparent")
         return tp if isinstance(tp, str) and tp else None
 
+    @property
+    def tracestate(self) -> Optional[str]:
+        """The W3C ``tracestate`` that travels with ``traceparent``, or None."""
+        ts = self.record.get("tracestate")
+        return ts if isinstance(ts, str) and ts else None
+
     # ---- cancellation -------------------------------------------------------
 
     @property

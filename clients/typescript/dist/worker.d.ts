@@ -141,6 +141,8 @@ export declare class ActiveTask {
     constructor(w: Worker, r: Run);
     /** The W3C traceparent the task carries, when the server records one. */
     get traceparent(): string | undefined;
+    /** The W3C tracestate that travels with traceparent, when the task has one. */
+    get tracestate(): string | undefined;
     /** True once the handler should stop. */
     get cancelled(): boolean;
     /** Why the handler should stop (Cancelled, LeaseLost or Shutdown), or undefined. */

@@ -130,6 +130,11 @@ export class ActiveTask {
         const tp = rec.traceparent ?? rec.trace?.traceparent;
         return typeof tp === "string" && tp !== "" ? tp : undefined;
     }
+    /** The W3C tracestate that travels with traceparent, when the task has one. */
+    get tracestate() {
+        const ts = this.record.tracestate;
+        return typeof ts === "string" && ts !== "" ? ts : undefined;
+    }
     /** True once the handler should stop. */
     get cancelled() {
         return this.signal.aborted;

@@ -215,6 +215,12 @@ export class ActiveTask {
     return typeof tp === "string" && tp !== "" ? tp : undefined;
   }
 
+  /** The W3C tracestate that travels with traceparent, when the task has one. */
+  get tracestate(): string | undefined {
+    const ts = (this.record as Task & { tracestate?: unknown }).tracestate;
+    return typeof ts === "string" && ts !== "" ? ts : undefined;
+  }
+
   /** True once the handler should stop. */
   get cancelled(): boolean {
     return this.signal.aborted;
