@@ -8,7 +8,8 @@ import (
 // Code is a stable, machine-readable error class. Over HTTP each maps to one
 // status code (see server): not_found 404, conflict 409, lease_lost 409,
 // cancelled 409, invalid_argument 400, too_large 413, unauthenticated 401,
-// permission_denied 403, unavailable 503, internal 500.
+// permission_denied 403, unavailable 503, insufficient_storage 507,
+// internal 500.
 type Code string
 
 // The error codes of the API (docs/api.md).
@@ -22,7 +23,11 @@ const (
 	CodeUnauthenticated  Code = "unauthenticated"
 	CodePermissionDenied Code = "permission_denied"
 	CodeUnavailable      Code = "unavailable"
-	CodeInternal         Code = "internal"
+	// CodeInsufficientStorage: the store's disk is full (or below the
+	// free space it keeps in reserve), so the write was refused; it has
+	// changed nothing. Writes resume by themselves once space is freed.
+	CodeInsufficientStorage Code = "insufficient_storage"
+	CodeInternal            Code = "internal"
 )
 
 // Error is the typed error every Store returns for expected failures. Compare
@@ -83,6 +88,8 @@ var (
 	ErrUnauthenticated  = &Error{Code: CodeUnauthenticated, Message: "unauthenticated"}
 	ErrPermissionDenied = &Error{Code: CodePermissionDenied, Message: "permission denied"}
 	ErrUnavailable      = &Error{Code: CodeUnavailable, Message: "unavailable"}
+	// ErrInsufficientStorage matches writes refused because the disk is full.
+	ErrInsufficientStorage = &Error{Code: CodeInsufficientStorage, Message: "insufficient storage"}
 	// ErrClosed (code unavailable) is returned by calls after Close.
 	ErrClosed = Closed("store is closed")
 )
@@ -134,6 +141,12 @@ func Cancelled(id string) *Error {
 // clients see a retryable 503 rather than an internal error.
 func Unavailable(err error) *Error {
 	return &Error{Code: CodeUnavailable, Message: "store unavailable", Err: err}
+}
+
+// InsufficientStorage builds the error of a write refused for lack of disk
+// space; err, if any, is the cause (the file system's ENOSPC).
+func InsufficientStorage(message string, err error) *Error {
+	return &Error{Code: CodeInsufficientStorage, Message: message, Err: err}
 }
 
 // CodeOf returns the Code of err, CodeInternal for untyped errors and "" for nil.

@@ -685,10 +685,11 @@ func gone(err error) bool {
 }
 
 // transient reports whether a call may succeed when repeated: the store
-// was unavailable or the failure is untyped (network, internal).
+// was unavailable, its disk full (space may be freed) or the failure is
+// untyped (network, internal).
 func transient(err error) bool {
 	switch norn.CodeOf(err) {
-	case norn.CodeUnavailable, norn.CodeInternal:
+	case norn.CodeUnavailable, norn.CodeInsufficientStorage, norn.CodeInternal:
 		return true
 	}
 	return false

@@ -28,6 +28,7 @@ func TestStatusOf(t *testing.T) {
 		{norn.CodeUnauthenticated, 401},
 		{norn.CodePermissionDenied, 403},
 		{norn.CodeUnavailable, 503},
+		{norn.CodeInsufficientStorage, 507},
 		{norn.CodeInternal, 500},
 		{norn.Code("something-new"), 500},
 	}

@@ -28,6 +28,8 @@ func StatusOf(c norn.Code) int {
 		return http.StatusForbidden
 	case norn.CodeUnavailable:
 		return http.StatusServiceUnavailable
+	case norn.CodeInsufficientStorage:
+		return http.StatusInsufficientStorage
 	default:
 		return http.StatusInternalServerError
 	}
@@ -52,6 +54,8 @@ func CodeOfStatus(status int) norn.Code {
 		return norn.CodePermissionDenied
 	case http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout, http.StatusTooManyRequests:
 		return norn.CodeUnavailable
+	case http.StatusInsufficientStorage:
+		return norn.CodeInsufficientStorage
 	}
 	return norn.CodeInternal
 }

@@ -399,7 +399,7 @@ func TestRoundTrip(t *testing.T) {
 				t.Fatalf("Err() = %+v", ne)
 			}
 			for _, c := range []norn.Code{norn.CodeNotFound, norn.CodeInvalidArgument, norn.CodeTooLarge, norn.CodeUnauthenticated,
-				norn.CodePermissionDenied, norn.CodeUnavailable, norn.CodeInternal, norn.CodeConflict} {
+				norn.CodePermissionDenied, norn.CodeUnavailable, norn.CodeInsufficientStorage, norn.CodeInternal, norn.CodeConflict} {
 				if back := CodeOfStatus(StatusOf(c)); back != c {
 					t.Errorf("code %s → %d → %s", c, StatusOf(c), back)
 				}

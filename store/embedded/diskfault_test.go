@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -132,64 +130,5 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("%s: not within 10s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// A full disk (ENOSPC on every write) while serving: the write that met it
-// is not acknowledged, the process does not crash (Pebble's commit
-// pipeline is broken after a failed log write and a further write would
-// be a fatal error), reads keep working, Ready says why, and once space
-// is back a reopen has every acknowledged task and accepts writes.
-func TestDiskFullStopsWrites(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	fs, tog := faultFS(func(op errorfs.Op) error {
-		switch op.Kind {
-		case errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpCreate, errorfs.OpFilePreallocate,
-			errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-			return syscall.ENOSPC
-		}
-		return nil
-	})
-	s, err := Open(ctx, Options{Dir: dir, fs: fs, ManualSweep: true, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var acked []string
-	for i := range 50 {
-		id := fmt.Sprintf("t%02d", i)
-		if _, err := s.Submit(ctx, norn.NewTask{ID: id, Queue: "q"}); err != nil {
-			t.Fatal(err)
-		}
-		acked = append(acked, id)
-	}
-	tog.On()
-	if _, err := s.Submit(ctx, norn.NewTask{ID: "full", Queue: "q"}); err == nil {
-		t.Fatal("a submit on a full disk was acknowledged")
-	} else if !errors.Is(err, norn.ErrUnavailable) || !strings.Contains(err.Error(), "no space left") {
-		t.Fatalf("submit on a full disk: %v", err)
-	}
-	if _, err := s.Get(ctx, "t07"); err != nil {
-		t.Fatalf("read on a full disk: %v", err)
-	}
-	if err := s.Ready(ctx); err == nil {
-		t.Fatal("Ready on a full disk")
-	}
-	_ = s.Close()
-	tog.Off() // space freed
-
-	s, err = Open(ctx, Options{Dir: dir, ManualSweep: true, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	for _, id := range acked {
-		if _, err := s.Get(ctx, id); err != nil {
-			t.Errorf("acknowledged %s after the disk was full: %v", id, err)
-		}
-	}
-	ts, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: 5})
-	if err != nil || len(ts) != 5 {
-		t.Fatalf("claim after reopen: %d tasks, %v", len(ts), err)
 	}
 }

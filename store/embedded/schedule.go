@@ -78,6 +78,7 @@ func (s *Store) PutSchedule(ctx context.Context, sc norn.Schedule) (*norn.Schedu
 	}
 	var out *norn.Schedule
 	err := s.run(func(tx *txn) error {
+		tx.grows = true
 		next, err := norn.PrepareSchedule(sc, s.schedules[sc.Name], fromNanos(tx.now))
 		if err != nil {
 			return err
@@ -228,6 +229,9 @@ func (s *Store) fireSchedules(ctx context.Context) (int, error) {
 		}
 		var done []fired
 		err := s.run(func(tx *txn) error {
+			// Firings are the store's own duty, like the monitor's: they
+			// may use the free space kept in reserve.
+			tx.useReserve = true
 			done = done[:0]
 			sc := s.schedules[name]
 			if sc == nil {

@@ -8,7 +8,6 @@ package embedded
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -86,8 +85,19 @@ type Options struct {
 	// Default none.
 	Observer norn.Observer
 
+	// MinFreeBytes is the free space kept in reserve on the data
+	// directory's file system. Below it, transactions that add data (new
+	// tasks, log entries, schedules) fail with insufficient_storage, while
+	// claims, heartbeats, finishing calls, cancels, deletes and the
+	// monitor's duties go on inside the reserve; writes resume by themselves
+	// once space is freed. Default 128 MiB; negative turns the check off.
+	MinFreeBytes int64
+
 	// fs replaces the real filesystem in tests that inject disk faults.
 	fs vfs.FS
+	// spaceInterval is the longest time between two looks at the free
+	// space. Default 1s.
+	spaceInterval time.Duration
 }
 
 // Store is the embedded norn.Store. It is safe for concurrent use.
@@ -123,6 +133,8 @@ type Store struct {
 	workerSeq uint64
 	armedAt   int64
 	failed    error // a write failed: memory may be ahead of disk, refuse writes
+	space     space
+	disk      *waitFS // holds writes that met a full disk
 
 	monitor *monitor // nil with ManualSweep
 	syncer  *syncer  // nil in strict mode
@@ -171,6 +183,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.CacheSize == 0 {
 		opts.CacheSize = 64 << 20
 	}
+	if opts.MinFreeBytes == 0 {
+		opts.MinFreeBytes = 128 << 20
+	}
+	if opts.spaceInterval == 0 {
+		opts.spaceInterval = time.Second
+	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: data directory %s: %w", opts.Dir, err)
@@ -191,9 +209,19 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		// upgrades it.
 		FormatMajorVersion: pebble.FormatWALSyncChunks,
 	}
+	var base vfs.FS = vfs.Default
 	if opts.fs != nil {
-		popts.FS = opts.fs
+		base = opts.fs
 	}
+	disk := newWaitFS(base,
+		func(err error) {
+			opts.Logger.Error("embedded: the disk of the data directory is full; refusing writes until space is freed",
+				"dir", dir, "err", err)
+		},
+		func() {
+			opts.Logger.Info("embedded: space was freed on the disk of the data directory; writes resume", "dir", dir)
+		})
+	popts.FS = disk
 	// Pebble's default reaction to a checksum mismatch is a fatal log (a
 	// crash). Report it instead: the read (or Open) fails with the error,
 	// and the log names the file.
@@ -231,6 +259,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		depsOf:     map[*task][]string{},
 		schedules:  map[string]*norn.Schedule{},
 		subs:       map[*subscription]struct{}{},
+		disk:       disk,
+		space:      space{fs: base, dir: dir, reserve: opts.MinFreeBytes, interval: opts.spaceInterval},
 	}
 	if err := s.load(ctx); err != nil {
 		db.Close()
@@ -294,6 +324,9 @@ func (s *Store) Close() error {
 		return nil
 	}
 	close(s.done)
+	// Writes waiting for space give up (fail, not acknowledged): a full
+	// disk must not hold Close, which waits for the calls in flight.
+	close(s.disk.stop)
 	s.mu.Lock()
 	for _, q := range s.queues {
 		for w := range q.waiters {
@@ -318,7 +351,7 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	failed := s.failed
 	s.mu.Unlock()
-	if failed == nil {
+	if failed == nil && !s.disk.full.Load() {
 		// After a failed write Pebble's commit pipeline is broken and any
 		// further write would crash the process; there is nothing to sync.
 		err = s.syncWAL()
@@ -408,19 +441,34 @@ func (s *Store) fail(err error) {
 		"dir", s.opts.Dir, "err", err)
 }
 
-// Ready reports whether the store accepts writes: nil, or the write error
-// that stopped it (an unavailable error). Reads keep working either way.
-// The server's /readyz reports it.
+// Ready reports whether the store accepts writes: nil, or why not: the
+// write error that stopped it (unavailable, or insufficient_storage when
+// the disk was full), or free space below the reserve. Reads keep working
+// either way. The server's /readyz reports it.
 func (s *Store) Ready(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failed != nil {
-		return norn.Unavailable(fmt.Errorf("embedded: writes stopped after a failed write to %s: %w", s.opts.Dir, s.failed))
+		return s.failedErr()
 	}
 	if s.closed.Load() {
 		return norn.ErrClosed
 	}
+	if s.disk.full.Load() {
+		return errDiskFull()
+	}
+	if low, avail := s.space.low(); low {
+		return s.space.refusal(avail)
+	}
 	return nil
 }
 
-var errStoreFailed = errors.New("embedded: an earlier write failed; reopen the store")
+// failedErr is the error of a write refused because an earlier one failed.
+// Called with s.mu held and s.failed set.
+func (s *Store) failedErr() error {
+	err := fmt.Errorf("embedded: writes stopped after a failed write to %s; reopen the store: %w", s.opts.Dir, s.failed)
+	if diskFull(s.failed) {
+		return norn.InsufficientStorage("the disk of the data directory was full when a write was made", err)
+	}
+	return norn.Unavailable(err)
+}

@@ -28,6 +28,10 @@ type txn struct {
 	// committed result).
 	after    []func() error
 	afterErr error
+	// grows marks a transaction that adds data (a task, a log entry, a
+	// schedule): refused when free space is below the reserve, unless
+	// useReserve says it is one of the store's own duties.
+	grows, useReserve bool
 }
 
 // readAfter returns a task that is filled with id's committed state once
@@ -120,6 +124,17 @@ func (tx *txn) commit() error {
 		tx.runAfter()
 		return nil
 	}
+	if s.disk.full.Load() {
+		tx.abort()
+		return errDiskFull()
+	}
+	if tx.grows && !tx.useReserve {
+		if low, avail := s.space.low(); low {
+			tx.abort()
+			return s.space.refusal(avail)
+		}
+	}
+	s.space.wrote(tx.b.Len())
 	var err error
 	if s.opts.Durability == Strict {
 		err = s.db.ApplyNoSyncWait(tx.b, pebble.Sync)
@@ -129,7 +144,7 @@ func (tx *txn) commit() error {
 	if err != nil {
 		tx.abort()
 		s.fail(err)
-		return norn.Unavailable(err)
+		return writeErr(err)
 	}
 	tx.undo = tx.undo[:0]
 	tx.wakeQueues()
@@ -170,7 +185,7 @@ func (tx *txn) finish() error {
 				s.mu.Lock()
 				s.fail(err)
 				s.mu.Unlock()
-				err = norn.Unavailable(err)
+				err = writeErr(err)
 			}
 		} else {
 			s.syncer.nudge()
@@ -195,8 +210,9 @@ func (s *Store) run(fn func(tx *txn) error) error {
 func (s *Store) runSized(sizeHint int, fn func(tx *txn) error) error {
 	s.mu.Lock()
 	if s.failed != nil {
+		err := s.failedErr()
 		s.mu.Unlock()
-		return norn.Unavailable(errStoreFailed)
+		return err
 	}
 	tx := s.begin(sizeHint)
 	defer tx.release()
@@ -256,6 +272,7 @@ func (tx *txn) set(t *task, ns state) {
 // addTask inserts a new task into the indexes (its records are written by the caller).
 func (tx *txn) addTask(t *task) {
 	s := tx.s
+	tx.grows = true
 	s.tasks[t.id] = t
 	s.index(t, state{}, false)
 	tx.onUndo(func() {

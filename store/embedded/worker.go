@@ -293,6 +293,7 @@ func (s *Store) AppendLog(ctx context.Context, ref norn.LeaseRef, entry norn.Log
 	}
 	var out norn.LogEntry
 	err := s.run(func(tx *txn) error {
+		tx.grows = true
 		if cur := s.tasks[ref.TaskID]; cur != nil && entry.Seq != 0 && entry.Seq < cur.st.logNext {
 			// A retried append whose first attempt took effect.
 			prev, err := s.logEntry(ref.TaskID, entry.Seq)

@@ -29,6 +29,7 @@ from .errors import (
     TooLarge,
     Unauthenticated,
     Unavailable,
+    InsufficientStorage,
 )
 from . import tracing
 from .types import LogEntry, Record, Task
@@ -61,6 +62,7 @@ __all__ = [
     "Duplicate",
     "TooLarge",
     "Unavailable",
+    "InsufficientStorage",
     "Internal",
     "Shutdown",
 ]

@@ -135,6 +135,14 @@ class Unavailable(NornError):
     code = "unavailable"
 
 
+class InsufficientStorage(NornError):
+    """The server's disk is full (507): the write changed nothing. Writes
+    resume by themselves once space is freed; repeating the call later may
+    succeed."""
+
+    code = "insufficient_storage"
+
+
 class Internal(NornError):
     """A bug in the server (500), or a response the client cannot read."""
 
@@ -160,6 +168,7 @@ _BY_CODE: Dict[str, Type[NornError]] = {
         Duplicate,
         TooLarge,
         Unavailable,
+        InsufficientStorage,
         Internal,
     )
 }
@@ -178,6 +187,7 @@ _BY_STATUS = {
     502: "unavailable",
     503: "unavailable",
     504: "unavailable",
+    507: "insufficient_storage",
 }
 
 

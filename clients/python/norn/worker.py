@@ -851,7 +851,7 @@ def _gone(err: BaseException) -> bool:
 
 
 def _transient(err: BaseException) -> bool:
-    return isinstance(err, (errors.Unavailable, errors.Internal))
+    return isinstance(err, (errors.Unavailable, errors.InsufficientStorage, errors.Internal))
 
 
 def _describe(e: BaseException, with_traceback: bool) -> str:

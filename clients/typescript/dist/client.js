@@ -123,7 +123,8 @@ export class Client {
                         : res.status === 409 ? "conflict"
                             : res.status === 413 ? "too_large"
                                 : res.status === 502 || res.status === 503 || res.status === 504 ? "unavailable"
-                                    : "internal";
+                                    : res.status === 507 ? "insufficient_storage"
+                                        : "internal";
         return errorFromWire({ code, message: `HTTP ${res.status}: ${text.slice(0, 200)}` }, res.status);
     }
     async #call(method, path, req = {}) {

@@ -63,6 +63,13 @@ export declare class TooLarge extends NornError {
 export declare class Unavailable extends NornError {
     constructor(message: string, opts?: NornErrorOptions);
 }
+/**
+ * `insufficient_storage` (507): the server's disk is full; the write changed
+ * nothing. Writes resume by themselves once space is freed: retry later.
+ */
+export declare class InsufficientStorage extends NornError {
+    constructor(message: string, opts?: NornErrorOptions);
+}
 /** `internal` (500): a server bug; the details are in the server's log. */
 export declare class Internal extends NornError {
     constructor(message: string, opts?: NornErrorOptions);

@@ -79,6 +79,15 @@ export class Unavailable extends NornError {
         super("unavailable", message, { status: 503, ...opts });
     }
 }
+/**
+ * `insufficient_storage` (507): the server's disk is full; the write changed
+ * nothing. Writes resume by themselves once space is freed: retry later.
+ */
+export class InsufficientStorage extends NornError {
+    constructor(message, opts = {}) {
+        super("insufficient_storage", message, { status: 507, ...opts });
+    }
+}
 /** `internal` (500): a server bug; the details are in the server's log. */
 export class Internal extends NornError {
     constructor(message, opts = {}) {
@@ -104,6 +113,7 @@ const byCode = {
     cancelled: Cancelled,
     too_large: TooLarge,
     unavailable: Unavailable,
+    insufficient_storage: InsufficientStorage,
     internal: Internal,
 };
 /** The error of a wire error body `{"code","message","field"}`. */

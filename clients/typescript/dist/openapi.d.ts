@@ -730,7 +730,7 @@ export interface components {
         Status: "scheduled" | "blocked" | "ready" | "running" | "completed" | "aborted" | "cancelled";
         WireError: {
             /** @enum {string} */
-            code: "not_found" | "conflict" | "lease_lost" | "cancelled" | "invalid_argument" | "too_large" | "unauthenticated" | "permission_denied" | "unavailable" | "internal";
+            code: "not_found" | "conflict" | "lease_lost" | "cancelled" | "invalid_argument" | "too_large" | "unauthenticated" | "permission_denied" | "unavailable" | "insufficient_storage" | "internal";
             message: string;
             /** @description The offending input, e.g. "tasks[3].priority". */
             field?: string;
@@ -1339,6 +1339,15 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /** @description The disk of the server's store is full (or below the free space it keeps in reserve): the write changed nothing. Writes resume by themselves once space is freed; retry later. */
+        E507: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
         /** @description The request body did not arrive in time (the server's body read timeout, 30 s by default); the connection is closed. */
         E408: {
             headers: {
@@ -1486,6 +1495,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     deleteMatching: {
@@ -1536,6 +1546,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     submitBatch: {
@@ -1571,6 +1582,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     countTasks: {
@@ -1686,6 +1698,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     updateTask: {
@@ -1725,6 +1738,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     cancelTask: {
@@ -1763,6 +1777,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     retryTask: {
@@ -1932,6 +1947,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     heartbeatTask: {
@@ -1971,6 +1987,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     completeTask: {
@@ -2010,6 +2027,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     failTask: {
@@ -2049,6 +2067,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     abortTask: {
@@ -2088,6 +2107,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     yieldTask: {
@@ -2127,6 +2147,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     snoozeTask: {
@@ -2162,6 +2183,7 @@ export interface operations {
             413: components["responses"]["E413"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     transact: {
@@ -2198,6 +2220,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     listWorkers: {
@@ -2259,6 +2282,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     claimQueue: {
@@ -2296,6 +2320,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     claim: {
@@ -2330,6 +2355,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     leaseBatch: {
@@ -2364,6 +2390,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     listQueues: {
@@ -2458,6 +2485,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     getQueueKey: {
@@ -2647,6 +2675,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     events: {
@@ -2775,6 +2804,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     deleteSchedule: {
@@ -2806,6 +2836,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     updateSchedule: {
@@ -2844,6 +2875,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     triggerSchedule: {
@@ -2882,6 +2914,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     openapi: {

@@ -265,6 +265,7 @@ export class Client {
       : res.status === 409 ? "conflict"
       : res.status === 413 ? "too_large"
       : res.status === 502 || res.status === 503 || res.status === 504 ? "unavailable"
+      : res.status === 507 ? "insufficient_storage"
       : "internal";
     return errorFromWire({ code, message: `HTTP ${res.status}: ${text.slice(0, 200)}` }, res.status);
   }

@@ -92,6 +92,15 @@ export class Unavailable extends NornError {
     super("unavailable", message, { status: 503, ...opts });
   }
 }
+/**
+ * `insufficient_storage` (507): the server's disk is full; the write changed
+ * nothing. Writes resume by themselves once space is freed: retry later.
+ */
+export class InsufficientStorage extends NornError {
+  constructor(message: string, opts: NornErrorOptions = {}) {
+    super("insufficient_storage", message, { status: 507, ...opts });
+  }
+}
 /** `internal` (500): a server bug; the details are in the server's log. */
 export class Internal extends NornError {
   constructor(message: string, opts: NornErrorOptions = {}) {
@@ -120,6 +129,7 @@ const byCode: Record<string, ErrorClass> = {
   cancelled: Cancelled,
   too_large: TooLarge,
   unavailable: Unavailable,
+  insufficient_storage: InsufficientStorage,
   internal: Internal,
 };
 

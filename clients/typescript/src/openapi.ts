@@ -731,7 +731,7 @@ export interface components {
         Status: "scheduled" | "blocked" | "ready" | "running" | "completed" | "aborted" | "cancelled";
         WireError: {
             /** @enum {string} */
-            code: "not_found" | "conflict" | "lease_lost" | "cancelled" | "invalid_argument" | "too_large" | "unauthenticated" | "permission_denied" | "unavailable" | "internal";
+            code: "not_found" | "conflict" | "lease_lost" | "cancelled" | "invalid_argument" | "too_large" | "unauthenticated" | "permission_denied" | "unavailable" | "insufficient_storage" | "internal";
             message: string;
             /** @description The offending input, e.g. "tasks[3].priority". */
             field?: string;
@@ -1340,6 +1340,15 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /** @description The disk of the server's store is full (or below the free space it keeps in reserve): the write changed nothing. Writes resume by themselves once space is freed; retry later. */
+        E507: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
         /** @description The request body did not arrive in time (the server's body read timeout, 30 s by default); the connection is closed. */
         E408: {
             headers: {
@@ -1487,6 +1496,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     deleteMatching: {
@@ -1537,6 +1547,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     submitBatch: {
@@ -1572,6 +1583,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     countTasks: {
@@ -1687,6 +1699,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     updateTask: {
@@ -1726,6 +1739,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     cancelTask: {
@@ -1764,6 +1778,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     retryTask: {
@@ -1933,6 +1948,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     heartbeatTask: {
@@ -1972,6 +1988,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     completeTask: {
@@ -2011,6 +2028,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     failTask: {
@@ -2050,6 +2068,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     abortTask: {
@@ -2089,6 +2108,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     yieldTask: {
@@ -2128,6 +2148,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     snoozeTask: {
@@ -2163,6 +2184,7 @@ export interface operations {
             413: components["responses"]["E413"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     transact: {
@@ -2199,6 +2221,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     listWorkers: {
@@ -2260,6 +2283,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     claimQueue: {
@@ -2297,6 +2321,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     claim: {
@@ -2331,6 +2356,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     leaseBatch: {
@@ -2365,6 +2391,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     listQueues: {
@@ -2459,6 +2486,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     getQueueKey: {
@@ -2648,6 +2676,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     events: {
@@ -2776,6 +2805,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     deleteSchedule: {
@@ -2807,6 +2837,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     updateSchedule: {
@@ -2845,6 +2876,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     triggerSchedule: {
@@ -2883,6 +2915,7 @@ export interface operations {
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
     openapi: {

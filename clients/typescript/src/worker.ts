@@ -12,6 +12,7 @@ import {
   Shutdown,
   Unauthenticated,
   Unavailable,
+  InsufficientStorage,
 } from "./errors.js";
 import { type Duration, type Time, formatDuration, formatTime, parseDuration } from "./wire.js";
 
@@ -320,7 +321,7 @@ function isGone(e: unknown): e is NornError {
   return e instanceof Cancelled || e instanceof LeaseLost || e instanceof NotFound;
 }
 function isTransient(e: unknown): boolean {
-  return e instanceof Unavailable || e instanceof Internal;
+  return e instanceof Unavailable || e instanceof InsufficientStorage || e instanceof Internal;
 }
 
 /**
