@@ -18,6 +18,9 @@ import (
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	ne := wire.Classify(err)
 	status := wire.Status(err)
+	if reason := refusedBy(err); reason != "" {
+		s.m.refused.WithLabelValues(reason).Inc()
+	}
 	var se *wire.StatusError
 	if errors.As(err, &se) && se.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(se.RetryAfter.Seconds()))))

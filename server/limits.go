@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"net"
 	"net/http"
 	"sync"
@@ -16,6 +17,43 @@ import (
 // the caller's other requests are still served. Failed authentications
 // are counted per client address; an address over the limit is refused
 // (429) until its window ends, so tokens cannot be guessed at line rate.
+
+// The reasons of norn_requests_refused_total (docs/metrics.md): which
+// limit refused a request.
+const (
+	refusedBodyTooLarge     = "body_too_large"     // the body is over MaxBodyBytes (413)
+	refusedBodyTimeout      = "body_timeout"       // the body did not arrive within BodyReadTimeout (408)
+	refusedStreams          = "streams"            // the server's MaxStreams long polls and streams are open (429)
+	refusedStreamsPerCaller = "streams_per_caller" // the caller's MaxStreamsPerCaller are open (429)
+	refusedAuthFailures     = "auth_failures"      // the address failed authentication MaxAuthFailures times (429)
+)
+
+var refusalReasons = []string{refusedBodyTooLarge, refusedBodyTimeout, refusedStreams, refusedStreamsPerCaller, refusedAuthFailures}
+
+// refusal marks the error of a request one of the limits refused, so that
+// writeError counts it by reason; the error it wraps is what the client sees.
+type refusal struct {
+	reason string
+	err    error
+}
+
+func (r *refusal) Error() string { return r.err.Error() }
+func (r *refusal) Unwrap() error { return r.err }
+
+// refusedBy names the limit that refused a request with err, or "".
+func refusedBy(err error) string {
+	var rf *refusal
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &rf):
+		return rf.reason
+	case errors.As(err, &mbe):
+		return refusedBodyTooLarge
+	case wire.Status(err) == http.StatusRequestTimeout:
+		return refusedBodyTimeout
+	}
+	return ""
+}
 
 // streamLimiter counts the long polls and streams running per caller.
 type streamLimiter struct {
@@ -34,12 +72,12 @@ func (l *streamLimiter) acquire(caller string) (release func(), err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.total >= l.maxTotal {
-		return nil, &wire.StatusError{Status: http.StatusTooManyRequests, RetryAfter: time.Second,
-			Err: norn.Errorf(norn.CodeUnavailable, "the server has %d long polls and streams open, its limit; retry later", l.total)}
+		return nil, &refusal{reason: refusedStreams, err: &wire.StatusError{Status: http.StatusTooManyRequests, RetryAfter: time.Second,
+			Err: norn.Errorf(norn.CodeUnavailable, "the server has %d long polls and streams open, its limit; retry later", l.total)}}
 	}
 	if l.perCaller[caller] >= l.maxPer {
-		return nil, &wire.StatusError{Status: http.StatusTooManyRequests, RetryAfter: time.Second,
-			Err: norn.Errorf(norn.CodeUnavailable, "this caller has %d long polls and streams open, its limit; retry later", l.perCaller[caller])}
+		return nil, &refusal{reason: refusedStreamsPerCaller, err: &wire.StatusError{Status: http.StatusTooManyRequests, RetryAfter: time.Second,
+			Err: norn.Errorf(norn.CodeUnavailable, "this caller has %d long polls and streams open, its limit; retry later", l.perCaller[caller])}}
 	}
 	l.total++
 	l.perCaller[caller]++

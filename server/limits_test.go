@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -162,5 +163,83 @@ func TestSlowClientsDoNotStarveOthers(t *testing.T) {
 	t.Logf("a normal request with 300 slow connections and 100 streams open: slowest of 20 took %v", worst)
 	if worst > 2*time.Second {
 		t.Errorf("a normal request took %v", worst)
+	}
+}
+
+// TestRequestsRefusedCounted: every request a limit refuses is counted in
+// norn_requests_refused_total under the limit's reason, and ordinary
+// errors are not.
+func TestRequestsRefusedCounted(t *testing.T) {
+	t.Parallel()
+	e := startServer(t, func(c *Config) {
+		c.MaxBodyBytes, c.BodyReadTimeout = 1024, 200*time.Millisecond
+		c.MaxStreams, c.MaxStreamsPerCaller, c.MaxAuthFailures = 2, 1, 1
+		c.Tokens = []Token{{Token: "a", Role: RoleAdmin}, {Token: "b", Role: RoleAdmin}, {Token: "c", Role: RoleAdmin}}
+	})
+	now := time.Now()
+	var mu sync.Mutex
+	e.srv.fails.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+
+	// Errors that are not a limit's.
+	e.must(400, "POST", "/v1/tasks", `{"queue":"q","bogus":1}`, withToken("a"))
+	e.must(404, "GET", "/v1/tasks/nope", "", withToken("a"))
+
+	e.must(413, "POST", "/v1/tasks", `{"queue":"q","spec":"`+strings.Repeat("x", 2048)+`"}`, withToken("a"))
+
+	c, err := net.Dial("tcp", e.srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "POST /v1/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer a\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+	_ = c.SetReadDeadline(time.Now().Add(15 * time.Second))
+	reply, _ := io.ReadAll(c)
+	c.Close()
+	if !strings.HasPrefix(string(reply), "HTTP/1.1 408") {
+		t.Fatalf("a body that never arrives: %.40q", reply)
+	}
+
+	st, _, stopA := openStream(t, e, "a")
+	defer stopA()
+	if st != 200 {
+		t.Fatalf("first stream: %d", st)
+	}
+	if st, _, stop := openStream(t, e, "a"); st != 429 {
+		t.Fatalf("a second stream of one caller: %d", st)
+	} else {
+		stop()
+	}
+	st, _, stopB := openStream(t, e, "b")
+	defer stopB()
+	if st != 200 {
+		t.Fatalf("b's stream: %d", st)
+	}
+	if st, _, stop := openStream(t, e, "c"); st != 429 {
+		t.Fatalf("a stream over the server's limit: %d", st)
+	} else {
+		stop()
+	}
+
+	e.must(401, "GET", "/v1/stats", "", withToken("guess"))
+	for range 2 {
+		e.must(429, "GET", "/v1/stats", "", withToken("a"))
+	}
+	mu.Lock()
+	now = now.Add(2 * time.Minute)
+	mu.Unlock()
+
+	m := string(e.must(200, "GET", "/metrics", "").body)
+	for reason, want := range map[string]int{"body_too_large": 1, "body_timeout": 1, "streams_per_caller": 1,
+		"streams": 1, "auth_failures": 2} {
+		line := fmt.Sprintf("norn_requests_refused_total{reason=%q} %d\n", reason, want)
+		if !strings.Contains(m, line) {
+			t.Errorf("metrics lack %s", strings.TrimSpace(line))
+		}
+	}
+	if t.Failed() {
+		for _, l := range strings.Split(m, "\n") {
+			if strings.HasPrefix(l, "norn_requests_refused_total") {
+				t.Log(l)
+			}
+		}
 	}
 }

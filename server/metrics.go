@@ -30,6 +30,7 @@ const maxTracked = 1 << 16
 // they are counted from the store's event stream.
 type metrics struct {
 	authFailures prometheus.Counter
+	refused      *prometheus.CounterVec
 	reg          *prometheus.Registry
 
 	submittedTotal, claimedTotal, completedTotal, failedTotal, abortedTotal *prometheus.CounterVec
@@ -84,11 +85,16 @@ func newMetrics(reg *prometheus.Registry, store norn.Store) (*metrics, error) {
 			[]string{"method", "route"}),
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "norn", Name: "auth_failures_total",
 			Help: "Requests refused for a missing or unknown token."}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "norn", Name: "requests_refused_total",
+			Help: "Requests refused by the server's abuse limits, by the limit that refused them."}, []string{"reason"}),
 		claims: map[string]claimInfo{},
+	}
+	for _, r := range refusalReasons {
+		m.refused.WithLabelValues(r) // every reason is exported from the start, at 0
 	}
 	for _, c := range []prometheus.Collector{m.submittedTotal, m.claimedTotal, m.completedTotal, m.failedTotal,
 		m.abortedTotal, m.yieldedTotal, m.snoozedTotal, m.timedOutTotal, m.retriedTotal, m.redrivenTotal, m.claimLatency, m.endToEnd,
-		m.httpRequests, m.httpDuration, m.authFailures, &countsCollector{store: store},
+		m.httpRequests, m.httpDuration, m.authFailures, m.refused, &countsCollector{store: store},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "norn", Name: "http_requests_in_flight",
 			Help: "HTTP requests being served (long polls and streams included)."},
 			func() float64 { return float64(m.inFlight.Load()) })} {

@@ -307,8 +307,8 @@ func (s *Server) wrap(rt route) http.Handler {
 			if s.auth != nil {
 				if wait := s.fails.blocked(clientAddr(r)); wait > 0 {
 					w.Header().Set("Connection", "close")
-					s.writeError(w, r, &wire.StatusError{Status: http.StatusTooManyRequests, RetryAfter: wait,
-						Err: norn.Errorf(norn.CodeUnauthenticated, "too many failed authentications from this address; retry later")})
+					s.writeError(w, r, &refusal{reason: refusedAuthFailures, err: &wire.StatusError{Status: http.StatusTooManyRequests, RetryAfter: wait,
+						Err: norn.Errorf(norn.CodeUnauthenticated, "too many failed authentications from this address; retry later")}})
 					return
 				}
 			}
