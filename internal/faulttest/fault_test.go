@@ -16,16 +16,12 @@ import (
 
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/client"
+	"github.com/nornq/norn/internal/nornbin"
 	"github.com/nornq/norn/internal/pgtest"
 )
 
 func TestMain(m *testing.M) {
-	defer func() {
-		if buildDir != "" {
-			_ = os.RemoveAll(buildDir)
-		}
-	}()
-	pgtest.Main(m, repeatFailures)
+	pgtest.Main(m, nornbin.Remove, repeatFailures)
 }
 
 // soak returns the run length asked for with NORN_FAULT_MINUTES (0: the

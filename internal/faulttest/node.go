@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,41 +16,8 @@ import (
 	"time"
 
 	"github.com/nornq/norn/client"
+	"github.com/nornq/norn/internal/nornbin"
 )
-
-var (
-	buildOnce sync.Once
-	buildDir  string
-	binPath   string
-	buildErr  error
-)
-
-// nornBinary builds cmd/norn once per test binary, without -race: the
-// nodes are the system under test, the race detector watches the checker.
-func nornBinary(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		out, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil {
-			buildErr = fmt.Errorf("go env GOMOD: %v", err)
-			return
-		}
-		root := filepath.Dir(strings.TrimSpace(string(out)))
-		if buildDir, buildErr = os.MkdirTemp("", "norn-faulttest-"); buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(buildDir, "norn")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/norn")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/norn: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
 
 // logLine is one JSON log record of a node, with the time it was read.
 type logLine struct {
@@ -131,7 +97,7 @@ func StartNode(t testing.TB, name string, args ...string) *Node {
 
 // Start starts the process (again) and waits until it is ready.
 func (n *Node) Start() error {
-	bin := nornBinary(n.t)
+	bin := nornbin.Path(n.t)
 	args := append([]string{"server", "--addr", n.addr, "--log-format", "json", "--log-level", "debug"}, n.args...)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = cleanEnv()

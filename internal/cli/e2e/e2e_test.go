@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nornq/norn/internal/nornbin"
 )
 
 // bin is the norn binary built once for the whole test run.
@@ -25,16 +27,9 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "norn-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	bin = filepath.Join(dir, "norn")
-	build := exec.Command("go", "build", "-o", bin, "github.com/nornq/norn/cmd/norn")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	defer nornbin.Remove()
+	var err error
+	if bin, err = nornbin.Build(); err != nil {
 		fmt.Fprintln(os.Stderr, "building norn:", err)
 		return 1
 	}

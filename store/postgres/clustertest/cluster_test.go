@@ -12,7 +12,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -25,49 +24,14 @@ import (
 
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/client"
+	"github.com/nornq/norn/internal/nornbin"
 	"github.com/nornq/norn/internal/pgtest"
-)
-
-var (
-	buildOnce sync.Once
-	buildDir  string
-	binPath   string
-	buildErr  error
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		_ = os.RemoveAll(buildDir)
-	}
+	nornbin.Remove()
 	os.Exit(code)
-}
-
-// nornBinary builds cmd/norn once per test binary (without -race: the nodes are
-// the system under test, the race detector watches this process).
-func nornBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		out, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil {
-			buildErr = fmt.Errorf("go env GOMOD: %v", err)
-			return
-		}
-		root := filepath.Dir(strings.TrimSpace(string(out)))
-		if buildDir, buildErr = os.MkdirTemp("", "norn-clustertest-"); buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(buildDir, "norn")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/norn")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/norn: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
 }
 
 // node is one `norn server` process.
@@ -159,7 +123,7 @@ func (n *node) alive() bool {
 
 // startNodes starts k nodes on one schema (they migrate it concurrently).
 func startNodes(t *testing.T, k int, dbURL, schema string) []*node {
-	bin := nornBinary(t)
+	bin := nornbin.Path(t)
 	nodes := make([]*node, k)
 	var wg sync.WaitGroup
 	for i := range nodes {
