@@ -9,8 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/chromium"
 	"github.com/nornq/norn/internal/wire"
 )
 
@@ -343,23 +342,6 @@ func TestTLSRefusesWeakSuites(t *testing.T) {
 	}
 }
 
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("NORN_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("NORN_REQUIRE_BROWSER") == "1" {
-		t.Fatal("Chromium not found and NORN_REQUIRE_BROWSER=1")
-	}
-	t.Skip("Chromium not found: install Debian's chromium or set NORN_CHROMIUM")
-	return ""
-}
-
 // TestBrowserCannotDriveALocalServer: a real browser on a page of another
 // origin tries what a malicious site would against the default server (no
 // tokens, loopback): a text/plain form post of a JSON body, no-cors
@@ -368,7 +350,7 @@ func chromiumPath(t *testing.T) string {
 // cancelled or read.
 func TestBrowserCannotDriveALocalServer(t *testing.T) {
 	t.Parallel()
-	exe := chromiumPath(t)
+	exe := chromium.Path(t)
 	e := startServer(t, nil)
 	var victim wire.TaskResponse
 	e.must(201, "POST", "/v1/tasks", `{"id":"victim","queue":"victim","spec":{"secret":"s3cr3t"}}`).decode(t, &victim)
@@ -402,19 +384,9 @@ async function attack() {
 	}))
 	defer attacker.Close()
 
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(exe),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
+	opts := chromium.Options(t, exe,
 		// DNS rebinding, simulated: evil.test resolves to the server.
-		chromedp.Flag("host-resolver-rules", "MAP evil.test 127.0.0.1"),
-		chromedp.UserDataDir(t.TempDir()),
-	}
+		chromedp.Flag("host-resolver-rules", "MAP evil.test 127.0.0.1"))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx)

@@ -21,7 +21,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -30,6 +29,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/chromium"
 	"github.com/nornq/norn/server"
 	"github.com/nornq/norn/server/dashboard"
 	"github.com/nornq/norn/store/embedded"
@@ -63,23 +63,6 @@ var docShots = map[string]bool{"overview-desktop": true, "task-desktop": true, "
 
 var viewports = []viewport{{"desktop", 1280, 800}, {"phone", 390, 844}}
 
-func chromium(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("NORN_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("NORN_REQUIRE_BROWSER") == "1" {
-		t.Fatal("Chromium not found (install Debian's chromium or set NORN_CHROMIUM) and NORN_REQUIRE_BROWSER=1")
-	}
-	t.Skip("Chromium not found: install Debian's chromium or set NORN_CHROMIUM to run the dashboard browser tests")
-	return ""
-}
-
 func artifactDir(t *testing.T) string {
 	t.Helper()
 	if d := os.Getenv("NORN_ARTIFACTS"); d != "" {
@@ -96,7 +79,7 @@ func artifactDir(t *testing.T) string {
 // and a fresh headless Chromium.
 func newEnv(t *testing.T, tokens []server.Token) *env {
 	t.Helper()
-	exe := chromium(t)
+	exe := chromium.Path(t)
 	st, err := embedded.Open(context.Background(), embedded.Options{Dir: t.TempDir(), Durability: embedded.Opportunistic,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -118,19 +101,7 @@ func newEnv(t *testing.T, tokens []server.Token) *env {
 		}
 	})
 
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(exe),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("hide-scrollbars", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 800),
-	}
+	opts := chromium.Options(t, exe, chromedp.Flag("hide-scrollbars", true), chromedp.WindowSize(1280, 800))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	tctx, cancelTimeout := context.WithTimeout(bctx, 3*time.Minute)
