@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -102,6 +101,28 @@ type pathError struct{ errno syscall.Errno }
 
 func (e *pathError) Error() string { return "write: " + e.errno.Error() }
 func (e *pathError) Unwrap() error { return e.errno }
+
+// openOn opens a store in dir on the budgeted disk fs, without a reserve.
+func openOn(t *testing.T, dir string, fs *budgetFS) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), Options{Dir: dir, fs: fs, MinFreeBytes: -1, ManualSweep: true, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// reopen opens dir again on the real disk, to see what was kept; the
+// store is closed when the test ends.
+func reopen(t *testing.T, dir string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), Options{Dir: dir, ManualSweep: true, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
 
 // Below the free space kept in reserve, new data is refused with
 // insufficient_storage and changes nothing, what is stored keeps moving
@@ -197,11 +218,7 @@ func TestDiskFullRefusesNewDataUntilSpaceIsFreed(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s, err = Open(ctx, Options{Dir: dir, ManualSweep: true, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopen(t, dir)
 	page, err = s.List(ctx, norn.Query{})
 	if err != nil || len(page.Tasks) != len(want) || len(want) != 21 {
 		t.Fatalf("after reopen: %d tasks (want %d), %v", len(page.Tasks), len(want), err)
@@ -349,11 +366,7 @@ func TestDiskFilledCompletely(t *testing.T) {
 				t.Fatalf("close: %v", err)
 			}
 
-			s, err = Open(ctx, Options{Dir: dir, ManualSweep: true, Logger: quietLog()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s = reopen(t, dir)
 			for id := range acked {
 				if _, err := s.Get(ctx, id); err != nil {
 					t.Errorf("acknowledged %s after the disk was full: %v", id, err)
@@ -372,10 +385,7 @@ func TestCloseOnAFullDisk(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	fs := newBudgetFS(256 << 20)
-	s, err := Open(ctx, Options{Dir: dir, fs: fs, MinFreeBytes: -1, ManualSweep: true, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openOn(t, dir, fs)
 	if _, err := s.Submit(ctx, norn.NewTask{ID: "before", Queue: "q"}); err != nil {
 		t.Fatal(err)
 	}
@@ -397,11 +407,7 @@ func TestCloseOnAFullDisk(t *testing.T) {
 		t.Fatal("a write that never reached the disk was acknowledged")
 	}
 	fs.setFree(256 << 20)
-	s, err = Open(ctx, Options{Dir: dir, ManualSweep: true, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopen(t, dir)
 	if _, err := s.Get(ctx, "before"); err != nil {
 		t.Fatalf("acknowledged task after a close on a full disk: %v", err)
 	}
@@ -414,19 +420,15 @@ func TestDiskFullUnderConcurrentWrites(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	fs := newBudgetFS(256 << 20)
-	s, err := Open(ctx, Options{Dir: dir, fs: fs, MinFreeBytes: -1, ManualSweep: true, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openOn(t, dir, fs)
 	const writers, batches = 6, 40
 	type outcome struct {
 		ids   []string
 		acked bool
 		err   error
 	}
-	results := make(chan outcome, writers*batches)
+	results := make(chan outcome, writers*batches+1)
 	var wg sync.WaitGroup
-	var refusals atomic.Int64
 	start := make(chan struct{})
 	for g := range writers {
 		wg.Add(1)
@@ -442,27 +444,28 @@ func TestDiskFullUnderConcurrentWrites(t *testing.T) {
 					nts = append(nts, norn.NewTask{ID: id, Queue: "q", Spec: json.RawMessage(`"` + strings.Repeat("s", 512) + `"`)})
 				}
 				_, err := s.Submit(ctx, nts...)
-				if errors.Is(err, norn.ErrInsufficientStorage) {
-					refusals.Add(1)
-				}
 				results <- outcome{ids: ids, acked: err == nil, err: err}
 			}
 		}()
 	}
 	fs.setFree(64 << 10) // the disk fills after a few batches
 	close(start)
-	waitUntil(t, "writers are refused", func() bool { return refusals.Load() >= writers })
+	waitUntil(t, "the store sees the full disk", func() bool { return errors.Is(s.Ready(ctx), norn.ErrInsufficientStorage) })
+	// Every writer may be waiting for its own queued write; a batch sent
+	// now is refused whatever they do.
+	probe := []string{"probe-0", "probe-1", "probe-2"}
+	_, err := s.Submit(ctx, norn.NewTask{ID: probe[0], Queue: "q"}, norn.NewTask{ID: probe[1], Queue: "q"}, norn.NewTask{ID: probe[2], Queue: "q"})
+	if !errors.Is(err, norn.ErrInsufficientStorage) {
+		t.Fatalf("a batch on a full disk: %v, want insufficient_storage", err)
+	}
+	results <- outcome{ids: probe, err: err}
 	fs.setFree(256 << 20)
 	wg.Wait()
 	close(results)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s, err = Open(ctx, Options{Dir: dir, ManualSweep: true, Logger: quietLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = reopen(t, dir)
 	var nAcked, nRefused int
 	for r := range results {
 		_, missing, err := s.GetMany(ctx, r.ids)
