@@ -28,6 +28,7 @@ var serverEnv = map[string]string{
 	"addr":                  "NORN_ADDR",
 	"store":                 "NORN_STORE",
 	"durability":            "NORN_DURABILITY",
+	"min-free-bytes":        "NORN_MIN_FREE_BYTES",
 	"history-limit":         "NORN_HISTORY_LIMIT",
 	"max-body-bytes":        "NORN_MAX_BODY_BYTES",
 	"max-spec-bytes":        "NORN_MAX_SPEC_BYTES",
@@ -79,6 +80,7 @@ func applyEnv(fs *pflag.FlagSet, env map[string]string, lookup func(string) (str
 type serverFlags struct {
 	addr, store, durability string
 	historyLimit            int
+	minFree                 int64
 	maxBody                 int64
 	maxSpec, maxBatch       int
 	maxLabels               int
@@ -174,6 +176,7 @@ flight (up to --shutdown-timeout) and closes the store.`,
 		fs.StringVar(&sf.schema, "schema", "", "postgres store: schema holding Norn's tables (default norn)")
 		fs.BoolVar(&sf.migrate, "migrate", false, "postgres store: apply pending schema migrations on start")
 		fs.StringVar(&sf.durability, "durability", "strict", "embedded store: strict (reply after sync) or opportunistic (reply first, sync soon after)")
+		fs.Int64Var(&sf.minFree, "min-free-bytes", 128<<20, "embedded store: free disk space kept in reserve; below it new tasks, log entries and schedules are refused with 507 while claims and finishing calls go on (negative: no reserve)")
 		fs.IntVar(&sf.historyLimit, "history-limit", norn.DefaultHistoryLimit, "history entries kept per task (oldest dropped)")
 		fs.Int64Var(&sf.maxBody, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body")
 		fs.IntVar(&sf.maxSpec, "max-spec-bytes", norn.MaxSpecBytes, "largest task spec")
@@ -243,7 +246,7 @@ func runServer(cmd *cobra.Command, sf *serverFlags) error {
 		return err
 	}
 	st, err := storeopen.Open(ctx, sf.store, storeopen.Options{
-		Durability: sf.durability, HistoryLimit: sf.historyLimit, Logger: log,
+		Durability: sf.durability, MinFreeBytes: sf.minFree, HistoryLimit: sf.historyLimit, Logger: log,
 		Schema: sf.schema, Migrate: sf.migrate, Observer: obs,
 	})
 	if err != nil {

@@ -24,6 +24,10 @@ type Options struct {
 	// Durability is "strict" (default) or "opportunistic"; see docs/design.md.
 	// Backends without the distinction ignore it.
 	Durability string
+	// MinFreeBytes is the embedded store's free-space reserve
+	// (embedded.Options.MinFreeBytes): 0 means its default of 128 MiB,
+	// negative no reserve. Ignored by other kinds.
+	MinFreeBytes int64
 	// Clock is the time source; nil means the backend's default.
 	Clock norn.Clock
 	// HistoryLimit caps each task's history; 0 means norn.DefaultHistoryLimit.
@@ -105,7 +109,7 @@ func openEmbedded(ctx context.Context, spec, dir string, opts Options) (norn.Sto
 		return nil, err
 	}
 	st, err := embedded.Open(ctx, embedded.Options{
-		Dir: dir, Durability: d, Clock: opts.Clock, HistoryLimit: opts.HistoryLimit, Logger: opts.Logger,
+		Dir: dir, Durability: d, MinFreeBytes: opts.MinFreeBytes, Clock: opts.Clock, HistoryLimit: opts.HistoryLimit, Logger: opts.Logger,
 		Observer: opts.Observer,
 	})
 	if err != nil {

@@ -494,6 +494,20 @@ func TestServerSettings(t *testing.T) {
 	s.fails(t, 1, "may not call", "--token", "cl1ent", "queues", "pause", "emails")
 	s.ok(t, "--token", "adm1n", "queues", "pause", "emails")
 
+	// A reserve larger than any disk: new tasks are refused with 507,
+	// and the CLI says why; what needs no new data still works.
+	full := startServer(t, t.TempDir(), "--min-free-bytes", fmt.Sprint(int64(1)<<60))
+	full.fails(t, 1, "refused until space is freed", "submit", "emails")
+	resp, err := http.Post(full.url+"/v1/tasks", "application/json", strings.NewReader(`{"queue":"emails"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInsufficientStorage {
+		t.Fatalf("submit below the reserve: %d, want 507", resp.StatusCode)
+	}
+	full.ok(t, "stats")
+
 	// An unreachable server is a clear, non-zero failure.
 	off := &server{url: "http://127.0.0.1:1"}
 	off.fails(t, 1, "unavailable", "stats")
