@@ -1,6 +1,6 @@
 import os from "node:os";
 import { Client } from "./client.js";
-import { Cancelled, Conflict, Internal, InvalidArgument, LeaseLost, NornError, NotFound, PermissionDenied, Shutdown, Unauthenticated, Unavailable, } from "./errors.js";
+import { Cancelled, Conflict, Internal, InvalidArgument, LeaseLost, NornError, NotFound, PermissionDenied, Shutdown, Unauthenticated, Unavailable, InsufficientStorage, } from "./errors.js";
 import { formatDuration, formatTime, parseDuration } from "./wire.js";
 /** What Abort and Fail share: the error code and details to record. */
 class HandlerOutcome extends Error {
@@ -231,7 +231,7 @@ function isGone(e) {
     return e instanceof Cancelled || e instanceof LeaseLost || e instanceof NotFound;
 }
 function isTransient(e) {
-    return e instanceof Unavailable || e instanceof Internal;
+    return e instanceof Unavailable || e instanceof InsufficientStorage || e instanceof Internal;
 }
 /**
  * Claims tasks of the handlers' queues and runs them: long-polls claims into
