@@ -3,6 +3,7 @@ package embedded
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -30,9 +31,12 @@ type space struct {
 	reserve  int64         // bytes; <= 0 turns the check off
 	interval time.Duration // longest time between two looks at the disk
 
+	log *slog.Logger
+
 	checked time.Time // when the disk was last looked at (zero: never)
 	avail   int64     // free bytes then
 	written int64     // bytes committed since
+	wasLow  bool      // at the last look, to log the changes
 }
 
 // low reports whether the free space is below the reserve, and the free
@@ -62,6 +66,16 @@ func (sp *space) refresh() {
 		return
 	}
 	sp.avail = int64(min(du.AvailBytes, 1<<62))
+	if low := sp.avail < sp.reserve; low != sp.wasLow {
+		sp.wasLow = low
+		if low {
+			sp.log.Warn("embedded: free space on the disk of the data directory is below the reserve; refusing new tasks, log entries and schedules until space is freed",
+				"dir", sp.dir, "free", bytesText(sp.avail), "reserve", bytesText(sp.reserve))
+		} else {
+			sp.log.Info("embedded: free space on the disk of the data directory is above the reserve again; new data is accepted",
+				"dir", sp.dir, "free", bytesText(sp.avail))
+		}
+	}
 }
 
 // wrote counts bytes committed since the last look.

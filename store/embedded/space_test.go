@@ -133,8 +133,9 @@ func TestDiskFullRefusesNewDataUntilSpaceIsFreed(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	fs := newBudgetFS(256 << 20)
+	logs := &syncedLog{}
 	s, err := Open(ctx, Options{Dir: dir, fs: fs, MinFreeBytes: 4 << 20, spaceInterval: time.Nanosecond,
-		ManualSweep: true, Logger: quietLog()})
+		ManualSweep: true, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,12 @@ func TestDiskFullRefusesNewDataUntilSpaceIsFreed(t *testing.T) {
 	refused("log append", err)
 	_, err = s.PutSchedule(ctx, norn.Schedule{Name: "s", Cron: "* * * * *", Queue: "q"})
 	refused("put schedule", err)
-	refused("Ready", s.Ready(ctx))
+	if err := s.Ready(ctx); err != nil {
+		t.Fatalf("Ready below the reserve: %v, want ready (claims and finishing calls are served)", err)
+	}
+	if !strings.Contains(logs.String(), "below the reserve") {
+		t.Fatalf("the low free space is not logged:\n%s", logs)
+	}
 	if _, err := s.Get(ctx, "new"); !errors.Is(err, norn.ErrNotFound) {
 		t.Fatalf("a refused submit left a task: %v", err)
 	}

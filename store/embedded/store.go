@@ -260,7 +260,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		schedules:  map[string]*norn.Schedule{},
 		subs:       map[*subscription]struct{}{},
 		disk:       disk,
-		space:      space{fs: base, dir: dir, reserve: opts.MinFreeBytes, interval: opts.spaceInterval},
+		space:      space{fs: base, dir: dir, reserve: opts.MinFreeBytes, interval: opts.spaceInterval, log: opts.Logger},
 	}
 	if err := s.load(ctx); err != nil {
 		db.Close()
@@ -443,8 +443,8 @@ func (s *Store) fail(err error) {
 
 // Ready reports whether the store accepts writes: nil, or why not: the
 // write error that stopped it (unavailable, or insufficient_storage when
-// the disk was full), or free space below the reserve. Reads keep working
-// either way. The server's /readyz reports it.
+// the disk was full), or a full disk that writes wait on. Reads keep
+// working either way. The server's /readyz reports it.
 func (s *Store) Ready(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -457,9 +457,9 @@ func (s *Store) Ready(ctx context.Context) error {
 	if s.disk.full.Load() {
 		return errDiskFull()
 	}
-	if low, avail := s.space.low(); low {
-		return s.space.refusal(avail)
-	}
+	// Below the free-space reserve the store stays ready: it refuses new
+	// data but serves the claims and finishing calls that drain the disk,
+	// and a load balancer must keep sending them. The log says so.
 	return nil
 }
 
