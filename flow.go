@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 )
 
 // Flow control: limits a queue puts on claims, enforced by the store inside
@@ -20,16 +21,141 @@ type QueueFlow struct {
 	// unlimited); a key's own limit (KeySettings.Limit) overrides it.
 	// Tasks without a concurrency key are limited only by MaxRunning.
 	KeyLimit int `json:"key_limit,omitempty"`
+	// FairBy makes claims rotate across the values of a key among ready
+	// tasks of equal priority, weighted by each value's KeySettings.Weight:
+	// "concurrency_key", or "label:NAME" for the value of the task's label
+	// NAME (as submitted; a later label change does not move a task).
+	// Tasks without the key form one group of their own. Empty (the
+	// default): claim order only (priority, ready time, id). A queue fair
+	// by a label cannot also have key limits: its keys are the label's
+	// values.
+	FairBy string `json:"fair_by,omitempty"`
 }
 
 // Limited reports whether any limit applies to claims.
 func (f QueueFlow) Limited() bool { return f.MaxRunning > 0 || f.KeyLimit > 0 }
+
+// FairByConcurrencyKey is the FairBy value that rotates across concurrency
+// keys; FairByLabelPrefix starts the value that rotates across a label's.
+const (
+	FairByConcurrencyKey = "concurrency_key"
+	FairByLabelPrefix    = "label:"
+)
+
+// FairLabel returns the label a queue is fair by, if it is fair by one.
+func (f QueueFlow) FairLabel() (string, bool) {
+	if len(f.FairBy) > len(FairByLabelPrefix) && f.FairBy[:len(FairByLabelPrefix)] == FairByLabelPrefix {
+		return f.FairBy[len(FairByLabelPrefix):], true
+	}
+	return "", false
+}
+
+// FairKey returns the key a task is rotated by under the queue's FairBy
+// ("" for tasks without one, and for every task of a queue that is not
+// fair).
+func (f QueueFlow) FairKey(concurrencyKey string, labels map[string]string) string {
+	if f.FairBy == FairByConcurrencyKey {
+		return concurrencyKey
+	}
+	if l, ok := f.FairLabel(); ok {
+		return labels[l]
+	}
+	return ""
+}
+
+// GroupsByLabel reports whether the queue's keys are a label's values
+// rather than concurrency keys.
+func (f QueueFlow) GroupsByLabel() bool {
+	_, ok := f.FairLabel()
+	return ok
+}
+
+// FairUnit is the virtual time a key of weight 1 spends per claimed task.
+// Fair claiming takes, among the keys whose first ready task has the best
+// priority, the one with the least virtual time, and advances that key by
+// FairStride of its weight: over time each key gets claims in proportion
+// to its weight. A key that comes back after having no ready tasks starts
+// at the virtual time of the key claimed last, so it is next but has no
+// credit saved up. 720720 is divisible by every weight up to 16, so small
+// weights give exact shares.
+const FairUnit = 720720
+
+// FairStride is how far one claim advances a key of weight w (0 = 1).
+func FairStride(w int) int64 {
+	if w <= 0 {
+		w = 1
+	}
+	return max(FairUnit/int64(w), 1)
+}
+
+// MaxKeyWeight bounds KeySettings.Weight.
+const MaxKeyWeight = 1000
+
+// ValidateFairBy checks a FairBy value.
+func ValidateFairBy(field, v string) error {
+	if v == "" || v == FairByConcurrencyKey {
+		return nil
+	}
+	l, ok := QueueFlow{FairBy: v}.FairLabel()
+	if !ok {
+		return Invalid(field, "must be %q or %q followed by a label name (\"\" turns fair claiming off), not %q",
+			FairByConcurrencyKey, FairByLabelPrefix, truncate(v, 40))
+	}
+	if len(l) > MaxLabelKeyLength || strings.ContainsAny(l, ":,") {
+		return Invalid(field, "label name %q must be 1..%d bytes without ':' or ','", truncate(l, 40), MaxLabelKeyLength)
+	}
+	return nil
+}
+
+// ValidateKeySettings checks one key's settings; field names the key
+// ("" when the settings are the whole body).
+func ValidateKeySettings(field string, ks KeySettings) error {
+	if field != "" {
+		field += "."
+	}
+	if ks.Limit < 0 {
+		return Invalid(field+"limit", "must not be negative (0 means the queue's key_limit)")
+	}
+	if ks.Weight < 0 || ks.Weight > MaxKeyWeight {
+		return Invalid(field+"weight", "must be 0..%d (0 means 1)", MaxKeyWeight)
+	}
+	return nil
+}
+
+// CheckFlow checks the flow settings a queue would have after u, given
+// whether any of its keys would then have its own limit: a queue fair by
+// a label has the label's values as keys, so key limits (which count
+// concurrency keys) cannot apply to it. The error names the field u set.
+// Stores call it before they commit an update.
+func (u *QueueUpdate) CheckFlow(after QueueFlow, keyLimits bool) error {
+	if !after.GroupsByLabel() || (after.KeyLimit == 0 && !keyLimits) {
+		return nil
+	}
+	const why = "a queue fair by a label cannot have key limits (its keys are the label's values): " +
+		"limit by concurrency_key and set fair_by to concurrency_key, or remove the key limits first"
+	switch {
+	case u.FairBy != nil:
+		return Invalid("fair_by", why)
+	case u.KeyLimit != nil:
+		return Invalid("key_limit", why)
+	}
+	for _, k := range slices.Sorted(maps.Keys(u.Keys)) {
+		if ks := u.Keys[k]; ks != nil && ks.Limit > 0 {
+			return Invalid(fmt.Sprintf("keys[%q].limit", k), why)
+		}
+	}
+	return Invalid("fair_by", why)
+}
 
 // KeySettings are one concurrency key's own settings in a queue.
 type KeySettings struct {
 	// Limit caps the key's running tasks, overriding the queue's KeyLimit
 	// (0 = the queue's KeyLimit applies).
 	Limit int `json:"limit,omitempty"`
+	// Weight is the key's share of claims in a queue with FairBy: a key
+	// of weight 3 gets three claims for every one of a key of weight 1
+	// while both have ready tasks (0 = 1, at most MaxKeyWeight).
+	Weight int `json:"weight,omitempty"`
 }
 
 // KeyInfo is one concurrency key of a queue: its settings and how many of
@@ -88,9 +214,14 @@ func (u *QueueUpdate) validateFlow() error {
 		if err := ValidateConcurrencyKey(f, k); err != nil {
 			return err
 		}
-		if ks := u.Keys[k]; ks != nil && ks.Limit < 0 {
-			return Invalid(f+".limit", "must not be negative (0 means the queue's key_limit)")
+		if ks := u.Keys[k]; ks != nil {
+			if err := ValidateKeySettings(f, *ks); err != nil {
+				return err
+			}
 		}
+	}
+	if u.FairBy != nil {
+		return ValidateFairBy("fair_by", *u.FairBy)
 	}
 	return nil
 }
@@ -102,5 +233,8 @@ func (u *QueueUpdate) ApplyFlow(f *QueueFlow) {
 	}
 	if u.KeyLimit != nil {
 		f.KeyLimit = *u.KeyLimit
+	}
+	if u.FairBy != nil {
+		f.FairBy = *u.FairBy
 	}
 }

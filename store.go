@@ -485,6 +485,8 @@ type QueueUpdate struct {
 	// MaxRunning and KeyLimit set the queue's flow limits (0 removes one).
 	MaxRunning *int `json:"max_running,omitempty"`
 	KeyLimit   *int `json:"key_limit,omitempty"`
+	// FairBy sets QueueFlow.FairBy ("" turns fair claiming off).
+	FairBy *string `json:"fair_by,omitempty"`
 	// Keys sets concurrency keys' own settings; a nil value removes a
 	// key's settings (the queue's apply again).
 	Keys map[string]*KeySettings `json:"keys,omitempty"`

@@ -327,8 +327,10 @@ func (s *Server) updateQueueKey(w http.ResponseWriter, r *http.Request, ks *norn
 			return err
 		}
 	}
-	if ks != nil && ks.Limit < 0 {
-		return norn.Invalid("limit", "must not be negative (0 means the queue's key_limit)")
+	if ks != nil {
+		if err := norn.ValidateKeySettings("", *ks); err != nil {
+			return err
+		}
 	}
 	q, err := s.store.UpdateQueue(r.Context(), name, norn.QueueUpdate{Keys: map[string]*norn.KeySettings{key: ks}})
 	if err != nil {

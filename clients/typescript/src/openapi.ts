@@ -1007,6 +1007,8 @@ export interface components {
             max_running?: number;
             /** @description Flow limit: running tasks per concurrency key (absent: none). */
             key_limit?: number;
+            /** @description Fair claiming: among ready tasks of equal priority, claims rotate across the values of this key, weighted by each key's weight: "concurrency_key" or "label:NAME" (the task's label NAME as submitted). Absent: claim order only. */
+            fair_by?: string;
             /** @description GET/PATCH of one queue: the concurrency keys with their own settings or running tasks, sorted. */
             keys?: components["schemas"]["KeyInfo"][];
         };
@@ -1022,6 +1024,8 @@ export interface components {
             max_running?: number;
             /** @description At most this many running tasks per concurrency_key; 0 removes the limit. */
             key_limit?: number;
+            /** @description Rotate claims across the values of "concurrency_key" or "label:NAME", weighted by the keys' weights; "" turns fair claiming off. A queue fair by a label cannot have key limits. */
+            fair_by?: string;
             /** @description Concurrency keys' own settings; null removes a key's settings. */
             keys?: {
                 [key: string]: components["schemas"]["KeySettings"] | null;
@@ -1256,10 +1260,13 @@ export interface components {
         KeySettings: {
             /** @description At most this many running tasks with this key; overrides the queue's key_limit (0: the queue's applies). */
             limit?: number;
+            /** @description The key's share of claims in a queue with fair_by: weight 3 gets three claims for each one of a weight-1 key while both have ready tasks (0: 1). */
+            weight?: number;
         };
         KeyInfo: {
             key: string;
             limit?: number;
+            weight?: number;
             /** @description Running tasks with this key now. */
             running: number;
         };
