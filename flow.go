@@ -30,9 +30,13 @@ type QueueFlow struct {
 	// by a label cannot also have key limits: its keys are the label's
 	// values.
 	FairBy string `json:"fair_by,omitempty"`
+	// RateLimit caps how fast claims hand out the queue's tasks (zero:
+	// none); see ratelimit.go.
+	RateLimit RateLimit `json:"rate_limit,omitzero"`
 }
 
-// Limited reports whether any limit applies to claims.
+// Limited reports whether a running limit applies to claims (a task that
+// stops running may let a waiting claimer in).
 func (f QueueFlow) Limited() bool { return f.MaxRunning > 0 || f.KeyLimit > 0 }
 
 // FairByConcurrencyKey is the FairBy value that rotates across concurrency
@@ -146,6 +150,8 @@ func (u *QueueUpdate) CheckFlow(after QueueFlow, keyLimits bool) error {
 	}
 	return Invalid("fair_by", why)
 }
+// RateLimited reports whether claims take tokens from a bucket.
+func (f QueueFlow) RateLimited() bool { return f.RateLimit.PerSecond > 0 }
 
 // KeySettings are one concurrency key's own settings in a queue.
 type KeySettings struct {
@@ -206,6 +212,11 @@ func (u *QueueUpdate) validateFlow() error {
 	if u.KeyLimit != nil && *u.KeyLimit < 0 {
 		return Invalid("key_limit", "must not be negative (0 removes the limit)")
 	}
+	if u.RateLimit != nil {
+		if err := u.RateLimit.validate("rate_limit"); err != nil {
+			return err
+		}
+	}
 	if len(u.Keys) > MaxKeySettings {
 		return Invalid("keys", "sets %d keys, more than the limit of %d", len(u.Keys), MaxKeySettings)
 	}
@@ -236,5 +247,8 @@ func (u *QueueUpdate) ApplyFlow(f *QueueFlow) {
 	}
 	if u.FairBy != nil {
 		f.FairBy = *u.FairBy
+	}
+	if u.RateLimit != nil {
+		f.RateLimit = u.RateLimit.Normalized()
 	}
 }

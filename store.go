@@ -471,6 +471,9 @@ type QueueInfo struct {
 	// Queues), every concurrency key that has its own settings or running
 	// tasks, sorted by key.
 	Keys []KeyInfo `json:"keys,omitempty"`
+	// RateTokens is, for a rate-limited queue, how many tokens its bucket
+	// holds now (fractional: it refills continuously).
+	RateTokens *float64 `json:"rate_tokens,omitempty"`
 }
 
 // QueueUpdate changes a queue. Nil fields are left alone.
@@ -487,6 +490,8 @@ type QueueUpdate struct {
 	KeyLimit   *int `json:"key_limit,omitempty"`
 	// FairBy sets QueueFlow.FairBy ("" turns fair claiming off).
 	FairBy *string `json:"fair_by,omitempty"`
+	// RateLimit sets the queue's rate limit; per_second 0 removes it.
+	RateLimit *RateLimit `json:"rate_limit,omitempty"`
 	// Keys sets concurrency keys' own settings; a nil value removes a
 	// key's settings (the queue's apply again).
 	Keys map[string]*KeySettings `json:"keys,omitempty"`

@@ -84,7 +84,7 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 		if u.Paused != nil {
 			q.paused = *u.Paused
 		}
-		if flow := q.flow; u.MaxRunning != nil || u.KeyLimit != nil {
+		if flow := q.flow; u.MaxRunning != nil || u.KeyLimit != nil || u.RateLimit != nil {
 			u.ApplyFlow(&q.flow)
 			if q.flow != flow {
 				q.refixAll()

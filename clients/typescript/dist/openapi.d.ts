@@ -1006,10 +1006,14 @@ export interface components {
             max_running?: number;
             /** @description Flow limit: running tasks per concurrency key (absent: none). */
             key_limit?: number;
+            /** @description Flow limit: claims hand out at most burst tasks at once and per_second sustained (absent: none). */
+            rate_limit?: components["schemas"]["RateLimit"];
             /** @description Fair claiming: among ready tasks of equal priority, claims rotate across the values of this key, weighted by each key's weight: "concurrency_key" or "label:NAME" (the task's label NAME as submitted). Absent: claim order only. */
             fair_by?: string;
             /** @description GET/PATCH of one queue: the concurrency keys with their own settings or running tasks, sorted. */
             keys?: components["schemas"]["KeyInfo"][];
+            /** @description Rate-limited queue: tokens in its bucket now (each claimed task takes one; fractional, it refills continuously). */
+            rate_tokens?: number;
         };
         QueueUpdate: {
             paused?: boolean;
@@ -1023,6 +1027,8 @@ export interface components {
             max_running?: number;
             /** @description At most this many running tasks per concurrency_key; 0 removes the limit. */
             key_limit?: number;
+            /** @description Rate limit of claims, across the cluster; per_second 0 removes it. */
+            rate_limit?: components["schemas"]["RateLimit"];
             /** @description Rotate claims across the values of "concurrency_key" or "label:NAME", weighted by the keys' weights; "" turns fair claiming off. A queue fair by a label cannot have key limits. */
             fair_by?: string;
             /** @description Concurrency keys' own settings; null removes a key's settings. */
@@ -1271,6 +1277,12 @@ export interface components {
         };
         KeyResponse: {
             key: components["schemas"]["KeyInfo"];
+        };
+        RateLimit: {
+            /** @description Sustained rate: tasks claimed per second across the cluster (below 1 is fine: 0.5 is one task every 2 s). In an update, 0 removes the rate limit. */
+            per_second: number;
+            /** @description Bucket size: tasks claims may take at once after a quiet spell. Absent or 0 in an update: per_second rounded up (one second's worth). */
+            burst?: number;
         };
     };
     responses: {
