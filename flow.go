@@ -150,6 +150,7 @@ func (u *QueueUpdate) CheckFlow(after QueueFlow, keyLimits bool) error {
 	}
 	return Invalid("fair_by", why)
 }
+
 // RateLimited reports whether claims take tokens from a bucket.
 func (f QueueFlow) RateLimited() bool { return f.RateLimit.PerSecond > 0 }
 
