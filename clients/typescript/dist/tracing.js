@@ -49,3 +49,29 @@ export function childTraceparent(parent) {
     const p = parseTraceparent(parent);
     return p ? formatTraceparent({ ...p, parentId: randomHex(8) }) : undefined;
 }
+/** The traceparent of a span, or undefined when its context is not valid (a no-op tracer's root). */
+export function spanTraceparent(span) {
+    const sc = span?.spanContext();
+    if (!sc)
+        return undefined;
+    const tp = formatTraceparent({ traceId: sc.traceId, parentId: sc.spanId, flags: sc.traceFlags });
+    return parseTraceparent(tp) ? tp : undefined;
+}
+/**
+ * Loads `@opentelemetry/api`, the optional peer dependency a traced worker
+ * needs; the error names the `tracer` option when it is not installed.
+ */
+export async function loadOtelApi() {
+    let mod;
+    try {
+        mod = (await import("@opentelemetry/api"));
+    }
+    catch (e) {
+        throw Object.assign(new Error("a tracer needs the package @opentelemetry/api (npm install @opentelemetry/api)"), { cause: e });
+    }
+    const api = (mod.trace ? mod : mod.default);
+    if (!api?.trace || !api.context || api.ROOT_CONTEXT === undefined) {
+        throw new Error("@opentelemetry/api loaded, but it has no trace, context or ROOT_CONTEXT");
+    }
+    return api;
+}

@@ -1,5 +1,6 @@
 import { Client, type LogEntry, type SnoozeUntil, type Task } from "./client.js";
 import { NornError } from "./errors.js";
+import { type OtelSpan, type OtelTracer } from "./tracing.js";
 /**
  * Runs one task. What it does decides the outcome: resolving completes the
  * task with the value as its result (JSON; undefined: no result), throwing
@@ -11,7 +12,8 @@ export type Handler = (task: ActiveTask) => unknown;
 /**
  * Wraps every handler call: it sees the task before and the outcome after,
  * and decides the outcome by what it resolves with or throws. The place for
- * logging, metrics and tracing (a span parented on `task.traceparent`).
+ * logging and metrics; with a {@link WorkerOptions.tracer} it runs inside
+ * the attempt's span.
  */
 export type Middleware = (task: ActiveTask, next: (task: ActiveTask) => Promise<unknown>) => unknown;
 /** Where the worker logs; `console` fits. */
@@ -54,6 +56,16 @@ export interface WorkerOptions {
      * machine's load is low.
      */
     capacity?: () => boolean | Promise<boolean>;
+    /**
+     * An OpenTelemetry Tracer (`trace.getTracer("my-worker")` from
+     * `@opentelemetry/api`, which must then be installed: it is an optional
+     * peer dependency). Every attempt then runs in a consumer span
+     * `process <queue>` whose parent is the task's traceparent, active for the
+     * handler and middleware (`context.active()`), ended once the outcome is
+     * reported. Default: no span; `task.spanTraceparent` is then the task's
+     * own traceparent.
+     */
+    tracer?: OtelTracer;
 }
 /** What Abort and Fail share: the error code and details to record. */
 declare abstract class HandlerOutcome extends Error {
@@ -111,6 +123,8 @@ declare class Run {
     nextSeq: number;
     prevLog: LogEntry[] | undefined;
     logQueue: Promise<unknown>;
+    /** The attempt's span, with a tracer. */
+    span: OtelSpan | undefined;
     constructor(record: Task, workerID: string, leaseLen: number, interval: number, sent: number);
 }
 /**
@@ -143,6 +157,19 @@ export declare class ActiveTask {
     get traceparent(): string | undefined;
     /** The W3C tracestate that travels with traceparent, when the task has one. */
     get tracestate(): string | undefined;
+    /**
+     * The attempt's span when the worker has a tracer (an OpenTelemetry
+     * Span), else undefined.
+     */
+    get span(): OtelSpan | undefined;
+    /**
+     * The traceparent to hand on: the attempt's span when the worker has a
+     * tracer, else the task's own traceparent. Pass it (with `tracestate`) to
+     * the tasks the handler submits and the requests it makes, so they join
+     * the trace under this attempt:
+     * `client.submit(q, spec, { traceparent: task.spanTraceparent, tracestate: task.tracestate })`.
+     */
+    get spanTraceparent(): string | undefined;
     /** True once the handler should stop. */
     get cancelled(): boolean;
     /** Why the handler should stop (Cancelled, LeaseLost or Shutdown), or undefined. */

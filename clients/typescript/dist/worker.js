@@ -1,6 +1,7 @@
 import os from "node:os";
 import { Client } from "./client.js";
 import { Cancelled, Conflict, Internal, InvalidArgument, LeaseLost, NornError, NotFound, PermissionDenied, Shutdown, Unauthenticated, Unavailable, InsufficientStorage, } from "./errors.js";
+import { loadOtelApi, parseTraceparent, spanTraceparent } from "./tracing.js";
 import { formatDuration, formatTime, parseDuration } from "./wire.js";
 /** What Abort and Fail share: the error code and details to record. */
 class HandlerOutcome extends Error {
@@ -71,6 +72,8 @@ class Run {
     nextSeq = 0;
     prevLog;
     logQueue = Promise.resolve();
+    /** The attempt's span, with a tracer. */
+    span;
     constructor(record, workerID, leaseLen, interval, sent) {
         this.record = record;
         this.leaseLen = leaseLen;
@@ -134,6 +137,23 @@ export class ActiveTask {
     get tracestate() {
         const ts = this.record.tracestate;
         return typeof ts === "string" && ts !== "" ? ts : undefined;
+    }
+    /**
+     * The attempt's span when the worker has a tracer (an OpenTelemetry
+     * Span), else undefined.
+     */
+    get span() {
+        return this.#r.span;
+    }
+    /**
+     * The traceparent to hand on: the attempt's span when the worker has a
+     * tracer, else the task's own traceparent. Pass it (with `tracestate`) to
+     * the tasks the handler submits and the requests it makes, so they join
+     * the trace under this attempt:
+     * `client.submit(q, spec, { traceparent: task.spanTraceparent, tracestate: task.tracestate })`.
+     */
+    get spanTraceparent() {
+        return spanTraceparent(this.#r.span) ?? this.traceparent;
     }
     /** True once the handler should stop. */
     get cancelled() {
@@ -257,6 +277,8 @@ export class Worker {
     #handleSignals;
     #chain;
     #capacity;
+    #tracer;
+    #otel;
     #runs = new Map();
     #changed = new Changed();
     #stopCtl = new AbortController();
@@ -318,7 +340,11 @@ export class Worker {
         if (opts.capacity !== undefined && typeof opts.capacity !== "function") {
             throw new InvalidArgument("must be a function returning a boolean", { field: "capacity" });
         }
+        if (opts.tracer !== undefined && (opts.tracer === null || typeof opts.tracer.startSpan !== "function")) {
+            throw new InvalidArgument("must be an OpenTelemetry Tracer (an object with startSpan)", { field: "tracer" });
+        }
         this.client = client;
+        this.#tracer = opts.tracer;
         this.#handlers = { ...handlers };
         this.queues = queues;
         this.concurrency = concurrency;
@@ -372,6 +398,14 @@ export class Worker {
             process.on("SIGINT", onSignal);
         }
         try {
+            if (this.#tracer && !this.#otel) {
+                try {
+                    this.#otel = await loadOtelApi();
+                }
+                catch (e) {
+                    throw new InvalidArgument(e.message, { field: "tracer", cause: e });
+                }
+            }
             if (!(await this.#register()))
                 return;
             const hb = this.#heartbeats();
@@ -527,13 +561,30 @@ export class Worker {
     }
     // ---- running a task ----------------------------------------------------
     async #serve(run, task) {
+        const ctx = this.#traceStart(run, task);
+        try {
+            await this.#call(run, task, ctx);
+        }
+        finally {
+            // Every attempt's span ends: after its outcome was reported, or once
+            // it is known there is none to report (cancelled, lost, yielded).
+            try {
+                run.span?.end();
+            }
+            catch (e) {
+                this.#log.error?.(`norn task ${run.id}: the tracer's span failed to end: ${String(e)}`);
+            }
+        }
+    }
+    async #call(run, task, ctx) {
         let op = "complete";
         let result;
         let code = "";
         let desc = "";
         let details;
+        let thrown;
         try {
-            result = await this.#chain(task);
+            result = await (ctx === undefined ? this.#chain(task) : this.#otel.context.with(ctx, () => this.#chain(task)));
             if (result !== undefined) {
                 try {
                     if (JSON.stringify(result) === undefined)
@@ -547,6 +598,7 @@ export class Worker {
             }
         }
         catch (e) {
+            thrown = e;
             if (e instanceof Snooze) {
                 op = "snooze";
                 result = e.until;
@@ -564,12 +616,74 @@ export class Worker {
                 desc = describe(e, true);
             }
         }
-        await this.#finish(run, op, result, code, desc, details);
+        await this.#finish(run, op, result, code, desc, details, thrown);
     }
-    async #finish(run, op, result, code, desc, details) {
+    /**
+     * Starts the attempt's span, a consumer span whose parent is the task's
+     * traceparent (a new trace when it has none), with the attributes the Go
+     * worker sets; returns the context to run the handler in, or undefined
+     * without a tracer. A tracer that throws costs the span, not the task.
+     */
+    #traceStart(run, task) {
+        const otel = this.#otel;
+        if (!this.#tracer || !otel)
+            return undefined;
+        try {
+            let ctx = otel.ROOT_CONTEXT;
+            const parent = parseTraceparent(task.traceparent);
+            if (parent) {
+                const ts = task.tracestate;
+                ctx = otel.trace.setSpanContext(ctx, {
+                    traceId: parent.traceId,
+                    spanId: parent.parentId,
+                    traceFlags: parent.flags,
+                    isRemote: true,
+                    ...(ts !== undefined && otel.createTraceState ? { traceState: otel.createTraceState(ts) } : {}),
+                });
+            }
+            run.span = this.#tracer.startSpan(`process ${task.queue}`, {
+                kind: otel.SpanKind.CONSUMER,
+                attributes: {
+                    "messaging.system": "norn",
+                    "messaging.operation.type": "process",
+                    "messaging.destination.name": task.queue,
+                    "messaging.message.id": task.id,
+                    "norn.worker": run.worker,
+                    "norn.task.lease": run.lease,
+                    "norn.task.attempt": task.attempts,
+                },
+            }, ctx);
+            return otel.trace.setSpan(ctx, run.span);
+        }
+        catch (e) {
+            run.span = undefined;
+            this.#log.error?.(`norn task ${run.id}: the tracer failed to start a span; running untraced: ${String(e)}`);
+            return undefined;
+        }
+    }
+    /** Records on the attempt's span the outcome about to be reported; failures and aborts set its status to error. */
+    #traceOutcome(run, op, code, desc, thrown) {
+        const span = run.span;
+        if (!span)
+            return;
+        try {
+            span.setAttribute("norn.task.outcome", op);
+            if (op === "fail" || op === "abort") {
+                span.setAttribute("error.type", code);
+                if (thrown instanceof Error)
+                    span.recordException(thrown);
+                span.setStatus({ code: this.#otel.SpanStatusCode.ERROR, message: desc.split("\n")[0] ?? "" });
+            }
+        }
+        catch (e) {
+            this.#log.error?.(`norn task ${run.id}: the tracer's span failed: ${String(e)}`);
+        }
+    }
+    async #finish(run, op, result, code, desc, details, thrown) {
         if (run.state !== "running")
             return;
         run.state = "finishing";
+        this.#traceOutcome(run, op, code, desc, thrown);
         if (op === "snooze")
             this.#log.info?.(`norn task ${run.id}: ${desc}`);
         else if (op !== "complete")

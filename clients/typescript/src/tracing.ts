@@ -60,3 +60,75 @@ export function childTraceparent(parent: string | undefined | null): string | un
   const p = parseTraceparent(parent);
   return p ? formatTraceparent({ ...p, parentId: randomHex(8) }) : undefined;
 }
+
+// ---- OpenTelemetry, without depending on it ------------------------------
+//
+// The worker traces handlers with a Tracer the program gives it (from
+// @opentelemetry/api, an optional peer dependency). The SDK never imports
+// that package at load time and its declarations do not mention it: the
+// types below are the parts of the API the worker calls, so a real Tracer
+// fits them and a program without OpenTelemetry installs and compiles as
+// before.
+
+/** The parts of an OpenTelemetry SpanContext the worker reads. */
+export interface OtelSpanContext {
+  traceId: string;
+  spanId: string;
+  traceFlags: number;
+}
+
+/** The parts of an OpenTelemetry Span (`@opentelemetry/api`) the worker calls. */
+export interface OtelSpan {
+  spanContext(): OtelSpanContext;
+  setAttribute(key: string, value: string | number | boolean): unknown;
+  setStatus(status: { code: number; message?: string }): unknown;
+  recordException(exception: Error): void;
+  end(): void;
+}
+
+/**
+ * The parts of an OpenTelemetry Tracer (`@opentelemetry/api`) the worker
+ * calls: `trace.getTracer("my-worker")` or a provider's `getTracer` fits.
+ */
+export interface OtelTracer {
+  startSpan(name: string, options?: { kind?: number; attributes?: Record<string, string | number | boolean> }, context?: any): OtelSpan;
+}
+
+/** The parts of the `@opentelemetry/api` module the worker uses to parent and activate spans. */
+export interface OtelApi {
+  ROOT_CONTEXT: unknown;
+  SpanKind: { CONSUMER: number };
+  SpanStatusCode: { ERROR: number };
+  trace: {
+    setSpanContext(ctx: any, sc: { traceId: string; spanId: string; traceFlags: number; isRemote?: boolean; traceState?: unknown }): unknown;
+    setSpan(ctx: any, span: any): unknown;
+  };
+  context: { with<R>(ctx: any, fn: () => R): R };
+  createTraceState?(raw?: string): unknown;
+}
+
+/** The traceparent of a span, or undefined when its context is not valid (a no-op tracer's root). */
+export function spanTraceparent(span: OtelSpan | undefined): string | undefined {
+  const sc = span?.spanContext();
+  if (!sc) return undefined;
+  const tp = formatTraceparent({ traceId: sc.traceId, parentId: sc.spanId, flags: sc.traceFlags });
+  return parseTraceparent(tp) ? tp : undefined;
+}
+
+/**
+ * Loads `@opentelemetry/api`, the optional peer dependency a traced worker
+ * needs; the error names the `tracer` option when it is not installed.
+ */
+export async function loadOtelApi(): Promise<OtelApi> {
+  let mod: Record<string, unknown>;
+  try {
+    mod = (await import("@opentelemetry/api")) as unknown as Record<string, unknown>;
+  } catch (e) {
+    throw Object.assign(new Error("a tracer needs the package @opentelemetry/api (npm install @opentelemetry/api)"), { cause: e });
+  }
+  const api = ((mod as { trace?: unknown }).trace ? mod : mod.default) as unknown as OtelApi;
+  if (!api?.trace || !api.context || api.ROOT_CONTEXT === undefined) {
+    throw new Error("@opentelemetry/api loaded, but it has no trace, context or ROOT_CONTEXT");
+  }
+  return api;
+}

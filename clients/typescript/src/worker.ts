@@ -14,6 +14,7 @@ import {
   Unavailable,
   InsufficientStorage,
 } from "./errors.js";
+import { type OtelApi, type OtelSpan, type OtelTracer, loadOtelApi, parseTraceparent, spanTraceparent } from "./tracing.js";
 import { type Duration, type Time, formatDuration, formatTime, parseDuration } from "./wire.js";
 
 /**
@@ -28,7 +29,8 @@ export type Handler = (task: ActiveTask) => unknown;
 /**
  * Wraps every handler call: it sees the task before and the outcome after,
  * and decides the outcome by what it resolves with or throws. The place for
- * logging, metrics and tracing (a span parented on `task.traceparent`).
+ * logging and metrics; with a {@link WorkerOptions.tracer} it runs inside
+ * the attempt's span.
  */
 export type Middleware = (task: ActiveTask, next: (task: ActiveTask) => Promise<unknown>) => unknown;
 
@@ -73,6 +75,16 @@ export interface WorkerOptions {
    * machine's load is low.
    */
   capacity?: () => boolean | Promise<boolean>;
+  /**
+   * An OpenTelemetry Tracer (`trace.getTracer("my-worker")` from
+   * `@opentelemetry/api`, which must then be installed: it is an optional
+   * peer dependency). Every attempt then runs in a consumer span
+   * `process <queue>` whose parent is the task's traceparent, active for the
+   * handler and middleware (`context.active()`), ended once the outcome is
+   * reported. Default: no span; `task.spanTraceparent` is then the task's
+   * own traceparent.
+   */
+  tracer?: OtelTracer;
 }
 
 /** What Abort and Fail share: the error code and details to record. */
@@ -149,6 +161,8 @@ class Run {
   nextSeq = 0;
   prevLog: LogEntry[] | undefined;
   logQueue: Promise<unknown> = Promise.resolve();
+  /** The attempt's span, with a tracer. */
+  span: OtelSpan | undefined;
 
   constructor(
     readonly record: Task,
@@ -220,6 +234,25 @@ export class ActiveTask {
   get tracestate(): string | undefined {
     const ts = (this.record as Task & { tracestate?: unknown }).tracestate;
     return typeof ts === "string" && ts !== "" ? ts : undefined;
+  }
+
+  /**
+   * The attempt's span when the worker has a tracer (an OpenTelemetry
+   * Span), else undefined.
+   */
+  get span(): OtelSpan | undefined {
+    return this.#r.span;
+  }
+
+  /**
+   * The traceparent to hand on: the attempt's span when the worker has a
+   * tracer, else the task's own traceparent. Pass it (with `tracestate`) to
+   * the tasks the handler submits and the requests it makes, so they join
+   * the trace under this attempt:
+   * `client.submit(q, spec, { traceparent: task.spanTraceparent, tracestate: task.tracestate })`.
+   */
+  get spanTraceparent(): string | undefined {
+    return spanTraceparent(this.#r.span) ?? this.traceparent;
   }
 
   /** True once the handler should stop. */
@@ -348,6 +381,8 @@ export class Worker {
   readonly #handleSignals: boolean;
   readonly #chain: (task: ActiveTask) => Promise<unknown>;
   readonly #capacity: (() => boolean | Promise<boolean>) | undefined;
+  readonly #tracer: OtelTracer | undefined;
+  #otel: OtelApi | undefined;
 
   readonly #runs = new Map<Run, Promise<void>>();
   readonly #changed = new Changed();
@@ -400,7 +435,12 @@ export class Worker {
       throw new InvalidArgument("must be a function returning a boolean", { field: "capacity" });
     }
 
+    if (opts.tracer !== undefined && (opts.tracer === null || typeof opts.tracer.startSpan !== "function")) {
+      throw new InvalidArgument("must be an OpenTelemetry Tracer (an object with startSpan)", { field: "tracer" });
+    }
+
     this.client = client;
+    this.#tracer = opts.tracer;
     this.#handlers = { ...handlers };
     this.queues = queues;
     this.concurrency = concurrency;
@@ -455,6 +495,13 @@ export class Worker {
       process.on("SIGINT", onSignal);
     }
     try {
+      if (this.#tracer && !this.#otel) {
+        try {
+          this.#otel = await loadOtelApi();
+        } catch (e) {
+          throw new InvalidArgument((e as Error).message, { field: "tracer", cause: e });
+        }
+      }
       if (!(await this.#register())) return;
       const hb = this.#heartbeats();
       let err: unknown;
@@ -597,13 +644,29 @@ export class Worker {
   // ---- running a task ----------------------------------------------------
 
   async #serve(run: Run, task: ActiveTask): Promise<void> {
+    const ctx = this.#traceStart(run, task);
+    try {
+      await this.#call(run, task, ctx);
+    } finally {
+      // Every attempt's span ends: after its outcome was reported, or once
+      // it is known there is none to report (cancelled, lost, yielded).
+      try {
+        run.span?.end();
+      } catch (e) {
+        this.#log.error?.(`norn task ${run.id}: the tracer's span failed to end: ${String(e)}`);
+      }
+    }
+  }
+
+  async #call(run: Run, task: ActiveTask, ctx: unknown): Promise<void> {
     let op: Outcome = "complete";
     let result: unknown;
     let code = "";
     let desc = "";
     let details: Record<string, unknown> | undefined;
+    let thrown: unknown;
     try {
-      result = await this.#chain(task);
+      result = await (ctx === undefined ? this.#chain(task) : this.#otel!.context.with(ctx, () => this.#chain(task)));
       if (result !== undefined) {
         try {
           if (JSON.stringify(result) === undefined) throw new TypeError(`a ${typeof result} is not JSON`);
@@ -614,6 +677,7 @@ export class Worker {
         }
       }
     } catch (e) {
+      thrown = e;
       if (e instanceof Snooze) {
         op = "snooze";
         result = e.until;
@@ -629,12 +693,75 @@ export class Worker {
         desc = describe(e, true);
       }
     }
-    await this.#finish(run, op, result, code, desc, details);
+    await this.#finish(run, op, result, code, desc, details, thrown);
   }
 
-  async #finish(run: Run, op: Outcome, result: unknown, code: string, desc: string, details?: Record<string, unknown>) {
+  /**
+   * Starts the attempt's span, a consumer span whose parent is the task's
+   * traceparent (a new trace when it has none), with the attributes the Go
+   * worker sets; returns the context to run the handler in, or undefined
+   * without a tracer. A tracer that throws costs the span, not the task.
+   */
+  #traceStart(run: Run, task: ActiveTask): unknown {
+    const otel = this.#otel;
+    if (!this.#tracer || !otel) return undefined;
+    try {
+      let ctx = otel.ROOT_CONTEXT;
+      const parent = parseTraceparent(task.traceparent);
+      if (parent) {
+        const ts = task.tracestate;
+        ctx = otel.trace.setSpanContext(ctx, {
+          traceId: parent.traceId,
+          spanId: parent.parentId,
+          traceFlags: parent.flags,
+          isRemote: true,
+          ...(ts !== undefined && otel.createTraceState ? { traceState: otel.createTraceState(ts) } : {}),
+        });
+      }
+      run.span = this.#tracer.startSpan(
+        `process ${task.queue}`,
+        {
+          kind: otel.SpanKind.CONSUMER,
+          attributes: {
+            "messaging.system": "norn",
+            "messaging.operation.type": "process",
+            "messaging.destination.name": task.queue,
+            "messaging.message.id": task.id,
+            "norn.worker": run.worker,
+            "norn.task.lease": run.lease,
+            "norn.task.attempt": task.attempts,
+          },
+        },
+        ctx,
+      );
+      return otel.trace.setSpan(ctx, run.span);
+    } catch (e) {
+      run.span = undefined;
+      this.#log.error?.(`norn task ${run.id}: the tracer failed to start a span; running untraced: ${String(e)}`);
+      return undefined;
+    }
+  }
+
+  /** Records on the attempt's span the outcome about to be reported; failures and aborts set its status to error. */
+  #traceOutcome(run: Run, op: Outcome, code: string, desc: string, thrown: unknown): void {
+    const span = run.span;
+    if (!span) return;
+    try {
+      span.setAttribute("norn.task.outcome", op);
+      if (op === "fail" || op === "abort") {
+        span.setAttribute("error.type", code);
+        if (thrown instanceof Error) span.recordException(thrown);
+        span.setStatus({ code: this.#otel!.SpanStatusCode.ERROR, message: desc.split("\n")[0] ?? "" });
+      }
+    } catch (e) {
+      this.#log.error?.(`norn task ${run.id}: the tracer's span failed: ${String(e)}`);
+    }
+  }
+
+  async #finish(run: Run, op: Outcome, result: unknown, code: string, desc: string, details?: Record<string, unknown>, thrown?: unknown) {
     if (run.state !== "running") return;
     run.state = "finishing";
+    this.#traceOutcome(run, op, code, desc, thrown);
     if (op === "snooze") this.#log.info?.(`norn task ${run.id}: ${desc}`);
     else if (op !== "complete") this.#log.info?.(`norn task ${run.id}: ${op} (${code}): ${desc.split("\n")[0]}`);
     let err = await this.#report(run, op, result, code, desc, details);
