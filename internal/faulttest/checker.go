@@ -217,9 +217,13 @@ func recTime(rec map[string]any, key string) (time.Time, bool) {
 
 // leadership returns each node's monitor leadership intervals: from the
 // line saying it leads to the line saying it lost the lead, its death, or
-// until (still leading).
-func leadership(n *Node, until time.Time) []interval {
+// until (still leading). A node never logs that it leads twice without
+// losing the lead in between; a second such line means an end was not
+// seen, and is returned as a problem (the new term starts there) instead
+// of being merged into the previous term, which would hide a takeover.
+func leadership(n *Node, until time.Time) ([]interval, []string) {
 	var out []interval
+	var odd []string
 	var cur *interval
 	kills := n.Kills()
 	endAt := func(from time.Time) time.Time {
@@ -243,9 +247,13 @@ func leadership(n *Node, until time.Time) []interval {
 		msg, _ := l.Rec["msg"].(string)
 		switch {
 		case msg == msgLeads:
-			if cur == nil {
-				cur = &interval{node: n.Name, start: at}
+			if cur != nil {
+				odd = append(odd, fmt.Sprintf("%s logged that it leads at %s while it led since %s: the end of that term was not seen",
+					n.Name, at.Format("15:04:05.000"), cur.start.Format("15:04:05.000")))
+				cur.end = at
+				out = append(out, *cur)
 			}
+			cur = &interval{node: n.Name, start: at}
 		case strings.HasPrefix(msg, msgLost): // also "… during a sweep; sweep stopped"
 			if cur != nil {
 				cur.end = at
@@ -258,7 +266,7 @@ func leadership(n *Node, until time.Time) []interval {
 		cur.end = endAt(cur.start)
 		out = append(out, *cur)
 	}
-	return out
+	return out, odd
 }
 
 // sweeps returns the node's monitor passes that changed something.
@@ -288,7 +296,7 @@ func Leader(nodes []*Node) *Node {
 		if !n.Alive() {
 			continue
 		}
-		ivs := leadership(n, now.Add(time.Hour))
+		ivs, _ := leadership(n, now.Add(time.Hour))
 		if len(ivs) == 0 {
 			continue
 		}
@@ -319,17 +327,21 @@ func CheckMonitor(nodes []*Node, events []Event, until time.Time) *MonitorReport
 	mr := &MonitorReport{}
 	leads := map[string][]interval{}
 	var all []interval
-	for _, n := range nodes {
-		leads[n.Name] = leadership(n, until)
-		mr.Leads += len(leads[n.Name])
-		all = append(all, sweeps(n)...)
-	}
-	mr.Sweeps = len(all)
 	problem := func(format string, args ...any) {
 		if len(mr.Problems) < 20 {
 			mr.Problems = append(mr.Problems, fmt.Sprintf(format, args...))
 		}
 	}
+	for _, n := range nodes {
+		var odd []string
+		leads[n.Name], odd = leadership(n, until)
+		for _, o := range odd {
+			problem("%s", o)
+		}
+		mr.Leads += len(leads[n.Name])
+		all = append(all, sweeps(n)...)
+	}
+	mr.Sweeps = len(all)
 	ts := func(t time.Time) string { return t.Format("15:04:05.000") }
 	// A sweep that was under way when its node was frozen (SIGSTOP) spans
 	// the whole pause: it is the frozen leader's, it resumes after another

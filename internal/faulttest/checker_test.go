@@ -86,6 +86,20 @@ func TestCheckMonitor(t *testing.T) {
 		// The same overlap without a pause is two sweepers.
 		{"overlap without a pause", []logLine{line(s(0), msgLeads, zero), line(s(6), msgSwept, s(0.9))},
 			[]logLine{line(s(3), msgLeads, zero), line(s(4), msgSwept, s(3.5))}, nil, "b swept"},
+		// The cluster soak that saw "no takeover" twice, replayed: b's
+		// term ended in a sweep (a "… during a sweep; sweep stopped"
+		// line), a took the lead, and b took it back while a was frozen.
+		// A checker that did not see the end of b's first term merged it
+		// with the second and found no takeover.
+		{"takeover by a node whose last term ended in a sweep",
+			[]logLine{line(s(2), msgLeads, zero), line(s(9.8), msgLost, zero)},
+			[]logLine{line(s(0), msgLeads, zero), line(s(1), msgLost+" during a sweep; sweep stopped", zero), line(s(7.5), msgLeads, zero)},
+			[]Event{{Fault: "pause", Target: "a (leader)", Start: s(2.5), Healed: s(9.5)}}, ""},
+		// A node never says it leads twice without losing the lead in
+		// between: a second line means the checker missed the end of a
+		// term, and it says so instead of merging the two.
+		{"a term begins while the node leads", []logLine{line(s(0), msgLeads, zero), line(s(5), msgLeads, zero)}, nil, nil,
+			"a logged that it leads at"},
 		{"no takeover", []logLine{line(s(0), msgLeads, zero)}, nil,
 			[]Event{{Fault: "pause", Target: "a (leader)", Start: s(1), Healed: s(9)}}, "pause: the leader a"},
 	} {
@@ -101,6 +115,44 @@ func TestCheckMonitor(t *testing.T) {
 			}
 			if len(mr.Problems) == 0 || !strings.HasPrefix(mr.Problems[0], tc.problem) {
 				t.Fatalf("want %q, got %v", tc.problem, mr.Problems)
+			}
+		})
+	}
+}
+
+// The database-side takeover check fails when the frozen leader's session
+// keeps the lock, or nobody takes it, through the whole fault.
+func TestCheckLockTakeovers(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := func(x float64) time.Time { return t0.Add(time.Duration(x * float64(time.Second))) }
+	pause := []Event{{Fault: "pause", Target: "a (leader)", Start: s(1), Healed: s(9)}}
+	for _, tc := range []struct {
+		name    string
+		holders []string // one sample a second from s(0)
+		events  []Event
+		problem string
+	}{
+		{"taken over", []string{"a", "a", "a", "a", "a", "", "b", "b", "b", "b", "b"}, pause, ""},
+		{"kept by the frozen leader", []string{"a", "a", "a", "a", "a", "a", "a", "a", "a", "a", "b"}, pause, "pause of a"},
+		{"released but not taken", []string{"a", "a", "a", "", "", "", "", "", "", "", "b"}, pause, "pause of a"},
+		{"not the leader's fault", []string{"a", "a", "a", "a", "a", "a", "a", "a", "a", "a", "a"},
+			[]Event{{Fault: "pause", Target: "b", Start: s(1), Healed: s(9)}}, ""},
+		{"never held", []string{"", "", ""}, nil, "the database never showed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lw := &LockWatch{}
+			for i, h := range tc.holders {
+				lw.samples = append(lw.samples, holdSample{at: s(float64(i)), holder: h})
+			}
+			r := CheckLockTakeovers(lw, tc.events)
+			if tc.problem == "" {
+				if len(r.Problems) > 0 {
+					t.Fatalf("clean run reported %v", r.Problems)
+				}
+				return
+			}
+			if len(r.Problems) == 0 || !strings.HasPrefix(r.Problems[0], tc.problem) {
+				t.Fatalf("want %q, got %v", tc.problem, r.Problems)
 			}
 		})
 	}

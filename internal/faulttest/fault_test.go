@@ -191,11 +191,15 @@ func TestCluster(tt *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			url := "postgres://postgres@" + proxies[i].Addr() + "/postgres?sslmode=disable&connect_timeout=5"
-			nodes[i] = StartNode(t, fmt.Sprintf("node%d", i), "--store", url, "--schema", "fault", "--migrate")
+			name := fmt.Sprintf("node%d", i)
+			// application_name tells the lock watch whose session holds the lead.
+			url := "postgres://postgres@" + proxies[i].Addr() + "/postgres?sslmode=disable&connect_timeout=5&application_name=" + name
+			nodes[i] = StartNode(t, name, "--store", url, "--schema", "fault", "--migrate")
 		}()
 	}
 	wg.Wait()
+	lw := WatchLock(pg.URL(), "fault", 100*time.Millisecond)
+	defer lw.Stop()
 
 	pick := func() int { return rand.IntN(len(nodes)) }
 	leaderOr := func() *Node {
@@ -305,6 +309,14 @@ func TestCluster(tt *testing.T) {
 	}
 	if mr.Sweeps == 0 {
 		t.Errorf("monitor: no sweep did anything; the check proves nothing")
+	}
+	// The same takeovers judged by the database: the lock's holder.
+	lw.Stop()
+	lr := CheckLockTakeovers(lw, nm.Events())
+	t.Logf("leader lock in the database: %d samples (%d failed), %d holding terms, takeovers after the leader went away: %v",
+		lr.Samples, lr.Failed, lr.Holders, lr.Takeovers)
+	for _, p := range lr.Problems {
+		t.Errorf("leader lock: %s", p)
 	}
 }
 

@@ -56,7 +56,11 @@ func (m *monitor) run(ctx context.Context) {
 	var lastFull, lastPing time.Time
 	for {
 		if lockConn == nil || lockConn.IsClosed() {
-			m.leader.Store(false)
+			if m.leader.Swap(false) {
+				// Every end of a term is logged: the fault suite reads
+				// the terms from these lines.
+				s.cfg.Logger.Warn("norn: lost the monitor leadership", "err", "the lock session is closed")
+			}
 			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			c, err := pgx.ConnectConfig(ctx, s.connCfg)
 			if err == nil {
