@@ -1,12 +1,21 @@
-"""W3C trace context for tasks, with the standard library only.
+"""W3C trace context for tasks, and spans for the worker's attempts, with
+the standard library only.
 
 A task carries the ``traceparent`` (and optional ``tracestate``) it was
-submitted in; the span a worker opens for an attempt should be its child.
-The SDK has no dependencies, so it starts no spans: these helpers read and
-write traceparent strings so that a program can continue the trace with
-whatever tracer it uses (with the OpenTelemetry SDK:
-``TraceContextTextMapPropagator().extract({"traceparent": task.traceparent})``)
-or hand a child context on (``child_traceparent``)::
+submitted in. A worker given a ``tracer`` runs every attempt in a span whose
+parent is that traceparent (see :class:`norn.Worker`); ``task.span`` is the
+span and ``task.span_traceparent`` its traceparent, to hand on. Two kinds of
+tracer work:
+
+- an OpenTelemetry ``Tracer`` (``opentelemetry.trace.get_tracer(...)``):
+  the attempt's span is a real OpenTelemetry span, current while the
+  handler runs (see :class:`norn.Worker` for exactly what is called);
+- a :class:`Recorder`, which needs nothing installed: it gives every
+  attempt a :class:`Span` with a new W3C span id in the task's trace, and
+  hands ended spans to a callback (log them, count them, export them).
+
+The helpers read and write traceparent strings for programs that trace
+some other way::
 
     client.submit("emails", spec, traceparent=norn.tracing.new_traceparent())
 
@@ -17,11 +26,24 @@ or hand a child context on (``child_traceparent``)::
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import logging
 import os
 import re
-from typing import NamedTuple, Optional
+import threading
+import time
+from typing import Any, Callable, ContextManager, Deque, Dict, List, Mapping, NamedTuple, Optional
 
-__all__ = ["TraceParent", "parse_traceparent", "format_traceparent", "new_traceparent", "child_traceparent"]
+__all__ = [
+    "TraceParent",
+    "parse_traceparent",
+    "format_traceparent",
+    "new_traceparent",
+    "child_traceparent",
+    "Recorder",
+    "Span",
+]
 
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
 
@@ -84,3 +106,254 @@ def child_traceparent(parent: Optional[str]) -> Optional[str]:
     if p is None:
         return None
     return format_traceparent(TraceParent(p.trace_id, _random_hex(8), p.flags))
+
+
+# ---- spans ----------------------------------------------------------------
+
+_log = logging.getLogger("norn.tracing")
+
+
+class Span:
+    """The span of one attempt, made by a :class:`Recorder`.
+
+    ``trace_id`` and ``span_id`` (hex) identify it, ``parent_id`` is the
+    span id of the task's traceparent (None: the task had none, the span
+    starts a trace), ``flags`` and ``tracestate`` come from the task.
+    ``attributes`` hold what the worker recorded (the names the Go
+    worker's OpenTelemetry spans use, ``norn.task.outcome`` among them),
+    ``status`` is ``"unset"`` or ``"error"`` (``status_description`` says
+    why), ``exceptions`` what the handler raised; ``start_time`` and
+    ``end_time`` are ``time.time()`` values, ``end_time`` None until it
+    ended.
+    """
+
+    kind = "consumer"
+
+    def __init__(self, recorder: "Recorder", name: str, parent: Optional[TraceParent], tracestate: Optional[str],
+                 attributes: Mapping[str, Any]) -> None:
+        self._recorder = recorder
+        self._lock = threading.Lock()
+        self.name = name
+        if parent is not None:
+            self.trace_id, self.parent_id, self.flags = parent.trace_id, parent.parent_id, parent.flags
+        else:
+            self.trace_id, self.parent_id, self.flags = _random_hex(16), None, 1
+        self.span_id = _random_hex(8)
+        self.tracestate = tracestate
+        self.attributes: Dict[str, Any] = dict(attributes)
+        self.status = "unset"
+        self.status_description = ""
+        self.exceptions: List[BaseException] = []
+        self.start_time = time.time()
+        self.end_time: Optional[float] = None
+
+    def __repr__(self) -> str:
+        return f"<norn.tracing.Span {self.name!r} {self.traceparent} parent={self.parent_id} status={self.status}>"
+
+    @property
+    def traceparent(self) -> str:
+        """This span's traceparent: the same trace, its own span id."""
+        return format_traceparent(TraceParent(self.trace_id, self.span_id, self.flags))
+
+    @property
+    def ended(self) -> bool:
+        return self.end_time is not None
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        with self._lock:
+            self.attributes[key] = value
+
+    def record_exception(self, exc: BaseException) -> None:
+        with self._lock:
+            self.exceptions.append(exc)
+
+    def set_error(self, description: str) -> None:
+        with self._lock:
+            self.status, self.status_description = "error", description
+
+    def end(self) -> None:
+        """Ends the span (once; later calls do nothing) and hands it to the
+        recorder."""
+        with self._lock:
+            if self.end_time is not None:
+                return
+            self.end_time = time.time()
+        self._recorder._ended(self)
+
+
+class Recorder:
+    """A tracer for :class:`norn.Worker` that needs no OpenTelemetry: every
+    attempt gets a :class:`Span`, a child of the task's traceparent with a
+    new random span id (a new trace when the task has none), so the handler
+    has a traceparent of its own to hand on (``task.span_traceparent``).
+
+    ``on_end(span)`` is called with every ended span, in the handler's
+    thread after its outcome was reported (an exception it raises is logged
+    and ignored); :attr:`spans` keeps the last ``keep`` ended spans.
+    """
+
+    def __init__(self, on_end: Optional[Callable[[Span], Any]] = None, keep: int = 1000) -> None:
+        if on_end is not None and not callable(on_end):
+            raise TypeError("on_end must be callable")
+        if not isinstance(keep, int) or keep < 0:
+            raise ValueError("keep must be a non-negative integer")
+        self._on_end = on_end
+        self._lock = threading.Lock()
+        self._spans: Deque[Span] = collections.deque(maxlen=keep)
+
+    def start_task_span(self, name: str, *, traceparent: Optional[str], tracestate: Optional[str],
+                        attributes: Mapping[str, Any]) -> Span:
+        """Starts the span of one attempt (the worker calls it; so may you)."""
+        parent = parse_traceparent(traceparent)
+        return Span(self, name, parent, tracestate if parent is not None else None, attributes)
+
+    @property
+    def spans(self) -> List[Span]:
+        """The last ended spans, oldest first."""
+        with self._lock:
+            return list(self._spans)
+
+    def _ended(self, span: Span) -> None:
+        with self._lock:
+            self._spans.append(span)
+        if self._on_end is not None:
+            try:
+                self._on_end(span)
+            except Exception:
+                _log.exception("norn.tracing.Recorder: on_end failed for %r", span)
+
+
+# ---- what the worker calls ---------------------------------------------------
+#
+# The worker speaks to one small interface, _Attempt; the two kinds of tracer
+# are adapted to it here, so the worker knows nothing of OpenTelemetry.
+
+
+class _Attempt:
+    """The span of one attempt, as the worker sees it."""
+
+    span: Any = None
+
+    @property
+    def traceparent(self) -> Optional[str]:
+        return None
+
+    def activate(self) -> ContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def outcome(self, op: str, code: str, description: str, exc: Optional[BaseException]) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+class _RecorderAttempt(_Attempt):
+    def __init__(self, span: Any) -> None:
+        self.span = span
+
+    @property
+    def traceparent(self) -> Optional[str]:
+        tp = getattr(self.span, "traceparent", None)
+        return tp if parse_traceparent(tp) is not None else None
+
+    def outcome(self, op: str, code: str, description: str, exc: Optional[BaseException]) -> None:
+        self.span.set_attribute("norn.task.outcome", op)
+        if op in ("fail", "abort"):
+            self.span.set_attribute("error.type", code)
+            if exc is not None:
+                self.span.record_exception(exc)
+            self.span.set_error(description)
+
+    def end(self) -> None:
+        self.span.end()
+
+
+class _RecorderTracer:
+    """A Recorder, or any object with its ``start_task_span``."""
+
+    def __init__(self, tracer: Any) -> None:
+        self._t = tracer
+
+    def start(self, name: str, traceparent: Optional[str], tracestate: Optional[str], attributes: Dict[str, Any]) -> _Attempt:
+        return _RecorderAttempt(self._t.start_task_span(name, traceparent=traceparent, tracestate=tracestate, attributes=attributes))
+
+
+class _OtelAttempt(_Attempt):
+    def __init__(self, api: "_OtelAPI", tracer: Any, name: str, traceparent: Optional[str], tracestate: Optional[str],
+                 attributes: Dict[str, Any]) -> None:
+        self._api = api
+        carrier: Dict[str, str] = {}
+        if traceparent:
+            carrier["traceparent"] = traceparent
+            if tracestate:
+                carrier["tracestate"] = tracestate
+        # An empty Context, not the thread's current one: the parent is the
+        # task's traceparent or nothing.
+        parent = api.propagator.extract(carrier, context=api.Context())
+        self.span = tracer.start_span(name, context=parent, kind=api.SpanKind.CONSUMER, attributes=attributes)
+        self._ctx = api.trace.set_span_in_context(self.span, parent)
+
+    @property
+    def traceparent(self) -> Optional[str]:
+        carrier: Dict[str, str] = {}
+        self._api.propagator.inject(carrier, context=self._ctx)
+        return carrier.get("traceparent")
+
+    @contextlib.contextmanager
+    def activate(self) -> Any:
+        token = self._api.context.attach(self._ctx)
+        try:
+            yield
+        finally:
+            self._api.context.detach(token)
+
+    def outcome(self, op: str, code: str, description: str, exc: Optional[BaseException]) -> None:
+        self.span.set_attribute("norn.task.outcome", op)
+        if op in ("fail", "abort"):
+            self.span.set_attribute("error.type", code)
+            if exc is not None:
+                self.span.record_exception(exc)
+            self.span.set_status(self._api.Status(self._api.StatusCode.ERROR, description))
+
+    def end(self) -> None:
+        self.span.end()
+
+
+class _OtelAPI:
+    """The parts of the opentelemetry-api package the worker uses, imported
+    only when a worker is given an OpenTelemetry tracer."""
+
+    def __init__(self) -> None:
+        from opentelemetry import context, trace
+        from opentelemetry.context import Context
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        self.context, self.trace, self.Context = context, trace, Context
+        self.SpanKind, self.Status, self.StatusCode = SpanKind, Status, StatusCode
+        self.propagator = TraceContextTextMapPropagator()
+
+
+class _OtelTracer:
+    def __init__(self, tracer: Any) -> None:
+        self._t = tracer
+        self._api = _OtelAPI()
+
+    def start(self, name: str, traceparent: Optional[str], tracestate: Optional[str], attributes: Dict[str, Any]) -> _Attempt:
+        return _OtelAttempt(self._api, self._t, name, traceparent, tracestate, attributes)
+
+
+def _adapt(tracer: Any) -> Any:
+    """The worker's view of ``tracer``; raises ValueError or ImportError
+    when it is none of the kinds the worker knows."""
+    if callable(getattr(tracer, "start_task_span", None)):
+        return _RecorderTracer(tracer)
+    if callable(getattr(tracer, "start_span", None)):
+        try:
+            return _OtelTracer(tracer)
+        except ImportError as e:
+            raise ImportError(f"a tracer with start_span is taken for an OpenTelemetry Tracer, but opentelemetry-api "
+                              f"is not importable ({e}); use norn.tracing.Recorder() without it") from e
+    raise ValueError("must be a norn.tracing.Recorder (or have its start_task_span) or an OpenTelemetry Tracer "
+                     f"(with start_span), got {type(tracer).__name__}")

@@ -26,6 +26,7 @@ is reported.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -36,7 +37,7 @@ import time
 import traceback
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from . import errors
+from . import errors, tracing
 from ._wire import format_duration, format_time, parse_duration
 from .client import Client, _Abort
 from .errors import Cancelled, InvalidArgument, LeaseLost, NornError, NotFound, Shutdown
@@ -127,6 +128,7 @@ class _Run:
         self.log_lock = threading.Lock()
         self.next_seq = 0
         self.prev_log: Optional[List[LogEntry]] = None
+        self.attempt: Optional[tracing._Attempt] = None  # the attempt's span, with a tracer
 
 
 class ActiveTask:
@@ -175,6 +177,29 @@ class ActiveTask:
         """The W3C ``tracestate`` that travels with ``traceparent``, or None."""
         ts = self.record.get("tracestate")
         return ts if isinstance(ts, str) and ts else None
+
+    @property
+    def span(self) -> Any:
+        """The attempt's span when the worker has a tracer (a
+        ``norn.tracing.Span`` with a Recorder, an OpenTelemetry span with an
+        OpenTelemetry tracer), else None."""
+        a = self._r.attempt
+        return a.span if a is not None else None
+
+    @property
+    def span_traceparent(self) -> Optional[str]:
+        """The traceparent to hand on: the attempt's span's when the worker
+        has a tracer, else the task's own. Pass it (with ``tracestate``) to
+        the tasks the handler submits and the requests it makes, so they
+        join the trace under this attempt."""
+        a = self._r.attempt
+        tp = None
+        if a is not None:
+            try:
+                tp = a.traceparent
+            except Exception:
+                self._w.log.exception("norn task %s: the tracer's span has no traceparent", self.id)
+        return tp or self.traceparent
 
     # ---- cancellation -------------------------------------------------------
 
@@ -344,8 +369,38 @@ class Worker:
     - ``middleware``: callables ``mw(task, next)`` around every handler
       call, the first one outermost: each sees the task before and the
       outcome after, and decides the outcome by what it returns or raises
-      (logging, metrics, tracing, turning a library's errors into
-      ``norn.Abort``).
+      (logging, metrics, turning a library's errors into ``norn.Abort``);
+      with a ``tracer`` they run inside the attempt's span.
+    - ``tracer``: runs every attempt in a span whose parent is the task's
+      traceparent (a new trace when it has none), named ``process
+      <queue>``, ended once the outcome is reported or known not to be
+      (cancelled, lease lost, yielded); ``task.span`` is the span and
+      ``task.span_traceparent`` its traceparent. Either
+
+      * a :class:`norn.tracing.Recorder` (standard library only), or any
+        object with its ``start_task_span(name, *, traceparent, tracestate,
+        attributes)`` returning a span with ``traceparent``,
+        ``set_attribute(key, value)``, ``record_exception(exc)``,
+        ``set_error(description)`` and ``end()``; or
+      * an OpenTelemetry ``Tracer`` (anything else with ``start_span``;
+        ``opentelemetry-api`` must be importable). The worker calls
+        ``TraceContextTextMapPropagator().extract({"traceparent": …,
+        "tracestate": …}, context=Context())``, then
+        ``tracer.start_span(name, context=parent, kind=SpanKind.CONSUMER,
+        attributes=…)``, ``context.attach(trace.set_span_in_context(span,
+        parent))`` around middleware and handler (detached after),
+        ``span.set_attribute``, ``span.record_exception``,
+        ``span.set_status(Status(StatusCode.ERROR, …))`` and ``span.end()``.
+
+      The attributes are the Go worker's: ``messaging.system`` (``norn``),
+      ``messaging.operation.type`` (``process``),
+      ``messaging.destination.name`` (queue), ``messaging.message.id``
+      (task id), ``norn.worker``, ``norn.task.lease``,
+      ``norn.task.attempt``, and once the outcome is known
+      ``norn.task.outcome`` (``complete``, ``fail``, ``abort``,
+      ``snooze``); a failure or abort also sets ``error.type`` (the error
+      code), records the exception and sets the status to error. A tracer
+      that raises costs the span, never the task.
     """
 
     def __init__(
@@ -365,6 +420,7 @@ class Worker:
         logger: Optional[logging.Logger] = None,
         middleware: Sequence[Middleware] = (),
         capacity: Optional[Callable[[], bool]] = None,
+        tracer: Any = None,
     ) -> None:
         if client is None:
             raise InvalidArgument("a norn.Client is required", field="client")
@@ -405,7 +461,15 @@ class Worker:
         for i, mw in enumerate(middleware):
             if not callable(mw):
                 raise InvalidArgument("middleware are callables mw(task, next)", field=f"middleware[{i}]")
+        adapted = None
+        if tracer is not None:
+            try:
+                adapted = tracing._adapt(tracer)
+            except (ValueError, ImportError) as e:
+                raise InvalidArgument(str(e), field="tracer") from e
         self.client = client
+        self.tracer = tracer
+        self._tracer = adapted
         self.handlers = dict(handlers)
         self.queues = queues
         self.concurrency = concurrency
@@ -609,10 +673,55 @@ class Worker:
     # ---- running a task ------------------------------------------------------
 
     def _serve(self, run: _Run, task: ActiveTask) -> None:
+        try:
+            self._call(run, task)
+        finally:
+            a = run.attempt
+            if a is not None:
+                # Every attempt's span ends: after its outcome was reported,
+                # or once it is known there is none (cancelled, lost, yielded).
+                try:
+                    a.end()
+                except Exception:
+                    self.log.exception("norn task %s: the tracer's span failed to end", run.id)
+            with self._lock:
+                self._runs.pop(run, None)
+                self._cond.notify_all()
+
+    def _trace_start(self, run: _Run, task: ActiveTask) -> None:
+        """Starts the attempt's span, a child of the task's traceparent,
+        with the attributes the Go worker sets."""
+        if self._tracer is None:
+            return
+        attrs = {
+            "messaging.system": "norn",
+            "messaging.operation.type": "process",
+            "messaging.destination.name": task.queue,
+            "messaging.message.id": task.id,
+            "norn.worker": run.worker,
+            "norn.task.lease": run.lease,
+            "norn.task.attempt": task.attempts,
+        }
+        try:
+            run.attempt = self._tracer.start(f"process {task.queue}", task.traceparent, task.tracestate, attrs)
+        except Exception:
+            self.log.exception("norn task %s: the tracer failed to start a span; running untraced", run.id)
+
+    def _call(self, run: _Run, task: ActiveTask) -> None:
         call = self.handlers.get(task.queue) or _no_handler
         for mw in reversed(self.middleware):
             call = _wrap(mw, call)
+        self._trace_start(run, task)
+        active: Any = contextlib.nullcontext()
+        if run.attempt is not None:
+            try:
+                active = run.attempt.activate()
+                active.__enter__()
+            except Exception:
+                self.log.exception("norn task %s: the tracer failed to make its span current", run.id)
+                active = contextlib.nullcontext()
         op, result, code, desc, details = "complete", None, "", "", None
+        exc: Optional[BaseException] = None
         try:
             result = call(task)
             if result is not None:
@@ -623,23 +732,29 @@ class Worker:
         except Snooze as e:
             op, details = "snooze", e
         except Abort as e:
-            op, code, desc, details = "abort", e.code or DEFAULT_ERROR_CODE, _describe(e, False), e.details
+            op, code, desc, details, exc = "abort", e.code or DEFAULT_ERROR_CODE, _describe(e, False), e.details, e
         except Fail as e:
-            op, code, desc, details = "fail", e.code or DEFAULT_ERROR_CODE, _describe(e, False), e.details
+            op, code, desc, details, exc = "fail", e.code or DEFAULT_ERROR_CODE, _describe(e, False), e.details, e
         except BaseException as e:  # noqa: B902 - every outcome must be reported
-            op, code, desc = "fail", DEFAULT_ERROR_CODE, _describe(e, True)
-        try:
-            self._finish(run, op, result, code, desc, details)
+            op, code, desc, exc = "fail", DEFAULT_ERROR_CODE, _describe(e, True), e
         finally:
-            with self._lock:
-                self._runs.pop(run, None)
-                self._cond.notify_all()
+            try:
+                active.__exit__(None, None, None)
+            except Exception:
+                self.log.exception("norn task %s: the tracer failed to restore the context", run.id)
+        self._finish(run, op, result, code, desc, details, exc)
 
-    def _finish(self, run: _Run, op: str, result: Any, code: str, desc: str, details: Any) -> None:
+    def _finish(self, run: _Run, op: str, result: Any, code: str, desc: str, details: Any,
+                exc: Optional[BaseException] = None) -> None:
         with self._lock:
             if run.state != _RUNNING:
                 return
             run.state = _FINISHING
+        if run.attempt is not None:
+            try:
+                run.attempt.outcome(op, code, desc.splitlines()[0] if desc else "", exc)
+            except Exception:
+                self.log.exception("norn task %s: the tracer's span failed", run.id)
         if op == "snooze":
             self.log.info("norn task %s: %s", run.id, details)
         elif op != "complete":

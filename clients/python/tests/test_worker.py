@@ -490,9 +490,10 @@ class ExampleTest(unittest.TestCase):
         self.addCleanup(c.close)
         greet = c.submit("py-greetings", {"name": "Ada"})
         bad = c.submit("py-greetings", {})
-        steps = c.submit("py-steps", {"steps": 3})
+        tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        steps = c.submit("py-steps", {"steps": 3}, traceparent=tp)
         env = dict(os.environ, PYTHONPATH=PYTHON_ROOT, NORN_SERVER=srv.url)
-        proc = subprocess.Popen([sys.executable, example, "-c", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([sys.executable, example, "-c", "2", "--trace"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
 
         def finished(tid: str):
@@ -508,6 +509,9 @@ class ExampleTest(unittest.TestCase):
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
         self.assertEqual(proc.returncode, 0, err)
+        # --trace: the attempt's span is logged, a child of the submitted traceparent.
+        self.assertRegex(err, r"span process py-steps trace=4bf92f3577b34da6a3ce929d0e0e4736 span=[0-9a-f]{16} "
+                              r"parent=00f067aa0ba902b7 outcome=complete")
 
 
 if __name__ == "__main__":
