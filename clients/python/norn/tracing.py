@@ -230,32 +230,22 @@ class Recorder:
 
 
 class _Attempt:
-    """The span of one attempt, as the worker sees it."""
+    """The span of one attempt, as the worker sees it: both kinds of span
+    take attributes, exceptions and ``end()`` alike and differ in how they
+    are made current, give their traceparent and take an error status."""
 
-    span: Any = None
-
-    @property
-    def traceparent(self) -> Optional[str]:
-        return None
-
-    def activate(self) -> ContextManager[Any]:
-        return contextlib.nullcontext()
-
-    def outcome(self, op: str, code: str, description: str, exc: Optional[BaseException]) -> None:
-        pass
-
-    def end(self) -> None:
-        pass
-
-
-class _RecorderAttempt(_Attempt):
     def __init__(self, span: Any) -> None:
         self.span = span
 
     @property
     def traceparent(self) -> Optional[str]:
-        tp = getattr(self.span, "traceparent", None)
-        return tp if parse_traceparent(tp) is not None else None
+        raise NotImplementedError
+
+    def activate(self) -> ContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def _set_error(self, description: str) -> None:
+        raise NotImplementedError
 
     def outcome(self, op: str, code: str, description: str, exc: Optional[BaseException]) -> None:
         self.span.set_attribute("norn.task.outcome", op)
@@ -263,10 +253,20 @@ class _RecorderAttempt(_Attempt):
             self.span.set_attribute("error.type", code)
             if exc is not None:
                 self.span.record_exception(exc)
-            self.span.set_error(description)
+            self._set_error(description)
 
     def end(self) -> None:
         self.span.end()
+
+
+class _RecorderAttempt(_Attempt):
+    @property
+    def traceparent(self) -> Optional[str]:
+        tp = getattr(self.span, "traceparent", None)
+        return tp if parse_traceparent(tp) is not None else None
+
+    def _set_error(self, description: str) -> None:
+        self.span.set_error(description)
 
 
 class _RecorderTracer:
@@ -291,7 +291,7 @@ class _OtelAttempt(_Attempt):
         # An empty Context, not the thread's current one: the parent is the
         # task's traceparent or nothing.
         parent = api.propagator.extract(carrier, context=api.Context())
-        self.span = tracer.start_span(name, context=parent, kind=api.SpanKind.CONSUMER, attributes=attributes)
+        super().__init__(tracer.start_span(name, context=parent, kind=api.SpanKind.CONSUMER, attributes=attributes))
         self._ctx = api.trace.set_span_in_context(self.span, parent)
 
     @property
@@ -308,16 +308,8 @@ class _OtelAttempt(_Attempt):
         finally:
             self._api.context.detach(token)
 
-    def outcome(self, op: str, code: str, description: str, exc: Optional[BaseException]) -> None:
-        self.span.set_attribute("norn.task.outcome", op)
-        if op in ("fail", "abort"):
-            self.span.set_attribute("error.type", code)
-            if exc is not None:
-                self.span.record_exception(exc)
-            self.span.set_status(self._api.Status(self._api.StatusCode.ERROR, description))
-
-    def end(self) -> None:
-        self.span.end()
+    def _set_error(self, description: str) -> None:
+        self.span.set_status(self._api.Status(self._api.StatusCode.ERROR, description))
 
 
 class _OtelAPI:

@@ -128,6 +128,17 @@ class RecorderTest(unittest.TestCase):
         self.assertEqual(r.spans, spans[1:])
 
 
+def _ended_span(spans, task_id: str):
+    """The ended span of the last attempt at task_id, once there is one;
+    spans() lists the ended spans."""
+
+    def find():
+        mine = [s for s in spans() if s.attributes.get("messaging.message.id") == task_id]
+        return mine[-1] if mine else None
+
+    return wait_for(find, what=f"the span of task {task_id} to end")
+
+
 class _Traced(unittest.TestCase):
     """A client, and a worker running with a tracer until the test ends."""
 
@@ -144,11 +155,7 @@ class _Traced(unittest.TestCase):
 
 class WorkerRecorderTest(_Traced):
     def ended_span(self, rec: Recorder, task_id: str) -> Span:
-        def find():
-            spans = [s for s in rec.spans if s.attributes.get("messaging.message.id") == task_id]
-            return spans[-1] if spans else None
-
-        return wait_for(find, what=f"the span of task {task_id} to end")
+        return _ended_span(lambda: rec.spans, task_id)
 
     def test_the_attempt_is_a_child_of_the_submitted_traceparent(self) -> None:
         rec = Recorder()
@@ -308,11 +315,7 @@ class WorkerOpenTelemetryTest(_Traced):
         self.tracer = provider.get_tracer("norn-test")
 
     def ended_span(self, task_id: str):
-        def find():
-            spans = [s for s in self.exporter.get_finished_spans() if s.attributes.get("messaging.message.id") == task_id]
-            return spans[-1] if spans else None
-
-        return wait_for(find, what=f"the span of task {task_id} to end")
+        return _ended_span(self.exporter.get_finished_spans, task_id)
 
     def test_parent_link_nesting_and_outcome(self) -> None:
         from opentelemetry import trace
