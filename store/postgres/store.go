@@ -153,6 +153,7 @@ type Store struct {
 	monitor   *monitor
 	node      string      // this store's name in event_subscribers
 	announced atomic.Bool // this node has a row in event_subscribers
+	completer completer   // merges concurrent completions (completer.go)
 }
 
 var _ norn.Store = (*Store)(nil)
@@ -194,6 +195,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		node:      uuid.NewString(),
 	}
 	s.chanLit = "'" + strings.ReplaceAll(s.channel, "'", "''") + "'"
+	s.completer.s = s
 	s.sql.build(s)
 	s.pool, err = newPool(connCfg, cfg.MaxConns)
 	if err != nil {

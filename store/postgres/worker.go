@@ -430,54 +430,30 @@ SELECT id, (SELECT count(*) FROM nt) FROM upd`)
 }
 
 // completeFast applies completions (ops[i] for i in idx, distinct tasks) in
-// one round trip: the compare-and-set of completeSQL and, pipelined in the
-// same implicit transaction, the release of their dependents. It returns
+// one round trip, merged with other callers' (completer): the
+// compare-and-set of completeSQL and, pipelined in the same implicit
+// transaction, the release of their dependents. It returns
 // the operations that took effect; the others (lease lost, cancelled, not
 // found, ...) go through the general path, which reads the tasks and says
 // why. No read precedes the write: a live lease is all a completion needs.
 func (s *Store) completeFast(ctx context.Context, ops []norn.LeaseOp, idx []int) (map[int]bool, error) {
-	ids := make([]string, len(idx))
-	leases := make([]int64, len(idx))
-	workers := make([]string, len(idx))
-	results := make([][]byte, len(idx))
-	at := make(map[string]int, len(idx))
+	req := &completeReq{ids: make([]string, len(idx)), leases: make([]int64, len(idx)),
+		workers: make([]string, len(idx)), results: make([][]byte, len(idx))}
 	for k, i := range idx {
 		op := ops[i]
-		ids[k], leases[k], workers[k] = op.TaskID, int64(op.Lease), op.Worker
+		req.ids[k], req.leases[k], req.workers[k] = op.TaskID, int64(op.Lease), op.Worker
 		if len(op.Result) > 0 {
-			results[k] = op.Result
+			req.results[k] = op.Result
 		}
-		at[op.TaskID] = i
 	}
-	done := make(map[int]bool, len(idx))
-	released := false
-	err := s.withConn(ctx, func(conn *pgx.Conn) error {
-		clear(done)
-		released = false
-		b := &pgx.Batch{}
-		b.Queue(s.completeSQL(), ids, leases, workers, results, s.clockNow(), s.cfg.HistoryLimit)
-		b.Queue(s.releaseSQL(), ids, make([]*int64, len(ids)), s.clockNow(), s.cfg.HistoryLimit)
-		br := conn.SendBatch(ctx, b)
-		defer br.Close()
-		got, err := scanIDs(br)
-		if err != nil {
-			return err
-		}
-		for _, id := range got {
-			done[at[id]] = true
-		}
-		rel, err := scanReleased(br)
-		if err != nil {
-			return err
-		}
-		released = len(rel) > 0
-		return br.Close()
-	})
-	if err != nil {
+	if err := s.completer.complete(ctx, req); err != nil {
 		return nil, err
 	}
-	if released {
-		s.wake.fire()
+	done := make(map[int]bool, len(idx))
+	for k, i := range idx {
+		if req.done[k] {
+			done[i] = true
+		}
 	}
 	return done, nil
 }

@@ -1,0 +1,169 @@
+package postgres
+
+import (
+	"context"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nornq/norn"
+)
+
+// maxMerged caps how many completions one merged statement carries.
+const maxMerged = 5000
+
+// completer merges the completions of concurrent callers into one
+// statement and one commit (River's completer does the same): a caller
+// queues its completions and waits; one flush at a time takes everything
+// queued, and completions arriving while it runs go together into the
+// next one. When nothing is in flight a completion goes out at once, so
+// merging adds no latency on an idle store; under load it turns many small
+// commits into a few big ones. Every caller is answered only after the
+// commit that holds its completions, with its own results.
+type completer struct {
+	s      *Store
+	mu     sync.Mutex
+	queue  []*completeReq
+	queued int // completions in queue
+	busy   bool
+}
+
+// completeReq is one caller's completions (distinct tasks).
+type completeReq struct {
+	ids     []string
+	leases  []int64
+	workers []string
+	results [][]byte
+	// Set by the flush before ready is closed.
+	done  []bool // the completion of ids[k] took effect
+	err   error
+	ready chan struct{}
+}
+
+// complete runs req's completions, merged with whatever other callers
+// queue meanwhile. It returns when they are committed (or failed).
+func (c *completer) complete(ctx context.Context, req *completeReq) error {
+	req.ready = make(chan struct{})
+	c.mu.Lock()
+	c.queue = append(c.queue, req)
+	c.queued += len(req.ids)
+	if !c.busy {
+		c.busy = true
+		c.mu.Unlock()
+		// The flush runs on its own goroutine under the store's context:
+		// a caller whose context ends must not fail the others' completions.
+		go c.flushAll()
+	} else {
+		c.mu.Unlock()
+	}
+	select {
+	case <-req.ready:
+		return req.err
+	case <-ctx.Done():
+		// The completions may still be committed; the caller is not told
+		// they were, as with any call interrupted in flight.
+		return ctx.Err()
+	}
+}
+
+// flushAll flushes until the queue is empty.
+func (c *completer) flushAll() {
+	for {
+		c.mu.Lock()
+		batch, rest, n := takeDistinct(c.queue)
+		c.queue = rest
+		c.queued -= n
+		if len(batch) == 0 {
+			c.busy = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		c.s.flushCompletions(batch)
+	}
+}
+
+// takeDistinct takes queued requests, oldest first, until maxMerged
+// completions; a request naming a task an earlier taken one names waits for
+// the next flush, so one statement never completes a task twice.
+func takeDistinct(q []*completeReq) (batch, rest []*completeReq, n int) {
+	seen := map[string]bool{}
+	for i, r := range q {
+		if len(batch) > 0 && n+len(r.ids) > maxMerged {
+			rest = append(rest, q[i:]...)
+			break
+		}
+		clash := false
+		for _, id := range r.ids {
+			if seen[id] {
+				clash = true
+				break
+			}
+		}
+		if clash {
+			rest = append(rest, r)
+			continue
+		}
+		for _, id := range r.ids {
+			seen[id] = true
+		}
+		batch = append(batch, r)
+		n += len(r.ids)
+	}
+	return batch, rest, n
+}
+
+// flushCompletions runs the requests' completions as one compare-and-set
+// statement pipelined with the release of their dependents, in one
+// implicit transaction, and answers every request.
+func (s *Store) flushCompletions(batch []*completeReq) {
+	var ids, workers []string
+	var leases []int64
+	var results [][]byte
+	for _, r := range batch {
+		ids = append(ids, r.ids...)
+		workers = append(workers, r.workers...)
+		leases = append(leases, r.leases...)
+		results = append(results, r.results...)
+	}
+	got := map[string]bool{}
+	released := false
+	err := s.withConn(s.ctx, func(conn *pgx.Conn) error {
+		clear(got)
+		released = false
+		b := &pgx.Batch{}
+		b.Queue(s.completeSQL(), ids, leases, workers, results, s.clockNow(), s.cfg.HistoryLimit)
+		b.Queue(s.releaseSQL(), ids, make([]*int64, len(ids)), s.clockNow(), s.cfg.HistoryLimit)
+		br := conn.SendBatch(s.ctx, b)
+		defer br.Close()
+		done, err := scanIDs(br)
+		if err != nil {
+			return err
+		}
+		for _, id := range done {
+			got[id] = true
+		}
+		rel, err := scanReleased(br)
+		if err != nil {
+			return err
+		}
+		released = len(rel) > 0
+		return br.Close()
+	})
+	if err != nil && s.ctx.Err() != nil {
+		err = norn.ErrClosed
+	}
+	if released {
+		s.wake.fire()
+	}
+	for _, r := range batch {
+		r.err = err
+		if err == nil {
+			r.done = make([]bool, len(r.ids))
+			for k, id := range r.ids {
+				r.done[k] = got[id]
+			}
+		}
+		close(r.ready)
+	}
+}
