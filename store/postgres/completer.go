@@ -126,16 +126,25 @@ func (s *Store) flushCompletions(batch []*completeReq) {
 		leases = append(leases, r.leases...)
 		results = append(results, r.results...)
 	}
+	if s.cfg.flushPause != nil {
+		s.cfg.flushPause(len(batch))
+	}
 	got := map[string]bool{}
 	released := false
 	err := s.withConn(s.ctx, func(conn *pgx.Conn) error {
 		clear(got)
 		released = false
 		b := &pgx.Batch{}
+		// The release is planned once per connection, not per call
+		// (claimSetupSQL says why the plan is restricted).
+		b.Queue("SELECT " + genericPlanGUCs)
 		b.Queue(s.completeSQL(), ids, leases, workers, results, s.clockNow(), s.cfg.HistoryLimit)
 		b.Queue(s.releaseSQL(), ids, make([]*int64, len(ids)), s.clockNow(), s.cfg.HistoryLimit)
 		br := conn.SendBatch(s.ctx, b)
 		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
 		done, err := scanIDs(br)
 		if err != nil {
 			return err

@@ -79,6 +79,9 @@ type Config struct {
 	// sweepPause, when set (tests), runs between a sweep's read and its
 	// compare-and-set write, to prove a racing change is never overwritten.
 	sweepPause func()
+	// flushPause, when set (tests), runs before each merged completion
+	// statement with the number of callers it answers.
+	flushPause func(callers int)
 }
 
 func (c *Config) withDefaults() (Config, error) {

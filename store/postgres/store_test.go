@@ -427,6 +427,42 @@ func TestClaimPlanWithStaleStatistics(t *testing.T) {
 			t.Errorf("%s plan does not read %s in order:\n%s", c.name, c.index, p)
 		}
 	}
+	// The claim and the dependents' release run cached generic plans
+	// (claimSetupSQL, genericPlanGUCs): planned once for any LIMIT, they
+	// must still read the indexes, never a whole table.
+	generic := func(setup, sql, args string) string {
+		var out []string
+		err := s.withConn(ctx, func(conn *pgx.Conn) error {
+			return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, setup); err != nil {
+					return err
+				}
+				if _, err := tx.Prepare(ctx, "generic_plan", sql); err != nil {
+					return err
+				}
+				defer tx.Conn().Deallocate(ctx, "generic_plan")
+				rows, err := tx.Query(ctx, "EXPLAIN EXECUTE generic_plan("+args+")")
+				if err != nil {
+					return err
+				}
+				out, err = pgx.CollectRows(rows, pgx.RowTo[string])
+				return err
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(out, "\n")
+	}
+	p := generic(claimSetupSQL, s.claimSQL(), "'q', 100, NULL, 'w', NULL, 100")
+	if !strings.Contains(p, "$2") || !strings.Contains(p, "Index Scan using tasks_claim") || strings.Contains(p, "Seq Scan on tasks ") ||
+		strings.Contains(p, "Hash Join") || strings.Contains(p, "Bitmap Heap Scan on tasks") {
+		t.Errorf("generic claim plan does not read tasks_claim in order and join by key:\n%s", p)
+	}
+	p = generic("SELECT "+genericPlanGUCs, s.releaseSQL(), "ARRAY['a','b'], ARRAY[NULL,NULL]::bigint[], NULL, 100")
+	if !strings.Contains(p, "$1") || !strings.Contains(p, "tasks_blocked_deps") || strings.Contains(p, "Seq Scan on tasks ") || strings.Contains(p, "Hash Join") {
+		t.Errorf("generic release plan does not probe tasks_blocked_deps:\n%s", p)
+	}
 	var jit string
 	err = s.withConn(ctx, func(conn *pgx.Conn) error {
 		return conn.QueryRow(ctx, "SHOW jit").Scan(&jit)
