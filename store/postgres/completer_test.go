@@ -47,7 +47,9 @@ func TestCompletionsMerged(t *testing.T) {
 	if err != nil || len(tasks) != 20 {
 		t.Fatalf("claim: %d %v", len(tasks), err)
 	}
-	ref := func(i int) norn.LeaseRef { return norn.LeaseRef{TaskID: tasks[i].ID, Worker: "w", Lease: tasks[i].Lease} }
+	ref := func(i int) norn.LeaseRef {
+		return norn.LeaseRef{TaskID: tasks[i].ID, Worker: "w", Lease: tasks[i].Lease}
+	}
 	complete := func(i int) norn.LeaseOp {
 		return norn.LeaseOp{Op: norn.OpComplete, LeaseRef: ref(i), Result: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}
 	}
