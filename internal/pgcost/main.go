@@ -1,0 +1,245 @@
+// Command pgcost measures what each task costs Norn's Postgres store: it
+// submits -n tasks (4 goroutines, batches of 1,000, as `norn bench submit`)
+// and burns them down (4 workers claiming 100 and completing them with one
+// LeaseBatch, as `norn bench work`), and prints per phase the database's
+// and its own CPU time per task (from /proc: the postmaster -pm and all its
+// children, exited ones included), WAL records and bytes, commits,
+// statements, plans and shared buffers read per task. CPU time depends far
+// less on the machine's load than throughput does; the counts not at all.
+//
+// The database needs pg_stat_statements (shared_preload_libraries, CREATE
+// EXTENSION, pg_stat_statements.track_planning = on for the plan counts)
+// and no other activity: WAL and commits are counted cluster-wide. Each
+// phase waits 11 s for the backends' lazily reported statistics.
+//
+//	go run ./internal/pgcost -url postgres://… -pm $(head -1 $PGDATA/postmaster.pid)
+//
+// STMTS=1 also prints the costliest statements; CPUPROF=file writes a Go
+// CPU profile of the submit phase.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nornq/norn"
+	"github.com/nornq/norn/store/postgres"
+)
+
+func procCPU(pid int, children bool) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	// fields after comm: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14)
+	v := 0.0
+	for i := 11; i <= 12; i++ {
+		x, _ := strconv.ParseFloat(f[i], 64)
+		v += x
+	}
+	if children {
+		for i := 13; i <= 14; i++ {
+			x, _ := strconv.ParseFloat(f[i], 64)
+			v += x
+		}
+	}
+	return v / 100
+}
+
+func ppid(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	p, _ := strconv.Atoi(f[1])
+	return p
+}
+
+func dbCPU(pm int) float64 {
+	v := procCPU(pm, true)
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid(pid) == pm {
+			v += procCPU(pid, false)
+		}
+	}
+	return v
+}
+
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+type snap struct {
+	db, cl                   float64
+	lsn                      float64
+	walRec, walBytes, walFPI float64
+	commits, calls           float64
+	blks, plans              float64
+	t                        time.Time
+}
+
+func take(ctx context.Context, c *pgx.Conn, pm int) snap {
+	var s snap
+	s.t = time.Now()
+	s.db, s.cl = dbCPU(pm), selfCPU()
+	must(c.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn() - '0/0'`).Scan(&s.lsn))
+	return s
+}
+
+// stats adds the counters that backends report lazily (up to 10 s late).
+func stats(ctx context.Context, c *pgx.Conn, s *snap) {
+	time.Sleep(11 * time.Second)
+	must(c.QueryRow(ctx, `SELECT wal_records, wal_bytes, wal_fpi FROM pg_stat_wal`).Scan(&s.walRec, &s.walBytes, &s.walFPI))
+	must(c.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&s.commits))
+	must(c.QueryRow(ctx, `SELECT coalesce(sum(calls),0), coalesce(sum(shared_blks_hit+shared_blks_read),0), coalesce(sum(plans),0) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&s.calls, &s.blks, &s.plans))
+}
+
+func report(name string, a, b snap, n int, extra map[string]any) {
+	f := float64(n)
+	out := map[string]any{"phase": name, "tasks": n, "per_sec": round(f / b.t.Sub(a.t).Seconds()),
+		"db_us": round((b.db - a.db) / f * 1e6), "client_us": round((b.cl - a.cl) / f * 1e6),
+		"wal_rec": round2((b.walRec - a.walRec) / f), "wal_bytes": round((b.lsn - a.lsn) / f), "fpi": round2((b.walFPI - a.walFPI) / f),
+		"commits": round3((b.commits - a.commits) / f), "stmts": round3((b.calls - a.calls) / f),
+		"blks": round2((b.blks - a.blks) / f), "plans": round3((b.plans - a.plans) / f)}
+	for k, v := range extra {
+		out[k] = v
+	}
+	j, _ := json.Marshal(out)
+	fmt.Println(string(j))
+}
+func round(x float64) float64  { return float64(int(x*10+0.5)) / 10 }
+func round2(x float64) float64 { return float64(int(x*100+0.5)) / 100 }
+func round3(x float64) float64 { return float64(int(x*1000+0.5)) / 1000 }
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+func main() {
+	url := flag.String("url", "", "")
+	n := flag.Int("n", 50000, "")
+	pm := flag.Int("pm", 0, "postmaster pid")
+	workers := flag.Int("workers", 4, "")
+	claim := flag.Int("claim", 100, "")
+	batch := flag.Int("batch", 1000, "")
+	specB := flag.Int("spec", 200, "")
+	flag.Parse()
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, postgres.Config{URL: *url, Migrate: true})
+	must(err)
+	defer st.Close()
+	c, err := pgx.Connect(ctx, *url)
+	must(err)
+	_, err = c.Exec(ctx, `SELECT pg_stat_statements_reset(); `)
+	must(err)
+	q := fmt.Sprintf("cost-%d", time.Now().UnixNano())
+	body := json.RawMessage(`{"x":"` + strings.Repeat("a", *specB-8) + `"}`)
+	var a snap
+	stats(ctx, c, &a)
+	a0 := take(ctx, c, *pm)
+	a.db, a.cl, a.lsn, a.t = a0.db, a0.cl, a0.lsn, a0.t
+	if f := os.Getenv("CPUPROF"); f != "" {
+		pf, _ := os.Create(f)
+		pprof.StartCPUProfile(pf)
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < *workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			bt := make([]norn.NewTask, 0, *batch)
+			for {
+				k := next.Add(int64(*batch))
+				if k-int64(*batch) >= int64(*n) {
+					return
+				}
+				bt = bt[:0]
+				for i := k - int64(*batch); i < k && i < int64(*n); i++ {
+					bt = append(bt, norn.NewTask{Queue: q, Spec: body})
+				}
+				_, err := st.Submit(ctx, bt...)
+				must(err)
+			}
+		}()
+	}
+	wg.Wait()
+	b := take(ctx, c, *pm)
+	if os.Getenv("CPUPROF") != "" {
+		pprof.StopCPUProfile()
+	}
+	stats(ctx, c, &b)
+	report("submit", a, b, *n, nil)
+	a = snap{}
+	stats(ctx, c, &a)
+	a0 = take(ctx, c, *pm)
+	a.db, a.cl, a.lsn, a.t = a0.db, a0.cl, a0.lsn, a0.t
+	var done atomic.Int64
+	for w := 0; w < *workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			worker := "bench-" + strconv.Itoa(w)
+			ops := make([]norn.LeaseOp, 0, *claim)
+			for done.Load() < int64(*n) {
+				tasks, err := st.Claim(ctx, norn.ClaimRequest{Worker: worker, Queues: []string{q}, N: *claim, Wait: norn.Duration(50 * time.Millisecond)})
+				must(err)
+				if len(tasks) == 0 {
+					continue
+				}
+				ops = ops[:0]
+				for _, t := range tasks {
+					ops = append(ops, norn.LeaseOp{Op: norn.OpComplete, LeaseRef: norn.LeaseRef{TaskID: t.ID, Worker: worker, Lease: t.Lease}})
+				}
+				res, err := st.LeaseBatch(ctx, ops)
+				must(err)
+				for _, r := range res {
+					if r.Err != nil {
+						panic(r.Err)
+					}
+				}
+				done.Add(int64(len(tasks)))
+			}
+		}(w)
+	}
+	wg.Wait()
+	b = take(ctx, c, *pm)
+	stats(ctx, c, &b)
+	report("work", a, b, *n, nil)
+	if os.Getenv("STMTS") != "" {
+		rows, _ := c.Query(ctx, `SELECT calls, round(total_exec_time::numeric,1), rows, left(regexp_replace(query, '\s+', ' ', 'g'), 90) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT 12`)
+		for rows.Next() {
+			var calls, rws int64
+			var t float64
+			var qq string
+			rows.Scan(&calls, &t, &rws, &qq)
+			fmt.Printf("%8d %10.1f %8d %s\n", calls, t, rws, qq)
+		}
+	}
+	_, _ = c.Exec(ctx, `DELETE FROM norn.tasks WHERE queue = $1`, q)
+	_, _ = c.Exec(ctx, `VACUUM norn.tasks`)
+}
