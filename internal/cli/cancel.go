@@ -2,6 +2,7 @@ package cli
 
 import (
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/client"
 	"github.com/spf13/cobra"
 )
 
@@ -16,16 +17,11 @@ aborted task cannot be cancelled. Every id is tried; the exit code is 1 if
 any failed.`,
 			Example: `  norn cancel job-1 job-2`,
 			Args:    cobra.MinimumNArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				format, c, err := formatAndClient(g)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
+			RunE: clientRun(g, func(cmd *cobra.Command, args []string, format string, c *client.Client) error {
 				return perTask(cmd, format, "cancel", args, func(id string) (*norn.Task, error) {
 					return c.Cancel(cmd.Context(), id)
 				})
-			},
+			}),
 		}
 		return clientCommand(cmd)
 	})

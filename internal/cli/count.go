@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/client"
 	"github.com/spf13/cobra"
 )
 
@@ -33,41 +34,38 @@ func init() {
 				if err != nil {
 					return err
 				}
-				c, err := newClient(g)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				var out countOutput
-				if group {
-					gs, err := c.CountGrouped(cmd.Context(), f)
-					if err != nil {
+				return withClient(g, func(c *client.Client) error {
+					var out countOutput
+					if group {
+						gs, err := c.CountGrouped(cmd.Context(), f)
+						if err != nil {
+							return err
+						}
+						out.Groups = gs
+						for _, gc := range gs {
+							out.Count += gc.Count
+						}
+					} else if out.Count, err = c.Count(cmd.Context(), f); err != nil {
 						return err
 					}
-					out.Groups = gs
-					for _, gc := range gs {
-						out.Count += gc.Count
+					w := cmd.OutOrStdout()
+					if format != outTable {
+						if group && out.Groups == nil {
+							out.Groups = []norn.GroupCount{}
+						}
+						return emit(w, format, out)
 					}
-				} else if out.Count, err = c.Count(cmd.Context(), f); err != nil {
-					return err
-				}
-				w := cmd.OutOrStdout()
-				if format != outTable {
-					if group && out.Groups == nil {
-						out.Groups = []norn.GroupCount{}
+					if !group {
+						fmt.Fprintln(w, out.Count)
+						return nil
 					}
-					return emit(w, format, out)
-				}
-				if !group {
-					fmt.Fprintln(w, out.Count)
-					return nil
-				}
-				tab := newTable(w, "QUEUE", "STATUS", "COUNT")
-				for _, gc := range out.Groups {
-					tab.row(gc.Queue, string(gc.Status), fmt.Sprint(gc.Count))
-				}
-				tab.row("total", "", fmt.Sprint(out.Count))
-				return tab.flush()
+					tab := newTable(w, "QUEUE", "STATUS", "COUNT")
+					for _, gc := range out.Groups {
+						tab.row(gc.Queue, string(gc.Status), fmt.Sprint(gc.Count))
+					}
+					tab.row("total", "", fmt.Sprint(out.Count))
+					return tab.flush()
+				})
 			},
 		}
 		ff = addFilterFlags(cmd.Flags())

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nornq/norn/client"
 	"github.com/spf13/cobra"
 )
 
@@ -40,47 +41,44 @@ a pending task that others depend on aborts the dependents.`,
 				if err := idsOrFilter("delete", args, &f, dryRun); err != nil {
 					return err
 				}
-				c, err := newClient(g)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				var out deleteOutput
-				failed := 0
-				switch {
-				case dryRun:
-					out.DryRun = true
-					if out.Deleted, err = c.Count(cmd.Context(), f); err != nil {
-						return err
-					}
-				case len(args) > 0:
-					for _, id := range args {
-						if err := c.Delete(cmd.Context(), id); err != nil {
-							failed++
-							fmt.Fprintf(cmd.ErrOrStderr(), "norn: delete %s: %v\n", id, err)
-							continue
+				return withClient(g, func(c *client.Client) error {
+					var out deleteOutput
+					failed := 0
+					switch {
+					case dryRun:
+						out.DryRun = true
+						if out.Deleted, err = c.Count(cmd.Context(), f); err != nil {
+							return err
 						}
-						out.Deleted++
+					case len(args) > 0:
+						for _, id := range args {
+							if err := c.Delete(cmd.Context(), id); err != nil {
+								failed++
+								fmt.Fprintf(cmd.ErrOrStderr(), "norn: delete %s: %v\n", id, err)
+								continue
+							}
+							out.Deleted++
+						}
+					default:
+						if out.Deleted, err = c.DeleteMatching(cmd.Context(), f); err != nil {
+							return err
+						}
 					}
-				default:
-					if out.Deleted, err = c.DeleteMatching(cmd.Context(), f); err != nil {
-						return err
+					w := cmd.OutOrStdout()
+					if format != outTable {
+						if err := emit(w, format, out); err != nil {
+							return err
+						}
+					} else if dryRun {
+						fmt.Fprintf(w, "would delete %d tasks\n", out.Deleted)
+					} else {
+						fmt.Fprintf(w, "deleted %d tasks\n", out.Deleted)
 					}
-				}
-				w := cmd.OutOrStdout()
-				if format != outTable {
-					if err := emit(w, format, out); err != nil {
-						return err
+					if failed > 0 {
+						return fmt.Errorf("%d of %d tasks could not be deleted", failed, len(args))
 					}
-				} else if dryRun {
-					fmt.Fprintf(w, "would delete %d tasks\n", out.Deleted)
-				} else {
-					fmt.Fprintf(w, "deleted %d tasks\n", out.Deleted)
-				}
-				if failed > 0 {
-					return fmt.Errorf("%d of %d tasks could not be deleted", failed, len(args))
-				}
-				return nil
+					return nil
+				})
 			},
 		}
 		ff = addFilterFlags(cmd.Flags())

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/client"
 	"github.com/spf13/cobra"
 )
 
@@ -23,14 +24,10 @@ stderr and make the exit code 1; the tasks that exist are still printed.`,
 			Example: `  norn get 0193b2f4-7c1e-7cc3-9a57-5d2b0c1f2e3a
   norn get job-1 job-2 -o json`,
 			Args: cobra.MinimumNArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				format, c, err := formatAndClient(g)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
+			RunE: clientRun(g, func(cmd *cobra.Command, args []string, format string, c *client.Client) error {
 				var tasks []*norn.Task
 				var missing []string
+				var err error
 				if len(args) == 1 {
 					t, err := c.Get(cmd.Context(), args[0])
 					if err != nil {
@@ -45,18 +42,12 @@ stderr and make the exit code 1; the tasks that exist are still printed.`,
 				}
 				w := cmd.OutOrStdout()
 				switch {
-				case format == outNDJSON:
-					for _, t := range tasks {
-						if err := writeNDJSONLine(w, t); err != nil {
-							return err
-						}
-					}
 				case format == outJSON && len(args) == 1:
 					if err := writeJSON(w, tasks[0]); err != nil {
 						return err
 					}
-				case format == outJSON:
-					if err := writeJSON(w, tasks); err != nil {
+				case format != outTable:
+					if err := emitAll(w, format, tasks); err != nil {
 						return err
 					}
 				default:
@@ -72,7 +63,7 @@ stderr and make the exit code 1; the tasks that exist are still printed.`,
 					return norn.Errorf(norn.CodeNotFound, "not found: %s", strings.Join(missing, ", "))
 				}
 				return nil
-			},
+			}),
 		}
 		return clientCommand(cmd)
 	})

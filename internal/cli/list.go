@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/client"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -164,80 +165,77 @@ func runList(cmd *cobra.Command, g *Globals, ff *filterFlags, limit int, order s
 	if err != nil {
 		return err
 	}
-	c, err := newClient(g)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	q := norn.Query{Filter: f, Order: o, Summary: summary || format == outTable}
-	if limit > 0 {
-		// One extra tells the table whether there is more to show.
-		q.Limit = limit + 1
-	}
-	it, err := c.Stream(cmd.Context(), q)
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	w := cmd.OutOrStdout()
-	n, more := 0, false
-	var tab *table
-	if format == outTable {
-		tab = newTable(w, "ID", "QUEUE", "STATUS", "PRI", "PROGRESS", "ATTEMPTS", "OWNER", "CREATED", "UPDATED")
-	}
-	if format == outJSON {
-		io.WriteString(w, "[")
-	}
-	for it.Next() {
-		t := it.Item()
-		if limit > 0 && n == limit {
-			more = true
-			break
+	return withClient(g, func(c *client.Client) error {
+		q := norn.Query{Filter: f, Order: o, Summary: summary || format == outTable}
+		if limit > 0 {
+			// One extra tells the table whether there is more to show.
+			q.Limit = limit + 1
+		}
+		it, err := c.Stream(cmd.Context(), q)
+		if err != nil {
+			return err
+		}
+		defer it.Close()
+		w := cmd.OutOrStdout()
+		n, more := 0, false
+		var tab *table
+		if format == outTable {
+			tab = newTable(w, "ID", "QUEUE", "STATUS", "PRI", "PROGRESS", "ATTEMPTS", "OWNER", "CREATED", "UPDATED")
+		}
+		if format == outJSON {
+			io.WriteString(w, "[")
+		}
+		for it.Next() {
+			t := it.Item()
+			if limit > 0 && n == limit {
+				more = true
+				break
+			}
+			switch format {
+			case outTable:
+				tab.row(t.ID, t.Queue, string(t.Status), fmt.Sprint(t.Priority), fmt.Sprintf("%.0f%%", t.Progress*100),
+					attempts(t), dash(t.Owner), ago(t.Created, now), ago(t.Updated, now))
+			case outJSON:
+				if n > 0 {
+					io.WriteString(w, ",")
+				}
+				io.WriteString(w, "\n")
+				b, err := json.Marshal(t)
+				if err != nil {
+					return err
+				}
+				w.Write(b)
+			case outNDJSON:
+				if err := writeNDJSONLine(w, t); err != nil {
+					return err
+				}
+			}
+			n++
+		}
+		if err := it.Err(); err != nil {
+			if tab != nil {
+				tab.flush()
+			}
+			return err
 		}
 		switch format {
 		case outTable:
-			tab.row(t.ID, t.Queue, string(t.Status), fmt.Sprint(t.Priority), fmt.Sprintf("%.0f%%", t.Progress*100),
-				attempts(t), dash(t.Owner), ago(t.Created, now), ago(t.Updated, now))
+			if err := tab.flush(); err != nil {
+				return err
+			}
+			if more {
+				fmt.Fprintf(cmd.ErrOrStderr(), "(first %d tasks shown; use --limit 0 for all)\n", limit)
+			} else if n == 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), "(no tasks)")
+			}
 		case outJSON:
 			if n > 0 {
-				io.WriteString(w, ",")
+				io.WriteString(w, "\n")
 			}
-			io.WriteString(w, "\n")
-			b, err := json.Marshal(t)
-			if err != nil {
-				return err
-			}
-			w.Write(b)
-		case outNDJSON:
-			if err := writeNDJSONLine(w, t); err != nil {
-				return err
-			}
+			io.WriteString(w, "]\n")
 		}
-		n++
-	}
-	if err := it.Err(); err != nil {
-		if tab != nil {
-			tab.flush()
-		}
-		return err
-	}
-	switch format {
-	case outTable:
-		if err := tab.flush(); err != nil {
-			return err
-		}
-		if more {
-			fmt.Fprintf(cmd.ErrOrStderr(), "(first %d tasks shown; use --limit 0 for all)\n", limit)
-		} else if n == 0 {
-			fmt.Fprintln(cmd.ErrOrStderr(), "(no tasks)")
-		}
-	case outJSON:
-		if n > 0 {
-			io.WriteString(w, "\n")
-		}
-		io.WriteString(w, "]\n")
-	}
-	return nil
+		return nil
+	})
 }
 
 func attempts(t *norn.Task) string {

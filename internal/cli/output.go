@@ -75,19 +75,28 @@ func newClient(g *Globals) (*client.Client, error) {
 	return c, nil
 }
 
-// formatAndClient is the start of every client command: the -o format
-// (checked first, so a bad flag fails before any network I/O) and a client
-// of --server. The caller closes the client.
-func formatAndClient(g *Globals) (string, *client.Client, error) {
-	format, err := outputFormat(g)
-	if err != nil {
-		return "", nil, err
-	}
+// withClient runs do with a client of --server and closes the client after.
+func withClient(g *Globals, do func(c *client.Client) error) error {
 	c, err := newClient(g)
 	if err != nil {
-		return "", nil, err
+		return err
 	}
-	return format, c, nil
+	defer c.Close()
+	return do(c)
+}
+
+// clientRun is the RunE of a client command with nothing of its own to
+// check before it connects: the -o format is checked first, so a bad flag
+// fails before any network I/O, then run gets the format and a client of
+// --server (closed when run returns).
+func clientRun(g *Globals, run func(cmd *cobra.Command, args []string, format string, c *client.Client) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		format, err := outputFormat(g)
+		if err != nil {
+			return err
+		}
+		return withClient(g, func(c *client.Client) error { return run(cmd, args, format, c) })
+	}
 }
 
 // writeJSON writes v as indented JSON followed by a newline.
@@ -108,6 +117,47 @@ func emit(w io.Writer, format string, v any) error {
 		return writeNDJSONLine(w, v)
 	}
 	return writeJSON(w, v)
+}
+
+// emitAll writes a list: one JSON array for json, a line per item for ndjson.
+func emitAll[T any](w io.Writer, format string, items []T) error {
+	if format != outNDJSON {
+		return writeJSON(w, items)
+	}
+	for _, v := range items {
+		if err := writeNDJSONLine(w, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// show prints one item: describe renders it for the table format, the other
+// formats are its JSON.
+func show[T any](w io.Writer, format string, v T, describe func(io.Writer, T) error) error {
+	if format != outTable {
+		return emit(w, format, v)
+	}
+	return describe(w, v)
+}
+
+// showCommand is a `get NAME`-style subcommand: fetch one item by name (a
+// client method such as (*client.Client).Queue) and show it.
+func showCommand[T any](g *Globals, use, short string,
+	fetch func(c *client.Client, ctx context.Context, name string) (T, error),
+	describe func(io.Writer, T) error) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: clientRun(g, func(cmd *cobra.Command, args []string, format string, c *client.Client) error {
+			v, err := fetch(c, cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return show(cmd.OutOrStdout(), format, v, describe)
+		}),
+	}
 }
 
 // table is a tab-aligned text table. Rows are flushed in blocks so a long
@@ -237,11 +287,10 @@ func isTerminal(f *os.File) bool {
 }
 
 // pauseCommand is `pause NAME...` / `resume NAME...` for anything that can
-// be paused (queues, schedules): set changes one by name, print renders the
-// results in a non-table format; the table format says "NAME paused".
+// be paused (queues, schedules): set changes one by name; the table format
+// says "NAME paused", the others print the changed items.
 func pauseCommand[T any](g *Globals, kind string, pause bool, use, short string,
-	set func(ctx context.Context, c *client.Client, name string, paused bool) (T, error),
-	print func(w io.Writer, format string, out []T) error) *cobra.Command {
+	set func(ctx context.Context, c *client.Client, name string, paused bool) (T, error)) *cobra.Command {
 	verb := "resumed"
 	if pause {
 		verb = "paused"
@@ -250,12 +299,7 @@ func pauseCommand[T any](g *Globals, kind string, pause bool, use, short string,
 		Use:   use,
 		Short: short,
 		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			format, c, err := formatAndClient(g)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: clientRun(g, func(cmd *cobra.Command, args []string, format string, c *client.Client) error {
 			var out []T
 			for _, name := range args {
 				v, err := set(cmd.Context(), c, name, pause)
@@ -268,9 +312,9 @@ func pauseCommand[T any](g *Globals, kind string, pause bool, use, short string,
 				}
 			}
 			if format != outTable {
-				return print(cmd.OutOrStdout(), format, out)
+				return emitAll(cmd.OutOrStdout(), format, out)
 			}
 			return nil
-		},
+		}),
 	}
 }

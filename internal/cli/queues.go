@@ -27,18 +27,13 @@ applied to tasks that do not set their own (admin role).`,
   norn queues pause emails
   norn queues set emails --timeout 30s --max-attempts 5 --retention-completed 1h`,
 			Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, args []string) error {
-				format, c, err := formatAndClient(g)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
+			RunE: clientRun(g, func(cmd *cobra.Command, args []string, format string, c *client.Client) error {
 				qs, err := c.Queues(cmd.Context())
 				if err != nil {
 					return err
 				}
 				return printQueues(cmd.OutOrStdout(), format, qs)
-			},
+			}),
 		}
 		cmd.AddCommand(
 			clientCommand(queueGetCmd(g)),
@@ -51,16 +46,8 @@ applied to tasks that do not set their own (admin role).`,
 }
 
 func printQueues(w io.Writer, format string, qs []norn.QueueInfo) error {
-	switch format {
-	case outJSON:
-		return writeJSON(w, qs)
-	case outNDJSON:
-		for _, q := range qs {
-			if err := writeNDJSONLine(w, q); err != nil {
-				return err
-			}
-		}
-		return nil
+	if format != outTable {
+		return emitAll(w, format, qs)
 	}
 	header := append([]string{"QUEUE", "PAUSED"}, statusHeader()...)
 	header = append(header, "TIMEOUT", "MAX_ATTEMPTS", "RETRIES", "MAX_RUNTIME")
@@ -89,26 +76,8 @@ func yesNo(b bool) string {
 }
 
 func queueGetCmd(g *Globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "get QUEUE",
-		Short: "Show one queue with its counts and defaults",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			format, c, err := formatAndClient(g)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			q, err := c.Queue(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if format != outTable {
-				return emit(cmd.OutOrStdout(), format, q)
-			}
-			return describeQueue(cmd.OutOrStdout(), q)
-		},
-	}
+	return showCommand(g, "get QUEUE", "Show one queue with its counts and defaults",
+		(*client.Client).Queue, describeQueue)
 }
 
 func describeQueue(w io.Writer, q norn.QueueInfo) error {
@@ -160,12 +129,13 @@ func queuePauseCmd(g *Globals, pause bool) *cobra.Command {
 	return pauseCommand(g, "queue", pause, use, short,
 		func(ctx context.Context, c *client.Client, name string, paused bool) (norn.QueueInfo, error) {
 			return c.UpdateQueue(ctx, name, norn.QueueUpdate{Paused: &paused})
-		}, printQueues)
+		})
 }
 
 func queueSetCmd(g *Globals) *cobra.Command {
-	var timeout, maxRuntime, retryBase, retryMax, retCompleted, retAborted, retCancelled time.Duration
-	var maxAttempts, retry, maxRunning, keyLimit int
+	var timeout, maxRuntime, retCompleted, retAborted, retCancelled time.Duration
+	var maxAttempts, maxRunning, keyLimit int
+	var retry retryFlags
 	var keys, unsetKeys []string
 	cmd := &cobra.Command{
 		Use:   "set QUEUE",
@@ -192,7 +162,7 @@ limit and --unset-key KEY removes it again. 0 removes a limit.`,
 			}
 			fl := cmd.Flags()
 			var u norn.QueueUpdate
-			for _, d := range []time.Duration{timeout, maxRuntime, retryBase, retryMax, retCompleted, retAborted, retCancelled} {
+			for _, d := range []time.Duration{timeout, maxRuntime, retry.base, retry.max, retCompleted, retAborted, retCancelled} {
 				if d < 0 {
 					return usagef("durations must not be negative")
 				}
@@ -204,11 +174,8 @@ limit and --unset-key KEY removes it again. 0 removes a limit.`,
 				d := norn.Duration(timeout)
 				u.Timeout = &d
 			}
-			if fl.Changed("max-attempts") {
-				if maxAttempts < 0 {
-					return usagef("--max-attempts must not be negative")
-				}
-				u.MaxAttempts = &maxAttempts
+			if u.MaxAttempts, err = givenCount(fl, "max-attempts", maxAttempts); err != nil {
+				return err
 			}
 			if fl.Changed("max-runtime") {
 				d := norn.Duration(maxRuntime)
@@ -240,49 +207,38 @@ limit and --unset-key KEY removes it again. 0 removes a limit.`,
 			if err := u.Validate(); err != nil {
 				return err
 			}
-			if fl.Changed("retry") {
-				if retry < 0 {
-					return usagef("--retry must not be negative")
-				}
-				u.Retry = &norn.RetryPolicy{MaxRetries: retry, Base: norn.Duration(retryBase), Max: norn.Duration(retryMax)}
-			} else if fl.Changed("retry-base") || fl.Changed("retry-max") {
-				return usagef("--retry-base and --retry-max need --retry")
-			}
-			c, err := newClient(g)
-			if err != nil {
+			if u.Retry, err = retry.policy(fl); err != nil {
 				return err
 			}
-			defer c.Close()
-			if fl.Changed("retention-completed") || fl.Changed("retention-aborted") || fl.Changed("retention-cancelled") {
-				// Retention is one value on the wire: start from the current
-				// setting so unchanged statuses keep theirs.
-				cur, err := c.Queue(cmd.Context(), args[0])
+			return withClient(g, func(c *client.Client) error {
+				if fl.Changed("retention-completed") || fl.Changed("retention-aborted") || fl.Changed("retention-cancelled") {
+					// Retention is one value on the wire: start from the current
+					// setting so unchanged statuses keep theirs.
+					cur, err := c.Queue(cmd.Context(), args[0])
+					if err != nil {
+						return err
+					}
+					r := cur.Defaults.Retention
+					if fl.Changed("retention-completed") {
+						r.Completed = norn.Duration(retCompleted)
+					}
+					if fl.Changed("retention-aborted") {
+						r.Aborted = norn.Duration(retAborted)
+					}
+					if fl.Changed("retention-cancelled") {
+						r.Cancelled = norn.Duration(retCancelled)
+					}
+					u.Retention = &r
+				}
+				if reflect.ValueOf(u).IsZero() {
+					return usagef("nothing to change: give at least one of --timeout, --max-attempts, --max-runtime, --retry, --retention-*, --max-running, --key-limit, --key, --unset-key")
+				}
+				q, err := c.UpdateQueue(cmd.Context(), args[0], u)
 				if err != nil {
 					return err
 				}
-				r := cur.Defaults.Retention
-				if fl.Changed("retention-completed") {
-					r.Completed = norn.Duration(retCompleted)
-				}
-				if fl.Changed("retention-aborted") {
-					r.Aborted = norn.Duration(retAborted)
-				}
-				if fl.Changed("retention-cancelled") {
-					r.Cancelled = norn.Duration(retCancelled)
-				}
-				u.Retention = &r
-			}
-			if reflect.ValueOf(u).IsZero() {
-				return usagef("nothing to change: give at least one of --timeout, --max-attempts, --max-runtime, --retry, --retention-*, --max-running, --key-limit, --key, --unset-key")
-			}
-			q, err := c.UpdateQueue(cmd.Context(), args[0], u)
-			if err != nil {
-				return err
-			}
-			if format != outTable {
-				return emit(cmd.OutOrStdout(), format, q)
-			}
-			return describeQueue(cmd.OutOrStdout(), q)
+				return show(cmd.OutOrStdout(), format, q, describeQueue)
+			})
 		},
 	}
 	fs := cmd.Flags()
@@ -293,9 +249,7 @@ limit and --unset-key KEY removes it again. 0 removes a limit.`,
 	fs.StringArrayVar(&keys, "key", nil, "KEY=LIMIT: one concurrency key's own running limit (repeatable)")
 	fs.StringArrayVar(&unsetKeys, "unset-key", nil, "remove a key's own limit (repeatable)")
 	fs.IntVar(&maxAttempts, "max-attempts", 0, "default max attempts (0 = unlimited)")
-	fs.IntVar(&retry, "retry", 0, "default retries after a failure (0 = none)")
-	fs.DurationVar(&retryBase, "retry-base", time.Second, "first retry backoff, doubled each retry (with --retry)")
-	fs.DurationVar(&retryMax, "retry-max", time.Hour, "backoff cap (with --retry; 0 = no cap)")
+	retry.add(fs, "default retries after a failure (0 = none)")
 	fs.DurationVar(&retCompleted, "retention-completed", 0, "keep completed tasks this long (0 = forever)")
 	fs.DurationVar(&retAborted, "retention-aborted", 0, "keep aborted tasks this long (0 = forever)")
 	fs.DurationVar(&retCancelled, "retention-cancelled", 0, "keep cancelled tasks this long (0 = forever)")

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/client"
 	"github.com/spf13/cobra"
 )
 
@@ -71,37 +72,34 @@ exit code is 1 if any failed.`,
 				if len(args) == 0 && (withDeps || !o.RunAt.IsZero()) {
 					return usagef("--with-dependents, --delay and --run-at work with task ids only")
 				}
-				c, err := newClient(g)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				w := cmd.OutOrStdout()
-				if len(args) > 0 {
-					return perTask(cmd, format, "retry", args, func(id string) (*norn.Task, error) {
-						return c.Retry(cmd.Context(), id, o)
-					})
-				}
-				var out retryOutput
-				if dryRun {
-					out.DryRun = true
-					if rf, ok := norn.RetryFilter(f); ok {
-						if out.Retried, err = c.Count(cmd.Context(), rf); err != nil {
-							return err
-						}
+				return withClient(g, func(c *client.Client) error {
+					w := cmd.OutOrStdout()
+					if len(args) > 0 {
+						return perTask(cmd, format, "retry", args, func(id string) (*norn.Task, error) {
+							return c.Retry(cmd.Context(), id, o)
+						})
 					}
-				} else if out.Retried, err = c.RetryMatching(cmd.Context(), f); err != nil {
-					return err
-				}
-				switch {
-				case format != outTable:
-					return emit(w, format, out)
-				case dryRun:
-					fmt.Fprintf(w, "would retry %d tasks\n", out.Retried)
-				default:
-					fmt.Fprintf(w, "retried %d tasks\n", out.Retried)
-				}
-				return nil
+					var out retryOutput
+					if dryRun {
+						out.DryRun = true
+						if rf, ok := norn.RetryFilter(f); ok {
+							if out.Retried, err = c.Count(cmd.Context(), rf); err != nil {
+								return err
+							}
+						}
+					} else if out.Retried, err = c.RetryMatching(cmd.Context(), f); err != nil {
+						return err
+					}
+					switch {
+					case format != outTable:
+						return emit(w, format, out)
+					case dryRun:
+						fmt.Fprintf(w, "would retry %d tasks\n", out.Retried)
+					default:
+						fmt.Fprintf(w, "retried %d tasks\n", out.Retried)
+					}
+					return nil
+				})
 			},
 		}
 		ff = addFilterFlags(cmd.Flags())
@@ -150,19 +148,12 @@ func perTask(cmd *cobra.Command, format, verb string, ids []string, do func(id s
 			fmt.Fprintln(w, line)
 		}
 	}
-	switch format {
-	case outJSON:
+	if format != outTable {
 		if done == nil {
 			done = []*norn.Task{}
 		}
-		if err := writeJSON(w, done); err != nil {
+		if err := emitAll(w, format, done); err != nil {
 			return err
-		}
-	case outNDJSON:
-		for _, t := range done {
-			if err := writeNDJSONLine(w, t); err != nil {
-				return err
-			}
 		}
 	}
 	if failed > 0 {

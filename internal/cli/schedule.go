@@ -31,15 +31,13 @@ client role.`,
   norn schedule trigger nightly-report
   norn list --label norn.schedule=nightly-report`,
 			Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, args []string) error {
-				return listSchedules(cmd, g)
-			},
+			RunE: clientRun(g, listSchedules),
 		}
 		list := &cobra.Command{
 			Use:   "list",
 			Short: "List schedules with their next and last fire",
 			Args:  cobra.NoArgs,
-			RunE:  func(cmd *cobra.Command, args []string) error { return listSchedules(cmd, g) },
+			RunE:  clientRun(g, listSchedules),
 		}
 		cmd.AddCommand(
 			clientCommand(list),
@@ -54,12 +52,7 @@ client role.`,
 	})
 }
 
-func listSchedules(cmd *cobra.Command, g *Globals) error {
-	format, c, err := formatAndClient(g)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
+func listSchedules(cmd *cobra.Command, _ []string, format string, c *client.Client) error {
 	all, err := c.ListSchedules(cmd.Context())
 	if err != nil {
 		return err
@@ -68,16 +61,8 @@ func listSchedules(cmd *cobra.Command, g *Globals) error {
 }
 
 func printSchedules(w io.Writer, format string, all []*norn.Schedule) error {
-	switch format {
-	case outJSON:
-		return writeJSON(w, all)
-	case outNDJSON:
-		for _, s := range all {
-			if err := writeNDJSONLine(w, s); err != nil {
-				return err
-			}
-		}
-		return nil
+	if format != outTable {
+		return emitAll(w, format, all)
 	}
 	tab := newTable(w, "SCHEDULE", "QUEUE", "CRON", "TIMEZONE", "PAUSED", "NEXT_FIRE", "LAST_FIRE", "LAST_TASK")
 	for _, s := range all {
@@ -130,37 +115,18 @@ func describeSchedule(w io.Writer, s *norn.Schedule) error {
 }
 
 func scheduleGetCmd(g *Globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "get NAME",
-		Short: "Show one schedule",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			format, c, err := formatAndClient(g)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			s, err := c.GetSchedule(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if format != outTable {
-				return emit(cmd.OutOrStdout(), format, s)
-			}
-			return describeSchedule(cmd.OutOrStdout(), s)
-		},
-	}
+	return showCommand(g, "get NAME", "Show one schedule", (*client.Client).GetSchedule, describeSchedule)
 }
 
 func scheduleSetCmd(g *Globals) *cobra.Command {
 	var (
-		s                    norn.Schedule
-		spec                 string
-		labels               []string
-		timeout, maxRuntime  time.Duration
-		maxAttempts, retries int
-		retryBase, retryMax  time.Duration
-		overlap, catchUp     string
+		s                   norn.Schedule
+		spec                string
+		labels              []string
+		timeout, maxRuntime time.Duration
+		maxAttempts         int
+		retry               retryFlags
+		overlap, catchUp    string
 	)
 	cmd := &cobra.Command{
 		Use:   "set NAME --cron EXPR --queue QUEUE [flags]",
@@ -189,43 +155,29 @@ so no tick is skipped or repeated.`,
 			if s.Labels, err = parseLabels(labels); err != nil {
 				return err
 			}
-			for name, d := range map[string]time.Duration{"timeout": timeout, "max-runtime": maxRuntime, "retry-base": retryBase, "retry-max": retryMax} {
+			for name, d := range map[string]time.Duration{"timeout": timeout, "max-runtime": maxRuntime, "retry-base": retry.base, "retry-max": retry.max} {
 				if d < 0 {
 					return usagef("--%s must not be negative", name)
 				}
 			}
 			s.Timeout, s.MaxRuntime = norn.Duration(timeout), norn.Duration(maxRuntime)
-			if fl.Changed("max-attempts") {
-				if maxAttempts < 0 {
-					return usagef("--max-attempts must not be negative")
-				}
-				s.MaxAttempts = &maxAttempts
+			if s.MaxAttempts, err = givenCount(fl, "max-attempts", maxAttempts); err != nil {
+				return err
 			}
-			if fl.Changed("retry") {
-				if retries < 0 {
-					return usagef("--retry must not be negative")
-				}
-				s.Retry = &norn.RetryPolicy{MaxRetries: retries, Base: norn.Duration(retryBase), Max: norn.Duration(retryMax)}
-			} else if fl.Changed("retry-base") || fl.Changed("retry-max") {
-				return usagef("--retry-base and --retry-max need --retry")
+			if s.Retry, err = retry.policy(fl); err != nil {
+				return err
 			}
 			s.Overlap, s.CatchUp = norn.Overlap(overlap), norn.CatchUp(catchUp)
 			if _, err := s.Validate(); err != nil {
 				return usagef("%v", flagNamed(err))
 			}
-			c, err := newClient(g)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			out, err := c.PutSchedule(cmd.Context(), s)
-			if err != nil {
-				return err
-			}
-			if format != outTable {
-				return emit(cmd.OutOrStdout(), format, out)
-			}
-			return describeSchedule(cmd.OutOrStdout(), out)
+			return withClient(g, func(c *client.Client) error {
+				out, err := c.PutSchedule(cmd.Context(), s)
+				if err != nil {
+					return err
+				}
+				return show(cmd.OutOrStdout(), format, out, describeSchedule)
+			})
 		},
 	}
 	fs := cmd.Flags()
@@ -238,9 +190,7 @@ so no tick is skipped or repeated.`,
 	fs.DurationVar(&timeout, "timeout", 0, "lease length of every task (0 = queue default)")
 	fs.DurationVar(&maxRuntime, "max-runtime", 0, "runtime limit of every task (0 = queue default)")
 	fs.IntVar(&maxAttempts, "max-attempts", 0, "max attempts of every task (default: the queue's)")
-	fs.IntVar(&retries, "retry", 0, "retries after a failure (default: the queue's policy)")
-	fs.DurationVar(&retryBase, "retry-base", time.Second, "first retry backoff, doubled each retry (with --retry)")
-	fs.DurationVar(&retryMax, "retry-max", time.Hour, "backoff cap (with --retry; 0 = no cap)")
+	retry.add(fs, "retries after a failure (default: the queue's policy)")
 	fs.StringVar(&overlap, "overlap", "allow", "while the previous tick's task is not finished: allow (submit anyway) or skip (skip the tick)")
 	fs.StringVar(&catchUp, "catch-up", "one", "missed ticks after downtime: one (fire once), all (each, at most 100) or none")
 	fs.BoolVar(&s.Paused, "paused", false, "create the schedule paused")
@@ -269,31 +219,21 @@ func schedulePauseCmd(g *Globals, pause bool) *cobra.Command {
 	return pauseCommand(g, "schedule", pause, use, short,
 		func(ctx context.Context, c *client.Client, name string, paused bool) (*norn.Schedule, error) {
 			return c.UpdateSchedule(ctx, name, norn.ScheduleUpdate{Paused: &paused})
-		}, printSchedules)
+		})
 }
 
+// scheduleTriggerCmd prints the submitted task's id (the table format) or
+// the task.
 func scheduleTriggerCmd(g *Globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "trigger NAME",
-		Short: "Submit one task of the schedule now, outside its cadence",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			format, c, err := formatAndClient(g)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			sub, err := c.TriggerSchedule(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if format != outTable {
-				return emit(cmd.OutOrStdout(), format, sub.Task)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), sub.Task.ID)
-			return nil
+	return showCommand(g, "trigger NAME", "Submit one task of the schedule now, outside its cadence",
+		func(c *client.Client, ctx context.Context, name string) (*norn.Task, error) {
+			sub, err := c.TriggerSchedule(ctx, name)
+			return sub.Task, err
 		},
-	}
+		func(w io.Writer, t *norn.Task) error {
+			_, err := fmt.Fprintln(w, t.ID)
+			return err
+		})
 }
 
 func scheduleDeleteCmd(g *Globals) *cobra.Command {
@@ -301,12 +241,7 @@ func scheduleDeleteCmd(g *Globals) *cobra.Command {
 		Use:   "delete NAME...",
 		Short: "Delete schedules (the tasks they submitted stay)",
 		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			_, c, err := formatAndClient(g)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: clientRun(g, func(cmd *cobra.Command, args []string, _ string, c *client.Client) error {
 			for _, name := range args {
 				if err := c.DeleteSchedule(cmd.Context(), name); err != nil {
 					return fmt.Errorf("schedule %s: %w", name, err)
@@ -314,6 +249,6 @@ func scheduleDeleteCmd(g *Globals) *cobra.Command {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s deleted\n", name)
 			}
 			return nil
-		},
+		}),
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/client"
 	"github.com/spf13/cobra"
 )
 
@@ -14,12 +15,7 @@ func init() {
 			Use:   "stats",
 			Short: "Show task counts by queue and status, totals and workers",
 			Args:  cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, args []string) error {
-				format, c, err := formatAndClient(g)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
+			RunE: clientRun(g, func(cmd *cobra.Command, args []string, format string, c *client.Client) error {
 				st, err := c.Stats(cmd.Context())
 				if err != nil {
 					return err
@@ -50,7 +46,7 @@ func init() {
 				}
 				fmt.Fprintf(w, "\n%d tasks; %d workers registered, %d active\n", st.Total, st.Workers, st.ActiveWorkers)
 				return nil
-			},
+			}),
 		}
 		return clientCommand(cmd)
 	})

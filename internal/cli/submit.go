@@ -15,6 +15,7 @@ import (
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/client"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // parseLabels parses key=value pairs (key:value is accepted too, as in the
@@ -81,9 +82,7 @@ type submitFlags struct {
 	delay       time.Duration
 	runAt       string
 	dependsOn   []string
-	retry       int
-	retryBase   time.Duration
-	retryMax    time.Duration
+	retry       retryFlags
 	maxAttempts int
 	timeout     time.Duration
 	maxRuntime  time.Duration
@@ -145,9 +144,7 @@ than that long ago): the task holding the key is reported instead.`,
 		fs.DurationVar(&sf.delay, "delay", 0, "run no earlier than this long from now (e.g. 30s, 5m)")
 		fs.StringVar(&sf.runAt, "run-at", "", "run no earlier than this time (RFC 3339)")
 		fs.StringSliceVar(&sf.dependsOn, "depends-on", nil, "ids this task waits for (repeatable or comma-separated)")
-		fs.IntVar(&sf.retry, "retry", 0, "retries after a failure (default: the queue's policy)")
-		fs.DurationVar(&sf.retryBase, "retry-base", time.Second, "first retry backoff, doubled each retry (with --retry)")
-		fs.DurationVar(&sf.retryMax, "retry-max", time.Hour, "backoff cap (with --retry; 0 = no cap)")
+		sf.retry.add(fs, "retries after a failure (default: the queue's policy)")
 		fs.IntVar(&sf.maxAttempts, "max-attempts", 0, "abort after this many attempts (default: the queue's; 0 with the flag given = unlimited)")
 		fs.DurationVar(&sf.timeout, "timeout", 0, "lease length per attempt (default: the queue's, 10s)")
 		fs.DurationVar(&sf.maxRuntime, "max-runtime", 0, "stop an attempt after this long even while it heartbeats (default: the queue's, none)")
@@ -211,7 +208,7 @@ func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reade
 		}
 		nt.RunAt = t.UTC()
 	}
-	if sf.delay < 0 || sf.timeout < 0 || sf.maxRuntime < 0 || sf.retryBase < 0 || sf.retryMax < 0 || sf.uniqueFor < 0 {
+	if sf.delay < 0 || sf.timeout < 0 || sf.maxRuntime < 0 || sf.retry.base < 0 || sf.retry.max < 0 || sf.uniqueFor < 0 {
 		return nt, usagef("durations must not be negative")
 	}
 	if sf.uniqueFor > 0 && sf.uniqueKey == "" {
@@ -222,20 +219,55 @@ func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reade
 			return nt, usagef("--unique-key: %v", messageOf(err))
 		}
 	}
-	if cmd.Flags().Changed("retry") {
-		if sf.retry < 0 {
-			return nt, usagef("--retry must not be negative")
-		}
-		nt.Retry = &norn.RetryPolicy{MaxRetries: sf.retry, Base: norn.Duration(sf.retryBase), Max: norn.Duration(sf.retryMax)}
+	var err error
+	if nt.Retry, err = sf.retry.policy(cmd.Flags()); err != nil {
+		return nt, err
 	}
-	if cmd.Flags().Changed("max-attempts") {
-		if sf.maxAttempts < 0 {
-			return nt, usagef("--max-attempts must not be negative")
-		}
-		m := sf.maxAttempts
-		nt.MaxAttempts = &m
+	if nt.MaxAttempts, err = givenCount(cmd.Flags(), "max-attempts", sf.maxAttempts); err != nil {
+		return nt, err
 	}
 	return nt, nil
+}
+
+// retryFlags are --retry, --retry-base and --retry-max, which together give
+// a retry policy.
+type retryFlags struct {
+	retries   int
+	base, max time.Duration
+}
+
+// add defines the flags; help is --retry's.
+func (rf *retryFlags) add(fs *pflag.FlagSet, help string) {
+	fs.IntVar(&rf.retries, "retry", 0, help)
+	fs.DurationVar(&rf.base, "retry-base", time.Second, "first retry backoff, doubled each retry (with --retry)")
+	fs.DurationVar(&rf.max, "retry-max", time.Hour, "backoff cap (with --retry; 0 = no cap)")
+}
+
+// policy is the policy the flags give, nil without --retry. --retry-base or
+// --retry-max without --retry is a usage error, as it would change nothing.
+func (rf *retryFlags) policy(fs *pflag.FlagSet) (*norn.RetryPolicy, error) {
+	if !fs.Changed("retry") {
+		if fs.Changed("retry-base") || fs.Changed("retry-max") {
+			return nil, usagef("--retry-base and --retry-max need --retry")
+		}
+		return nil, nil
+	}
+	if rf.retries < 0 {
+		return nil, usagef("--retry must not be negative")
+	}
+	return &norn.RetryPolicy{MaxRetries: rf.retries, Base: norn.Duration(rf.base), Max: norn.Duration(rf.max)}, nil
+}
+
+// givenCount is an int flag that may be left out: nil when it was not
+// given; a negative value is a usage error.
+func givenCount(fs *pflag.FlagSet, name string, v int) (*int, error) {
+	if !fs.Changed(name) {
+		return nil, nil
+	}
+	if v < 0 {
+		return nil, usagef("--%s must not be negative", name)
+	}
+	return &v, nil
 }
 
 func runSubmit(cmd *cobra.Command, g *Globals, sf *submitFlags, args []string) error {
@@ -247,29 +279,26 @@ func runSubmit(cmd *cobra.Command, g *Globals, sf *submitFlags, args []string) e
 	if err != nil {
 		return err
 	}
-	c, err := newClient(g)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	subs, err := c.Submit(cmd.Context(), nt)
-	if err != nil {
-		return err
-	}
-	s := subs[0]
-	if format != outTable {
-		return emit(cmd.OutOrStdout(), format, s)
-	}
-	if s.Duplicate && (nt.ID == "" || s.Task.ID != nt.ID) {
-		fmt.Fprintf(cmd.OutOrStdout(), "%s holds unique key %q (queue %s, status %s); nothing submitted\n", s.Task.ID, nt.UniqueKey, s.Task.Queue, s.Task.Status)
+	return withClient(g, func(c *client.Client) error {
+		subs, err := c.Submit(cmd.Context(), nt)
+		if err != nil {
+			return err
+		}
+		s := subs[0]
+		if format != outTable {
+			return emit(cmd.OutOrStdout(), format, s)
+		}
+		if s.Duplicate && (nt.ID == "" || s.Task.ID != nt.ID) {
+			fmt.Fprintf(cmd.OutOrStdout(), "%s holds unique key %q (queue %s, status %s); nothing submitted\n", s.Task.ID, nt.UniqueKey, s.Task.Queue, s.Task.Status)
+			return nil
+		}
+		if s.Duplicate {
+			fmt.Fprintf(cmd.OutOrStdout(), "%s already exists (queue %s, status %s); nothing changed\n", s.Task.ID, s.Task.Queue, s.Task.Status)
+			return nil
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s submitted to %s (%s)\n", s.Task.ID, s.Task.Queue, s.Task.Status)
 		return nil
-	}
-	if s.Duplicate {
-		fmt.Fprintf(cmd.OutOrStdout(), "%s already exists (queue %s, status %s); nothing changed\n", s.Task.ID, s.Task.Queue, s.Task.Status)
-		return nil
-	}
-	fmt.Fprintf(cmd.OutOrStdout(), "%s submitted to %s (%s)\n", s.Task.ID, s.Task.Queue, s.Task.Status)
-	return nil
+	})
 }
 
 // batchResult summarises a batch submit.
@@ -303,26 +332,23 @@ func runSubmitBatch(cmd *cobra.Command, g *Globals, sf *submitFlags, defaultQueu
 		}
 		in = f
 	}
-	c, err := newClient(g)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	bar := NewProgress(cmd.ErrOrStderr(), "submitting", "tasks", total)
-	res, err := submitBatch(cmd.Context(), c, in, defaultQueue, sf.chunk, bar)
-	if err != nil {
-		bar.Clear()
-		if res.Submitted > 0 {
-			fmt.Fprintf(cmd.ErrOrStderr(), "norn: %d tasks were submitted before the error (%d duplicates)\n", res.Submitted, res.Duplicates)
+	return withClient(g, func(c *client.Client) error {
+		bar := NewProgress(cmd.ErrOrStderr(), "submitting", "tasks", total)
+		res, err := submitBatch(cmd.Context(), c, in, defaultQueue, sf.chunk, bar)
+		if err != nil {
+			bar.Clear()
+			if res.Submitted > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "norn: %d tasks were submitted before the error (%d duplicates)\n", res.Submitted, res.Duplicates)
+			}
+			return err
 		}
-		return err
-	}
-	bar.Finish()
-	if format != outTable {
-		return emit(cmd.OutOrStdout(), format, res)
-	}
-	fmt.Fprintf(cmd.OutOrStdout(), "submitted %d tasks (%d duplicates) in %.1fs\n", res.Submitted, res.Duplicates, res.Seconds)
-	return nil
+		bar.Finish()
+		if format != outTable {
+			return emit(cmd.OutOrStdout(), format, res)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "submitted %d tasks (%d duplicates) in %.1fs\n", res.Submitted, res.Duplicates, res.Seconds)
+		return nil
+	})
 }
 
 // countingReader counts bytes read, for the progress bar.

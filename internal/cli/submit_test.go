@@ -2,10 +2,13 @@ package cli
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nornq/norn"
+	"github.com/spf13/pflag"
 )
 
 func TestParseLabels(t *testing.T) {
@@ -108,5 +111,61 @@ func TestAtLineNamesTheInputLine(t *testing.T) {
 	}
 	if err := atLine(norn.Invalid("tasks[9]", "x"), []int{1}); err.(*norn.Error).Field != "tasks[9]" {
 		t.Fatalf("out-of-range index rewritten: %v", err)
+	}
+}
+
+// The retry flags are shared by submit, queues set and schedule set.
+func TestRetryFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args    []string
+		want    *norn.RetryPolicy
+		wantErr string
+	}{
+		{args: nil},
+		{args: []string{"--retry", "3"}, want: &norn.RetryPolicy{MaxRetries: 3, Base: norn.Duration(time.Second), Max: norn.Duration(time.Hour)}},
+		{args: []string{"--retry", "0", "--retry-base", "5s", "--retry-max", "0"}, want: &norn.RetryPolicy{Base: norn.Duration(5 * time.Second)}},
+		{args: []string{"--retry-base", "5s"}, wantErr: "--retry-base and --retry-max need --retry"},
+		{args: []string{"--retry-max", "1m"}, wantErr: "--retry-base and --retry-max need --retry"},
+		{args: []string{"--retry", "-1"}, wantErr: "--retry must not be negative"},
+	}
+	for _, tc := range tests {
+		fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+		var rf retryFlags
+		rf.add(fs, "retries")
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		got, err := rf.policy(fs)
+		var ue *usageError
+		switch {
+		case tc.wantErr != "":
+			if !errors.As(err, &ue) || err.Error() != tc.wantErr {
+				t.Errorf("%q: error %v, want usage error %q", tc.args, err, tc.wantErr)
+			}
+		case err != nil || !reflect.DeepEqual(got, tc.want):
+			t.Errorf("%q: policy %+v, %v; want %+v", tc.args, got, err, tc.want)
+		}
+	}
+}
+
+func TestGivenCount(t *testing.T) {
+	t.Parallel()
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+	n := fs.Int("max-attempts", 0, "")
+	if got, err := givenCount(fs, "max-attempts", *n); got != nil || err != nil {
+		t.Fatalf("flag not given: %v, %v; want nil, nil", got, err)
+	}
+	if err := fs.Parse([]string{"--max-attempts", "0"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := givenCount(fs, "max-attempts", *n); got == nil || *got != 0 || err != nil {
+		t.Fatalf("--max-attempts 0: %v, %v; want 0 (given: unlimited)", got, err)
+	}
+	if err := fs.Parse([]string{"--max-attempts", "-2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := givenCount(fs, "max-attempts", *n); err == nil || err.Error() != "--max-attempts must not be negative" {
+		t.Fatalf("--max-attempts -2: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/client"
 	"github.com/spf13/cobra"
 )
 
@@ -31,36 +32,33 @@ fell behind; re-read the state you care about.`,
 				if count < 0 {
 					return usagef("--count must not be negative")
 				}
-				c, err := newClient(g)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				ctx := cmd.Context()
-				s, err := c.Subscribe(ctx, norn.EventFilter{Queues: queues, TaskID: task})
-				if err != nil {
-					return err
-				}
-				defer s.Close()
-				w := cmd.OutOrStdout()
-				n := 0
-				for s.Next() {
-					ev := s.Item()
-					if format == outTable {
-						fmt.Fprintln(w, eventLine(ev))
-					} else if err := writeNDJSONLine(w, ev); err != nil {
+				return withClient(g, func(c *client.Client) error {
+					ctx := cmd.Context()
+					s, err := c.Subscribe(ctx, norn.EventFilter{Queues: queues, TaskID: task})
+					if err != nil {
 						return err
 					}
-					n++
-					if count > 0 && n >= count {
+					defer s.Close()
+					w := cmd.OutOrStdout()
+					n := 0
+					for s.Next() {
+						ev := s.Item()
+						if format == outTable {
+							fmt.Fprintln(w, eventLine(ev))
+						} else if err := writeNDJSONLine(w, ev); err != nil {
+							return err
+						}
+						n++
+						if count > 0 && n >= count {
+							return nil
+						}
+					}
+					if ctx.Err() != nil {
+						// Interrupted by the user: a normal way to stop watching.
 						return nil
 					}
-				}
-				if ctx.Err() != nil {
-					// Interrupted by the user: a normal way to stop watching.
-					return nil
-				}
-				return s.Err()
+					return s.Err()
+				})
 			},
 		}
 		fs := cmd.Flags()

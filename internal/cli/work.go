@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nornq/norn/client"
 	"github.com/nornq/norn/worker"
 	"github.com/spf13/cobra"
 )
@@ -68,59 +69,56 @@ it is optional but clearer.`,
 				if o.maxLoad < 0 {
 					return usagef("--max-load must not be negative")
 				}
-				c, err := newClient(g)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				level := slog.LevelInfo
-				if o.verbose {
-					level = slog.LevelDebug
-				}
-				logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
-				tp, stopTracing, err := startTracing(cmd.Context(), "norn-work", logger)
-				if err != nil {
-					return usagef("%v", err)
-				}
-				defer stopTracing()
-				cfg := worker.Config{
-					Handler: &worker.Command{
-						Path:      args[0],
-						Args:      args[1:],
-						Dir:       o.dir,
-						Stderr:    cmd.ErrOrStderr(),
-						KillGrace: o.killGrace,
-					},
-					Queues:            o.queues,
-					Concurrency:       o.concurrency,
-					Lease:             o.timeout,
-					HeartbeatInterval: o.heartbeat,
-					ClaimBatch:        o.batch,
-					Wait:              o.wait,
-					ShutdownGrace:     o.grace,
-					Name:              o.name,
-					Logger:            logger,
-					TracerProvider:    tp.TracerProvider(),
-				}
-				if o.grace == 0 {
-					cfg.ShutdownGrace = -1 // --grace 0 means yield at once
-				}
-				if o.maxLoad > 0 {
-					cfg.Capacity = worker.LoadBelow(o.maxLoad)
-				}
-				w, err := worker.New(c, cfg)
-				if err != nil {
-					return usagef("%s", messageOf(err))
-				}
-				ctx := cmd.Context()
-				go func() {
-					<-ctx.Done()
-					logger.Info("shutting down: no new tasks; running commands may finish", "grace", o.grace)
-				}()
-				if err := w.Run(ctx); err != nil {
-					return fmt.Errorf("work: %w", err)
-				}
-				return nil
+				return withClient(g, func(c *client.Client) error {
+					level := slog.LevelInfo
+					if o.verbose {
+						level = slog.LevelDebug
+					}
+					logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+					tp, stopTracing, err := startTracing(cmd.Context(), "norn-work", logger)
+					if err != nil {
+						return usagef("%v", err)
+					}
+					defer stopTracing()
+					cfg := worker.Config{
+						Handler: &worker.Command{
+							Path:      args[0],
+							Args:      args[1:],
+							Dir:       o.dir,
+							Stderr:    cmd.ErrOrStderr(),
+							KillGrace: o.killGrace,
+						},
+						Queues:            o.queues,
+						Concurrency:       o.concurrency,
+						Lease:             o.timeout,
+						HeartbeatInterval: o.heartbeat,
+						ClaimBatch:        o.batch,
+						Wait:              o.wait,
+						ShutdownGrace:     o.grace,
+						Name:              o.name,
+						Logger:            logger,
+						TracerProvider:    tp.TracerProvider(),
+					}
+					if o.grace == 0 {
+						cfg.ShutdownGrace = -1 // --grace 0 means yield at once
+					}
+					if o.maxLoad > 0 {
+						cfg.Capacity = worker.LoadBelow(o.maxLoad)
+					}
+					w, err := worker.New(c, cfg)
+					if err != nil {
+						return usagef("%s", messageOf(err))
+					}
+					ctx := cmd.Context()
+					go func() {
+						<-ctx.Done()
+						logger.Info("shutting down: no new tasks; running commands may finish", "grace", o.grace)
+					}()
+					if err := w.Run(ctx); err != nil {
+						return fmt.Errorf("work: %w", err)
+					}
+					return nil
+				})
 			},
 		}
 		f := cmd.Flags()
