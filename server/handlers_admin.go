@@ -40,42 +40,25 @@ func pathQueue(r *http.Request) (string, error) {
 }
 
 func (s *Server) handleQueue(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
-	name, err := pathQueue(r)
+	name, err := pathRequest(r, pathQueue, nil, false)
 	if err != nil {
 		return err
 	}
 	q, err := s.store.Queue(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, wire.QueueResponse{Queue: q})
-	return nil
+	return reply(w, wire.QueueResponse{Queue: q}, err)
 }
 
 func (s *Server) handleUpdateQueue(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
-	name, err := pathQueue(r)
-	if err != nil {
-		return err
-	}
 	var u norn.QueueUpdate
-	if err := wire.ReadBody(r.Body, &u, false); err != nil {
+	name, err := pathRequest(r, pathQueue, &u, false)
+	if err != nil {
 		return err
 	}
 	if err := u.Validate(); err != nil {
 		return err
 	}
 	q, err := s.store.UpdateQueue(r.Context(), name, u)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, wire.QueueResponse{Queue: q})
-	return nil
+	return reply(w, wire.QueueResponse{Queue: q}, err)
 }
 
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) error {
@@ -114,19 +97,11 @@ func scopeStats(st norn.Stats, p *principal) norn.Stats {
 }
 
 func (s *Server) handleSweep(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
-	var empty wire.Empty
-	if err := wire.ReadBody(r.Body, &empty, true); err != nil {
+	if err := readRequest(r, &wire.Empty{}, true); err != nil {
 		return err
 	}
 	rep, err := s.store.Sweep(r.Context())
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, rep)
-	return nil
+	return reply(w, rep, err)
 }
 
 // handleEvents streams task state changes as server-sent events until the
@@ -293,11 +268,7 @@ func (s *Server) handleQueueKey(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	q, err := s.store.Queue(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, wire.KeyResponse{Key: keyOf(q, key)})
-	return nil
+	return reply(w, wire.KeyResponse{Key: keyOf(q, key)}, err)
 }
 
 func (s *Server) handlePutQueueKey(w http.ResponseWriter, r *http.Request) error {
@@ -333,9 +304,5 @@ func (s *Server) updateQueueKey(w http.ResponseWriter, r *http.Request, ks *norn
 		}
 	}
 	q, err := s.store.UpdateQueue(r.Context(), name, norn.QueueUpdate{Keys: map[string]*norn.KeySettings{key: ks}})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, wire.KeyResponse{Key: keyOf(q, key)})
-	return nil
+	return reply(w, wire.KeyResponse{Key: keyOf(q, key)}, err)
 }

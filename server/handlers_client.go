@@ -101,19 +101,9 @@ func (s *Server) tooLarge(what string) error {
 	return norn.TooLarge("response", "would be larger than the limit of %d bytes; %s", s.cfg.MaxResponseBytes, what)
 }
 
-func pathID(r *http.Request) (string, error) {
-	id := r.PathValue("id")
-	return id, norn.ValidateID("id", id)
-}
-
-func noParams(r *http.Request) error { return wire.CheckParams(r.URL.Query()) }
-
 func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
 	var nt norn.NewTask
-	if err := wire.ReadBody(r.Body, &nt, false); err != nil {
+	if err := readRequest(r, &nt, false); err != nil {
 		return err
 	}
 	p := principalFrom(r.Context())
@@ -393,45 +383,20 @@ func (s *Server) handleCount(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
-	id, err := pathID(r)
+	id, err := s.taskRequest(r, nil, false)
 	if err != nil {
 		return err
 	}
-	if err := s.checkTaskScope(r.Context(), principalFrom(r.Context()), id); err != nil {
-		return err
-	}
-	if err := s.store.Delete(r.Context(), id); err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, wire.DeletedResponse{Deleted: 1})
-	return nil
+	return reply(w, wire.DeletedResponse{Deleted: 1}, s.store.Delete(r.Context(), id))
 }
 
 func (s *Server) handleDeleteMatching(w http.ResponseWriter, r *http.Request) error {
-	v := r.URL.Query()
-	if err := wire.CheckParams(v, wire.FilterParams); err != nil {
-		return err
-	}
-	f, err := wire.ParseFilter(v, s.cfg.MaxLabels)
+	f, err := s.matchingRequest(r, "delete", nil)
 	if err != nil {
-		return err
-	}
-	if f.Empty() {
-		return norn.Invalid("filter", "at least one filter parameter is required to delete by filter")
-	}
-	p := principalFrom(r.Context())
-	if f.Queues, err = p.scopeQueues(f.Queues); err != nil {
 		return err
 	}
 	n, err := s.store.DeleteMatching(r.Context(), f)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, wire.DeletedResponse{Deleted: n})
-	return nil
+	return reply(w, wire.DeletedResponse{Deleted: n}, err)
 }
 
 func (s *Server) validateUpdate(u *norn.Update) error {
@@ -442,15 +407,9 @@ func (s *Server) validateUpdate(u *norn.Update) error {
 }
 
 func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
 	var wu wire.Update
-	if err := wire.ReadBody(r.Body, &wu, false); err != nil {
+	id, err := pathRequest(r, pathID, &wu, false)
+	if err != nil {
 		return err
 	}
 	u := wu.Domain()
@@ -461,34 +420,16 @@ func (s *Server) handleUpdate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	t, err := s.store.Update(r.Context(), id, u)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, wire.TaskResponse{Task: t})
-	return nil
+	return reply(w, wire.TaskResponse{Task: t}, err)
 }
 
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
-	id, err := pathID(r)
+	id, err := s.taskRequest(r, &wire.Empty{}, true)
 	if err != nil {
-		return err
-	}
-	var empty wire.Empty
-	if err := wire.ReadBody(r.Body, &empty, true); err != nil {
-		return err
-	}
-	if err := s.checkTaskScope(r.Context(), principalFrom(r.Context()), id); err != nil {
 		return err
 	}
 	t, err := s.store.Cancel(r.Context(), id)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, wire.TaskResponse{Task: t})
-	return nil
+	return reply(w, wire.TaskResponse{Task: t}, err)
 }
 
 func (s *Server) handleReadLog(w http.ResponseWriter, r *http.Request) error {
@@ -522,11 +463,8 @@ func (s *Server) handleReadLog(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleTransact(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
 	var wtx wire.Txn
-	if err := wire.ReadBody(r.Body, &wtx, false); err != nil {
+	if err := readRequest(r, &wtx, false); err != nil {
 		return err
 	}
 	tx := wtx.Domain()

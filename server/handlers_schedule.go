@@ -47,32 +47,30 @@ func (s *Server) handleSchedules(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) handleSchedule(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
+// scheduleRequest is pathRequest for a route on one schedule that the
+// caller must be able to see.
+func (s *Server) scheduleRequest(r *http.Request, body any, optional bool) (string, error) {
+	name, err := pathRequest(r, pathSchedule, body, optional)
+	if err != nil {
+		return "", err
 	}
-	name, err := pathSchedule(r)
+	_, err = s.scopedSchedule(r, name)
+	return name, err
+}
+
+func (s *Server) handleSchedule(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathRequest(r, pathSchedule, nil, false)
 	if err != nil {
 		return err
 	}
 	sc, err := s.scopedSchedule(r, name)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, wire.ScheduleResponse{Schedule: sc})
-	return nil
+	return reply(w, wire.ScheduleResponse{Schedule: sc}, err)
 }
 
 func (s *Server) handlePutSchedule(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
-	name, err := pathSchedule(r)
-	if err != nil {
-		return err
-	}
 	var in norn.Schedule
-	if err := wire.ReadBody(r.Body, &in, false); err != nil {
+	name, err := pathRequest(r, pathSchedule, &in, false)
+	if err != nil {
 		return err
 	}
 	switch {
@@ -96,26 +94,13 @@ func (s *Server) handlePutSchedule(w http.ResponseWriter, r *http.Request) error
 		}
 	}
 	sc, err := s.store.PutSchedule(r.Context(), in)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, wire.ScheduleResponse{Schedule: sc})
-	return nil
+	return reply(w, wire.ScheduleResponse{Schedule: sc}, err)
 }
 
 func (s *Server) handleUpdateSchedule(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
-	name, err := pathSchedule(r)
-	if err != nil {
-		return err
-	}
 	var u norn.ScheduleUpdate
-	if err := wire.ReadBody(r.Body, &u, false); err != nil {
-		return err
-	}
-	if _, err := s.scopedSchedule(r, name); err != nil {
+	name, err := s.scheduleRequest(r, &u, false)
+	if err != nil {
 		return err
 	}
 	if u.Queue != nil {
@@ -124,50 +109,22 @@ func (s *Server) handleUpdateSchedule(w http.ResponseWriter, r *http.Request) er
 		}
 	}
 	sc, err := s.store.UpdateSchedule(r.Context(), name, u)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, wire.ScheduleResponse{Schedule: sc})
-	return nil
+	return reply(w, wire.ScheduleResponse{Schedule: sc}, err)
 }
 
 func (s *Server) handleDeleteSchedule(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
-	name, err := pathSchedule(r)
+	name, err := s.scheduleRequest(r, nil, false)
 	if err != nil {
 		return err
 	}
-	if _, err := s.scopedSchedule(r, name); err != nil {
-		return err
-	}
-	if err := s.store.DeleteSchedule(r.Context(), name); err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, wire.Empty{})
-	return nil
+	return reply(w, wire.Empty{}, s.store.DeleteSchedule(r.Context(), name))
 }
 
 func (s *Server) handleTriggerSchedule(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
-	name, err := pathSchedule(r)
+	name, err := s.scheduleRequest(r, &wire.Empty{}, true)
 	if err != nil {
-		return err
-	}
-	var empty wire.Empty
-	if err := wire.ReadBody(r.Body, &empty, true); err != nil {
-		return err
-	}
-	if _, err := s.scopedSchedule(r, name); err != nil {
 		return err
 	}
 	sub, err := s.store.TriggerSchedule(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, wire.TaskResponse{Task: sub.Task, Duplicate: sub.Duplicate})
-	return nil
+	return reply(w, wire.TaskResponse{Task: sub.Task, Duplicate: sub.Duplicate}, err)
 }
