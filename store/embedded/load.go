@@ -156,44 +156,45 @@ func (s *Store) load(ctx context.Context) error {
 	return err
 }
 
-func (s *Store) loadQueues() error {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{pfxQueue}, UpperBound: []byte{pfxQueue + 1}})
+// scanKind calls fn with the key (after its kind byte) and the value of
+// every record of one kind, in key order. The slices are valid during the
+// call only.
+func (s *Store) scanKind(kind byte, fn func(key, v []byte) error) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{kind}, UpperBound: []byte{kind + 1}})
 	if err != nil {
 		return err
 	}
 	defer it.Close()
 	for ok := it.First(); ok; ok = it.Next() {
-		name := string(it.Key()[1:])
 		v, err := it.ValueAndErr()
 		if err != nil {
 			return err
 		}
-		var rec queueRecord
-		if err := json.Unmarshal(v, &rec); err != nil {
-			return fmt.Errorf("queue %q settings: %w", name, err)
+		if err := fn(it.Key()[1:], v); err != nil {
+			return err
 		}
-		q := s.queue(name)
-		q.paused, q.defaults, q.configured, q.flow = rec.Paused, rec.Defaults, true, rec.Flow
 	}
 	return it.Error()
 }
 
+func (s *Store) loadQueues() error {
+	return s.scanKind(pfxQueue, func(key, v []byte) error {
+		var rec queueRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("queue %q settings: %w", key, err)
+		}
+		q := s.queue(string(key))
+		q.paused, q.defaults, q.configured, q.flow = rec.Paused, rec.Defaults, true, rec.Flow
+		return nil
+	})
+}
+
 func (s *Store) loadWorkers() error {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{pfxWorker}, UpperBound: []byte{pfxWorker + 1}})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	for ok := it.First(); ok; ok = it.Next() {
-		k := it.Key()
-		if len(k) != 9 {
-			return fmt.Errorf("worker key %q: %w", k, errCorrupt)
+	return s.scanKind(pfxWorker, func(key, v []byte) error {
+		if len(key) != 8 {
+			return fmt.Errorf("worker key %q: %w", append([]byte{pfxWorker}, key...), errCorrupt)
 		}
-		n := binary.BigEndian.Uint64(k[1:])
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return err
-		}
+		n := binary.BigEndian.Uint64(key)
 		var info norn.WorkerInfo
 		if err := json.Unmarshal(v, &info); err != nil {
 			return fmt.Errorf("worker %d: %w", n, err)
@@ -202,6 +203,17 @@ func (s *Store) loadWorkers() error {
 		if n > s.workerSeq {
 			s.workerSeq = n
 		}
-	}
-	return it.Error()
+		return nil
+	})
+}
+
+func (s *Store) loadSchedules() error {
+	return s.scanKind(pfxSchedule, func(key, v []byte) error {
+		sc := new(norn.Schedule)
+		if err := json.Unmarshal(v, sc); err != nil {
+			return fmt.Errorf("schedule %q: %w: %v", key, errCorrupt, err)
+		}
+		s.schedules[string(key)] = sc
+		return nil
+	})
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/nornq/norn"
 )
 
@@ -296,25 +295,4 @@ func (s *Store) skipSchedule(name string) error {
 		next.NextFire = c.Next(fromNanos(tx.now))
 		return tx.putSchedule(next)
 	})
-}
-
-func (s *Store) loadSchedules() error {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{pfxSchedule}, UpperBound: []byte{pfxSchedule + 1}})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	for ok := it.First(); ok; ok = it.Next() {
-		name := string(it.Key()[1:])
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return err
-		}
-		sc := new(norn.Schedule)
-		if err := json.Unmarshal(v, sc); err != nil {
-			return fmt.Errorf("schedule %q: %w: %v", name, errCorrupt, err)
-		}
-		s.schedules[name] = sc
-	}
-	return it.Error()
 }
