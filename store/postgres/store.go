@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -128,6 +129,11 @@ func (c *Config) withDefaults() (Config, error) {
 	return o, nil
 }
 
+// idleInTxLimit is the idle_in_transaction_session_timeout of the store's
+// sessions (unless the URL sets one): how long a frozen node can hold the
+// locks of a transaction it is in the middle of.
+const idleInTxLimit = 30 * time.Second
+
 func lockKey(s string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte(s))
@@ -181,6 +187,14 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	// PostgreSQL JIT-compile every claim (seconds of CPU each).
 	if _, set := connCfg.RuntimeParams["jit"]; !set {
 		connCfg.RuntimeParams["jit"] = "off"
+	}
+	// A node frozen between the statements of a transaction (SIGSTOP, a
+	// paused VM) keeps its locks until it resumes; a limited claim's queue
+	// lock would stall every node's claims of that queue meanwhile. The
+	// store's transactions never wait for anything but the database, so a
+	// session idle that long inside one belongs to a frozen node.
+	if _, set := connCfg.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
+		connCfg.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.Itoa(int(idleInTxLimit.Milliseconds()))
 	}
 	if cfg.Migrate {
 		if _, err := Migrate(ctx, cfg.URL, cfg.Schema, -1); err != nil {
