@@ -73,10 +73,6 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 		}{q.paused, q.configured, q.defaults, q.flow}
 		tx.onUndo(func() {
 			q.paused, q.configured, q.defaults = old.paused, old.configured, old.defaults
-			if q.flow != old.flow {
-				q.flow = old.flow
-				q.refixAll()
-			}
 			if !existed {
 				delete(s.queues, name)
 			}
@@ -84,13 +80,15 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 		if u.Paused != nil {
 			q.paused = *u.Paused
 		}
-		if flow := q.flow; u.MaxRunning != nil || u.KeyLimit != nil || u.RateLimit != nil {
-			u.ApplyFlow(&q.flow)
-			if q.flow != flow {
-				q.refixAll()
-			}
+		flow := q.flow
+		u.ApplyFlow(&flow)
+		if err := tx.setFlow(q, flow); err != nil {
+			return err
 		}
 		tx.setKeys(q, u.Keys)
+		if err := u.CheckFlow(q.flow, q.keyLimits()); err != nil {
+			return err
+		}
 		// Resumed, or limits raised: waiting claimers may find work now.
 		if !q.paused && q.claimable() {
 			tx.wake = append(tx.wake, q)

@@ -130,7 +130,7 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 	in := n.Initial(fromNanos(now), &q.defaults, func(d string) norn.Status { return statusOf(s.tasks[d].st.status) })
 	t := &task{id: id, q: q, created: now, heapIdx: -1, timerIdx: -1,
 		timeout: int64(in.Timeout), maxRuntime: int64(in.MaxRuntime), maxAttempts: int32(in.MaxAttempts), retry: in.Retry,
-		g: q.group(n.ConcurrencyKey)}
+		g: q.group(q.groupKey(n))}
 	st := state{status: statusCode(in.Status), priority: n.Priority, updated: now, runAt: nanos(in.RunAt),
 		version: 1, logNext: 1}
 	switch in.Status {

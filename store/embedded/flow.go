@@ -3,6 +3,7 @@ package embedded
 import (
 	"container/heap"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -21,6 +22,20 @@ import (
 // waiting. A group at its limit leaves the top heap and comes back when
 // one of its running tasks ends. Tasks without a key form the queue's
 // nokey group, which only max_running limits.
+//
+// Fair claiming (fair_by) uses the same groups, keyed by the fair key: the
+// concurrency key, or for fair_by label:NAME the task's label NAME as
+// submitted (such a queue has no key limits, so its groups need not count
+// concurrency keys). The top heap orders groups by their first task's
+// priority, then by the group's virtual time, then by the first task: a
+// claim takes from the group with the best priority and the least
+// virtual time and advances that group by norn.FairStride of its weight,
+// so equal-priority groups take turns in proportion to their weights. A
+// group that enters the top heap starts no earlier than the virtual time
+// of the group claimed last (fairNow), so it is claimed within one round
+// of the groups, whatever their backlogs. Outside fair queues every
+// virtual time stays 0 and the order is plain claim order. A claim is
+// O(log groups + log tasks of its group), as before.
 
 // keyGroup is one concurrency key of a queue.
 type keyGroup struct {
@@ -34,6 +49,8 @@ type keyGroup struct {
 	settings    norn.KeySettings
 	hasSettings bool
 	topIdx      int
+	// vt is the group's virtual time in a fair queue (0 otherwise).
+	vt int64
 }
 
 // limit is the key's running limit, 0 for none.
@@ -58,7 +75,16 @@ func (g *keyGroup) eligible() bool {
 type groupHeap []*keyGroup
 
 func (h groupHeap) Len() int           { return len(h) }
-func (h groupHeap) Less(i, j int) bool { return entLess(&h[i].head, &h[j].head) }
+func (h groupHeap) Less(i, j int) bool {
+	a, b := h[i], h[j]
+	if a.head.priority != b.head.priority {
+		return a.head.priority > b.head.priority
+	}
+	if a.vt != b.vt {
+		return a.vt < b.vt
+	}
+	return entLess(&a.head, &b.head)
+}
 func (h groupHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].topIdx = i
@@ -105,8 +131,158 @@ func (q *queue) fixGroup(g *keyGroup) {
 	if g.topIdx >= 0 {
 		heap.Fix(&q.top, g.topIdx)
 	} else {
+		if q.flow.FairBy != "" && g.vt < q.fairNow {
+			g.vt = q.fairNow // no credit saved up while it had nothing to run
+		}
 		heap.Push(&q.top, g)
 	}
+}
+
+// chargeFair advances the virtual time of g, whose first ready task a claim
+// is about to take, in a fair queue.
+func (tx *txn) chargeFair(g *keyGroup) {
+	q := g.q
+	if q.flow.FairBy == "" {
+		return
+	}
+	vt, now := g.vt, q.fairNow
+	tx.onUndo(func() {
+		g.vt, q.fairNow = vt, now
+		if g.topIdx >= 0 {
+			heap.Fix(&q.top, g.topIdx)
+		}
+	})
+	q.fairNow = g.vt
+	g.vt += norn.FairStride(g.settings.Weight)
+}
+
+// groupKey is the key a new task of q is grouped by.
+func (q *queue) groupKey(n *norn.NewTask) string {
+	if q.flow.GroupsByLabel() {
+		return q.flow.FairKey(n.ConcurrencyKey, n.Labels)
+	}
+	return n.ConcurrencyKey
+}
+
+// labelGroup returns the group of a task of q, a queue fair by a label,
+// from its submit record.
+func (q *queue) labelGroup(imm []byte) (*keyGroup, error) {
+	im, err := decodeImmutable(imm, false, true)
+	if err != nil {
+		return nil, err
+	}
+	return q.group(q.flow.FairKey(im.key, im.labels)), nil
+}
+
+// keyLimits reports whether any key of q has its own running limit.
+func (q *queue) keyLimits() bool {
+	for _, g := range q.keys {
+		if g.hasSettings && g.settings.Limit > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// setFlow applies new flow settings to q. When the groups change meaning
+// (concurrency keys or one label's values), every task of q moves to its
+// new group, reading its key from its submit record: O(tasks in memory),
+// once per such change. Virtual times restart from 0.
+func (tx *txn) setFlow(q *queue, f norn.QueueFlow) error {
+	old := q.flow
+	if f == old {
+		return nil
+	}
+	regroup := f.GroupsByLabel() != old.GroupsByLabel() || f.GroupsByLabel() && f.FairBy != old.FairBy
+	type moved struct {
+		t   *task
+		key string
+	}
+	var moves []moved
+	if regroup {
+		for _, t := range tx.s.tasks {
+			if t.q != q {
+				continue
+			}
+			v, closer, err := tx.s.db.Get(taskKey(t.id, sufImmutable))
+			if err != nil {
+				return err
+			}
+			im, err := decodeImmutable(v, false, f.GroupsByLabel())
+			closer.Close()
+			if err != nil {
+				return fmt.Errorf("task %q: %w", t.id, err)
+			}
+			moves = append(moves, moved{t, f.FairKey(im.key, im.labels)})
+			if !f.GroupsByLabel() {
+				moves[len(moves)-1].key = im.key
+			}
+		}
+	}
+	vts := map[*keyGroup]int64{}
+	for _, g := range q.keys {
+		vts[g] = g.vt
+	}
+	vts[q.nokey] = q.nokey.vt
+	fairNow := q.fairNow
+	back := make([]moved, len(moves))
+	for i, m := range moves {
+		back[i] = moved{m.t, m.t.g.key}
+	}
+	tx.onUndo(func() {
+		q.flow = old
+		for _, m := range back {
+			q.move(m.t, m.key)
+		}
+		q.fairNow = fairNow
+		for g, vt := range vts {
+			g.vt = vt
+		}
+		q.refixAll()
+	})
+	q.flow = f
+	for _, m := range moves {
+		q.move(m.t, m.key)
+	}
+	q.fairNow = 0
+	for _, g := range q.keys {
+		g.vt = 0
+	}
+	q.nokey.vt = 0
+	q.refixAll()
+	return nil
+}
+
+// move puts t in q's group for key.
+func (q *queue) move(t *task, key string) {
+	g := t.g
+	if g.key == key && (key != "" || g == q.nokey) {
+		return
+	}
+	var e readyEnt
+	if t.heapIdx >= 0 {
+		e = g.ready[t.heapIdx]
+		g.ready.remove(int(t.heapIdx))
+	}
+	if t.st.status == stRunning {
+		g.running--
+	}
+	g.tasks--
+	q.fixGroup(g)
+	q.dropGroup(g)
+	n := q.group(key)
+	if n.tasks == 0 && n != q.nokey {
+		q.keys[key] = n
+	}
+	t.g = n
+	n.tasks++
+	if t.st.status == stRunning {
+		n.running++
+	}
+	if e.t != nil {
+		n.ready.push(e)
+	}
+	q.fixGroup(n)
 }
 
 // dropGroup forgets a group nothing refers to any more.

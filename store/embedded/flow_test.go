@@ -70,3 +70,44 @@ func TestFlowSurvivesReopen(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestFairByLabelSurvivesReopen: a queue fair by a label regroups its
+// tasks by the label when it is opened again (the groups are in memory
+// only), and weights still apply.
+func TestFairByLabelSurvivesReopen(t *testing.T) {
+	t.Parallel()
+	bg := context.Background()
+	dir := t.TempDir()
+	clock := storetest.NewFakeClock()
+	s, err := Open(bg, Options{Dir: dir, Clock: clock, ManualSweep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateQueue(bg, "q", norn.QueueUpdate{FairBy: ptr("label:tenant"),
+		Keys: map[string]*norn.KeySettings{"x": {Weight: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if _, err := s.Submit(bg, norn.NewTask{ID: fmt.Sprintf("x%d", i), Queue: "q", Labels: map[string]string{"tenant": "x"}},
+			norn.NewTask{ID: fmt.Sprintf("y%d", i), Queue: "q", ConcurrencyKey: "x", Labels: map[string]string{"tenant": "y"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	if s, err = Open(bg, Options{Dir: dir, Clock: clock, ManualSweep: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var got []string
+	for range 6 {
+		ts, err := s.Claim(bg, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: 1})
+		if err != nil || len(ts) != 1 {
+			t.Fatalf("claim: %d tasks, %v", len(ts), err)
+		}
+		got = append(got, ts[0].ID)
+	}
+	// x has weight 2: two claims for each of y's.
+	if fmt.Sprint(got) != "[x0 y0 x1 x2 y1 x3]" {
+		t.Fatalf("claim order after reopen %v", got)
+	}
+}

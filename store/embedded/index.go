@@ -63,6 +63,8 @@ type queue struct {
 	nokey   *keyGroup
 	counts  [numStatus]int64
 	waiters map[*waiter]struct{}
+	// fairNow is the virtual time of the group a fair claim took last.
+	fairNow int64
 }
 
 func (q *queue) total() int64 {

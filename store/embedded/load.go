@@ -74,6 +74,11 @@ func (s *Store) load(ctx context.Context) error {
 		}
 		s.indexDeps(t, im.deps)
 		t.g = t.q.group(im.key)
+		if t.q.flow.GroupsByLabel() {
+			if t.g, err = t.q.labelGroup(v); err != nil {
+				return fmt.Errorf("task %q: %w", id, err)
+			}
+		}
 		t.g.tasks++
 		t.q.counts[st.status]++
 		switch st.status {

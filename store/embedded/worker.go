@@ -165,6 +165,7 @@ func (tx *txn) claim(req *norn.ClaimRequest) []*task {
 		// per task because every claim raises the queue's running count.
 		for len(out) < req.N && q.claimable() {
 			t := q.top[0].ready[0].t
+			tx.chargeFair(t.g)
 			ns := tx.touch(t)
 			ns.status = stRunning
 			ns.lease++

@@ -201,6 +201,8 @@ func exerciseFlow(t *testing.T, setup setupFunc) {
 			s, b := setup(t)
 			ConcurrentLimits(t, []norn.Store{s}, b.ctx)
 		})
+
+		fairCases(t, setup)
 	})
 }
 
