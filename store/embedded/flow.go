@@ -74,7 +74,7 @@ func (g *keyGroup) eligible() bool {
 // task, as readyHeap orders tasks.
 type groupHeap []*keyGroup
 
-func (h groupHeap) Len() int           { return len(h) }
+func (h groupHeap) Len() int { return len(h) }
 func (h groupHeap) Less(i, j int) bool {
 	a, b := h[i], h[j]
 	if a.head.priority != b.head.priority {

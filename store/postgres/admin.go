@@ -11,7 +11,7 @@ import (
 )
 
 const queueCols = `name, paused, timeout_ns, retry, max_attempts, retention_completed_ns, retention_aborted_ns, retention_cancelled_ns,
-max_runtime_ns, max_running, key_limit`
+max_runtime_ns, max_running, key_limit, fair_by`
 
 func emptyCounts() map[norn.Status]int64 {
 	m := make(map[norn.Status]int64, len(norn.AllStatuses))
@@ -73,7 +73,7 @@ func (s *Store) queues(ctx context.Context, only *string) ([]norn.QueueInfo, err
 			return err
 		}
 		if only != nil {
-			keys, err := s.queueKeys(ctx, conn, *only)
+			keys, err := s.queueKeys(ctx, conn, *only, get(*only).GroupsByLabel())
 			if err != nil {
 				return err
 			}
@@ -167,11 +167,14 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 				}
 				continue
 			}
-			_, err := tx.Exec(ctx, s.q(`INSERT INTO {s}.queue_keys (queue, key, lim) VALUES ($1, $2, $3)
-ON CONFLICT (queue, key) DO UPDATE SET lim = EXCLUDED.lim`), name, key, ks.Limit)
+			_, err := tx.Exec(ctx, s.q(`INSERT INTO {s}.queue_keys (queue, key, lim, weight) VALUES ($1, $2, $3, $4)
+ON CONFLICT (queue, key) DO UPDATE SET lim = EXCLUDED.lim, weight = EXCLUDED.weight`), name, key, ks.Limit, ks.Weight)
 			if err != nil {
 				return err
 			}
+		}
+		if err := s.checkFair(ctx, tx, name, &u, wasFlow, d.flow); err != nil {
+			return err
 		}
 		// Resumed, or limits lifted or raised: waiting claimers look again.
 		resumed = (wasPaused && !d.paused) || d.flow != wasFlow || len(u.Keys) > 0
@@ -182,15 +185,17 @@ ON CONFLICT (queue, key) DO UPDATE SET lim = EXCLUDED.lim`), name, key, ks.Limit
 			retry = &r
 		}
 		_, err := tx.Exec(ctx, s.q(`INSERT INTO {s}.queues (`+queueCols+`, flow_limited)
-VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11,
-	$10 > 0 OR $11 > 0 OR EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0))
+VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11, $12,
+	$10 > 0 OR $11 > 0 OR $12 <> '' OR EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0))
 ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, timeout_ns = EXCLUDED.timeout_ns, retry = EXCLUDED.retry,
 	max_attempts = EXCLUDED.max_attempts, retention_completed_ns = EXCLUDED.retention_completed_ns,
 	retention_aborted_ns = EXCLUDED.retention_aborted_ns, retention_cancelled_ns = EXCLUDED.retention_cancelled_ns,
 	max_runtime_ns = EXCLUDED.max_runtime_ns,
-	max_running = EXCLUDED.max_running, key_limit = EXCLUDED.key_limit, flow_limited = EXCLUDED.flow_limited`),
+	max_running = EXCLUDED.max_running, key_limit = EXCLUDED.key_limit, flow_limited = EXCLUDED.flow_limited,
+	fair_by = EXCLUDED.fair_by`),
 			name, d.paused, int64(d.Timeout), retry, d.MaxAttempts, int64(d.Retention.Completed),
-			int64(d.Retention.Aborted), int64(d.Retention.Cancelled), int64(d.MaxRuntime), d.flow.MaxRunning, d.flow.KeyLimit)
+			int64(d.Retention.Aborted), int64(d.Retention.Cancelled), int64(d.MaxRuntime), d.flow.MaxRunning, d.flow.KeyLimit,
+			d.flow.FairBy)
 		if err != nil {
 			return err
 		}

@@ -14,7 +14,7 @@ import (
 // copyColumns are the columns a plain submit writes; the others keep their
 // defaults (no dependencies, errors or history, version 1).
 var copyColumns = []string{"id", "queue", "spec", "priority", "status", "labels", "created", "updated", "run_at",
-	"ready_at", "max_attempts", "retry", "timeout_ns", "concurrency_key", "max_runtime_ns", "traceparent", "tracestate"}
+	"ready_at", "max_attempts", "retry", "timeout_ns", "concurrency_key", "max_runtime_ns", "traceparent", "tracestate", "fair_key"}
 
 // copyIn inserts new tasks with COPY, PostgreSQL's bulk load: rows go to
 // the heap a page at a time with one WAL record per page instead of one per
@@ -42,6 +42,7 @@ func (s *Store) copyIn(ctx context.Context, q querier, recs []*rec, now time.Tim
 		row[10], row[11], row[12] = int32(r.MaxAttempts), retryJSON(r.Retry), int64(r.Timeout)
 		row[13], row[14] = strPtr(r.ConcurrencyKey), int64(r.MaxRuntime)
 		row[15], row[16] = strPtr(r.Traceparent), strPtr(r.Tracestate)
+		row[17] = r.fairKey
 		return row, nil
 	}))
 	if err != nil {

@@ -27,8 +27,8 @@ func (s *Store) claimLimited(ctx context.Context, conn *pgx.Conn, queue string, 
 		b := &pgx.Batch{}
 		b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, s.channel+"/flow/"+queue)
 		b.Queue(noSortSQL)
-		b.Queue(s.q(`SELECT paused, max_running, key_limit FROM {s}.queues WHERE name = $1`), queue)
-		b.Queue(s.q(`SELECT key, lim FROM {s}.queue_keys WHERE queue = $1 AND lim > 0`), queue)
+		b.Queue(s.q(`SELECT paused, max_running, key_limit, fair_by, fair_now FROM {s}.queues WHERE name = $1`), queue)
+		b.Queue(s.q(`SELECT key, lim, weight FROM {s}.queue_keys WHERE queue = $1 AND (lim > 0 OR weight > 0)`), queue)
 		b.Queue(s.q(`SELECT coalesce(concurrency_key, ''), count(*) FROM {s}.tasks
 WHERE queue = $1 AND status = 'running' GROUP BY 1`), queue)
 		br := tx.SendBatch(ctx, b)
@@ -44,19 +44,21 @@ WHERE queue = $1 AND status = 'running' GROUP BY 1`), queue)
 			paused     bool
 			maxRunning int32
 			keyLimit   int32
+			fairBy     string
+			fairNow    int64
 		)
-		if err := br.QueryRow().Scan(&paused, &maxRunning, &keyLimit); err != nil && err != pgx.ErrNoRows {
+		if err := br.QueryRow().Scan(&paused, &maxRunning, &keyLimit, &fairBy, &fairNow); err != nil && err != pgx.ErrNoRows {
 			br.Close()
 			return err
 		}
-		flow := norn.QueueFlow{MaxRunning: int(maxRunning), KeyLimit: int(keyLimit)}
+		flow := norn.QueueFlow{MaxRunning: int(maxRunning), KeyLimit: int(keyLimit), FairBy: fairBy}
 		own := map[string]*norn.KeySettings{}
 		rows, _ := br.Query()
 		var key string
 		var n int64
-		var lim int32
-		if _, err := pgx.ForEachRow(rows, []any{&key, &lim}, func() error {
-			own[key] = &norn.KeySettings{Limit: int(lim)}
+		var lim, weight int32
+		if _, err := pgx.ForEachRow(rows, []any{&key, &lim, &weight}, func() error {
+			own[key] = &norn.KeySettings{Limit: int(lim), Weight: int(weight)}
 			return nil
 		}); err != nil {
 			br.Close()
@@ -79,7 +81,12 @@ WHERE queue = $1 AND status = 'running' GROUP BY 1`), queue)
 		if paused {
 			return nil
 		}
-		ids := s.pickLimited(ctx, tx, queue, want, flow, own, running, total)
+		var ids picked
+		if flow.FairBy != "" {
+			ids = s.pickFair(ctx, tx, queue, want, flow, own, running, total, fairNow)
+		} else {
+			ids = s.pickLimited(ctx, tx, queue, want, flow, own, running, total)
+		}
 		if ids.err != nil {
 			return ids.err
 		}
@@ -156,20 +163,25 @@ ORDER BY priority DESC, ready_at, id LIMIT $4`), queue, blocked, taken, fetch)
 
 // queueKeys lists the keys of a queue that have their own settings or
 // running tasks, sorted.
-func (s *Store) queueKeys(ctx context.Context, conn *pgx.Conn, queue string) ([]norn.KeyInfo, error) {
-	rows, err := conn.Query(ctx, s.q(`SELECT key, coalesce(k.lim, 0), coalesce(r.n, 0)
-FROM (SELECT key, lim FROM {s}.queue_keys WHERE queue = $1) k
-FULL JOIN (SELECT concurrency_key AS key, count(*) AS n FROM {s}.tasks
-	WHERE queue = $1 AND status = 'running' AND concurrency_key IS NOT NULL GROUP BY 1) r USING (key)
+// A queue fair by a label counts its running tasks by the label's value.
+func (s *Store) queueKeys(ctx context.Context, conn *pgx.Conn, queue string, byLabel bool) ([]norn.KeyInfo, error) {
+	col := "concurrency_key"
+	if byLabel {
+		col = "nullif(fair_key, '')"
+	}
+	rows, err := conn.Query(ctx, s.q(`SELECT key, coalesce(k.lim, 0), coalesce(k.weight, 0), coalesce(r.n, 0)
+FROM (SELECT key, lim, weight FROM {s}.queue_keys WHERE queue = $1) k
+FULL JOIN (SELECT `+col+` AS key, count(*) AS n FROM {s}.tasks
+	WHERE queue = $1 AND status = 'running' AND `+col+` IS NOT NULL GROUP BY 1) r USING (key)
 ORDER BY key`), queue)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (norn.KeyInfo, error) {
 		var k norn.KeyInfo
-		var lim int32
-		err := row.Scan(&k.Key, &lim, &k.Running)
-		k.Limit = int(lim)
+		var lim, weight int32
+		err := row.Scan(&k.Key, &lim, &weight, &k.Running)
+		k.Limit, k.Weight = int(lim), int(weight)
 		return k, err
 	})
 }

@@ -25,6 +25,8 @@ type rec struct {
 	// assignment's time.
 	assignSeq, doneSeq int
 	claimedAt          time.Time
+	// fairKey is a new task's fair key when its queue has fair_by.
+	fairKey *string
 }
 
 // Column lists for reading tasks. All three have the same shape so one scan

@@ -110,15 +110,15 @@ func (s *Store) buildInsertSQL(onConflict bool) string {
 	}
 	return s.q(`WITH ins AS (INSERT INTO {s}.tasks (id, queue, spec, priority, status, labels, created, updated, run_at,
 	ready_at, ended_at, depends_on, pending_deps, max_attempts, retry, timeout_ns, errors, history_count, version,
-	concurrency_key, max_runtime_ns, unique_key, traceparent, tracestate)
+	concurrency_key, max_runtime_ns, unique_key, traceparent, tracestate, fair_key)
 SELECT u.id, u.queue, u.spec, u.priority, u.status, u.labels::jsonb, $16, $16, u.run_at, $16, u.ended_at,
 	string_to_array(u.deps, ','), u.pending, u.max_attempts, u.retry::jsonb, u.timeout_ns, u.errors::jsonb, u.hcount, 1,
-	u.ckey, u.max_runtime_ns, u.ukey, u.tparent, u.tstate
+	u.ckey, u.max_runtime_ns, u.ukey, u.tparent, u.tstate, u.fkey
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::text[], $6::text[], $7::timestamptz[],
 	$8::timestamptz[], $9::text[], $10::int[], $11::int[], $12::text[], $13::bigint[], $14::text[], $15::int[],
-	$19::text[], $20::bigint[], $21::text[], $22::text[], $23::text[])
+	$19::text[], $20::bigint[], $21::text[], $22::text[], $23::text[], $24::text[])
 	AS u(id, queue, spec, priority, status, labels, run_at, ended_at, deps, pending, max_attempts, retry,
-	timeout_ns, errors, hcount, ckey, max_runtime_ns, ukey, tparent, tstate)
+	timeout_ns, errors, hcount, ckey, max_runtime_ns, ukey, tparent, tstate, fkey)
 ` + conflict + `
 RETURNING id, queue, status, version, 'TaskSubmit'::text AS kind, created AS time),
 h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time, error)
@@ -403,6 +403,10 @@ func (p *submitPlan) decide() error {
 		}
 		in := nt.Initial(p.now, &qd.QueueDefaults, func(id string) norn.Status { return depStatus[id] })
 		p.recs[i] = newRec(nt, in, p.now)
+		if qd.flow.FairBy != "" {
+			k := qd.flow.FairKey(nt.ConcurrencyKey, nt.Labels)
+			p.recs[i].fairKey = &k
+		}
 		depStatus[nt.ID] = in.Status
 	}
 	return nil
@@ -460,7 +464,7 @@ func newRec(nt *norn.NewTask, in norn.Initial, now time.Time) *rec {
 type insertArgs struct {
 	ids, qs, status             []string
 	labels, deps, retries, errs []*string
-	ckeys, keys                 []*string
+	ckeys, keys, fkeys          []*string
 	tparents, tstates           []*string
 	specs                       [][]byte
 	prio, timeouts, maxRuntimes []int64
@@ -493,6 +497,7 @@ func (a *insertArgs) add(r *rec) {
 	a.errs = append(a.errs, errorsJSON(r.Errors))
 	a.hcount = append(a.hcount, int32(r.historyCount))
 	a.ckeys = append(a.ckeys, strPtr(r.ConcurrencyKey))
+	a.fkeys = append(a.fkeys, r.fairKey)
 	a.keys = append(a.keys, strPtr(r.UniqueKey))
 	a.tparents, a.tstates = append(a.tparents, strPtr(r.Traceparent)), append(a.tstates, strPtr(r.Tracestate))
 	if r.Status == norn.StatusAborted {
@@ -517,7 +522,7 @@ func (s *Store) insertRecs(ctx context.Context, q querier, p *submitPlan) (map[s
 	}
 	rows, err := q.Query(ctx, s.insertSQL(p.clientIDs || p.keys), a.ids, a.qs, a.specs, a.prio, a.status, a.labels,
 		a.runAt, a.ended, a.deps, a.pending, a.maxAtt, a.retries, a.timeouts, a.errs, a.hcount, p.now,
-		a.abortIDs, a.abortErrs, a.ckeys, a.maxRuntimes, a.keys, a.tparents, a.tstates)
+		a.abortIDs, a.abortErrs, a.ckeys, a.maxRuntimes, a.keys, a.tparents, a.tstates, a.fkeys)
 	if err != nil {
 		return nil, err
 	}
@@ -619,12 +624,14 @@ func scanQueue(row pgx.Row) (queueDefaults, error) {
 		maxAtt                 int32
 	)
 	var maxRunning, keyLimit int32
-	if err := row.Scan(&d.name, &d.paused, &timeout, &retry, &maxAtt, &rc, &ra, &rcanc, &maxRuntime, &maxRunning, &keyLimit); err != nil {
+	var fairBy string
+	if err := row.Scan(&d.name, &d.paused, &timeout, &retry, &maxAtt, &rc, &ra, &rcanc, &maxRuntime, &maxRunning, &keyLimit,
+		&fairBy); err != nil {
 		return d, err
 	}
 	d.Timeout, d.MaxRuntime = norn.Duration(timeout), norn.Duration(maxRuntime)
 	d.MaxAttempts = int(maxAtt)
-	d.flow = norn.QueueFlow{MaxRunning: int(maxRunning), KeyLimit: int(keyLimit)}
+	d.flow = norn.QueueFlow{MaxRunning: int(maxRunning), KeyLimit: int(keyLimit), FairBy: fairBy}
 	d.Retention = norn.Retention{Completed: norn.Duration(rc), Aborted: norn.Duration(ra), Cancelled: norn.Duration(rcanc)}
 	if len(retry) > 0 {
 		d.Retry = new(norn.RetryPolicy)
