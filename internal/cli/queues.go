@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 
 	"fmt"
 	"io"
@@ -104,12 +105,21 @@ func describeQueue(w io.Writer, q norn.QueueInfo) error {
 		d.Retention.Completed, d.Retention.Aborted, d.Retention.Cancelled))
 	tab.row("max_running:", limitText(q.MaxRunning))
 	tab.row("key_limit:", limitText(q.KeyLimit))
+	if q.FairBy != "" {
+		tab.row("fair_by:", q.FairBy)
+	} else {
+		tab.row("fair_by:", "none (claim order)")
+	}
 	for _, k := range q.Keys {
 		lim := "queue's"
 		if k.Limit > 0 {
 			lim = fmt.Sprint(k.Limit)
 		}
-		tab.row("key "+k.Key+":", fmt.Sprintf("running %d, limit %s", k.Running, lim))
+		w := ""
+		if k.Weight > 0 {
+			w = fmt.Sprintf(", weight %d", k.Weight)
+		}
+		tab.row("key "+k.Key+":", fmt.Sprintf("running %d, limit %s%s", k.Running, lim, w))
 	}
 	return tab.flush()
 }
@@ -136,7 +146,8 @@ func queueSetCmd(g *Globals) *cobra.Command {
 	var timeout, maxRuntime, retCompleted, retAborted, retCancelled time.Duration
 	var maxAttempts, maxRunning, keyLimit int
 	var retry retryFlags
-	var keys, unsetKeys []string
+	var keys, unsetKeys, keyWeights []string
+	var fairBy string
 	cmd := &cobra.Command{
 		Use:   "set QUEUE",
 		Short: "Change a queue's defaults (timeout, retries, max attempts, max runtime, retention) and flow limits",
@@ -149,11 +160,18 @@ submitted later.
 Flow limits are enforced by the store at claim time, across every worker and
 server node: --max-running caps the queue's running tasks, --key-limit the
 running tasks of each concurrency_key, --key KEY=N gives one key its own
-limit and --unset-key KEY removes it again. 0 removes a limit.`,
+limit and --unset-key KEY removes it again. 0 removes a limit.
+
+Fair claiming: --fair-by concurrency_key (or label:NAME, e.g. label:tenant)
+makes claims rotate across the key's values among ready tasks of equal
+priority, so one key's backlog does not hold up another key's tasks;
+--key-weight KEY=W gives a key W claims for each one of a weight-1 key.
+--fair-by "" turns it off. A queue fair by a label cannot have key limits.`,
 		Example: `  norn queues set emails --timeout 1m --retry 5 --retry-base 10s --retry-max 10m
   norn queues set reports --max-runtime 15m
   norn queues set emails --retention-completed 1h --retention-aborted 0
-  norn queues set payments --max-running 50 --key-limit 10 --key acme=2`,
+  norn queues set payments --max-running 50 --key-limit 10 --key acme=2
+  norn queues set reports --fair-by label:tenant --key-weight acme=3`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			format, err := outputFormat(g)
@@ -187,16 +205,41 @@ limit and --unset-key KEY removes it again. 0 removes a limit.`,
 			if fl.Changed("key-limit") {
 				u.KeyLimit = &keyLimit
 			}
+			if fl.Changed("fair-by") {
+				u.FairBy = &fairBy
+			}
+			// A key's settings are replaced as a whole: --key and
+			// --key-weight start from the key's current ones (read below).
+			limits, weights := map[string]int{}, map[string]int{}
 			for _, kv := range keys {
 				k, v, ok := strings.Cut(kv, "=")
 				n, err := strconv.Atoi(v)
 				if !ok || err != nil {
 					return usagef("--key %q: want KEY=LIMIT", kv)
 				}
+				limits[k] = n
+			}
+			for _, kv := range keyWeights {
+				k, v, ok := strings.Cut(kv, "=")
+				n, err := strconv.Atoi(v)
+				if !ok || err != nil {
+					return usagef("--key-weight %q: want KEY=WEIGHT", kv)
+				}
+				weights[k] = n
+			}
+			for k, n := range limits {
 				if u.Keys == nil {
 					u.Keys = map[string]*norn.KeySettings{}
 				}
-				u.Keys[k] = &norn.KeySettings{Limit: n}
+				u.Keys[k] = &norn.KeySettings{Limit: n, Weight: weights[k]}
+			}
+			for k, n := range weights {
+				if u.Keys == nil {
+					u.Keys = map[string]*norn.KeySettings{}
+				}
+				if u.Keys[k] == nil {
+					u.Keys[k] = &norn.KeySettings{Weight: n}
+				}
 			}
 			for _, k := range unsetKeys {
 				if u.Keys == nil {
@@ -211,6 +254,24 @@ limit and --unset-key KEY removes it again. 0 removes a limit.`,
 				return err
 			}
 			return withClient(g, func(c *client.Client) error {
+				if len(limits)+len(weights) > 0 {
+					cur, err := c.Queue(cmd.Context(), args[0])
+					if err != nil && !errors.Is(err, norn.ErrNotFound) {
+						return err
+					}
+					for _, ki := range cur.Keys {
+						ks := u.Keys[ki.Key]
+						if ks == nil {
+							continue
+						}
+						if _, ok := limits[ki.Key]; !ok {
+							ks.Limit = ki.Limit
+						}
+						if _, ok := weights[ki.Key]; !ok {
+							ks.Weight = ki.Weight
+						}
+					}
+				}
 				if fl.Changed("retention-completed") || fl.Changed("retention-aborted") || fl.Changed("retention-cancelled") {
 					// Retention is one value on the wire: start from the current
 					// setting so unchanged statuses keep theirs.
@@ -231,7 +292,7 @@ limit and --unset-key KEY removes it again. 0 removes a limit.`,
 					u.Retention = &r
 				}
 				if reflect.ValueOf(u).IsZero() {
-					return usagef("nothing to change: give at least one of --timeout, --max-attempts, --max-runtime, --retry, --retention-*, --max-running, --key-limit, --key, --unset-key")
+					return usagef("nothing to change: give at least one of --timeout, --max-attempts, --max-runtime, --retry, --retention-*, --max-running, --key-limit, --key, --unset-key, --fair-by, --key-weight")
 				}
 				q, err := c.UpdateQueue(cmd.Context(), args[0], u)
 				if err != nil {
@@ -247,7 +308,9 @@ limit and --unset-key KEY removes it again. 0 removes a limit.`,
 	fs.IntVar(&maxRunning, "max-running", 0, "at most this many running tasks in the queue (0 = unlimited)")
 	fs.IntVar(&keyLimit, "key-limit", 0, "at most this many running tasks per concurrency key (0 = unlimited)")
 	fs.StringArrayVar(&keys, "key", nil, "KEY=LIMIT: one concurrency key's own running limit (repeatable)")
-	fs.StringArrayVar(&unsetKeys, "unset-key", nil, "remove a key's own limit (repeatable)")
+	fs.StringArrayVar(&unsetKeys, "unset-key", nil, "remove a key's own settings (repeatable)")
+	fs.StringVar(&fairBy, "fair-by", "", `rotate claims across "concurrency_key" or "label:NAME" ("" = off)`)
+	fs.StringArrayVar(&keyWeights, "key-weight", nil, "KEY=WEIGHT: one key's share of claims under --fair-by (repeatable)")
 	fs.IntVar(&maxAttempts, "max-attempts", 0, "default max attempts (0 = unlimited)")
 	retry.add(fs, "default retries after a failure (0 = none)")
 	fs.DurationVar(&retCompleted, "retention-completed", 0, "keep completed tasks this long (0 = forever)")

@@ -337,6 +337,26 @@ func TestCLI(t *testing.T) {
 	mustContain(t, "queue get", s.ok(t, "queues", "get", "emails"), "max_runtime:", "10m0s")
 	s.fails(t, 2, "nothing to change", "queues", "set", "emails")
 
+	// Fair claiming: --key-weight keeps the key's limit set by --key.
+	type fairQueue struct {
+		FairBy string `json:"fair_by"`
+		Keys   []struct {
+			Key           string
+			Limit, Weight int
+		}
+	}
+	fq := decode[fairQueue](t, s.ok(t, "queues", "set", "reports", "--fair-by", "concurrency_key", "--key", "acme=2", "-o", "json"))
+	if fq.FairBy != "concurrency_key" || len(fq.Keys) != 1 || fq.Keys[0].Limit != 2 {
+		t.Fatalf("queues set --fair-by: %+v", fq)
+	}
+	fq = decode[fairQueue](t, s.ok(t, "queues", "set", "reports", "--key-weight", "acme=3", "-o", "json"))
+	if len(fq.Keys) != 1 || fq.Keys[0].Limit != 2 || fq.Keys[0].Weight != 3 {
+		t.Fatalf("queues set --key-weight: %+v", fq)
+	}
+	mustContain(t, "queue get fair", s.ok(t, "queues", "get", "reports"), "fair_by:", "concurrency_key", "limit 2, weight 3")
+	s.fails(t, 1, "fair_by", "queues", "set", "reports", "--fair-by", "label:tenant") // acme has a limit
+	s.fails(t, 1, "fair_by", "queues", "set", "reports", "--fair-by", "tenant")
+
 	// stats.
 	st := decode[struct {
 		Total  int
