@@ -71,6 +71,16 @@ type Config struct {
 	// workload then reports its resident memory instead of this process's,
 	// and the CPU figures add its CPU time to ours (Linux only).
 	ServerPid int
+	// Backlog is the fairness workload's backlog of one key (default
+	// 1,000,000).
+	Backlog int
+	// Window is how long the fairness workload measures (default 10s).
+	Window time.Duration
+	// Limits makes the work workload configure flow limits that cannot
+	// bind: max_running and key_limit far above the workers' claims, with
+	// the tasks spread over 1,000 concurrency keys. It measures the cost of
+	// the limited claim path against the plain one.
+	Limits bool
 	// Progress, if set, is called as work advances (done of total). It may
 	// be called from several goroutines at once.
 	Progress func(phase string, done, total int64)
@@ -144,6 +154,10 @@ type Result struct {
 	TasksPerCPUSec float64 `json:"tasks_per_cpu_sec,omitempty"`
 	// Runs is how many runs the figures are the median of (1 when not repeated).
 	Runs int `json:"runs"`
+	// Unclaimed counts the fairness workload's small-key tasks still not
+	// claimed when the window ended; their latency counts as the time they
+	// had waited by then (a lower bound).
+	Unclaimed int `json:"unclaimed,omitempty"`
 }
 
 // Env describes where the workload runs; it is copied into every Result.
@@ -215,6 +229,12 @@ func spec(n int) json.RawMessage {
 // submitAll submits n tasks in batches of b, calling progress; it is the
 // untimed setup of the work workloads and the timed body of submit.
 func submitAll(ctx context.Context, st norn.Store, queue string, n, b int, body json.RawMessage, workers int, progress func(int64)) error {
+	return submitTasks(ctx, st, n, b, workers, func(int) norn.NewTask { return norn.NewTask{Queue: queue, Spec: body} }, progress)
+}
+
+// submitTasks submits n tasks made by mk (given each task's number) in
+// batches of b with workers concurrent submitters.
+func submitTasks(ctx context.Context, st norn.Store, n, b, workers int, mk func(i int) norn.NewTask, progress func(int64)) error {
 	if b <= 0 {
 		b = 1000
 	}
@@ -238,7 +258,7 @@ func submitAll(ctx context.Context, st norn.Store, queue string, n, b int, body 
 				end := min(start+b, n)
 				batch = batch[:0]
 				for i := start; i < end; i++ {
-					batch = append(batch, norn.NewTask{Queue: queue, Spec: body})
+					batch = append(batch, mk(i))
 				}
 				if _, err := st.Submit(ctx, batch...); err != nil {
 					once.Do(func() { firstErr = err })
@@ -321,13 +341,27 @@ func Work(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, erro
 	}
 	q := queueName(cfg.Queue)
 	defer cleanup(ctx, cfg, st, q)
-	if err := submitAll(ctx, st, q, n, 1000, spec(cfg.SpecBytes), cfg.Workers, func(d int64) { report(cfg, "work: submitting", d, int64(n)) }); err != nil {
+	body := spec(cfg.SpecBytes)
+	mk := func(int) norn.NewTask { return norn.NewTask{Queue: q, Spec: body} }
+	workload := "work"
+	if cfg.Limits {
+		// Limits that cannot bind: the claims in flight never reach them.
+		far := 1 << 30
+		if _, err := st.UpdateQueue(ctx, q, norn.QueueUpdate{MaxRunning: &far, KeyLimit: &far}); err != nil {
+			return Result{}, err
+		}
+		mk = func(i int) norn.NewTask {
+			return norn.NewTask{Queue: q, Spec: body, ConcurrencyKey: "k" + strconv.Itoa(i%1000)}
+		}
+		workload = "work-limits"
+	}
+	if err := submitTasks(ctx, st, n, 1000, cfg.Workers, mk, func(d int64) { report(cfg, "work: submitting", d, int64(n)) }); err != nil {
 		return Result{}, err
 	}
 	if err := settle(ctx, cfg.Settle); err != nil {
 		return Result{}, err
 	}
-	r := env.result("work")
+	r := env.result(workload)
 	if err := burnDown(ctx, st, q, n, cfg, &r); err != nil {
 		return Result{}, err
 	}

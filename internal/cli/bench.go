@@ -43,6 +43,9 @@ type benchOptions struct {
 	kafkaTA    time.Duration
 	cpuProfile string
 	memProfile string
+	backlog    int
+	window     time.Duration
+	limits     bool
 }
 
 // Transports of --transport.
@@ -63,7 +66,10 @@ per result with -o json).
 Workloads (or "all" for every one, in this order):
   submit   submission throughput at batch sizes 1, 100 and 1000 (or --batch)
   work     burn-down of --tasks pre-submitted no-op tasks by --workers workers
-           claiming --claim-batch at a time and completing them in one call
+           claiming --claim-batch at a time and completing them in one call;
+           with --limits the queue has max_running and key_limit set far
+           above what the claims reach (tasks over 1,000 concurrency keys),
+           so the figure is the cost of the limited claim path
   latency  submit → claim with a waiting long-poll claimer on an idle queue:
            p50/p99/p99.9/max, one task at a time
   delay    tasks with run_at = now + --delay submitted at --rate per second;
@@ -81,6 +87,12 @@ Not part of "all":
            (share early, share over 5 ms early, p99.9 and max earliness).
            Uses an in-process Kafka unless --kafka-brokers is given; the
            bridge's adaptive timing advance unless --kafka-timing-advance.
+  fairness one key with a --backlog of ready tasks (default 1,000,000) and
+           ten small keys submitting 10 tasks/s each while --workers claim
+           and complete for --window (default 10s); run without and with
+           fair_by concurrency_key. P50/P99/MAX are the small keys'
+           submit → claim latency (tasks unclaimed at the end count with
+           the time they waited), TASKS/S the total claim throughput.
 
 Where it runs:
   default                  in-process against --store (default: an embedded
@@ -124,6 +136,9 @@ tasks afterwards, so runs against a persistent store do not pile up.`,
 		f.IntVar(&o.kafkaNodes, "kafka-nodes", 1, "kafka workload: bridge nodes sharing the store")
 		f.DurationVar(&o.kafkaTA, "kafka-timing-advance", 0, "kafka workload: force this timing advance (default: the bridge's adaptive one)")
 		f.IntVar(&o.serverPid, "server-pid", 0, "pid of the --server process: memory reports its RSS, CPU figures include its CPU time")
+		f.IntVar(&o.backlog, "backlog", 0, "fairness workload: the large key's backlog (default 1000000)")
+		f.DurationVar(&o.window, "window", 0, "fairness workload: how long to measure (default 10s)")
+		f.BoolVar(&o.limits, "limits", false, "work workload: configure flow limits that cannot bind (measures the limited claim path)")
 		f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 		f.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end of the run to this file")
 		return clientCommand(cmd)
@@ -378,6 +393,7 @@ func runBench(cmd *cobra.Command, g *Globals, o *benchOptions, args []string) (e
 		Rate: o.rate, Delay: o.delay, SpecBytes: o.specBytes, Queued: o.queued,
 		Settle: o.settle, ServerPid: o.serverPid, Progress: bar.update,
 		KafkaBrokers: o.kafka, KafkaNodes: o.kafkaNodes, KafkaTimingAdvance: o.kafkaTA,
+		Backlog: o.backlog, Window: o.window, Limits: o.limits,
 	}
 	out := cmd.OutOrStdout()
 	var all []bench.Result

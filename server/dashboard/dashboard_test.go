@@ -497,13 +497,19 @@ func TestQueuePage(t *testing.T) {
 	e.click(`#defaults-card summary`)
 	e.click("#edit-defaults")
 	e.do(chromedp.SetValue(chromedp.CSS("#timeout"), "45s"), chromedp.SetValue(chromedp.CSS("#max_retries"), "2"), chromedp.SetValue(chromedp.CSS("#retry_base"), "5s"),
-		chromedp.SetValue(chromedp.CSS("#max_runtime"), "10m"))
+		chromedp.SetValue(chromedp.CSS("#max_runtime"), "10m"), chromedp.SetValue(chromedp.CSS("#fair_by"), "label:tenant"))
 	e.click(`#defaults-form button[type=submit]`)
 	e.wait(`document.querySelector("#def-timeout") && document.querySelector("#def-timeout").textContent === "45s"`)
 	if got := e.text("#def-max-runtime"); got != "10m0s" {
 		t.Errorf("max runtime shown %q, want 10m0s", got)
 	}
+	if got := e.text("#def-fair-by"); got != "label:tenant" {
+		t.Errorf("fair by shown %q, want label:tenant", got)
+	}
 	q, _ = e.st.Queue(ctx, "emails")
+	if q.FairBy != "label:tenant" {
+		t.Errorf("fair_by not saved: %q", q.FairBy)
+	}
 	if q.Defaults.Timeout.D() != 45*time.Second || q.Defaults.Retry == nil || q.Defaults.Retry.MaxRetries != 2 || q.Defaults.MaxRuntime.D() != 10*time.Minute {
 		t.Errorf("defaults not saved: %+v", q.Defaults)
 	}

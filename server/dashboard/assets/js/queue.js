@@ -162,12 +162,15 @@ export function render(ctx, name) {
         h("dt", {}, "Keep cancelled"), h("dd", {}, forever(ret.cancelled)),
         // Flow limits are queue settings next to the defaults.
         h("dt", {}, "Max running"), h("dd", { id: "def-max-running" }, info.max_running ? String(info.max_running) : "no limit"),
-        h("dt", {}, "Per-key limit"), h("dd", { id: "def-key-limit" }, info.key_limit ? String(info.key_limit) : "no limit")),
+        h("dt", {}, "Per-key limit"), h("dd", { id: "def-key-limit" }, info.key_limit ? String(info.key_limit) : "no limit"),
+        h("dt", {}, "Fair by"), h("dd", { id: "def-fair-by" }, info.fair_by || "none (claim order)")),
       info.keys && info.keys.length ? h("table", { class: "grid keys", id: "flow-keys" },
-        h("thead", {}, h("tr", {}, h("th", {}, "Concurrency key"), h("th", { class: "num" }, "Limit"), h("th", { class: "num" }, "Running"))),
+        h("thead", {}, h("tr", {}, h("th", {}, info.fair_by && info.fair_by.startsWith("label:") ? "Label value" : "Concurrency key"),
+          h("th", { class: "num" }, "Limit"), h("th", { class: "num" }, "Weight"), h("th", { class: "num" }, "Running"))),
         h("tbody", {}, info.keys.map((k) => h("tr", { "data-key": k.key },
           h("td", { "data-label": "Key" }, h("code", {}, k.key)),
           h("td", { class: "num", "data-label": "Limit" }, k.limit ? String(k.limit) : "queue's"),
+          h("td", { class: "num", "data-label": "Weight" }, String(k.weight || 1)),
           h("td", { class: "num", "data-label": "Running" }, num(k.running)))))) : null,
       admin ? h("button", { type: "button", id: "edit-defaults", onclick: editDefaults }, "Edit defaults") : null);
   }
@@ -191,6 +194,7 @@ export function render(ctx, name) {
       field("ret_cancelled", "Keep cancelled", ret.cancelled || "0s"),
       field("max_running", "Max running", info.max_running || 0, "running tasks in the queue; 0 = no limit"),
       field("key_limit", "Per-key limit", info.key_limit || 0, "running tasks per concurrency key; 0 = no limit"),
+      field("fair_by", "Fair by", info.fair_by || "", "concurrency_key or label:NAME rotates claims across keys; empty = claim order"),
       msg,
       h("div", { class: "actions" },
         h("button", { type: "button", onclick: () => { delete defaultsBox.dataset.editing; renderDefaults(); } }, "Cancel"),
@@ -215,6 +219,7 @@ export function render(ctx, name) {
       // sent a setting it does not know.
       if (v("max_runtime") !== (d.max_runtime || "0s")) body.max_runtime = v("max_runtime");
       for (const id of ["max_running", "key_limit"]) if (Number(v(id)) !== (info[id] || 0)) body[id] = Number(v(id));
+      if (v("fair_by") !== (info.fair_by || "")) body.fair_by = v("fair_by");
       try {
         info = (await api("PATCH", "v1/queues/" + enc(name), body)).queue;
         delete defaultsBox.dataset.editing;

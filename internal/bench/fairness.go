@@ -1,0 +1,162 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nornq/norn"
+)
+
+// Fairness measures how long a small key's task waits behind one key's
+// large backlog: one key has cfg.Backlog ready tasks, ten small keys
+// submit 10 tasks/s each while cfg.Workers workers claim and complete as
+// fast as they can, for cfg.Window. It runs twice, without and with
+// fair_by concurrency_key, and reports for each the small keys'
+// submit → claim latency (p50, p99, max) and the total claim throughput.
+func Fairness(ctx context.Context, st norn.Store, env Env, cfg Config) ([]Result, error) {
+	cfg.defaults()
+	var out []Result
+	for _, fair := range []bool{false, true} {
+		r, err := fairness(ctx, st, env, cfg, fair)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+const (
+	fairSmallKeys = 10
+	fairSmallRate = 10 // tasks/s per small key
+)
+
+func fairness(ctx context.Context, st norn.Store, env Env, cfg Config, fair bool) (Result, error) {
+	backlog := cfg.Backlog
+	if backlog <= 0 {
+		backlog = 1_000_000
+	}
+	window := cfg.Window
+	if window <= 0 {
+		window = 10 * time.Second
+	}
+	q := queueName(cfg.Queue)
+	defer cleanup(ctx, cfg, st, q)
+	workload := "fairness-plain"
+	if fair {
+		workload = "fairness-fair"
+		by := norn.FairByConcurrencyKey
+		if _, err := st.UpdateQueue(ctx, q, norn.QueueUpdate{FairBy: &by}); err != nil {
+			return Result{}, err
+		}
+	}
+	body := spec(cfg.SpecBytes)
+	if err := submitTasks(ctx, st, backlog, 1000, cfg.Workers, func(int) norn.NewTask {
+		return norn.NewTask{Queue: q, Spec: body, ConcurrencyKey: "big"}
+	}, func(d int64) { report(cfg, workload+": queueing the backlog", d, int64(backlog)) }); err != nil {
+		return Result{}, err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu        sync.Mutex
+		submitted = map[string]time.Time{} // small tasks not yet claimed
+		lat       []time.Duration
+		claimed   atomic.Int64
+		firstErr  error
+		once      sync.Once
+		wg        sync.WaitGroup
+	)
+	fail := func(err error) {
+		once.Do(func() { firstErr = err; cancel() })
+	}
+	tm := startTiming(cfg)
+	deadline := time.Now().Add(window)
+	for w := 0; w < cfg.Workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			worker := "bench-" + strconv.Itoa(w)
+			ops := make([]norn.LeaseOp, 0, cfg.ClaimBatch)
+			for ctx.Err() == nil && time.Now().Before(deadline) {
+				tasks, err := st.Claim(ctx, norn.ClaimRequest{Worker: worker, Queues: []string{q}, N: cfg.ClaimBatch,
+					Wait: norn.Duration(50 * time.Millisecond)})
+				if err != nil {
+					if ctx.Err() == nil {
+						fail(fmt.Errorf("claim: %w", err))
+					}
+					return
+				}
+				at := time.Now()
+				ops = ops[:0]
+				mu.Lock()
+				for _, t := range tasks {
+					if t0, ok := submitted[t.ID]; ok {
+						lat = append(lat, at.Sub(t0))
+						delete(submitted, t.ID)
+					}
+					ops = append(ops, norn.LeaseOp{Op: norn.OpComplete, LeaseRef: norn.LeaseRef{TaskID: t.ID, Worker: worker, Lease: t.Lease}})
+				}
+				mu.Unlock()
+				if len(ops) == 0 {
+					continue
+				}
+				if _, err := st.LeaseBatch(ctx, ops); err != nil {
+					if ctx.Err() == nil {
+						fail(fmt.Errorf("complete: %w", err))
+					}
+					return
+				}
+				report(cfg, workload, claimed.Add(int64(len(tasks))), 0)
+			}
+		}(w)
+	}
+	for k := range fairSmallKeys {
+		wg.Add(1)
+		go func(k int) {
+			defer wg.Done()
+			key := "small-" + strconv.Itoa(k)
+			tick := time.NewTicker(time.Second / fairSmallRate)
+			defer tick.Stop()
+			for ctx.Err() == nil && time.Now().Before(deadline) {
+				t0 := time.Now()
+				// The id is chosen here so the claimers can match the task
+				// even when they claim it before Submit returns.
+				id := fmt.Sprintf("%s-%s-%d", q, key, t0.UnixNano())
+				mu.Lock()
+				submitted[id] = t0
+				mu.Unlock()
+				if _, err := st.Submit(ctx, norn.NewTask{ID: id, Queue: q, Spec: body, ConcurrencyKey: key}); err != nil {
+					if ctx.Err() == nil {
+						fail(fmt.Errorf("submit: %w", err))
+					}
+					return
+				}
+				select {
+				case <-tick.C:
+				case <-ctx.Done():
+				}
+			}
+		}(k)
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return Result{}, firstErr
+	}
+	end := time.Now()
+	r := env.result(workload)
+	tm.finish(&r, int(claimed.Load()), end)
+	// Tasks still waiting count with the time they waited so far.
+	for _, t0 := range submitted {
+		lat = append(lat, end.Sub(t0))
+	}
+	r.Unclaimed = len(submitted)
+	setPercentiles(&r, lat)
+	r.Queued, r.Workers, r.Batch = backlog, cfg.Workers, cfg.ClaimBatch
+	return r, nil
+}
