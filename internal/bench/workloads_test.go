@@ -202,6 +202,42 @@ func TestWorkloads(t *testing.T) {
 				}
 				checkEmpty(t, base)
 			})
+			t.Run("work with limits", func(t *testing.T) {
+				st := &counting{Store: base}
+				c := cfg
+				c.Tasks, c.Limits = 1000, true
+				r, err := Work(ctx, st, env, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkCommon(t, r, "work-limits", env, 1000)
+				if st.completed.Load() != 1000 || st.failedOps.Load() != 0 {
+					t.Errorf("completed %d failed %d, want 1000/0", st.completed.Load(), st.failedOps.Load())
+				}
+				checkEmpty(t, base)
+			})
+			t.Run("fairness", func(t *testing.T) {
+				st := &counting{Store: base}
+				c := cfg
+				c.Backlog, c.Window = 2000, 500*time.Millisecond
+				rs, err := Fairness(ctx, st, env, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(rs) != 2 || rs[0].Workload != "fairness-plain" || rs[1].Workload != "fairness-fair" {
+					t.Fatalf("results %+v, want fairness-plain and fairness-fair", rs)
+				}
+				for _, r := range rs {
+					checkCommon(t, r, r.Workload, env, int(r.TasksPerS*r.Seconds+0.5))
+					if r.Queued != 2000 || r.Tasks <= 0 || !(r.P50ms > 0) || r.P99ms < r.P50ms {
+						t.Errorf("%s: backlog %d claimed %d p50 %v p99 %v", r.Workload, r.Queued, r.Tasks, r.P50ms, r.P99ms)
+					}
+				}
+				if st.submitted.Load() < 4000+20 || st.completed.Load() != st.claimed.Load() {
+					t.Errorf("submitted %d claimed %d completed %d", st.submitted.Load(), st.claimed.Load(), st.completed.Load())
+				}
+				checkEmpty(t, base)
+			})
 			t.Run("latency", func(t *testing.T) {
 				st := &counting{Store: base}
 				c := cfg
