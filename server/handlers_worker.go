@@ -143,12 +143,35 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, req norn.ClaimReq
 			return err
 		}
 	}
+	if len(tasks) > 0 && r.Context().Err() != nil {
+		// The caller hung up while the claim waited (a worker shutting down
+		// aborts its long poll): nobody will receive these leases, so give
+		// the tasks back at once instead of leaving them running until
+		// their leases time out.
+		s.giveBack(tasks)
+		return r.Context().Err()
+	}
 	if tasks == nil {
 		tasks = []*norn.Task{}
 	}
 	s.m.claimed(tasks, time.Now())
 	writeTasks(w, http.StatusOK, tasks, nil)
 	return nil
+}
+
+// giveBack yields tasks claimed for a caller that is gone. It uses its own
+// context because the request's is cancelled; a failure only leaves the
+// tasks to the lease timeout, as before.
+func (s *Server) giveBack(tasks []*norn.Task) {
+	ops := make([]norn.LeaseOp, len(tasks))
+	for i, t := range tasks {
+		ops[i] = norn.LeaseOp{Op: norn.OpYield, LeaseRef: norn.LeaseRef{TaskID: t.ID, Worker: t.Owner, Lease: t.Lease}}
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.drainCtx), 10*time.Second)
+	defer cancel()
+	if _, err := s.store.LeaseBatch(ctx, ops); err != nil {
+		s.log.Warn("giving back tasks claimed for a caller that hung up", "tasks", len(tasks), "err", err)
+	}
 }
 
 // leaseRef reads the lease reference of a worker route and checks the
