@@ -1,4 +1,4 @@
--- Norn schema version 11: fair claiming. A queue's fair_by and the virtual
+-- Norn schema version 12: fair claiming. A queue's fair_by and the virtual
 -- time of the key claimed last (fair_now); keys' weights; each task's fair
 -- key, written at submit for tasks of fair queues only (NULL otherwise, so
 -- the partial index costs other queues nothing); and the virtual time of
