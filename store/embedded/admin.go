@@ -25,7 +25,7 @@ func (s *Store) Queues(ctx context.Context) ([]norn.QueueInfo, error) {
 	out := []norn.QueueInfo{}
 	for _, q := range s.queues {
 		if q.configured || q.total() > 0 {
-			out = append(out, q.info())
+			out = append(out, q.withRate(q.info(), s.now()))
 		}
 	}
 	s.mu.Unlock()
@@ -45,7 +45,7 @@ func (s *Store) Queue(ctx context.Context, name string) (norn.QueueInfo, error) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if q := s.queues[name]; q != nil {
-		return q.infoWithKeys(), nil
+		return q.withRate(q.infoWithKeys(), s.now()), nil
 	}
 	return norn.QueueInfo{Name: name, Counts: map[norn.Status]int64{}, Defaults: norn.DefaultQueueDefaults()}, nil
 }
@@ -85,6 +85,7 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 		if err := tx.setFlow(q, flow); err != nil {
 			return err
 		}
+		tx.setRateLimit(q, old.flow.RateLimit)
 		tx.setKeys(q, u.Keys)
 		if err := u.CheckFlow(q.flow, q.keyLimits()); err != nil {
 			return err
@@ -130,7 +131,7 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 		q.configured = true
 		j, _ := json.Marshal(queueRecord{Paused: q.paused, Defaults: q.defaults, Flow: q.flow})
 		tx.b.Set(queueKey(name), j, nil)
-		out = q.infoWithKeys()
+		out = q.withRate(q.infoWithKeys(), tx.now)
 		return nil
 	})
 	return out, err

@@ -65,6 +65,11 @@ type queue struct {
 	waiters map[*waiter]struct{}
 	// fairNow is the virtual time of the group a fair claim took last.
 	fairNow int64
+	// bucket is the rate limit's token bucket (nil: full); held counts
+	// the tasks limits held back from claims since the store opened
+	// (ratelimit.go).
+	bucket *norn.Bucket
+	held   norn.Held
 }
 
 func (q *queue) total() int64 {

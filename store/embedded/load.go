@@ -22,6 +22,9 @@ func (s *Store) load(ctx context.Context) error {
 	if err := s.loadKeySettings(); err != nil {
 		return err
 	}
+	if err := s.loadBuckets(); err != nil {
+		return err
+	}
 	if err := s.loadWorkers(); err != nil {
 		return err
 	}

@@ -1,6 +1,8 @@
 package embedded
 
 import (
+	"time"
+
 	"encoding/binary"
 	"encoding/json"
 	"sync"
@@ -32,6 +34,9 @@ type txn struct {
 	// schedule): refused when free space is below the reserve, unless
 	// useReserve says it is one of the store's own duties.
 	grows, useReserve bool
+	// tokenIn is, after a claim a rate limit left short, how long until
+	// its bucket has a token again (0: not short for that reason).
+	tokenIn time.Duration
 }
 
 // readAfter returns a task that is filled with id's committed state once

@@ -74,8 +74,10 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 		var claimed []*task
 		var w *waiter
 		var r *reader
+		var tokenIn time.Duration
 		err := s.run(func(tx *txn) error {
 			claimed = tx.claim(&req)
+			tokenIn = tx.tokenIn
 			if len(claimed) > 0 {
 				// A point-in-time view taken under s.mu right after the
 				// claim is applied: the tasks are decoded after s.mu is
@@ -115,6 +117,7 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 		var timedOut bool
 		select {
 		case <-w.ch:
+		case <-tokenWait(tokenIn): // a rate limit held tasks back: look again when a token comes
 		case <-deadline:
 			timedOut = true
 		case <-ctx.Done():
@@ -163,7 +166,9 @@ func (tx *txn) claim(req *norn.ClaimRequest) []*task {
 		}
 		// q.top holds only keys below their limit; max_running is checked
 		// per task because every claim raises the queue's running count.
-		for len(out) < req.N && q.claimable() {
+		p := tx.plan(q, req.N-len(out))
+		n0 := len(out)
+		for len(out) < req.N && q.claimable() && (p.tokens < 0 || len(out)-n0 < p.tokens) {
 			t := q.top[0].ready[0].t
 			tx.chargeFair(t.g)
 			ns := tx.touch(t)
@@ -184,6 +189,7 @@ func (tx *txn) claim(req *norn.ClaimRequest) []*task {
 			tx.event(norn.EventKind(norn.TaskAssignment), t)
 			out = append(out, t)
 		}
+		tx.claimed(q, p, len(out)-n0)
 		if len(out) == req.N {
 			break
 		}

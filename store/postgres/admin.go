@@ -11,7 +11,7 @@ import (
 )
 
 const queueCols = `name, paused, timeout_ns, retry, max_attempts, retention_completed_ns, retention_aborted_ns, retention_cancelled_ns,
-max_runtime_ns, max_running, key_limit, fair_by`
+max_runtime_ns, max_running, key_limit, fair_by, rate_per_second, rate_burst`
 
 func emptyCounts() map[norn.Status]int64 {
 	m := make(map[norn.Status]int64, len(norn.AllStatuses))
@@ -70,6 +70,9 @@ func (s *Store) queues(ctx context.Context, only *string) ([]norn.QueueInfo, err
 			return err
 		}
 		if err := br.Close(); err != nil {
+			return err
+		}
+		if err := s.rateTokens(ctx, conn, byName); err != nil {
 			return err
 		}
 		if only != nil {
@@ -185,17 +188,25 @@ ON CONFLICT (queue, key) DO UPDATE SET lim = EXCLUDED.lim, weight = EXCLUDED.wei
 			retry = &r
 		}
 		_, err := tx.Exec(ctx, s.q(`INSERT INTO {s}.queues (`+queueCols+`, flow_limited)
-VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11, $12,
-	$10 > 0 OR $11 > 0 OR $12 <> '' OR EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0))
+VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11, $12, $13::double precision, $14,
+	$10 > 0 OR $11 > 0 OR $12 <> '' OR $13::double precision > 0
+	OR EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0))
 ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, timeout_ns = EXCLUDED.timeout_ns, retry = EXCLUDED.retry,
 	max_attempts = EXCLUDED.max_attempts, retention_completed_ns = EXCLUDED.retention_completed_ns,
 	retention_aborted_ns = EXCLUDED.retention_aborted_ns, retention_cancelled_ns = EXCLUDED.retention_cancelled_ns,
 	max_runtime_ns = EXCLUDED.max_runtime_ns,
 	max_running = EXCLUDED.max_running, key_limit = EXCLUDED.key_limit, flow_limited = EXCLUDED.flow_limited,
-	fair_by = EXCLUDED.fair_by`),
+	fair_by = EXCLUDED.fair_by, rate_per_second = EXCLUDED.rate_per_second, rate_burst = EXCLUDED.rate_burst`),
 			name, d.paused, int64(d.Timeout), retry, d.MaxAttempts, int64(d.Retention.Completed),
 			int64(d.Retention.Aborted), int64(d.Retention.Cancelled), int64(d.MaxRuntime), d.flow.MaxRunning, d.flow.KeyLimit,
-			d.flow.FairBy)
+			d.flow.FairBy, d.flow.RateLimit.PerSecond, d.flow.RateLimit.Burst)
+		if err != nil {
+			return err
+		}
+		if wasFlow.RateLimited() && !d.flow.RateLimited() {
+			// The bucket goes with the limit: set again, it starts full.
+			_, err = tx.Exec(ctx, s.q(`DELETE FROM {s}.queue_buckets WHERE queue = $1`), name)
+		}
 		if err != nil {
 			return err
 		}

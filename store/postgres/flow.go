@@ -27,10 +27,12 @@ func (s *Store) claimLimited(ctx context.Context, conn *pgx.Conn, queue string, 
 		b := &pgx.Batch{}
 		b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, s.channel+"/flow/"+queue)
 		b.Queue(noSortSQL)
-		b.Queue(s.q(`SELECT paused, max_running, key_limit, fair_by, fair_now FROM {s}.queues WHERE name = $1`), queue)
+		b.Queue(s.q(`SELECT paused, max_running, key_limit, fair_by, fair_now, rate_per_second, rate_burst
+FROM {s}.queues WHERE name = $1`), queue)
 		b.Queue(s.q(`SELECT key, lim, weight FROM {s}.queue_keys WHERE queue = $1 AND (lim > 0 OR weight > 0)`), queue)
 		b.Queue(s.q(`SELECT coalesce(concurrency_key, ''), count(*) FROM {s}.tasks
 WHERE queue = $1 AND status = 'running' GROUP BY 1`), queue)
+		b.Queue(s.q(bucketSQL), queue, s.clockNow())
 		br := tx.SendBatch(ctx, b)
 		if _, err := br.Exec(); err != nil {
 			br.Close()
@@ -41,17 +43,18 @@ WHERE queue = $1 AND status = 'running' GROUP BY 1`), queue)
 			return err
 		}
 		var (
-			paused     bool
-			maxRunning int32
-			keyLimit   int32
-			fairBy     string
-			fairNow    int64
+			paused                        bool
+			maxRunning, keyLimit, rateBur int32
+			fairBy                        string
+			fairNow                       int64
+			ratePS                        float64
 		)
-		if err := br.QueryRow().Scan(&paused, &maxRunning, &keyLimit, &fairBy, &fairNow); err != nil && err != pgx.ErrNoRows {
+		if err := br.QueryRow().Scan(&paused, &maxRunning, &keyLimit, &fairBy, &fairNow, &ratePS, &rateBur); err != nil && err != pgx.ErrNoRows {
 			br.Close()
 			return err
 		}
-		flow := norn.QueueFlow{MaxRunning: int(maxRunning), KeyLimit: int(keyLimit), FairBy: fairBy}
+		flow := norn.QueueFlow{MaxRunning: int(maxRunning), KeyLimit: int(keyLimit), FairBy: fairBy,
+			RateLimit: norn.RateLimit{PerSecond: ratePS, Burst: int(rateBur)}}
 		own := map[string]*norn.KeySettings{}
 		rows, _ := br.Query()
 		var key string
@@ -75,30 +78,48 @@ WHERE queue = $1 AND status = 'running' GROUP BY 1`), queue)
 			br.Close()
 			return err
 		}
+		var bucket bucketRow
+		if err := br.QueryRow().Scan(&bucket.now, &bucket.tokens, &bucket.at); err != nil {
+			br.Close()
+			return err
+		}
 		if err := br.Close(); err != nil {
 			return err
 		}
 		if paused {
 			return nil
 		}
+		// What max_running and the rate limit allow (-1: no such limit).
+		maxRoom, tokens, pick := -1, -1, want
+		if flow.MaxRunning > 0 {
+			maxRoom = int(max(int64(flow.MaxRunning)-total, 0))
+		}
+		if flow.RateLimited() {
+			tokens = bucket.bucket(flow.RateLimit).Whole()
+			pick = min(pick, tokens)
+		}
 		var ids picked
-		if flow.FairBy != "" {
-			ids = s.pickFair(ctx, tx, queue, want, flow, own, running, total, fairNow)
-		} else {
-			ids = s.pickLimited(ctx, tx, queue, want, flow, own, running, total)
+		switch {
+		case pick <= 0:
+		case flow.FairBy != "":
+			ids = s.pickFair(ctx, tx, queue, pick, flow, own, running, total, fairNow)
+		default:
+			ids = s.pickLimited(ctx, tx, queue, pick, flow, own, running, total)
 		}
 		if ids.err != nil {
 			return ids.err
 		}
-		if len(ids.ids) == 0 {
-			return nil
+		if len(ids.ids) > 0 {
+			// The claim's time is the bucket's: one clock for both.
+			rows, err := tx.Query(ctx, s.sql.claimIDs, ids.ids, len(ids.ids), bucket.now, worker, timeout, s.cfg.HistoryLimit)
+			if err != nil {
+				return err
+			}
+			if out, err = pgx.CollectRows(rows, claimedRow); err != nil {
+				return err
+			}
 		}
-		rows, err := tx.Query(ctx, s.sql.claimIDs, ids.ids, len(ids.ids), s.clockNow(), worker, timeout, s.cfg.HistoryLimit)
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, claimedRow)
-		return err
+		return s.settleClaim(ctx, tx, queue, flow, bucket, want, len(out), maxRoom, tokens)
 	})
 	return out, err
 }

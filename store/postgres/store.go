@@ -155,6 +155,7 @@ type Store struct {
 	wake      *broadcaster // ready tasks: long-polling claimers
 	sweepWake *broadcaster // new delays: the monitor leader
 	subs      *subscribers
+	rate      rateState // rate limits' token timers and held-back counts (ratelimit.go)
 
 	// The background duties (nil when not running).
 	listener  *listener

@@ -623,15 +623,17 @@ func scanQueue(row pgx.Row) (queueDefaults, error) {
 		retry                  []byte
 		maxAtt                 int32
 	)
-	var maxRunning, keyLimit int32
+	var maxRunning, keyLimit, rateBurst int32
 	var fairBy string
+	var ratePerSecond float64
 	if err := row.Scan(&d.name, &d.paused, &timeout, &retry, &maxAtt, &rc, &ra, &rcanc, &maxRuntime, &maxRunning, &keyLimit,
-		&fairBy); err != nil {
+		&fairBy, &ratePerSecond, &rateBurst); err != nil {
 		return d, err
 	}
 	d.Timeout, d.MaxRuntime = norn.Duration(timeout), norn.Duration(maxRuntime)
 	d.MaxAttempts = int(maxAtt)
-	d.flow = norn.QueueFlow{MaxRunning: int(maxRunning), KeyLimit: int(keyLimit), FairBy: fairBy}
+	d.flow = norn.QueueFlow{MaxRunning: int(maxRunning), KeyLimit: int(keyLimit), FairBy: fairBy,
+		RateLimit: norn.RateLimit{PerSecond: ratePerSecond, Burst: int(rateBurst)}}
 	d.Retention = norn.Retention{Completed: norn.Duration(rc), Aborted: norn.Duration(ra), Cancelled: norn.Duration(rcanc)}
 	if len(retry) > 0 {
 		d.Retry = new(norn.RetryPolicy)

@@ -203,6 +203,7 @@ func exerciseFlow(t *testing.T, setup setupFunc) {
 		})
 
 		fairCases(t, setup)
+		rateLimitCases(t, setup)
 	})
 }
 

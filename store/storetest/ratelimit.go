@@ -1,0 +1,343 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nornq/norn"
+)
+
+// rateLimitCases checks rate limits (run inside Flow): the bucket's burst
+// and refill under the injected clock, long polls woken by a token, the
+// setting's life cycle and bad input.
+func rateLimitCases(t *testing.T, setup setupFunc) {
+	set := func(b *testBundle, rl norn.RateLimit) norn.QueueInfo {
+		b.t.Helper()
+		qi, err := b.s.UpdateQueue(b.ctx, "q", norn.QueueUpdate{RateLimit: &rl})
+		b.must(err, "UpdateQueue(rate_limit %+v)", rl)
+		return qi
+	}
+	claimN := func(b *testBundle, n int) []string {
+		b.t.Helper()
+		return ids(b.claimReq(norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: n}))
+	}
+	tasks := func(b *testBundle, n int) {
+		b.t.Helper()
+		var nts []norn.NewTask
+		for i := range n {
+			nts = append(nts, norn.NewTask{ID: fmt.Sprintf("t%02d", i), Queue: "q"})
+		}
+		b.submit(nts...)
+	}
+	tokens := func(t *testing.T, what string, qi norn.QueueInfo, want float64) {
+		t.Helper()
+		if qi.RateTokens == nil || math.Abs(*qi.RateTokens-want) > 1e-6 {
+			got := "none"
+			if qi.RateTokens != nil {
+				got = fmt.Sprint(*qi.RateTokens)
+			}
+			t.Fatalf("%s: rate_tokens %s, want %v", what, got, want)
+		}
+	}
+
+	t.Run("RateLimitIsShownWithItsTokens", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		qi := set(b, norn.RateLimit{PerSecond: 2.5})
+		if qi.RateLimit != (norn.RateLimit{PerSecond: 2.5, Burst: 3}) {
+			t.Fatalf("UpdateQueue answered rate_limit %+v, want 2.5/s with the default burst 3", qi.RateLimit)
+		}
+		tokens(t, "UpdateQueue", qi, 3)
+		qi = set(b, norn.RateLimit{PerSecond: 100, Burst: 10})
+		if qi.RateLimit != (norn.RateLimit{PerSecond: 100, Burst: 10}) {
+			t.Fatalf("after a change: rate_limit %+v", qi.RateLimit)
+		}
+		tokens(t, "after a change (no claim yet: full)", qi, 10)
+		tasks(b, 6)
+		claimN(b, 2)
+		g, err := b.s.Queue(b.ctx, "q")
+		b.must(err, "Queue")
+		tokens(t, "Queue after two claims", g, 8)
+		if g.RateLimit.PerSecond != 100 || g.RateLimit.Burst != 10 {
+			t.Fatalf("Queue: rate_limit %+v", g.RateLimit)
+		}
+		tokens(t, "a lower burst caps the bucket", set(b, norn.RateLimit{PerSecond: 100, Burst: 5}), 5)
+		claimN(b, 3)
+		b.clock.Advance(10 * time.Millisecond)
+		qs, err := b.s.Queues(b.ctx)
+		b.must(err, "Queues")
+		i := slices.IndexFunc(qs, func(q norn.QueueInfo) bool { return q.Name == "q" })
+		if i < 0 || qs[i].RateLimit.PerSecond != 100 {
+			t.Fatalf("Queues does not show q's rate limit: %+v", qs)
+		}
+		tokens(t, "Queues 10 ms after taking 3", qs[i], 3)
+	})
+
+	t.Run("RateLimitBurstIsHonoured", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		set(b, norn.RateLimit{PerSecond: 1, Burst: 3})
+		tasks(b, 10)
+		eqStrings(t, "first claim", claimN(b, 10), []string{"t00", "t01", "t02"})
+		b.claimNone("q")
+		// Other queues are not held back.
+		b.submit(norn.NewTask{ID: "other", Queue: "free"})
+		if got := ids(b.claimReq(norn.ClaimRequest{Worker: "w", Queues: []string{"q", "free"}, N: 5})); !slices.Equal(got, []string{"other"}) {
+			t.Fatalf("claim over q and free: %v, want only the free queue's task", got)
+		}
+	})
+
+	t.Run("RateLimitTokensRefillOverTime", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		set(b, norn.RateLimit{PerSecond: 2, Burst: 3})
+		tasks(b, 20)
+		if n := len(claimN(b, 10)); n != 3 {
+			t.Fatalf("first claim: %d tasks, want the burst of 3", n)
+		}
+		steps := []struct {
+			after time.Duration
+			want  int
+		}{
+			{400 * time.Millisecond, 0}, // 0.8 of a token
+			{100 * time.Millisecond, 1}, // 1.0
+			{250 * time.Millisecond, 0}, // 0.5
+			{250 * time.Millisecond, 1},
+			{time.Second, 2},
+			{time.Hour, 3}, // refills up to the burst, no more
+			{0, 0},
+		}
+		for i, s := range steps {
+			b.clock.Advance(s.after)
+			if n := len(claimN(b, 10)); n != s.want {
+				t.Fatalf("step %d (+%v): claimed %d, want %d", i, s.after, n, s.want)
+			}
+		}
+	})
+
+	t.Run("RateLimitLongPollWakesWhenATokenComes", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		set(b, norn.RateLimit{PerSecond: 10, Burst: 1})
+		tasks(b, 2)
+		eqStrings(t, "first claim", claimN(b, 5), []string{"t00"})
+		got := make(chan []*norn.Task, 1)
+		go func() {
+			ts, _ := b.s.Claim(b.ctx, norn.ClaimRequest{Worker: "w2", Queues: []string{"q"}, N: 5, Wait: dur(time.Minute)})
+			got <- ts
+		}()
+		select {
+		case ts := <-got:
+			t.Fatalf("long poll returned %v while the bucket was empty", ids(ts))
+		case <-time.After(300 * time.Millisecond):
+		}
+		b.clock.Advance(100 * time.Millisecond) // one token; nothing else happens in the store
+		select {
+		case ts := <-got:
+			eqStrings(t, "long poll", ids(ts), []string{"t01"})
+		case <-time.After(30 * time.Second):
+			t.Fatal("long poll did not wake when a token came")
+		}
+	})
+
+	t.Run("RateLimitRemovedReleasesEverything", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		set(b, norn.RateLimit{PerSecond: 0.01, Burst: 1})
+		tasks(b, 4)
+		eqStrings(t, "first claim", claimN(b, 5), []string{"t00"})
+		got := make(chan []*norn.Task, 1)
+		go func() {
+			ts, _ := b.s.Claim(b.ctx, norn.ClaimRequest{Worker: "w2", Queues: []string{"q"}, N: 5, Wait: dur(time.Minute)})
+			got <- ts
+		}()
+		select {
+		case ts := <-got:
+			t.Fatalf("long poll returned %v while the bucket was empty", ids(ts))
+		case <-time.After(200 * time.Millisecond):
+		}
+		qi := set(b, norn.RateLimit{})
+		if !qi.RateLimit.IsZero() || qi.RateTokens != nil {
+			t.Fatalf("after removal: rate_limit %+v, tokens %v", qi.RateLimit, qi.RateTokens)
+		}
+		select {
+		case ts := <-got:
+			eqStrings(t, "long poll after removal", ids(ts), []string{"t01", "t02", "t03"})
+		case <-time.After(30 * time.Second):
+			t.Fatal("long poll did not wake when the rate limit was removed")
+		}
+		// Set again later, the bucket starts full.
+		tasks2 := []norn.NewTask{{ID: "u1", Queue: "q"}, {ID: "u2", Queue: "q"}, {ID: "u3", Queue: "q"}}
+		b.submit(tasks2...)
+		tokens(t, "set again", set(b, norn.RateLimit{PerSecond: 0.01, Burst: 2}), 2)
+		eqStrings(t, "claim after setting it again", claimN(b, 5), []string{"u1", "u2"})
+	})
+
+	t.Run("RateLimitBadInputChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		set(b, norn.RateLimit{PerSecond: 5, Burst: 2})
+		before, err := s.Queue(b.ctx, "q")
+		b.must(err, "Queue")
+		for _, c := range []struct {
+			name  string
+			rl    norn.RateLimit
+			field string
+		}{
+			{"NegativeRate", norn.RateLimit{PerSecond: -1}, "rate_limit.per_second"},
+			{"NegativeBurst", norn.RateLimit{PerSecond: 1, Burst: -1}, "rate_limit.burst"},
+			{"BurstWithoutRate", norn.RateLimit{Burst: 4}, "rate_limit.burst"},
+			{"RateTooHigh", norn.RateLimit{PerSecond: 2e6}, "rate_limit.per_second"},
+			{"BurstTooLarge", norn.RateLimit{PerSecond: 1, Burst: norn.MaxRateBurst + 1}, "rate_limit.burst"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				rl := c.rl
+				// Together with a valid change that must not happen either.
+				_, err := s.UpdateQueue(t.Context(), "q", norn.QueueUpdate{Paused: ptr(true), RateLimit: &rl})
+				wantField(t, c.name, err, norn.ErrInvalidArgument, c.field)
+				qi, err := s.Queue(t.Context(), "q")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if qi.Paused || qi.RateLimit != before.RateLimit {
+					t.Fatalf("after a refused update: paused %v, rate_limit %+v (was %+v)", qi.Paused, qi.RateLimit, before.RateLimit)
+				}
+			})
+		}
+	})
+
+	t.Run("RateLimitHeldBackIsCounted", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		fr, ok := s.(norn.FlowReporter)
+		if !ok {
+			t.Skip("the store does not report flow figures (the server reports its own store's)")
+		}
+		set(b, norn.RateLimit{PerSecond: 1, Burst: 2})
+		_, err := s.UpdateQueue(b.ctx, "k", norn.QueueUpdate{MaxRunning: ptr(3), KeyLimit: ptr(1)})
+		b.must(err, "UpdateQueue(k)")
+		tasks(b, 5)
+		b.submit(norn.NewTask{ID: "a1", Queue: "k", ConcurrencyKey: "a"}, norn.NewTask{ID: "a2", Queue: "k", ConcurrencyKey: "a"},
+			norn.NewTask{ID: "b1", Queue: "k", ConcurrencyKey: "b"}, norn.NewTask{ID: "n1", Queue: "k"}, norn.NewTask{ID: "n2", Queue: "k"})
+		claimN(b, 4) // 2 taken, 2 held by the rate limit
+		claimN(b, 4) // 0 taken, 3 ready: 3 held
+		// k: 5 ready, max_running room 3, a2 blocked by its key: a1, b1, n1.
+		if got := ids(b.claimReq(norn.ClaimRequest{Worker: "w", Queues: []string{"k"}, N: 10})); len(got) != 3 {
+			t.Fatalf("claim of k: %v", got)
+		}
+		stats, err := fr.FlowStats(b.ctx)
+		b.must(err, "FlowStats")
+		want := []norn.FlowStat{
+			{Queue: "k", Running: 3, Held: norn.Held{MaxRunning: 2}},
+			{Queue: "q", Running: 2, Held: norn.Held{RateLimit: 5}},
+		}
+		if fmt.Sprint(stats) != fmt.Sprint(want) {
+			t.Fatalf("FlowStats %+v, want %+v", stats, want)
+		}
+	})
+
+	t.Run("RateLimitHoldsUnderConcurrentClaimers", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		ConcurrentRate(t, []norn.Store{s}, b.clock, b.ctx)
+	})
+}
+
+// ConcurrentRate checks that a rate limit holds with many concurrent
+// claimers spread over stores (several instances of one cluster store, or
+// one store) while the clock moves on in small steps: from the claimed
+// tasks' assignment times, no interval [a, b] saw more than burst + rate ×
+// (b − a) claims, and the claimers did get the tasks at about the rate.
+// clock must be the stores' (injected) clock.
+func ConcurrentRate(t *testing.T, stores []norn.Store, clock *FakeClock, ctx context.Context) {
+	const (
+		rate    = 200.0
+		burst   = 5
+		n       = 150
+		workers = 8
+		step    = 5 * time.Millisecond
+	)
+	s0 := stores[0]
+	if _, err := s0.UpdateQueue(ctx, "rated", norn.QueueUpdate{RateLimit: &norn.RateLimit{PerSecond: rate, Burst: burst}}); err != nil {
+		t.Fatal(err)
+	}
+	nts := make([]norn.NewTask, n)
+	for i := range nts {
+		nts[i] = norn.NewTask{Queue: "rated"}
+	}
+	if _, err := s0.Submit(ctx, nts...); err != nil {
+		t.Fatal(err)
+	}
+	start := clock.Now()
+	var (
+		mu      sync.Mutex
+		claimed = map[string]time.Time{}
+		failure error
+	)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := stores[w%len(stores)]
+			for ctx.Err() == nil {
+				ts, err := s.Claim(ctx, norn.ClaimRequest{Worker: fmt.Sprintf("w%d", w), Queues: []string{"rated"}, N: 4,
+					Wait: dur(20 * time.Millisecond), Timeout: dur(time.Hour)})
+				mu.Lock()
+				if err != nil && ctx.Err() == nil && failure == nil {
+					failure = fmt.Errorf("Claim: %w", err)
+				}
+				for _, tk := range ts {
+					if _, dup := claimed[tk.ID]; dup && failure == nil {
+						failure = fmt.Errorf("task %s claimed twice", tk.ID)
+					}
+					claimed[tk.ID] = tk.History[len(tk.History)-1].Time
+				}
+				done := len(claimed) == n || failure != nil
+				mu.Unlock()
+				if done {
+					cancel()
+				}
+			}
+		}()
+	}
+	// The clock moves on a step at a time; claims happen in between.
+	deadline := time.Now().Add(2 * time.Minute)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+		clock.Advance(step)
+	}
+	cancel()
+	wg.Wait()
+	if failure != nil {
+		t.Fatal(failure)
+	}
+	if len(claimed) != n {
+		t.Fatalf("%d of %d tasks claimed before the deadline", len(claimed), n)
+	}
+	var at []time.Time
+	for _, ts := range claimed {
+		at = append(at, ts)
+	}
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	for i := range at {
+		for j := i; j < len(at); j++ {
+			allowed := burst + rate*at[j].Sub(at[i]).Seconds()
+			if float64(j-i+1) > allowed+1e-6 {
+				t.Fatalf("%d claims between %v and %v (%v apart): more than burst %d + %v/s allows (%.2f)",
+					j-i+1, at[i].Sub(start), at[j].Sub(start), at[j].Sub(at[i]), burst, rate, allowed)
+			}
+		}
+	}
+	// The window check above implies this; it says it in one line.
+	if took := at[len(at)-1].Sub(start); took.Seconds() < (n-burst)/rate-1e-6 {
+		t.Fatalf("%d claims in %v of clock time: faster than %v/s with burst %d", n, took, rate, burst)
+	}
+}
