@@ -203,7 +203,10 @@ func HeldBack(want, ready, maxRoom, tokens, got int) Held {
 // tasks now and the tasks its limits held back from this store's claims
 // since it was opened.
 type FlowStat struct {
-	Queue   string
+	Queue string
+	// Limited: the queue has a running or rate limit now; Running is then
+	// its running tasks (0 otherwise).
+	Limited bool
 	Running int64
 	Held    Held
 }

@@ -292,6 +292,11 @@ var (
 	workersDesc = prometheus.NewDesc("norn_workers", "Registered workers.", nil, nil)
 	activeDesc  = prometheus.NewDesc("norn_workers_active", "Workers seen within the last minute.", nil, nil)
 	storeUpDesc = prometheus.NewDesc("norn_store_up", "1 if the store answered the last scrape, else 0.", nil, nil)
+	heldDesc    = prometheus.NewDesc("norn_flow_held_back_total",
+		"Tasks a flow limit kept from claims of this server's store: ready, asked for, not handed out, by the limit that stopped them.",
+		[]string{"queue", "reason"}, nil)
+	flowRunningDesc = prometheus.NewDesc("norn_flow_running", "Running tasks of each queue with a running or rate limit.",
+		[]string{"queue"}, nil)
 )
 
 func (c *countsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -299,6 +304,8 @@ func (c *countsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- workersDesc
 	ch <- activeDesc
 	ch <- storeUpDesc
+	ch <- heldDesc
+	ch <- flowRunningDesc
 }
 
 func (c *countsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -315,4 +322,18 @@ func (c *countsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(st.Workers))
 	ch <- prometheus.MustNewConstMetric(activeDesc, prometheus.GaugeValue, float64(st.ActiveWorkers))
+	if fr, ok := c.store.(norn.FlowReporter); ok {
+		flow, err := fr.FlowStats(ctx)
+		if err != nil {
+			return // norn_store_up already said the store answered; the flow figures are just absent
+		}
+		for _, f := range flow {
+			if f.Limited {
+				ch <- prometheus.MustNewConstMetric(flowRunningDesc, prometheus.GaugeValue, float64(f.Running), f.Queue)
+			}
+			for _, r := range norn.HoldReasons {
+				ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.CounterValue, float64(f.Held.Of(r)), f.Queue, string(r))
+			}
+		}
+	}
 }

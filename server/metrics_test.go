@@ -98,6 +98,40 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+// TestMetricsFlow: the tasks flow limits keep from claims, by queue and
+// reason, and the running tasks of limited queues.
+func TestMetricsFlow(t *testing.T) {
+	t.Parallel()
+	e := startServer(t, nil)
+	e.must(200, "PATCH", "/v1/queues/r", `{"rate_limit":{"per_second":0.001,"burst":1}}`)
+	e.must(200, "PATCH", "/v1/queues/k", `{"max_running":1}`)
+	for _, q := range []string{"r", "r", "r", "k", "k", "free"} {
+		e.must(201, "POST", "/v1/tasks", `{"queue":"`+q+`"}`)
+	}
+	var tr wire.TasksResponse
+	e.must(200, "POST", "/v1/claim", `{"worker":"w","queues":["r","k","free"],"n":10}`).decode(t, &tr)
+	if len(tr.Tasks) != 3 {
+		t.Fatalf("claimed %d, want one of each queue", len(tr.Tasks))
+	}
+	text := string(e.must(200, "GET", "/metrics", "").body)
+	for _, w := range []struct {
+		name   string
+		labels []string
+		value  string
+	}{
+		{"norn_flow_held_back_total", []string{`queue="r"`, `reason="rate_limit"`}, "2"},
+		{"norn_flow_held_back_total", []string{`queue="r"`, `reason="max_running"`}, "0"},
+		{"norn_flow_held_back_total", []string{`queue="k"`, `reason="max_running"`}, "1"},
+		{"norn_flow_running", []string{`queue="r"`}, "1"},
+		{"norn_flow_running", []string{`queue="k"`}, "1"},
+		{"norn_flow_running", []string{`queue="free"`}, ""},
+	} {
+		if got := metricLine(text, w.name, w.labels...); got != w.value {
+			t.Errorf("%s%v = %q, want %q", w.name, w.labels, got, w.value)
+		}
+	}
+}
+
 // TestMetricsObserveEvent covers the event-driven counters directly.
 func TestMetricsObserveEvent(t *testing.T) {
 	t.Parallel()

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"math"
 
 	"fmt"
 	"io"
@@ -110,6 +111,7 @@ func describeQueue(w io.Writer, q norn.QueueInfo) error {
 	} else {
 		tab.row("fair_by:", "none (claim order)")
 	}
+	tab.row("rate_limit:", rateText(q))
 	for _, k := range q.Keys {
 		lim := "queue's"
 		if k.Limit > 0 {
@@ -122,6 +124,33 @@ func describeQueue(w io.Writer, q norn.QueueInfo) error {
 		tab.row("key "+k.Key+":", fmt.Sprintf("running %d, limit %s%s", k.Running, lim, w))
 	}
 	return tab.flush()
+}
+
+func rateText(q norn.QueueInfo) string {
+	r := q.RateLimit
+	if r.IsZero() {
+		return "unlimited"
+	}
+	out := fmt.Sprintf("%s/s, burst %d", strconv.FormatFloat(r.PerSecond, 'g', -1, 64), r.Burst)
+	if q.RateTokens != nil {
+		out += fmt.Sprintf(" (%.2f tokens now)", *q.RateTokens)
+	}
+	return out
+}
+
+// parseRate reads --rate-limit: N/s, N/m, N/h or a bare N (per second);
+// 0 and "off" remove the limit.
+func parseRate(v string) (float64, error) {
+	if v == "off" {
+		return 0, nil
+	}
+	num, unit, _ := strings.Cut(v, "/")
+	per := map[string]float64{"": 1, "s": 1, "m": 60, "h": 3600}[unit]
+	n, err := strconv.ParseFloat(num, 64)
+	if per == 0 || err != nil || n < 0 || math.IsInf(n, 0) || math.IsNaN(n) {
+		return 0, usagef("--rate-limit %q: want a rate like 100/s, 30/m or 5/h (0 or off removes the limit)", v)
+	}
+	return n / per, nil
 }
 
 func limitText(n int) string {
@@ -144,7 +173,8 @@ func queuePauseCmd(g *Globals, pause bool) *cobra.Command {
 
 func queueSetCmd(g *Globals) *cobra.Command {
 	var timeout, maxRuntime, retCompleted, retAborted, retCancelled time.Duration
-	var maxAttempts, maxRunning, keyLimit int
+	var maxAttempts, maxRunning, keyLimit, burst int
+	var rateLimit string
 	var retry retryFlags
 	var keys, unsetKeys, keyWeights []string
 	var fairBy string
@@ -166,12 +196,19 @@ Fair claiming: --fair-by concurrency_key (or label:NAME, e.g. label:tenant)
 makes claims rotate across the key's values among ready tasks of equal
 priority, so one key's backlog does not hold up another key's tasks;
 --key-weight KEY=W gives a key W claims for each one of a weight-1 key.
---fair-by "" turns it off. A queue fair by a label cannot have key limits.`,
+--fair-by "" turns it off. A queue fair by a label cannot have key limits.
+
+--rate-limit caps how fast claims hand out the queue's tasks, across the
+cluster (a token bucket in the store): 100/s, 30/m, 5/h, or off. --burst is how
+many may go at once after a quiet spell (default: one second's worth, at
+least 1).`,
 		Example: `  norn queues set emails --timeout 1m --retry 5 --retry-base 10s --retry-max 10m
   norn queues set reports --max-runtime 15m
   norn queues set emails --retention-completed 1h --retention-aborted 0
   norn queues set payments --max-running 50 --key-limit 10 --key acme=2
-  norn queues set reports --fair-by label:tenant --key-weight acme=3`,
+  norn queues set reports --fair-by label:tenant --key-weight acme=3
+  norn queues set emails --rate-limit 100/s --burst 10
+  norn queues set emails --rate-limit off`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			format, err := outputFormat(g)
@@ -204,6 +241,15 @@ priority, so one key's backlog does not hold up another key's tasks;
 			}
 			if fl.Changed("key-limit") {
 				u.KeyLimit = &keyLimit
+			}
+			if fl.Changed("rate-limit") {
+				r, err := parseRate(rateLimit)
+				if err != nil {
+					return err
+				}
+				u.RateLimit = &norn.RateLimit{PerSecond: r, Burst: burst}
+			} else if fl.Changed("burst") {
+				return usagef("--burst needs --rate-limit")
 			}
 			if fl.Changed("fair-by") {
 				u.FairBy = &fairBy
@@ -292,7 +338,7 @@ priority, so one key's backlog does not hold up another key's tasks;
 					u.Retention = &r
 				}
 				if reflect.ValueOf(u).IsZero() {
-					return usagef("nothing to change: give at least one of --timeout, --max-attempts, --max-runtime, --retry, --retention-*, --max-running, --key-limit, --key, --unset-key, --fair-by, --key-weight")
+					return usagef("nothing to change: give at least one of --timeout, --max-attempts, --max-runtime, --retry, --retention-*, --max-running, --key-limit, --key, --unset-key, --fair-by, --key-weight, --rate-limit")
 				}
 				q, err := c.UpdateQueue(cmd.Context(), args[0], u)
 				if err != nil {
@@ -307,6 +353,8 @@ priority, so one key's backlog does not hold up another key's tasks;
 	fs.DurationVar(&maxRuntime, "max-runtime", 0, "default runtime limit of one attempt (0 = none)")
 	fs.IntVar(&maxRunning, "max-running", 0, "at most this many running tasks in the queue (0 = unlimited)")
 	fs.IntVar(&keyLimit, "key-limit", 0, "at most this many running tasks per concurrency key (0 = unlimited)")
+	fs.StringVar(&rateLimit, "rate-limit", "", "claims hand out at most this many tasks: 100/s, 30/m, 5/h (off = no limit)")
+	fs.IntVar(&burst, "burst", 0, "with --rate-limit: how many tasks may go at once (default: one second's worth)")
 	fs.StringArrayVar(&keys, "key", nil, "KEY=LIMIT: one concurrency key's own running limit (repeatable)")
 	fs.StringArrayVar(&unsetKeys, "unset-key", nil, "remove a key's own settings (repeatable)")
 	fs.StringVar(&fairBy, "fair-by", "", `rotate claims across "concurrency_key" or "label:NAME" ("" = off)`)

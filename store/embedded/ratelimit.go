@@ -141,8 +141,13 @@ func (s *Store) FlowStats(ctx context.Context) ([]norn.FlowStat, error) {
 	s.mu.Lock()
 	var out []norn.FlowStat
 	for _, q := range s.queues {
-		if q.flow.Limited() || q.flow.RateLimited() || q.held != (norn.Held{}) {
-			out = append(out, norn.FlowStat{Queue: q.name, Running: q.counts[stRunning], Held: q.held})
+		limited := q.flow.Limited() || q.flow.RateLimited()
+		if limited || q.held != (norn.Held{}) {
+			st := norn.FlowStat{Queue: q.name, Limited: limited, Held: q.held}
+			if limited {
+				st.Running = q.counts[stRunning]
+			}
+			out = append(out, st)
 		}
 	}
 	s.mu.Unlock()

@@ -142,7 +142,7 @@ FROM {s}.queues q WHERE q.flow_limited`))
 		var name string
 		var n int64
 		_, err = pgx.ForEachRow(rows, []any{&name, &n}, func() error {
-			byQueue[name] = &norn.FlowStat{Queue: name, Running: n}
+			byQueue[name] = &norn.FlowStat{Queue: name, Limited: true, Running: n}
 			return nil
 		})
 		return err

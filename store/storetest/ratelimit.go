@@ -233,8 +233,8 @@ func rateLimitCases(t *testing.T, setup setupFunc) {
 		stats, err := fr.FlowStats(b.ctx)
 		b.must(err, "FlowStats")
 		want := []norn.FlowStat{
-			{Queue: "k", Running: 3, Held: norn.Held{MaxRunning: 2}},
-			{Queue: "q", Running: 2, Held: norn.Held{RateLimit: 5}},
+			{Queue: "k", Limited: true, Running: 3, Held: norn.Held{MaxRunning: 2}},
+			{Queue: "q", Limited: true, Running: 2, Held: norn.Held{RateLimit: 5}},
 		}
 		if fmt.Sprint(stats) != fmt.Sprint(want) {
 			t.Fatalf("FlowStats %+v, want %+v", stats, want)

@@ -336,6 +336,19 @@ func TestCLI(t *testing.T) {
 	}
 	mustContain(t, "queue get", s.ok(t, "queues", "get", "emails"), "max_runtime:", "10m0s")
 	s.fails(t, 2, "nothing to change", "queues", "set", "emails")
+	rl := decode[struct {
+		RateLimit struct {
+			PerSecond float64 `json:"per_second"`
+			Burst     int
+		} `json:"rate_limit"`
+	}](t, s.ok(t, "queues", "set", "emails", "--rate-limit", "30/m", "--burst", "4", "-o", "json"))
+	if rl.RateLimit.PerSecond != 0.5 || rl.RateLimit.Burst != 4 {
+		t.Fatalf("queues set --rate-limit 30/m --burst 4: %+v", rl)
+	}
+	mustContain(t, "queue get with a rate limit", s.ok(t, "queues", "get", "emails"), "rate_limit:", "0.5/s, burst 4", "4.00 tokens now")
+	s.fails(t, 2, "--burst needs --rate-limit", "queues", "set", "emails", "--burst", "3")
+	s.fails(t, 2, "want a rate like", "queues", "set", "emails", "--rate-limit", "fast")
+	mustContain(t, "rate limit removed", s.ok(t, "queues", "set", "emails", "--rate-limit", "off"), "rate_limit:", "unlimited")
 
 	// Fair claiming: --key-weight keeps the key's limit set by --key.
 	type fairQueue struct {
