@@ -1,4 +1,4 @@
--- Norn schema version 12: rate limits. A queue's rate limit (0: none), and
+-- Norn schema version 13: rate limits. A queue's rate limit (0: none), and
 -- one token bucket per rate-limited queue, updated by the claims of the
 -- queue inside their transaction (they hold the queue's advisory lock, so
 -- the bucket is read and written by one claim at a time, cluster-wide).
