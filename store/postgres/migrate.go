@@ -58,8 +58,11 @@ func Migrations() []Migration {
 	return ms
 }
 
-func loadMigrations() ([]Migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
+func loadMigrations() ([]Migration, error) { return loadMigrationsFrom(migrationFS) }
+
+// loadMigrationsFrom reads the migrations directory of fsys.
+func loadMigrationsFrom(fsys fs.FS) ([]Migration, error) {
+	entries, err := fs.ReadDir(fsys, "migrations")
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +78,7 @@ func loadMigrations() ([]Migration, error) {
 		if err != nil || v <= 0 {
 			return nil, fmt.Errorf("migration file %q: bad version", name)
 		}
-		body, err := migrationFS.ReadFile("migrations/" + name)
+		body, err := fs.ReadFile(fsys, "migrations/"+name)
 		if err != nil {
 			return nil, err
 		}
@@ -83,6 +86,10 @@ func loadMigrations() ([]Migration, error) {
 		if m == nil {
 			m = &Migration{Version: v, Name: label}
 			byVersion[v] = m
+		} else if m.Name != label {
+			// Two branches that each took the next free number: one would
+			// silently replace the other's files.
+			return nil, fmt.Errorf("migrations %q and %q share version %d: renumber one", m.Name, label, v)
 		}
 		if dir == "up" {
 			m.up = string(body)

@@ -1,0 +1,47 @@
+package postgres
+
+import (
+	"strings"
+	"testing"
+	"testing/fstest"
+)
+
+func TestMigrationFiles(t *testing.T) {
+	file := func(names ...string) fstest.MapFS {
+		m := fstest.MapFS{}
+		for _, n := range names {
+			m["migrations/"+n] = &fstest.MapFile{Data: []byte("SELECT 1;")}
+		}
+		return m
+	}
+	tests := []struct {
+		name    string
+		fsys    fstest.MapFS
+		want    int    // migrations loaded when wantErr is ""
+		wantErr string // part of the error
+	}{
+		{"in order", file("0001_a.up.sql", "0001_a.down.sql", "0002_b.up.sql", "0002_b.down.sql"), 2, ""},
+		{"a gap", file("0001_a.up.sql", "0001_a.down.sql", "0003_c.up.sql", "0003_c.down.sql"), 0, "without gaps"},
+		{"two migrations with one number", file("0001_a.up.sql", "0001_a.down.sql", "0001_b.up.sql", "0001_b.down.sql"), 0, "share version 1"},
+		{"no down file", file("0001_a.up.sql"), 0, "both up and down"},
+		{"a stray file", file("0001_a.up.sql", "0001_a.down.sql", "notes.txt"), 0, "want NNNN_name"},
+		{"version zero", file("0000_a.up.sql", "0000_a.down.sql"), 0, "bad version"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ms, err := loadMigrationsFrom(tt.fsys)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || len(ms) != tt.want {
+				t.Fatalf("loaded %d, err %v; want %d", len(ms), err, tt.want)
+			}
+		})
+	}
+	if _, err := loadMigrations(); err != nil {
+		t.Fatalf("the shipped migrations: %v", err)
+	}
+}
