@@ -115,13 +115,13 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 			q.defaults.Retention = *u.Retention
 			// Retention is measured with the current setting: re-arm the
 			// expiry of the queue's terminal tasks.
-			for _, t := range s.tasks {
+			for t := range s.tasks.all() {
 				if t.q == q && terminal(t.st.status) {
 					s.setTimer(t, timerFor(t))
 				}
 			}
 			tx.onUndo(func() {
-				for _, t := range s.tasks {
+				for t := range s.tasks.all() {
 					if t.q == q && terminal(t.st.status) {
 						s.setTimer(t, timerFor(t))
 					}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime"
+	"runtime/metrics"
 	"syscall"
 	"testing"
 
@@ -163,5 +165,50 @@ func BenchmarkClaimComplete(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkGCMark measures what the in-memory entries cost the garbage
+// collector: one op is one forced collection with queued tasks in memory,
+// half of them ready and half completed (kept for their retention, with a
+// timer each), the mix a burn-down passes through. gc-cpu-ms is the
+// collector's CPU time per cycle (runtime/metrics), live-MiB the heap it
+// leaves.
+func BenchmarkGCMark(b *testing.B) {
+	sizes := []int{100_000}
+	if os.Getenv("NORN_BENCH_BIG") == "1" {
+		sizes = append(sizes, 1_000_000)
+	}
+	for _, queued := range sizes {
+		b.Run(fmt.Sprintf("queued=%d", queued), func(b *testing.B) {
+			s := benchStore(b, Opportunistic)
+			fill(b, s, "q", queued)
+			for done := 0; done < queued/2; {
+				ts, err := s.Claim(bg, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: 1000})
+				if err != nil || len(ts) == 0 {
+					b.Fatalf("claim: %v (%d tasks)", err, len(ts))
+				}
+				ops := make([]norn.LeaseOp, len(ts))
+				for j, tk := range ts {
+					ops[j] = norn.LeaseOp{Op: norn.OpComplete, LeaseRef: refOf(tk)}
+				}
+				if _, err := s.LeaseBatch(bg, ops); err != nil {
+					b.Fatal(err)
+				}
+				done += len(ts)
+			}
+			runtime.GC()
+			sample := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/gc/heap/live:bytes"}}
+			metrics.Read(sample)
+			gc0 := sample[0].Value.Float64()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				runtime.GC()
+			}
+			b.StopTimer()
+			metrics.Read(sample)
+			b.ReportMetric((sample[0].Value.Float64()-gc0)*1000/float64(b.N), "gc-cpu-ms")
+			b.ReportMetric(float64(sample[1].Value.Uint64())/(1<<20), "live-MiB")
+		})
 	}
 }

@@ -64,7 +64,7 @@ func (tx *txn) submit(prefix string, tasks []norn.NewTask) ([]norn.Submitted, er
 				return nil, fmt.Errorf("embedded: generate id: %w", err)
 			}
 			id = u.String()
-		} else if t := s.tasks[id]; t != nil {
+		} else if t := s.tasks.get(id); t != nil {
 			if t.q.name != tasks[i].Queue {
 				return nil, norn.IDTaken(fmt.Sprintf("%s[%d].id", prefix, i), id)
 			}
@@ -86,7 +86,7 @@ func (tx *txn) submit(prefix string, tasks []norn.NewTask) ([]norn.Submitted, er
 		dup[i] = true
 		out[i] = norn.Submitted{Duplicate: true}
 	}
-	order, err := norn.OrderBatch(prefix, tasks, ids, dup, func(id string) bool { return s.tasks[id] != nil })
+	order, err := norn.OrderBatch(prefix, tasks, ids, dup, func(id string) bool { return s.tasks.get(id) != nil })
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +127,7 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 	s := tx.s
 	q := s.queue(n.Queue)
 	now := tx.now
-	in := n.Initial(fromNanos(now), &q.defaults, func(d string) norn.Status { return statusOf(s.tasks[d].st.status) })
+	in := n.Initial(fromNanos(now), &q.defaults, func(d string) norn.Status { return statusOf(s.tasks.get(d).st.status) })
 	t := &task{id: id, q: q, created: now, heapIdx: -1, timerIdx: -1,
 		timeout: int64(in.Timeout), maxRuntime: int64(in.MaxRuntime), maxAttempts: int32(in.MaxAttempts), retry: in.Retry,
 		g: q.group(q.groupKey(n))}
@@ -143,7 +143,7 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 	case norn.StatusBlocked:
 		t.depsLeft = int32(in.PendingDeps)
 		for _, d := range n.DependsOn {
-			if dt := s.tasks[d]; dt.st.status != stCompleted {
+			if dt := s.tasks.get(d); dt.st.status != stCompleted {
 				prev := s.getDependents(dt)
 				s.setDependents(dt, append(prev, t))
 				tx.onUndo(func() { s.setDependents(dt, prev) })
@@ -252,7 +252,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (*norn.Task, error) {
 }
 
 func (tx *txn) cancel(id string) (*norn.Task, error) {
-	t := tx.s.tasks[id]
+	t := tx.s.tasks.get(id)
 	if t == nil {
 		return nil, norn.NotFound(id)
 	}
@@ -288,7 +288,7 @@ func (s *Store) Update(ctx context.Context, id string, u norn.Update) (*norn.Tas
 }
 
 func (tx *txn) update(id string, u norn.Update) (*norn.Task, error) {
-	t := tx.s.tasks[id]
+	t := tx.s.tasks.get(id)
 	if t == nil {
 		return nil, norn.NotFound(id)
 	}
@@ -346,7 +346,7 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 }
 
 func (tx *txn) delete(id string) error {
-	t := tx.s.tasks[id]
+	t := tx.s.tasks.get(id)
 	if t == nil {
 		return norn.NotFound(id)
 	}
@@ -385,7 +385,7 @@ func (s *Store) DeleteMatching(ctx context.Context, f norn.Filter) (int64, error
 			for _, id := range part {
 				// Tasks deleted meanwhile are skipped; a task whose
 				// in-memory fields no longer match is left alone.
-				if t := s.tasks[id]; t != nil && matchMem(&f, t) {
+				if t := s.tasks.get(id); t != nil && matchMem(&f, t) {
 					tx.removeTask(t)
 					n++
 				}
@@ -437,7 +437,7 @@ func (s *Store) Transact(ctx context.Context, t norn.Txn) (*norn.TxnResult, erro
 	res := &norn.TxnResult{Submitted: []norn.Submitted{}, Updated: []*norn.Task{}, Cancelled: []*norn.Task{}}
 	err := s.run(func(tx *txn) error {
 		for i, r := range t.Require {
-			cur := s.tasks[r.ID]
+			cur := s.tasks.get(r.ID)
 			if cur == nil {
 				e := norn.NotFound(r.ID)
 				e.Field = fmt.Sprintf("require[%d].id", i)

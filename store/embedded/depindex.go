@@ -67,7 +67,7 @@ func (s *Store) eachMem(f *norn.Filter, fn func(*task)) {
 		}
 		return
 	}
-	for _, t := range s.tasks {
+	for t := range s.tasks.all() {
 		if matchMem(f, t) {
 			fn(t)
 		}

@@ -71,7 +71,7 @@ func (s *Store) load(ctx context.Context) error {
 		}
 		t := &task{id: id, q: s.queue(im.queue), st: st, created: im.created, maxAttempts: int32(im.maxAttempts),
 			timeout: im.timeout, maxRuntime: im.maxRuntime, retry: im.retry, heapIdx: -1, timerIdx: -1}
-		s.tasks[id] = t
+		s.tasks.put(t)
 		if im.uniqueKey != "" {
 			s.addUnique(t, im.uniqueKey)
 		}
@@ -124,7 +124,7 @@ func (s *Store) load(ctx context.Context) error {
 	for _, b := range waiting {
 		bad := false
 		for _, d := range b.deps {
-			dt := s.tasks[d]
+			dt := s.tasks.get(d)
 			switch {
 			case dt == nil || dt.st.status == stCompleted:
 			case dt.st.status == stAborted || dt.st.status == stCancelled:
@@ -146,7 +146,7 @@ func (s *Store) load(ctx context.Context) error {
 	}
 	s.log.Warn("embedded: repairing dependency state found at open", "failed", len(failed), "released", len(free))
 	err = s.run(func(tx *txn) error {
-		for _, t := range s.tasks {
+		for t := range s.tasks.all() {
 			if terminal(t.st.status) && t.st.status != stCompleted && t.hasDependents {
 				tx.failDependents(t)
 			}

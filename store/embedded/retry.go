@@ -21,7 +21,7 @@ func (s *Store) Retry(ctx context.Context, id string, o norn.RetryOptions) (*nor
 	}
 	var out *norn.Task
 	err := s.run(func(tx *txn) error {
-		t := s.tasks[id]
+		t := s.tasks.get(id)
 		if t == nil {
 			return norn.NotFound(id)
 		}
@@ -83,7 +83,7 @@ func (s *Store) RetryMatching(ctx context.Context, f norn.Filter) (int64, error)
 			for _, pt := range p.Tasks {
 				// A task changed since the page was read is judged as it
 				// is now; one whose dependencies failed is skipped.
-				t := s.tasks[pt.ID]
+				t := s.tasks.get(pt.ID)
 				if t == nil || !matchMem(&g, t) {
 					continue
 				}
@@ -121,7 +121,7 @@ func (s *Store) holdersOf(t *norn.Task) []norn.UniqueHolder {
 // depStatus is the status of a task as of this transaction ("" when it
 // does not exist).
 func (tx *txn) depStatus(id string) norn.Status {
-	if d := tx.s.tasks[id]; d != nil {
+	if d := tx.s.tasks.get(id); d != nil {
 		return statusOf(d.st.status)
 	}
 	return ""
@@ -143,7 +143,7 @@ func (tx *txn) redrive(t *task, r norn.Redrive, deps []string) {
 		t.depsLeft = int32(r.PendingDeps)
 		tx.onUndo(func() { t.depsLeft = old })
 		for _, id := range deps {
-			dt := s.tasks[id]
+			dt := s.tasks.get(id)
 			if dt == nil || dt.st.status == stCompleted {
 				continue
 			}
@@ -213,7 +213,7 @@ func (tx *txn) redriveDependents(root *task) error {
 	plan := norn.PlanDependentRetries(found, fromNanos(tx.now), tx.depStatus)
 	for _, nt := range found {
 		if d, ok := plan[nt.ID]; ok {
-			tx.redrive(s.tasks[nt.ID], d, nt.DependsOn)
+			tx.redrive(s.tasks.get(nt.ID), d, nt.DependsOn)
 		}
 	}
 	return nil

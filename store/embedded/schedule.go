@@ -238,7 +238,7 @@ func (s *Store) fireSchedules(ctx context.Context) (int, error) {
 			}
 			at := fromNanos(tx.now)
 			prev := false
-			if t := s.tasks[sc.LastTask]; sc.LastTask != "" && t != nil {
+			if t := s.tasks.get(sc.LastTask); sc.LastTask != "" && t != nil {
 				prev = !terminal(t.st.status)
 			}
 			f, ok, err := norn.FireSchedule(sc, at, prev)

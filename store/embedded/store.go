@@ -115,7 +115,7 @@ type Store struct {
 	// mu guards every in-memory index below. It is never held while user
 	// code runs or while waiting for a sync.
 	mu      sync.Mutex
-	tasks   map[string]*task
+	tasks   taskIndex
 	queues  map[string]*queue
 	timers  timerHeap
 	workers map[string]*workerRec
@@ -249,7 +249,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		clock:      opts.Clock,
 		log:        opts.Logger,
 		done:       make(chan struct{}),
-		tasks:      map[string]*task{},
+		tasks:      newTaskIndex(),
 		queues:     map[string]*queue{},
 		workers:    map[string]*workerRec{},
 		dependents: map[*task][]*task{},

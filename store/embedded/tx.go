@@ -278,11 +278,11 @@ func (tx *txn) set(t *task, ns state) {
 func (tx *txn) addTask(t *task) {
 	s := tx.s
 	tx.grows = true
-	s.tasks[t.id] = t
+	s.tasks.put(t)
 	s.index(t, state{}, false)
 	tx.onUndo(func() {
 		s.unindex(t)
-		delete(s.tasks, t.id)
+		s.tasks.del(t)
 	})
 	if t.st.status == stReady {
 		tx.wake = append(tx.wake, t.q)
@@ -298,14 +298,14 @@ func (tx *txn) removeTask(t *task) {
 		tx.wake = append(tx.wake, t.q)
 	}
 	s.unindex(t)
-	delete(s.tasks, t.id)
+	s.tasks.del(t)
 	key, unique := s.uniqueOf[t]
 	s.dropUnique(t)
 	t.deleted = true
 	deps := s.unindexDeps(t)
 	tx.onUndo(func() {
 		t.deleted = false
-		s.tasks[t.id] = t
+		s.tasks.put(t)
 		s.index(t, t.st, false)
 		if unique {
 			s.addUnique(t, key)

@@ -205,7 +205,7 @@ func (tx *txn) leased(ref norn.LeaseRef) (*task, error) {
 	if err := ref.Validate(); err != nil {
 		return nil, err
 	}
-	t := tx.s.tasks[ref.TaskID]
+	t := tx.s.tasks.get(ref.TaskID)
 	if t == nil {
 		return nil, norn.NotFound(ref.TaskID)
 	}
@@ -226,7 +226,7 @@ func (tx *txn) finishing(op *norn.LeaseOp) (*task, error) {
 	if err == nil || !errors.Is(err, norn.ErrLeaseLost) {
 		return t, err
 	}
-	cur := tx.s.tasks[op.TaskID]
+	cur := tx.s.tasks.get(op.TaskID)
 	if cur.st.lease != op.Lease {
 		return nil, err
 	}
@@ -301,7 +301,7 @@ func (s *Store) AppendLog(ctx context.Context, ref norn.LeaseRef, entry norn.Log
 	var out norn.LogEntry
 	err := s.run(func(tx *txn) error {
 		tx.grows = true
-		if cur := s.tasks[ref.TaskID]; cur != nil && entry.Seq != 0 && entry.Seq < cur.st.logNext {
+		if cur := s.tasks.get(ref.TaskID); cur != nil && entry.Seq != 0 && entry.Seq < cur.st.logNext {
 			// A retried append whose first attempt took effect.
 			prev, err := s.logEntry(ref.TaskID, entry.Seq)
 			if err != nil {
