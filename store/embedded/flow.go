@@ -200,7 +200,7 @@ func (tx *txn) setFlow(q *queue, f norn.QueueFlow) error {
 	}
 	var moves []moved
 	if regroup {
-		for _, t := range tx.s.tasks {
+		for t := range tx.s.tasks.all() {
 			if t.q != q {
 				continue
 			}
