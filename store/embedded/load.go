@@ -55,6 +55,11 @@ func (s *Store) load(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("task %q: %w", id, err)
 		}
+		if s.queue(im.queue).flow.GroupsByLabel() {
+			// Read again below for the label, after the iterator moved on:
+			// a value is valid only until then.
+			v = append([]byte(nil), v...)
+		}
 		st := im.st
 		lo := taskPrefix(id)
 		for ok = it.Next(); ok && bytes.HasPrefix(it.Key(), lo) && it.Key()[len(lo)] <= sufState; ok = it.Next() {
