@@ -2,15 +2,13 @@ package client_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"os"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/client"
+	"github.com/nornq/norn/internal/servertest"
 	"github.com/nornq/norn/server"
 	"github.com/nornq/norn/store/embedded"
 	"github.com/nornq/norn/store/storetest"
@@ -26,31 +24,17 @@ func remoteStore(t *testing.T, clock norn.Clock) norn.Store {
 	if err != nil {
 		t.Fatalf("embedded.Open: %v", err)
 	}
-	srv, err := server.New(server.Config{
-		Addr: "127.0.0.1:0", Store: st, ShutdownTimeout: 5 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		st.Close()
-		t.Fatalf("server.New: %v", err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(runCtx) }()
-	c, err := client.New(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		c.Close()
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("server.Run: %v", err)
-		}
 		if err := st.Close(); err != nil {
 			t.Errorf("store Close: %v", err)
 		}
 	})
+	srv := servertest.Start(t, server.Config{Store: st})
+	c, err := client.New(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
 	return c
 }
 

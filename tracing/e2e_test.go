@@ -15,6 +15,7 @@ import (
 
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/client"
+	"github.com/nornq/norn/internal/servertest"
 	"github.com/nornq/norn/server"
 	"github.com/nornq/norn/store/embedded"
 	"github.com/nornq/norn/worker"
@@ -29,29 +30,17 @@ func stack(t *testing.T, tp trace.TracerProvider) (*client.Client, *embedded.Sto
 	if err != nil {
 		t.Fatalf("embedded.Open: %v", err)
 	}
-	srv, err := server.New(server.Config{Addr: "127.0.0.1:0", Store: st, ShutdownTimeout: 5 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TracerProvider: tp})
-	if err != nil {
-		st.Close()
-		t.Fatalf("server.New: %v", err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(runCtx) }()
-	c, err := client.New(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		c.Close()
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("server.Run: %v", err)
-		}
 		if err := st.Close(); err != nil {
 			t.Errorf("store Close: %v", err)
 		}
 	})
+	srv := servertest.Start(t, server.Config{Store: st, TracerProvider: tp})
+	c, err := client.New(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
 	return c, st
 }
 

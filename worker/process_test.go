@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -28,6 +27,7 @@ import (
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/client"
 	"github.com/nornq/norn/internal/cli"
+	"github.com/nornq/norn/internal/servertest"
 	"github.com/nornq/norn/server"
 	"github.com/nornq/norn/store/embedded"
 	"github.com/nornq/norn/worker"
@@ -131,22 +131,7 @@ func workerProcess() int {
 func startServer(t *testing.T) (*embedded.Store, string) {
 	t.Helper()
 	st := openStore(t)
-	srv, err := server.New(server.Config{Addr: "127.0.0.1:0", Store: st,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return st, srv.URL()
+	return st, servertest.Start(t, server.Config{Store: st}).URL()
 }
 
 // proc is a child process of a test.
@@ -411,15 +396,7 @@ printf '{"spec":%s,"attempt":%s}' "$spec" "$NORN_ATTEMPT"`
 	hang := submit(t, st, norn.NewTask{Queue: "cmd", Spec: []byte(`"hang"`), Timeout: norn.Duration(900 * time.Millisecond)})
 	var procs []int
 	waitFor(t, 20*time.Second, "hanging command started", func() bool {
-		b, err := os.ReadFile(pids)
-		if err != nil {
-			return false
-		}
-		procs = nil
-		for _, f := range strings.Fields(string(b)) {
-			n, _ := strconv.Atoi(f)
-			procs = append(procs, n)
-		}
+		procs = pidsIn(pids)
 		return len(procs) == 2 && alive(procs[0]) && alive(procs[1])
 	})
 	if _, err := st.Cancel(context.Background(), hang); err != nil {

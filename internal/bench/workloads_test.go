@@ -12,6 +12,7 @@ import (
 
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/client"
+	"github.com/nornq/norn/internal/servertest"
 	"github.com/nornq/norn/server"
 	"github.com/nornq/norn/store/embedded"
 )
@@ -82,23 +83,9 @@ var targets = []target{
 		return openEmbedded(t), Env{Store: "embedded", Durability: "strict", Transport: "inproc"}
 	}},
 	{"http", func(t testing.TB) (norn.Store, Env) {
-		st := openEmbedded(t)
-		srv, err := server.New(server.Config{Addr: "127.0.0.1:0", Store: st,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, stop := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- srv.Run(ctx) }()
-		// Registered after the store's cleanup, so it runs first: the
-		// server stops before its store closes.
-		t.Cleanup(func() {
-			stop()
-			if err := <-done; err != nil {
-				t.Errorf("server: %v", err)
-			}
-		})
+		// Started after the store's cleanup was registered, so the server
+		// stops before its store closes.
+		srv := servertest.Start(t, server.Config{Store: openEmbedded(t)})
 		c, err := client.New(srv.URL())
 		if err != nil {
 			t.Fatal(err)

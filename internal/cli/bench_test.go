@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/nornq/norn/internal/bench"
+	"github.com/nornq/norn/internal/servertest"
 	"github.com/nornq/norn/server"
 	"github.com/nornq/norn/store/embedded"
 )
@@ -103,15 +104,8 @@ func TestBenchRemoteServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	srv, err := server.New(server.Config{Addr: "127.0.0.1:0", Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	defer func() { stop(); <-done }()
+	t.Cleanup(func() { st.Close() })
+	srv := servertest.Start(t, server.Config{Store: st})
 
 	stdout, stderr, err := runNorn(t, "bench", "work", "memory", "--server", srv.URL(), "--tasks", "300",
 		"--store", "embedded:/elsewhere", "--server-pid", strconv.Itoa(os.Getpid()), "-o", "ndjson")

@@ -30,6 +30,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/internal/chromium"
+	"github.com/nornq/norn/internal/servertest"
 	"github.com/nornq/norn/server"
 	"github.com/nornq/norn/server/dashboard"
 	"github.com/nornq/norn/store/embedded"
@@ -86,20 +87,7 @@ func newEnv(t *testing.T, tokens []server.Token) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	srv, err := server.New(server.Config{Addr: "127.0.0.1:0", Store: st, Dashboard: dashboard.Handler(), Tokens: tokens,
-		ShutdownTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stopServer := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(runCtx) }()
-	t.Cleanup(func() {
-		stopServer()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
+	srv := servertest.Start(t, server.Config{Store: st, Dashboard: dashboard.Handler(), Tokens: tokens, ShutdownTimeout: time.Second})
 
 	opts := chromium.Options(t, exe, chromedp.Flag("hide-scrollbars", true), chromedp.WindowSize(1280, 800))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
