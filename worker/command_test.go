@@ -102,15 +102,7 @@ func TestCommandCancelKillsProcessGroup(t *testing.T) {
 	id := submit(t, st, norn.NewTask{Queue: "sh"})
 	var procs []int
 	waitFor(t, 10*time.Second, "pids written", func() bool {
-		b, err := os.ReadFile(pids)
-		if err != nil {
-			return false
-		}
-		procs = nil
-		for _, f := range strings.Fields(string(b)) {
-			n, _ := strconv.Atoi(f)
-			procs = append(procs, n)
-		}
+		procs = pidsIn(pids)
 		return len(procs) == 2
 	})
 	for _, p := range procs {
@@ -130,6 +122,21 @@ func TestCommandCancelKillsProcessGroup(t *testing.T) {
 }
 
 // alive reports whether pid runs (a zombie waiting to be reaped counts as dead).
+// pidsIn reads the process ids a test script wrote to path (nil while
+// the file is not there yet).
+func pidsIn(path string) []int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		n, _ := strconv.Atoi(f)
+		pids = append(pids, n)
+	}
+	return pids
+}
+
 func alive(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {

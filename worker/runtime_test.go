@@ -3,9 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,15 +68,7 @@ echo done`
 		MaxRuntime: norn.Duration(time.Second)})
 	var procs []int
 	waitFor(t, 20*time.Second, "pids written", func() bool {
-		b, err := os.ReadFile(pids)
-		if err != nil {
-			return false
-		}
-		procs = nil
-		for _, f := range strings.Fields(string(b)) {
-			n, _ := strconv.Atoi(f)
-			procs = append(procs, n)
-		}
+		procs = pidsIn(pids)
 		return len(procs) == 2
 	})
 	waitFor(t, 20*time.Second, "script and grandchild killed at max_runtime", func() bool {
