@@ -13,11 +13,8 @@ import (
 )
 
 func (s *Server) handleRegisterWorker(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
 	var info norn.WorkerInfo
-	if err := wire.ReadBody(r.Body, &info, true); err != nil {
+	if err := readRequest(r, &info, true); err != nil {
 		return err
 	}
 	// The store assigns these; a client cannot choose them.
@@ -84,27 +81,25 @@ func scopeWorkers(ws []norn.WorkerInfo, p *principal) []norn.WorkerInfo {
 	return out
 }
 
-func (s *Server) handleClaimQueue(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
+// claimQueue is the queue of POST /v1/queues/{queue}/claim; claim checks
+// the caller's scope.
+func claimQueue(r *http.Request) (string, error) {
 	q := r.PathValue("queue")
-	if err := norn.ValidateQueue("queue", q); err != nil {
-		return err
-	}
+	return q, norn.ValidateQueue("queue", q)
+}
+
+func (s *Server) handleClaimQueue(w http.ResponseWriter, r *http.Request) error {
 	var b wire.QueueClaimRequest
-	if err := wire.ReadBody(r.Body, &b, false); err != nil {
+	q, err := pathRequest(r, claimQueue, &b, false)
+	if err != nil {
 		return err
 	}
 	return s.claim(w, r, norn.ClaimRequest{Worker: b.Worker, Queues: []string{q}, N: b.N, Timeout: b.Timeout, Wait: b.Wait})
 }
 
 func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
 	var req norn.ClaimRequest
-	if err := wire.ReadBody(r.Body, &req, false); err != nil {
+	if err := readRequest(r, &req, false); err != nil {
 		return err
 	}
 	return s.claim(w, r, req)
@@ -185,11 +180,8 @@ func (s *Server) leaseRef(r *http.Request, b wire.LeaseOwner) (norn.LeaseRef, er
 }
 
 func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
 	var b wire.HeartbeatRequest
-	if err := wire.ReadBody(r.Body, &b, false); err != nil {
+	if err := readRequest(r, &b, false); err != nil {
 		return err
 	}
 	if b.Progress != nil {
@@ -205,19 +197,12 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	d, err := s.store.Heartbeat(r.Context(), ref, norn.Heartbeat{Progress: b.Progress, Extend: b.Extend})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, wire.DeadlineResponse{Deadline: d})
-	return nil
+	return reply(w, wire.DeadlineResponse{Deadline: d}, err)
 }
 
 func (s *Server) handleAppendLog(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
 	var b wire.AppendLogRequest
-	if err := wire.ReadBody(r.Body, &b, false); err != nil {
+	if err := readRequest(r, &b, false); err != nil {
 		return err
 	}
 	if len(b.Data) == 0 {
@@ -232,19 +217,12 @@ func (s *Server) handleAppendLog(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	e, err := s.store.AppendLog(r.Context(), ref, norn.LogAppend{Seq: b.Seq, Data: b.Data})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, wire.EntryResponse{Entry: e})
-	return nil
+	return reply(w, wire.EntryResponse{Entry: e}, err)
 }
 
 func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
 	var b wire.CompleteRequest
-	if err := wire.ReadBody(r.Body, &b, false); err != nil {
+	if err := readRequest(r, &b, false); err != nil {
 		return err
 	}
 	if err := norn.ValidateJSON("result", b.Result, norn.MaxResultBytes); err != nil {
@@ -271,11 +249,8 @@ func (s *Server) handleAbort(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) failOrAbort(w http.ResponseWriter, r *http.Request, op norn.LeaseOpKind) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
 	var b wire.FailRequest
-	if err := wire.ReadBody(r.Body, &b, false); err != nil {
+	if err := readRequest(r, &b, false); err != nil {
 		return err
 	}
 	var e norn.ErrorInfo
@@ -303,11 +278,8 @@ func (s *Server) failOrAbort(w http.ResponseWriter, r *http.Request, op norn.Lea
 }
 
 func (s *Server) handleYield(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
 	var b wire.LeaseOwner
-	if err := wire.ReadBody(r.Body, &b, false); err != nil {
+	if err := readRequest(r, &b, false); err != nil {
 		return err
 	}
 	ref, err := s.leaseRef(r, b)
@@ -323,11 +295,8 @@ func (s *Server) handleYield(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleSnooze(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
 	var b wire.SnoozeRequest
-	if err := wire.ReadBody(r.Body, &b, false); err != nil {
+	if err := readRequest(r, &b, false); err != nil {
 		return err
 	}
 	if err := b.Snooze.Validate(); err != nil {
