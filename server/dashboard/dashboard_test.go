@@ -485,7 +485,8 @@ func TestQueuePage(t *testing.T) {
 	e.click(`#defaults-card summary`)
 	e.click("#edit-defaults")
 	e.do(chromedp.SetValue(chromedp.CSS("#timeout"), "45s"), chromedp.SetValue(chromedp.CSS("#max_retries"), "2"), chromedp.SetValue(chromedp.CSS("#retry_base"), "5s"),
-		chromedp.SetValue(chromedp.CSS("#max_runtime"), "10m"), chromedp.SetValue(chromedp.CSS("#fair_by"), "label:tenant"))
+		chromedp.SetValue(chromedp.CSS("#max_runtime"), "10m"), chromedp.SetValue(chromedp.CSS("#fair_by"), "label:tenant"),
+		chromedp.SetValue(chromedp.CSS("#rate_per_second"), "2.5"), chromedp.SetValue(chromedp.CSS("#rate_burst"), "4"))
 	e.click(`#defaults-form button[type=submit]`)
 	e.wait(`document.querySelector("#def-timeout") && document.querySelector("#def-timeout").textContent === "45s"`)
 	if got := e.text("#def-max-runtime"); got != "10m0s" {
@@ -494,7 +495,13 @@ func TestQueuePage(t *testing.T) {
 	if got := e.text("#def-fair-by"); got != "label:tenant" {
 		t.Errorf("fair by shown %q, want label:tenant", got)
 	}
+	if got := e.text("#def-rate-limit"); got != "2.5/s, burst 4 (4.0 tokens now)" {
+		t.Errorf("rate limit shown %q, want 2.5/s, burst 4 with a full bucket", got)
+	}
 	q, _ = e.st.Queue(ctx, "emails")
+	if q.RateLimit != (norn.RateLimit{PerSecond: 2.5, Burst: 4}) {
+		t.Errorf("rate_limit not saved: %+v", q.RateLimit)
+	}
 	if q.FairBy != "label:tenant" {
 		t.Errorf("fair_by not saved: %q", q.FairBy)
 	}

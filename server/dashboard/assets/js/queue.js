@@ -163,7 +163,8 @@ export function render(ctx, name) {
         // Flow limits are queue settings next to the defaults.
         h("dt", {}, "Max running"), h("dd", { id: "def-max-running" }, info.max_running ? String(info.max_running) : "no limit"),
         h("dt", {}, "Per-key limit"), h("dd", { id: "def-key-limit" }, info.key_limit ? String(info.key_limit) : "no limit"),
-        h("dt", {}, "Fair by"), h("dd", { id: "def-fair-by" }, info.fair_by || "none (claim order)")),
+        h("dt", {}, "Fair by"), h("dd", { id: "def-fair-by" }, info.fair_by || "none (claim order)"),
+        h("dt", {}, "Rate limit"), h("dd", { id: "def-rate-limit" }, rateText(info))),
       info.keys && info.keys.length ? h("table", { class: "grid keys", id: "flow-keys" },
         h("thead", {}, h("tr", {}, h("th", {}, info.fair_by && info.fair_by.startsWith("label:") ? "Label value" : "Concurrency key"),
           h("th", { class: "num" }, "Limit"), h("th", { class: "num" }, "Weight"), h("th", { class: "num" }, "Running"))),
@@ -174,10 +175,18 @@ export function render(ctx, name) {
           h("td", { class: "num", "data-label": "Running" }, num(k.running)))))) : null,
       admin ? h("button", { type: "button", id: "edit-defaults", onclick: editDefaults }, "Edit defaults") : null);
   }
+  // "5/s, burst 2 (1.5 tokens now)", or "no limit".
+  function rateText(q) {
+    const rl = q.rate_limit;
+    if (!rl || !rl.per_second) return "no limit";
+    const tokens = typeof q.rate_tokens === "number" ? ` (${q.rate_tokens.toFixed(1)} tokens now)` : "";
+    return `${rl.per_second}/s, burst ${rl.burst}${tokens}`;
+  }
   function editDefaults() {
     const d = info.defaults || {};
     const r = d.retry || {};
     const ret = d.retention || {};
+    const rl = info.rate_limit || {};
     defaultsBox.dataset.editing = "1";
     const field = (id, label, value, hint) => h("label", { class: "field" }, h("span", {}, label),
       h("input", { id, name: id, value: value ?? "", autocomplete: "off" }), hint ? h("small", { class: "muted" }, hint) : null);
@@ -195,6 +204,8 @@ export function render(ctx, name) {
       field("max_running", "Max running", info.max_running || 0, "running tasks in the queue; 0 = no limit"),
       field("key_limit", "Per-key limit", info.key_limit || 0, "running tasks per concurrency key; 0 = no limit"),
       field("fair_by", "Fair by", info.fair_by || "", "concurrency_key or label:NAME rotates claims across keys; empty = claim order"),
+      field("rate_per_second", "Rate limit (tasks/s)", rl.per_second || 0, "claims hand out at most this many a second, cluster-wide; 0 = no limit"),
+      field("rate_burst", "Rate burst", rl.burst || 0, "tasks at once after a quiet spell; 0 = one second's worth"),
       msg,
       h("div", { class: "actions" },
         h("button", { type: "button", onclick: () => { delete defaultsBox.dataset.editing; renderDefaults(); } }, "Cancel"),
@@ -202,10 +213,11 @@ export function render(ctx, name) {
     form.addEventListener("submit", async (e) => {
       e.preventDefault();
       const v = (id) => form.elements[id].value.trim();
-      const ints = ["max_attempts", "max_retries", "max_running", "key_limit"];
+      const ints = ["max_attempts", "max_retries", "max_running", "key_limit", "rate_burst"];
       for (const id of ints) {
         if (!/^\d+$/.test(v(id))) { msg.hidden = false; msg.textContent = id + ": must be a whole number ≥ 0"; return; }
       }
+      if (!/^\d+(\.\d+)?$/.test(v("rate_per_second"))) { msg.hidden = false; msg.textContent = "rate_per_second: must be a number ≥ 0"; return; }
       for (const id of ["timeout", "max_runtime", "retry_base", "retry_max", "ret_completed", "ret_aborted", "ret_cancelled"]) {
         if (!validDuration(v(id))) { msg.hidden = false; msg.textContent = id + ": not a duration like 10s, 5m or 24h"; return; }
       }
@@ -220,6 +232,10 @@ export function render(ctx, name) {
       if (v("max_runtime") !== (d.max_runtime || "0s")) body.max_runtime = v("max_runtime");
       for (const id of ["max_running", "key_limit"]) if (Number(v(id)) !== (info[id] || 0)) body[id] = Number(v(id));
       if (v("fair_by") !== (info.fair_by || "")) body.fair_by = v("fair_by");
+      const rate = Number(v("rate_per_second")), burst = Number(v("rate_burst"));
+      if (rate !== (rl.per_second || 0) || (rate > 0 && burst !== (rl.burst || 0))) {
+        body.rate_limit = rate > 0 ? { per_second: rate, burst } : { per_second: 0 };
+      }
       try {
         info = (await api("PATCH", "v1/queues/" + enc(name), body)).queue;
         delete defaultsBox.dataset.editing;
