@@ -255,15 +255,18 @@ func keyOf(q norn.QueueInfo, key string) norn.KeyInfo {
 	return norn.KeyInfo{Key: key}
 }
 
+// queueKeyRequest reads what the routes of one key's settings start with:
+// no query parameters, the queue (in the caller's scope), then the key.
+func queueKeyRequest(r *http.Request) (queue, key string, err error) {
+	if queue, err = pathRequest(r, pathQueue, nil, false); err != nil {
+		return "", "", err
+	}
+	key, err = pathKey(r)
+	return queue, key, err
+}
+
 func (s *Server) handleQueueKey(w http.ResponseWriter, r *http.Request) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
-	name, err := pathQueue(r)
-	if err != nil {
-		return err
-	}
-	key, err := pathKey(r)
+	name, key, err := queueKeyRequest(r)
 	if err != nil {
 		return err
 	}
@@ -282,14 +285,7 @@ func (s *Server) handleDeleteQueueKey(w http.ResponseWriter, r *http.Request) er
 
 // updateQueueKey sets (ks non-nil: read from the body) or removes a key's settings.
 func (s *Server) updateQueueKey(w http.ResponseWriter, r *http.Request, ks *norn.KeySettings) error {
-	if err := noParams(r); err != nil {
-		return err
-	}
-	name, err := pathQueue(r)
-	if err != nil {
-		return err
-	}
-	key, err := pathKey(r)
+	name, key, err := queueKeyRequest(r)
 	if err != nil {
 		return err
 	}
