@@ -175,24 +175,11 @@ func exerciseFlow(t *testing.T, setup setupFunc) {
 			limited(b, norn.QueueUpdate{KeyLimit: ptr(1)})
 			b.submit(norn.NewTask{ID: "a1", Queue: "q", ConcurrencyKey: "a"}, norn.NewTask{ID: "a2", Queue: "q", ConcurrencyKey: "a"})
 			a1 := b.claimID("w", "a1", "q")
-			got := make(chan []*norn.Task, 1)
-			go func() {
-				ts, _ := b.s.Claim(b.ctx, norn.ClaimRequest{Worker: "w2", Queues: []string{"q"}, N: 1, Wait: dur(time.Minute)})
-				got <- ts
-			}()
-			select {
-			case ts := <-got:
-				t.Fatalf("long poll returned %d tasks while the key was at its limit", len(ts))
-			case <-time.After(200 * time.Millisecond):
-			}
+			got := b.longPoll("q", 1)
+			stillWaiting(t, got, 200*time.Millisecond, "the key was at its limit")
 			b.complete(a1, "")
-			select {
-			case ts := <-got:
-				if len(ts) != 1 || ts[0].ID != "a2" {
-					t.Fatalf("long poll returned %v, want a2", ids(ts))
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("long poll did not wake when the key's running task completed")
+			if ts := woken(t, got, "the key's running task completed"); len(ts) != 1 || ts[0].ID != "a2" {
+				t.Fatalf("long poll returned %v, want a2", ids(ts))
 			}
 		})
 

@@ -126,23 +126,10 @@ func rateLimitCases(t *testing.T, setup setupFunc) {
 		set(b, norn.RateLimit{PerSecond: 10, Burst: 1})
 		tasks(b, 2)
 		eqStrings(t, "first claim", claimN(b, 5), []string{"t00"})
-		got := make(chan []*norn.Task, 1)
-		go func() {
-			ts, _ := b.s.Claim(b.ctx, norn.ClaimRequest{Worker: "w2", Queues: []string{"q"}, N: 5, Wait: dur(time.Minute)})
-			got <- ts
-		}()
-		select {
-		case ts := <-got:
-			t.Fatalf("long poll returned %v while the bucket was empty", ids(ts))
-		case <-time.After(300 * time.Millisecond):
-		}
+		got := b.longPoll("q", 5)
+		stillWaiting(t, got, 300*time.Millisecond, "the bucket was empty")
 		b.clock.Advance(100 * time.Millisecond) // one token; nothing else happens in the store
-		select {
-		case ts := <-got:
-			eqStrings(t, "long poll", ids(ts), []string{"t01"})
-		case <-time.After(30 * time.Second):
-			t.Fatal("long poll did not wake when a token came")
-		}
+		eqStrings(t, "long poll", ids(woken(t, got, "a token came")), []string{"t01"})
 	})
 
 	t.Run("RateLimitRemovedReleasesEverything", func(t *testing.T) {
@@ -151,26 +138,13 @@ func rateLimitCases(t *testing.T, setup setupFunc) {
 		set(b, norn.RateLimit{PerSecond: 0.01, Burst: 1})
 		tasks(b, 4)
 		eqStrings(t, "first claim", claimN(b, 5), []string{"t00"})
-		got := make(chan []*norn.Task, 1)
-		go func() {
-			ts, _ := b.s.Claim(b.ctx, norn.ClaimRequest{Worker: "w2", Queues: []string{"q"}, N: 5, Wait: dur(time.Minute)})
-			got <- ts
-		}()
-		select {
-		case ts := <-got:
-			t.Fatalf("long poll returned %v while the bucket was empty", ids(ts))
-		case <-time.After(200 * time.Millisecond):
-		}
+		got := b.longPoll("q", 5)
+		stillWaiting(t, got, 200*time.Millisecond, "the bucket was empty")
 		qi := set(b, norn.RateLimit{})
 		if !qi.RateLimit.IsZero() || qi.RateTokens != nil {
 			t.Fatalf("after removal: rate_limit %+v, tokens %v", qi.RateLimit, qi.RateTokens)
 		}
-		select {
-		case ts := <-got:
-			eqStrings(t, "long poll after removal", ids(ts), []string{"t01", "t02", "t03"})
-		case <-time.After(30 * time.Second):
-			t.Fatal("long poll did not wake when the rate limit was removed")
-		}
+		eqStrings(t, "long poll after removal", ids(woken(t, got, "the rate limit was removed")), []string{"t01", "t02", "t03"})
 		// Set again later, the bucket starts full.
 		tasks2 := []norn.NewTask{{ID: "u1", Queue: "q"}, {ID: "u2", Queue: "q"}, {ID: "u3", Queue: "q"}}
 		b.submit(tasks2...)
@@ -339,5 +313,40 @@ func ConcurrentRate(t *testing.T, stores []norn.Store, clock *FakeClock, ctx con
 	// The window check above implies this; it says it in one line.
 	if took := at[len(at)-1].Sub(start); took.Seconds() < (n-burst)/rate-1e-6 {
 		t.Fatalf("%d claims in %v of clock time: faster than %v/s with burst %d", n, took, rate, burst)
+	}
+}
+
+// longPoll starts a claim of up to n tasks of queue that waits up to a
+// minute; its tasks arrive on the channel.
+func (b *testBundle) longPoll(queue string, n int) <-chan []*norn.Task {
+	got := make(chan []*norn.Task, 1)
+	go func() {
+		ts, _ := b.s.Claim(b.ctx, norn.ClaimRequest{Worker: "poller", Queues: []string{queue}, N: n, Wait: dur(time.Minute)})
+		got <- ts
+	}()
+	return got
+}
+
+// stillWaiting fails if the long poll returned within d (while, as why
+// says, it had nothing to take).
+func stillWaiting(t *testing.T, got <-chan []*norn.Task, d time.Duration, why string) {
+	t.Helper()
+	select {
+	case ts := <-got:
+		t.Fatalf("long poll returned %v while %s", ids(ts), why)
+	case <-time.After(d):
+	}
+}
+
+// woken returns the long poll's tasks once it returns, failing after 30 s
+// (it should have woken when what happened).
+func woken(t *testing.T, got <-chan []*norn.Task, what string) []*norn.Task {
+	t.Helper()
+	select {
+	case ts := <-got:
+		return ts
+	case <-time.After(30 * time.Second):
+		t.Fatalf("long poll did not wake when %s", what)
+		return nil
 	}
 }
