@@ -60,6 +60,12 @@ func fairness(ctx context.Context, st norn.Store, env Env, cfg Config, fair bool
 	}, func(d int64) { report(cfg, workload+": queueing the backlog", d, int64(backlog)) }); err != nil {
 		return Result{}, err
 	}
+	// Let the flushes and compactions of queueing (and of the previous
+	// pass's cleanup) finish, when asked to: they would be charged to
+	// whichever pass runs second.
+	if err := settle(ctx, cfg.Settle); err != nil {
+		return Result{}, err
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

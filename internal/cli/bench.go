@@ -130,7 +130,7 @@ tasks afterwards, so runs against a persistent store do not pile up.`,
 		f.DurationVar(&o.delay, "delay", 0, "delay workload: how far in the future run_at is (default 1s)")
 		f.IntVar(&o.specBytes, "spec-bytes", 0, "size of each task's spec in bytes (default 200)")
 		f.IntSliceVar(&o.queued, "queued", nil, "scale workload backlogs (default 10000,1000000)")
-		f.DurationVar(&o.settle, "settle", 0, "work/scale: pause between queueing the backlog and burning it down (lets flushes and compactions finish)")
+		f.DurationVar(&o.settle, "settle", 0, "work/scale/fairness: pause between queueing the backlog and burning it down (lets flushes and compactions finish)")
 		f.IntVar(&o.runs, "runs", 1, "repeat each workload K times and report the medians")
 		f.StringSliceVar(&o.kafka, "kafka-brokers", nil, "kafka workload: brokers host:port[,…] (default: an in-process Kafka)")
 		f.IntVar(&o.kafkaNodes, "kafka-nodes", 1, "kafka workload: bridge nodes sharing the store")
