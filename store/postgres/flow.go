@@ -98,6 +98,23 @@ WHERE queue = $1 AND status = 'running' GROUP BY 1`), queue)
 			tokens = bucket.bucket(flow.RateLimit).Whole()
 			pick = min(pick, tokens)
 		}
+		if pick > 0 && flow.FairBy == "" && cannotBind(flow, own, running, total, pick) {
+			// Under the lock, with these counts, no limit can stop this
+			// claim: take the first ready tasks in one statement, as an
+			// unlimited queue's claim does, instead of reading candidates
+			// and claiming them by id.
+			rows, err := tx.Query(ctx, s.q(s.buildAssignSQL(`c AS (SELECT t.id FROM {s}.tasks t
+	WHERE t.status = 'ready' AND t.queue = $1
+	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`)),
+				queue, pick, bucket.now, worker, timeout, s.cfg.HistoryLimit)
+			if err != nil {
+				return err
+			}
+			if out, err = pgx.CollectRows(rows, claimedRow); err != nil {
+				return err
+			}
+			return s.settleClaim(ctx, tx, queue, flow, bucket, want, len(out), maxRoom, tokens)
+		}
 		var ids picked
 		switch {
 		case pick <= 0:
@@ -122,6 +139,35 @@ WHERE queue = $1 AND status = 'running' GROUP BY 1`), queue)
 		return s.settleClaim(ctx, tx, queue, flow, bucket, want, len(out), maxRoom, tokens)
 	})
 	return out, err
+}
+
+// cannotBind reports whether the limits leave room for want more tasks
+// whatever keys they have: the queue has room for want, and so has every
+// key (the running ones by their counts, the others by the smallest limit
+// any key may have).
+func cannotBind(flow norn.QueueFlow, own map[string]*norn.KeySettings, running map[string]int64, total int64, want int) bool {
+	if flow.RateLimited() { // a rate limit binds by time, not by counts
+		return false
+	}
+	w := int64(want)
+	if r := flow.Admit(total, 0, 0); r >= 0 && r < w {
+		return false
+	}
+	least := int64(flow.KeyLimit)
+	for _, ks := range own {
+		if ks.Limit > 0 && (least == 0 || int64(ks.Limit) < least) {
+			least = int64(ks.Limit)
+		}
+	}
+	if least > 0 && least < w {
+		return false
+	}
+	for k, n := range running {
+		if l := int64(flow.KeyLimitFor(k, own[k])); l > 0 && l-n < w {
+			return false
+		}
+	}
+	return true
 }
 
 type picked struct {
