@@ -234,6 +234,8 @@ type run struct {
 	snooze norn.Snooze
 	// limit cancels the handler at the task's max_runtime (nil: no limit).
 	limit *time.Timer
+	// limitAt is when limit fires (zero without a max_runtime).
+	limitAt time.Time
 	// span is the attempt's span (nil without Config.TracerProvider).
 	span trace.Span
 

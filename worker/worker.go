@@ -443,7 +443,8 @@ func (w *Worker) start(nt *norn.Task, sent time.Time) {
 		// The store started the attempt after sent, so its limit is no
 		// earlier than sent + MaxRuntime by the local clock: stopping then
 		// needs no agreement between the clocks.
-		r.limit = time.AfterFunc(time.Until(sent.Add(nt.MaxRuntime.D())), func() { w.overRuntime(r) })
+		r.limitAt = sent.Add(nt.MaxRuntime.D())
+		r.limit = time.AfterFunc(time.Until(r.limitAt), func() { w.overRuntime(r) })
 	}
 	w.mu.Unlock()
 	kick(w.hbKick)
@@ -646,8 +647,14 @@ func (w *Worker) lose(r *run, err error) {
 	}
 	r.state = stGone
 	cause := fmt.Errorf("%w: %w", ErrLeaseLost, err)
-	if errors.Is(err, norn.ErrCancelled) {
+	switch {
+	case errors.Is(err, norn.ErrCancelled):
 		cause = fmt.Errorf("%w: %w", ErrTaskCancelled, err)
+	case errors.Is(err, norn.ErrLeaseLost) && !r.limitAt.IsZero() && !time.Now().Before(r.limitAt):
+		// The store ended the attempt at its max_runtime and a heartbeat
+		// heard it before the local timer (late on a busy machine) fired:
+		// the handler is told the same reason either way.
+		cause = fmt.Errorf("%w of %s: %w", ErrMaxRuntime, r.task.MaxRuntime.D(), err)
 	}
 	r.cancel(cause)
 	w.log.Info("task lost; handler cancelled", "worker", r.ref.Worker, "task", r.ref.TaskID, "lease", r.ref.Lease, "cause", err)
