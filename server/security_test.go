@@ -387,12 +387,7 @@ async function attack() {
 	opts := chromium.Options(t, exe,
 		// DNS rebinding, simulated: evil.test resolves to the server.
 		chromedp.Flag("host-resolver-rules", "MAP evil.test 127.0.0.1"))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
-	defer cancel()
+	ctx := chromium.Start(t, 2*time.Minute, opts...)
 
 	if err := chromedp.Do(ctx, chromedp.Navigate(attacker.URL+"/")); err != nil {
 		t.Fatal(err)

@@ -4,9 +4,11 @@
 package chromium
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 )
@@ -48,4 +50,31 @@ func Options(t testing.TB, exe string, extra ...chromedp.ExecAllocatorOption) []
 		chromedp.UserDataDir(t.TempDir()),
 	}
 	return append(opts, extra...)
+}
+
+// Start starts a browser with opts and returns its context, which ends
+// after timeout or with the test. The browser is started here, before the
+// test uses the context: a first start that fails (a loaded machine can be
+// slow to bring one up) would otherwise be retried by chromedp's next call
+// on the same context, and two starts on one context make chromedp close a
+// channel twice and panic, taking every test of the binary with it. A
+// failed start is tried once more with fresh contexts.
+func Start(t testing.TB, timeout time.Duration, opts ...chromedp.ExecAllocatorOption) context.Context {
+	t.Helper()
+	var err error
+	for try := 0; try < 2; try++ {
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		bctx, cancelBrowser := chromedp.NewContext(actx)
+		ctx, cancel := context.WithTimeout(bctx, timeout)
+		if err = chromedp.Do(ctx); err == nil {
+			t.Cleanup(func() { cancel(); cancelBrowser(); cancelAlloc() })
+			return ctx
+		}
+		cancel()
+		cancelBrowser()
+		cancelAlloc()
+		t.Logf("starting Chromium (try %d): %v", try+1, err)
+	}
+	t.Fatalf("Chromium did not start: %v", err)
+	return nil
 }

@@ -90,10 +90,7 @@ func newEnv(t *testing.T, tokens []server.Token) *env {
 	srv := servertest.Start(t, server.Config{Store: st, Dashboard: dashboard.Handler(), Tokens: tokens, ShutdownTimeout: time.Second})
 
 	opts := chromium.Options(t, exe, chromedp.Flag("hide-scrollbars", true), chromedp.WindowSize(1280, 800))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	tctx, cancelTimeout := context.WithTimeout(bctx, 3*time.Minute)
-	t.Cleanup(func() { cancelTimeout(); cancelBrowser(); cancelAlloc() })
+	tctx := chromium.Start(t, 3*time.Minute, opts...)
 
 	e := &env{t: t, st: st, url: srv.URL(), ctx: tctx, artifacts: artifactDir(t)}
 	// Start the browser and watch the console: an uncaught exception, a
