@@ -384,6 +384,38 @@ func settle(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// ClaimRound is one round of a benchmark worker: it claims up to batch
+// tasks of queue (a long poll of 50 ms), shows them to seen (nil: nobody),
+// and completes them all with one LeaseBatch. It returns how many it
+// completed; an error names the step that failed.
+func ClaimRound(ctx context.Context, st norn.Store, worker, queue string, batch int, seen func([]*norn.Task)) (int, error) {
+	tasks, err := st.Claim(ctx, norn.ClaimRequest{Worker: worker, Queues: []string{queue}, N: batch,
+		Wait: norn.Duration(50 * time.Millisecond)})
+	if err != nil {
+		return 0, fmt.Errorf("claim: %w", err)
+	}
+	if len(tasks) == 0 {
+		return 0, nil
+	}
+	if seen != nil {
+		seen(tasks)
+	}
+	ops := make([]norn.LeaseOp, len(tasks))
+	for i, t := range tasks {
+		ops[i] = norn.LeaseOp{Op: norn.OpComplete, LeaseRef: norn.LeaseRef{TaskID: t.ID, Worker: worker, Lease: t.Lease}}
+	}
+	res, err := st.LeaseBatch(ctx, ops)
+	if err != nil {
+		return 0, fmt.Errorf("complete: %w", err)
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			return 0, fmt.Errorf("complete: %w", r.Err)
+		}
+	}
+	return len(tasks), nil
+}
+
 // burnDown claims and completes n tasks of queue with cfg.Workers workers.
 // The clock stops when the n-th completion is acknowledged, not when the
 // last worker's (empty) long poll returns, so short runs are not inflated.
@@ -405,35 +437,18 @@ func burnDown(ctx context.Context, st norn.Store, q string, n int, cfg Config, r
 		go func(w int) {
 			defer wg.Done()
 			worker := "bench-" + strconv.Itoa(w)
-			ops := make([]norn.LeaseOp, 0, cfg.ClaimBatch)
 			for done.Load() < int64(n) && ctx.Err() == nil {
-				tasks, err := st.Claim(ctx, norn.ClaimRequest{Worker: worker, Queues: []string{q}, N: cfg.ClaimBatch,
-					Wait: norn.Duration(50 * time.Millisecond)})
+				k, err := ClaimRound(ctx, st, worker, q, cfg.ClaimBatch, nil)
 				if err != nil {
 					if ctx.Err() == nil {
-						fail(fmt.Errorf("claim: %w", err))
+						fail(err)
 					}
 					return
 				}
-				if len(tasks) == 0 {
+				if k == 0 {
 					continue
 				}
-				ops = ops[:0]
-				for _, t := range tasks {
-					ops = append(ops, norn.LeaseOp{Op: norn.OpComplete, LeaseRef: norn.LeaseRef{TaskID: t.ID, Worker: worker, Lease: t.Lease}})
-				}
-				res, err := st.LeaseBatch(ctx, ops)
-				if err != nil {
-					fail(fmt.Errorf("complete: %w", err))
-					return
-				}
-				for _, r := range res {
-					if r.Err != nil {
-						fail(fmt.Errorf("complete: %w", r.Err))
-						return
-					}
-				}
-				d := done.Add(int64(len(tasks)))
+				d := done.Add(int64(k))
 				if d >= int64(n) {
 					endOnce.Do(func() { end = time.Now() })
 				}

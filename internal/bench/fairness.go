@@ -88,37 +88,28 @@ func fairness(ctx context.Context, st norn.Store, env Env, cfg Config, fair bool
 		go func(w int) {
 			defer wg.Done()
 			worker := "bench-" + strconv.Itoa(w)
-			ops := make([]norn.LeaseOp, 0, cfg.ClaimBatch)
 			for ctx.Err() == nil && time.Now().Before(deadline) {
-				tasks, err := st.Claim(ctx, norn.ClaimRequest{Worker: worker, Queues: []string{q}, N: cfg.ClaimBatch,
-					Wait: norn.Duration(50 * time.Millisecond)})
+				k, err := ClaimRound(ctx, st, worker, q, cfg.ClaimBatch, func(tasks []*norn.Task) {
+					at := time.Now()
+					mu.Lock()
+					defer mu.Unlock()
+					for _, t := range tasks {
+						if t0, ok := submitted[t.ID]; ok {
+							lat = append(lat, at.Sub(t0))
+							delete(submitted, t.ID)
+						}
+					}
+				})
 				if err != nil {
 					if ctx.Err() == nil {
-						fail(fmt.Errorf("claim: %w", err))
+						fail(err)
 					}
 					return
 				}
-				at := time.Now()
-				ops = ops[:0]
-				mu.Lock()
-				for _, t := range tasks {
-					if t0, ok := submitted[t.ID]; ok {
-						lat = append(lat, at.Sub(t0))
-						delete(submitted, t.ID)
-					}
-					ops = append(ops, norn.LeaseOp{Op: norn.OpComplete, LeaseRef: norn.LeaseRef{TaskID: t.ID, Worker: worker, Lease: t.Lease}})
-				}
-				mu.Unlock()
-				if len(ops) == 0 {
+				if k == 0 {
 					continue
 				}
-				if _, err := st.LeaseBatch(ctx, ops); err != nil {
-					if ctx.Err() == nil {
-						fail(fmt.Errorf("complete: %w", err))
-					}
-					return
-				}
-				report(cfg, workload, claimed.Add(int64(len(tasks))), 0)
+				report(cfg, workload, claimed.Add(int64(k)), 0)
 			}
 		}(w)
 	}

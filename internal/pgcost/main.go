@@ -35,6 +35,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/bench"
 	"github.com/nornq/norn/store/postgres"
 )
 
@@ -204,25 +205,10 @@ func main() {
 		go func(w int) {
 			defer wg.Done()
 			worker := "bench-" + strconv.Itoa(w)
-			ops := make([]norn.LeaseOp, 0, *claim)
 			for done.Load() < int64(*n) {
-				tasks, err := st.Claim(ctx, norn.ClaimRequest{Worker: worker, Queues: []string{q}, N: *claim, Wait: norn.Duration(50 * time.Millisecond)})
+				k, err := bench.ClaimRound(ctx, st, worker, q, *claim, nil)
 				must(err)
-				if len(tasks) == 0 {
-					continue
-				}
-				ops = ops[:0]
-				for _, t := range tasks {
-					ops = append(ops, norn.LeaseOp{Op: norn.OpComplete, LeaseRef: norn.LeaseRef{TaskID: t.ID, Worker: worker, Lease: t.Lease}})
-				}
-				res, err := st.LeaseBatch(ctx, ops)
-				must(err)
-				for _, r := range res {
-					if r.Err != nil {
-						panic(r.Err)
-					}
-				}
-				done.Add(int64(len(tasks)))
+				done.Add(int64(k))
 			}
 		}(w)
 	}
