@@ -351,7 +351,10 @@ func CheckMonitor(nodes []*Node, events []Event, until time.Time) *MonitorReport
 	frozen := func(s interval) bool {
 		for _, e := range events {
 			name, _ := strings.CutSuffix(e.Target, " (leader)")
-			if e.Fault == "pause" && name == s.node && !s.start.After(e.Start) && !s.end.Before(e.Healed) {
+			// Under way when frozen: begun before the SIGSTOP, ended after
+			// it. (Not "ended after Healed": the resumed node can log the
+			// end before the nemesis records that SIGCONT returned.)
+			if e.Fault == "pause" && name == s.node && !s.start.After(e.Start) && s.end.After(e.Start) {
 				return true
 			}
 		}

@@ -83,6 +83,12 @@ func TestCheckMonitor(t *testing.T) {
 		{"frozen leader's sweep spans the pause", []logLine{line(s(0), msgLeads, zero), line(s(6), msgSwept, s(0.9)), line(s(6.1), msgLost, zero)},
 			[]logLine{line(s(3), msgLeads, zero), line(s(4), msgSwept, s(3.5))},
 			[]Event{{Fault: "pause", Target: "a (leader)", Start: s(1), Healed: s(5.5)}}, ""},
+		// CI's case: the resumed node logs its sweep's end (5.49 s) a few
+		// milliseconds before the nemesis records that SIGCONT returned
+		// (5.5 s); the sweep was still under way when the node was frozen.
+		{"frozen sweep ends just before the heal is recorded", []logLine{line(s(0), msgLeads, zero), line(s(5.49), msgSwept, s(0.99)), line(s(5.6), msgLost, zero)},
+			[]logLine{line(s(3), msgLeads, zero), line(s(4), msgSwept, s(3.5))},
+			[]Event{{Fault: "pause", Target: "a (leader)", Start: s(1), Healed: s(5.5)}}, ""},
 		// The same overlap without a pause is two sweepers.
 		{"overlap without a pause", []logLine{line(s(0), msgLeads, zero), line(s(6), msgSwept, s(0.9))},
 			[]logLine{line(s(3), msgLeads, zero), line(s(4), msgSwept, s(3.5))}, nil, "b swept"},
