@@ -148,6 +148,9 @@ func main() {
 	claim := flag.Int("claim", 100, "")
 	batch := flag.Int("batch", 1000, "")
 	specB := flag.Int("spec", 200, "")
+	limits := flag.Bool("limits", false, "max_running and key_limit that cannot bind, tasks over 1,000 concurrency keys (as bench work --limits)")
+	rate := flag.Bool("rate", false, "a rate limit that cannot bind (as bench work --rate-limit)")
+	fair := flag.Bool("fair", false, "fair_by concurrency_key, tasks over 1,000 concurrency keys")
 	flag.Parse()
 	ctx := context.Background()
 	st, err := postgres.Open(ctx, postgres.Config{URL: *url, Migrate: true})
@@ -159,6 +162,23 @@ func main() {
 	must(err)
 	q := fmt.Sprintf("cost-%d", time.Now().UnixNano())
 	body := json.RawMessage(`{"x":"` + strings.Repeat("a", *specB-8) + `"}`)
+	var u norn.QueueUpdate
+	far := 1 << 30
+	if *limits {
+		u.MaxRunning, u.KeyLimit = &far, &far
+	}
+	if *rate {
+		u.RateLimit = &norn.RateLimit{PerSecond: norn.MaxRatePerSecond, Burst: norn.MaxRateBurst}
+	}
+	if *fair {
+		by := norn.FairByConcurrencyKey
+		u.FairBy = &by
+	}
+	keyed := *limits || *fair
+	if *limits || *rate || *fair {
+		_, err := st.UpdateQueue(ctx, q, u)
+		must(err)
+	}
 	var a snap
 	stats(ctx, c, &a)
 	a0 := take(ctx, c, *pm)
@@ -181,7 +201,11 @@ func main() {
 				}
 				bt = bt[:0]
 				for i := k - int64(*batch); i < k && i < int64(*n); i++ {
-					bt = append(bt, norn.NewTask{Queue: q, Spec: body})
+					t := norn.NewTask{Queue: q, Spec: body}
+					if keyed {
+						t.ConcurrencyKey = "k" + strconv.FormatInt(i%1000, 10)
+					}
+					bt = append(bt, t)
 				}
 				_, err := st.Submit(ctx, bt...)
 				must(err)

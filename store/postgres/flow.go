@@ -2,25 +2,227 @@ package postgres
 
 import (
 	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nornq/norn"
 )
 
-// Flow control. A queue with limits (queues.flow_limited) is claimed by
-// claimLimited, in one transaction that first takes a transaction-scoped
-// advisory lock on the queue: limited claims of one queue are serialized
-// across every node, so each one counts the running tasks after the
-// previous one committed and can never admit more than the limits allow.
-// Completions, failures, timeouts and the rest take no lock — a task that
-// leaves running only lowers the count a later claim reads. The cost is
-// claims of a limited queue running one at a time (each handing out up to
-// N tasks), plus counting its running tasks: O(running tasks of the queue)
-// per claim.
+// Flow control. A queue with limits (queues.flow_limited) is skipped by
+// the plain claim and claimed here, on one of two paths that share one
+// per-queue advisory lock, the gate:
+//
+//   - The shared path, taken while the limits are far: a claim takes the
+//     gate in shared mode and one of flowSlots slot locks, then — in a
+//     later statement, so with a snapshot taken after both — counts the
+//     queue's running tasks and claims like an unlimited queue if the
+//     count plus flowSlots × MaxClaim is within every count limit (the
+//     queue's max_running, key_limit and every key's own limit). Shared
+//     claims run concurrently, and none waits for another's commit.
+//   - The exclusive path, near a limit or for a rate-limited, fair or
+//     paused queue: the gate in exclusive mode (waiting for every shared
+//     claim to commit and keeping new ones out), then the running count
+//     per key and a pick that admits exactly up to the limits.
+//
+// Why the shared path never over-admits: a claim counts with a snapshot
+// taken after it holds a slot and the gate. Let y be the claim that counted
+// last among those committed by some instant. Every claim that committed
+// before y counted is in y's count; every other committed claim counted
+// before y and committed after, so it held its slot (taken before its
+// count, released after its commit is visible) when y counted: at most
+// flowSlots − 1 of them, each of at most MaxClaim tasks, and none an
+// exclusive claim (the gate). So the running tasks are at most y's count
+// plus flowSlots × MaxClaim, which y checked against the smallest limit —
+// and a key never has more running tasks than its queue. An exclusive y
+// has nothing in flight when it counts and admits exactly. Completions,
+// failures, timeouts and the rest take no lock: a task leaving running only
+// lowers a later count, so every way out of running frees its place without
+// bookkeeping. Costs: a shared claim counts the queue's running tasks
+// (O(running), the (queue, status) index); exclusive claims run one at a
+// time, plus the GROUP BY per key.
 
-// claimLimited claims up to want tasks of a flow-limited queue.
+// flowSlots is how many shared claims of one queue may be in flight at
+// once (a further one waits for a slot); flowSlots × norn.MaxClaim is how
+// far below every limit the running count must be for the shared path.
+const flowSlots = 8
+
+// flowState is the node's side of the shared path: queues that cannot
+// take it for a while, and (tests) smaller slots and claims.
+type flowState struct {
+	mu        sync.Mutex
+	exclusive map[string]time.Time // queue → until when its claims go straight to the exclusive path
+	limited   map[string]time.Time // queue → until when its claims skip the plain claim
+	slots     int                  // 0: flowSlots
+	cap       int                  // largest shared claim; 0: norn.MaxClaim
+	sqlOnce   sync.Once
+	// Claims that took each path (tests).
+	sharedClaims, exclusiveClaims atomic.Int64
+	claimSQL                      string // buildClaimSharedSQL, built once
+}
+
+// staticRecheck is how long a queue whose settings rule the shared path
+// out (small limits, a rate limit, fair_by, paused) goes straight to the
+// exclusive path before the settings are read again.
+const staticRecheck = time.Second
+
+// knownLimited reports whether a claim of queue should go straight to
+// claimLimited: the plain claim found it limited less than staticRecheck
+// ago. Stale is harmless: claimLimited claims an unlimited queue too.
+func (s *Store) knownLimited(queue string) bool {
+	f := &s.flow
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	until, ok := f.limited[queue]
+	if ok && time.Now().After(until) {
+		delete(f.limited, queue)
+		return false
+	}
+	return ok
+}
+
+// claimFoundLimited notes that the plain claim skipped queue for its
+// limits, and claims it on the limited path.
+func (s *Store) claimFoundLimited(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, error) {
+	f := &s.flow
+	f.mu.Lock()
+	if f.limited == nil {
+		f.limited = map[string]time.Time{}
+	}
+	f.limited[queue] = time.Now().Add(staticRecheck)
+	f.mu.Unlock()
+	return s.claimLimited(ctx, conn, queue, want, worker, timeout)
+}
+
+func (f *flowState) margins() (slots, cap int) {
+	slots, cap = flowSlots, norn.MaxClaim
+	if f.slots > 0 {
+		slots = f.slots
+	}
+	if f.cap > 0 {
+		cap = f.cap
+	}
+	return slots, cap
+}
+
+func (f *flowState) skipShared(queue string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	until, ok := f.exclusive[queue]
+	if ok && time.Now().After(until) {
+		delete(f.exclusive, queue)
+		return false
+	}
+	return ok
+}
+
+func (f *flowState) ruleOut(queue string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.exclusive == nil {
+		f.exclusive = map[string]time.Time{}
+	}
+	f.exclusive[queue] = time.Now().Add(staticRecheck)
+}
+
+// The shared path's verdicts.
+const (
+	sharedOK     = "ok"     // claimed on the shared path
+	sharedStatic = "static" // the settings rule it out: small limits, rate limit, fair_by, paused
+	sharedNear   = "near"   // the running count is too close to a limit now
+)
+
+// sharedVerdictSQL decides, with a snapshot taken after the gate and the
+// slot are held, whether this claim may take the shared path, and tells
+// the claim statement through a transaction-local setting. $2 is
+// flowSlots × the largest shared claim. A queue without count limits
+// (lim NULL) needs no count.
+var sharedVerdictSQL = `WITH q AS (SELECT paused OR fair_by <> '' OR rate_per_second > 0 AS other,
+	least(nullif(max_running, 0), nullif(key_limit, 0),
+		(SELECT min(k.lim) FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0)) AS lim
+	FROM {s}.queues WHERE name = $1),
+v AS (SELECT CASE WHEN q.other OR q.lim < $2 THEN 'static'
+	WHEN q.lim IS NOT NULL AND (SELECT count(*) FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'running') > q.lim - $2
+	THEN 'near' ELSE 'ok' END AS v FROM q)
+SELECT v, set_config('norn.flow_shared', (v = 'ok')::text, true), ` + claimSetupGUCs + ` FROM v`
+
+// sharedLockSQL takes the gate in shared mode, then a free slot, or waits
+// for one (the gate first: an exclusive claim waiting for the gate then
+// waits for this claim, never the other way round).
+const sharedLockSQL = `SELECT CASE WHEN pg_advisory_xact_lock_shared(hashtextextended($1, 0)) IS NULL THEN NULL ELSE coalesce(
+	(SELECT true FROM generate_series(0, $3 - 1) s WHERE pg_try_advisory_xact_lock(hashtext($2), s) LIMIT 1),
+	(SELECT true FROM (SELECT pg_advisory_xact_lock(hashtext($2), pg_backend_pid() % $3)) w)) END`
+
+// claimSetupGUCs are claimSetupSQL's settings, set by the verdict for the
+// claim statement after it.
+var claimSetupGUCs = strings.TrimPrefix(claimSetupSQL, "SELECT ")
+
+// claimShared tries the shared path in one round trip: the locks, the
+// verdict and the claim (which claims nothing unless the verdict is ok),
+// in one implicit transaction, so the locks are held until it commits.
+func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, string, error) {
+	slots, cap := s.flow.margins()
+	s.flow.sqlOnce.Do(func() { s.flow.claimSQL = s.buildClaimSharedSQL() })
+	b := &pgx.Batch{}
+	b.Queue(sharedLockSQL, s.channel+"/flow/"+queue, s.channel+"/flowslot/"+queue, slots)
+	b.Queue(s.q(sharedVerdictSQL), queue, slots*cap)
+	b.Queue(s.flow.claimSQL, queue, min(want, cap), s.clockNow(), worker, timeout, s.cfg.HistoryLimit)
+	br := conn.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, "", err
+	}
+	verdict := sharedStatic // no queues row: nothing to claim here
+	dest := make([]any, 2+strings.Count(claimSetupGUCs, "set_config("))
+	dest[0] = &verdict
+	if err := br.QueryRow().Scan(dest...); err != nil && err != pgx.ErrNoRows {
+		return nil, "", err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := pgx.CollectRows(rows, claimedRow)
+	if err != nil {
+		return nil, "", err
+	}
+	return out, verdict, br.Close()
+}
+
+// buildClaimSharedSQL is the shared path's claim: the plain claim, on
+// the condition the verdict set.
+func (s *Store) buildClaimSharedSQL() string {
+	return s.buildAssignSQL(`c AS (SELECT t.id FROM {s}.tasks t
+	WHERE t.status = 'ready' AND t.queue = $1 AND current_setting('norn.flow_shared', true) = 'true'
+	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`)
+}
+
+// claimLimited claims up to want tasks of a flow-limited queue: on the
+// shared path when it may, else on the exclusive one.
 func (s *Store) claimLimited(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, error) {
+	if !s.flow.skipShared(queue) {
+		out, verdict, err := s.claimShared(ctx, conn, queue, want, worker, timeout)
+		if err != nil {
+			return nil, err
+		}
+		switch verdict {
+		case sharedOK:
+			s.flow.sharedClaims.Add(1)
+			return out, nil
+		case sharedStatic:
+			s.flow.ruleOut(queue)
+		}
+	}
+	s.flow.exclusiveClaims.Add(1)
+	return s.claimExclusive(ctx, conn, queue, want, worker, timeout)
+}
+
+// claimExclusive claims up to want tasks of a flow-limited queue with
+// the gate held exclusively: counted per key, admitted exactly.
+func (s *Store) claimExclusive(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, error) {
 	var out []*norn.Task
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		out = nil

@@ -156,6 +156,7 @@ type Store struct {
 	sweepWake *broadcaster // new delays: the monitor leader
 	subs      *subscribers
 	rate      rateState // rate limits' token timers and held-back counts (ratelimit.go)
+	flow      flowState // the shared path of limited claims (flow.go)
 
 	// The background duties (nil when not running).
 	listener  *listener

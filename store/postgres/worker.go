@@ -155,6 +155,9 @@ const genericPlanGUCs = "set_config('plan_cache_mode', 'force_generic_plan', tru
 
 // claimQueue runs claimSQL for one queue: up to want tasks.
 func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, error) {
+	if s.knownLimited(queue) {
+		return s.claimLimited(ctx, conn, queue, want, worker, timeout)
+	}
 	b := &pgx.Batch{}
 	b.Queue(claimSetupSQL)
 	b.Queue(s.claimSQL(), queue, want, s.clockNow(), worker, timeout, s.cfg.HistoryLimit)
@@ -181,7 +184,7 @@ func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, wa
 		return nil, err
 	}
 	if limited && len(out) == 0 {
-		return s.claimLimited(ctx, conn, queue, want, worker, timeout)
+		return s.claimFoundLimited(ctx, conn, queue, want, worker, timeout)
 	}
 	return out, nil
 }

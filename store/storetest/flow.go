@@ -203,16 +203,35 @@ func exerciseFlow(t *testing.T, setup setupFunc) {
 // store's own running interval), the store's own counts (Queue) never
 // exceed the limits, and every task completes exactly once.
 func ConcurrentLimits(t *testing.T, stores []norn.Store, ctx context.Context) {
-	const (
-		maxRunning = 6
-		keyLimit   = 2
-		keys       = 5
-		perKey     = 40
-		workers    = 8
+	ConcurrentLimitsCase(t, stores, ctx, LimitsCase{MaxRunning: 6, KeyLimit: 2, FirstKeyLimit: 1, Keys: 5, PerKey: 40,
+		Workers: 8, N: 3, HoldMs: 3})
+}
+
+// LimitsCase is one configuration of ConcurrentLimitsCase.
+type LimitsCase struct {
+	MaxRunning, KeyLimit int // the queue's limits
+	FirstKeyLimit        int // key k0's own limit (0: none)
+	Keys, PerKey         int // tasks: PerKey for each of Keys keys, plus PerKey without a key
+	Workers, N           int // concurrent claimers (spread over the stores), tasks per claim
+	HoldMs               int // each claimed batch is held up to this long before completing
+}
+
+// ConcurrentLimitsCase is ConcurrentLimits with the limits, tasks and
+// claimers of c.
+func ConcurrentLimitsCase(t *testing.T, stores []norn.Store, ctx context.Context, c LimitsCase) {
+	var (
+		maxRunning = c.MaxRunning
+		keyLimit   = c.KeyLimit
+		keys       = c.Keys
+		perKey     = c.PerKey
+		workers    = c.Workers
 	)
+	var own map[string]*norn.KeySettings
+	if c.FirstKeyLimit > 0 {
+		own = map[string]*norn.KeySettings{"k0": {Limit: c.FirstKeyLimit}}
+	}
 	s0 := stores[0]
-	_, err := s0.UpdateQueue(ctx, "flow", norn.QueueUpdate{MaxRunning: ptr(maxRunning), KeyLimit: ptr(keyLimit),
-		Keys: map[string]*norn.KeySettings{"k0": {Limit: 1}}})
+	_, err := s0.UpdateQueue(ctx, "flow", norn.QueueUpdate{MaxRunning: ptr(maxRunning), KeyLimit: ptr(keyLimit), Keys: own})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +250,9 @@ func ConcurrentLimits(t *testing.T, stores []norn.Store, ctx context.Context) {
 		case "":
 			return maxRunning
 		case "k0":
-			return 1
+			if c.FirstKeyLimit > 0 {
+				return c.FirstKeyLimit
+			}
 		}
 		return keyLimit
 	}
@@ -264,7 +285,7 @@ func ConcurrentLimits(t *testing.T, stores []norn.Store, ctx context.Context) {
 				if finished {
 					return
 				}
-				ts, err := s.Claim(ctx, norn.ClaimRequest{Worker: fmt.Sprintf("w%d", w), Queues: []string{"flow"}, N: 3,
+				ts, err := s.Claim(ctx, norn.ClaimRequest{Worker: fmt.Sprintf("w%d", w), Queues: []string{"flow"}, N: c.N,
 					Wait: dur(50 * time.Millisecond), Timeout: dur(time.Hour)})
 				if err != nil {
 					fail(fmt.Errorf("Claim: %w", err))
@@ -280,7 +301,7 @@ func ConcurrentLimits(t *testing.T, stores []norn.Store, ctx context.Context) {
 					}
 				}
 				mu.Unlock()
-				time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+				time.Sleep(time.Duration(rng.IntN(c.HoldMs)) * time.Millisecond)
 				for _, tk := range ts {
 					mu.Lock()
 					running[tk.ConcurrencyKey]--
@@ -308,7 +329,7 @@ func ConcurrentLimits(t *testing.T, stores []norn.Store, ctx context.Context) {
 				fail(err)
 				return
 			}
-			if n := qi.Counts[norn.StatusRunning]; n > maxRunning {
+			if n := qi.Counts[norn.StatusRunning]; n > int64(maxRunning) {
 				fail(fmt.Errorf("Queue shows %d running, max_running is %d", n, maxRunning))
 			}
 			for _, k := range qi.Keys {
