@@ -209,12 +209,16 @@ func (s *Store) sweep(ctx context.Context) (norn.SweepReport, error) {
 		more := false
 		var part norn.SweepReport
 		err := s.run(func(tx *txn) error {
-			for n := 0; len(s.timers) > 0 && s.timers[0].timerAt <= tx.now; n++ {
+			for n := 0; ; n++ {
+				t := s.firstTimer()
+				if t == nil || t.timerAt > tx.now {
+					break
+				}
 				if n == sweepChunk {
 					more = true
 					break
 				}
-				tx.due(s.timers[0])
+				tx.due(t)
 			}
 			part = tx.report
 			return nil

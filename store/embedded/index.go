@@ -47,6 +47,8 @@ type task struct {
 	// memory make every byte count (docs/benchmarks.md).
 	hasDependents bool
 	deleted       bool
+	// inLeases: the timer is in s.leases, not s.timers.
+	inLeases bool
 }
 
 // queue holds one queue's settings, ready heap, counters and claim waiters.
@@ -371,30 +373,53 @@ func (s *Store) unindex(t *task) {
 }
 
 func (s *Store) setTimer(t *task, at int64) {
-	switch {
-	case at == 0:
-		if t.timerIdx >= 0 {
-			heap.Remove(&s.timers, int(t.timerIdx))
+	// A running task's timer (its lease deadline) lives in s.leases, every
+	// other one in s.timers; see Store.leases.
+	want := &s.timers
+	if t.st.status == stRunning {
+		want = &s.leases
+	}
+	if t.timerIdx >= 0 {
+		cur := &s.timers
+		if t.inLeases {
+			cur = &s.leases
 		}
-	case t.timerIdx >= 0:
-		if t.timerAt != at {
+		switch {
+		case at == 0 || cur != want:
+			heap.Remove(cur, int(t.timerIdx))
+		case t.timerAt != at:
 			t.timerAt = at
-			heap.Fix(&s.timers, int(t.timerIdx))
+			heap.Fix(cur, int(t.timerIdx))
 		}
-	default:
+	}
+	if at != 0 && t.timerIdx < 0 {
 		t.timerAt = at
-		heap.Push(&s.timers, t)
+		t.inLeases = want == &s.leases
+		heap.Push(want, t)
 	}
 	if at != 0 && (s.armedAt == 0 || at < s.armedAt) {
 		s.kickMonitor()
 	}
 }
 
+// firstTimer returns the task whose timer is due first, nil when none is
+// pending.
+func (s *Store) firstTimer() *task {
+	var first *task
+	if len(s.timers) > 0 {
+		first = s.timers[0]
+	}
+	if len(s.leases) > 0 && (first == nil || s.leases[0].timerAt < first.timerAt) {
+		first = s.leases[0]
+	}
+	return first
+}
+
 // nextTimer returns the earliest due time, 0 when nothing is pending.
 func (s *Store) nextTimer() int64 {
 	next := s.nextScheduleFire()
-	if len(s.timers) > 0 && (next == 0 || s.timers[0].timerAt < next) {
-		next = s.timers[0].timerAt
+	if t := s.firstTimer(); t != nil && (next == 0 || t.timerAt < next) {
+		next = t.timerAt
 	}
 	return next
 }

@@ -98,8 +98,12 @@ func (s *Store) load(ctx context.Context) error {
 		}
 		if at := timerFor(t); at != 0 {
 			t.timerAt = at
-			t.timerIdx = int32(len(s.timers))
-			s.timers = append(s.timers, t)
+			h := &s.timers
+			if st.status == stRunning {
+				h, t.inLeases = &s.leases, true
+			}
+			t.timerIdx = int32(len(*h))
+			*h = append(*h, t)
 		}
 		if st.status == stBlocked {
 			waiting = append(waiting, blocked{t, im.deps})
@@ -123,6 +127,7 @@ func (s *Store) load(ctx context.Context) error {
 		q.refixAll()
 	}
 	heap.Init(&s.timers)
+	heap.Init(&s.leases)
 	// Dependency counters: a dependency that is gone or completed is
 	// satisfied; a failed one means the cascade must be finished now.
 	var failed, free []*task

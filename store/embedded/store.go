@@ -114,10 +114,19 @@ type Store struct {
 
 	// mu guards every in-memory index below. It is never held while user
 	// code runs or while waiting for a sync.
-	mu      sync.Mutex
-	tasks   taskIndex
-	queues  map[string]*queue
+	mu     sync.Mutex
+	tasks  taskIndex
+	queues map[string]*queue
+	// timers holds the tasks with a pending time-driven duty (run_at,
+	// retention expiry) by due time, leases the running tasks by lease
+	// deadline. Apart because a burn-down moves every task from one to
+	// the other: a claim's deadline in a heap of a million retention
+	// timers was sifted up through all of its levels and sifted down again
+	// at completion; in a heap of the running tasks alone it is cheap, and
+	// a retention timer, usually the latest of all, stays where it is
+	// pushed, at the end (docs/benchmarks.md).
 	timers  timerHeap
+	leases  timerHeap
 	workers map[string]*workerRec
 	// dependents maps a task to the tasks waiting for it.
 	dependents map[*task][]*task
