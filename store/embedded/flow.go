@@ -41,8 +41,8 @@ import (
 type keyGroup struct {
 	key     string
 	q       *queue
-	ready   readyHeap
-	head    readyEnt // copy of ready[0] while in the top heap
+	ready   readyQueue
+	head    readyEnt // copy of ready.first() while in the top heap
 	running int64
 	tasks   int64 // tasks in memory with this key (any status)
 	// settings are the key's own (hasSettings: stored under a 'k' key).
@@ -63,7 +63,7 @@ func (g *keyGroup) limit() int {
 }
 
 func (g *keyGroup) eligible() bool {
-	if len(g.ready) == 0 {
+	if g.ready.len() == 0 {
 		return false
 	}
 	l := g.limit()
@@ -127,7 +127,7 @@ func (q *queue) fixGroup(g *keyGroup) {
 		}
 		return
 	}
-	g.head = g.ready[0]
+	g.head = *g.ready.first()
 	if g.topIdx >= 0 {
 		heap.Fix(&q.top, g.topIdx)
 	} else {
@@ -260,9 +260,9 @@ func (q *queue) move(t *task, key string) {
 		return
 	}
 	var e readyEnt
-	if t.heapIdx >= 0 {
-		e = g.ready[t.heapIdx]
-		g.ready.remove(int(t.heapIdx))
+	if t.heapIdx != -1 {
+		e = *g.ready.entry(t)
+		g.ready.remove(t)
 	}
 	if t.st.status == stRunning {
 		g.running--

@@ -38,7 +38,7 @@ type task struct {
 	retry      *norn.RetryPolicy
 	timerAt    int64 // when the timer fires
 
-	heapIdx     int32 // position in g.ready, -1 when absent
+	heapIdx     int32 // position in g.ready (readyQueue), -1 when absent
 	timerIdx    int32 // position in the timer heap, -1 when absent
 	maxAttempts int32
 	depsLeft    int32 // dependencies not yet completed (blocked tasks)
@@ -125,6 +125,7 @@ type readyEnt struct {
 	readyAt  int64
 	priority uint32
 	isUUID   bool
+	dead     bool      // removed from the middle of a readyQueue's run
 	key      [2]uint64 // the id's 128 bits when isUUID
 	t        *task
 }
@@ -335,19 +336,19 @@ func (s *Store) index(t *task, old state, counted bool) {
 		}
 	}
 	if t.st.status == stReady && !t.deleted {
-		if t.heapIdx >= 0 {
-			e := &g.ready[t.heapIdx]
+		if t.heapIdx != -1 {
+			e := g.ready.entry(t)
 			if e.priority != t.st.priority || e.readyAt != t.st.readyAt {
 				e.priority, e.readyAt = t.st.priority, t.st.readyAt
-				g.ready.fix(int(t.heapIdx))
+				g.ready.fix(t)
 				regroup = true
 			}
 		} else {
 			g.ready.push(newReadyEnt(t))
 			regroup = true
 		}
-	} else if t.heapIdx >= 0 {
-		g.ready.remove(int(t.heapIdx))
+	} else if t.heapIdx != -1 {
+		g.ready.remove(t)
 		regroup = true
 	}
 	if regroup {
@@ -363,8 +364,8 @@ func (s *Store) unindex(t *task) {
 	if t.st.status == stRunning {
 		g.running--
 	}
-	if t.heapIdx >= 0 {
-		g.ready.remove(int(t.heapIdx))
+	if t.heapIdx != -1 {
+		g.ready.remove(t)
 	}
 	t.q.fixGroup(g)
 	g.tasks--

@@ -3,6 +3,7 @@ package embedded
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/google/uuid"
@@ -124,6 +125,136 @@ func TestReadyHeapOps(t *testing.T) {
 			if h2.less(1, 0) {
 				t.Fatalf("popped %q before %q", top.t.id, h[0].t.id)
 			}
+		}
+	}
+}
+
+// TestReadyQueueOps drives a readyQueue through random pushes (mostly in
+// claim order, as tasks usually become ready, sometimes out of it),
+// removals from anywhere, key changes and takes from the front, and
+// checks after every step that every task finds its entry, the run keeps
+// its order with live ends, and first is the first of all live tasks in
+// claim order.
+func TestReadyQueueOps(t *testing.T) {
+	t.Parallel()
+	for _, ids := range []string{"uuid", "strings"} {
+		rng := rand.New(rand.NewPCG(7, 8))
+		var r readyQueue
+		var live []*task
+		clock := int64(0)
+		n := 0
+		newTask := func() *task {
+			n++
+			id := fmt.Sprintf("t%06d", n)
+			if ids == "uuid" {
+				id = fmt.Sprintf("00000000-0000-7000-8000-%012d", n)
+			}
+			tk := &task{id: id, heapIdx: -1}
+			if rng.IntN(10) == 0 {
+				tk.st.priority = uint32(rng.IntN(3)) // out of order
+				tk.st.readyAt = clock - int64(rng.IntN(5))
+			} else {
+				tk.st.readyAt = clock
+			}
+			clock += int64(rng.IntN(2))
+			return tk
+		}
+		check := func(step int) {
+			if r.len() != len(live) {
+				t.Fatalf("%s step %d: len %d, %d live tasks", ids, step, r.len(), len(live))
+			}
+			var best *task
+			for _, tk := range live {
+				if e := r.entry(tk); e.t != tk || e.dead {
+					t.Fatalf("%s step %d: task %s finds the entry of %v (dead %v)", ids, step, tk.id, e.t, e.dead)
+				}
+				if best == nil || entLess(r.entry(tk), r.entry(best)) {
+					best = tk
+				}
+			}
+			if best != nil && r.first().t != best {
+				t.Fatalf("%s step %d: first is %s, want %s", ids, step, r.first().t.id, best.id)
+			}
+			if r.runBase+len(r.run) > maxRunPos {
+				t.Fatalf("%s step %d: run positions beyond %d", ids, step, maxRunPos)
+			}
+			if r.live > 0 && (r.run[r.front].dead || r.run[len(r.run)-1].dead) {
+				t.Fatalf("%s step %d: the run has a dead end", ids, step)
+			}
+			for i := r.front + 1; i < len(r.run); i++ {
+				if r.run[i].dead || r.run[i-1].dead {
+					continue
+				}
+				if entLess(&r.run[i], &r.run[i-1]) {
+					t.Fatalf("%s step %d: run out of order at %d", ids, step, i)
+				}
+			}
+		}
+		drop := func(k int) {
+			live = append(live[:k], live[k+1:]...)
+		}
+		for step := 0; step < 20000; step++ {
+			if step == 10000 {
+				// Near the end of the numbering, a run that keeps growing
+				// renumbers itself.
+				r.renumber()
+				r.runBase = maxRunPos - 3000
+				for i := range r.run {
+					if !r.run[i].dead {
+						r.run[i].t.heapIdx = int32(-2 - (r.runBase + i))
+					}
+				}
+				for range 5000 {
+					tk := newTask()
+					tk.st.priority, tk.st.readyAt = 0, clock+1 // in order
+					r.push(newReadyEnt(tk))
+					live = append(live, tk)
+				}
+				check(step)
+			}
+			switch op := rng.IntN(10); {
+			case op < 4 || len(live) == 0:
+				tk := newTask()
+				r.push(newReadyEnt(tk))
+				live = append(live, tk)
+			case op < 7:
+				tk := r.first().t
+				r.remove(tk)
+				if tk.heapIdx != -1 {
+					t.Fatalf("taken task keeps heapIdx %d", tk.heapIdx)
+				}
+				drop(slices.Index(live, tk))
+			case op < 9:
+				k := rng.IntN(len(live))
+				r.remove(live[k])
+				drop(k)
+			default:
+				tk := live[rng.IntN(len(live))]
+				e := r.entry(tk)
+				e.priority = uint32(rng.IntN(3))
+				e.readyAt = clock - int64(rng.IntN(10))
+				r.fix(tk)
+			}
+			check(step)
+		}
+		// Loading sorts: the same tasks come out in the same order.
+		var es []readyEnt
+		for _, tk := range live {
+			es = append(es, *r.entry(tk))
+		}
+		var want []*task
+		for r.len() > 0 {
+			tk := r.first().t
+			r.remove(tk)
+			want = append(want, tk)
+		}
+		rng.Shuffle(len(es), func(i, j int) { es[i], es[j] = es[j], es[i] })
+		r.load(es)
+		for i, tk := range want {
+			if got := r.first().t; got != tk {
+				t.Fatalf("%s: after load, entry %d is %s, want %s", ids, i, got.id, tk.id)
+			}
+			r.remove(tk)
 		}
 	}
 }

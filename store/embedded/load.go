@@ -91,8 +91,8 @@ func (s *Store) load(ctx context.Context) error {
 		t.q.counts[st.status]++
 		switch st.status {
 		case stReady:
-			t.heapIdx = int32(len(t.g.ready))
-			t.g.ready = append(t.g.ready, newReadyEnt(t))
+			// Collected here, put in order below.
+			t.g.ready.run = append(t.g.ready.run, newReadyEnt(t))
 		case stRunning:
 			t.g.running++
 		}
@@ -120,9 +120,9 @@ func (s *Store) load(ctx context.Context) error {
 		return err
 	}
 	for _, q := range s.queues {
-		q.nokey.ready.init()
+		q.nokey.ready.load(q.nokey.ready.run)
 		for _, g := range q.keys {
-			g.ready.init()
+			g.ready.load(g.ready.run)
 		}
 		q.refixAll()
 	}

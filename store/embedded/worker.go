@@ -169,7 +169,7 @@ func (tx *txn) claim(req *norn.ClaimRequest) []*task {
 		p := tx.plan(q, req.N-len(out))
 		n0 := len(out)
 		for len(out) < req.N && q.claimable() && (p.tokens < 0 || len(out)-n0 < p.tokens) {
-			t := q.top[0].ready[0].t
+			t := q.top[0].ready.first().t
 			tx.chargeFair(t.g)
 			ns := tx.touch(t)
 			ns.status = stRunning
