@@ -49,6 +49,7 @@ type task struct {
 	deleted       bool
 	// inLeases: the timer is in s.leases, not s.timers.
 	inLeases bool
+	slot     uint32 // in s.tasks
 }
 
 // queue holds one queue's settings, ready heap, counters and claim waiters.

@@ -12,15 +12,52 @@ import "iter"
 // id) is looked up by its 128 bits, any other id by its string, and either
 // gives a slot number in slots, a table of task pointers in the order the
 // tasks were created, which the collector walks sequentially.
+//
+// claimed remembers the slots of recently claimed tasks with UUID ids, by
+// the id's low bits: a completion finds its task there, in a table that
+// stays in the cache, instead of in byUUID, where with a million tasks
+// every lookup missed it (docs/benchmarks.md). An entry is a hint, checked
+// against the slot's task: a later claim may have overwritten it, or its
+// task may be gone and the slot reused; then byUUID answers.
 type taskIndex struct {
-	byUUID map[[2]uint64]uint32
-	byStr  map[string]uint32 // ids that are not canonical UUIDs
-	slots  []*task           // nil when free
-	free   []uint32          // free slots
+	byUUID  map[[2]uint64]uint32
+	byStr   map[string]uint32 // ids that are not canonical UUIDs
+	slots   []*task           // nil when free
+	free    []uint32          // free slots
+	claimed *[claimedSize]uint32
 }
 
+// claimedSize is a few times the tasks a store's claimers hold at once
+// (2×GOMAXPROCS workers of 100 tasks each, by default).
+const claimedSize = 4096
+
 func newTaskIndex() taskIndex {
-	return taskIndex{byUUID: map[[2]uint64]uint32{}, byStr: map[string]uint32{}}
+	return taskIndex{byUUID: map[[2]uint64]uint32{}, byStr: map[string]uint32{}, claimed: new([claimedSize]uint32)}
+}
+
+// noteClaimed remembers t, which must be in the index, for getClaimed.
+func (x *taskIndex) noteClaimed(t *task) {
+	if k, isUUID := uuidKey(t.id); isUUID {
+		x.claimed[k[1]%claimedSize] = t.slot
+	}
+}
+
+// getClaimed is get for the task of a lease: usually one claimed a moment
+// ago.
+func (x *taskIndex) getClaimed(id string) *task {
+	k, isUUID := uuidKey(id)
+	if !isUUID {
+		return x.get(id)
+	}
+	if i := x.claimed[k[1]%claimedSize]; int(i) < len(x.slots) {
+		if t := x.slots[i]; t != nil && t.id == id {
+			return t
+		}
+	}
+	if i, ok := x.byUUID[k]; ok {
+		return x.slots[i]
+	}
+	return nil
 }
 
 // get returns the task with this id, nil if none.
@@ -49,6 +86,7 @@ func (x *taskIndex) put(t *task) {
 		i = uint32(len(x.slots))
 		x.slots = append(x.slots, t)
 	}
+	t.slot = i
 	if k, isUUID := uuidKey(t.id); isUUID {
 		x.byUUID[k] = i
 	} else {

@@ -26,7 +26,33 @@ func TestTaskIndex(t *testing.T) {
 	if x.len() != 4 {
 		t.Fatalf("len = %d, want 4", x.len())
 	}
+	// getClaimed finds claimed and other tasks alike.
+	x.noteClaimed(a)
+	x.noteClaimed(c) // not a UUID: found by its string
+	for _, tk := range []*task{a, b, c, d} {
+		if got := x.getClaimed(tk.id); got != tk {
+			t.Fatalf("getClaimed(%q) = %v, want %v", tk.id, got, tk)
+		}
+	}
+	// An id whose entry in the table of claims names another task is
+	// still found (the table holds hints, checked against the slot).
+	e := &task{id: "0190b2f4-7a3c-7d2e-8f00-000000001001"} // a's entry: the same low bits mod the table size
+	x.put(e)
+	x.noteClaimed(e)
+	if x.getClaimed(a.id) != a || x.getClaimed(e.id) != e {
+		t.Fatal("getClaimed confused two tasks sharing an entry")
+	}
+	x.del(e)
+	// A deleted claimed task's slot reused by another task: the stale
+	// hint is not taken for it.
+	x.noteClaimed(b)
 	x.del(b)
+	f := &task{id: "0190b2f4-7a3c-7d2e-8f00-0000000000ff"}
+	x.put(f) // takes b's slot
+	if f.slot != b.slot || x.getClaimed(b.id) != nil || x.getClaimed(f.id) != f {
+		t.Fatalf("after b's slot went to f: getClaimed(b) = %v, getClaimed(f) = %v", x.getClaimed(b.id), x.getClaimed(f.id))
+	}
+	x.del(f)
 	x.del(c)
 	x.del(c) // again: a no-op
 	if x.get(b.id) != nil || x.get(c.id) != nil {

@@ -13,8 +13,8 @@ import (
 
 // checkTimers verifies that every task with a pending duty has its timer,
 // due when timerFor says, in the heap of its status (leases for running
-// tasks, timers for the rest), and that both heaps are ordered and know
-// their entries' positions.
+// tasks, timers for the rest), that both heaps are ordered and know
+// their entries' positions, and that a lease finds its task.
 func checkTimers(t *testing.T, s *Store, when string) {
 	t.Helper()
 	s.mu.Lock()
@@ -33,6 +33,9 @@ func checkTimers(t *testing.T, s *Store, when string) {
 		}
 	}
 	for tk := range s.tasks.all() {
+		if got := s.tasks.getClaimed(tk.id); got != tk {
+			t.Fatalf("%s: getClaimed(%s) = %v", when, tk.id, got)
+		}
 		at := timerFor(tk)
 		if at == 0 {
 			if tk.timerIdx >= 0 {
@@ -52,9 +55,10 @@ func checkTimers(t *testing.T, s *Store, when string) {
 // TestTimersFollowTransitions drives tasks through random transitions
 // (claims, completions, failures with retries, yields, heartbeats,
 // cancellations, delays, sweeps that time leases out, release delays and
-// purge) and checks the two timer heaps after every step and after a
-// reopen: a lease deadline lives in the heap of running tasks, every other
-// duty in the main one, and sweeping fires whichever is due first.
+// purge) and checks the two timer heaps and task lookups after every
+// step and after a reopen: a lease deadline lives in the heap of running
+// tasks, every other duty in the main one, and sweeping fires whichever is
+// due first. Half the tasks have generated (UUID) ids, half chosen ones.
 func TestTimersFollowTransitions(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -81,7 +85,11 @@ func TestTimersFollowTransitions(t *testing.T) {
 			var nts []norn.NewTask
 			for range 1 + rng.IntN(5) {
 				n++
-				nt := norn.NewTask{ID: fmt.Sprintf("t%05d", n), Queue: "q", Timeout: norn.Duration(time.Duration(1+rng.IntN(120)) * time.Second),
+				id := fmt.Sprintf("t%05d", n)
+				if rng.IntN(2) == 0 {
+					id = "" // generated
+				}
+				nt := norn.NewTask{ID: id, Queue: "q", Timeout: norn.Duration(time.Duration(1+rng.IntN(120)) * time.Second),
 					MaxAttempts: &two, Retry: &norn.RetryPolicy{MaxRetries: 1, Base: norn.Duration(time.Second), Max: norn.Duration(time.Second)}}
 				if rng.IntN(4) == 0 {
 					nt.Delay = norn.Duration(time.Duration(rng.IntN(90)) * time.Second)

@@ -187,6 +187,7 @@ func (tx *txn) claim(req *norn.ClaimRequest) []*task {
 			tx.set(t, ns) // removes it from the ready heap
 			tx.writeHistory(t, seq, norn.HistoryEntry{Type: norn.TaskAssignment, Worker: req.Worker, Lease: ns.lease})
 			tx.event(norn.EventKind(norn.TaskAssignment), t)
+			s.tasks.noteClaimed(t)
 			out = append(out, t)
 		}
 		tx.claimed(q, p, len(out)-n0)
@@ -205,7 +206,7 @@ func (tx *txn) leased(ref norn.LeaseRef) (*task, error) {
 	if err := ref.Validate(); err != nil {
 		return nil, err
 	}
-	t := tx.s.tasks.get(ref.TaskID)
+	t := tx.s.tasks.getClaimed(ref.TaskID)
 	if t == nil {
 		return nil, norn.NotFound(ref.TaskID)
 	}
