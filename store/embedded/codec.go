@@ -305,6 +305,11 @@ func (im *immutable) encode(buf []byte) []byte {
 // copying what a caller does not need (recovery needs neither, nor the
 // optional fields, which are skipped when both are false).
 func decodeImmutable(b []byte, withSpec, withLabels bool) (immutable, error) {
+	return decodeImmutableIn(b, withSpec, withLabels, nil)
+}
+
+// decodeImmutableIn is decodeImmutable copying the spec into a's memory.
+func decodeImmutableIn(b []byte, withSpec, withLabels bool, a *taskArena) (immutable, error) {
 	var im immutable
 	if len(b) < 1 || b[0] < 2 || b[0] > immVersion {
 		return im, errCorrupt
@@ -344,7 +349,7 @@ func decodeImmutable(b []byte, withSpec, withLabels bool) (immutable, error) {
 		if has {
 			sp := d.by()
 			if withSpec && d.err == nil {
-				im.spec = append(make([]byte, 0, len(sp)), sp...)
+				im.spec = a.copy(sp)
 			}
 		}
 	} else if d.err == nil {

@@ -512,3 +512,36 @@ func crashChild(dir, round string) {
 		}
 	}
 }
+
+// TestClaimedTasksDoNotShareMemory: the tasks of one claim are decoded
+// into shared memory (one allocation for all); appending to one task's
+// spec or history must not write into another's.
+func TestClaimedTasksDoNotShareMemory(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, Options{})
+	var nts []norn.NewTask
+	for i := range 3 {
+		nts = append(nts, norn.NewTask{Queue: "q", Spec: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
+	}
+	mustSubmit(t, s, nts...)
+	got := mustClaim(t, s, "w", 3, "q")
+	if len(got) != 3 {
+		t.Fatalf("claimed %d tasks, want 3", len(got))
+	}
+	specs := make([]string, 3)
+	for i, tk := range got {
+		specs[i] = string(tk.Spec)
+		if len(tk.History) != 1 || tk.History[0].Type != norn.TaskAssignment {
+			t.Fatalf("task %d history %+v", i, tk.History)
+		}
+	}
+	for i, tk := range got {
+		tk.Spec = append(tk.Spec, "XXXXXXXX"...)
+		tk.History = append(tk.History, norn.HistoryEntry{Type: norn.TaskComplete})
+		for j := i + 1; j < 3; j++ {
+			if string(got[j].Spec) != specs[j] || len(got[j].History) != 1 || got[j].History[0].Type != norn.TaskAssignment {
+				t.Fatalf("appending to task %d changed task %d: spec %s, history %+v", i, j, got[j].Spec, got[j].History)
+			}
+		}
+	}
+}

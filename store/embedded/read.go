@@ -76,6 +76,7 @@ func (r *reader) tasksForward(ids []string) ([]*norn.Task, error) {
 	}
 	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(ids[a], ids[b]) })
 	out := make([]*norn.Task, len(ids))
+	a := &taskArena{tasks: make([]norn.Task, 0, len(ids)), hist: make([]norn.HistoryEntry, 0, len(ids))}
 	var lo []byte
 	for _, i := range order {
 		id := ids[i]
@@ -85,7 +86,7 @@ func (r *reader) tasksForward(ids []string) ([]*norn.Task, error) {
 				return nil, norn.Unavailable(err)
 			}
 		}
-		t, err := r.s.decodeTask(r.it, id, lo, false, nil)
+		t, err := r.s.decodeTaskIn(r.it, id, lo, false, nil, a)
 		if err == nil && t == nil {
 			err = fmt.Errorf("embedded: claimed task %q has no record: %w", id, errCorrupt)
 		}
@@ -129,6 +130,55 @@ func skipTask(it *pebble.Iterator, id string, lo []byte) bool {
 // lo) and leaves it at the first key after the task. It returns nil when
 // the task does not exist or does not match f.
 func (s *Store) decodeTask(it *pebble.Iterator, id string, lo []byte, summary bool, f *norn.Filter) (*norn.Task, error) {
+	return s.decodeTaskIn(it, id, lo, summary, f, nil)
+}
+
+// taskArena gives the tasks a Claim returns, and their specs, a few
+// allocations in all instead of two per task: allocating each norn.Task
+// (with its history, a third of a 1M burn-down's decoding time went to
+// mallocgc) cost more than decoding it (docs/benchmarks.md). The tasks of
+// one claim then share their memory, which is freed when none of them is
+// referenced any more. A nil *taskArena allocates as usual.
+type taskArena struct {
+	tasks []norn.Task // pre-sized: never grown, so pointers stay valid
+	hist  []norn.HistoryEntry
+	bytes []byte
+}
+
+// appendHistory is append(hs, h) taking a first entry from a.
+func (a *taskArena) appendHistory(hs []norn.HistoryEntry, h norn.HistoryEntry) []norn.HistoryEntry {
+	if a == nil || hs != nil || len(a.hist) == cap(a.hist) {
+		return append(hs, h)
+	}
+	n := len(a.hist)
+	a.hist = append(a.hist, h)
+	return a.hist[n : n+1 : n+1]
+}
+
+func (a *taskArena) task() *norn.Task {
+	if a == nil || len(a.tasks) == cap(a.tasks) {
+		return new(norn.Task)
+	}
+	a.tasks = a.tasks[:len(a.tasks)+1]
+	return &a.tasks[len(a.tasks)-1]
+}
+
+// copy returns a copy of b whose capacity ends with it (an append by the
+// caller reallocates instead of overwriting the next copy).
+func (a *taskArena) copy(b []byte) []byte {
+	if a == nil {
+		return append(make([]byte, 0, len(b)), b...)
+	}
+	if cap(a.bytes)-len(a.bytes) < len(b) {
+		a.bytes = make([]byte, 0, max(len(b), 16<<10))
+	}
+	n := len(a.bytes)
+	a.bytes = append(a.bytes, b...)
+	return a.bytes[n:len(a.bytes):len(a.bytes)]
+}
+
+// decodeTaskIn is decodeTask taking the task's memory from a.
+func (s *Store) decodeTaskIn(it *pebble.Iterator, id string, lo []byte, summary bool, f *norn.Filter, a *taskArena) (*norn.Task, error) {
 	var t *norn.Task
 	var st state
 	// The core records: 'a' (immutable, initial labels and state), then
@@ -144,11 +194,12 @@ func (s *Store) decodeTask(it *pebble.Iterator, id string, lo []byte, summary bo
 		}
 		switch k[len(lo)] {
 		case sufImmutable:
-			im, err := decodeImmutable(v, !summary, true)
+			im, err := decodeImmutableIn(v, !summary, true, a)
 			if err != nil {
 				return nil, fmt.Errorf("embedded: task %q: %w", id, err)
 			}
-			t = &norn.Task{ID: id, Queue: im.queue, Created: fromNanos(im.created), MaxAttempts: int(im.maxAttempts),
+			t = a.task()
+			*t = norn.Task{ID: id, Queue: im.queue, Created: fromNanos(im.created), MaxAttempts: int(im.maxAttempts),
 				Timeout: norn.Duration(im.timeout), MaxRuntime: norn.Duration(im.maxRuntime), Retry: im.retry, UniqueKey: im.uniqueKey,
 				DependsOn: im.deps, Spec: im.spec, Labels: im.labels, ConcurrencyKey: im.key,
 				Traceparent: im.traceparent, Tracestate: im.tracestate}
@@ -217,7 +268,7 @@ func (s *Store) decodeTask(it *pebble.Iterator, id string, lo []byte, summary bo
 			if err != nil {
 				return nil, fmt.Errorf("embedded: task %q history: %w", id, err)
 			}
-			t.History = append(t.History, h)
+			t.History = a.appendHistory(t.History, h)
 		case sufResult:
 			t.Result = append(json.RawMessage(nil), v...)
 		}
