@@ -145,26 +145,45 @@ func uuidKey(id string) (k [2]uint64, ok bool) {
 	if len(id) != 36 || id[8] != '-' || id[13] != '-' || id[18] != '-' || id[23] != '-' {
 		return k, false
 	}
-	n := 0
-	for i := 0; i < 36; i++ {
-		c := id[i]
-		if i == 8 || i == 13 || i == 18 || i == 23 {
-			continue
+	// Table lookups without branches per digit: every lease operation
+	// parses its task's id (docs/benchmarks.md).
+	var bad byte
+	for w, pos := range &uuidDigits {
+		var v uint64
+		for _, i := range pos {
+			d := hexDigit[id[i]]
+			bad |= d
+			v = v<<4 | uint64(d&0xf)
 		}
-		var v byte
-		switch {
-		case c >= '0' && c <= '9':
-			v = c - '0'
-		case c >= 'a' && c <= 'f':
-			v = c - 'a' + 10
-		default:
-			return [2]uint64{}, false
-		}
-		k[n/16] = k[n/16]<<4 | uint64(v)
-		n++
+		k[w] = v
+	}
+	if bad == 0xff {
+		return [2]uint64{}, false
 	}
 	return k, true
 }
+
+// uuidDigits are the positions of a UUID string's hex digits, by half.
+var uuidDigits = [2][16]uint8{
+	{0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 14, 15, 16, 17},
+	{19, 20, 21, 22, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35},
+}
+
+// hexDigit maps a lowercase hex digit to its value and every other byte
+// to 0xff.
+var hexDigit = func() (t [256]byte) {
+	for i := range t {
+		switch {
+		case i >= '0' && i <= '9':
+			t[i] = byte(i - '0')
+		case i >= 'a' && i <= 'f':
+			t[i] = byte(i - 'a' + 10)
+		default:
+			t[i] = 0xff
+		}
+	}
+	return t
+}()
 
 func (h readyHeap) less(i, j int) bool { return entLess(&h[i], &h[j]) }
 

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -31,6 +32,10 @@ func TestUUIDKeyOrdersLikeStrings(t *testing.T) {
 		if !ok {
 			t.Fatalf("uuidKey(%q) not recognised", a)
 		}
+		u := uuid.MustParse(a)
+		if want := [2]uint64{binary.BigEndian.Uint64(u[:8]), binary.BigEndian.Uint64(u[8:])}; ka != want {
+			t.Fatalf("uuidKey(%q) = %x, want %x", a, ka, want)
+		}
 		for _, b := range ids {
 			kb, _ := uuidKey(b)
 			less := ka[0] < kb[0] || ka[0] == kb[0] && ka[1] < kb[1]
@@ -40,7 +45,8 @@ func TestUUIDKeyOrdersLikeStrings(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "a", "0193A1B2-C3D4-7E5F-8ABC-DEF012345678", "0193a1b2xc3d4-7e5f-8abc-def012345678",
-		"0193a1b2-c3d4-7e5f-8abc-def01234567g", "0193a1b2-c3d4-7e5f-8abc-def0123456789"} {
+		"0193a1b2-c3d4-7e5f-8abc-def01234567g", "0193a1b2-c3d4-7e5f-8abc-def0123456789",
+		"0193a1b2-c3d4-7e5f-8abc-def01234567\x00", "g193a1b2-c3d4-7e5f-8abc-def012345678", "0193a1b2-c3d4-7e5f-8abc-def01234567F"} {
 		if _, ok := uuidKey(bad); ok {
 			t.Errorf("uuidKey(%q) accepted", bad)
 		}
