@@ -2,7 +2,11 @@ package postgres
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/store/storetest"
@@ -78,4 +82,60 @@ func TestRateLimitAcrossInstances(t *testing.T) {
 		stores = append(stores, s)
 	}
 	storetest.ConcurrentRate(t, stores, clock, context.Background())
+}
+
+// TestRateLimitWakesOnlyForTokens has six long-polling claimers on one
+// node burn down a queue limited to 25 tasks/s with a burst of 1. Each
+// token must wake about one of them, not all six: the claims the rate
+// limit sent back with nothing (the herd: about five per token when every
+// waiter wakes) must stay well under two per claimed task — the winner's
+// next claim, which finds the bucket empty, is one.
+func TestRateLimitWakesOnlyForTokens(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, nil, func(c *Config) { c.PollInterval = time.Minute })
+	if _, err := s.UpdateQueue(ctx, "rl", norn.QueueUpdate{RateLimit: &norn.RateLimit{PerSecond: 25, Burst: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	const tasks, claimers = 40, 6
+	nts := make([]norn.NewTask, tasks)
+	for i := range nts {
+		nts[i] = norn.NewTask{Queue: "rl"}
+	}
+	if _, err := s.Submit(ctx, nts...); err != nil {
+		t.Fatal(err)
+	}
+	var claimed atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, claimers)
+	for w := range claimers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			worker := fmt.Sprintf("w%d", w)
+			for claimed.Load() < tasks {
+				ts, err := s.Claim(ctx, norn.ClaimRequest{Worker: worker, Queues: []string{"rl"}, N: 1, Wait: norn.Duration(500 * time.Millisecond)})
+				if err != nil {
+					errs <- err
+					return
+				}
+				for _, tk := range ts {
+					claimed.Add(1)
+					if err := s.Complete(ctx, norn.LeaseRef{TaskID: tk.ID, Worker: worker, Lease: tk.Lease}, nil); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	empty := s.rate.emptied.Load()
+	t.Logf("%d claims came back empty for %d tasks", empty, claimed.Load())
+	if empty > 2*tasks {
+		t.Fatalf("%d claims came back empty for %d tasks: every token woke every waiter", empty, tasks)
+	}
 }

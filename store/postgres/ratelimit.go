@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,7 +23,8 @@ import (
 //
 // A long-polling claim that a rate limit left short would otherwise sleep
 // until a notification or PollInterval; the node arms one timer per queue
-// for when the next token comes, which wakes its waiting claimers.
+// for when the next token comes, which wakes about as many of its waiting
+// claimers as there are tokens (tokenDue), not all of them.
 
 // bucketSQL reads the bucket and the time the claim uses ($2: injected
 // clock), in the claim's batch after the advisory lock.
@@ -30,11 +32,34 @@ const bucketSQL = `SELECT n.now, b.tokens, b.at FROM (SELECT coalesce($2::timest
 LEFT JOIN {s}.queue_buckets b ON b.queue = $1`
 
 // rateState is the node's side of rate limiting: what limits held back
-// from this store's claims, and the pending token timers.
+// from this store's claims, the pending token timers, and the long-polling
+// claims waiting for tokens.
 type rateState struct {
-	mu     sync.Mutex
-	held   map[string]*norn.Held
-	timers map[string]time.Time // queue → when its armed timer fires
+	mu      sync.Mutex
+	held    map[string]*norn.Held
+	queues  map[string]*tokenQueue
+	emptied atomic.Int64 // claims the rate limit left with nothing (tests)
+}
+
+// tokenQueue is one rate-limited queue's token timer and waiters on this
+// node.
+type tokenQueue struct {
+	timer   time.Time // when the armed timer fires (zero: none armed)
+	rl      norn.RateLimit
+	bucket  norn.Bucket // as the last claim the limit held back left it
+	armedAt time.Time   // local time of that claim
+	heldAt  time.Time   // when a claim was last held back by the limit
+	waiters []*tokenWaiter
+	spare   int       // wake-ups the last timer had no waiter for…
+	firedAt time.Time // …and when it fired
+}
+
+// tokenWaiter is a long-polling claim waiting for tokens: the timer wakes
+// it by closing c.
+type tokenWaiter struct {
+	c      chan struct{}
+	queues []string
+	woken  bool
 }
 
 // bucketRow is what bucketSQL read.
@@ -85,6 +110,9 @@ WHERE status = 'ready' AND queue = $1 LIMIT $2) r`), queue, want-got).Scan(&left
 	if held == (norn.Held{}) {
 		return nil
 	}
+	if got == 0 && held.RateLimit > 0 {
+		s.rate.emptied.Add(1)
+	}
 	s.rate.mu.Lock()
 	defer s.rate.mu.Unlock()
 	if s.rate.held == nil {
@@ -97,33 +125,118 @@ WHERE status = 'ready' AND queue = $1 LIMIT $2) r`), queue, want-got).Scan(&left
 	}
 	h.Add(held)
 	if held.RateLimit > 0 {
-		s.armTokenTimer(queue, flow.RateLimit.NextToken(b))
+		tq := s.rate.queue(queue)
+		tq.rl, tq.bucket, tq.armedAt, tq.heldAt = flow.RateLimit, b, time.Now(), time.Now()
+		s.armTokenTimer(queue, tq, flow.RateLimit.NextToken(b))
 	}
 	return nil
 }
 
-// armTokenTimer wakes this node's waiting claimers in d, unless a timer
-// for the queue fires before then already. Called with s.rate.mu held.
-func (s *Store) armTokenTimer(queue string, d time.Duration) {
-	if d <= 0 {
-		d = time.Millisecond
+// queue returns the queue's token state. Called with s.rate.mu held.
+func (r *rateState) queue(name string) *tokenQueue {
+	if r.queues == nil {
+		r.queues = map[string]*tokenQueue{}
 	}
+	tq := r.queues[name]
+	if tq == nil {
+		tq = &tokenQueue{}
+		r.queues[name] = tq
+	}
+	return tq
+}
+
+// armTokenTimer wakes waiters of the queue in d, unless its timer fires
+// before then already. Called with s.rate.mu held.
+func (s *Store) armTokenTimer(queue string, tq *tokenQueue, d time.Duration) {
+	d = max(d, time.Millisecond)
 	at := time.Now().Add(d)
-	if s.rate.timers == nil {
-		s.rate.timers = map[string]time.Time{}
-	}
-	if pending, ok := s.rate.timers[queue]; ok && !pending.After(at) {
+	if !tq.timer.IsZero() && !tq.timer.After(at) {
 		return
 	}
-	s.rate.timers[queue] = at
-	time.AfterFunc(d, func() {
-		s.rate.mu.Lock()
-		if s.rate.timers[queue].Equal(at) {
-			delete(s.rate.timers, queue)
+	tq.timer = at
+	time.AfterFunc(d, func() { s.tokenDue(queue, at) })
+}
+
+// tokenDue wakes as many of the queue's waiters as the bucket holds whole
+// tokens now (at least one), oldest first, rather than every claimer of
+// the node: each woken one claims, so more would mostly come back empty.
+// Wake-ups nobody was waiting for are kept for claims that were under way
+// when the timer fired (tokenWait).
+func (s *Store) tokenDue(queue string, at time.Time) {
+	s.rate.mu.Lock()
+	defer s.rate.mu.Unlock()
+	tq := s.rate.queues[queue]
+	if tq == nil || !tq.timer.Equal(at) {
+		return // replaced by an earlier timer, which did the waking
+	}
+	tq.timer = time.Time{}
+	b := tq.bucket
+	n := max(tq.rl.Refill(b, b.At.Add(time.Since(tq.armedAt))).Whole(), 1)
+	woken := 0
+	for woken < n && len(tq.waiters) > 0 {
+		w := tq.waiters[0]
+		tq.waiters = tq.waiters[1:]
+		if !w.woken {
+			w.woken = true
+			close(w.c)
+			woken++
 		}
-		s.rate.mu.Unlock()
-		s.wake.fire()
-	})
+	}
+	tq.spare, tq.firedAt = n-woken, time.Now()
+}
+
+// tokenWait registers a long-polling claim that started at started and
+// came back empty as a waiter for the tokens of those of queues whose rate
+// limit held back a claim since it started. Its channel is closed when a
+// token timer wakes it, at once if a timer fired while it was claiming
+// with a wake-up to spare; nil (blocks forever) when no such queue. Every
+// wait ends with endTokenWait.
+func (s *Store) tokenWait(queues []string, started time.Time) *tokenWaiter {
+	s.rate.mu.Lock()
+	defer s.rate.mu.Unlock()
+	if len(s.rate.queues) == 0 {
+		return &tokenWaiter{}
+	}
+	w := &tokenWaiter{c: make(chan struct{})}
+	for _, q := range queues {
+		tq := s.rate.queues[q]
+		if tq == nil || tq.heldAt.Before(started) {
+			continue
+		}
+		if tq.spare > 0 && !tq.firedAt.Before(started) {
+			tq.spare--
+			w.woken = true
+			close(w.c)
+			return w
+		}
+		tq.waiters = append(tq.waiters, w)
+		w.queues = append(w.queues, q)
+		if tq.timer.IsZero() {
+			// The timer fired while this claim ran and woke others:
+			// make sure one comes for the token after theirs.
+			s.armTokenTimer(q, tq, time.Until(tq.armedAt.Add(tq.rl.NextToken(tq.bucket))))
+		}
+	}
+	if len(w.queues) == 0 {
+		return &tokenWaiter{}
+	}
+	return w
+}
+
+// endTokenWait removes a waiter that woke for another reason, so a timer
+// does not spend a wake-up on it.
+func (s *Store) endTokenWait(w *tokenWaiter) {
+	if len(w.queues) == 0 {
+		return
+	}
+	s.rate.mu.Lock()
+	defer s.rate.mu.Unlock()
+	w.woken = true
+	for _, q := range w.queues {
+		if tq := s.rate.queues[q]; tq != nil {
+			tq.waiters = slices.DeleteFunc(tq.waiters, func(x *tokenWaiter) bool { return x == w })
+		}
+	}
 }
 
 // FlowStats reports the queues with limits, with their running tasks, and

@@ -88,6 +88,7 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 	}
 	for {
 		wake := s.wake.wait() // before claiming, so a notification in between is not missed
+		started := time.Now()
 		got, err := s.claimOnce(ctx, req)
 		if err != nil || len(got) > 0 || req.Wait <= 0 {
 			return got, err
@@ -96,18 +97,23 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 		if left <= 0 {
 			return got, nil
 		}
+		tokens := s.tokenWait(req.Queues, started) // rate limits wake their own waiters (ratelimit.go)
 		timer := time.NewTimer(min(left, s.cfg.PollInterval))
 		select {
 		case <-wake:
+		case <-tokens.c:
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
+			s.endTokenWait(tokens)
 			return nil, ctx.Err()
 		case <-s.ctx.Done():
 			timer.Stop()
+			s.endTokenWait(tokens)
 			return nil, norn.ErrClosed
 		}
 		timer.Stop()
+		s.endTokenWait(tokens)
 	}
 }
 
