@@ -37,11 +37,13 @@ type fairCand struct {
 
 // fairKey is one key with ready tasks during a fair claim.
 type fairKey struct {
-	key   string
-	vt    int64
-	tasks []fairCand
-	next  int
-	more  bool // the read may have left tasks unread
+	key    string
+	vt     int64
+	tasks  []fairCand
+	next   int
+	more   bool // the read may have left tasks unread
+	stored bool // it has a queue_fair row
+	picked bool // this claim took a task of it
 }
 
 // candLess orders two ready tasks in claim order.
@@ -79,30 +81,40 @@ func (s *Store) pickFair(ctx context.Context, tx pgx.Tx, queue string, want int,
 			}
 		}
 	}
-	// Each key's first want tasks: enough for any outcome of this claim,
-	// so the read is O(keys × want) rows, never the backlog.
-	per := want
+	// Each key's first ⌈want / keys⌉ + 1 tasks, with its virtual time: as
+	// many as an even share of the claim needs, so the read is O(keys +
+	// want) rows; a key that gets more than its share (a weight, or fewer
+	// keys with tasks than the claim wants) has the rest read when the
+	// pick reaches it (more below).
 	rows, err := tx.Query(ctx, s.q(`WITH RECURSIVE k(key) AS (
 	(SELECT fair_key FROM {s}.tasks WHERE queue = $1 AND status = 'ready' AND fair_key IS NOT NULL
 		ORDER BY fair_key LIMIT 1)
 	UNION ALL
 	SELECT (SELECT t.fair_key FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'ready' AND t.fair_key IS NOT NULL
-		AND t.fair_key > k.key ORDER BY t.fair_key LIMIT 1) FROM k WHERE k.key IS NOT NULL)
-SELECT k.key, c.id, c.priority, c.ready_at FROM k CROSS JOIN LATERAL (
-	SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'ready' AND t.fair_key = k.key
-	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $3) c
-WHERE k.key IS NOT NULL AND k.key <> ALL($2::text[])`), queue, blocked, per)
+		AND t.fair_key > k.key ORDER BY t.fair_key LIMIT 1) FROM k WHERE k.key IS NOT NULL),
+ks AS MATERIALIZED (SELECT k.key, f.vt FROM k LEFT JOIN {s}.queue_fair f ON f.queue = $1 AND f.key = k.key
+	WHERE k.key IS NOT NULL AND k.key <> ALL($2::text[])),
+per AS (SELECT $3 / greatest(count(*), 1) + 2 AS n FROM ks)
+SELECT ks.key, ks.vt, c.id, c.priority, c.ready_at, (SELECT n FROM per) FROM ks CROSS JOIN LATERAL (
+	SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'ready' AND t.fair_key = ks.key
+	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT (SELECT n FROM per)) c`), queue, blocked, want)
 	if err != nil {
 		return picked{err: err}
 	}
 	var keys []*fairKey
 	byKey := map[string]*fairKey{}
 	var key string
+	var vt *int64
 	var c fairCand
-	if _, err := pgx.ForEachRow(rows, []any{&key, &c.id, &c.priority, &c.readyAt}, func() error {
+	var per int64
+	if _, err := pgx.ForEachRow(rows, []any{&key, &vt, &c.id, &c.priority, &c.readyAt, &per}, func() error {
 		fk := byKey[key]
 		if fk == nil {
 			fk = &fairKey{key: key, vt: fairNow}
+			if vt != nil {
+				fk.vt = max(*vt, fairNow)
+				fk.stored = true
+			}
 			byKey[key] = fk
 			keys = append(keys, fk)
 		}
@@ -114,26 +126,20 @@ WHERE k.key IS NOT NULL AND k.key <> ALL($2::text[])`), queue, blocked, per)
 	if len(keys) == 0 {
 		return s.pickStale(ctx, tx, queue, want, flow, own, running, total, blocked)
 	}
-	names := make([]string, len(keys))
-	for i, fk := range keys {
-		names[i] = fk.key
-		fk.more = len(fk.tasks) == per
-	}
-	rows, err = tx.Query(ctx, s.q(`SELECT key, vt FROM {s}.queue_fair WHERE queue = $1 AND key = ANY($2::text[])`), queue, names)
-	if err != nil {
-		return picked{err: err}
-	}
-	var vt int64
-	if _, err := pgx.ForEachRow(rows, []any{&key, &vt}, func() error {
-		byKey[key].vt = max(vt, fairNow)
-		return nil
-	}); err != nil {
-		return picked{err: err}
+	for _, fk := range keys {
+		fk.more = int64(len(fk.tasks)) == per
 	}
 	var taken []string
 	for len(taken) < want {
 		var best *fairKey
 		for _, fk := range keys {
+			if fk.next == len(fk.tasks) && fk.more {
+				// Its next task is unread: read up to the rest of the
+				// claim after the last one read.
+				if err := s.readMoreFair(ctx, tx, queue, fk, want-len(taken)); err != nil {
+					return picked{err: err}
+				}
+			}
 			if fk.next == len(fk.tasks) || room(fk.key) == 0 {
 				continue
 			}
@@ -160,6 +166,7 @@ WHERE k.key IS NOT NULL AND k.key <> ALL($2::text[])`), queue, blocked, per)
 		}
 		taken = append(taken, best.tasks[best.next].id)
 		best.next++
+		best.picked = true
 		fairNow = best.vt
 		var w int
 		if ks := own[best.key]; ks != nil {
@@ -169,23 +176,59 @@ WHERE k.key IS NOT NULL AND k.key <> ALL($2::text[])`), queue, blocked, per)
 		running[best.key]++
 		total++
 	}
-	// Keys still claimable keep their virtual time; the others start
-	// again at fair_now when they come back.
-	vkeys, vts := []string{}, []int64{} // not nil: pgx sends nil as NULL
+	// Keys still claimable keep their virtual time: the picked ones get
+	// their new one; the others' rows stay as they are (a key without a
+	// row starts at fair_now, and a stored time below fair_now counts as
+	// fair_now, so writing either back would change nothing). Keys left
+	// without ready tasks or room lose their row, as do keys that have no
+	// ready task any more (their tasks were claimed, cancelled or deleted
+	// since): they start again at fair_now when they come back.
+	vkeys, vts, drop := []string{}, []int64{}, []string{} // not nil: pgx sends nil as NULL
+	listed := make([]string, 0, len(keys))
 	for _, fk := range keys {
-		if (fk.next < len(fk.tasks) || fk.more) && room(fk.key) != 0 {
+		listed = append(listed, fk.key)
+		claimable := (fk.next < len(fk.tasks) || fk.more) && room(fk.key) != 0
+		switch {
+		case claimable && fk.picked:
 			vkeys, vts = append(vkeys, fk.key), append(vts, fk.vt)
+		case !claimable && fk.stored:
+			drop = append(drop, fk.key)
 		}
 	}
 	b := &pgx.Batch{}
-	b.Queue(s.q(`DELETE FROM {s}.queue_fair WHERE queue = $1 AND key <> ALL($2::text[])`), queue, vkeys)
-	b.Queue(s.q(`INSERT INTO {s}.queue_fair (queue, key, vt) SELECT $1, k, v FROM unnest($2::text[], $3::bigint[]) AS u(k, v)
+	b.Queue(s.q(`DELETE FROM {s}.queue_fair f WHERE f.queue = $1 AND (f.key = ANY($2::text[])
+	OR NOT EXISTS (SELECT 1 FROM unnest($3::text[]) u(k) WHERE u.k = f.key))`), queue, drop, listed)
+	if len(vkeys) > 0 {
+		b.Queue(s.q(`INSERT INTO {s}.queue_fair (queue, key, vt) SELECT $1, k, v FROM unnest($2::text[], $3::bigint[]) AS u(k, v)
 ON CONFLICT (queue, key) DO UPDATE SET vt = EXCLUDED.vt`), queue, vkeys, vts)
-	b.Queue(s.q(`UPDATE {s}.queues SET fair_now = $2 WHERE name = $1`), queue, fairNow)
+	}
+	b.Queue(s.q(`UPDATE {s}.queues SET fair_now = $2 WHERE name = $1 AND fair_now <> $2`), queue, fairNow)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return picked{err: err}
 	}
 	return picked{ids: taken}
+}
+
+// readMoreFair reads up to n more ready tasks of a key during a fair
+// claim, after the last one read (keyset on the fair index's order).
+func (s *Store) readMoreFair(ctx context.Context, tx pgx.Tx, queue string, fk *fairKey, n int) error {
+	last := fk.tasks[len(fk.tasks)-1]
+	rows, err := tx.Query(ctx, s.q(`SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t
+WHERE t.queue = $1 AND t.status = 'ready' AND t.fair_key = $2
+	AND (t.priority < $3 OR (t.priority = $3 AND (t.ready_at, t.id) > ($4, $5)))
+ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $6`), queue, fk.key, last.priority, last.readyAt, last.id, n)
+	if err != nil {
+		return err
+	}
+	var c fairCand
+	got := 0
+	_, err = pgx.ForEachRow(rows, []any{&c.id, &c.priority, &c.readyAt}, func() error {
+		fk.tasks = append(fk.tasks, c)
+		got++
+		return nil
+	})
+	fk.more = got == n
+	return err
 }
 
 // pickStale claims, when no task of a fair queue has a fair key, in plain

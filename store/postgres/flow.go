@@ -232,8 +232,12 @@ func (s *Store) claimExclusive(ctx context.Context, conn *pgx.Conn, queue string
 		b.Queue(s.q(`SELECT paused, max_running, key_limit, fair_by, fair_now, rate_per_second, rate_burst
 FROM {s}.queues WHERE name = $1`), queue)
 		b.Queue(s.q(`SELECT key, lim, weight FROM {s}.queue_keys WHERE queue = $1 AND (lim > 0 OR weight > 0)`), queue)
+		// Counted only when a count limit needs it (a fair or rate-limited
+		// queue may have none).
 		b.Queue(s.q(`SELECT coalesce(concurrency_key, ''), count(*) FROM {s}.tasks
-WHERE queue = $1 AND status = 'running' GROUP BY 1`), queue)
+WHERE queue = $1 AND status = 'running' AND (SELECT q.max_running > 0 OR q.key_limit > 0
+	OR EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0) FROM {s}.queues q WHERE q.name = $1)
+GROUP BY 1`), queue)
 		b.Queue(s.q(bucketSQL), queue, s.clockNow())
 		br := tx.SendBatch(ctx, b)
 		if _, err := br.Exec(); err != nil {

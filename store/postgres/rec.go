@@ -257,8 +257,12 @@ func newStatements(schema string) *statements { return &statements{schema: schem
 // build fills in the hot statements (they need the store's configuration).
 func (st *statements) build(s *Store) {
 	st.claim, st.complete, st.delay = s.buildClaimSQL(), s.buildCompleteSQL(), s.buildDelaySQL()
-	st.claimIDs = s.buildAssignSQL(`c AS (SELECT t.id FROM {s}.tasks t WHERE t.id = ANY($1::text[]) AND t.status = 'ready'
-	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`)
+	// By primary key, one lookup per id: with id = ANY and the order of
+	// the claim index, the planner walked that index from its head until
+	// it met every id — the whole backlog when a fair claim picked the
+	// newest tasks.
+	st.claimIDs = s.buildAssignSQL(`c AS (SELECT t.id FROM unnest($1::text[]) u(id) JOIN {s}.tasks t ON t.id = u.id
+	WHERE t.status = 'ready' LIMIT $2 FOR UPDATE OF t SKIP LOCKED)`)
 	st.cas, st.release, st.cascade = s.buildCasSQL(), s.buildReleaseSQL(), s.buildCascadeSQL()
 	st.insert, st.insertConflict = s.buildInsertSQL(false), s.buildInsertSQL(true)
 }
