@@ -81,6 +81,11 @@ type Config struct {
 	// the tasks spread over 1,000 concurrency keys. It measures the cost of
 	// the limited claim path against the plain one.
 	Limits bool
+	// RateLimit makes the work workload give the queue a rate limit that
+	// cannot bind (norn.MaxRatePerSecond, burst norn.MaxRateBurst): it
+	// measures the cost of the rate-limited claim path. It combines with
+	// Limits.
+	RateLimit bool
 	// Progress, if set, is called as work advances (done of total). It may
 	// be called from several goroutines at once.
 	Progress func(phase string, done, total int64)
@@ -344,16 +349,26 @@ func Work(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, erro
 	body := spec(cfg.SpecBytes)
 	mk := func(int) norn.NewTask { return norn.NewTask{Queue: q, Spec: body} }
 	workload := "work"
+	var u norn.QueueUpdate
 	if cfg.Limits {
 		// Limits that cannot bind: the claims in flight never reach them.
 		far := 1 << 30
-		if _, err := st.UpdateQueue(ctx, q, norn.QueueUpdate{MaxRunning: &far, KeyLimit: &far}); err != nil {
-			return Result{}, err
-		}
+		u.MaxRunning, u.KeyLimit = &far, &far
 		mk = func(i int) norn.NewTask {
 			return norn.NewTask{Queue: q, Spec: body, ConcurrencyKey: "k" + strconv.Itoa(i%1000)}
 		}
-		workload = "work-limits"
+		workload += "-limits"
+	}
+	if cfg.RateLimit {
+		// A million tokens a second, a million in the bucket: more than
+		// any run claims.
+		u.RateLimit = &norn.RateLimit{PerSecond: norn.MaxRatePerSecond, Burst: norn.MaxRateBurst}
+		workload += "-rate"
+	}
+	if cfg.Limits || cfg.RateLimit {
+		if _, err := st.UpdateQueue(ctx, q, u); err != nil {
+			return Result{}, err
+		}
 	}
 	if err := submitTasks(ctx, st, n, 1000, cfg.Workers, mk, func(d int64) { report(cfg, "work: submitting", d, int64(n)) }); err != nil {
 		return Result{}, err

@@ -203,6 +203,20 @@ func TestWorkloads(t *testing.T) {
 				}
 				checkEmpty(t, base)
 			})
+			t.Run("work with limits and a rate limit", func(t *testing.T) {
+				st := &counting{Store: base}
+				c := cfg
+				c.Tasks, c.Limits, c.RateLimit = 1000, true, true
+				r, err := Work(ctx, st, env, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkCommon(t, r, "work-limits-rate", env, 1000)
+				if st.completed.Load() != 1000 || st.failedOps.Load() != 0 {
+					t.Errorf("completed %d failed %d, want 1000/0", st.completed.Load(), st.failedOps.Load())
+				}
+				checkEmpty(t, base)
+			})
 			t.Run("fairness", func(t *testing.T) {
 				st := &counting{Store: base}
 				c := cfg

@@ -46,6 +46,7 @@ type benchOptions struct {
 	backlog    int
 	window     time.Duration
 	limits     bool
+	rateLimit  bool
 }
 
 // Transports of --transport.
@@ -69,7 +70,10 @@ Workloads (or "all" for every one, in this order):
            claiming --claim-batch at a time and completing them in one call;
            with --limits the queue has max_running and key_limit set far
            above what the claims reach (tasks over 1,000 concurrency keys),
-           so the figure is the cost of the limited claim path
+           so the figure is the cost of the limited claim path; with
+           --rate-limit it has a rate limit that cannot bind (1,000,000/s,
+           burst 1,000,000), the cost of the rate-limited claim path; the
+           two combine
   latency  submit → claim with a waiting long-poll claimer on an idle queue:
            p50/p99/p99.9/max, one task at a time
   delay    tasks with run_at = now + --delay submitted at --rate per second;
@@ -139,6 +143,7 @@ tasks afterwards, so runs against a persistent store do not pile up.`,
 		f.IntVar(&o.backlog, "backlog", 0, "fairness workload: the large key's backlog (default 1000000)")
 		f.DurationVar(&o.window, "window", 0, "fairness workload: how long to measure (default 10s)")
 		f.BoolVar(&o.limits, "limits", false, "work workload: configure flow limits that cannot bind (measures the limited claim path)")
+		f.BoolVar(&o.rateLimit, "rate-limit", false, "work workload: configure a rate limit that cannot bind (measures the rate-limited claim path)")
 		f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 		f.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end of the run to this file")
 		return clientCommand(cmd)
@@ -393,7 +398,7 @@ func runBench(cmd *cobra.Command, g *Globals, o *benchOptions, args []string) (e
 		Rate: o.rate, Delay: o.delay, SpecBytes: o.specBytes, Queued: o.queued,
 		Settle: o.settle, ServerPid: o.serverPid, Progress: bar.update,
 		KafkaBrokers: o.kafka, KafkaNodes: o.kafkaNodes, KafkaTimingAdvance: o.kafkaTA,
-		Backlog: o.backlog, Window: o.window, Limits: o.limits,
+		Backlog: o.backlog, Window: o.window, Limits: o.limits, RateLimit: o.rateLimit,
 	}
 	out := cmd.OutOrStdout()
 	var all []bench.Result
