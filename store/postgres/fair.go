@@ -58,7 +58,7 @@ func candLess(a, b *fairCand) bool {
 }
 
 // pickFair chooses, in fair order, the ready tasks the limits admit.
-func (s *Store) pickFair(ctx context.Context, tx pgx.Tx, queue string, want int, flow norn.QueueFlow,
+func (s *Store) pickFair(ctx context.Context, tx flowQuerier, queue string, want int, flow norn.QueueFlow,
 	own map[string]*norn.KeySettings, running map[string]int64, total, fairNow int64) picked {
 	byLabel := flow.GroupsByLabel()
 	room := func(key string) int64 {
@@ -81,11 +81,12 @@ func (s *Store) pickFair(ctx context.Context, tx pgx.Tx, queue string, want int,
 			}
 		}
 	}
-	// Each key's first ⌈want / keys⌉ + 1 tasks, with its virtual time: as
+	// Each key's first ⌊want / keys⌋ + 2 tasks, with its virtual time: as
 	// many as an even share of the claim needs, so the read is O(keys +
-	// want) rows; a key that gets more than its share (a weight, or fewer
-	// keys with tasks than the claim wants) has the rest read when the
-	// pick reaches it (more below).
+	// want) rows; a key that gets more than its share (a weight, or a key
+	// with most of the backlog) has the rest read when the pick reaches it
+	// (readMoreFair). With few keys (keys × want ≤ 4096) each key's first
+	// want, which saves that round trip.
 	rows, err := tx.Query(ctx, s.q(`WITH RECURSIVE k(key) AS (
 	(SELECT fair_key FROM {s}.tasks WHERE queue = $1 AND status = 'ready' AND fair_key IS NOT NULL
 		ORDER BY fair_key LIMIT 1)
@@ -94,7 +95,7 @@ func (s *Store) pickFair(ctx context.Context, tx pgx.Tx, queue string, want int,
 		AND t.fair_key > k.key ORDER BY t.fair_key LIMIT 1) FROM k WHERE k.key IS NOT NULL),
 ks AS MATERIALIZED (SELECT k.key, f.vt FROM k LEFT JOIN {s}.queue_fair f ON f.queue = $1 AND f.key = k.key
 	WHERE k.key IS NOT NULL AND k.key <> ALL($2::text[])),
-per AS (SELECT $3 / greatest(count(*), 1) + 2 AS n FROM ks)
+per AS (SELECT CASE WHEN count(*) * $3 <= 4096 THEN $3 ELSE $3 / count(*) + 2 END AS n FROM ks)
 SELECT ks.key, ks.vt, c.id, c.priority, c.ready_at, (SELECT n FROM per) FROM ks CROSS JOIN LATERAL (
 	SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'ready' AND t.fair_key = ks.key
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT (SELECT n FROM per)) c`), queue, blocked, want)
@@ -195,7 +196,7 @@ SELECT ks.key, ks.vt, c.id, c.priority, c.ready_at, (SELECT n FROM per) FROM ks 
 			drop = append(drop, fk.key)
 		}
 	}
-	b := &pgx.Batch{}
+	b := &pgx.Batch{} // sent with the claim
 	b.Queue(s.q(`DELETE FROM {s}.queue_fair f WHERE f.queue = $1 AND (f.key = ANY($2::text[])
 	OR NOT EXISTS (SELECT 1 FROM unnest($3::text[]) u(k) WHERE u.k = f.key))`), queue, drop, listed)
 	if len(vkeys) > 0 {
@@ -203,15 +204,12 @@ SELECT ks.key, ks.vt, c.id, c.priority, c.ready_at, (SELECT n FROM per) FROM ks 
 ON CONFLICT (queue, key) DO UPDATE SET vt = EXCLUDED.vt`), queue, vkeys, vts)
 	}
 	b.Queue(s.q(`UPDATE {s}.queues SET fair_now = $2 WHERE name = $1 AND fair_now <> $2`), queue, fairNow)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return picked{err: err}
-	}
-	return picked{ids: taken}
+	return picked{ids: taken, writes: b}
 }
 
 // readMoreFair reads up to n more ready tasks of a key during a fair
 // claim, after the last one read (keyset on the fair index's order).
-func (s *Store) readMoreFair(ctx context.Context, tx pgx.Tx, queue string, fk *fairKey, n int) error {
+func (s *Store) readMoreFair(ctx context.Context, tx flowQuerier, queue string, fk *fairKey, n int) error {
 	last := fk.tasks[len(fk.tasks)-1]
 	rows, err := tx.Query(ctx, s.q(`SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t
 WHERE t.queue = $1 AND t.status = 'ready' AND t.fair_key = $2
@@ -236,7 +234,7 @@ ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $6`), queue, fk.key, last.prior
 // been written without its key (its submit read the queue before the
 // change). With no key blocked, the first ready tasks are admissible, so
 // this reads no more than it claims.
-func (s *Store) pickStale(ctx context.Context, tx pgx.Tx, queue string, want int, flow norn.QueueFlow,
+func (s *Store) pickStale(ctx context.Context, tx flowQuerier, queue string, want int, flow norn.QueueFlow,
 	own map[string]*norn.KeySettings, running map[string]int64, total int64, blocked []string) picked {
 	if len(blocked) > 0 {
 		return picked{}

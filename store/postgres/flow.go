@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nornq/norn"
 )
@@ -53,12 +54,13 @@ const flowSlots = 8
 // flowState is the node's side of the shared path: queues that cannot
 // take it for a while, and (tests) smaller slots and claims.
 type flowState struct {
-	mu        sync.Mutex
-	exclusive map[string]time.Time // queue → until when its claims go straight to the exclusive path
-	limited   map[string]time.Time // queue → until when its claims skip the plain claim
-	slots     int                  // 0: flowSlots
-	cap       int                  // largest shared claim; 0: norn.MaxClaim
-	sqlOnce   sync.Once
+	mu            sync.Mutex
+	exclusive     map[string]time.Time // queue → until when its claims go straight to the exclusive path
+	limited       map[string]time.Time // queue → until when its claims skip the plain claim
+	slots         int                  // 0: flowSlots
+	cap           int                  // largest shared claim; 0: norn.MaxClaim
+	sqlOnce       sync.Once
+	claimFirstSQL string // the exclusive path's claim of the first ready tasks
 	// Claims that took each path (tests).
 	sharedClaims, exclusiveClaims atomic.Int64
 	claimSQL                      string // buildClaimSharedSQL, built once
@@ -165,7 +167,7 @@ var claimSetupGUCs = strings.TrimPrefix(claimSetupSQL, "SELECT ")
 // in one implicit transaction, so the locks are held until it commits.
 func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, string, error) {
 	slots, cap := s.flow.margins()
-	s.flow.sqlOnce.Do(func() { s.flow.claimSQL = s.buildClaimSharedSQL() })
+	s.flow.sqlOnce.Do(s.buildFlowSQL)
 	b := &pgx.Batch{}
 	b.Queue(sharedLockSQL, s.channel+"/flow/"+queue, s.channel+"/flowslot/"+queue, slots)
 	b.Queue(s.q(sharedVerdictSQL), queue, slots*cap)
@@ -192,11 +194,15 @@ func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, w
 	return out, verdict, br.Close()
 }
 
-// buildClaimSharedSQL is the shared path's claim: the plain claim, on
-// the condition the verdict set.
-func (s *Store) buildClaimSharedSQL() string {
-	return s.buildAssignSQL(`c AS (SELECT t.id FROM {s}.tasks t
+// buildFlowSQL builds the claims of the two paths: the shared one's, the
+// plain claim on the condition the verdict set; the exclusive one's of
+// the first ready tasks.
+func (s *Store) buildFlowSQL() {
+	s.flow.claimSQL = s.buildAssignSQL(`c AS (SELECT t.id FROM {s}.tasks t
 	WHERE t.status = 'ready' AND t.queue = $1 AND current_setting('norn.flow_shared', true) = 'true'
+	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`)
+	s.flow.claimFirstSQL = s.buildAssignSQL(`c AS (SELECT t.id FROM {s}.tasks t
+	WHERE t.status = 'ready' AND t.queue = $1
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`)
 }
 
@@ -221,130 +227,193 @@ func (s *Store) claimLimited(ctx context.Context, conn *pgx.Conn, queue string, 
 }
 
 // claimExclusive claims up to want tasks of a flow-limited queue with
-// the gate held exclusively: counted per key, admitted exactly.
-func (s *Store) claimExclusive(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, error) {
-	var out []*norn.Task
-	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		out = nil
-		b := &pgx.Batch{}
-		b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, s.channel+"/flow/"+queue)
-		b.Queue(noSortSQL)
-		b.Queue(s.q(`SELECT paused, max_running, key_limit, fair_by, fair_now, rate_per_second, rate_burst
+// the gate held exclusively: counted per key, admitted exactly. It holds
+// the gate for as few round trips as it can, since every claim of the
+// queue waits for it: BEGIN with the first reads, the pick's reads, then
+// its writes with the claim and COMMIT (a rate-limited claim writes its
+// bucket after the claim, one more).
+func (s *Store) claimExclusive(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) (out []*norn.Task, err error) {
+	defer func() {
+		if err != nil && !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(ctx, "ROLLBACK")
+		}
+	}()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, s.channel+"/flow/"+queue)
+	b.Queue(noSortSQL)
+	b.Queue(s.q(`SELECT paused, max_running, key_limit, fair_by, fair_now, rate_per_second, rate_burst
 FROM {s}.queues WHERE name = $1`), queue)
-		b.Queue(s.q(`SELECT key, lim, weight FROM {s}.queue_keys WHERE queue = $1 AND (lim > 0 OR weight > 0)`), queue)
-		// Counted only when a count limit needs it (a fair or rate-limited
-		// queue may have none).
-		b.Queue(s.q(`SELECT coalesce(concurrency_key, ''), count(*) FROM {s}.tasks
+	b.Queue(s.q(`SELECT key, lim, weight FROM {s}.queue_keys WHERE queue = $1 AND (lim > 0 OR weight > 0)`), queue)
+	// Counted only when a count limit needs it (a fair or rate-limited
+	// queue may have none).
+	b.Queue(s.q(`SELECT coalesce(concurrency_key, ''), count(*) FROM {s}.tasks
 WHERE queue = $1 AND status = 'running' AND (SELECT q.max_running > 0 OR q.key_limit > 0
 	OR EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0) FROM {s}.queues q WHERE q.name = $1)
 GROUP BY 1`), queue)
-		b.Queue(s.q(bucketSQL), queue, s.clockNow())
-		br := tx.SendBatch(ctx, b)
+	b.Queue(s.q(bucketSQL), queue, s.clockNow())
+	br := conn.SendBatch(ctx, b)
+	for range 3 {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
-			return err
+			return nil, err
 		}
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return err
+	}
+	var (
+		paused                        bool
+		maxRunning, keyLimit, rateBur int32
+		fairBy                        string
+		fairNow                       int64
+		ratePS                        float64
+	)
+	if err := br.QueryRow().Scan(&paused, &maxRunning, &keyLimit, &fairBy, &fairNow, &ratePS, &rateBur); err != nil && err != pgx.ErrNoRows {
+		br.Close()
+		return nil, err
+	}
+	flow := norn.QueueFlow{MaxRunning: int(maxRunning), KeyLimit: int(keyLimit), FairBy: fairBy,
+		RateLimit: norn.RateLimit{PerSecond: ratePS, Burst: int(rateBur)}}
+	own := map[string]*norn.KeySettings{}
+	rows, _ := br.Query()
+	var key string
+	var n int64
+	var lim, weight int32
+	if _, err := pgx.ForEachRow(rows, []any{&key, &lim, &weight}, func() error {
+		own[key] = &norn.KeySettings{Limit: int(lim), Weight: int(weight)}
+		return nil
+	}); err != nil {
+		br.Close()
+		return nil, err
+	}
+	running := map[string]int64{}
+	var total int64
+	rows, _ = br.Query()
+	if _, err := pgx.ForEachRow(rows, []any{&key, &n}, func() error {
+		running[key] = n
+		total += n
+		return nil
+	}); err != nil {
+		br.Close()
+		return nil, err
+	}
+	var bucket bucketRow
+	if err := br.QueryRow().Scan(&bucket.now, &bucket.tokens, &bucket.at); err != nil {
+		br.Close()
+		return nil, err
+	}
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	if paused {
+		_, err := conn.Exec(ctx, "COMMIT")
+		return nil, err
+	}
+	// What max_running and the rate limit allow (-1: no such limit).
+	maxRoom, tokens, pick := -1, -1, want
+	if flow.MaxRunning > 0 {
+		maxRoom = int(max(int64(flow.MaxRunning)-total, 0))
+	}
+	if flow.RateLimited() {
+		tokens = bucket.bucket(flow.RateLimit).Whole()
+		pick = min(pick, tokens)
+	}
+	// The last batch: the pick's writes, the claim, what it left ready,
+	// and (without a rate limit, whose bucket is written after) COMMIT.
+	var ids picked
+	fast := pick > 0 && flow.FairBy == "" && cannotBind(flow, own, running, total, pick)
+	switch {
+	case pick <= 0 || fast:
+	case flow.FairBy != "":
+		ids = s.pickFair(ctx, conn, queue, pick, flow, own, running, total, fairNow)
+	default:
+		ids = s.pickLimited(ctx, conn, queue, pick, flow, own, running, total)
+	}
+	if ids.err != nil {
+		return nil, ids.err
+	}
+	fb := ids.writes
+	if fb == nil {
+		fb = &pgx.Batch{}
+	}
+	writes := fb.Len()
+	claims := true
+	switch {
+	case fast:
+		// Under the lock, with these counts, no limit can stop this
+		// claim: take the first ready tasks in one statement, as an
+		// unlimited queue's claim does, instead of reading candidates and
+		// claiming them by id.
+		s.flow.sqlOnce.Do(s.buildFlowSQL)
+		fb.Queue(s.flow.claimFirstSQL, queue, pick, bucket.now, worker, timeout, s.cfg.HistoryLimit)
+	case len(ids.ids) > 0:
+		// The claim's time is the bucket's: one clock for both.
+		fb.Queue(s.sql.claimIDs, ids.ids, len(ids.ids), bucket.now, worker, timeout, s.cfg.HistoryLimit)
+	default:
+		claims = false
+	}
+	rated := flow.RateLimited()
+	if !rated {
+		fb.Queue(s.q(leftSQL), queue, want)
+		fb.Queue("COMMIT")
+	}
+	if fb.Len() > 0 {
+		br := conn.SendBatch(ctx, fb)
+		for range writes {
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return nil, err
+			}
 		}
-		var (
-			paused                        bool
-			maxRunning, keyLimit, rateBur int32
-			fairBy                        string
-			fairNow                       int64
-			ratePS                        float64
-		)
-		if err := br.QueryRow().Scan(&paused, &maxRunning, &keyLimit, &fairBy, &fairNow, &ratePS, &rateBur); err != nil && err != pgx.ErrNoRows {
-			br.Close()
-			return err
+		if claims {
+			rows, err := br.Query()
+			if err != nil {
+				br.Close()
+				return nil, err
+			}
+			if out, err = pgx.CollectRows(rows, claimedRow); err != nil {
+				br.Close()
+				return nil, err
+			}
 		}
-		flow := norn.QueueFlow{MaxRunning: int(maxRunning), KeyLimit: int(keyLimit), FairBy: fairBy,
-			RateLimit: norn.RateLimit{PerSecond: ratePS, Burst: int(rateBur)}}
-		own := map[string]*norn.KeySettings{}
-		rows, _ := br.Query()
-		var key string
-		var n int64
-		var lim, weight int32
-		if _, err := pgx.ForEachRow(rows, []any{&key, &lim, &weight}, func() error {
-			own[key] = &norn.KeySettings{Limit: int(lim), Weight: int(weight)}
-			return nil
-		}); err != nil {
-			br.Close()
-			return err
-		}
-		running := map[string]int64{}
-		var total int64
-		rows, _ = br.Query()
-		if _, err := pgx.ForEachRow(rows, []any{&key, &n}, func() error {
-			running[key] = n
-			total += n
-			return nil
-		}); err != nil {
-			br.Close()
-			return err
-		}
-		var bucket bucketRow
-		if err := br.QueryRow().Scan(&bucket.now, &bucket.tokens, &bucket.at); err != nil {
-			br.Close()
-			return err
+		if !rated {
+			var left int
+			if err := br.QueryRow().Scan(&left); err != nil {
+				br.Close()
+				return nil, err
+			}
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return nil, err
+			}
+			if err := br.Close(); err != nil {
+				return nil, err
+			}
+			if len(out) < want {
+				s.noteHeld(queue, flow, norn.Bucket{}, want, len(out), min(left, want-len(out)), maxRoom, tokens)
+			}
+			return out, nil
 		}
 		if err := br.Close(); err != nil {
-			return err
+			return nil, err
 		}
-		if paused {
-			return nil
-		}
-		// What max_running and the rate limit allow (-1: no such limit).
-		maxRoom, tokens, pick := -1, -1, want
-		if flow.MaxRunning > 0 {
-			maxRoom = int(max(int64(flow.MaxRunning)-total, 0))
-		}
-		if flow.RateLimited() {
-			tokens = bucket.bucket(flow.RateLimit).Whole()
-			pick = min(pick, tokens)
-		}
-		if pick > 0 && flow.FairBy == "" && cannotBind(flow, own, running, total, pick) {
-			// Under the lock, with these counts, no limit can stop this
-			// claim: take the first ready tasks in one statement, as an
-			// unlimited queue's claim does, instead of reading candidates
-			// and claiming them by id.
-			rows, err := tx.Query(ctx, s.q(s.buildAssignSQL(`c AS (SELECT t.id FROM {s}.tasks t
-	WHERE t.status = 'ready' AND t.queue = $1
-	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`)),
-				queue, pick, bucket.now, worker, timeout, s.cfg.HistoryLimit)
-			if err != nil {
-				return err
-			}
-			if out, err = pgx.CollectRows(rows, claimedRow); err != nil {
-				return err
-			}
-			return s.settleClaim(ctx, tx, queue, flow, bucket, want, len(out), maxRoom, tokens)
-		}
-		var ids picked
-		switch {
-		case pick <= 0:
-		case flow.FairBy != "":
-			ids = s.pickFair(ctx, tx, queue, pick, flow, own, running, total, fairNow)
-		default:
-			ids = s.pickLimited(ctx, tx, queue, pick, flow, own, running, total)
-		}
-		if ids.err != nil {
-			return ids.err
-		}
-		if len(ids.ids) > 0 {
-			// The claim's time is the bucket's: one clock for both.
-			rows, err := tx.Query(ctx, s.sql.claimIDs, ids.ids, len(ids.ids), bucket.now, worker, timeout, s.cfg.HistoryLimit)
-			if err != nil {
-				return err
-			}
-			if out, err = pgx.CollectRows(rows, claimedRow); err != nil {
-				return err
-			}
-		}
-		return s.settleClaim(ctx, tx, queue, flow, bucket, want, len(out), maxRoom, tokens)
-	})
+	}
+	if err := s.settleClaim(ctx, conn, queue, flow, bucket, want, len(out), maxRoom, tokens); err != nil {
+		return nil, err
+	}
+	_, err = conn.Exec(ctx, "COMMIT")
 	return out, err
+}
+
+// leftSQL counts, up to $2, the ready tasks a claim left (its own are
+// running by then): what a short claim was held back from.
+const leftSQL = `SELECT count(*) FROM (SELECT 1 FROM {s}.tasks WHERE status = 'ready' AND queue = $1 LIMIT $2) r`
+
+// flowQuerier is what the pick runs its statements on: the connection,
+// inside the claim's transaction.
+type flowQuerier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // cannotBind reports whether the limits leave room for want more tasks
@@ -377,8 +446,9 @@ func cannotBind(flow norn.QueueFlow, own map[string]*norn.KeySettings, running m
 }
 
 type picked struct {
-	ids []string
-	err error
+	ids    []string
+	writes *pgx.Batch // to send with the claim (nil: none)
+	err    error
 }
 
 // pickLimited chooses, in claim order, the ready tasks the limits admit.
@@ -386,7 +456,7 @@ type picked struct {
 // while a batch of candidates is read are skipped, and when that leaves
 // the claim short the next batch excludes that key too, until it has want
 // tasks or the queue has no more.
-func (s *Store) pickLimited(ctx context.Context, tx pgx.Tx, queue string, want int, flow norn.QueueFlow,
+func (s *Store) pickLimited(ctx context.Context, tx flowQuerier, queue string, want int, flow norn.QueueFlow,
 	own map[string]*norn.KeySettings, running map[string]int64, total int64) picked {
 	room := func(key string) int64 {
 		return flow.Admit(total, running[key], flow.KeyLimitFor(key, own[key]))

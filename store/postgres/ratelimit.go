@@ -82,7 +82,7 @@ func (r bucketRow) bucket(rl norn.RateLimit) norn.Bucket {
 // back, and arms the token timer when the rate limit left it short.
 // maxRoom and tokens are what max_running and the bucket allowed (-1:
 // no such limit).
-func (s *Store) settleClaim(ctx context.Context, tx pgx.Tx, queue string, flow norn.QueueFlow, br bucketRow,
+func (s *Store) settleClaim(ctx context.Context, tx flowQuerier, queue string, flow norn.QueueFlow, br bucketRow,
 	want, got, maxRoom, tokens int) error {
 	var b norn.Bucket
 	if flow.RateLimited() {
@@ -101,14 +101,20 @@ ON CONFLICT (queue) DO UPDATE SET tokens = EXCLUDED.tokens, at = EXCLUDED.at`), 
 	}
 	// What was ready and not taken, counted only as far as it matters.
 	var left int
-	err := tx.QueryRow(ctx, s.q(`SELECT count(*) FROM (SELECT 1 FROM {s}.tasks
-WHERE status = 'ready' AND queue = $1 LIMIT $2) r`), queue, want-got).Scan(&left)
-	if err != nil {
+	if err := tx.QueryRow(ctx, s.q(leftSQL), queue, want-got).Scan(&left); err != nil {
 		return err
 	}
+	s.noteHeld(queue, flow, b, want, got, left, maxRoom, tokens)
+	return nil
+}
+
+// noteHeld counts what the limits held back from a claim that got got of
+// want tasks and left left ready, and arms the token timer when the rate
+// limit left it short (b: the bucket after the claim).
+func (s *Store) noteHeld(queue string, flow norn.QueueFlow, b norn.Bucket, want, got, left, maxRoom, tokens int) {
 	held := norn.HeldBack(want, left+got, maxRoom, tokens, got)
 	if held == (norn.Held{}) {
-		return nil
+		return
 	}
 	if got == 0 && held.RateLimit > 0 {
 		s.rate.emptied.Add(1)
@@ -129,7 +135,6 @@ WHERE status = 'ready' AND queue = $1 LIMIT $2) r`), queue, want-got).Scan(&left
 		tq.rl, tq.bucket, tq.armedAt, tq.heldAt = flow.RateLimit, b, time.Now(), time.Now()
 		s.armTokenTimer(queue, tq, flow.RateLimit.NextToken(b))
 	}
-	return nil
 }
 
 // queue returns the queue's token state. Called with s.rate.mu held.
