@@ -421,9 +421,8 @@ type flowQuerier interface {
 // key (the running ones by their counts, the others by the smallest limit
 // any key may have).
 func cannotBind(flow norn.QueueFlow, own map[string]*norn.KeySettings, running map[string]int64, total int64, want int) bool {
-	if flow.RateLimited() { // a rate limit binds by time, not by counts
-		return false
-	}
+	// A rate limit does not enter into it: want is within the whole
+	// tokens already.
 	w := int64(want)
 	if r := flow.Admit(total, 0, 0); r >= 0 && r < w {
 		return false
