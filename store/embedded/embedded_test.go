@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -542,6 +543,74 @@ func TestClaimedTasksDoNotShareMemory(t *testing.T) {
 			if string(got[j].Spec) != specs[j] || len(got[j].History) != 1 || got[j].History[0].Type != norn.TaskAssignment {
 				t.Fatalf("appending to task %d changed task %d: spec %s, history %+v", i, j, got[j].Spec, got[j].History)
 			}
+		}
+	}
+}
+
+// TestClaimReturnsWhatGetReads: Claim decodes its tasks from a view taken
+// before its own write and adds the new state and assignment entry
+// itself; what it returns must be exactly what Get reads afterwards, for
+// fresh tasks, tasks with labels changed, tasks claimed again after
+// failures (errors, longer history) and tasks whose history reached the
+// limit, with generated and chosen ids, over several claim sizes.
+func TestClaimReturnsWhatGetReads(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	s := newTestStore(t, Options{HistoryLimit: 4, Clock: clock, ManualSweep: true})
+	var nts []norn.NewTask
+	for i := range 40 {
+		nt := norn.NewTask{Queue: "q", Priority: uint32(i % 3), Spec: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)),
+			Labels: map[string]string{"n": fmt.Sprint(i)}}
+		if i%2 == 0 {
+			nt.ID = fmt.Sprintf("own-%02d", i)
+		}
+		nts = append(nts, nt)
+	}
+	tasks := mustSubmit(t, s, nts...)
+	for i, tk := range tasks {
+		if i%5 == 0 {
+			if _, err := s.Update(bg, tk.ID, norn.Update{Labels: map[string]string{"changed": "yes"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check := func(round int, got []*norn.Task) {
+		t.Helper()
+		for _, tk := range got {
+			want, err := s.Get(bg, tk.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(tk, want) {
+				t.Fatalf("round %d: claimed task differs from Get:\nclaim %+v\nget   %+v", round, tk, want)
+			}
+		}
+	}
+	for round := 0; round < 12; round++ {
+		got := mustClaim(t, s, fmt.Sprintf("w%d", round%3), 1+round%7, "q")
+		if len(got) == 0 {
+			break
+		}
+		check(round, got)
+		// Send most back (fail with a retry, yield) so that later claims
+		// see tasks with errors and history beyond the limit.
+		for i, tk := range got {
+			var err error
+			switch i % 3 {
+			case 0:
+				err = s.Fail(bg, refOf(tk), norn.ErrorInfo{Code: "boom", Description: fmt.Sprint(round)})
+			case 1:
+				err = s.Yield(bg, refOf(tk))
+			default:
+				err = s.Complete(bg, refOf(tk), json.RawMessage(`{"ok":true}`))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		clock.Advance(time.Hour) // retries become due
+		if _, err := s.Sweep(bg); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // Flow control in memory. A queue's ready tasks are split by concurrency
-// key: each key group has its own ready heap, and the queue's top heap
+// key: each key group has its own ready queue, and the queue's top heap
 // holds every group that may run another task (it has ready tasks and is
 // below its key limit), ordered by the group's first task. A claim takes
 // the first task of the first group — the same task one heap over every

@@ -52,7 +52,7 @@ type task struct {
 	slot     uint32 // in s.tasks
 }
 
-// queue holds one queue's settings, ready heap, counters and claim waiters.
+// queue holds one queue's settings, ready queues, counters and claim waiters.
 type queue struct {
 	name     string
 	paused   bool

@@ -69,7 +69,7 @@ func (r *reader) task(id string, summary bool, f *norn.Filter) (*norn.Task, erro
 // times and UUIDv7 ids in order), seeking only when it is not. A seek
 // positions every level of the LSM; per task it was a third of the cost of
 // reading claimed tasks back (docs/benchmarks.md). out[i] is ids[i].
-func (r *reader) tasksForward(ids []string) ([]*norn.Task, error) {
+func (r *reader) tasksForward(ids []string, cl []claimedAs) ([]*norn.Task, error) {
 	order := make([]int32, len(ids))
 	for i := range order {
 		order[i] = int32(i)
@@ -86,7 +86,11 @@ func (r *reader) tasksForward(ids []string) ([]*norn.Task, error) {
 				return nil, norn.Unavailable(err)
 			}
 		}
-		t, err := r.s.decodeTaskIn(r.it, id, lo, false, nil, a)
+		var c *claimedAs
+		if cl != nil {
+			c = &cl[i]
+		}
+		t, err := r.s.decodeTaskIn(r.it, id, lo, false, nil, a, c)
 		if err == nil && t == nil {
 			err = fmt.Errorf("embedded: claimed task %q has no record: %w", id, errCorrupt)
 		}
@@ -96,6 +100,16 @@ func (r *reader) tasksForward(ids []string) ([]*norn.Task, error) {
 		out[i] = t
 	}
 	return out, nil
+}
+
+// claimedAs is what a claim changed in a task: its new state and the
+// assignment entry appended to its history. Claim reads its tasks from a
+// view taken just before its batch is applied, where a task fresh from
+// submit is one key (the claim adds two, a state and a history entry,
+// which the read would have to step over and decode), and adds these.
+type claimedAs struct {
+	st   state
+	hist norn.HistoryEntry
 }
 
 // forwardTo positions r.it at the first key >= k, stepping when the
@@ -130,7 +144,7 @@ func skipTask(it *pebble.Iterator, id string, lo []byte) bool {
 // lo) and leaves it at the first key after the task. It returns nil when
 // the task does not exist or does not match f.
 func (s *Store) decodeTask(it *pebble.Iterator, id string, lo []byte, summary bool, f *norn.Filter) (*norn.Task, error) {
-	return s.decodeTaskIn(it, id, lo, summary, f, nil)
+	return s.decodeTaskIn(it, id, lo, summary, f, nil, nil)
 }
 
 // taskArena gives the tasks a Claim returns, and their specs, a few
@@ -177,8 +191,9 @@ func (a *taskArena) copy(b []byte) []byte {
 	return a.bytes[n:len(a.bytes):len(a.bytes)]
 }
 
-// decodeTaskIn is decodeTask taking the task's memory from a.
-func (s *Store) decodeTaskIn(it *pebble.Iterator, id string, lo []byte, summary bool, f *norn.Filter, a *taskArena) (*norn.Task, error) {
+// decodeTaskIn is decodeTask taking the task's memory from a and, with c,
+// giving the task c's state and history entry instead of its stored state.
+func (s *Store) decodeTaskIn(it *pebble.Iterator, id string, lo []byte, summary bool, f *norn.Filter, a *taskArena, c *claimedAs) (*norn.Task, error) {
 	var t *norn.Task
 	var st state
 	// The core records: 'a' (immutable, initial labels and state), then
@@ -215,6 +230,9 @@ func (s *Store) decodeTaskIn(it *pebble.Iterator, id string, lo []byte, summary 
 			if t == nil {
 				return nil, fmt.Errorf("embedded: task %q has a state but no record: %w", id, errCorrupt)
 			}
+			if c != nil {
+				break // superseded by c.st
+			}
 			if st, err = decodeState(v); err != nil {
 				return nil, fmt.Errorf("embedded: task %q state: %w", id, err)
 			}
@@ -229,6 +247,9 @@ func (s *Store) decodeTaskIn(it *pebble.Iterator, id string, lo []byte, summary 
 			return nil, fmt.Errorf("embedded: task %q has records but no immutable record: %w", id, errCorrupt)
 		}
 		return nil, nil
+	}
+	if c != nil {
+		st = c.st
 	}
 	t.Status, t.Priority, t.Progress = statusOf(st.status), st.priority, st.progress
 	t.Updated, t.RunAt, t.Deadline = fromNanos(st.updated), fromNanos(st.runAt), fromNanos(st.deadline)
@@ -276,6 +297,9 @@ func (s *Store) decodeTaskIn(it *pebble.Iterator, id string, lo []byte, summary 
 	}
 	if err := it.Error(); err != nil {
 		return nil, norn.Unavailable(err)
+	}
+	if c != nil {
+		t.History = a.appendHistory(t.History, c.hist)
 	}
 	if lim := s.opts.HistoryLimit; len(t.History) > lim {
 		t.History = append([]norn.HistoryEntry(nil), t.History[len(t.History)-lim:]...)

@@ -72,6 +72,7 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 			return nil, err
 		}
 		var claimed []*task
+		var as []claimedAs
 		var w *waiter
 		var r *reader
 		var tokenIn time.Duration
@@ -79,14 +80,19 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 			claimed = tx.claim(&req)
 			tokenIn = tx.tokenIn
 			if len(claimed) > 0 {
-				// A point-in-time view taken under s.mu right after the
-				// claim is applied: the tasks are decoded after s.mu is
-				// released (other transactions do not wait for it) and
-				// still show the state as claimed.
-				tx.after = append(tx.after, func() (err error) {
-					r, err = s.openReader()
+				// A view of the database before this claim's batch is
+				// applied (s.mu keeps every other write out until then):
+				// the tasks are decoded after s.mu is released, as they
+				// were, plus what the claim changed (claimedAs).
+				var err error
+				if r, err = s.openReader(); err != nil {
 					return err
-				})
+				}
+				as = make([]claimedAs, len(claimed))
+				for i, t := range claimed {
+					as[i] = claimedAs{st: t.st, hist: norn.HistoryEntry{Type: norn.TaskAssignment,
+						Time: fromNanos(tx.now), Worker: req.Worker, Lease: t.st.lease}}
+				}
 			} else if req.Wait > 0 {
 				w = tx.wait(req.Queues)
 			}
@@ -104,7 +110,7 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 			for i, t := range claimed {
 				ids[i] = t.id
 			}
-			return r.tasksForward(ids)
+			return r.tasksForward(ids, as)
 		}
 		if w == nil {
 			return []*norn.Task{}, nil
@@ -184,7 +190,7 @@ func (tx *txn) claim(req *norn.ClaimRequest) []*task {
 			ns.deadline = nanos(norn.ClaimDeadline(fromNanos(tx.now), time.Duration(lease), norn.Duration(t.maxRuntime)))
 			ns.progress = 0
 			seq := nextHistory(&ns)
-			tx.set(t, ns) // removes it from the ready heap
+			tx.set(t, ns) // removes it from the ready queue
 			tx.writeHistory(t, seq, norn.HistoryEntry{Type: norn.TaskAssignment, Worker: req.Worker, Lease: ns.lease})
 			tx.event(norn.EventKind(norn.TaskAssignment), t)
 			s.tasks.noteClaimed(t)
