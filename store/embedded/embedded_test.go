@@ -614,3 +614,41 @@ func TestClaimReturnsWhatGetReads(t *testing.T) {
 		}
 	}
 }
+
+// TestBlockCacheHoldsBlocks: Pebble counts its memtables against the
+// block cache; the store must leave the cache room for blocks once the
+// memtables have grown to their full size (they start small), or every
+// read goes to the file. Small memtables and cache here make that
+// happen after a few MB.
+func TestBlockCacheHoldsBlocks(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, Options{CacheSize: 1 << 20, memTableSize: 1 << 20})
+	spec := json.RawMessage(`{"p":"` + strings.Repeat("x", 1000) + `"}`)
+	var ids []string
+	for range 8 {
+		var nts []norn.NewTask
+		for range 1000 {
+			nts = append(nts, norn.NewTask{Queue: "q", Spec: spec})
+		}
+		for _, tk := range mustSubmit(t, s, nts...) {
+			ids = append(ids, tk.ID)
+		}
+	}
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	read := func() {
+		for _, id := range ids[:200] {
+			if _, err := s.Get(bg, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	read()
+	before := s.db.Metrics().BlockCache
+	read()
+	after := s.db.Metrics().BlockCache
+	if hits := after.Hits - before.Hits; hits == 0 {
+		t.Fatalf("reading the same 200 tasks again hit the block cache 0 times (%d misses; cache %+v)", after.Misses-before.Misses, after)
+	}
+}
