@@ -247,9 +247,9 @@ func micro(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 // statements holds the quoted schema the SQL is written against and the
 // hot statements, built once per store instead of on every call.
 type statements struct {
-	schema                                                  string
-	claim, claimIDs, complete, cas, release, cascade, delay string
-	insert, insertConflict                                  string
+	schema                                                             string
+	claim, claimFrom, claimIDs, complete, cas, release, cascade, delay string
+	insert, insertConflict                                             string
 }
 
 func newStatements(schema string) *statements { return &statements{schema: schema} }
@@ -257,12 +257,15 @@ func newStatements(schema string) *statements { return &statements{schema: schem
 // build fills in the hot statements (they need the store's configuration).
 func (st *statements) build(s *Store) {
 	st.claim, st.complete, st.delay = s.buildClaimSQL(), s.buildCompleteSQL(), s.buildDelaySQL()
+	st.claimFrom = s.buildClaimFromSQL()
 	// By primary key, one lookup per id: with id = ANY and the order of
 	// the claim index, the planner walked that index from its head until
 	// it met every id — the whole backlog when a fair claim picked the
-	// newest tasks.
+	// newest tasks. The id = ANY condition keeps the tasks side of the
+	// join a lookup even when stale statistics make the planner put it on
+	// the outer side (TestHotPlansAfterChurn).
 	st.claimIDs = s.buildAssignSQL(`c AS (SELECT t.id FROM unnest($1::text[]) u(id) JOIN {s}.tasks t ON t.id = u.id
-	WHERE t.status = 'ready' LIMIT $2 FOR UPDATE OF t SKIP LOCKED)`)
+	WHERE t.id = ANY ($1::text[]) AND t.status = 'ready' LIMIT $2 FOR UPDATE OF t SKIP LOCKED)`)
 	st.cas, st.release, st.cascade = s.buildCasSQL(), s.buildReleaseSQL(), s.buildCascadeSQL()
 	st.insert, st.insertConflict = s.buildInsertSQL(false), s.buildInsertSQL(true)
 }

@@ -165,6 +165,8 @@ type Store struct {
 	node      string      // this store's name in event_subscribers
 	announced atomic.Bool // this node has a row in event_subscribers
 	completer completer   // merges concurrent completions (completer.go)
+	hints     claimHints  // where each queue's ready tasks start (claimhint.go)
+	listening atomic.Bool // the listener's session is up: wake-ups are not missed
 }
 
 var _ norn.Store = (*Store)(nil)
@@ -226,9 +228,16 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		return nil, err
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	// Claim hints are used only while wake-ups arrive (claimhint.go); the
+	// store is not used before the listener is up or Open fails.
+	s.listening.Store(true)
 	s.listener, err = startListener(ctx, listenerParams{connCfg: connCfg, channel: s.channel, dispatch: s.dispatch,
-		lost: s.subs.lagAll,
+		lost: func() {
+			s.listening.Store(false)
+			s.subs.lagAll()
+		},
 		resumed: func() {
+			s.listening.Store(true)
 			s.wake.fire()
 			s.sweepWake.fire()
 			s.subs.lagAll()

@@ -459,6 +459,14 @@ func TestClaimPlanWithStaleStatistics(t *testing.T) {
 		strings.Contains(p, "Hash Join") || strings.Contains(p, "Bitmap Heap Scan on tasks") {
 		t.Errorf("generic claim plan does not read tasks_claim in order and join by key:\n%s", p)
 	}
+	// The claim from a hint (claimhint.go) must start each part's index
+	// scan at its key, not step over the queue's head.
+	p = generic(claimSetupSQL, s.sql.claimFrom, "'q', 100, NULL, 'w', NULL, 100, 1, now(), 'x'")
+	if !strings.Contains(p, "ROW(ready_at, id) >= ROW($8, $9)") || !strings.Contains(p, "priority < $7") ||
+		strings.Count(p, "Index Scan using tasks_claim") != 2 || strings.Contains(p, "Seq Scan on tasks ") ||
+		strings.Contains(p, "Hash Join") || strings.Contains(p, "Bitmap Heap Scan on tasks") {
+		t.Errorf("generic claim plan from a hint does not start tasks_claim's scans at the hint:\n%s", p)
+	}
 	p = generic("SELECT "+genericPlanGUCs, s.releaseSQL(), "ARRAY['a','b'], ARRAY[NULL,NULL]::bigint[], NULL, 100")
 	if !strings.Contains(p, "$1") || !strings.Contains(p, "tasks_blocked_deps") || strings.Contains(p, "Seq Scan on tasks ") || strings.Contains(p, "Hash Join") {
 		t.Errorf("generic release plan does not probe tasks_blocked_deps:\n%s", p)
@@ -469,5 +477,95 @@ func TestClaimPlanWithStaleStatistics(t *testing.T) {
 	})
 	if err != nil || jit != "off" {
 		t.Fatalf("jit = %q (%v), want off on the store's sessions", jit, err)
+	}
+}
+
+// TestHotPlansAfterChurn checks the cached generic plans of the claim and
+// the completion after the statistics were taken when the table had many
+// pages and almost no live rows — the state a queue is in after a
+// burn-down and the clean-up of its tasks, when autovacuum analyzes it.
+// With such statistics the planner once put an unconditioned scan of
+// tasks_pkey (sequential scans being disabled) on the outer side of the
+// join with the batch, and every claim and completion then read the whole
+// table: burn-downs collapsed to a few thousand tasks per second. Every
+// scan of tasks_pkey in these plans must have an index condition.
+func TestHotPlansAfterChurn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, nil, func(c *Config) { c.DisableMonitor = true })
+	var last string
+	for i := 0; i < 10; i++ {
+		nts := make([]norn.NewTask, 1000)
+		for j := range nts {
+			nts[j] = norn.NewTask{Queue: "churn", Spec: json.RawMessage(`{"p":"` + strings.Repeat("x", 200) + `"}`)}
+		}
+		subs, err := s.Submit(ctx, nts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = subs[len(subs)-1].Task.ID
+	}
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if err := s.withConn(ctx, func(conn *pgx.Conn) error {
+			_, err := conn.Exec(ctx, s.q(sql), args...)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One live row at the end keeps VACUUM from truncating the pages.
+	exec(`DELETE FROM {s}.tasks WHERE id <> $1`, last)
+	exec(`VACUUM ANALYZE {s}.tasks`)
+	for i := 0; i < 20; i++ {
+		nts := make([]norn.NewTask, 1000)
+		for j := range nts {
+			nts[j] = norn.NewTask{Queue: "q"}
+		}
+		if _, err := s.Submit(ctx, nts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	generic := func(setup, sql, args string) string {
+		var out []string
+		err := s.withConn(ctx, func(conn *pgx.Conn) error {
+			return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, setup); err != nil {
+					return err
+				}
+				if _, err := tx.Prepare(ctx, "churn_plan", sql); err != nil {
+					return err
+				}
+				defer tx.Conn().Deallocate(ctx, "churn_plan")
+				rows, err := tx.Query(ctx, "EXPLAIN EXECUTE churn_plan("+args+")")
+				if err != nil {
+					return err
+				}
+				out, err = pgx.CollectRows(rows, pgx.RowTo[string])
+				return err
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(out, "\n")
+	}
+	for _, c := range []struct{ name, setup, sql, args string }{
+		{"claim", claimSetupSQL, s.claimSQL(), "'q', 100, NULL, 'w', NULL, 100"},
+		{"claim from a hint", claimSetupSQL, s.sql.claimFrom, "'q', 100, NULL, 'w', NULL, 100, 0, now(), 'x'"},
+		{"claim by ids", claimSetupSQL, s.sql.claimIDs, "ARRAY['a','b'], 100, NULL, 'w', NULL, 100"},
+		{"completion", "SELECT " + genericPlanGUCs, s.completeSQL(),
+			"ARRAY['a','b'], ARRAY[1,1]::bigint[], ARRAY['w','w'], ARRAY[NULL,NULL]::bytea[], NULL, 100"},
+		{"release", "SELECT " + genericPlanGUCs, s.releaseSQL(), "ARRAY['a','b'], ARRAY[NULL,NULL]::bigint[], NULL, 100"},
+	} {
+		p := generic(c.setup, c.sql, c.args)
+		lines := strings.Split(p, "\n")
+		for i, l := range lines {
+			if strings.Contains(l, "Scan using tasks_pkey on tasks") &&
+				(i+1 >= len(lines) || !strings.Contains(lines[i+1], "Index Cond")) {
+				t.Errorf("%s: a scan of tasks_pkey without an index condition reads the whole table:\n%s", c.name, p)
+				break
+			}
+		}
 	}
 }

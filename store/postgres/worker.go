@@ -43,6 +43,23 @@ func (s *Store) buildClaimSQL() string {
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`)
 }
 
+// buildClaimFromSQL is buildClaimSQL starting at a claim hint ($7
+// priority, $8 ready time, $9 id; see claimHints): the tasks of that
+// priority from the hint on, then those of lower priorities. Each part
+// reads tasks_claim from its own start key, so neither steps over the
+// dead entries ahead of the hint; the second is read only if the first
+// yields fewer than $2.
+func (s *Store) buildClaimFromSQL() string {
+	head := `SELECT t.id FROM {s}.tasks t WHERE t.status = 'ready' AND t.queue = $1 AND `
+	tail := `
+	AND NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = $1 AND (q.paused OR q.flow_limited))
+	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED`
+	return s.buildAssignSQL(`c AS (SELECT u.id FROM (
+	SELECT a.id FROM (` + head + `t.priority = $7 AND (t.ready_at, t.id) >= ($8::timestamptz, $9::text)` + tail + `) a
+	UNION ALL
+	SELECT b.id FROM (` + head + `t.priority < $7` + tail + `) b) u LIMIT $2)`)
+}
+
 // buildAssignSQL assigns the tasks the CTE c selects ($3 now, $4 worker,
 // $5 lease length override, $6 history cap).
 func (s *Store) buildAssignSQL(c string) string {
@@ -54,7 +71,7 @@ upd AS (UPDATE {s}.tasks t SET status = 'running', owner = $4, lease = t.lease +
 		ELSE coalesce($5::bigint, t.timeout_ns) END / 1000) * interval '1 microsecond',
 	updated = n.now, version = t.version + 1, history_count = t.history_count + 1,
 	assign_seq = t.history_count + 1, claimed_at = n.now
-	FROM c, n WHERE t.id = c.id
+	FROM c, n WHERE t.id = c.id AND t.id = ANY (ARRAY(SELECT c.id FROM c))
 	RETURNING ` + colsClaim + `)` +
 		replaceHL(trimHistory, "$6") + `,
 w AS (UPDATE {s}.workers w SET last_seen = n.now FROM n WHERE w.id = $4 AND w.last_seen < n.now - interval '1 second')` +
@@ -164,9 +181,16 @@ func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, wa
 	if s.knownLimited(queue) {
 		return s.claimLimited(ctx, conn, queue, want, worker, timeout)
 	}
+	gen := s.wake.wait()
+	sql, args := s.claimSQL(), []any{queue, want, s.clockNow(), worker, timeout, s.cfg.HistoryLimit}
+	if s.listening.Load() {
+		if h, ok := s.hints.get(queue, gen, time.Now()); ok {
+			sql, args = s.sql.claimFrom, append(args, h.priority, h.readyAt, h.id)
+		}
+	}
 	b := &pgx.Batch{}
 	b.Queue(claimSetupSQL)
-	b.Queue(s.claimSQL(), queue, want, s.clockNow(), worker, timeout, s.cfg.HistoryLimit)
+	b.Queue(sql, args...)
 	// In the same round trip: whether flow limits made the claim skip the queue.
 	b.Queue(s.q(`SELECT flow_limited AND NOT paused FROM {s}.queues WHERE name = $1`), queue)
 	br := conn.SendBatch(ctx, b)
@@ -178,9 +202,19 @@ func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, wa
 	if err != nil {
 		return nil, err
 	}
-	out, err := pgx.CollectRows(rows, claimedRow)
+	var first claimHint
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*norn.Task, error) {
+		r, err := scanRec(row)
+		if err == nil && first.id == "" {
+			first = claimHint{at: time.Now(), priority: int64(r.Priority), readyAt: r.readyAt, id: r.ID}
+		}
+		return claimedRec(r, err)
+	})
 	if err != nil {
 		return nil, err
+	}
+	if first.id != "" {
+		s.hints.set(queue, gen, s.wake.wait(), first)
 	}
 	var limited bool
 	if err := br.QueryRow().Scan(&limited); err != nil && err != pgx.ErrNoRows {
@@ -197,7 +231,11 @@ func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, wa
 
 // claimedRow reads one task a claim assigned.
 func claimedRow(row pgx.CollectableRow) (*norn.Task, error) {
-	r, err := scanRec(row)
+	return claimedRec(scanRec(row))
+}
+
+// claimedRec is claimedRow of a row already read.
+func claimedRec(r *rec, err error) (*norn.Task, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -449,7 +487,7 @@ upd AS (UPDATE {s}.tasks t SET status = 'completed', progress = 1, result = x.re
 	ended_at = n.now, updated = n.now, version = t.version + 1, history_count = t.history_count + 1,
 	done_seq = t.history_count + 1
 	FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[]) AS x(id, lease, worker, result), n
-	WHERE t.id = x.id AND t.status = n.running AND t.lease = x.lease AND t.owner = x.worker
+	WHERE t.id = x.id AND t.id = ANY ($1::text[]) AND t.status = n.running AND t.lease = x.lease AND t.owner = x.worker
 	RETURNING t.id, t.queue, t.status, t.version, t.history_count, 'TaskComplete'::text AS kind, t.updated AS time)` +
 		replaceHL(trimHistory, "$6") + s.eventsCTE("upd") + `
 SELECT id, (SELECT count(*) FROM nt) FROM upd`)

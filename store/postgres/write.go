@@ -71,7 +71,7 @@ upd AS (UPDATE {s}.tasks t SET status = u.status, priority = u.priority, progres
 	ended_at = u.ended_at, pending_deps = u.pending_deps, owner = u.owner, deadline = u.deadline,
 	lease = u.lease, attempts = u.attempts, result = u.result, errors = u.errors::jsonb,
 	history_count = u.history_count, version = u.version, assign_seq = 0, done_seq = 0
-	FROM u WHERE t.id = u.id AND t.version = u.old_version AND t.status = u.old_status AND t.lease = u.old_lease
+	FROM u WHERE t.id = u.id AND t.id = ANY ($1::text[]) AND t.version = u.old_version AND t.status = u.old_status AND t.lease = u.old_lease
 	RETURNING t.id, t.queue, t.status, t.version, t.history_count, u.kind, t.updated AS time),
 h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time, worker, lease, progress, error)
 	SELECT x.task_id, x.seq, x.type, x.time, x.worker, x.lease, x.progress, x.error::jsonb
@@ -114,10 +114,11 @@ func (s *Store) buildReleaseSQL() string {
 cand AS MATERIALIZED (SELECT b.id FROM {s}.tasks b WHERE b.status = 'blocked' AND b.depends_on && $1::text[]),
 c AS (SELECT t.id FROM {s}.tasks t JOIN unnest($1::text[], $2::bigint[]) x(id, v)
 	ON t.id = x.id AND (t.version = x.v OR (x.v IS NULL AND t.xmin = pg_current_xact_id()::xid))
-	WHERE t.status = 'completed' AND EXISTS (SELECT 1 FROM cand)),
+	WHERE t.id = ANY ($1::text[]) AND t.status = 'completed' AND EXISTS (SELECT 1 FROM cand)),
 ca AS (SELECT array_agg(id) AS ids FROM c),
 d AS (SELECT b.id, (SELECT count(*) FROM unnest(b.depends_on) dep WHERE dep = ANY(ca.ids))::int AS n
-	FROM {s}.tasks b, ca WHERE ca.ids IS NOT NULL AND b.status = 'blocked' AND b.depends_on && ca.ids
+	FROM {s}.tasks b, ca WHERE ca.ids IS NOT NULL AND b.id = ANY (ARRAY(SELECT cand.id FROM cand))
+	AND b.status = 'blocked' AND b.depends_on && ca.ids
 	ORDER BY b.id FOR UPDATE OF b),
 upd AS (UPDATE {s}.tasks b SET pending_deps = b.pending_deps - d.n,
 	status = CASE WHEN b.pending_deps - d.n > 0 THEN 'blocked' WHEN b.run_at > n.now THEN 'scheduled' ELSE 'ready' END,
@@ -125,7 +126,7 @@ upd AS (UPDATE {s}.tasks b SET pending_deps = b.pending_deps - d.n,
 	history_count = b.history_count + CASE WHEN b.pending_deps - d.n <= 0 THEN 1 ELSE 0 END,
 	version = b.version + CASE WHEN b.pending_deps - d.n <= 0 THEN 1 ELSE 0 END,
 	updated = CASE WHEN b.pending_deps - d.n <= 0 THEN n.now ELSE b.updated END
-	FROM d, n WHERE b.id = d.id AND b.status = 'blocked'
+	FROM d, n WHERE b.id = d.id AND b.id = ANY (ARRAY(SELECT d.id FROM d)) AND b.status = 'blocked'
 	RETURNING b.id, b.queue, b.status, b.version, b.history_count,
 	CASE WHEN b.status = 'blocked' THEN '' ELSE 'TaskRelease' END AS kind, b.updated AS time),
 h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time)
