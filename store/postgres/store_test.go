@@ -430,30 +430,7 @@ func TestClaimPlanWithStaleStatistics(t *testing.T) {
 	// The claim and the dependents' release run cached generic plans
 	// (claimSetupSQL, genericPlanGUCs): planned once for any LIMIT, they
 	// must still read the indexes, never a whole table.
-	generic := func(setup, sql, args string) string {
-		var out []string
-		err := s.withConn(ctx, func(conn *pgx.Conn) error {
-			return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, setup); err != nil {
-					return err
-				}
-				if _, err := tx.Prepare(ctx, "generic_plan", sql); err != nil {
-					return err
-				}
-				defer tx.Conn().Deallocate(ctx, "generic_plan")
-				rows, err := tx.Query(ctx, "EXPLAIN EXECUTE generic_plan("+args+")")
-				if err != nil {
-					return err
-				}
-				out, err = pgx.CollectRows(rows, pgx.RowTo[string])
-				return err
-			})
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Join(out, "\n")
-	}
+	generic := func(setup, sql, args string) string { return genericPlan(t, s, setup, sql, args) }
 	p := generic(claimSetupSQL, s.claimSQL(), "'q', 100, NULL, 'w', NULL, 100")
 	if !strings.Contains(p, "$2") || !strings.Contains(p, "Index Scan using tasks_claim") || strings.Contains(p, "Seq Scan on tasks ") ||
 		strings.Contains(p, "Hash Join") || strings.Contains(p, "Bitmap Heap Scan on tasks") {
@@ -526,30 +503,7 @@ func TestHotPlansAfterChurn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	generic := func(setup, sql, args string) string {
-		var out []string
-		err := s.withConn(ctx, func(conn *pgx.Conn) error {
-			return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, setup); err != nil {
-					return err
-				}
-				if _, err := tx.Prepare(ctx, "churn_plan", sql); err != nil {
-					return err
-				}
-				defer tx.Conn().Deallocate(ctx, "churn_plan")
-				rows, err := tx.Query(ctx, "EXPLAIN EXECUTE churn_plan("+args+")")
-				if err != nil {
-					return err
-				}
-				out, err = pgx.CollectRows(rows, pgx.RowTo[string])
-				return err
-			})
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Join(out, "\n")
-	}
+	generic := func(setup, sql, args string) string { return genericPlan(t, s, setup, sql, args) }
 	for _, c := range []struct{ name, setup, sql, args string }{
 		{"claim", claimSetupSQL, s.claimSQL(), "'q', 100, NULL, 'w', NULL, 100"},
 		{"claim from a hint", claimSetupSQL, s.sql.claimFrom, "'q', 100, NULL, 'w', NULL, 100, 0, now(), 'x'"},
@@ -568,4 +522,33 @@ func TestHotPlansAfterChurn(t *testing.T) {
 			}
 		}
 	}
+}
+
+// genericPlan is the cached generic plan of sql (EXPLAIN EXECUTE with args,
+// SQL literals) in a transaction that ran setup first.
+func genericPlan(t *testing.T, s *Store, setup, sql, args string) string {
+	t.Helper()
+	ctx := context.Background()
+	var out []string
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, setup); err != nil {
+				return err
+			}
+			if _, err := tx.Prepare(ctx, "generic_plan", sql); err != nil {
+				return err
+			}
+			defer tx.Conn().Deallocate(ctx, "generic_plan")
+			rows, err := tx.Query(ctx, "EXPLAIN EXECUTE generic_plan("+args+")")
+			if err != nil {
+				return err
+			}
+			out, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(out, "\n")
 }
