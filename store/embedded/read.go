@@ -78,7 +78,8 @@ func (r *reader) tasksForward(ids []string, cl []claimedAs) ([]*norn.Task, error
 	out := make([]*norn.Task, len(ids))
 	a := &taskArena{tasks: make([]norn.Task, 0, len(ids)), hist: make([]norn.HistoryEntry, 0, len(ids))}
 	var lo []byte
-	for _, i := range order {
+	for k, i := range order {
+		a.left = len(order) - k
 		id := ids[i]
 		lo = append(append(append(lo[:0], pfxTask), id...), 0)
 		if !r.forwardTo(lo) {
@@ -157,6 +158,7 @@ type taskArena struct {
 	tasks []norn.Task // pre-sized: never grown, so pointers stay valid
 	hist  []norn.HistoryEntry
 	bytes []byte
+	left  int // tasks still to decode, to size the next bytes buffer
 }
 
 // appendHistory is append(hs, h) taking a first entry from a.
@@ -184,7 +186,8 @@ func (a *taskArena) copy(b []byte) []byte {
 		return append(make([]byte, 0, len(b)), b...)
 	}
 	if cap(a.bytes)-len(a.bytes) < len(b) {
-		a.bytes = make([]byte, 0, max(len(b), 16<<10))
+		// Room for this many more of the same size, within reason.
+		a.bytes = make([]byte, 0, max(len(b), min(len(b)*a.left, 64<<10)))
 	}
 	n := len(a.bytes)
 	a.bytes = append(a.bytes, b...)
