@@ -56,6 +56,7 @@ const flowSlots = 8
 type flowState struct {
 	mu            sync.Mutex
 	exclusive     map[string]time.Time // queue → until when its claims go straight to the exclusive path
+	rated         map[string]time.Time // queue → until when its claims take tokens first (claimRated)
 	limited       map[string]time.Time // queue → until when its claims skip the plain claim
 	slots         int                  // 0: flowSlots
 	cap           int                  // largest shared claim; 0: norn.MaxClaim
@@ -130,23 +131,54 @@ func (f *flowState) ruleOut(queue string) {
 	f.exclusive[queue] = time.Now().Add(staticRecheck)
 }
 
+// knownRated reports whether queue was found rate limited less than
+// staticRecheck ago, so its claims take their tokens first. Stale is
+// harmless both ways: the verdict tells an untaken claim of a rated queue
+// (sharedRated), and claimRated of a queue without a rate limit finds no
+// bucket to take from and falls back to the exclusive path.
+func (f *flowState) knownRated(queue string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	until, ok := f.rated[queue]
+	if ok && time.Now().After(until) {
+		delete(f.rated, queue)
+		return false
+	}
+	return ok
+}
+
+func (f *flowState) markRated(queue string, rated bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !rated {
+		delete(f.rated, queue)
+		return
+	}
+	if f.rated == nil {
+		f.rated = map[string]time.Time{}
+	}
+	f.rated[queue] = time.Now().Add(staticRecheck)
+}
+
 // The shared path's verdicts.
 const (
 	sharedOK     = "ok"     // claimed on the shared path
-	sharedStatic = "static" // the settings rule it out: small limits, rate limit, fair_by, paused
+	sharedStatic = "static" // the settings rule it out: small limits, fair_by, paused
+	sharedRated  = "rated"  // rate limited, and the claim took no tokens: claimRated
 	sharedNear   = "near"   // the running count is too close to a limit now
 )
 
 // sharedVerdictSQL decides, with a snapshot taken after the gate and the
 // slot are held, whether this claim may take the shared path, and tells
 // the claim statement through a transaction-local setting. $2 is
-// flowSlots × the largest shared claim. A queue without count limits
-// (lim NULL) needs no count.
-var sharedVerdictSQL = `WITH q AS (SELECT paused OR fair_by <> '' OR rate_per_second > 0 AS other,
+// flowSlots × the largest shared claim; $3 whether the claim took its
+// tokens already (a rate-limited queue's claims must: claimRated). A queue
+// without count limits (lim NULL) needs no count.
+var sharedVerdictSQL = `WITH q AS (SELECT paused OR fair_by <> '' AS other, rate_per_second > 0 AS rated,
 	least(nullif(max_running, 0), nullif(key_limit, 0),
 		(SELECT min(k.lim) FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0)) AS lim
 	FROM {s}.queues WHERE name = $1),
-v AS (SELECT CASE WHEN q.other OR q.lim < $2 THEN 'static'
+v AS (SELECT CASE WHEN q.other OR q.lim < $2 THEN 'static' WHEN q.rated AND NOT $3 THEN 'rated'
 	WHEN q.lim IS NOT NULL AND (SELECT count(*) FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'running') > q.lim - $2
 	THEN 'near' ELSE 'ok' END AS v FROM q)
 SELECT v, set_config('norn.flow_shared', (v = 'ok')::text, true), ` + claimSetupGUCs + ` FROM v`
@@ -165,13 +197,18 @@ var claimSetupGUCs = strings.TrimPrefix(claimSetupSQL, "SELECT ")
 // claimShared tries the shared path in one round trip: the locks, the
 // verdict and the claim (which claims nothing unless the verdict is ok),
 // in one implicit transaction, so the locks are held until it commits.
-func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, string, error) {
+// tokensAt: the claim took its tokens then (claimRated), its time.
+func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64, tokensAt *time.Time) ([]*norn.Task, string, error) {
 	slots, cap := s.flow.margins()
 	s.flow.sqlOnce.Do(s.buildFlowSQL)
 	b := &pgx.Batch{}
 	b.Queue(sharedLockSQL, s.channel+"/flow/"+queue, s.channel+"/flowslot/"+queue, slots)
-	b.Queue(s.q(sharedVerdictSQL), queue, slots*cap)
-	b.Queue(s.flow.claimSQL, queue, min(want, cap), s.clockNow(), worker, timeout, s.cfg.HistoryLimit)
+	b.Queue(s.q(sharedVerdictSQL), queue, slots*cap, tokensAt != nil)
+	var now any = s.clockNow()
+	if tokensAt != nil {
+		now = *tokensAt
+	}
+	b.Queue(s.flow.claimSQL, queue, min(want, cap), now, worker, timeout, s.cfg.HistoryLimit)
 	br := conn.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -210,16 +247,29 @@ func (s *Store) buildFlowSQL() {
 // shared path when it may, else on the exclusive one.
 func (s *Store) claimLimited(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, error) {
 	if !s.flow.skipShared(queue) {
-		out, verdict, err := s.claimShared(ctx, conn, queue, want, worker, timeout)
-		if err != nil {
-			return nil, err
-		}
-		switch verdict {
-		case sharedOK:
-			s.flow.sharedClaims.Add(1)
-			return out, nil
-		case sharedStatic:
-			s.flow.ruleOut(queue)
+		if s.flow.knownRated(queue) {
+			out, done, err := s.claimRated(ctx, conn, queue, want, worker, timeout)
+			if done || err != nil {
+				return out, err
+			}
+		} else {
+			out, verdict, err := s.claimShared(ctx, conn, queue, want, worker, timeout, nil)
+			if err != nil {
+				return nil, err
+			}
+			switch verdict {
+			case sharedOK:
+				s.flow.sharedClaims.Add(1)
+				return out, nil
+			case sharedStatic:
+				s.flow.ruleOut(queue)
+			case sharedRated:
+				s.flow.markRated(queue, true)
+				out, done, err := s.claimRated(ctx, conn, queue, want, worker, timeout)
+				if done || err != nil {
+					return out, err
+				}
+			}
 		}
 	}
 	s.flow.exclusiveClaims.Add(1)

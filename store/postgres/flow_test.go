@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/store/storetest"
 )
@@ -137,5 +139,58 @@ func TestRateLimitWakesOnlyForTokens(t *testing.T) {
 	t.Logf("%d claims came back empty for %d tasks", empty, claimed.Load())
 	if empty > 2*tasks {
 		t.Fatalf("%d claims came back empty for %d tasks: every token woke every waiter", empty, tasks)
+	}
+}
+
+// TestRateLimitClaimsDoNotSerialize claims from a rate-limited queue whose
+// limit cannot bind while another instance's claim of it is in flight on
+// the shared path (a connection holding the queue's gate in shared mode
+// until the test ends). The claim must take its tokens in a statement of
+// its own and claim on the shared path beside it; a claim that takes the
+// gate exclusively for the bucket waits for the other one to commit, and
+// runs out of time here.
+func TestRateLimitClaimsDoNotSerialize(t *testing.T) {
+	ctx := context.Background()
+	first := openTest(t, nil, nil)
+	second, err := Open(ctx, Config{URL: first.cfg.URL, Schema: first.cfg.Schema})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { second.Close() })
+	if _, err := first.UpdateQueue(ctx, "rl", norn.QueueUpdate{RateLimit: &norn.RateLimit{PerSecond: 1_000_000, Burst: 1_000_000}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Submit(ctx, norn.NewTask{Queue: "rl"}, norn.NewTask{Queue: "rl"}, norn.NewTask{Queue: "rl"}); err != nil {
+		t.Fatal(err)
+	}
+	inFlight, err := pgx.Connect(ctx, first.cfg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inFlight.Close(context.Background()) })
+	if _, err := inFlight.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inFlight.Exec(ctx, `SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))`, first.channel+"/flow/rl"); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range []*Store{first, second, second} {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		ts, err := s.Claim(cctx, norn.ClaimRequest{Worker: "w", Queues: []string{"rl"}, N: 1})
+		cancel()
+		if err != nil || len(ts) != 1 {
+			t.Fatalf("claim %d beside a shared claim in flight: %d tasks, %v", i, len(ts), err)
+		}
+	}
+	if n := first.flow.exclusiveClaims.Load() + second.flow.exclusiveClaims.Load(); n != 0 {
+		t.Fatalf("%d claims took the exclusive path", n)
+	}
+	// The unused tokens went back: three claims spent three tokens.
+	var tokens float64
+	if err := inFlight.QueryRow(ctx, first.q(`SELECT tokens FROM {s}.queue_buckets WHERE queue = 'rl'`)).Scan(&tokens); err != nil {
+		t.Fatal(err)
+	}
+	if tokens < 1_000_000-3 || tokens > 1_000_000 {
+		t.Fatalf("bucket holds %v tokens after three claims of one task from a full bucket of 1,000,000", tokens)
 	}
 }

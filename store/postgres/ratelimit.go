@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,12 +15,19 @@ import (
 )
 
 // Rate limits. A rate-limited queue is flow_limited, so its claims run in
-// claimLimited under the queue's advisory lock: each reads the bucket
-// (queue_buckets: tokens at a time; no row = full), the database's time,
-// takes at most the whole tokens, and writes the bucket back in the same
-// transaction. Claims of the queue are serialized across every node, so
-// no two can spend the same token, and time comes from one clock (the
-// database's), so nodes with skewed clocks cannot refill it early.
+// claimLimited. The bucket is a row of queue_buckets (tokens at a time; no
+// row = full) and time is the database's (one clock, so nodes with skewed
+// clocks cannot refill it early). Where the queue would otherwise take the
+// shared path (not fair, not paused, count limits far), a claim takes its
+// tokens in a statement of its own (takeTokensSQL: refill by the elapsed
+// time, capped at the burst, take at most the whole tokens; the row is
+// locked only for that statement), claims up to what it got on the shared
+// path, and gives back what it did not use (giveBackSQL). Each token is
+// taken by one atomic update, so no two claims spend it, on any node; a
+// claim that dies between the take and the give-back loses its unused
+// tokens: it under-admits, never over-admits. Elsewhere (fair or paused
+// queues, a count limit near) the exclusive path reads and writes the
+// bucket under the gate.
 //
 // A long-polling claim that a rate limit left short would otherwise sleep
 // until a notification or PollInterval; the node arms one timer per queue
@@ -314,4 +322,146 @@ LEFT JOIN {s}.queue_buckets b ON b.queue = q.name`), names, s.clockNow())
 		return nil
 	})
 	return err
+}
+
+// bucketBurstSQL is a queue's burst as norn.RateLimit.Normalized has it.
+var bucketBurstSQL = `(CASE WHEN rate_burst > 0 THEN rate_burst ELSE least(ceil(rate_per_second), ` +
+	strconv.Itoa(norn.MaxRateBurst) + `) END)::int`
+
+// takeTokensSQL takes up to $3 tokens from a queue's stored bucket at $2
+// (injected clock) or the database's time, as norn.RateLimit.Take does ($4:
+// its epsilon), and returns how many it took, the bucket after, the time
+// and the rate limit. The subquery locks the row, so a concurrent take
+// refills and takes from what the previous one left. No row: no stored
+// bucket (takeFirstTokensSQL) or no rate limit.
+var takeTokensSQL = `UPDATE {s}.queue_buckets b SET tokens = c.tokens, at = f.at
+FROM (SELECT tokens, at FROM {s}.queue_buckets WHERE queue = $1 FOR UPDATE) o,
+	(SELECT coalesce($2::timestamptz, clock_timestamp()) AS now) n,
+	(SELECT rate_per_second, rate_burst, ` + bucketBurstSQL + `::float8 AS burst FROM {s}.queues
+		WHERE name = $1 AND rate_per_second > 0) q,
+	LATERAL (SELECT least(o.tokens + greatest(extract(epoch FROM n.now - o.at)::float8, 0) * q.rate_per_second,
+		q.burst) AS r, greatest(o.at, n.now) AS at) f,
+	LATERAL (SELECT least($3, CASE WHEN f.r <= 0 THEN 0 ELSE floor(f.r + $4) END)::int AS g) t,
+	LATERAL (SELECT CASE WHEN t.g > 0 AND f.r - t.g < $4 THEN 0 ELSE f.r - t.g END AS tokens) c
+WHERE b.queue = $1
+RETURNING t.g, b.tokens, b.at, q.rate_per_second, q.rate_burst, n.now`
+
+// takeFirstTokensSQL takes up to $3 tokens from a full bucket, storing it:
+// the queue has no bucket row yet. No row: another claim stored one first
+// (take again), or no rate limit.
+var takeFirstTokensSQL = `WITH n AS (SELECT coalesce($2::timestamptz, clock_timestamp()) AS now),
+q AS (SELECT rate_per_second, rate_burst, ` + bucketBurstSQL + ` AS burst FROM {s}.queues WHERE name = $1 AND rate_per_second > 0),
+ins AS (INSERT INTO {s}.queue_buckets (queue, tokens, at) SELECT $1, (q.burst - least($3, q.burst))::float8, n.now FROM q, n
+	ON CONFLICT (queue) DO NOTHING RETURNING tokens, at)
+SELECT least($3, q.burst), ins.tokens, ins.at, q.rate_per_second, q.rate_burst, n.now FROM ins, q, n`
+
+// giveBackSQL returns $2 unused tokens to a queue's bucket, capped at its
+// burst $3.
+const giveBackSQL = `UPDATE {s}.queue_buckets SET tokens = least(tokens + $2, $3) WHERE queue = $1 RETURNING tokens, at`
+
+// taken is what a take of tokens got.
+type taken struct {
+	n      int
+	bucket norn.Bucket // after the take
+	rl     norn.RateLimit
+	now    time.Time // the take's time, the claim's too
+}
+
+// takeTokens takes up to want tokens of queue's bucket in a statement of
+// its own. ok false: the queue has no rate limit.
+func (s *Store) takeTokens(ctx context.Context, conn *pgx.Conn, queue string, want int) (tk taken, ok bool, err error) {
+	scan := func(sql string, args ...any) (bool, error) {
+		var burst int32
+		err := conn.QueryRow(ctx, s.q(sql), append([]any{queue, s.clockNow(), want}, args...)...).
+			Scan(&tk.n, &tk.bucket.Tokens, &tk.bucket.At, &tk.rl.PerSecond, &burst, &tk.now)
+		tk.rl.Burst = int(burst)
+		if err == pgx.ErrNoRows {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	for range 2 {
+		if ok, err := scan(takeTokensSQL, tokenEpsilon); ok || err != nil {
+			return tk, ok, err
+		}
+		if ok, err := scan(takeFirstTokensSQL); ok || err != nil {
+			return tk, ok, err
+		}
+		// A bucket stored between the two statements: take from it.
+	}
+	return tk, false, nil
+}
+
+// tokenEpsilon is norn's: a bucket this close to a whole token holds it.
+const tokenEpsilon = 1e-9
+
+// claimRated claims up to want tasks of a rate-limited queue that is not
+// fair and not paused: it takes the tokens first, then claims up to what
+// it got on the shared path, so claims of the queue run concurrently on
+// every node, and gives back the tokens it did not use. done false: the
+// queue has no rate limit now, or the shared path is ruled out (a count
+// limit near, fair_by, paused); the caller claims on the exclusive path.
+func (s *Store) claimRated(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) (out []*norn.Task, done bool, err error) {
+	_, cap := s.flow.margins()
+	want = min(want, cap)
+	tk, ok, err := s.takeTokens(ctx, conn, queue, want)
+	if err != nil {
+		return nil, false, err
+	}
+	if !ok {
+		s.flow.markRated(queue, false)
+		return nil, false, nil
+	}
+	b := tk.bucket
+	if tk.n > 0 {
+		var verdict string
+		// An error leaves the tokens taken: they are lost, which only
+		// under-admits (the claim may have committed).
+		// The claim's time is the take's: tasks are admitted when their
+		// tokens were taken (one clock for both, as on the exclusive path).
+		out, verdict, err = s.claimShared(ctx, conn, queue, tk.n, worker, timeout, &tk.now)
+		if err != nil {
+			return nil, false, err
+		}
+		if verdict != sharedOK {
+			if verdict == sharedStatic {
+				s.flow.ruleOut(queue)
+			}
+			_, err := s.giveBack(ctx, conn, queue, tk.n, tk.rl)
+			return nil, false, err
+		}
+		s.flow.sharedClaims.Add(1)
+		if n := tk.n - len(out); n > 0 {
+			// The tasks are claimed: a failed give-back must not lose
+			// them, and only under-admits.
+			if nb, err := s.giveBack(ctx, conn, queue, n, tk.rl); err == nil {
+				b = nb
+			} else {
+				s.cfg.Logger.Warn("norn: cannot give back unused rate-limit tokens", "queue", queue, "err", err)
+			}
+		}
+	}
+	if len(out) < want && len(out) == tk.n {
+		// Short by the rate limit: count what it held back.
+		var left int
+		if err := conn.QueryRow(ctx, s.q(leftSQL), queue, want-len(out)).Scan(&left); err != nil {
+			if len(out) > 0 {
+				return out, true, nil
+			}
+			return nil, true, err
+		}
+		s.noteHeld(queue, norn.QueueFlow{RateLimit: tk.rl}, b, want, len(out), left, -1, tk.n)
+	}
+	return out, true, nil
+}
+
+// giveBack returns n unused tokens to queue's bucket and returns the
+// bucket after.
+func (s *Store) giveBack(ctx context.Context, conn *pgx.Conn, queue string, n int, rl norn.RateLimit) (norn.Bucket, error) {
+	var b norn.Bucket
+	err := conn.QueryRow(ctx, s.q(giveBackSQL), queue, n, float64(rl.Normalized().Burst)).Scan(&b.Tokens, &b.At)
+	if err == pgx.ErrNoRows {
+		err = nil
+	}
+	return b, err
 }
