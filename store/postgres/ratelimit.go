@@ -344,7 +344,7 @@ FROM (SELECT tokens, at FROM {s}.queue_buckets WHERE queue = $1 FOR UPDATE) o,
 	LATERAL (SELECT least($3, CASE WHEN f.r <= 0 THEN 0 ELSE floor(f.r + $4) END)::int AS g) t,
 	LATERAL (SELECT CASE WHEN t.g > 0 AND f.r - t.g < $4 THEN 0 ELSE f.r - t.g END AS tokens) c
 WHERE b.queue = $1
-RETURNING t.g, b.tokens, b.at, q.rate_per_second, q.rate_burst, n.now`
+RETURNING t.g, b.tokens, b.at, q.rate_per_second, q.rate_burst, f.at`
 
 // takeFirstTokensSQL takes up to $3 tokens from a full bucket, storing it:
 // the queue has no bucket row yet. No row: another claim stored one first
@@ -364,7 +364,9 @@ type taken struct {
 	n      int
 	bucket norn.Bucket // after the take
 	rl     norn.RateLimit
-	now    time.Time // the take's time, the claim's too
+	now    time.Time // the take's time, the claim's too: the bucket's (a
+	// take whose clock read is older than the bucket's spends tokens of the
+	// bucket's time, so its tasks must not count as claimed earlier)
 }
 
 // takeTokens takes up to want tokens of queue's bucket in a statement of
