@@ -24,8 +24,10 @@ import (
 //     count plus flowSlots × MaxClaim is within every count limit (the
 //     queue's max_running, key_limit and every key's own limit). Shared
 //     claims run concurrently, and none waits for another's commit.
-//   - The exclusive path, near a limit or for a rate-limited, fair or
-//     paused queue: the gate in exclusive mode (waiting for every shared
+//     A rate-limited queue's claim takes its tokens first, in a statement
+//     of its own (claimRated), and claims on the shared path up to them.
+//   - The exclusive path, near a limit or for a fair or paused queue: the
+//     gate in exclusive mode (waiting for every shared
 //     claim to commit and keeping new ones out), then the running count
 //     per key and a pick that admits exactly up to the limits.
 //
@@ -68,7 +70,7 @@ type flowState struct {
 }
 
 // staticRecheck is how long a queue whose settings rule the shared path
-// out (small limits, a rate limit, fair_by, paused) goes straight to the
+// out (small limits, fair_by, paused) goes straight to the
 // exclusive path before the settings are read again.
 const staticRecheck = time.Second
 
