@@ -75,6 +75,14 @@ func workerProcess() int {
 		_ = os.Rename(name+".tmp", name)
 	}
 	h := worker.HandlerFunc(func(ctx context.Context, tk *worker.Task) error {
+		if mode == "block" || mode == "gate" {
+			// The test waits for this mark before it signals the process:
+			// a task seen running in the store may still be on its way to
+			// the worker, and the server gives back leases whose claimer
+			// hung up before receiving them.
+			name := filepath.Join(marks, fmt.Sprintf("%s.%d.start", tk.ID, tk.Lease))
+			_ = os.WriteFile(name, nil, 0o600)
+		}
 		switch mode {
 		case "block": // run until cancelled
 			<-ctx.Done()
@@ -211,9 +219,18 @@ func submitN(t *testing.T, st norn.Store, queue string, n int, timeout time.Dura
 	return ids
 }
 
-// waitRunningBy waits until every task runs under one owner and returns it.
-func waitRunningBy(t *testing.T, st norn.Store, ids []string) string {
+// waitRunningBy waits until every task runs under one owner and its
+// handler has started (so the worker holds the lease), and returns the owner.
+func waitRunningBy(t *testing.T, st norn.Store, marks string, ids []string) string {
 	t.Helper()
+	waitFor(t, 20*time.Second, "handlers started", func() bool {
+		for _, id := range ids {
+			if _, err := os.Stat(filepath.Join(marks, id+".1.start")); err != nil {
+				return false
+			}
+		}
+		return true
+	})
 	var owner string
 	waitFor(t, 20*time.Second, "tasks running in one worker", func() bool {
 		owner = ""
@@ -235,7 +252,7 @@ func TestProcessSIGKILLedWorkersTasksRunAgainAfterLeaseExpiry(t *testing.T) {
 	marks := t.TempDir()
 	ids := submitN(t, st, "killed", 3, time.Second)
 	p1 := startProc(t, "worker 1", workerEnv(url, "killed", "block", marks, 3, time.Second))
-	first := waitRunningBy(t, st, ids)
+	first := waitRunningBy(t, st, marks, ids)
 	if err := p1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +283,7 @@ func TestProcessSIGSTOPPastLeaseLateCompleteIsRefused(t *testing.T) {
 	ids := submitN(t, st, "stopped", 1, time.Second)
 	id := ids[0]
 	p1 := startProc(t, "worker 1", workerEnv(url, "stopped", "gate", marks, 1, time.Second))
-	first := waitRunningBy(t, st, ids)
+	first := waitRunningBy(t, st, marks, ids)
 	if err := p1.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +354,7 @@ func TestProcessSIGTERMYieldsToSecondWorker(t *testing.T) {
 	// Leases far longer than the test: only a yield can move these tasks.
 	ids := submitN(t, st, "termed", 2, time.Minute)
 	p1 := startProc(t, "worker 1", workerEnv(url, "termed", "block", marks, 2, 100*time.Millisecond))
-	first := waitRunningBy(t, st, ids)
+	first := waitRunningBy(t, st, marks, ids)
 	// The second worker is already long-polling when the first one stops.
 	p2 := startProc(t, "worker 2", workerEnv(url, "termed", "complete", marks, 2, time.Second))
 	waitFor(t, 10*time.Second, "second worker registered", func() bool {
