@@ -1,20 +1,143 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/nornq/norn"
 )
 
 // copyColumns are the columns a plain submit writes; the others keep their
-// defaults (no dependencies, errors or history, version 1).
+// defaults (no dependencies, errors or history, version 1). appendCopyRow
+// writes them in COPY's binary format, so it must follow their types: a
+// type changed by a migration makes every plain submit fail until it does.
 var copyColumns = []string{"id", "queue", "spec", "priority", "status", "labels", "created", "updated", "run_at",
 	"ready_at", "max_attempts", "retry", "timeout_ns", "concurrency_key", "max_runtime_ns", "traceparent", "tracestate", "fair_key"}
+
+// copyHeader starts a binary COPY stream: the signature, no flags, no
+// header extension.
+var copyHeader = []byte("PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00")
+
+// copyTrailer ends it (a field count of -1).
+var copyTrailer = []byte{0xff, 0xff}
+
+// pgEpochMicros is 2000-01-01 UTC, PostgreSQL's timestamp epoch, in Unix
+// microseconds.
+const pgEpochMicros = 946_684_800_000_000
+
+// appendCopyRows appends the rows of recs (nil entries skipped) in COPY's
+// binary format, without header or trailer. Encoding by hand instead of
+// through pgx's CopyFrom saves the per-value type dispatch of []any rows,
+// and lets a caller encode its batch before it joins a merged COPY.
+func appendCopyRows(b []byte, recs []*rec, now time.Time) []byte {
+	size := 0
+	for _, r := range recs {
+		if r != nil {
+			// The fixed part: field count, 18 lengths, 6 int64s and an int32;
+			// labels and retry policies are rare and may grow the buffer.
+			size += 2 + 4*len(copyColumns) + 6*8 + 4 + len(r.ID) + len(r.Queue) + len(r.Spec) + len(r.Status) +
+				len(r.ConcurrencyKey) + len(r.Traceparent) + len(r.Tracestate)
+			if r.fairKey != nil {
+				size += len(*r.fairKey)
+			}
+		}
+	}
+	b = slices.Grow(b, size)
+	ts := now.UnixMicro() - pgEpochMicros
+	for _, r := range recs {
+		if r == nil {
+			continue
+		}
+		b = binary.BigEndian.AppendUint16(b, uint16(len(copyColumns)))
+		b = copyText(b, r.ID)
+		b = copyText(b, r.Queue)
+		if len(r.Spec) > 0 {
+			b = copyBytes(b, r.Spec)
+		} else {
+			b = copyNull(b)
+		}
+		b = copyInt64(b, int64(r.Priority))
+		b = copyText(b, string(r.Status))
+		b = copyJSONB(b, labelsJSON(r.Labels))
+		b = copyInt64(b, ts)
+		b = copyInt64(b, ts)
+		b = copyInt64(b, r.RunAt.UnixMicro()-pgEpochMicros)
+		b = copyInt64(b, ts)
+		b = binary.BigEndian.AppendUint32(b, 4)
+		b = binary.BigEndian.AppendUint32(b, uint32(int32(r.MaxAttempts)))
+		b = copyJSONB(b, retryJSON(r.Retry))
+		b = copyInt64(b, int64(r.Timeout))
+		b = copyOptText(b, r.ConcurrencyKey)
+		b = copyInt64(b, int64(r.MaxRuntime))
+		b = copyOptText(b, r.Traceparent)
+		b = copyOptText(b, r.Tracestate)
+		if r.fairKey != nil {
+			b = copyText(b, *r.fairKey)
+		} else {
+			b = copyNull(b)
+		}
+	}
+	return b
+}
+
+func copyNull(b []byte) []byte { return binary.BigEndian.AppendUint32(b, 0xffffffff) }
+
+func copyText(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
+	return append(b, s...)
+}
+
+// copyOptText writes "" as NULL.
+func copyOptText(b []byte, s string) []byte {
+	if s == "" {
+		return copyNull(b)
+	}
+	return copyText(b, s)
+}
+
+func copyBytes(b []byte, v []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(v)))
+	return append(b, v...)
+}
+
+func copyInt64(b []byte, v int64) []byte {
+	b = binary.BigEndian.AppendUint32(b, 8)
+	return binary.BigEndian.AppendUint64(b, uint64(v))
+}
+
+// copyJSONB writes a jsonb value: format version 1, then the text.
+func copyJSONB(b []byte, s *string) []byte {
+	if s == nil {
+		return copyNull(b)
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(*s)+1))
+	b = append(b, 1)
+	return append(b, *s...)
+}
+
+// copyRows writes rows in COPY's binary format (header to trailer) into
+// the tasks table with one COPY on q's connection.
+func (s *Store) copyRows(ctx context.Context, q querier, rows io.Reader) error {
+	var pc *pgconn.PgConn
+	switch c := q.(type) {
+	case *pgx.Conn:
+		pc = c.PgConn()
+	case pgx.Tx:
+		pc = c.Conn().PgConn()
+	}
+	_, err := pc.CopyFrom(ctx, rows, "COPY "+pgx.Identifier{s.cfg.Schema, "tasks"}.Sanitize()+
+		" ("+strings.Join(copyColumns, ", ")+") FROM STDIN BINARY")
+	return err
+}
 
 // copyIn inserts new tasks with COPY, PostgreSQL's bulk load: rows go to
 // the heap a page at a time with one WAL record per page instead of one per
@@ -22,36 +145,20 @@ var copyColumns = []string{"id", "queue", "spec", "priority", "status", "labels"
 // were all generated (UUIDv7: no duplicates to look for) and that have no
 // dependencies; eventsOn says whether some node subscribes to events.
 func (s *Store) copyIn(ctx context.Context, q querier, recs []*rec, now time.Time, eventsOn bool) error {
-	i := 0
-	row := make([]any, len(copyColumns))
-	_, err := q.CopyFrom(ctx, pgx.Identifier{s.cfg.Schema, "tasks"}, copyColumns, pgx.CopyFromFunc(func() ([]any, error) {
-		for i < len(recs) && recs[i] == nil {
-			i++
-		}
-		if i == len(recs) {
-			return nil, nil
-		}
-		r := recs[i]
-		i++
-		var spec []byte
-		if len(r.Spec) > 0 {
-			spec = r.Spec
-		}
-		row[0], row[1], row[2], row[3], row[4] = r.ID, r.Queue, spec, int64(r.Priority), string(r.Status)
-		row[5], row[6], row[7], row[8], row[9] = labelsJSON(r.Labels), now, now, r.RunAt, now
-		row[10], row[11], row[12] = int32(r.MaxAttempts), retryJSON(r.Retry), int64(r.Timeout)
-		row[13], row[14] = strPtr(r.ConcurrencyKey), int64(r.MaxRuntime)
-		row[15], row[16] = strPtr(r.Traceparent), strPtr(r.Tracestate)
-		row[17] = r.fairKey
-		return row, nil
-	}))
-	if err != nil {
+	rows := io.MultiReader(bytes.NewReader(copyHeader), bytes.NewReader(appendCopyRows(nil, recs, now)),
+		bytes.NewReader(copyTrailer))
+	if err := s.copyRows(ctx, q, rows); err != nil {
 		return err
 	}
-	// COPY cannot notify; one statement does, after the rows are written.
-	// Outside a transaction the rows are committed already: a failure to
-	// notify then only delays claimers on other nodes until their next poll,
-	// and must not report the stored tasks as not stored.
+	return s.notifySubmitted(ctx, q, recs, eventsOn)
+}
+
+// notifySubmitted tells the other nodes about tasks just written by COPY,
+// which cannot notify: their TaskSubmit events when eventsOn, otherwise
+// the wake-up words. Outside a transaction the rows are committed already:
+// a failure to notify then only delays claimers on other nodes until their
+// next poll, and must not report the stored tasks as not stored.
+func (s *Store) notifySubmitted(ctx context.Context, q querier, recs []*rec, eventsOn bool) error {
 	var payloads []string
 	if eventsOn {
 		payloads = submitEvents(recs)
@@ -71,7 +178,7 @@ func (s *Store) copyIn(ctx context.Context, q querier, recs []*rec, now time.Tim
 	if len(payloads) == 0 {
 		return nil
 	}
-	_, err = q.Exec(ctx, "SELECT pg_notify($1, p) FROM unnest($2::text[]) p", s.channel, payloads)
+	_, err := q.Exec(ctx, "SELECT pg_notify($1, p) FROM unnest($2::text[]) p", s.channel, payloads)
 	if _, inTx := q.(pgx.Tx); inTx {
 		return err
 	}

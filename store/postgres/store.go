@@ -83,6 +83,9 @@ type Config struct {
 	// flushPause, when set (tests), runs before each merged completion
 	// statement with the number of callers it answers.
 	flushPause func(callers int)
+	// submitPause, when set (tests), runs before each merged submit with
+	// the number of callers it answers.
+	submitPause func(callers int)
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -165,6 +168,7 @@ type Store struct {
 	node      string      // this store's name in event_subscribers
 	announced atomic.Bool // this node has a row in event_subscribers
 	completer completer   // merges concurrent completions (completer.go)
+	submitter submitter   // merges concurrent plain submits (submitter.go)
 	hints     claimHints  // where each queue's ready tasks start (claimhint.go)
 	listening atomic.Bool // the listener's session is up: wake-ups are not missed
 }

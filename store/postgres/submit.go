@@ -14,13 +14,23 @@ import (
 	"github.com/nornq/norn"
 )
 
-// Submit stores tasks atomically with one multi-row INSERT. Batches with
+// Submit stores tasks atomically: batches of generated ids without
+// dependencies or unique keys with COPY, merged with those of concurrent
+// callers (submitter.go), the others with one multi-row INSERT. Batches with
 // dependencies run in a transaction that share-locks the dependencies, so a
 // dependency cannot complete or fail unseen while its dependent is inserted;
 // batches with unique keys run in one that holds the keys' advisory locks.
 func (s *Store) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Submitted, error) {
 	if err := norn.ValidateBatch("tasks", tasks); err != nil {
 		return nil, err
+	}
+	if mergeable(tasks) {
+		out, err := s.submitMerged(ctx, tasks)
+		if err != nil {
+			return nil, err
+		}
+		s.wakeForSubmitted(out)
+		return out, nil
 	}
 	var out []norn.Submitted
 	run := func(q querier) error {
