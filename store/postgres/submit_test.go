@@ -163,7 +163,10 @@ func TestMergedSubmitBadRowFailsOnlyItsCaller(t *testing.T) {
 	var wg sync.WaitGroup
 	for i, q := range queues {
 		wg.Add(1)
-		go func() { defer wg.Done(); res[i], errs[i] = s.Submit(ctx, norn.NewTask{Queue: q}, norn.NewTask{Queue: q}) }()
+		go func() {
+			defer wg.Done()
+			res[i], errs[i] = s.Submit(ctx, norn.NewTask{Queue: q}, norn.NewTask{Queue: q})
+		}()
 		waitUntil(t, "the batch queued", 10*time.Second, func() bool { return s.queuedSubmits() == i+1 })
 	}
 	release()
