@@ -135,9 +135,9 @@ func (s *Store) flushCompletions(batch []*completeReq) {
 		clear(got)
 		released = false
 		b := &pgx.Batch{}
-		// The release is planned once per connection, not per call
-		// (claimSetupSQL says why the plan is restricted).
-		b.Queue("SELECT " + genericPlanGUCs)
+		// Both are planned once per connection, not per call, and join
+		// the batch by hashing (hashJoinGUCs).
+		b.Queue("SELECT " + hashJoinGUCs)
 		b.Queue(s.completeSQL(), ids, leases, workers, results, s.clockNow(), s.cfg.HistoryLimit)
 		b.Queue(s.releaseSQL(), ids, make([]*int64, len(ids)), s.clockNow(), s.cfg.HistoryLimit)
 		br := conn.SendBatch(s.ctx, b)

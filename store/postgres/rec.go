@@ -258,14 +258,14 @@ func newStatements(schema string) *statements { return &statements{schema: schem
 func (st *statements) build(s *Store) {
 	st.claim, st.complete, st.delay = s.buildClaimSQL(), s.buildCompleteSQL(), s.buildDelaySQL()
 	st.claimFrom = s.buildClaimFromSQL()
-	// By primary key, one lookup per id: with id = ANY and the order of
-	// the claim index, the planner walked that index from its head until
-	// it met every id — the whole backlog when a fair claim picked the
-	// newest tasks. The id = ANY condition keeps the tasks side of the
-	// join a lookup even when stale statistics make the planner put it on
-	// the outer side (TestHotPlansAfterChurn).
-	st.claimIDs = s.buildAssignSQL(`c AS (SELECT t.id FROM unnest($1::text[]) u(id) JOIN {s}.tasks t ON t.id = u.id
-	WHERE t.id = ANY ($1::text[]) AND t.status = 'ready' LIMIT $2 FOR UPDATE OF t SKIP LOCKED)`)
+	// By primary key, one lookup per id. The status is compared with
+	// n.ready, a join column, not the literal: with the literal the
+	// planner can prove that the partial claim index applies and walked it
+	// from its head, testing every ready task against the whole id array
+	// (TestHotPlansAfterChurn caught it doing so after churn); this way
+	// tasks_pkey with the id = ANY condition is the only index left.
+	st.claimIDs = s.buildAssignSQL(`c AS (SELECT t.id FROM {s}.tasks t, n
+	WHERE t.id = ANY ($1::text[]) AND t.status = n.ready LIMIT $2 FOR UPDATE OF t SKIP LOCKED)`)
 	st.cas, st.release, st.cascade = s.buildCasSQL(), s.buildReleaseSQL(), s.buildCascadeSQL()
 	st.insert, st.insertConflict = s.buildInsertSQL(false), s.buildInsertSQL(true)
 }
