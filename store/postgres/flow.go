@@ -66,7 +66,8 @@ type flowState struct {
 	claimFirstSQL string // the exclusive path's claim of the first ready tasks
 	// Claims that took each path (tests).
 	sharedClaims, exclusiveClaims atomic.Int64
-	claimSQL                      string // buildClaimSharedSQL, built once
+	counts                        atomic.Int64 // shared verdicts that counted the running tasks (tests)
+	claimSQL                      string       // buildClaimSharedSQL, built once
 }
 
 // staticRecheck is how long a queue whose settings rule the shared path
@@ -174,23 +175,57 @@ const (
 // slot are held, whether this claim may take the shared path, and tells
 // the claim statement through a transaction-local setting. $2 is
 // flowSlots × the largest shared claim; $3 whether the claim took its
-// tokens already (a rate-limited queue's claims must: claimRated). A queue
-// without count limits (lim NULL) needs no count.
-var sharedVerdictSQL = `WITH q AS (SELECT paused OR fair_by <> '' AS other, rate_per_second > 0 AS rated,
+// tokens already (a rate-limited queue's claims must: claimRated); $4 the
+// most this claim may take. A queue without count limits (lim NULL) needs
+// no bound on its running tasks.
+//
+// The bound: the slot rows (queue_flow_slots) hold what the claims of
+// each slot may have admitted, and each the last count a claim of that
+// slot made, with the admitted sum and the queue row's version (xmin) it
+// read in the same snapshot. A count c with sum a bounds the running
+// tasks of any later snapshot by c + (sum now − a): every task that went
+// running since was admitted by a claim whose slot row update committed
+// with it (the exclusive path adds its tasks to slot 0). The claim counts
+// only when no such bound is far enough from the limit, or when the
+// freshest count is more than $2 admissions old (so the bound stays
+// close); it then stores its count in its own slot row. A count made
+// under other settings (another xmin: UpdateQueue rewrote the row, say
+// when the queue became limited and plain claims had run) is not used.
+var sharedVerdictSQL = `WITH q AS (SELECT paused OR fair_by <> '' AS other, rate_per_second > 0 AS rated, xmin::text AS ver,
 	least(nullif(max_running, 0), nullif(key_limit, 0),
 		(SELECT min(k.lim) FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0)) AS lim
 	FROM {s}.queues WHERE name = $1),
-v AS (SELECT CASE WHEN q.other OR q.lim < $2 THEN 'static' WHEN q.rated AND NOT $3 THEN 'rated'
-	WHEN q.lim IS NOT NULL AND (SELECT count(*) FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'running') > q.lim - $2
-	THEN 'near' ELSE 'ok' END AS v FROM q)
-SELECT v, set_config('norn.flow_shared', (v = 'ok')::text, true), ` + claimSetupGUCs + ` FROM v`
+sl AS (SELECT coalesce(sum(admitted), 0)::bigint AS adm,
+	min(cert_running - cert_admitted) FILTER (WHERE cert_ver = (SELECT ver FROM q)) AS base,
+	max(cert_admitted) FILTER (WHERE cert_ver = (SELECT ver FROM q)) AS fresh
+	FROM {s}.queue_flow_slots WHERE queue = $1),
+c AS (SELECT q.*, sl.adm, CASE WHEN q.other OR q.lim IS NULL OR q.lim < $2 OR (q.rated AND NOT $3)
+		OR (sl.base + sl.adm <= q.lim - $2 AND sl.adm - sl.fresh <= $2) THEN NULL
+	ELSE (SELECT count(*) FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'running') END AS counted
+	FROM q, sl),
+v AS (SELECT CASE WHEN other OR lim < $2 THEN 'static' WHEN rated AND NOT $3 THEN 'rated'
+	WHEN counted > lim - $2 THEN 'near' ELSE 'ok' END AS v, counted IS NOT NULL AS counted FROM c),
+up AS (INSERT INTO {s}.queue_flow_slots AS f (queue, slot, admitted, cert_ver, cert_running, cert_admitted)
+	SELECT $1::text, current_setting('norn.flow_slot')::int, $4::bigint, c.ver, c.counted, c.adm FROM c, v
+	WHERE v.v = 'ok' AND c.lim IS NOT NULL
+	ON CONFLICT (queue, slot) DO UPDATE SET admitted = f.admitted + EXCLUDED.admitted,
+		cert_ver = CASE WHEN EXCLUDED.cert_running IS NULL THEN f.cert_ver ELSE EXCLUDED.cert_ver END,
+		cert_running = coalesce(EXCLUDED.cert_running, f.cert_running),
+		cert_admitted = CASE WHEN EXCLUDED.cert_running IS NULL THEN f.cert_admitted ELSE EXCLUDED.cert_admitted END)
+SELECT v, counted, set_config('norn.flow_shared', (v = 'ok')::text, true), ` + claimSetupGUCs + ` FROM v`
+
+// bumpSlotSQL adds an exclusive claim's tasks to slot 0's admissions, so
+// that counts made before it bound the running tasks after it too.
+const bumpSlotSQL = `INSERT INTO {s}.queue_flow_slots AS f (queue, slot, admitted) VALUES ($1, 0, $2)
+ON CONFLICT (queue, slot) DO UPDATE SET admitted = f.admitted + EXCLUDED.admitted`
 
 // sharedLockSQL takes the gate in shared mode, then a free slot, or waits
 // for one (the gate first: an exclusive claim waiting for the gate then
-// waits for this claim, never the other way round).
-const sharedLockSQL = `SELECT CASE WHEN pg_advisory_xact_lock_shared(hashtextextended($1, 0)) IS NULL THEN NULL ELSE coalesce(
-	(SELECT true FROM generate_series(0, $3 - 1) s WHERE pg_try_advisory_xact_lock(hashtext($2), s) LIMIT 1),
-	(SELECT true FROM (SELECT pg_advisory_xact_lock(hashtext($2), pg_backend_pid() % $3)) w)) END`
+// waits for this claim, never the other way round), and notes the slot in
+// norn.flow_slot for the verdict.
+const sharedLockSQL = `SELECT CASE WHEN pg_advisory_xact_lock_shared(hashtextextended($1, 0)) IS NULL THEN NULL ELSE set_config('norn.flow_slot', coalesce(
+	(SELECT s FROM generate_series(0, $3 - 1) s WHERE pg_try_advisory_xact_lock(hashtext($2), s) LIMIT 1),
+	(SELECT CASE WHEN pg_advisory_xact_lock(hashtext($2), pg_backend_pid() % $3) IS NULL THEN NULL ELSE pg_backend_pid() % $3 END))::text, true) END`
 
 // claimSetupGUCs are claimSetupSQL's settings, set by the verdict for the
 // claim statement after it.
@@ -205,7 +240,7 @@ func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, w
 	s.flow.sqlOnce.Do(s.buildFlowSQL)
 	b := &pgx.Batch{}
 	b.Queue(sharedLockSQL, s.channel+"/flow/"+queue, s.channel+"/flowslot/"+queue, slots)
-	b.Queue(s.q(sharedVerdictSQL), queue, slots*cap, tokensAt != nil)
+	b.Queue(s.q(sharedVerdictSQL), queue, slots*cap, tokensAt != nil, int64(min(want, cap)))
 	var now any = s.clockNow()
 	if tokensAt != nil {
 		now = *tokensAt
@@ -217,8 +252,9 @@ func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, w
 		return nil, "", err
 	}
 	verdict := sharedStatic // no queues row: nothing to claim here
-	dest := make([]any, 2+strings.Count(claimSetupGUCs, "set_config("))
-	dest[0] = &verdict
+	var counted bool
+	dest := make([]any, 3+strings.Count(claimSetupGUCs, "set_config("))
+	dest[0], dest[1] = &verdict, &counted
 	if err := br.QueryRow().Scan(dest...); err != nil && err != pgx.ErrNoRows {
 		return nil, "", err
 	}
@@ -229,6 +265,9 @@ func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, w
 	out, err := pgx.CollectRows(rows, claimedRow)
 	if err != nil {
 		return nil, "", err
+	}
+	if counted {
+		s.flow.counts.Add(1)
 	}
 	return out, verdict, br.Close()
 }
@@ -386,6 +425,12 @@ GROUP BY 1`), queue)
 	if fb == nil {
 		fb = &pgx.Batch{}
 	}
+	if n := len(ids.ids); (fast || n > 0) && countLimited(flow, own) {
+		if fast {
+			n = pick
+		}
+		fb.Queue(s.q(bumpSlotSQL), queue, int64(n))
+	}
 	writes := fb.Len()
 	claims := true
 	switch {
@@ -494,6 +539,20 @@ func cannotBind(flow norn.QueueFlow, own map[string]*norn.KeySettings, running m
 		}
 	}
 	return true
+}
+
+// countLimited reports whether the queue has a count limit, so that the
+// shared path bounds its running tasks by the slot rows.
+func countLimited(flow norn.QueueFlow, own map[string]*norn.KeySettings) bool {
+	if flow.MaxRunning > 0 || flow.KeyLimit > 0 {
+		return true
+	}
+	for _, ks := range own {
+		if ks.Limit > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 type picked struct {
