@@ -194,3 +194,104 @@ func TestRateLimitClaimsDoNotSerialize(t *testing.T) {
 		t.Fatalf("bucket holds %v tokens after three claims of one task from a full bucket of 1,000,000", tokens)
 	}
 }
+
+// flowClaim claims up to n tasks of queue q and returns how many it got.
+func flowClaim(t *testing.T, s *Store, q string, n int) int {
+	t.Helper()
+	ts, err := s.Claim(context.Background(), norn.ClaimRequest{Worker: "w", Queues: []string{q}, N: n})
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	return len(ts)
+}
+
+func flowQueue(t *testing.T, s *Store, q string, maxRunning, tasks int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := s.UpdateQueue(ctx, q, norn.QueueUpdate{MaxRunning: &maxRunning}); err != nil {
+		t.Fatal(err)
+	}
+	nt := make([]norn.NewTask, tasks)
+	for i := range nt {
+		nt[i] = norn.NewTask{Queue: q}
+	}
+	if _, err := s.Submit(ctx, nt...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFlowSharedPathCountsRarely: shared claims of a queue far from its
+// limit bound its running tasks by the last count plus what was admitted
+// since, so they count them only now and then, not every claim (the count
+// walks the running tasks' index entries, dead ones included).
+func TestFlowSharedPathCountsRarely(t *testing.T) {
+	s := openTest(t, nil, nil)
+	flowQueue(t, s, "far", 1<<20, 60)
+	got := 0
+	for range 60 {
+		got += flowClaim(t, s, "far", 1)
+	}
+	shared, counts := s.flow.sharedClaims.Load(), s.flow.counts.Load()
+	t.Logf("%d tasks, %d shared claims, %d counted", got, shared, counts)
+	if got != 60 || shared != 60 {
+		t.Fatalf("%d tasks in %d shared claims, want 60 in 60", got, shared)
+	}
+	if counts > 2 {
+		t.Fatalf("%d of 60 shared claims counted the running tasks", counts)
+	}
+}
+
+// TestFlowSlotBoundSeesExclusiveClaims: a shared claim that bounds the
+// running tasks by an older count must see what exclusive claims admitted
+// since. One slot, shared claims of one task, so the shared path needs at
+// most 9 running of max_running 10: a shared claim counts (0), exclusive
+// claims then fill the queue to 10, and the next claim must not take an
+// eleventh task on the strength of that count.
+func TestFlowSlotBoundSeesExclusiveClaims(t *testing.T) {
+	s := openTest(t, nil, nil)
+	s.flow.slots, s.flow.cap = 1, 1
+	flowQueue(t, s, "ex", 10, 20)
+	if n := flowClaim(t, s, "ex", 1); n != 1 || s.flow.sharedClaims.Load() != 1 {
+		t.Fatalf("first claim: %d tasks, %d shared claims", n, s.flow.sharedClaims.Load())
+	}
+	s.flow.ruleOut("ex")
+	if n := flowClaim(t, s, "ex", 9); n != 9 {
+		t.Fatalf("exclusive claim: %d tasks, want 9", n)
+	}
+	s.flow.mu.Lock()
+	delete(s.flow.exclusive, "ex")
+	s.flow.mu.Unlock()
+	if n := flowClaim(t, s, "ex", 1); n != 0 {
+		t.Fatalf("a claim at max_running 10 with 10 running took %d more", n)
+	}
+}
+
+// TestFlowSlotBoundIgnoresOtherSettings: a count made before the queue's
+// settings changed is not used: while the queue was unlimited its claims
+// admitted tasks without the slot rows.
+func TestFlowSlotBoundIgnoresOtherSettings(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, nil, nil)
+	s.flow.slots, s.flow.cap = 1, 1
+	flowQueue(t, s, "ver", 10, 20)
+	if n := flowClaim(t, s, "ver", 1); n != 1 {
+		t.Fatalf("first claim: %d tasks", n)
+	}
+	zero, ten := 0, 10
+	if _, err := s.UpdateQueue(ctx, "ver", norn.QueueUpdate{MaxRunning: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	for running := 1; running < 10; {
+		n := flowClaim(t, s, "ver", 10-running)
+		if n == 0 {
+			t.Fatalf("unlimited queue: no task at %d running", running)
+		}
+		running += n
+	}
+	if _, err := s.UpdateQueue(ctx, "ver", norn.QueueUpdate{MaxRunning: &ten}); err != nil {
+		t.Fatal(err)
+	}
+	if n := flowClaim(t, s, "ver", 1); n != 0 {
+		t.Fatalf("a claim at max_running 10 with 10 running took %d more", n)
+	}
+}
