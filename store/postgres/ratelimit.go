@@ -331,7 +331,12 @@ var bucketBurstSQL = `(CASE WHEN rate_burst > 0 THEN rate_burst ELSE least(ceil(
 // takeTokensSQL takes up to $3 tokens from a queue's stored bucket at $2
 // (injected clock) or the database's time, as norn.RateLimit.Take does ($4:
 // its epsilon), and returns how many it took, the bucket after, the time
-// and the rate limit. The subquery locks the row, so a concurrent take
+// and the rate limit. It commits without waiting for its WAL to be flushed
+// (synchronous_commit off for this transaction): a claim that spends the
+// tokens commits after it, and its own flush covers every WAL record
+// before its commit, this take's included; a take lost in a crash was
+// spent by no durable claim, and takes after it are lost with it, so the
+// bucket only ever rolls back to a state no durable claim went past. The subquery locks the row, so a concurrent take
 // refills and takes from what the previous one left. No row: no stored
 // bucket (takeFirstTokensSQL) or no rate limit.
 var takeTokensSQL = `UPDATE {s}.queue_buckets b SET tokens = c.tokens, at = f.at
@@ -344,7 +349,7 @@ FROM (SELECT tokens, at FROM {s}.queue_buckets WHERE queue = $1 FOR UPDATE) o,
 	LATERAL (SELECT least($3, CASE WHEN f.r <= 0 THEN 0 ELSE floor(f.r + $4) END)::int AS g) t,
 	LATERAL (SELECT CASE WHEN t.g > 0 AND f.r - t.g < $4 THEN 0 ELSE f.r - t.g END AS tokens) c
 WHERE b.queue = $1
-RETURNING t.g, b.tokens, b.at, q.rate_per_second, q.rate_burst, f.at`
+RETURNING t.g, b.tokens, b.at, q.rate_per_second, q.rate_burst, f.at, set_config('synchronous_commit', 'off', true)`
 
 // takeFirstTokensSQL takes up to $3 tokens from a full bucket, storing it:
 // the queue has no bucket row yet. No row: another claim stored one first
@@ -374,8 +379,11 @@ type taken struct {
 func (s *Store) takeTokens(ctx context.Context, conn *pgx.Conn, queue string, want int) (tk taken, ok bool, err error) {
 	scan := func(sql string, args ...any) (bool, error) {
 		var burst int32
-		err := conn.QueryRow(ctx, s.q(sql), append([]any{queue, s.clockNow(), want}, args...)...).
-			Scan(&tk.n, &tk.bucket.Tokens, &tk.bucket.At, &tk.rl.PerSecond, &burst, &tk.now)
+		dest := []any{&tk.n, &tk.bucket.Tokens, &tk.bucket.At, &tk.rl.PerSecond, &burst, &tk.now}
+		if sql == takeTokensSQL {
+			dest = append(dest, new(string)) // set_config's result
+		}
+		err := conn.QueryRow(ctx, s.q(sql), append([]any{queue, s.clockNow(), want}, args...)...).Scan(dest...)
 		tk.rl.Burst = int(burst)
 		if err == pgx.ErrNoRows {
 			return false, nil
