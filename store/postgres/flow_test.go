@@ -295,3 +295,39 @@ func TestFlowSlotBoundIgnoresOtherSettings(t *testing.T) {
 		t.Fatalf("a claim at max_running 10 with 10 running took %d more", n)
 	}
 }
+
+// TestRateTakeCommitsAsynchronously: a take of tokens from a stored
+// bucket turns synchronous_commit off for its own transaction (the claim
+// that spends the tokens commits after it and flushes its WAL), so a
+// rate-limited claim does not wait for one more WAL flush.
+func TestRateTakeCommitsAsynchronously(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, nil, nil)
+	if _, err := s.UpdateQueue(ctx, "rl", norn.QueueUpdate{RateLimit: &norn.RateLimit{PerSecond: 100, Burst: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, s.cfg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	for i := range 2 { // the first take stores the bucket, the second takes from it
+		if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+			t.Fatal(err)
+		}
+		tk, ok, err := s.takeTokens(ctx, conn, "rl", 1)
+		if err != nil || !ok || tk.n != 1 {
+			t.Fatalf("take %d: %+v %v %v", i, tk, ok, err)
+		}
+		var sc string
+		if err := conn.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sc); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 && sc != "off" {
+			t.Fatalf("synchronous_commit %q in a take's transaction", sc)
+		}
+	}
+}
