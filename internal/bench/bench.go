@@ -33,7 +33,10 @@ type Config struct {
 	Workers int
 	// Batch is the submit batch size; 0 runs submit at 1, 100 and 1000.
 	Batch int
-	// ClaimBatch is how many tasks a worker claims at once (default 100).
+	// ClaimBatch is how many tasks a worker claims at once (default 100;
+	// the work workload on Postgres: RiverSlots ÷ Workers, at least 100 and
+	// at most norn.MaxClaim, so that as many tasks are in flight as in
+	// River's own bench).
 	ClaimBatch int
 	// Rate is the submission rate of the delay workload in tasks/s (default
 	// 5,000; the kafka workload's default is 1,000 msg/s).
@@ -339,6 +342,10 @@ func cleanup(ctx context.Context, cfg Config, st norn.Store, queue string) {
 // cfg.Workers concurrent workers burn them down: claim ClaimBatch, complete
 // them all in one LeaseBatch call. This is the River-comparable figure.
 func Work(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, error) {
+	if cfg.ClaimBatch <= 0 && env.Store == "postgres" {
+		cfg.defaults()
+		cfg.ClaimBatch = min(norn.MaxClaim, max(100, RiverSlots/cfg.Workers))
+	}
 	cfg.defaults()
 	n := cfg.Tasks
 	if n <= 0 {
@@ -383,6 +390,14 @@ func Work(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, erro
 	r.Workers, r.Batch = cfg.Workers, cfg.ClaimBatch
 	return r, nil
 }
+
+// RiverSlots is the number of worker slots of River's bench (`river bench`
+// runs one client with MaxWorkers 2,000 on the default queue): that many
+// jobs are in flight at once, fetched about 390 per claim statement. The
+// Postgres work workload keeps as many tasks in flight by default
+// (Workers × ClaimBatch), so the two benches compare the same concurrency.
+// The embedded store's default stays at claims of 100.
+const RiverSlots = 2000
 
 // settle waits d (or until ctx is done).
 func settle(ctx context.Context, d time.Duration) error {
