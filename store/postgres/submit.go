@@ -219,7 +219,11 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 func newSubmitPlan(prefix string, in []norn.NewTask) (*submitPlan, error) {
 	p := &submitPlan{prefix: prefix, tasks: make([]norn.NewTask, len(in))}
 	copy(p.tasks, in)
-	batch := make(map[string]int, len(p.tasks))
+	// The batch's ids are only looked at for dependencies.
+	var batch map[string]int
+	if hasDeps(in) {
+		batch = make(map[string]int, len(p.tasks))
+	}
 	queues := map[string]bool{}
 	// Ids the caller chose may exist already; generated ones (UUIDv7)
 	// cannot, so they need neither a lookup nor ON CONFLICT.
@@ -234,7 +238,9 @@ func newSubmitPlan(prefix string, in []norn.NewTask) (*submitPlan, error) {
 		} else {
 			p.lookup = append(p.lookup, t.ID)
 		}
-		batch[t.ID] = i
+		if batch != nil {
+			batch[t.ID] = i
+		}
 		queues[t.Queue] = true
 		p.keys = p.keys || t.UniqueKey != ""
 		p.deps = p.deps || len(t.DependsOn) > 0
@@ -417,7 +423,9 @@ func (p *submitPlan) decide() error {
 			k := qd.flow.FairKey(nt.ConcurrencyKey, nt.Labels)
 			p.recs[i].fairKey = &k
 		}
-		depStatus[nt.ID] = in.Status
+		if p.deps {
+			depStatus[nt.ID] = in.Status
+		}
 	}
 	return nil
 }
@@ -446,7 +454,9 @@ func newRec(nt *norn.NewTask, in norn.Initial, now time.Time) *rec {
 	r := &rec{}
 	r.ID, r.Queue, r.Priority, r.Status, r.UniqueKey = nt.ID, nt.Queue, nt.Priority, in.Status, nt.UniqueKey
 	if len(nt.Spec) > 0 {
-		r.Spec = append(json.RawMessage(nil), nt.Spec...)
+		// Shared with the caller's task for the call: what leaves the
+		// store (rec.task) is a copy.
+		r.Spec = nt.Spec
 	}
 	if len(nt.Labels) > 0 {
 		r.Labels = nt.Labels
