@@ -74,7 +74,7 @@ type flowState struct {
 	// Claims that took each path (tests).
 	sharedClaims, exclusiveClaims atomic.Int64
 	counts                        atomic.Int64 // shared verdicts that counted the running tasks (tests)
-	claimSQL                      string       // buildClaimSharedSQL, built once
+	claimSQL, claimFromSQL        string       // the shared path's claim, and from a claim hint (buildFlowSQL)
 }
 
 // staticRecheck is how long a queue whose settings rule the shared path
@@ -252,7 +252,16 @@ func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, w
 	if tokensAt != nil {
 		now = *tokensAt
 	}
-	b.Queue(s.flow.claimSQL, queue, min(want, cap), now, worker, timeout, s.cfg.HistoryLimit)
+	// The plain claim's hint (claimhint.go): where the queue's ready tasks
+	// start, past the claim index's dead entries.
+	gen := s.wake.wait()
+	sql, args := s.flow.claimSQL, []any{queue, min(want, cap), now, worker, timeout, s.cfg.HistoryLimit}
+	if s.listening.Load() {
+		if h, ok := s.hints.get(queue, gen, time.Now()); ok {
+			sql, args = s.flow.claimFromSQL, append(args, h.priority, h.readyAt, h.id)
+		}
+	}
+	b.Queue(sql, args...)
 	br := conn.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -269,9 +278,19 @@ func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, w
 	if err != nil {
 		return nil, "", err
 	}
-	out, err := pgx.CollectRows(rows, claimedRow)
+	var first claimHint
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*norn.Task, error) {
+		r, err := scanRec(row)
+		if err == nil && first.id == "" {
+			first = claimHint{at: time.Now(), priority: int64(r.Priority), readyAt: r.readyAt, id: r.ID}
+		}
+		return claimedRec(r, err)
+	})
 	if err != nil {
 		return nil, "", err
+	}
+	if first.id != "" {
+		s.hints.set(queue, gen, s.wake.wait(), first)
 	}
 	if counted {
 		s.flow.counts.Add(1)
@@ -286,6 +305,15 @@ func (s *Store) buildFlowSQL() {
 	s.flow.claimSQL = s.buildAssignSQL(`c AS (SELECT t.id FROM {s}.tasks t
 	WHERE t.status = 'ready' AND t.queue = $1 AND current_setting('norn.flow_shared', true) = 'true'
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`)
+	// From a claim hint, as buildClaimFromSQL.
+	head := `SELECT t.id FROM {s}.tasks t WHERE t.status = 'ready' AND t.queue = $1 AND `
+	tail := `
+	AND current_setting('norn.flow_shared', true) = 'true'
+	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED`
+	s.flow.claimFromSQL = s.buildAssignSQL(`c AS (SELECT u.id FROM (
+	SELECT a.id FROM (` + head + `t.priority = $7 AND (t.ready_at, t.id) >= ($8::timestamptz, $9::text)` + tail + `) a
+	UNION ALL
+	SELECT b.id FROM (` + head + `t.priority < $7` + tail + `) b) u LIMIT $2)`)
 	s.flow.claimFirstSQL = s.buildAssignSQL(`c AS (SELECT t.id FROM {s}.tasks t
 	WHERE t.status = 'ready' AND t.queue = $1
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`)

@@ -331,3 +331,47 @@ func TestRateTakeCommitsAsynchronously(t *testing.T) {
 		}
 	}
 }
+
+// TestFlowSharedClaimUsesHints: shared claims of a limited queue set and
+// use the plain claim's hint (where the ready tasks start, past the claim
+// index's dead entries), in claim order, and a task that becomes ready
+// ahead of the hint still comes first.
+func TestFlowSharedClaimUsesHints(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, nil, func(c *Config) { c.DisableMonitor = true })
+	flowQueue(t, s, "hq", 1<<20, 50)
+	claim := func(n int) []*norn.Task {
+		t.Helper()
+		got, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"hq"}, N: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	// The submit's own notification discards a hint set before it
+	// arrives: claim one at a time until a hint stands.
+	for i := 0; ; i++ {
+		if _, ok := s.hints.get("hq", s.wake.wait(), time.Now()); ok {
+			break
+		}
+		if i == 20 {
+			t.Fatal("no claim hint after 20 shared claims")
+		}
+		if got := claim(1); len(got) != 1 {
+			t.Fatalf("claimed %d tasks, want 1", len(got))
+		}
+	}
+	first, second := claim(10), claim(10)
+	if len(first) != 10 || len(second) != 10 || second[0].ID <= first[9].ID {
+		t.Fatalf("claims out of order: %d and %d tasks", len(first), len(second))
+	}
+	if _, err := s.Submit(ctx, norn.NewTask{Queue: "hq", Priority: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if got := claim(1); len(got) != 1 || got[0].Priority != 9 {
+		t.Fatalf("after a submit of priority 9: claimed %+v", got)
+	}
+	if s.flow.sharedClaims.Load() == 0 || s.flow.exclusiveClaims.Load() != 0 {
+		t.Fatalf("%d shared claims, %d exclusive", s.flow.sharedClaims.Load(), s.flow.exclusiveClaims.Load())
+	}
+}
