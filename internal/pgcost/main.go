@@ -219,6 +219,10 @@ func main() {
 	}
 	stats(ctx, c, &b)
 	report("submit", a, b, *n, nil)
+	if os.Getenv("STMTS") != "" {
+		_, err = c.Exec(ctx, `SELECT pg_stat_statements_reset()`)
+		must(err)
+	}
 	a = snap{}
 	stats(ctx, c, &a)
 	a0 = take(ctx, c, *pm)
@@ -241,13 +245,21 @@ func main() {
 	stats(ctx, c, &b)
 	report("work", a, b, *n, nil)
 	if os.Getenv("STMTS") != "" {
-		rows, _ := c.Query(ctx, `SELECT calls, round(total_exec_time::numeric,1), rows, left(regexp_replace(query, '\s+', ' ', 'g'), 90) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT 12`)
+		// The work phase's statements alone (reset before it), per task:
+		// execution time, calls, rows, shared buffers touched, WAL records
+		// and bytes.
+		fmt.Println("work statements, per task: exec µs, calls, rows, shared blks, WAL records, WAL bytes; query")
+		rows, err := c.Query(ctx, `SELECT total_exec_time*1000/$1, calls::float8/$1, rows::float8/$1,
+			(shared_blks_hit+shared_blks_read+shared_blks_dirtied)::float8/$1, wal_records::float8/$1, wal_bytes::float8/$1,
+			left(regexp_replace(query, '\s+', ' ', 'g'), 110)
+			FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+			ORDER BY total_exec_time DESC LIMIT 14`, float64(*n))
+		must(err)
 		for rows.Next() {
-			var calls, rws int64
-			var t float64
+			var t, calls, rws, blks, wr, wb float64
 			var qq string
-			rows.Scan(&calls, &t, &rws, &qq)
-			fmt.Printf("%8d %10.1f %8d %s\n", calls, t, rws, qq)
+			must(rows.Scan(&t, &calls, &rws, &blks, &wr, &wb, &qq))
+			fmt.Printf("%7.2f %7.4f %6.3f %6.2f %6.2f %7.1f  %s\n", t, calls, rws, blks, wr, wb, qq)
 		}
 	}
 	_, _ = c.Exec(ctx, `DELETE FROM norn.tasks WHERE queue = $1`, q)
