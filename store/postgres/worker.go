@@ -1,9 +1,12 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,7 +40,7 @@ func (s *Store) claimSQL() string { return s.sql.claim }
 // buildClaimSQL is the claim of a queue without flow limits. A paused
 // queue, and one with limits (claimed by claimLimited), yield nothing here.
 func (s *Store) buildClaimSQL() string {
-	return s.buildAssignSQL(`c AS (SELECT t.id FROM {s}.tasks t
+	return s.buildAssignSQLUnordered(`c AS (SELECT t.id FROM {s}.tasks t
 	WHERE t.status = 'ready' AND t.queue = $1
 	AND NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = $1 AND (q.paused OR q.flow_limited))
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`)
@@ -54,15 +57,24 @@ func (s *Store) buildClaimFromSQL() string {
 	tail := `
 	AND NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = $1 AND (q.paused OR q.flow_limited))
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED`
-	return s.buildAssignSQL(`c AS (SELECT u.id FROM (
+	return s.buildAssignSQLUnordered(`c AS (SELECT u.id FROM (
 	SELECT a.id FROM (` + head + `t.priority = $7 AND (t.ready_at, t.id) >= ($8::timestamptz, $9::text)` + tail + `) a
 	UNION ALL
 	SELECT b.id FROM (` + head + `t.priority < $7` + tail + `) b) u LIMIT $2)`)
 }
 
 // buildAssignSQL assigns the tasks the CTE c selects ($3 now, $4 worker,
-// $5 lease length override, $6 history cap).
+// $5 lease length override, $6 history cap) and returns them in claim
+// order.
 func (s *Store) buildAssignSQL(c string) string {
+	return s.buildAssignSQLUnordered(c) + ` ORDER BY upd.priority DESC, upd.ready_at, upd.id`
+}
+
+// buildAssignSQLUnordered is buildAssignSQL returning the tasks in no
+// particular order: its caller sorts them (sortClaimed). The sort in the
+// statement copied every claimed row, spec included, into a tuplesort: about
+// 4% of the database's CPU in a burn-down claiming 500 at a time.
+func (s *Store) buildAssignSQLUnordered(c string) string {
 	return s.q(`WITH n AS (SELECT coalesce($3::timestamptz, clock_timestamp()) AS now, 'ready'::text AS ready),
 ` + c + `,
 upd AS (UPDATE {s}.tasks t SET status = 'running', owner = $4, lease = t.lease + 1, attempts = t.attempts + 1,
@@ -77,7 +89,21 @@ upd AS (UPDATE {s}.tasks t SET status = 'running', owner = $4, lease = t.lease +
 w AS (UPDATE {s}.workers w SET last_seen = n.now FROM n WHERE w.id = $4 AND w.last_seen < n.now - interval '1 second')` +
 		`, e AS (SELECT 'TaskAssignment'::text AS kind, id, queue, status, version, updated AS time FROM upd)` +
 		s.eventsCTE("e") + `
-SELECT upd.* FROM upd WHERE (SELECT count(*) FROM nt) >= 0 ORDER BY upd.priority DESC, upd.ready_at, upd.id`)
+SELECT upd.* FROM upd WHERE (SELECT count(*) FROM nt) >= 0`)
+}
+
+// sortClaimed puts claimed rows in claim order (priority, then ready
+// time, then id), the order of tasks_claim.
+func sortClaimed(rs []*rec) {
+	slices.SortFunc(rs, func(a, b *rec) int {
+		if a.Priority != b.Priority {
+			return cmp.Compare(b.Priority, a.Priority)
+		}
+		if c := a.readyAt.Compare(b.readyAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
 }
 
 // The assignment entry of the history is kept in the row (assign_seq,
@@ -218,19 +244,18 @@ func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, wa
 	if err != nil {
 		return nil, err
 	}
-	var first claimHint
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*norn.Task, error) {
-		r, err := scanRec(row)
-		if err == nil && first.id == "" {
-			first = claimHint{at: time.Now(), priority: int64(r.Priority), readyAt: r.readyAt, id: r.ID}
-		}
-		return claimedRec(r, err)
-	})
+	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*rec, error) { return scanRec(row) })
 	if err != nil {
 		return nil, err
 	}
-	if first.id != "" {
-		s.hints.set(queue, gen, s.wake.wait(), first)
+	sortClaimed(rs)
+	out := make([]*norn.Task, len(rs))
+	for i, r := range rs {
+		out[i], _ = claimedRec(r, nil)
+	}
+	if len(rs) > 0 {
+		r := rs[0]
+		s.hints.set(queue, gen, s.wake.wait(), claimHint{at: time.Now(), priority: int64(r.Priority), readyAt: r.readyAt, id: r.ID})
 	}
 	var limited bool
 	if err := br.QueryRow().Scan(&limited); err != nil && err != pgx.ErrNoRows {
