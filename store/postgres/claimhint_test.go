@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -146,5 +147,39 @@ func TestClaimHintFollowsReadyTasks(t *testing.T) {
 		if tk.Priority != want {
 			t.Fatalf("task %d of the rest has priority %d, want %d", i, tk.Priority, want)
 		}
+	}
+}
+
+// The plain claim's statement returns its rows unsorted; the store puts
+// them in tasks_claim's order, which callers and the claim hint (taken from
+// the first row) rely on.
+func TestSortClaimed(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := func(p uint32, ready time.Duration, id string) *rec {
+		x := &rec{readyAt: t0.Add(ready)}
+		x.Priority, x.ID = p, id
+		return x
+	}
+	for _, c := range []struct {
+		name string
+		in   []*rec
+		want []string
+	}{
+		{"empty", nil, nil},
+		{"higher priority first", []*rec{r(0, 0, "a"), r(5, time.Second, "b"), r(1, 0, "c")}, []string{"b", "c", "a"}},
+		{"then earlier ready time", []*rec{r(1, 2*time.Second, "a"), r(1, time.Second, "b"), r(1, 3*time.Second, "c")}, []string{"b", "a", "c"}},
+		{"then id", []*rec{r(1, 0, "c"), r(1, 0, "a"), r(1, 0, "b")}, []string{"a", "b", "c"}},
+		{"all three", []*rec{r(0, 0, "a"), r(2, time.Second, "z"), r(2, time.Second, "y"), r(2, 0, "x")}, []string{"x", "y", "z", "a"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sortClaimed(c.in)
+			var got []string
+			for _, x := range c.in {
+				got = append(got, x.ID)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Fatalf("order %v, want %v", got, c.want)
+			}
+		})
 	}
 }
