@@ -3,8 +3,12 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/nornq/norn"
 )
@@ -181,5 +185,68 @@ func TestSortClaimed(t *testing.T) {
 				t.Fatalf("order %v, want %v", got, c.want)
 			}
 		})
+	}
+}
+
+// The monitor's read of when the next lease or delay falls due must not
+// step over the dead tasks_running entries that a burn-down leaves until
+// VACUUM: unbounded, it visited every task completed since.
+func TestNextDueSkipsDeadLeases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openTest(t, nil, func(c *Config) { c.DisableMonitor = true })
+	const n = 3000
+	nts := make([]norn.NewTask, n+1)
+	for i := range nts {
+		nts[i] = norn.NewTask{Queue: "due"}
+	}
+	if _, err := s.Submit(ctx, nts...); err != nil {
+		t.Fatal(err)
+	}
+	for done := 0; done < n; {
+		got, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"due"}, N: min(1000, n-done)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops := make([]norn.LeaseOp, len(got))
+		for i, tk := range got {
+			ops[i] = norn.LeaseOp{Op: norn.OpComplete, LeaseRef: norn.LeaseRef{TaskID: tk.ID, Lease: tk.Lease, Worker: "w"}}
+		}
+		if _, err := s.LeaseBatch(ctx, ops); err != nil {
+			t.Fatal(err)
+		}
+		done += len(got)
+	}
+	// One live lease, due later than every completed task's was.
+	if got, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"due"}, N: 1}); err != nil || len(got) != 1 {
+		t.Fatalf("claim: %v, %d tasks", err, len(got))
+	}
+	var plan []string
+	if err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) "+s.q(nextDueSQL), time.Second.Microseconds())
+		if err != nil {
+			return err
+		}
+		plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	most := 0 // the most buffers of any node of the execution (planning excluded)
+	for _, l := range plan {
+		if strings.HasPrefix(strings.TrimSpace(l), "Planning") {
+			break
+		}
+		for _, f := range strings.Fields(l) {
+			for _, p := range []string{"hit=", "read="} {
+				if v, ok := strings.CutPrefix(f, p); ok {
+					k, _ := strconv.Atoi(v)
+					most = max(most, k)
+				}
+			}
+		}
+	}
+	if most > 20 {
+		t.Fatalf("the next-due read touched %d buffers after %d completed leases:\n%s", most, n, strings.Join(plan, "\n"))
 	}
 }

@@ -222,6 +222,24 @@ func (m *monitor) limitIdle(ctx context.Context, c *pgx.Conn) error {
 	return err
 }
 
+// nextDueSQL reads, in seconds from now, the earliest delay, lease
+// deadline and schedule firing due within $1 microseconds (NULL if none).
+// Nothing later matters, as the monitor sweeps at least that often, and
+// the bound is what keeps the reads cheap: a burn-down leaves the dead
+// entries of every task it completed at the low end of tasks_running (and
+// due delays leave theirs in tasks_scheduled) until VACUUM, and an
+// unbounded min() stepped over all of them at every call (600–2,800
+// shared buffers per call halfway through a 200,000-task burn-down). With
+// the bound, the index scan stops at the first entry past it, live or not.
+const nextDueSQL = `SELECT extract(epoch FROM least(
+	(SELECT min(run_at) FROM {s}.tasks WHERE status = 'scheduled' AND run_at < ` + dueBound + `),
+	(SELECT min(deadline) FROM {s}.tasks WHERE status = 'running' AND deadline < ` + dueBound + `),
+	(SELECT min(next_fire) FROM {s}.schedules WHERE NOT paused)) - clock_timestamp())`
+
+// dueBound is nextDueSQL's bound: statement_timestamp() rather than
+// clock_timestamp(), as an index condition must be stable.
+const dueBound = `statement_timestamp() + $1::bigint * interval '1 microsecond'`
+
 // nextDue returns how long until the next delay or lease deadline is due
 // (zero or less: something is due now), SweepInterval when nothing is
 // pending or the clock is a fake one.
@@ -233,10 +251,7 @@ func (m *monitor) nextDue(ctx context.Context) time.Duration {
 	}
 	var d *float64
 	err := s.withConn(ctx, func(conn *pgx.Conn) error {
-		return conn.QueryRow(ctx, s.q(`SELECT extract(epoch FROM least(
-	(SELECT min(run_at) FROM {s}.tasks WHERE status = 'scheduled'),
-	(SELECT min(deadline) FROM {s}.tasks WHERE status = 'running'),
-	(SELECT min(next_fire) FROM {s}.schedules WHERE NOT paused)) - clock_timestamp())`)).Scan(&d)
+		return conn.QueryRow(ctx, s.q(nextDueSQL), wait.Microseconds()).Scan(&d)
 	})
 	if err != nil || d == nil {
 		return wait
