@@ -84,6 +84,11 @@ type Config struct {
 	// the tasks spread over 1,000 concurrency keys. It measures the cost of
 	// the limited claim path against the plain one.
 	Limits bool
+	// KeyLimit, if positive, makes the work workload set key_limit to it
+	// (and max_running far above the claims), with the tasks spread over
+	// 1,000 concurrency keys: a limit small per key that rarely binds, the
+	// Postgres store's keyed claim path. It replaces Limits' key_limit.
+	KeyLimit int
 	// RateLimit makes the work workload give the queue a rate limit that
 	// cannot bind (norn.MaxRatePerSecond, burst norn.MaxRateBurst): it
 	// measures the cost of the rate-limited claim path. It combines with
@@ -357,14 +362,20 @@ func Work(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, erro
 	mk := func(int) norn.NewTask { return norn.NewTask{Queue: q, Spec: body} }
 	workload := "work"
 	var u norn.QueueUpdate
-	if cfg.Limits {
+	if cfg.Limits || cfg.KeyLimit > 0 {
 		// Limits that cannot bind: the claims in flight never reach them.
 		far := 1 << 30
 		u.MaxRunning, u.KeyLimit = &far, &far
 		mk = func(i int) norn.NewTask {
 			return norn.NewTask{Queue: q, Spec: body, ConcurrencyKey: "k" + strconv.Itoa(i%1000)}
 		}
-		workload += "-limits"
+		if cfg.KeyLimit > 0 {
+			kl := cfg.KeyLimit
+			u.KeyLimit = &kl
+			workload += "-keylimit" + strconv.Itoa(kl)
+		} else {
+			workload += "-limits"
+		}
 	}
 	if cfg.RateLimit {
 		// A million tokens a second, a million in the bucket: more than
@@ -372,7 +383,7 @@ func Work(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, erro
 		u.RateLimit = &norn.RateLimit{PerSecond: norn.MaxRatePerSecond, Burst: norn.MaxRateBurst}
 		workload += "-rate"
 	}
-	if cfg.Limits || cfg.RateLimit {
+	if cfg.Limits || cfg.KeyLimit > 0 || cfg.RateLimit {
 		if _, err := st.UpdateQueue(ctx, q, u); err != nil {
 			return Result{}, err
 		}

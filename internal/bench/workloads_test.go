@@ -24,6 +24,14 @@ type counting struct {
 	norn.Store
 	submitted, completed, claimed atomic.Int64
 	failedOps                     atomic.Int64
+	keyLimit                      atomic.Int64 // the last key_limit UpdateQueue set
+}
+
+func (c *counting) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate) (norn.QueueInfo, error) {
+	if u.KeyLimit != nil {
+		c.keyLimit.Store(int64(*u.KeyLimit))
+	}
+	return c.Store.UpdateQueue(ctx, name, u)
 }
 
 func (c *counting) Submit(ctx context.Context, ts ...norn.NewTask) ([]norn.Submitted, error) {
@@ -217,6 +225,23 @@ func TestWorkloads(t *testing.T) {
 				checkCommon(t, r, "work-limits", env, 1000)
 				if st.completed.Load() != 1000 || st.failedOps.Load() != 0 {
 					t.Errorf("completed %d failed %d, want 1000/0", st.completed.Load(), st.failedOps.Load())
+				}
+				checkEmpty(t, base)
+			})
+			t.Run("work with a small key limit", func(t *testing.T) {
+				st := &counting{Store: base}
+				c := cfg
+				c.Tasks, c.KeyLimit = 1000, 10
+				r, err := Work(ctx, st, env, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkCommon(t, r, "work-keylimit10", env, 1000)
+				if st.completed.Load() != 1000 || st.failedOps.Load() != 0 {
+					t.Errorf("completed %d failed %d, want 1000/0", st.completed.Load(), st.failedOps.Load())
+				}
+				if st.keyLimit.Load() != 10 {
+					t.Errorf("the queue's key limit was set to %d, want 10", st.keyLimit.Load())
 				}
 				checkEmpty(t, base)
 			})

@@ -46,6 +46,7 @@ type benchOptions struct {
 	backlog    int
 	window     time.Duration
 	limits     bool
+	keyLimit   int
 	rateLimit  bool
 }
 
@@ -73,7 +74,9 @@ Workloads (or "all" for every one, in this order):
            so the figure is the cost of the limited claim path; with
            --rate-limit it has a rate limit that cannot bind (1,000,000/s,
            burst 1,000,000), the cost of the rate-limited claim path; the
-           two combine
+           two combine; with --key-limit N the queue has key_limit N
+           (max_running far, tasks over 1,000 keys), a per-key limit that
+           rarely binds
   latency  submit → claim with a waiting long-poll claimer on an idle queue:
            p50/p99/p99.9/max, one task at a time
   delay    tasks with run_at = now + --delay submitted at --rate per second;
@@ -143,6 +146,7 @@ tasks afterwards, so runs against a persistent store do not pile up.`,
 		f.IntVar(&o.backlog, "backlog", 0, "fairness workload: the large key's backlog (default 1000000)")
 		f.DurationVar(&o.window, "window", 0, "fairness workload: how long to measure (default 10s)")
 		f.BoolVar(&o.limits, "limits", false, "work workload: configure flow limits that cannot bind (measures the limited claim path)")
+		f.IntVar(&o.keyLimit, "key-limit", 0, "work workload: set key_limit to N over 1,000 concurrency keys (a small limit that rarely binds)")
 		f.BoolVar(&o.rateLimit, "rate-limit", false, "work workload: configure a rate limit that cannot bind (measures the rate-limited claim path)")
 		f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 		f.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end of the run to this file")
@@ -183,6 +187,8 @@ func (o *benchOptions) validate() error {
 		return usagef("--batch must be between 1 and %d", norn.MaxBatch)
 	case o.claimBatch < 0:
 		return usagef("--claim-batch must not be negative")
+	case o.keyLimit < 0:
+		return usagef("--key-limit must not be negative")
 	case o.rate < 0:
 		return usagef("--rate must not be negative")
 	case o.delay < 0:
@@ -398,7 +404,7 @@ func runBench(cmd *cobra.Command, g *Globals, o *benchOptions, args []string) (e
 		Rate: o.rate, Delay: o.delay, SpecBytes: o.specBytes, Queued: o.queued,
 		Settle: o.settle, ServerPid: o.serverPid, Progress: bar.update,
 		KafkaBrokers: o.kafka, KafkaNodes: o.kafkaNodes, KafkaTimingAdvance: o.kafkaTA,
-		Backlog: o.backlog, Window: o.window, Limits: o.limits, RateLimit: o.rateLimit,
+		Backlog: o.backlog, Window: o.window, Limits: o.limits, KeyLimit: o.keyLimit, RateLimit: o.rateLimit,
 	}
 	out := cmd.OutOrStdout()
 	var all []bench.Result

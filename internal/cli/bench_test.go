@@ -141,6 +141,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"bench", "work", "--queued", "0"},
 		{"bench", "work", "-o", "yaml"},
 		{"bench", "work", "--tasks", "many"},
+		{"bench", "work", "--key-limit", "-1"},
 	}
 	for _, args := range cases {
 		_, _, err := runNorn(t, args...)

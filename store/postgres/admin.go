@@ -130,6 +130,15 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 	}
 	resumed := false
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		// The flow gate, exclusively: a barrier between claims made under
+		// the old settings and claims made under the new ones. The shared
+		// and keyed paths' bounds hold only over claims that read the same
+		// limits (flow.go, keyed.go), so none may be in flight when they
+		// change. Claims take the gate before they read the queue row; so
+		// does this, before its row lock.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, s.channel+"/flow/"+name); err != nil {
+			return err
+		}
 		d := queueDefaults{QueueDefaults: norn.DefaultQueueDefaults()}
 		row := tx.QueryRow(ctx, s.q(`SELECT `+queueCols+` FROM {s}.queues WHERE name = $1 FOR UPDATE`), name)
 		if got, err := scanQueue(row); err == nil {

@@ -63,18 +63,22 @@ const flowSlots = 8
 // flowState is the node's side of the shared path: queues that cannot
 // take it for a while, and (tests) smaller slots and claims.
 type flowState struct {
-	mu            sync.Mutex
-	exclusive     map[string]time.Time // queue → until when its claims go straight to the exclusive path
-	rated         map[string]time.Time // queue → until when its claims take tokens first (claimRated)
-	limited       map[string]time.Time // queue → until when its claims skip the plain claim
-	slots         int                  // 0: flowSlots
-	cap           int                  // largest shared claim; 0: norn.MaxClaim
-	sqlOnce       sync.Once
-	claimFirstSQL string // the exclusive path's claim of the first ready tasks
+	mu        sync.Mutex
+	exclusive map[string]time.Time // queue → until when its claims go straight to the exclusive path
+	rated     map[string]time.Time // queue → until when its claims take tokens first (claimRated)
+	keyed     map[string]time.Time // queue → until when its claims go straight to the keyed path (keyed.go)
+	limited   map[string]time.Time // queue → until when its claims skip the plain claim
+	slots     int                  // 0: flowSlots
+	cap       int                  // largest shared claim; 0: norn.MaxClaim
+	recheck   time.Duration        // how long a queue stays ruled out; 0: staticRecheck (tests)
+	sqlOnce   sync.Once
+	// The exclusive path's claim of the first ready tasks; the shared
+	// path's claim, and from a claim hint; the keyed path's, and from a
+	// hint (buildFlowSQL).
+	claimFirstSQL, claimSQL, claimFromSQL, keyedSQL, keyedFromSQL string
 	// Claims that took each path (tests).
-	sharedClaims, exclusiveClaims atomic.Int64
-	counts                        atomic.Int64 // shared verdicts that counted the running tasks (tests)
-	claimSQL, claimFromSQL        string       // the shared path's claim, and from a claim hint (buildFlowSQL)
+	sharedClaims, exclusiveClaims, keyedClaims atomic.Int64
+	counts                                     atomic.Int64 // shared verdicts that counted the running tasks (tests)
 }
 
 // staticRecheck is how long a queue whose settings rule the shared path
@@ -86,27 +90,13 @@ const staticRecheck = time.Second
 // claimLimited: the plain claim found it limited less than staticRecheck
 // ago. Stale is harmless: claimLimited claims an unlimited queue too.
 func (s *Store) knownLimited(queue string) bool {
-	f := &s.flow
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	until, ok := f.limited[queue]
-	if ok && time.Now().After(until) {
-		delete(f.limited, queue)
-		return false
-	}
-	return ok
+	return s.flow.known(&s.flow.limited, queue)
 }
 
 // claimFoundLimited notes that the plain claim skipped queue for its
 // limits, and claims it on the limited path.
 func (s *Store) claimFoundLimited(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, error) {
-	f := &s.flow
-	f.mu.Lock()
-	if f.limited == nil {
-		f.limited = map[string]time.Time{}
-	}
-	f.limited[queue] = time.Now().Add(staticRecheck)
-	f.mu.Unlock()
+	s.flow.mark(&s.flow.limited, queue, true)
 	return s.claimLimited(ctx, conn, queue, want, worker, timeout)
 }
 
@@ -121,54 +111,50 @@ func (f *flowState) margins() (slots, cap int) {
 	return slots, cap
 }
 
-func (f *flowState) skipShared(queue string) bool {
+// known reports whether queue was marked in m (one of flowState's maps)
+// less than staticRecheck ago.
+func (f *flowState) known(m *map[string]time.Time, queue string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	until, ok := f.exclusive[queue]
+	until, ok := (*m)[queue]
 	if ok && time.Now().After(until) {
-		delete(f.exclusive, queue)
+		delete(*m, queue)
 		return false
 	}
 	return ok
 }
 
-func (f *flowState) ruleOut(queue string) {
+// mark notes queue in m for staticRecheck (the test's recheck, if set),
+// or forgets it.
+func (f *flowState) mark(m *map[string]time.Time, queue string, on bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.exclusive == nil {
-		f.exclusive = map[string]time.Time{}
+	if !on {
+		delete(*m, queue)
+		return
 	}
-	f.exclusive[queue] = time.Now().Add(staticRecheck)
+	if *m == nil {
+		*m = map[string]time.Time{}
+	}
+	d := staticRecheck
+	if f.recheck > 0 {
+		d = f.recheck
+	}
+	(*m)[queue] = time.Now().Add(d)
 }
+
+func (f *flowState) skipShared(queue string) bool { return f.known(&f.exclusive, queue) }
+
+func (f *flowState) ruleOut(queue string) { f.mark(&f.exclusive, queue, true) }
 
 // knownRated reports whether queue was found rate limited less than
 // staticRecheck ago, so its claims take their tokens first. Stale is
 // harmless both ways: the verdict tells an untaken claim of a rated queue
 // (sharedRated), and claimRated of a queue without a rate limit finds no
 // bucket to take from and falls back to the exclusive path.
-func (f *flowState) knownRated(queue string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	until, ok := f.rated[queue]
-	if ok && time.Now().After(until) {
-		delete(f.rated, queue)
-		return false
-	}
-	return ok
-}
+func (f *flowState) knownRated(queue string) bool { return f.known(&f.rated, queue) }
 
-func (f *flowState) markRated(queue string, rated bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !rated {
-		delete(f.rated, queue)
-		return
-	}
-	if f.rated == nil {
-		f.rated = map[string]time.Time{}
-	}
-	f.rated[queue] = time.Now().Add(staticRecheck)
-}
+func (f *flowState) markRated(queue string, rated bool) { f.mark(&f.rated, queue, rated) }
 
 // The shared path's verdicts.
 const (
@@ -176,6 +162,7 @@ const (
 	sharedStatic = "static" // the settings rule it out: small limits, fair_by, paused
 	sharedRated  = "rated"  // rate limited, and the claim took no tokens: claimRated
 	sharedNear   = "near"   // the running count is too close to a limit now
+	// sharedKeyed (keyed.go): the key limits are small, max_running far
 )
 
 // sharedVerdictSQL decides, with a snapshot taken after the gate and the
@@ -198,28 +185,31 @@ const (
 // close); it then stores its count in its own slot row. A count made
 // under other settings (another xmin: UpdateQueue rewrote the row, say
 // when the queue became limited and plain claims had run) is not used.
-var sharedVerdictSQL = `WITH q AS (SELECT paused OR fair_by <> '' AS other, rate_per_second > 0 AS rated, xmin::text AS ver,
-	least(nullif(max_running, 0), nullif(key_limit, 0),
-		(SELECT min(k.lim) FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0)) AS lim
+var sharedVerdictSQL = `WITH q0 AS (SELECT paused OR fair_by <> '' AS other, rate_per_second > 0 AS rated, xmin::text AS ver,
+	nullif(max_running, 0) AS mlim,
+	least(nullif(key_limit, 0), (SELECT min(k.lim) FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0)) AS klim
 	FROM {s}.queues WHERE name = $1),
+q1 AS (SELECT q0.*, least(mlim, klim) AS lim,
+	NOT other AND klim >= $5 AND klim < $2 AND (mlim IS NULL OR mlim >= $2) AS keyed FROM q0),
+q AS (SELECT q1.*, CASE WHEN keyed THEN mlim ELSE lim END AS blim FROM q1),
 sl AS (SELECT coalesce(sum(admitted), 0)::bigint AS adm,
 	min(cert_running - cert_admitted) FILTER (WHERE cert_ver = (SELECT ver FROM q)) AS base,
 	max(cert_admitted) FILTER (WHERE cert_ver = (SELECT ver FROM q)) AS fresh
 	FROM {s}.queue_flow_slots WHERE queue = $1),
-c AS (SELECT q.*, sl.adm, CASE WHEN q.other OR q.lim IS NULL OR q.lim < $2 OR (q.rated AND NOT $3)
-		OR (sl.base + sl.adm <= q.lim - $2 AND sl.adm - sl.fresh <= $2) THEN NULL
+c AS (SELECT q.*, sl.adm, CASE WHEN q.other OR q.blim IS NULL OR (NOT q.keyed AND q.lim < $2) OR (q.rated AND NOT $3)
+		OR (sl.base + sl.adm <= q.blim - $2 AND (sl.adm - sl.fresh <= $2 OR sl.base + sl.adm <= q.blim / 2)) THEN NULL
 	ELSE (SELECT count(*) FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'running') END AS counted
 	FROM q, sl),
-v AS (SELECT CASE WHEN other OR lim < $2 THEN 'static' WHEN rated AND NOT $3 THEN 'rated'
-	WHEN counted > lim - $2 THEN 'near' ELSE 'ok' END AS v, counted IS NOT NULL AS counted FROM c),
+v AS (SELECT CASE WHEN other OR (NOT keyed AND lim < $2) THEN 'static' WHEN rated AND NOT $3 THEN 'rated'
+	WHEN counted > blim - $2 THEN 'near' WHEN keyed THEN 'keyed' ELSE 'ok' END AS v, counted IS NOT NULL AS counted FROM c),
 up AS (INSERT INTO {s}.queue_flow_slots AS f (queue, slot, admitted, cert_ver, cert_running, cert_admitted)
 	SELECT $1::text, current_setting('norn.flow_slot')::int, $4::bigint, c.ver, c.counted, c.adm FROM c, v
-	WHERE v.v = 'ok' AND c.lim IS NOT NULL
+	WHERE v.v IN ('ok', 'keyed') AND c.blim IS NOT NULL
 	ON CONFLICT (queue, slot) DO UPDATE SET admitted = f.admitted + EXCLUDED.admitted,
 		cert_ver = CASE WHEN EXCLUDED.cert_running IS NULL THEN f.cert_ver ELSE EXCLUDED.cert_ver END,
 		cert_running = coalesce(EXCLUDED.cert_running, f.cert_running),
 		cert_admitted = CASE WHEN EXCLUDED.cert_running IS NULL THEN f.cert_admitted ELSE EXCLUDED.cert_admitted END)
-SELECT v, counted, set_config('norn.flow_shared', (v = 'ok')::text, true), ` + claimSetupGUCs + ` FROM v`
+SELECT v, counted, set_config('norn.flow_shared', v, true), ` + claimSetupGUCs + ` FROM v`
 
 // bumpSlotSQL adds an exclusive claim's tasks to slot 0's admissions, so
 // that counts made before it bound the running tasks after it too.
@@ -247,7 +237,7 @@ func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, w
 	s.flow.sqlOnce.Do(s.buildFlowSQL)
 	b := &pgx.Batch{}
 	b.Queue(sharedLockSQL, s.channel+"/flow/"+queue, s.channel+"/flowslot/"+queue, slots)
-	b.Queue(s.q(sharedVerdictSQL), queue, slots*cap, tokensAt != nil, int64(min(want, cap)))
+	b.Queue(s.q(sharedVerdictSQL), queue, slots*cap, tokensAt != nil, int64(min(want, cap)), keyedMin(slots))
 	var now any = s.clockNow()
 	if tokensAt != nil {
 		now = *tokensAt
@@ -267,11 +257,8 @@ func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, w
 	if _, err := br.Exec(); err != nil {
 		return nil, "", err
 	}
-	verdict := sharedStatic // no queues row: nothing to claim here
-	var counted bool
-	dest := make([]any, 3+strings.Count(claimSetupGUCs, "set_config("))
-	dest[0], dest[1] = &verdict, &counted
-	if err := br.QueryRow().Scan(dest...); err != nil && err != pgx.ErrNoRows {
+	verdict, counted, err := scanVerdict(br.QueryRow())
+	if err != nil {
 		return nil, "", err
 	}
 	rows, err := br.Query()
@@ -303,12 +290,12 @@ func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, w
 // the first ready tasks.
 func (s *Store) buildFlowSQL() {
 	s.flow.claimSQL = s.buildAssignSQL(`c AS (SELECT t.id FROM {s}.tasks t
-	WHERE t.status = 'ready' AND t.queue = $1 AND current_setting('norn.flow_shared', true) = 'true'
+	WHERE t.status = 'ready' AND t.queue = $1 AND current_setting('norn.flow_shared', true) = 'ok'
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`)
 	// From a claim hint, as buildClaimFromSQL.
 	head := `SELECT t.id FROM {s}.tasks t WHERE t.status = 'ready' AND t.queue = $1 AND `
 	tail := `
-	AND current_setting('norn.flow_shared', true) = 'true'
+	AND current_setting('norn.flow_shared', true) = 'ok'
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED`
 	s.flow.claimFromSQL = s.buildAssignSQL(`c AS (SELECT u.id FROM (
 	SELECT a.id FROM (` + head + `t.priority = $7 AND (t.ready_at, t.id) >= ($8::timestamptz, $9::text)` + tail + `) a
@@ -317,6 +304,7 @@ func (s *Store) buildFlowSQL() {
 	s.flow.claimFirstSQL = s.buildAssignSQL(`c AS (SELECT t.id FROM {s}.tasks t
 	WHERE t.status = 'ready' AND t.queue = $1
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`)
+	s.buildKeyedSQL()
 }
 
 // claimLimited claims up to want tasks of a flow-limited queue: on the
@@ -329,9 +317,13 @@ func (s *Store) claimLimited(ctx context.Context, conn *pgx.Conn, queue string, 
 				return out, err
 			}
 		} else {
-			out, verdict, err := s.claimShared(ctx, conn, queue, want, worker, timeout, nil)
-			if err != nil {
-				return nil, err
+			verdict := sharedKeyed
+			var out []*norn.Task
+			if !s.flow.known(&s.flow.keyed, queue) {
+				var err error
+				if out, verdict, err = s.claimShared(ctx, conn, queue, want, worker, timeout, nil); err != nil {
+					return nil, err
+				}
 			}
 			switch verdict {
 			case sharedOK:
@@ -342,6 +334,12 @@ func (s *Store) claimLimited(ctx context.Context, conn *pgx.Conn, queue string, 
 			case sharedRated:
 				s.flow.markRated(queue, true)
 				out, done, err := s.claimRated(ctx, conn, queue, want, worker, timeout)
+				if done || err != nil {
+					return out, err
+				}
+			case sharedKeyed:
+				s.flow.mark(&s.flow.keyed, queue, true)
+				out, done, err := s.claimKeyedOrExclusive(ctx, conn, queue, want, worker, timeout)
 				if done || err != nil {
 					return out, err
 				}

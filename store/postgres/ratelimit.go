@@ -434,7 +434,9 @@ func (s *Store) claimRated(ctx context.Context, conn *pgx.Conn, queue string, wa
 			return nil, false, err
 		}
 		if verdict != sharedOK {
-			if verdict == sharedStatic {
+			if verdict == sharedStatic || verdict == sharedKeyed {
+				// Small key limits with a rate limit: claims take their
+				// tokens and admit per key exactly, one at a time.
 				s.flow.ruleOut(queue)
 			}
 			_, err := s.giveBack(ctx, conn, queue, tk.n, tk.rl)
