@@ -82,16 +82,19 @@ const keyedTail = `
 
 // keyedAdmitCTEs admit the candidates (cand) per key: r1 ranks each key's
 // candidates in claim order; r2 reads, once per key (at its first
-// candidate), the key's limit and its running tasks; r3 spreads them over
-// the key's candidates; nr counts the keys left out by the margin alone
+// candidate), the key's limit (its own only if the queue has keys with
+// their own limits: one probe per claim, not per key) and its running
+// tasks, materialized so that each is read once; r3 spreads them over the
+// key's candidates; nr counts the keys left out by the margin alone
 // (near) into norn.keyed_near; c is the admitted ids. $7 is keyedSlots.
 // c's condition names nr so that the planner cannot push it down to r3
 // alone: when no candidate is admitted, nr must still run.
 const keyedAdmitCTEs = `,
 r1 AS (SELECT cand.id, cand.key,
 	row_number() OVER (PARTITION BY cand.key ORDER BY cand.priority DESC, cand.ready_at, cand.id) AS rn FROM cand),
-r2 AS (SELECT r1.*, CASE WHEN r1.key IS NOT NULL AND r1.rn = 1 THEN coalesce(
-		(SELECT nullif(k.lim, 0) FROM {s}.queue_keys k WHERE k.queue = $1 AND k.key = r1.key),
+r2 AS MATERIALIZED (SELECT r1.*, CASE WHEN r1.key IS NOT NULL AND r1.rn = 1 THEN coalesce(
+		CASE WHEN (SELECT EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0)) THEN
+			(SELECT nullif(k.lim, 0) FROM {s}.queue_keys k WHERE k.queue = $1 AND k.key = r1.key) END,
 		(SELECT nullif(q.key_limit, 0) FROM {s}.queues q WHERE q.name = $1)) END AS lim0,
 	CASE WHEN r1.key IS NOT NULL AND r1.rn = 1 THEN (SELECT count(*) FROM {s}.tasks r
 		WHERE r.queue = $1 AND r.status = 'running' AND r.concurrency_key = r1.key) END AS run0 FROM r1),

@@ -235,3 +235,47 @@ func TestUpdateQueueWaitsForClaimsInFlight(t *testing.T) {
 		t.Fatalf("key limit %d (%v) after the update, want 5", qi.KeyLimit, err)
 	}
 }
+
+// TestPlainClaimWaitsForQueueUpdate: the plain claim of an unlimited
+// queue takes the flow gate in shared mode, so a change of the queue's
+// settings (the gate held exclusively) holds it back: no plain claim that
+// read the queue unlimited commits after limits took effect.
+func TestPlainClaimWaitsForQueueUpdate(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, nil, func(c *Config) { c.DisableMonitor = true })
+	if _, err := s.Submit(ctx, norn.NewTask{Queue: "pq"}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, s.channel+"/flow/pq"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan int, 1)
+	go func() {
+		ts, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"pq"}, N: 1})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- len(ts)
+	}()
+	waitUntil(t, "the plain claim waiting for the flow gate", 10*time.Second, func() bool {
+		var n int
+		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND mode = 'ShareLock'`).Scan(&n)
+		return err == nil && n > 0
+	})
+	select {
+	case n := <-done:
+		t.Fatalf("the claim returned %d tasks while an update held the gate", n)
+	default:
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := <-done; n != 1 {
+		t.Fatalf("claimed %d tasks after the update, want 1", n)
+	}
+}

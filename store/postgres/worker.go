@@ -199,7 +199,19 @@ func (s *Store) claimOnce(ctx context.Context, req norn.ClaimRequest) ([]*norn.T
 // sequential scans, hash and merge joins disabled as well, the plan is the
 // one the custom plans chose (the claim index read in order, the rows
 // joined by primary key), whatever the statistics say.
-const claimSetupSQL = "SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true), " + genericPlanGUCs
+const claimSetupSQL = "SELECT " + claimSetupGUCs
+
+// plainGateSQL is claimSetupSQL taking the queue's flow gate (flow.go) in
+// shared mode first, held until the plain claim commits: a change of the
+// queue's settings (UpdateQueue takes the gate exclusively) waits for the
+// plain claims in flight, so none that read the queue unlimited commits
+// its tasks after the first limited claim counted without them. Claims
+// hold it in shared mode: they never wait for one another.
+const plainGateSQL = "SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0)), " + claimSetupGUCs
+
+// claimSetupGUCs are claimSetupSQL's settings (the shared path's verdict
+// sets them for the claim statement after it).
+const claimSetupGUCs = "set_config('enable_sort', 'off', true), set_config('jit', 'off', true), " + genericPlanGUCs
 
 // genericPlanGUCs, in the same implicit transaction as a hot statement,
 // make it run a cached generic plan restricted to index scans and nested
@@ -231,7 +243,7 @@ func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, wa
 		}
 	}
 	b := &pgx.Batch{}
-	b.Queue(claimSetupSQL)
+	b.Queue(plainGateSQL, s.channel+"/flow/"+queue)
 	b.Queue(sql, args...)
 	// In the same round trip: whether flow limits made the claim skip the queue.
 	b.Queue(s.q(`SELECT flow_limited AND NOT paused FROM {s}.queues WHERE name = $1`), queue)
