@@ -223,7 +223,6 @@ const sharedLockSQL = `SELECT CASE WHEN pg_advisory_xact_lock_shared(hashtextext
 	(SELECT s FROM generate_series(0, $3 - 1) s WHERE pg_try_advisory_xact_lock(hashtext($2), s) LIMIT 1),
 	(SELECT CASE WHEN pg_advisory_xact_lock(hashtext($2), pg_backend_pid() % $3) IS NULL THEN NULL ELSE pg_backend_pid() % $3 END))::text, true) END`
 
-
 // claimShared tries the shared path in one round trip: the locks, the
 // verdict and the claim (which claims nothing unless the verdict is ok),
 // in one implicit transaction, so the locks are held until it commits.
