@@ -13,8 +13,9 @@ import (
 )
 
 // Flow control. A queue with limits (queues.flow_limited) is skipped by
-// the plain claim and claimed here, on one of two paths that share one
-// per-queue advisory lock, the gate:
+// the plain claim and claimed here, on one of three paths that share one
+// per-queue advisory lock, the gate (the third, for small key limits, is
+// the keyed path: keyed.go):
 //
 //   - The shared path, taken while the limits are far: a claim takes the
 //     gate in shared mode and one of flowSlots slot locks, then — in a
@@ -169,8 +170,12 @@ const (
 // the claim statement through a transaction-local setting. $2 is
 // flowSlots × the largest shared claim; $3 whether the claim took its
 // tokens already (a rate-limited queue's claims must: claimRated); $4 the
-// most this claim may take. A queue without count limits (lim NULL) needs
-// no bound on its running tasks.
+// most this claim may take; $5 the smallest key limit the keyed path
+// takes (keyedMin). A queue without count limits (lim NULL) needs no
+// bound on its running tasks. A queue whose key limits are from $5 up to
+// the margin and whose max_running is absent or past it is keyed: its
+// verdict is "keyed" (the keyed claim statement runs on it), and the
+// bound is kept against max_running alone (blim).
 //
 // The bound: the slot rows (queue_flow_slots) hold what the claims of
 // each slot may have admitted, and each the last count a claim of that
@@ -180,8 +185,9 @@ const (
 // running since was admitted by a claim whose slot row update committed
 // with it (the exclusive path adds its tasks to slot 0). The claim counts
 // only when no such bound is far enough from the limit, or when the
-// freshest count is more than $2 admissions old (so the bound stays
-// close); it then stores its count in its own slot row. A count made
+// freshest count is more than $2 admissions old and the bound is above
+// half the limit (so the bound stays close where that matters); it then
+// stores its count in its own slot row. A count made
 // under other settings (another xmin: UpdateQueue rewrote the row, say
 // when the queue became limited and plain claims had run) is not used.
 var sharedVerdictSQL = `WITH q0 AS (SELECT paused OR fair_by <> '' AS other, rate_per_second > 0 AS rated, xmin::text AS ver,
