@@ -70,9 +70,9 @@ func keyedMin(slots int) int { return 2 * min(keyedSlots, slots) }
 // sharedKeyed is the verdict for a queue on the keyed path.
 const sharedKeyed = "keyed"
 
-// keyedCandidates is the keyed claim's candidates: the first ready tasks
-// of the queue, locked, if the verdict said keyed. head and tail go round
-// the condition on the claim order (buildKeyedSQL).
+// keyedHead and keyedTail select the keyed claim's candidates: the first
+// ready tasks of the queue, locked, if the verdict said keyed. They go
+// round a condition on the claim order (buildKeyedSQL).
 const keyedHead = `SELECT t.id, t.concurrency_key AS key, t.priority, t.ready_at FROM {s}.tasks t
 	WHERE t.status = 'ready' AND t.queue = $1 AND `
 
@@ -192,7 +192,7 @@ func (s *Store) claimKeyedOrExclusive(ctx context.Context, conn *pgx.Conn, queue
 		case sharedStatic:
 			s.flow.ruleOut(queue)
 		case sharedRated:
-			s.flow.mark(&s.flow.rated, queue, true)
+			s.flow.markRated(queue, true)
 		}
 		return nil, false, nil
 	}
