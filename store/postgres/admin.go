@@ -212,6 +212,17 @@ ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, timeout_ns = EXCLUDED
 		if err != nil {
 			return err
 		}
+		// With key limits, the keyed path may claim this queue next: it
+		// counts a key's running tasks by running_key, which plain and
+		// shared claims do not write. Under the gate no claim is in flight,
+		// so after this every running task of the queue with a key is
+		// counted (O(running tasks), in this transaction).
+		_, err = tx.Exec(ctx, s.q(`UPDATE {s}.tasks SET running_key = concurrency_key
+WHERE status = 'running' AND queue = $1 AND concurrency_key IS NOT NULL AND running_key IS NULL
+	AND ($2 > 0 OR EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0))`), name, d.flow.KeyLimit)
+		if err != nil {
+			return err
+		}
 		if wasFlow.RateLimited() && !d.flow.RateLimited() {
 			// The bucket goes with the limit: set again, it starts full.
 			_, err = tx.Exec(ctx, s.q(`DELETE FROM {s}.queue_buckets WHERE queue = $1`), name)

@@ -97,7 +97,7 @@ r2 AS MATERIALIZED (SELECT r1.*, CASE WHEN r1.key IS NOT NULL AND r1.rn = 1 THEN
 			(SELECT nullif(k.lim, 0) FROM {s}.queue_keys k WHERE k.queue = $1 AND k.key = r1.key) END,
 		(SELECT nullif(q.key_limit, 0) FROM {s}.queues q WHERE q.name = $1)) END AS lim0,
 	CASE WHEN r1.key IS NOT NULL AND r1.rn = 1 THEN (SELECT count(*) FROM {s}.tasks r
-		WHERE r.queue = $1 AND r.status = 'running' AND r.concurrency_key = r1.key) END AS run0 FROM r1),
+		WHERE r.queue = $1 AND r.status = 'running' AND r.running_key = r1.key) END AS run0 FROM r1),
 r3 AS (SELECT r2.id, r2.rn, max(r2.lim0) OVER k AS lim, max(r2.run0) OVER k AS running,
 	greatest(1, max(r2.lim0) OVER k / (2 * $7::int)) AS m FROM r2 WINDOW k AS (PARTITION BY r2.key)),
 nr AS (SELECT set_config('norn.keyed_near', (count(*) FILTER (WHERE r3.rn = 1 AND r3.lim IS NOT NULL
@@ -108,8 +108,8 @@ c AS (SELECT r3.id FROM r3, nr WHERE CASE WHEN nr.near IS NULL THEN false
 // buildKeyedSQL builds the keyed claim, from the queue's head and from a
 // claim hint ($8–$10, as buildClaimFromSQL).
 func (s *Store) buildKeyedSQL() {
-	s.flow.keyedSQL = s.buildAssignSQLUnordered(`cand AS (` + keyedHead + `true` + keyedTail + `)` + keyedAdmitCTEs)
-	s.flow.keyedFromSQL = s.buildAssignSQLUnordered(`cand AS (SELECT u.* FROM (
+	s.flow.keyedSQL = s.buildAssignKeyedSQL(`cand AS (` + keyedHead + `true` + keyedTail + `)` + keyedAdmitCTEs)
+	s.flow.keyedFromSQL = s.buildAssignKeyedSQL(`cand AS (SELECT u.* FROM (
 	SELECT a.* FROM (` + keyedHead + `t.priority = $8 AND (t.ready_at, t.id) >= ($9::timestamptz, $10::text)` + keyedTail + `) a
 	UNION ALL
 	SELECT b.* FROM (` + keyedHead + `t.priority < $8` + keyedTail + `) b) u LIMIT $2)` + keyedAdmitCTEs)

@@ -139,6 +139,29 @@ func TestFlowKeyedPath(t *testing.T) {
 		}
 	})
 
+	t.Run("CountsTasksThatStartedBeforeTheLimit", func(t *testing.T) {
+		// Ten tasks of a run, claimed by plain claims before the queue had
+		// limits (they wrote no running_key); the limit set then must count
+		// them on the keyed path.
+		b := setup(t, norn.QueueUpdate{}, map[string]int{"a": 20})
+		if got := claim(t, b.s, 10)["a"]; got != 10 {
+			t.Fatalf("plain claim: %d, want 10", got)
+		}
+		if _, err := b.s.UpdateQueue(ctx, "kq", norn.QueueUpdate{KeyLimit: ptr(10)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.s.Submit(ctx, norn.NewTask{Queue: "kq", ConcurrencyKey: "b"}); err != nil {
+			t.Fatal(err)
+		}
+		got := claim(t, b.s, 100)
+		if got["a"] != 0 || got["b"] != 1 {
+			t.Fatalf("claimed %v at a's limit; want only b's task", got)
+		}
+		if k, x, _ := paths(b.s); k != 1 || x != 0 {
+			t.Fatalf("keyed %d, exclusive %d claims; want one keyed", k, x)
+		}
+	})
+
 	t.Run("NearMaxRunningGoesExclusive", func(t *testing.T) {
 		// max_running 9,000 is over the shared margin (8 × 1,000), so the
 		// queue is keyed; 2,000 running tasks put the bound within the

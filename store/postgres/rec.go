@@ -264,8 +264,10 @@ func (st *statements) build(s *Store) {
 	// from its head, testing every ready task against the whole id array
 	// (TestHotPlansAfterChurn caught it doing so after churn); this way
 	// tasks_pkey with the id = ANY condition is the only index left.
-	st.claimIDs = s.buildAssignSQL(`c AS (SELECT t.id FROM {s}.tasks t, n
-	WHERE t.id = ANY ($1::text[]) AND t.status = n.ready LIMIT $2 FOR UPDATE OF t SKIP LOCKED)`)
+	// The exclusive flow path's claim by ids (it records running_key:
+	// buildAssignKeyedSQL).
+	st.claimIDs = s.buildAssignKeyedSQL(`c AS (SELECT t.id FROM {s}.tasks t, n
+	WHERE t.id = ANY ($1::text[]) AND t.status = n.ready LIMIT $2 FOR UPDATE OF t SKIP LOCKED)`) + claimOrder
 	st.cas, st.release, st.cascade = s.buildCasSQL(), s.buildReleaseSQL(), s.buildCascadeSQL()
 	st.insert, st.insertConflict = s.buildInsertSQL(false), s.buildInsertSQL(true)
 }

@@ -67,14 +67,30 @@ func (s *Store) buildClaimFromSQL() string {
 // $5 lease length override, $6 history cap) and returns them in claim
 // order.
 func (s *Store) buildAssignSQL(c string) string {
-	return s.buildAssignSQLUnordered(c) + ` ORDER BY upd.priority DESC, upd.ready_at, upd.id`
+	return s.buildAssignSQLUnordered(c) + claimOrder
 }
+
+// claimOrder puts an assign statement's rows in claim order.
+const claimOrder = ` ORDER BY upd.priority DESC, upd.ready_at, upd.id`
 
 // buildAssignSQLUnordered is buildAssignSQL returning the tasks in no
 // particular order: its caller sorts them (sortClaimed). The sort in the
 // statement copied every claimed row, spec included, into a tuplesort: about
 // 4% of the database's CPU in a burn-down claiming 500 at a time.
-func (s *Store) buildAssignSQLUnordered(c string) string {
+func (s *Store) buildAssignSQLUnordered(c string) string { return s.assignSQL(c, "") }
+
+// buildAssignKeyedSQL is buildAssignSQLUnordered for the claims of the
+// keyed and exclusive flow paths: they also record the task's key in
+// running_key, which puts the running task in tasks_running_key, the index
+// the keyed path counts a key's running tasks by (keyed.go). Other claims
+// leave it alone, so tasks of queues without small key limits cost that
+// index nothing.
+func (s *Store) buildAssignKeyedSQL(c string) string {
+	return s.assignSQL(c, ", running_key = t.concurrency_key")
+}
+
+// assignSQL is the claim's UPDATE over the CTE c, with more assignments.
+func (s *Store) assignSQL(c, set string) string {
 	return s.q(`WITH n AS (SELECT coalesce($3::timestamptz, clock_timestamp()) AS now, 'ready'::text AS ready),
 ` + c + `,
 upd AS (UPDATE {s}.tasks t SET status = 'running', owner = $4, lease = t.lease + 1, attempts = t.attempts + 1,
@@ -82,7 +98,7 @@ upd AS (UPDATE {s}.tasks t SET status = 'running', owner = $4, lease = t.lease +
 		THEN least(coalesce($5::bigint, t.timeout_ns), (t.max_runtime_ns + 999) / 1000 * 1000)
 		ELSE coalesce($5::bigint, t.timeout_ns) END / 1000) * interval '1 microsecond',
 	updated = n.now, version = t.version + 1, history_count = t.history_count + 1,
-	assign_seq = t.history_count + 1, claimed_at = n.now
+	assign_seq = t.history_count + 1, claimed_at = n.now` + set + `
 	FROM n WHERE t.id = ANY (ARRAY(SELECT c.id FROM c))
 	RETURNING ` + colsClaim + `)` +
 		replaceHL(trimHistory, "$6") + `,
