@@ -26,7 +26,10 @@ import (
 //   - Then, in one statement with a later snapshot, it locks its
 //     candidates (the first ready tasks, SKIP LOCKED, from the claim hint
 //     when there is one), counts each candidate key's running tasks
-//     (tasks_running_key, an index probe per key) and admits, per key of
+//     (tasks_running_key, an index probe per key: every running task of
+//     a key is in it, since keyed and exclusive claims write running_key
+//     and UpdateQueue writes it for the tasks that were running when the
+//     queue got key limits) and admits, per key of
 //     limit L, at most m = max(1, L / (2 × keyedSlots)) tasks, and only
 //     if the key's count plus keyedSlots × m is at most L. Keys without a
 //     limit, and tasks without a key, are admitted as they come.
