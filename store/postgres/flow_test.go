@@ -18,16 +18,7 @@ import (
 // claimers spread over three store instances sharing one schema, as three
 // norn server nodes would: the limits must hold across them.
 func TestFlowLimitsAcrossInstances(t *testing.T) {
-	first := openTest(t, nil, nil)
-	stores := []norn.Store{first}
-	for range 2 {
-		s, err := Open(context.Background(), Config{URL: first.cfg.URL, Schema: first.cfg.Schema})
-		if err != nil {
-			t.Fatalf("Open: %v", err)
-		}
-		t.Cleanup(func() { s.Close() })
-		stores = append(stores, s)
-	}
+	stores, _ := openInstances(t, 3)
 	storetest.ConcurrentLimits(t, stores, context.Background())
 }
 
@@ -40,17 +31,7 @@ func TestFlowLimitsAcrossInstances(t *testing.T) {
 // three shared claims in flight would exceed it if one counted too late. The limits must hold throughout
 // (storetest.ConcurrentLimitsCase), and both paths must have been taken.
 func TestFlowSharedPathAtTheLimit(t *testing.T) {
-	first := openTest(t, nil, nil)
-	stores := []norn.Store{first}
-	all := []*Store{first}
-	for range 3 {
-		s, err := Open(context.Background(), Config{URL: first.cfg.URL, Schema: first.cfg.Schema})
-		if err != nil {
-			t.Fatalf("Open: %v", err)
-		}
-		t.Cleanup(func() { s.Close() })
-		stores, all = append(stores, s), append(all, s)
-	}
+	stores, all := openInstances(t, 4)
 	for _, s := range all {
 		s.flow.slots, s.flow.cap = 3, 2
 	}
@@ -65,6 +46,23 @@ func TestFlowSharedPathAtTheLimit(t *testing.T) {
 	if shared == 0 || exclusive == 0 {
 		t.Fatalf("%d shared claims, %d exclusive: the edge between the paths was not exercised", shared, exclusive)
 	}
+}
+
+// openInstances opens n store instances on one schema, as n norn server
+// nodes: as the conformance suite's stores, and as themselves.
+func openInstances(t *testing.T, n int) ([]norn.Store, []*Store) {
+	t.Helper()
+	first := openTest(t, nil, nil)
+	stores, all := []norn.Store{first}, []*Store{first}
+	for range n - 1 {
+		s, err := Open(context.Background(), Config{URL: first.cfg.URL, Schema: first.cfg.Schema})
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		t.Cleanup(func() { s.Close() })
+		stores, all = append(stores, s), append(all, s)
+	}
+	return stores, all
 }
 
 // TestRateLimitAcrossInstances runs the concurrent rate-limit check with

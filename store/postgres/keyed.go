@@ -151,23 +151,12 @@ func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, wa
 	if err != nil {
 		return nil, "", 0, err
 	}
-	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*rec, error) { return scanRec(row) })
-	if err != nil {
+	// The first task this claim took becomes the hint: ahead of it, ready
+	// tasks are locked by other claims. A keyed claim may leave some of
+	// its candidates ready; tasks left so ahead of the hint wait for the
+	// next scan from the head (at most maxHintAge, or the next wake-up).
+	if out, err = s.takeClaimed(rows, queue, gen); err != nil {
 		return nil, "", 0, err
-	}
-	sortClaimed(rs)
-	out = make([]*norn.Task, len(rs))
-	for i, r := range rs {
-		out[i], _ = claimedRec(r, nil)
-	}
-	if len(rs) > 0 {
-		// The first task this claim took: ahead of it, ready tasks are
-		// locked by other claims. A keyed claim may leave some of its
-		// candidates ready; tasks left so ahead of the hint wait for the
-		// next scan from the head (at most maxHintAge, or the next
-		// wake-up).
-		r := rs[0]
-		s.hints.set(queue, gen, s.wake.wait(), claimHint{at: time.Now(), priority: int64(r.Priority), readyAt: r.readyAt, id: r.ID})
 	}
 	var nearText *string
 	if err := br.QueryRow().Scan(&nearText); err != nil {

@@ -186,17 +186,7 @@ func TestFlowKeyedPath(t *testing.T) {
 // key (storetest.ConcurrentLimitsCase), and both the keyed path and the
 // exclusive one (for keys near their limit) must have been taken.
 func TestFlowKeyedPathAtTheLimit(t *testing.T) {
-	first := openTest(t, nil, nil)
-	stores := []norn.Store{first}
-	all := []*Store{first}
-	for range 3 {
-		s, err := Open(context.Background(), Config{URL: first.cfg.URL, Schema: first.cfg.Schema})
-		if err != nil {
-			t.Fatalf("Open: %v", err)
-		}
-		t.Cleanup(func() { s.Close() })
-		stores, all = append(stores, s), append(all, s)
-	}
+	stores, all := openInstances(t, 4)
 	for _, s := range all {
 		s.flow.recheck = time.Millisecond
 	}

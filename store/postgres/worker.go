@@ -108,6 +108,26 @@ w AS (UPDATE {s}.workers w SET last_seen = n.now FROM n WHERE w.id = $4 AND w.la
 SELECT upd.* FROM upd WHERE (SELECT count(*) FROM nt) >= 0`)
 }
 
+// takeClaimed reads a claim statement's rows, puts them in claim order
+// and sets queue's claim hint to the first (gen: s.wake's channel taken
+// before the claim started).
+func (s *Store) takeClaimed(rows pgx.Rows, queue string, gen <-chan struct{}) ([]*norn.Task, error) {
+	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*rec, error) { return scanRec(row) })
+	if err != nil {
+		return nil, err
+	}
+	sortClaimed(rs)
+	out := make([]*norn.Task, len(rs))
+	for i, r := range rs {
+		out[i], _ = claimedRec(r, nil)
+	}
+	if len(rs) > 0 {
+		r := rs[0]
+		s.hints.set(queue, gen, s.wake.wait(), claimHint{at: time.Now(), priority: int64(r.Priority), readyAt: r.readyAt, id: r.ID})
+	}
+	return out, nil
+}
+
 // sortClaimed puts claimed rows in claim order (priority, then ready
 // time, then id), the order of tasks_claim.
 func sortClaimed(rs []*rec) {
@@ -272,18 +292,9 @@ func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, wa
 	if err != nil {
 		return nil, err
 	}
-	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*rec, error) { return scanRec(row) })
+	out, err := s.takeClaimed(rows, queue, gen)
 	if err != nil {
 		return nil, err
-	}
-	sortClaimed(rs)
-	out := make([]*norn.Task, len(rs))
-	for i, r := range rs {
-		out[i], _ = claimedRec(r, nil)
-	}
-	if len(rs) > 0 {
-		r := rs[0]
-		s.hints.set(queue, gen, s.wake.wait(), claimHint{at: time.Now(), priority: int64(r.Priority), readyAt: r.readyAt, id: r.ID})
 	}
 	var limited bool
 	if err := br.QueryRow().Scan(&limited); err != nil && err != pgx.ErrNoRows {
