@@ -75,7 +75,7 @@ type flowState struct {
 	// The exclusive path's claim of the first ready tasks; the shared
 	// path's claim, and from a claim hint; the keyed path's, and from a
 	// hint (buildFlowSQL).
-	claimFirstSQL, claimSQL, claimFromSQL, keyedSQL, keyedFromSQL string
+	claimFirstSQL, claimSQL, claimFromSQL, keyedSQL, keyedFromSQL, keyedAdmitSQL string
 	// Claims that took each path (tests).
 	sharedClaims, exclusiveClaims, keyedClaims atomic.Int64
 	counts                                     atomic.Int64 // shared verdicts that counted the running tasks (tests)
@@ -170,9 +170,8 @@ const (
 // the claim statement through a transaction-local setting. $2 is
 // flowSlots × the largest shared claim; $3 whether the claim took its
 // tokens already (a rate-limited queue's claims must: claimRated); $4 the
-// most this claim may take; $5 the smallest key limit the keyed path
-// takes (keyedMin). A queue without count limits (lim NULL) needs no
-// bound on its running tasks. A queue whose key limits are from $5 up to
+// most this claim may take. A queue without count limits (lim NULL)
+// needs no bound on its running tasks. A queue whose key limits are under
 // the margin and whose max_running is absent or past it is keyed: its
 // verdict is "keyed" (the keyed claim statement runs on it), and the
 // bound is kept against max_running alone (blim).
@@ -195,7 +194,7 @@ var sharedVerdictSQL = `WITH q0 AS (SELECT paused OR fair_by <> '' AS other, rat
 	least(nullif(key_limit, 0), (SELECT min(k.lim) FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0)) AS klim
 	FROM {s}.queues WHERE name = $1),
 q1 AS (SELECT q0.*, least(mlim, klim) AS lim,
-	NOT other AND klim >= $5 AND klim < $2 AND (mlim IS NULL OR mlim >= $2) AS keyed FROM q0),
+	NOT other AND klim < $2 AND (mlim IS NULL OR mlim >= $2) AS keyed FROM q0),
 q AS (SELECT q1.*, CASE WHEN keyed THEN mlim ELSE lim END AS blim FROM q1),
 sl AS (SELECT coalesce(sum(admitted), 0)::bigint AS adm,
 	min(cert_running - cert_admitted) FILTER (WHERE cert_ver = (SELECT ver FROM q)) AS base,
@@ -238,7 +237,7 @@ func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, w
 	s.flow.sqlOnce.Do(s.buildFlowSQL)
 	b := &pgx.Batch{}
 	b.Queue(sharedLockSQL, s.channel+"/flow/"+queue, s.channel+"/flowslot/"+queue, slots)
-	b.Queue(s.q(sharedVerdictSQL), queue, slots*cap, tokensAt != nil, int64(min(want, cap)), keyedMin(slots))
+	b.Queue(s.q(sharedVerdictSQL), queue, slots*cap, tokensAt != nil, int64(min(want, cap)))
 	var now any = s.clockNow()
 	if tokensAt != nil {
 		now = *tokensAt

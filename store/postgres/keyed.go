@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"time"
 
@@ -11,64 +10,61 @@ import (
 	"github.com/nornq/norn"
 )
 
-// The keyed path: a flow-limited queue whose key limits are too small for
-// the shared path (a key_limit, or a key's own limit, under flowSlots ×
-// MaxClaim) but whose max_running, if any, is far. The shared path's
-// margin would rule such a queue out for good and send every claim to the
-// exclusive path, one at a time, although a key limit of 10 over a
-// thousand keys binds nothing most of the time. Keyed claims run
-// concurrently instead, and bound each key rather than the queue:
+// The keyed path: a flow-limited queue with key limits under the shared
+// path's margin (a key_limit, or a key's own limit, under flowSlots ×
+// MaxClaim) whose max_running, if any, is far. The shared path's margin
+// would rule such a queue out for good and send every claim to the
+// exclusive path, one at a time across the cluster, although a key limit
+// of 1 or 10 over a thousand keys binds a few keys at a time. Keyed
+// claims run concurrently instead, and count each key exactly:
 //
 //   - A keyed claim takes the gate in shared mode and one of keyedSlots
 //     slot locks (the first keyedSlots of the shared path's slots, so the
 //     shared path's bound on max_running holds for keyed claims too: the
 //     verdict writes their slot rows as it does for shared claims).
-//   - Then, in one statement with a later snapshot, it locks its
-//     candidates (the first ready tasks, SKIP LOCKED, from the claim hint
-//     when there is one), counts each candidate key's running tasks
-//     (tasks_running_key, an index probe per key: every running task of
-//     a key is in it, since keyed and exclusive claims write running_key
-//     and UpdateQueue writes it for the tasks that were running when the
-//     queue got key limits) and admits, per key of
-//     limit L, at most m = max(1, L / (2 × keyedSlots)) tasks, and only
-//     if the key's count plus keyedSlots × m is at most L. Keys without a
-//     limit, and tasks without a key, are admitted as they come.
-//   - A key left out by that margin although it is under its limit is
-//     near: the claim reports how many keys were, and a claim that found
-//     one sends the queue's claims to the exclusive path (which counts
-//     exactly) for a while; one that found one and admitted nothing goes
-//     there at once. Without that, a key could sit a few tasks under its
-//     limit for as long as other keys keep the keyed claims busy.
+//   - A first statement locks its candidates (the first ready tasks, SKIP
+//     LOCKED, from the claim hint when there is one) and, for each
+//     distinct limited key among them (the first keyedKeys in claim
+//     order), tries the key's advisory lock. It passes the candidates it
+//     may admit (keyless, of keys without a limit, or of keys it locked)
+//     to the next statement in transaction-local settings. A key another
+//     claim holds is left to that claim.
+//   - A second statement, whose snapshot is taken after those key locks
+//     are held, counts each locked key's running tasks (tasks_running_key,
+//     an index probe per key: every running task of a key is in it, since
+//     keyed and exclusive claims write running_key and UpdateQueue writes
+//     it for the tasks that were running when the queue got key limits)
+//     and admits, per key of limit L with r running, its first L − r
+//     candidates in claim order.
 //
-// Why a key never exceeds its limit L: take any instant and key k, and
-// let y be, among the claims that admitted tasks of k and committed by
-// then, the one whose snapshot came last. Every task of k admitted by a
-// claim that committed before y's snapshot is in y's count (or finished,
-// which only lowers the truth). Every other claim that admitted tasks of
-// k and committed by then took its snapshot before y's (y is the last)
-// and committed after it, so it held its slot (taken before its snapshot,
-// released after its commit is visible) when y read: at most
-// keyedSlots − 1 such claims, each with at most m tasks of k, and no
-// exclusive claim (the gate; an exclusive claim counts exactly with no
-// claim in flight). So k has at most y's count + keyedSlots × m running
-// tasks, and y admitted k only if that is at most L. A change of the
-// queue's limits waits for every claim in flight (UpdateQueue takes the
-// gate exclusively), so the claims one bound covers all used the same
-// L and m.
+// Why a key never exceeds its limit: every keyed claim that admitted
+// tasks of key k held k's lock from before its count's snapshot until its
+// commit, and a transaction's commit is visible before its locks are
+// released. So the claims that admit tasks of k follow one another, and
+// each counts every task of k the ones before it admitted (or finds them
+// finished). An exclusive claim holds the gate alone, so no keyed claim is
+// in flight when it counts; plain and shared claims do not claim a queue
+// whose verdict is keyed; a change of the limits waits for every claim in
+// flight (UpdateQueue takes the gate exclusively). Completions and the
+// other ways out of running take no lock: they only lower the count.
+//
+// A claim whose candidates were all held back (their keys at their limits,
+// or locked by other claims) while there may be more ready tasks past them
+// (it read as many as it wanted) claims on the exclusive path instead,
+// whose pick skips the keys at their limits: a key's backlog never stops
+// another key's tasks behind it.
 
 // keyedSlots is how many keyed claims of one queue may be in flight at
-// once. Fewer slots leave a key a larger share of its limit per claim
-// (m) and a smaller margin (keyedSlots × m); more let more claims run at
-// once. With 4, a key of limit 10 is admitted one task per claim while
-// it has at most 6 running.
+// once. Each holds up to keyedKeys key locks, entries in the server's
+// lock table (sized by max_locks_per_transaction × max_connections).
 const keyedSlots = 4
 
-// keyedMin is the smallest key limit the keyed path takes: 2 ×
-// keyedSlots, so that a key is admitted (one task per claim) while it has
-// up to half its limit running. Under that, keyed claims would admit a
-// key only while nothing of it runs, or never: the exclusive path serves
-// such queues.
-func keyedMin(slots int) int { return 2 * min(keyedSlots, slots) }
+// keyedKeys is how many candidates one keyed claim reads at most, and so
+// how many key locks it may hold. With keyedSlots it bounds a queue's
+// keyed claims to keyedSlots × keyedKeys (1,024) advisory locks at a
+// time, about an eighth of the lock table of a server with the default
+// settings.
+const keyedKeys = 256
 
 // sharedKeyed is the verdict for a queue on the keyed path.
 const sharedKeyed = "keyed"
@@ -81,100 +77,130 @@ const keyedHead = `SELECT t.id, t.concurrency_key AS key, t.priority, t.ready_at
 
 const keyedTail = `
 	AND current_setting('norn.flow_shared', true) = 'keyed'
-	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED`
+	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT least($2::bigint, $4::bigint) FOR UPDATE SKIP LOCKED`
 
-// keyedAdmitCTEs admit the candidates (cand) per key: r1 ranks each key's
-// candidates in claim order; r2 reads, once per key (at its first
-// candidate), the key's limit (its own only if the queue has keys with
-// their own limits: one probe per claim, not per key) and its running
-// tasks, materialized so that each is read once; r3 spreads them over the
-// key's candidates; nr counts the keys left out by the margin alone
-// (near) into norn.keyed_near; c is the admitted ids. $7 is keyedSlots.
-// c's condition names nr so that the planner cannot push it down to r3
-// alone: when no candidate is admitted, nr must still run.
-const keyedAdmitCTEs = `,
-r1 AS (SELECT cand.id, cand.key,
-	row_number() OVER (PARTITION BY cand.key ORDER BY cand.priority DESC, cand.ready_at, cand.id) AS rn FROM cand),
+// keyedLockSQL is the first statement's tail, after the candidates
+// (cand). The claim's statements run with hash and merge joins off (a
+// cached generic plan of index scans and nested loops), so nothing here
+// joins, and per-key values are spread over a key's candidates with
+// windows in the second statement. r1 ranks each key's candidates in
+// claim order (rn); r2 reads, once per key (at its first candidate), its
+// limit (its own only if the queue has keys with their own limits: one
+// probe per claim, not per key); r3 tries the lock of each limited key
+// ($3: the locks' name prefix), once (r2 is materialized). Every candidate
+// goes on in norn.keyed_* (ids, keys, ranks, and at each key's first
+// candidate its limit and whether the claim got its lock, as arrays). It
+// returns how many candidates it read and the first of them in claim
+// order.
+const keyedLockSQL = `,
+r1 AS (SELECT cand.*, row_number() OVER (PARTITION BY cand.key ORDER BY cand.priority DESC, cand.ready_at, cand.id) AS rn FROM cand),
 r2 AS MATERIALIZED (SELECT r1.*, CASE WHEN r1.key IS NOT NULL AND r1.rn = 1 THEN coalesce(
 		CASE WHEN (SELECT EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0)) THEN
 			(SELECT nullif(k.lim, 0) FROM {s}.queue_keys k WHERE k.queue = $1 AND k.key = r1.key) END,
-		(SELECT nullif(q.key_limit, 0) FROM {s}.queues q WHERE q.name = $1)) END AS lim0,
-	CASE WHEN r1.key IS NOT NULL AND r1.rn = 1 THEN (SELECT count(*) FROM {s}.tasks r
-		WHERE r.queue = $1 AND r.status = 'running' AND r.running_key = r1.key) END AS run0 FROM r1),
-r3 AS (SELECT r2.id, r2.rn, max(r2.lim0) OVER k AS lim, max(r2.run0) OVER k AS running,
-	greatest(1, max(r2.lim0) OVER k / (2 * $7::int)) AS m FROM r2 WINDOW k AS (PARTITION BY r2.key)),
-nr AS (SELECT set_config('norn.keyed_near', (count(*) FILTER (WHERE r3.rn = 1 AND r3.lim IS NOT NULL
-	AND r3.running < r3.lim AND r3.running + $7::int * r3.m > r3.lim))::text, true) AS near FROM r3),
-c AS (SELECT r3.id FROM r3, nr WHERE CASE WHEN nr.near IS NULL THEN false
-	ELSE r3.lim IS NULL OR (r3.rn <= r3.m AND r3.running + $7::int * r3.m <= r3.lim) END)`
+		(SELECT nullif(q.key_limit, 0) FROM {s}.queues q WHERE q.name = $1)) END AS lim0 FROM r1),
+r3 AS MATERIALIZED (SELECT r2.*, CASE WHEN r2.lim0 IS NOT NULL
+	THEN pg_try_advisory_xact_lock(hashtextextended($3 || r2.key, 0)) END AS locked0 FROM r2)
+SELECT (SELECT count(*) FROM cand), (SELECT cand.id FROM cand ORDER BY cand.priority DESC, cand.ready_at, cand.id LIMIT 1),
+	set_config('norn.keyed_ids', coalesce(array_agg(r3.id)::text, '{}'), true),
+	set_config('norn.keyed_keys', coalesce(array_agg(r3.key)::text, '{}'), true),
+	set_config('norn.keyed_rn', coalesce(array_agg(r3.rn)::text, '{}'), true),
+	set_config('norn.keyed_lim', coalesce(array_agg(r3.lim0)::text, '{}'), true),
+	set_config('norn.keyed_locked', coalesce(array_agg(r3.locked0)::text, '{}'), true)
+FROM r3`
 
-// buildKeyedSQL builds the keyed claim, from the queue's head and from a
-// claim hint ($8–$10, as buildClaimFromSQL).
+// keyedAdmitCTE is the second statement's pick (c), with a snapshot that
+// sees every claim that held a key's lock before this one: x is what the
+// first statement passed on; r counts the running tasks of each key the
+// claim locked, once per key (at its first candidate), materialized so
+// that each is counted once; kw spreads limit, lock and count over each
+// key's candidates; c admits the tasks without a key or limit, and a
+// locked key's first lim − running candidates.
+const keyedAdmitCTE = `x AS (SELECT * FROM unnest(current_setting('norn.keyed_ids', true)::text[],
+	current_setting('norn.keyed_keys', true)::text[], current_setting('norn.keyed_rn', true)::int[],
+	current_setting('norn.keyed_lim', true)::int[], current_setting('norn.keyed_locked', true)::bool[])
+	AS x(id, key, rn, lim0, locked0)),
+r AS MATERIALIZED (SELECT x.*, CASE WHEN x.locked0 THEN (SELECT count(*) FROM {s}.tasks t
+	WHERE t.queue = $1 AND t.status = 'running' AND t.running_key = x.key) END AS run0 FROM x),
+kw AS (SELECT r.id, r.key, r.rn, max(r.lim0) OVER k AS lim, bool_or(r.locked0) OVER k AS locked,
+	max(r.run0) OVER k AS running FROM r WINDOW k AS (PARTITION BY r.key)),
+c AS (SELECT kw.id FROM kw WHERE kw.key IS NULL OR kw.lim IS NULL OR (kw.locked AND kw.rn <= kw.lim - kw.running) LIMIT $2)`
+
+// buildKeyedSQL builds the keyed claim's two statements: the candidates
+// and key locks, from the queue's head and from a claim hint ($5–$7, as
+// buildClaimFromSQL), and the pick with its assignment.
 func (s *Store) buildKeyedSQL() {
-	s.flow.keyedSQL = s.buildAssignKeyedSQL(`cand AS (` + keyedHead + `true` + keyedTail + `)` + keyedAdmitCTEs)
-	s.flow.keyedFromSQL = s.buildAssignKeyedSQL(`cand AS (SELECT u.* FROM (
-	SELECT a.* FROM (` + keyedHead + `t.priority = $8 AND (t.ready_at, t.id) >= ($9::timestamptz, $10::text)` + keyedTail + `) a
+	s.flow.keyedSQL = s.q(`WITH cand AS (` + keyedHead + `true` + keyedTail + `)` + keyedLockSQL)
+	s.flow.keyedFromSQL = s.q(`WITH cand AS (SELECT u.* FROM (
+	SELECT a.* FROM (` + keyedHead + `t.priority = $5 AND (t.ready_at, t.id) >= ($6::timestamptz, $7::text)` + keyedTail + `) a
 	UNION ALL
-	SELECT b.* FROM (` + keyedHead + `t.priority < $8` + keyedTail + `) b) u LIMIT $2)` + keyedAdmitCTEs)
+	SELECT b.* FROM (` + keyedHead + `t.priority < $5` + keyedTail + `) b) u LIMIT least($2::bigint, $4::bigint))` + keyedLockSQL)
+	s.flow.keyedAdmitSQL = s.buildAssignKeyedSQL(keyedAdmitCTE)
 }
 
 // claimKeyed tries the keyed path in one round trip: the gate and a slot,
-// the verdict, the claim (which claims nothing unless the verdict is
-// keyed) and how many keys were near, in one implicit transaction.
-func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) (out []*norn.Task, verdict string, near int, err error) {
+// the verdict, the candidates and key locks (nothing unless the verdict is
+// keyed) and the pick with its claim, in one implicit transaction.
+// read is how many candidates the claim read; hinted whether it read
+// them from the claim hint (head: never).
+func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64, head bool) (out []*norn.Task, verdict string, read int, hinted bool, err error) {
 	slots, cap := s.flow.margins()
-	kslots := min(keyedSlots, slots)
 	s.flow.sqlOnce.Do(s.buildFlowSQL)
 	want = min(want, cap)
 	b := &pgx.Batch{}
-	b.Queue(sharedLockSQL, s.channel+"/flow/"+queue, s.channel+"/flowslot/"+queue, kslots)
-	b.Queue(s.q(sharedVerdictSQL), queue, slots*cap, false, int64(want), keyedMin(slots))
+	b.Queue(sharedLockSQL, s.channel+"/flow/"+queue, s.channel+"/flowslot/"+queue, min(keyedSlots, slots))
+	b.Queue(s.q(sharedVerdictSQL), queue, slots*cap, false, int64(want))
 	gen := s.wake.wait()
-	sql, args := s.flow.keyedSQL, []any{queue, want, s.clockNow(), worker, timeout, s.cfg.HistoryLimit, kslots}
-	if s.listening.Load() {
+	sql, args := s.flow.keyedSQL, []any{queue, want, s.channel + "/key/" + queue + "/", keyedKeys}
+	if s.listening.Load() && !head {
 		if h, ok := s.hints.get(queue, gen, time.Now()); ok {
-			sql, args = s.flow.keyedFromSQL, append(args, h.priority, h.readyAt, h.id)
+			sql, args, hinted = s.flow.keyedFromSQL, append(args, h.priority, h.readyAt, h.id), true
 		}
 	}
 	b.Queue(sql, args...)
-	b.Queue(`SELECT current_setting('norn.keyed_near', true)`)
+	b.Queue(s.flow.keyedAdmitSQL, queue, want, s.clockNow(), worker, timeout, s.cfg.HistoryLimit)
 	br := conn.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
-		return nil, "", 0, err
+		return nil, "", 0, false, err
 	}
 	verdict, _, err = scanVerdict(br.QueryRow())
 	if err != nil {
-		return nil, "", 0, err
+		return nil, "", 0, false, err
+	}
+	var n int64
+	var firstCand *string
+	if err := br.QueryRow().Scan(&n, &firstCand, nil, nil, nil, nil, nil); err != nil {
+		return nil, "", 0, false, err
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, "", 0, err
+		return nil, "", 0, false, err
 	}
-	// The first task this claim took becomes the hint: ahead of it, ready
-	// tasks are locked by other claims. A keyed claim may leave some of
-	// its candidates ready; tasks left so ahead of the hint wait for the
-	// next scan from the head (at most maxHintAge, or the next wake-up).
-	if out, err = s.takeClaimed(rows, queue, gen); err != nil {
-		return nil, "", 0, err
+	out, first, err := collectClaimed(rows)
+	if err != nil {
+		return nil, "", 0, false, err
 	}
-	var nearText *string
-	if err := br.QueryRow().Scan(&nearText); err != nil {
-		return nil, "", 0, err
+	// The first claimed task becomes the hint only if it was the first
+	// candidate: ahead of it, ready tasks are then locked by other claims.
+	// A candidate held back (its key at its limit, or locked by another
+	// claim) must be read again from the head.
+	if first != nil && firstCand != nil && first.ID == *firstCand {
+		s.setHint(queue, gen, first)
 	}
-	if nearText != nil && *nearText != "" {
-		if near, err = strconv.Atoi(*nearText); err != nil {
-			return nil, "", 0, err
-		}
-	}
-	return out, verdict, near, br.Close()
+	return out, verdict, int(n), hinted, br.Close()
 }
 
 // claimKeyedOrExclusive claims a queue known to be on the keyed path.
-// done false: the caller claims on the exclusive path (a key near its
-// limit and nothing claimed, or the verdict is no longer keyed).
+// done false: the caller claims on the exclusive path (the claim read a
+// full window of candidates and could admit none of them, or the verdict
+// is no longer keyed).
 func (s *Store) claimKeyedOrExclusive(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, bool, error) {
-	out, verdict, near, err := s.claimKeyed(ctx, conn, queue, want, worker, timeout)
+	out, verdict, read, hinted, err := s.claimKeyed(ctx, conn, queue, want, worker, timeout, false)
+	if err == nil && verdict == sharedKeyed && len(out) == 0 && hinted {
+		// Nothing past the hint; tasks held back ahead of it by another
+		// claim may have been released since.
+		out, verdict, read, _, err = s.claimKeyed(ctx, conn, queue, want, worker, timeout, true)
+	}
 	if err != nil {
 		return nil, false, err
 	}
@@ -189,11 +215,9 @@ func (s *Store) claimKeyedOrExclusive(ctx context.Context, conn *pgx.Conn, queue
 		return nil, false, nil
 	}
 	s.flow.keyedClaims.Add(1)
-	if near > 0 {
-		s.flow.ruleOut(queue)
-		if len(out) == 0 {
-			return nil, false, nil
-		}
+	_, cap := s.flow.margins()
+	if len(out) == 0 && read >= min(want, cap) {
+		return nil, false, nil
 	}
 	return out, true, nil
 }

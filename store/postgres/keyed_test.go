@@ -53,89 +53,119 @@ func TestFlowKeyedPath(t *testing.T) {
 
 	t.Run("SmallKeyLimitTakesTheKeyedPath", func(t *testing.T) {
 		keys := map[string]int{}
-		for k := range 50 {
-			keys[fmt.Sprintf("k%d", k)] = 3
+		for k := range 20 {
+			keys[fmt.Sprintf("k%d", k)] = 12
 		}
 		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(10)}, keys)
-		// Limit 10, 4 slots: one task per key and claim (m = 1).
-		for round := 1; round <= 3; round++ {
-			got := claim(t, b.s, 1000)
-			if len(got) != 50 {
-				t.Fatalf("round %d: claimed tasks of %d keys, want all 50", round, len(got))
-			}
-			for k, n := range got {
-				if n != 1 {
-					t.Fatalf("round %d: %d tasks of %s in one claim, want 1", round, n, k)
-				}
+		got := claim(t, b.s, 1000)
+		if len(got) != 20 {
+			t.Fatalf("claimed tasks of %d keys, want all 20", len(got))
+		}
+		for k, n := range got {
+			if n != 10 {
+				t.Fatalf("%d tasks of %s, want its limit, 10", n, k)
 			}
 		}
-		if k, x, sh := paths(b.s); k != 3 || x != 0 || sh != 0 {
-			t.Fatalf("keyed %d, exclusive %d, shared %d claims; want 3 keyed only", k, x, sh)
+		// Every key at its limit, and the claim read fewer candidates than
+		// it wanted: nothing, and no exclusive claim.
+		if got := claim(t, b.s, 1000); len(got) != 0 {
+			t.Fatalf("claim at the limits: %v, want nothing", got)
+		}
+		if k, x, sh := paths(b.s); k != 2 || x != 0 || sh != 0 {
+			t.Fatalf("keyed %d, exclusive %d, shared %d claims; want 2 keyed only", k, x, sh)
 		}
 	})
 
-	t.Run("AdmitsAShareOfTheLimitPerClaim", func(t *testing.T) {
-		// Limit 40: m = 40 / (2 × 4) = 5 per claim while the key has at
-		// most 40 − 4 × 5 = 20 running.
+	t.Run("AdmitsUpToTheLimitLeftByRunningTasks", func(t *testing.T) {
 		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(40)}, map[string]int{"a": 100})
-		for i := range 5 {
-			if got := claim(t, b.s, 100)["a"]; got != 5 {
-				t.Fatalf("claim %d: %d tasks, want 5", i, got)
-			}
+		if got := claim(t, b.s, 25)["a"]; got != 25 {
+			t.Fatalf("first claim: %d tasks, want 25", got)
 		}
-		// 25 running: a is near (under 40, over 20). Nothing else to
-		// claim, so the claim goes to the exclusive path, which admits up
-		// to the limit exactly.
 		if got := claim(t, b.s, 100)["a"]; got != 15 {
-			k, x, _ := paths(b.s)
-			t.Fatalf("claim at 25 running: %d tasks, want the exclusive path's 15 (keyed %d, exclusive %d)", got, k, x)
+			t.Fatalf("claim at 25 running: %d tasks, want 15", got)
 		}
-		if k, x, _ := paths(b.s); k != 6 || x != 1 {
-			t.Fatalf("keyed %d, exclusive %d claims; want 6 and 1", k, x)
+		if k, x, _ := paths(b.s); k != 2 || x != 0 {
+			t.Fatalf("keyed %d, exclusive %d claims; want 2 and 0", k, x)
 		}
 	})
 
-	t.Run("LeavesANearKeyForTheExclusivePath", func(t *testing.T) {
-		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(10)}, map[string]int{"a": 20, "b": 20})
-		b.s.flow.recheck = time.Millisecond
-		for i := range 7 {
-			// A claim reads as many candidates as it wants: 40 cover both keys.
-			if got := claim(t, b.s, 40); got["a"] != 1 || got["b"] != 1 {
-				t.Fatalf("claim %d: %v, want one of each", i, got)
-			}
-		}
-		// Both keys have 7 running: 7 + 4 > 10, near. The keyed claim
-		// admits nothing and the exclusive one fills both to 10.
-		got := claim(t, b.s, 100)
-		if got["a"] != 3 || got["b"] != 3 {
-			t.Fatalf("claim at 7 running: %v, want 3 of each", got)
+	t.Run("KeyLimitOneTakesTheKeyedPath", func(t *testing.T) {
+		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(1)}, map[string]int{"a": 10, "b": 10, "c": 10})
+		if got := claim(t, b.s, 100); got["a"] != 1 || got["b"] != 1 || got["c"] != 1 {
+			t.Fatalf("claimed %v, want one task of each key", got)
 		}
 		if got := claim(t, b.s, 100); len(got) != 0 {
 			t.Fatalf("claim at the limit: %v, want nothing", got)
 		}
+		if k, x, _ := paths(b.s); k != 2 || x != 0 {
+			t.Fatalf("keyed %d, exclusive %d claims; want 2 and 0", k, x)
+		}
+	})
+
+	t.Run("ABlockedKeysBacklogDoesNotStopOtherKeys", func(t *testing.T) {
+		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(1)}, map[string]int{"a": 50})
+		if _, err := b.s.Submit(ctx, norn.NewTask{Queue: "kq", ConcurrencyKey: "b"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := claim(t, b.s, 1); got["a"] != 1 {
+			t.Fatalf("first claim: %v, want a's first task", got)
+		}
+		// The next ten candidates are all a's, at its limit: the claim
+		// goes on to the exclusive path, which skips a and finds b.
+		if got := claim(t, b.s, 10); len(got) != 1 || got["b"] != 1 {
+			t.Fatalf("claimed %v behind a's backlog, want b's task", got)
+		}
+		if k, x, _ := paths(b.s); k != 2 || x != 1 {
+			t.Fatalf("keyed %d, exclusive %d claims; want 2 and 1", k, x)
+		}
+	})
+
+	t.Run("LeavesAKeyAnotherClaimHolds", func(t *testing.T) {
+		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(10)}, map[string]int{"a": 5, "b": 5})
+		// Another claim in flight holding a's lock.
+		tx, err := b.s.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, b.s.channel+"/key/kq/a"); err != nil {
+			t.Fatal(err)
+		}
+		if got := claim(t, b.s, 100); got["a"] != 0 || got["b"] != 5 {
+			t.Fatalf("claimed %v while a's lock was held, want b's 5 only", got)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := claim(t, b.s, 100); got["a"] != 5 {
+			t.Fatalf("claimed %v after a's lock was released, want a's 5", got)
+		}
+	})
+
+	t.Run("ReadsAtMostKeyedKeysCandidates", func(t *testing.T) {
+		keys := map[string]int{}
+		for k := range keyedKeys + 44 {
+			keys[fmt.Sprintf("k%d", k)] = 1
+		}
+		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(5)}, keys)
+		if got := claim(t, b.s, 1000); len(got) != keyedKeys {
+			t.Fatalf("first claim: tasks of %d keys, want %d", len(got), keyedKeys)
+		}
+		if got := claim(t, b.s, 1000); len(got) != 44 {
+			t.Fatalf("second claim: tasks of %d keys, want the other 44", len(got))
+		}
 	})
 
 	t.Run("KeylessAndUnlimitedKeysAreNotHeldBack", func(t *testing.T) {
-		// Only k0 has a limit (its own, 8): m = 1, one per claim.
+		// Only k0 has a limit (its own, 8).
 		b := setup(t, norn.QueueUpdate{Keys: map[string]*norn.KeySettings{"k0": {Limit: 8}}},
 			map[string]int{"k0": 10, "free": 30, "": 30})
 		got := claim(t, b.s, 1000)
-		if got["k0"] != 1 || got["free"] != 30 || got[""] != 30 {
-			t.Fatalf("claimed %v; want 1 of k0, 30 of free, 30 without a key", got)
+		if got["k0"] != 8 || got["free"] != 30 || got[""] != 30 {
+			t.Fatalf("claimed %v; want 8 of k0, 30 of free, 30 without a key", got)
 		}
 		if k, _, _ := paths(b.s); k != 1 {
 			t.Fatalf("%d keyed claims, want 1", k)
-		}
-	})
-
-	t.Run("KeyLimitUnderTwiceTheSlotsIsExclusive", func(t *testing.T) {
-		// Limit 7: the keyed margin (4 × 1) would leave a key only 3.
-		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(7)}, map[string]int{"a": 10})
-		if got := claim(t, b.s, 10)["a"]; got != 7 {
-			t.Fatalf("claimed %d, want 7", got)
-		}
-		if k, x, _ := paths(b.s); k != 0 || x != 1 {
-			t.Fatalf("keyed %d, exclusive %d claims; want 0 and 1", k, x)
 		}
 	})
 
@@ -164,42 +194,47 @@ func TestFlowKeyedPath(t *testing.T) {
 
 	t.Run("NearMaxRunningGoesExclusive", func(t *testing.T) {
 		// max_running 9,000 is over the shared margin (8 × 1,000), so the
-		// queue is keyed; 2,000 running tasks put the bound within the
-		// margin, and the claim must count exactly.
-		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(10), MaxRunning: ptr(9000)}, map[string]int{"": 2100})
-		claim(t, b.s, 1000)
-		claim(t, b.s, 1000)
-		k0, x0, _ := paths(b.s)
-		if got := claim(t, b.s, 1000)[""]; got != 100 {
-			t.Fatalf("claimed %d, want the last 100", got)
+		// queue is keyed; over 1,000 running tasks put the bound within
+		// the margin, and the claim must count exactly.
+		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(10), MaxRunning: ptr(9000)}, map[string]int{"": 3000})
+		for i := range 4 {
+			if got := claim(t, b.s, 1000)[""]; got != keyedKeys {
+				t.Fatalf("keyed claim %d: %d tasks, want %d", i, got, keyedKeys)
+			}
 		}
-		if k, x, _ := paths(b.s); k0 != 2 || x != x0+1 || k != k0 {
+		k0, x0, _ := paths(b.s)
+		if got := claim(t, b.s, 1000)[""]; got != 1000 {
+			t.Fatalf("claimed %d, want 1000", got)
+		}
+		if k, x, _ := paths(b.s); k0 != 4 || x != x0+1 || k != k0 {
 			t.Fatalf("keyed %d→%d, exclusive %d→%d claims: the claim near max_running was not exclusive", k0, k, x0, x)
 		}
 	})
 }
 
 // TestFlowKeyedPathAtTheLimit races claimers of four store instances on a
-// queue on the keyed path, with two keys kept at and around their limits
-// (8, and k0's own 12) by sixteen claimers holding their tasks a few
-// milliseconds: keyed claims in flight at once must never over-admit a
-// key (storetest.ConcurrentLimitsCase), and both the keyed path and the
-// exclusive one (for keys near their limit) must have been taken.
+// queue on the keyed path, with two keys kept at their limits by sixteen
+// claimers holding their tasks a few milliseconds: keyed claims in flight
+// at once must never over-admit a key (storetest.ConcurrentLimitsCase),
+// at key limits of 8 (k0's own 12) and of 1 (k0's own 2); claims whose
+// candidates are all held back go on to the exclusive path, so both
+// paths run at once.
 func TestFlowKeyedPathAtTheLimit(t *testing.T) {
-	stores, all := openInstances(t, 4)
-	for _, s := range all {
-		s.flow.recheck = time.Millisecond
-	}
-	storetest.ConcurrentLimitsCase(t, stores, context.Background(), storetest.LimitsCase{MaxRunning: 1 << 20, KeyLimit: 8,
-		FirstKeyLimit: 12, Keys: 2, PerKey: 300, Workers: 16, N: 4, HoldMs: 10})
-	var keyed, exclusive int64
-	for _, s := range all {
-		keyed += s.flow.keyedClaims.Load()
-		exclusive += s.flow.exclusiveClaims.Load()
-	}
-	t.Logf("%d keyed claims, %d exclusive", keyed, exclusive)
-	if keyed == 0 || exclusive == 0 {
-		t.Fatalf("%d keyed claims, %d exclusive: the edge between the paths was not exercised", keyed, exclusive)
+	for _, c := range []struct{ limit, first int }{{8, 12}, {1, 2}} {
+		t.Run(fmt.Sprintf("KeyLimit%d", c.limit), func(t *testing.T) {
+			stores, all := openInstances(t, 4)
+			storetest.ConcurrentLimitsCase(t, stores, context.Background(), storetest.LimitsCase{MaxRunning: 1 << 20,
+				KeyLimit: c.limit, FirstKeyLimit: c.first, Keys: 2, PerKey: 300, Workers: 16, N: 4, HoldMs: 10})
+			var keyed, exclusive int64
+			for _, s := range all {
+				keyed += s.flow.keyedClaims.Load()
+				exclusive += s.flow.exclusiveClaims.Load()
+			}
+			t.Logf("%d keyed claims, %d exclusive", keyed, exclusive)
+			if keyed == 0 || exclusive == 0 {
+				t.Fatalf("%d keyed claims, %d exclusive: the edge between the paths was not exercised", keyed, exclusive)
+			}
+		})
 	}
 }
 

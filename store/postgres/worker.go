@@ -112,20 +112,34 @@ SELECT upd.* FROM upd WHERE (SELECT count(*) FROM nt) >= 0`)
 // and sets queue's claim hint to the first (gen: s.wake's channel taken
 // before the claim started).
 func (s *Store) takeClaimed(rows pgx.Rows, queue string, gen <-chan struct{}) ([]*norn.Task, error) {
+	out, first, err := collectClaimed(rows)
+	if first != nil {
+		s.setHint(queue, gen, first)
+	}
+	return out, err
+}
+
+// collectClaimed reads a claim statement's rows in claim order; first is
+// the first of them (nil: none).
+func collectClaimed(rows pgx.Rows) (out []*norn.Task, first *rec, err error) {
 	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*rec, error) { return scanRec(row) })
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sortClaimed(rs)
-	out := make([]*norn.Task, len(rs))
+	out = make([]*norn.Task, len(rs))
 	for i, r := range rs {
 		out[i], _ = claimedRec(r, nil)
 	}
 	if len(rs) > 0 {
-		r := rs[0]
-		s.hints.set(queue, gen, s.wake.wait(), claimHint{at: time.Now(), priority: int64(r.Priority), readyAt: r.readyAt, id: r.ID})
+		first = rs[0]
 	}
-	return out, nil
+	return out, first, nil
+}
+
+// setHint makes the claimed task r queue's claim hint.
+func (s *Store) setHint(queue string, gen <-chan struct{}, r *rec) {
+	s.hints.set(queue, gen, s.wake.wait(), claimHint{at: time.Now(), priority: int64(r.Priority), readyAt: r.readyAt, id: r.ID})
 }
 
 // sortClaimed puts claimed rows in claim order (priority, then ready
