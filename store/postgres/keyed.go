@@ -219,6 +219,11 @@ func (s *Store) claimKeyedOrExclusive(ctx context.Context, conn *pgx.Conn, queue
 	if len(out) == 0 && read >= min(want, cap) {
 		return nil, false, nil
 	}
+	if len(out) < want {
+		// The candidates it read and left ready were held back by their
+		// keys (at their limits, or being admitted by another claim).
+		s.noteHeld(queue, norn.QueueFlow{}, norn.Bucket{}, want, len(out), min(read-len(out), want-len(out)), -1, -1)
+	}
 	return out, true, nil
 }
 

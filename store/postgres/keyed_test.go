@@ -102,6 +102,20 @@ func TestFlowKeyedPath(t *testing.T) {
 		}
 	})
 
+	t.Run("CountsTasksHeldBackByTheirKeys", func(t *testing.T) {
+		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(2)}, map[string]int{"a": 5})
+		if got := claim(t, b.s, 10)["a"]; got != 2 {
+			t.Fatalf("claimed %d, want 2", got)
+		}
+		stats, err := b.s.FlowStats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(stats) != 1 || stats[0].Held != (norn.Held{KeyLimit: 3}) {
+			t.Fatalf("flow stats %+v, want 3 held back by key_limit", stats)
+		}
+	})
+
 	t.Run("ABlockedKeysBacklogDoesNotStopOtherKeys", func(t *testing.T) {
 		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(1)}, map[string]int{"a": 50})
 		if _, err := b.s.Submit(ctx, norn.NewTask{Queue: "kq", ConcurrencyKey: "b"}); err != nil {
