@@ -173,7 +173,7 @@ const (
 // most this claim may take. A queue without count limits (lim NULL)
 // needs no bound on its running tasks. A queue whose key limits are under
 // the margin and whose max_running is absent or past it is keyed: its
-// verdict is "keyed" (the keyed claim statement runs on it), and the
+// verdict is "keyed" (the keyed claim's statements run on it), and the
 // bound is kept against max_running alone (blim).
 //
 // The bound: the slot rows (queue_flow_slots) hold what the claims of

@@ -22,13 +22,12 @@ import (
 //     slot locks (the first keyedSlots of the shared path's slots, so the
 //     shared path's bound on max_running holds for keyed claims too: the
 //     verdict writes their slot rows as it does for shared claims).
-//   - A first statement locks its candidates (the first ready tasks, SKIP
-//     LOCKED, from the claim hint when there is one) and, for each
-//     distinct limited key among them (the first keyedKeys in claim
-//     order), tries the key's advisory lock. It passes the candidates it
-//     may admit (keyless, of keys without a limit, or of keys it locked)
-//     to the next statement in transaction-local settings. A key another
-//     claim holds is left to that claim.
+//   - A first statement locks its candidates (the first ready tasks, at
+//     most keyedKeys, SKIP LOCKED, from the claim hint when there is one)
+//     and tries the advisory lock of each distinct limited key among
+//     them. It passes the candidates on to the next statement in
+//     transaction-local settings, with each key's limit and whether it
+//     got the key's lock. A key another claim holds is left to that claim.
 //   - A second statement, whose snapshot is taken after those key locks
 //     are held, counts each locked key's running tasks (tasks_running_key,
 //     an index probe per key: every running task of a key is in it, since
