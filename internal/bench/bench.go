@@ -34,9 +34,9 @@ type Config struct {
 	// Batch is the submit batch size; 0 runs submit at 1, 100 and 1000.
 	Batch int
 	// ClaimBatch is how many tasks a worker claims at once (default 100;
-	// the work workload on Postgres: RiverSlots ÷ Workers, at least 100 and
-	// at most norn.MaxClaim, so that as many tasks are in flight as in
-	// River's own bench).
+	// the work workload: RiverSlots ÷ Workers, at least 100 and at most
+	// norn.MaxClaim, so that as many tasks are in flight as in River's own
+	// bench).
 	ClaimBatch int
 	// Rate is the submission rate of the delay workload in tasks/s (default
 	// 5,000; the kafka workload's default is 1,000 msg/s).
@@ -347,7 +347,7 @@ func cleanup(ctx context.Context, cfg Config, st norn.Store, queue string) {
 // cfg.Workers concurrent workers burn them down: claim ClaimBatch, complete
 // them all in one LeaseBatch call. This is the River-comparable figure.
 func Work(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, error) {
-	if cfg.ClaimBatch <= 0 && env.Store == "postgres" {
+	if cfg.ClaimBatch <= 0 {
 		cfg.defaults()
 		cfg.ClaimBatch = min(norn.MaxClaim, max(100, RiverSlots/cfg.Workers))
 	}
@@ -405,9 +405,10 @@ func Work(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, erro
 // RiverSlots is the number of worker slots of River's bench (`river bench`
 // runs one client with MaxWorkers 2,000 on the default queue): that many
 // jobs are in flight at once, fetched about 390 per claim statement. The
-// Postgres work workload keeps as many tasks in flight by default
-// (Workers × ClaimBatch), so the two benches compare the same concurrency.
-// The embedded store's default stays at claims of 100.
+// work workload keeps as many tasks in flight by default (Workers ×
+// ClaimBatch), on every store, so that its figures and River's compare
+// the same concurrency. (Over HTTP, with its 32 workers, that is claims of
+// 100, the floor.)
 const RiverSlots = 2000
 
 // settle waits d (or until ctx is done).

@@ -198,10 +198,9 @@ func TestWorkloads(t *testing.T) {
 				checkEmpty(t, base)
 			})
 			t.Run("work default claim batch", func(t *testing.T) {
-				// The default follows the store named in Env: on Postgres
-				// as many tasks in flight as River's bench (4 workers ×
-				// 500); on other stores claims of 100.
-				for kind, want := range map[string]int{"embedded": 100, "postgres": RiverSlots / 4} {
+				// As many tasks in flight as River's bench (4 workers ×
+				// 500), whatever the store.
+				for kind, want := range map[string]int{"embedded": RiverSlots / 4, "postgres": RiverSlots / 4} {
 					c, e := cfg, env
 					c.Tasks, c.ClaimBatch, e.Store = 1000, 0, kind
 					r, err := Work(ctx, &counting{Store: base}, e, c)

@@ -132,7 +132,7 @@ tasks afterwards, so runs against a persistent store do not pile up.`,
 		f.IntVar(&o.tasks, "tasks", 0, "tasks per workload (default: submit/work 100000, latency 2000, delay rate×10s, scale the smallest backlog, memory 1000000)")
 		f.IntVar(&o.workers, "workers", 0, "concurrent submitters/claimers (default 2×GOMAXPROCS in-process, 32 over HTTP)")
 		f.IntVar(&o.batch, "batch", 0, "submit batch size (default: submit runs 1, 100 and 1000)")
-		f.IntVar(&o.claimBatch, "claim-batch", 0, "tasks per claim (default 100; work on postgres: 2000 in flight as in River's bench, 2000÷workers)")
+		f.IntVar(&o.claimBatch, "claim-batch", 0, "tasks per claim (default 100; work: 2000 in flight as in River's bench, 2000÷workers, at least 100)")
 		f.Float64Var(&o.rate, "rate", 0, "delay workload submission rate in tasks/s (default 5000)")
 		f.DurationVar(&o.delay, "delay", 0, "delay workload: how far in the future run_at is (default 1s)")
 		f.IntVar(&o.specBytes, "spec-bytes", 0, "size of each task's spec in bytes (default 200)")
