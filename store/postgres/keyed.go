@@ -215,7 +215,7 @@ func (s *Store) claimKeyedOrExclusive(ctx context.Context, conn *pgx.Conn, queue
 	}
 	s.flow.keyedClaims.Add(1)
 	_, cap := s.flow.margins()
-	if len(out) == 0 && read >= min(want, cap) {
+	if len(out) == 0 && read >= min(want, cap, keyedKeys) {
 		return nil, false, nil
 	}
 	if len(out) < want {

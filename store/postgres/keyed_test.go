@@ -117,20 +117,27 @@ func TestFlowKeyedPath(t *testing.T) {
 	})
 
 	t.Run("ABlockedKeysBacklogDoesNotStopOtherKeys", func(t *testing.T) {
-		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(1)}, map[string]int{"a": 50})
+		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(1)}, map[string]int{"a": keyedKeys + 50})
 		if _, err := b.s.Submit(ctx, norn.NewTask{Queue: "kq", ConcurrencyKey: "b"}); err != nil {
 			t.Fatal(err)
 		}
 		if got := claim(t, b.s, 1); got["a"] != 1 {
 			t.Fatalf("first claim: %v, want a's first task", got)
 		}
-		// The next ten candidates are all a's, at its limit: the claim
-		// goes on to the exclusive path, which skips a and finds b.
-		if got := claim(t, b.s, 10); len(got) != 1 || got["b"] != 1 {
+		// The next candidates, as many as a claim reads, are all a's, at
+		// its limit: the claim goes on to the exclusive path, which skips
+		// a and finds b; the same with a claim of ten.
+		if got := claim(t, b.s, 1000); len(got) != 1 || got["b"] != 1 {
 			t.Fatalf("claimed %v behind a's backlog, want b's task", got)
 		}
-		if k, x, _ := paths(b.s); k != 2 || x != 1 {
-			t.Fatalf("keyed %d, exclusive %d claims; want 2 and 1", k, x)
+		if _, err := b.s.Submit(ctx, norn.NewTask{Queue: "kq", ConcurrencyKey: "c"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := claim(t, b.s, 10); len(got) != 1 || got["c"] != 1 {
+			t.Fatalf("claimed %v behind a's backlog, want c's task", got)
+		}
+		if k, x, _ := paths(b.s); k != 3 || x != 2 {
+			t.Fatalf("keyed %d, exclusive %d claims; want 3 and 2", k, x)
 		}
 	})
 
