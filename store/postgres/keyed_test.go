@@ -102,6 +102,28 @@ func TestFlowKeyedPath(t *testing.T) {
 		}
 	})
 
+	t.Run("KeysOfAnyTextRoundTrip", func(t *testing.T) {
+		// Candidates go from the first statement to the second as array
+		// literals: keys that need quoting there must come back the same.
+		keys := map[string]int{}
+		for _, k := range []string{`a,b`, `"q"`, `{x}`, `back\slash`, `NULL`, ` sp `, `ü€`, `'`} {
+			keys[k] = 3
+		}
+		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(1)}, keys)
+		got := claim(t, b.s, 100)
+		for k := range keys {
+			if got[k] != 1 {
+				t.Errorf("claimed %d tasks of key %q, want 1 (all: %v)", got[k], k, got)
+			}
+		}
+		if len(got) != len(keys) {
+			t.Fatalf("claimed %v, want one task of each of %d keys", got, len(keys))
+		}
+		if got := claim(t, b.s, 100); len(got) != 0 {
+			t.Fatalf("claimed %v with every key at its limit, want nothing", got)
+		}
+	})
+
 	t.Run("CountsTasksHeldBackByTheirKeys", func(t *testing.T) {
 		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(2)}, map[string]int{"a": 5})
 		if got := claim(t, b.s, 10)["a"]; got != 2 {
