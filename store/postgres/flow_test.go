@@ -37,11 +37,7 @@ func TestFlowSharedPathAtTheLimit(t *testing.T) {
 	}
 	storetest.ConcurrentLimitsCase(t, stores, context.Background(), storetest.LimitsCase{MaxRunning: 10, KeyLimit: 10,
 		Keys: 4, PerKey: 60, Workers: 16, N: 3, HoldMs: 4})
-	var shared, exclusive int64
-	for _, s := range all {
-		shared += s.flow.sharedClaims.Load()
-		exclusive += s.flow.exclusiveClaims.Load()
-	}
+	shared, exclusive, _ := claimPaths(all)
 	t.Logf("%d shared claims, %d exclusive", shared, exclusive)
 	if shared == 0 || exclusive == 0 {
 		t.Fatalf("%d shared claims, %d exclusive: the edge between the paths was not exercised", shared, exclusive)
@@ -63,6 +59,17 @@ func openInstances(t *testing.T, n int) ([]norn.Store, []*Store) {
 		stores, all = append(stores, s), append(all, s)
 	}
 	return stores, all
+}
+
+// claimPaths sums, over store instances, the claims that took each flow
+// path.
+func claimPaths(all []*Store) (shared, exclusive, keyed int64) {
+	for _, s := range all {
+		shared += s.flow.sharedClaims.Load()
+		exclusive += s.flow.exclusiveClaims.Load()
+		keyed += s.flow.keyedClaims.Load()
+	}
+	return shared, exclusive, keyed
 }
 
 // TestRateLimitAcrossInstances runs the concurrent rate-limit check with

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/store/storetest"
 )
@@ -166,14 +168,7 @@ func TestFlowKeyedPath(t *testing.T) {
 	t.Run("LeavesAKeyAnotherClaimHolds", func(t *testing.T) {
 		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(10)}, map[string]int{"a": 5, "b": 5})
 		// Another claim in flight holding a's lock.
-		tx, err := b.s.pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(ctx)
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, b.s.channel+"/key/kq/a"); err != nil {
-			t.Fatal(err)
-		}
+		tx := holdAdvisory(t, b.s, "pg_advisory_xact_lock", b.s.channel+"/key/kq/a")
 		if got := claim(t, b.s, 100); got["a"] != 0 || got["b"] != 5 {
 			t.Fatalf("claimed %v while a's lock was held, want b's 5 only", got)
 		}
@@ -268,11 +263,7 @@ func TestFlowKeyedPathAtTheLimit(t *testing.T) {
 			stores, all := openInstances(t, 4)
 			storetest.ConcurrentLimitsCase(t, stores, context.Background(), storetest.LimitsCase{MaxRunning: 1 << 20,
 				KeyLimit: c.limit, FirstKeyLimit: c.first, Keys: 2, PerKey: 300, Workers: 16, N: 4, HoldMs: 10})
-			var keyed, exclusive int64
-			for _, s := range all {
-				keyed += s.flow.keyedClaims.Load()
-				exclusive += s.flow.exclusiveClaims.Load()
-			}
+			_, exclusive, keyed := claimPaths(all)
 			t.Logf("%d keyed claims, %d exclusive", keyed, exclusive)
 			if keyed == 0 || exclusive == 0 {
 				t.Fatalf("%d keyed claims, %d exclusive: the edge between the paths was not exercised", keyed, exclusive)
@@ -291,25 +282,13 @@ func TestUpdateQueueWaitsForClaimsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A claim in flight: the gate held in shared mode, as claims take it.
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))`, s.channel+"/flow/gq"); err != nil {
-		t.Fatal(err)
-	}
+	tx := holdAdvisory(t, s, "pg_advisory_xact_lock_shared", s.channel+"/flow/gq")
 	done := make(chan error, 1)
 	go func() {
 		_, err := s.UpdateQueue(ctx, "gq", norn.QueueUpdate{KeyLimit: ptr(5)})
 		done <- err
 	}()
-	// The update waits for the gate.
-	waitUntil(t, "the update waiting for the flow gate", 10*time.Second, func() bool {
-		var n int
-		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND mode = 'ExclusiveLock'`).Scan(&n)
-		return err == nil && n > 0
-	})
+	awaitAdvisoryWaiter(t, s, "the update waiting for the flow gate", "ExclusiveLock")
 	select {
 	case err := <-done:
 		t.Fatalf("UpdateQueue returned (%v) while a claim held the gate", err)
@@ -337,14 +316,7 @@ func TestPlainClaimWaitsForQueueUpdate(t *testing.T) {
 	if _, err := s.Submit(ctx, norn.NewTask{Queue: "pq"}); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, s.channel+"/flow/pq"); err != nil {
-		t.Fatal(err)
-	}
+	tx := holdAdvisory(t, s, "pg_advisory_xact_lock", s.channel+"/flow/pq")
 	done := make(chan int, 1)
 	go func() {
 		ts, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"pq"}, N: 1})
@@ -353,11 +325,7 @@ func TestPlainClaimWaitsForQueueUpdate(t *testing.T) {
 		}
 		done <- len(ts)
 	}()
-	waitUntil(t, "the plain claim waiting for the flow gate", 10*time.Second, func() bool {
-		var n int
-		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND mode = 'ShareLock'`).Scan(&n)
-		return err == nil && n > 0
-	})
+	awaitAdvisoryWaiter(t, s, "the plain claim waiting for the flow gate", "ShareLock")
 	select {
 	case n := <-done:
 		t.Fatalf("the claim returned %d tasks while an update held the gate", n)
@@ -369,4 +337,34 @@ func TestPlainClaimWaitsForQueueUpdate(t *testing.T) {
 	if n := <-done; n != 1 {
 		t.Fatalf("claimed %d tasks after the update, want 1", n)
 	}
+}
+
+// holdAdvisory begins a transaction on s's pool holding the advisory lock
+// named name, as a claim or a queue update in flight does (lock: the
+// locking function, pg_advisory_xact_lock or its _shared form). It is
+// rolled back at the end of the test if the test has not done so.
+func holdAdvisory(t *testing.T, s *Store, lock, name string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, `SELECT `+lock+`(hashtextextended($1, 0))`, name); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// awaitAdvisoryWaiter waits until a session waits for an advisory lock in
+// mode (ExclusiveLock or ShareLock).
+func awaitAdvisoryWaiter(t *testing.T, s *Store, what, mode string) {
+	t.Helper()
+	waitUntil(t, what, 10*time.Second, func() bool {
+		var n int
+		err := s.pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND mode = $1`, mode).Scan(&n)
+		return err == nil && n > 0
+	})
 }
