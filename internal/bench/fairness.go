@@ -17,11 +17,18 @@ import (
 // fast as they can, for cfg.Window. It runs twice, without and with
 // fair_by concurrency_key, and reports for each the small keys'
 // submit → claim latency (p50, p99, max) and the total claim throughput.
+// With cfg.KeyLimit it runs a third time, with that key_limit and no
+// fair_by: the large key's backlog is then held back by its limit, and the
+// claims must find the small keys' tasks behind it.
 func Fairness(ctx context.Context, st norn.Store, env Env, cfg Config) ([]Result, error) {
 	cfg.defaults()
 	var out []Result
-	for _, fair := range []bool{false, true} {
-		r, err := fairness(ctx, st, env, cfg, fair)
+	passes := []string{"plain", "fair"}
+	if cfg.KeyLimit > 0 {
+		passes = append(passes, "keylimit")
+	}
+	for _, pass := range passes {
+		r, err := fairness(ctx, st, env, cfg, pass)
 		if err != nil {
 			return out, err
 		}
@@ -35,7 +42,7 @@ const (
 	fairSmallRate = 10 // tasks/s per small key
 )
 
-func fairness(ctx context.Context, st norn.Store, env Env, cfg Config, fair bool) (Result, error) {
+func fairness(ctx context.Context, st norn.Store, env Env, cfg Config, pass string) (Result, error) {
 	backlog := cfg.Backlog
 	if backlog <= 0 {
 		backlog = 1_000_000
@@ -46,11 +53,19 @@ func fairness(ctx context.Context, st norn.Store, env Env, cfg Config, fair bool
 	}
 	q := queueName(cfg.Queue)
 	defer cleanup(ctx, cfg, st, q)
-	workload := "fairness-plain"
-	if fair {
-		workload = "fairness-fair"
+	workload := "fairness-" + pass
+	var u norn.QueueUpdate
+	switch pass {
+	case "fair":
 		by := norn.FairByConcurrencyKey
-		if _, err := st.UpdateQueue(ctx, q, norn.QueueUpdate{FairBy: &by}); err != nil {
+		u.FairBy = &by
+	case "keylimit":
+		kl := cfg.KeyLimit
+		u.KeyLimit = &kl
+		workload += strconv.Itoa(kl)
+	}
+	if pass != "plain" {
+		if _, err := st.UpdateQueue(ctx, q, u); err != nil {
 			return Result{}, err
 		}
 	}

@@ -280,6 +280,25 @@ func TestWorkloads(t *testing.T) {
 				}
 				checkEmpty(t, base)
 			})
+			t.Run("fairness with a key limit", func(t *testing.T) {
+				st := &counting{Store: base}
+				c := cfg
+				c.Backlog, c.Window, c.KeyLimit = 500, 300*time.Millisecond, 1
+				rs, err := Fairness(ctx, st, env, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(rs) != 3 || rs[2].Workload != "fairness-keylimit1" {
+					t.Fatalf("results %+v, want a third, fairness-keylimit1", rs)
+				}
+				if st.keyLimit.Load() != 1 {
+					t.Errorf("the queue's key limit was set to %d, want 1", st.keyLimit.Load())
+				}
+				if r := rs[2]; r.Queued != 500 || r.Tasks <= 0 {
+					t.Errorf("%s: backlog %d claimed %d", r.Workload, r.Queued, r.Tasks)
+				}
+				checkEmpty(t, base)
+			})
 			t.Run("latency", func(t *testing.T) {
 				st := &counting{Store: base}
 				c := cfg

@@ -97,9 +97,12 @@ Not part of "all":
   fairness one key with a --backlog of ready tasks (default 1,000,000) and
            ten small keys submitting 10 tasks/s each while --workers claim
            and complete for --window (default 10s); run without and with
-           fair_by concurrency_key. P50/P99/MAX are the small keys'
-           submit → claim latency (tasks unclaimed at the end count with
-           the time they waited), TASKS/S the total claim throughput.
+           fair_by concurrency_key, and with --key-limit N a third time
+           with key_limit N and no fair_by (the claims must find the small
+           keys' tasks behind the held-back backlog). P50/P99/MAX are the
+           small keys' submit → claim latency (tasks unclaimed at the end
+           count with the time they waited), TASKS/S the total claim
+           throughput.
 
 Where it runs:
   default                  in-process against --store (default: an embedded
@@ -146,7 +149,7 @@ tasks afterwards, so runs against a persistent store do not pile up.`,
 		f.IntVar(&o.backlog, "backlog", 0, "fairness workload: the large key's backlog (default 1000000)")
 		f.DurationVar(&o.window, "window", 0, "fairness workload: how long to measure (default 10s)")
 		f.BoolVar(&o.limits, "limits", false, "work workload: configure flow limits that cannot bind (measures the limited claim path)")
-		f.IntVar(&o.keyLimit, "key-limit", 0, "work workload: set key_limit to N over 1,000 concurrency keys (a small limit that rarely binds)")
+		f.IntVar(&o.keyLimit, "key-limit", 0, "work workload: set key_limit to N over 1,000 concurrency keys (a small limit that rarely binds); fairness: add a pass with key_limit N and no fair_by")
 		f.BoolVar(&o.rateLimit, "rate-limit", false, "work workload: configure a rate limit that cannot bind (measures the rate-limited claim path)")
 		f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 		f.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end of the run to this file")

@@ -46,6 +46,20 @@ type fairKey struct {
 	picked bool // this claim took a task of it
 }
 
+// readyKeysCTE is a recursive CTE, k(key), of the distinct non-null values
+// of the column col among the ready tasks of queue $1, found by skipping
+// through an index that starts with (queue, col) and holds ready tasks
+// (tasks_fair, tasks_key_ready): one probe per value, however many tasks
+// each has. Its last row is NULL.
+func readyKeysCTE(col string) string {
+	return `k(key) AS (
+	(SELECT ` + col + ` FROM {s}.tasks WHERE queue = $1 AND status = 'ready' AND ` + col + ` IS NOT NULL
+		ORDER BY ` + col + ` LIMIT 1)
+	UNION ALL
+	SELECT (SELECT t.` + col + ` FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'ready' AND t.` + col + ` IS NOT NULL
+		AND t.` + col + ` > k.key ORDER BY t.` + col + ` LIMIT 1) FROM k WHERE k.key IS NOT NULL)`
+}
+
 // candLess orders two ready tasks in claim order.
 func candLess(a, b *fairCand) bool {
 	if a.priority != b.priority {
@@ -87,12 +101,7 @@ func (s *Store) pickFair(ctx context.Context, tx flowQuerier, queue string, want
 	// with most of the backlog) has the rest read when the pick reaches it
 	// (readMoreFair). With few keys (keys × want ≤ 4096) each key's first
 	// want, which saves that round trip.
-	rows, err := tx.Query(ctx, s.q(`WITH RECURSIVE k(key) AS (
-	(SELECT fair_key FROM {s}.tasks WHERE queue = $1 AND status = 'ready' AND fair_key IS NOT NULL
-		ORDER BY fair_key LIMIT 1)
-	UNION ALL
-	SELECT (SELECT t.fair_key FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'ready' AND t.fair_key IS NOT NULL
-		AND t.fair_key > k.key ORDER BY t.fair_key LIMIT 1) FROM k WHERE k.key IS NOT NULL),
+	rows, err := tx.Query(ctx, s.q(`WITH RECURSIVE `+readyKeysCTE("fair_key")+`,
 ks AS MATERIALIZED (SELECT k.key, f.vt FROM k LEFT JOIN {s}.queue_fair f ON f.queue = $1 AND f.key = k.key
 	WHERE k.key IS NOT NULL AND k.key <> ALL($2::text[])),
 per AS (SELECT CASE WHEN count(*) * $3 <= 4096 THEN $3 ELSE $3 / count(*) + 2 END AS n FROM ks)

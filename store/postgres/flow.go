@@ -1,7 +1,11 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +75,7 @@ type flowState struct {
 	slots     int                  // 0: flowSlots
 	cap       int                  // largest shared claim; 0: norn.MaxClaim
 	recheck   time.Duration        // how long a queue stays ruled out; 0: staticRecheck (tests)
+	walkAt    map[string]time.Time // queue → when a limited pick may next walk past the head (pickLimited)
 	sqlOnce   sync.Once
 	// The exclusive path's claim of the first ready tasks; the shared
 	// path's claim, and from a claim hint; the keyed path's, and from a
@@ -595,56 +600,246 @@ type picked struct {
 }
 
 // pickLimited chooses, in claim order, the ready tasks the limits admit.
-// Keys at their limit are excluded in SQL; rows of a key that fills up
-// while a batch of candidates is read are skipped, and when that leaves
-// the claim short the next batch excludes that key too, until it has want
-// tasks or the queue has no more.
+//
+// It reads the first pickHead ready tasks of the queue (at least four
+// times what it wants) and admits them in order while their keys and the
+// queue have room; that settles every claim whose head is not mostly keys
+// at their limits, in O(pickHead). Past the head it does not step over the
+// blocked keys' backlog, which would cost every claim O(ready tasks) for
+// as long as one key's backlog fills the queue's head (a key_limit of 1
+// and a tenant with a million tasks): it lists the keys with ready tasks
+// through tasks_key_ready, one index probe per key, and reads each key
+// with room its first tasks past the head (pickPastHead), O(K log n) for
+// K keys. Tasks without a key are not in that index: past the head they
+// are found by the full walk in claim order (pickWalk), which a store runs
+// for a queue at most once per walkEvery (or twenty times the last walk's
+// duration, if longer), so they wait at most that long behind a blocked
+// backlog of more than pickHead tasks.
 func (s *Store) pickLimited(ctx context.Context, tx flowQuerier, queue string, want int, flow norn.QueueFlow,
 	own map[string]*norn.KeySettings, running map[string]int64, total int64) picked {
-	room := func(key string) int64 {
-		return flow.Admit(total, running[key], flow.KeyLimitFor(key, own[key]))
-	}
 	if flow.MaxRunning > 0 {
 		want = int(min(int64(want), max(int64(flow.MaxRunning)-total, 0)))
 	}
-	blocked, taken := []string{}, []string{} // not nil: pgx sends a nil slice as NULL, and x <> ALL(NULL) is never true
-	for k := range running {
-		if k != "" && room(k) == 0 {
-			blocked = append(blocked, k)
-		}
+	if want <= 0 {
+		return picked{}
 	}
-	for len(taken) < want {
-		fetch := min(4*(want-len(taken))+16, 1000)
-		rows, err := tx.Query(ctx, s.q(`SELECT id, coalesce(concurrency_key, '') FROM {s}.tasks
-WHERE status = 'ready' AND queue = $1 AND (concurrency_key IS NULL OR concurrency_key <> ALL($2::text[]))
-	AND id <> ALL($3::text[])
-ORDER BY priority DESC, ready_at, id LIMIT $4`), queue, blocked, taken, fetch)
+	p := &limitedPick{flow: flow, own: own, running: running, total: total, want: want}
+	head := max(pickHead, 4*want+16)
+	rows, err := tx.Query(ctx, s.q(`SELECT id, coalesce(concurrency_key, ''), priority, ready_at FROM {s}.tasks
+WHERE status = 'ready' AND queue = $1 ORDER BY priority DESC, ready_at, id LIMIT $2`), queue, head)
+	if err != nil {
+		return picked{err: err}
+	}
+	var c keyedCand
+	read := 0
+	if _, err := pgx.ForEachRow(rows, []any{&c.id, &c.key, &c.priority, &c.readyAt}, func() error {
+		read++
+		p.offer(c.id, c.key)
+		return nil
+	}); err != nil {
+		return picked{err: err}
+	}
+	if p.full() || read < head {
+		return picked{ids: p.taken}
+	}
+	if s.flow.walkDue(queue, time.Now()) {
+		start := time.Now()
+		err := s.pickWalk(ctx, tx, queue, p, c)
+		s.flow.walked(queue, time.Now(), time.Since(start))
 		if err != nil {
 			return picked{err: err}
 		}
-		var id, key string
+		return picked{ids: p.taken}
+	}
+	if err := s.pickPastHead(ctx, tx, queue, p, c); err != nil {
+		return picked{err: err}
+	}
+	return picked{ids: p.taken}
+}
+
+// pickHead is how many ready tasks a limited pick reads from the head of
+// the queue before it looks past them key by key (or by a walk).
+const pickHead = 1024
+
+// walkEvery is how often, at most, a store walks a queue past the head
+// of a limited pick in claim order, which finds the tasks without a key
+// there (pickLimited).
+const walkEvery = 2 * time.Second
+
+// keyedCand is one ready task read by a limited pick.
+type keyedCand struct {
+	id       string
+	key      string
+	priority int64
+	readyAt  time.Time
+}
+
+// limitedPick is a limited pick in progress: what it took, and the
+// running counts with its takes added.
+type limitedPick struct {
+	flow    norn.QueueFlow
+	own     map[string]*norn.KeySettings
+	running map[string]int64
+	total   int64
+	want    int
+	taken   []string
+}
+
+// room is how many more tasks of key the limits admit (-1: any number).
+func (p *limitedPick) room(key string) int64 {
+	return p.flow.Admit(p.total, p.running[key], p.flow.KeyLimitFor(key, p.own[key]))
+}
+
+func (p *limitedPick) full() bool { return len(p.taken) >= p.want }
+
+// offer takes the task if the claim wants more and its key has room. The
+// tasks must be offered in claim order.
+func (p *limitedPick) offer(id, key string) bool {
+	if p.full() || p.room(key) == 0 {
+		return false
+	}
+	p.taken = append(p.taken, id)
+	p.running[key]++
+	p.total++
+	return true
+}
+
+// blocked lists the keys without room.
+func (p *limitedPick) blocked() []string {
+	out := []string{} // not nil: pgx sends a nil slice as NULL, and x <> ALL(NULL) is never true
+	for k := range p.running {
+		if k != "" && p.room(k) == 0 {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// afterSQL is the condition "after the task ($2 priority, $3 ready_at,
+// $4 id) in claim order" on t.
+const afterSQL = `(t.priority < $2 OR (t.priority = $2 AND (t.ready_at, t.id) > ($3::timestamptz, $4::text)))`
+
+// pickWalk goes on from last in claim order, over every ready task of
+// the queue, keys at their limits excluded in SQL (their rows are still
+// visited): exact, and O(ready tasks).
+func (s *Store) pickWalk(ctx context.Context, tx flowQuerier, queue string, p *limitedPick, last keyedCand) error {
+	blocked := p.blocked()
+	for !p.full() {
+		fetch := min(4*(p.want-len(p.taken))+16, 1000)
+		rows, err := tx.Query(ctx, s.q(`SELECT t.id, coalesce(t.concurrency_key, ''), t.priority, t.ready_at FROM {s}.tasks t
+WHERE t.status = 'ready' AND t.queue = $1 AND `+afterSQL+`
+	AND (t.concurrency_key IS NULL OR t.concurrency_key <> ALL($5::text[]))
+ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $6`), queue, last.priority, last.readyAt, last.id, blocked, fetch)
+		if err != nil {
+			return err
+		}
 		got := 0
-		_, err = pgx.ForEachRow(rows, []any{&id, &key}, func() error {
+		var c keyedCand
+		if _, err := pgx.ForEachRow(rows, []any{&c.id, &c.key, &c.priority, &c.readyAt}, func() error {
 			got++
-			if len(taken) == want || room(key) == 0 {
-				return nil
-			}
-			taken = append(taken, id)
-			running[key]++
-			total++
-			if key != "" && room(key) == 0 {
-				blocked = append(blocked, key)
+			last = c
+			if p.offer(c.id, c.key) && c.key != "" && p.room(c.key) == 0 {
+				blocked = append(blocked, c.key)
 			}
 			return nil
-		})
-		if err != nil {
-			return picked{err: err}
+		}); err != nil {
+			return err
 		}
 		if got < fetch {
-			break // the queue has no more admissible tasks
+			return nil // the queue has no more admissible tasks
 		}
 	}
-	return picked{ids: taken}
+	return nil
+}
+
+// pickPastHead reads, past last in claim order, the first tasks of each
+// key with room (as many as its room, at most what the claim still
+// wants), through tasks_key_ready: the keys are listed by skipping
+// through the index (a recursive query: one probe per key), and a key at
+// its limit costs that probe only. The candidates are then admitted in
+// claim order.
+func (s *Store) pickPastHead(ctx context.Context, tx flowQuerier, queue string, p *limitedPick, last keyedCand) error {
+	left := p.want - len(p.taken)
+	// Each key's room, where it is not the default: keys with running
+	// tasks or their own limits.
+	rooms := map[string]int64{}
+	def := int64(left)
+	if r := p.flow.Admit(p.total, 0, p.flow.KeyLimitFor("k", nil)); r >= 0 {
+		def = min(def, r)
+	}
+	note := func(k string) {
+		if k == "" {
+			return
+		}
+		if r := p.room(k); r >= 0 && r < int64(left) {
+			rooms[k] = r
+		} else {
+			rooms[k] = int64(left)
+		}
+	}
+	for k := range p.running {
+		note(k)
+	}
+	for k := range p.own {
+		note(k)
+	}
+	rj, err := json.Marshal(rooms)
+	if err != nil {
+		return err
+	}
+	rows, err := tx.Query(ctx, s.q(`WITH RECURSIVE `+readyKeysCTE("concurrency_key")+`,
+kr AS MATERIALIZED (SELECT k.key, coalesce(($5::jsonb ->> k.key)::bigint, $6::bigint) AS room FROM k WHERE k.key IS NOT NULL)
+SELECT c.id, kr.key, c.priority, c.ready_at FROM kr CROSS JOIN LATERAL (
+	SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t
+	WHERE t.queue = $1 AND t.status = 'ready' AND t.concurrency_key IS NOT NULL AND t.concurrency_key = kr.key AND `+afterSQL+`
+	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT kr.room) c
+WHERE kr.room > 0`), queue, last.priority, last.readyAt, last.id, string(rj), def)
+	if err != nil {
+		return err
+	}
+	var cands []keyedCand
+	var c keyedCand
+	if _, err := pgx.ForEachRow(rows, []any{&c.id, &c.key, &c.priority, &c.readyAt}, func() error {
+		cands = append(cands, c)
+		return nil
+	}); err != nil {
+		return err
+	}
+	slices.SortFunc(cands, func(a, b keyedCand) int {
+		switch {
+		case a.priority != b.priority:
+			return cmp.Compare(b.priority, a.priority)
+		case !a.readyAt.Equal(b.readyAt):
+			return a.readyAt.Compare(b.readyAt)
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	for _, c := range cands {
+		if p.full() {
+			break
+		}
+		p.offer(c.id, c.key)
+	}
+	return nil
+}
+
+// walkDue reports whether a limited pick of queue may walk past the head
+// now (pickLimited).
+func (f *flowState) walkDue(queue string, now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !now.Before(f.walkAt[queue])
+}
+
+// walked notes a walk of queue that took d: the next one is due after
+// walkEvery, or twenty times d if that is longer.
+func (f *flowState) walked(queue string, now time.Time, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.walkAt == nil {
+		f.walkAt = map[string]time.Time{}
+	}
+	f.walkAt[queue] = now.Add(max(walkEvery, 20*d))
 }
 
 // queueKeys lists the keys of a queue that have their own settings or

@@ -380,3 +380,112 @@ func TestFlowSharedClaimUsesHints(t *testing.T) {
 		t.Fatalf("%d shared claims, %d exclusive", s.flow.sharedClaims.Load(), s.flow.exclusiveClaims.Load())
 	}
 }
+
+// TestFlowLimitedPickPastTheHead: when the first ready tasks of a limited
+// queue (more than pickHead) belong to keys at their limits, the pick
+// reaches the tasks behind them key by key, as the limits admit and in
+// claim order, and the tasks without a key there by its walk.
+func TestFlowLimitedPickPastTheHead(t *testing.T) {
+	ctx := context.Background()
+	setup := func(t *testing.T, u norn.QueueUpdate) *Store {
+		t.Helper()
+		s := openTest(t, nil, func(c *Config) { c.DisableMonitor = true })
+		if _, err := s.UpdateQueue(ctx, "kq", u); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	submit := func(t *testing.T, s *Store, keys ...string) []string {
+		t.Helper()
+		nts := make([]norn.NewTask, len(keys))
+		for i, k := range keys {
+			nts[i] = norn.NewTask{Queue: "kq", ConcurrencyKey: k}
+		}
+		got, err := s.Submit(ctx, nts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := make([]string, len(got))
+		for i, g := range got {
+			ids[i] = g.Task.ID
+		}
+		return ids
+	}
+	backlog := func(t *testing.T, s *Store, key string) {
+		t.Helper()
+		keys := make([]string, pickHead+100)
+		for i := range keys {
+			keys[i] = key
+		}
+		submit(t, s, keys...)
+	}
+	claim := func(t *testing.T, s *Store, n int) ([]string, map[string]int) {
+		t.Helper()
+		ts, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"kq"}, N: n, Timeout: norn.Duration(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		byKey := map[string]int{}
+		for _, tk := range ts {
+			ids = append(ids, tk.ID)
+			byKey[tk.ConcurrencyKey]++
+		}
+		return ids, byKey
+	}
+	// noWalk keeps the pick from walking the queue for the next hour.
+	noWalk := func(s *Store) { s.flow.walked("kq", time.Now().Add(time.Hour), 0) }
+
+	t.Run("ReachesOtherKeysAsTheirLimitsAdmit", func(t *testing.T) {
+		s := setup(t, norn.QueueUpdate{KeyLimit: ptr(2), Keys: map[string]*norn.KeySettings{"d": {Limit: 3}}})
+		submit(t, s, "a", "a", "b")
+		if _, got := claim(t, s, 10); got["a"] != 2 || got["b"] != 1 {
+			t.Fatalf("first claim %v, want a 2 and b 1", got)
+		}
+		backlog(t, s, "a")
+		submit(t, s, "b", "b", "b", "c", "c", "c", "d", "d", "d", "d", "e")
+		noWalk(s)
+		if _, got := claim(t, s, 100); len(got) != 4 || got["b"] != 1 || got["c"] != 2 || got["d"] != 3 || got["e"] != 1 {
+			t.Fatalf("claimed %v behind a's backlog, want b 1 (one running), c 2, d 3 (its own limit), e 1", got)
+		}
+		if _, got := claim(t, s, 100); len(got) != 0 {
+			t.Fatalf("claimed %v with every key at its limit, want nothing", got)
+		}
+	})
+
+	t.Run("TakesTheKeysTasksInClaimOrder", func(t *testing.T) {
+		s := setup(t, norn.QueueUpdate{KeyLimit: ptr(1), MaxRunning: ptr(1000)})
+		submit(t, s, "a")
+		claim(t, s, 1)
+		backlog(t, s, "a")
+		var want []string
+		for _, k := range []string{"x", "y", "z", "w"} {
+			want = append(want, submit(t, s, k)...)
+		}
+		noWalk(s)
+		got, _ := claim(t, s, 3)
+		if fmt.Sprint(got) != fmt.Sprint(want[:3]) {
+			t.Fatalf("claimed %v, want the first three in claim order %v", got, want[:3])
+		}
+	})
+
+	t.Run("TasksWithoutAKeyWaitForTheWalk", func(t *testing.T) {
+		s := setup(t, norn.QueueUpdate{KeyLimit: ptr(1)})
+		submit(t, s, "a")
+		claim(t, s, 1)
+		backlog(t, s, "a")
+		submit(t, s, "", "b", "")
+		noWalk(s)
+		if _, got := claim(t, s, 100); len(got) != 1 || got["b"] != 1 {
+			t.Fatalf("claimed %v before the walk, want b's task", got)
+		}
+		s.flow.walked("kq", time.Now().Add(-time.Hour), 0) // due now
+		if _, got := claim(t, s, 100); len(got) != 1 || got[""] != 2 {
+			t.Fatalf("claimed %v with the walk due, want the two tasks without a key", got)
+		}
+		if !s.flow.walkDue("kq", time.Now()) && s.flow.walkDue("kq", time.Now().Add(walkEvery)) {
+			return
+		}
+		t.Fatalf("the walk did not set when the next one is due")
+	})
+}

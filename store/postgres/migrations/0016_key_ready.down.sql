@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS {{schema}}.tasks_key_ready;
