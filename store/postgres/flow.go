@@ -75,8 +75,11 @@ type flowState struct {
 	slots     int                  // 0: flowSlots
 	cap       int                  // largest shared claim; 0: norn.MaxClaim
 	recheck   time.Duration        // how long a queue stays ruled out; 0: staticRecheck (tests)
-	walkAt    map[string]time.Time // queue → when a limited pick may next walk past the head (pickLimited)
-	sqlOnce   sync.Once
+	// queue → where the last pick's read of tasks without a key past
+	// the head stopped (pickKeyless)
+	keylessFrom  map[string]keyedCand
+	keylessChunk int // tasks pickKeyless reads; 0: pickChunk (tests)
+	sqlOnce      sync.Once
 	// The exclusive path's claim of the first ready tasks; the shared
 	// path's claim, and from a claim hint; the keyed path's, and from a
 	// hint (buildFlowSQL).
@@ -609,12 +612,13 @@ type picked struct {
 // as long as one key's backlog fills the queue's head (a key_limit of 1
 // and a tenant with a million tasks): it lists the keys with ready tasks
 // through tasks_key_ready, one index probe per key, and reads each key
-// with room its first tasks past the head (pickPastHead), O(K log n) for
-// K keys. Tasks without a key are not in that index: past the head they
-// are found by the full walk in claim order (pickWalk), which a store runs
-// for a queue at most once per walkEvery (or twenty times the last walk's
-// duration, if longer), so they wait at most that long behind a blocked
-// backlog of more than pickHead tasks.
+// with room its first tasks past the head, O(K log n) for K keys
+// (pickPastHead). Tasks without a key are not in that index: past the
+// head, each pick reads the next pickChunk ready tasks from where the
+// previous pick of the queue stopped, wrapping round at the end, and takes
+// those without a key (pickKeyless). So a pick costs O(pickHead +
+// pickChunk + K log n) however long the backlog, and a task without a key
+// behind a backlog of n held-back tasks waits at most n / pickChunk picks.
 func (s *Store) pickLimited(ctx context.Context, tx flowQuerier, queue string, want int, flow norn.QueueFlow,
 	own map[string]*norn.KeySettings, running map[string]int64, total int64) picked {
 	if flow.MaxRunning > 0 {
@@ -634,7 +638,7 @@ WHERE status = 'ready' AND queue = $1 ORDER BY priority DESC, ready_at, id LIMIT
 	read := 0
 	if _, err := pgx.ForEachRow(rows, []any{&c.id, &c.key, &c.priority, &c.readyAt}, func() error {
 		read++
-		p.offer(c.id, c.key)
+		p.offer(c)
 		return nil
 	}); err != nil {
 		return picked{err: err}
@@ -642,29 +646,32 @@ WHERE status = 'ready' AND queue = $1 ORDER BY priority DESC, ready_at, id LIMIT
 	if p.full() || read < head {
 		return picked{ids: p.taken}
 	}
-	if s.flow.walkDue(queue, time.Now()) {
-		start := time.Now()
-		err := s.pickWalk(ctx, tx, queue, p, c)
-		s.flow.walked(queue, time.Now(), time.Since(start))
-		if err != nil {
-			return picked{err: err}
-		}
-		return picked{ids: p.taken}
-	}
-	if err := s.pickPastHead(ctx, tx, queue, p, c); err != nil {
+	keyed, err := s.pickPastHead(ctx, tx, queue, p, c)
+	if err != nil {
 		return picked{err: err}
+	}
+	keyless, err := s.pickKeyless(ctx, tx, queue, c)
+	if err != nil {
+		return picked{err: err}
+	}
+	cands := append(keyed, keyless...)
+	slices.SortFunc(cands, func(a, b keyedCand) int { return a.compare(b) })
+	for _, c := range cands {
+		if p.full() {
+			break
+		}
+		p.offer(c)
 	}
 	return picked{ids: p.taken}
 }
 
 // pickHead is how many ready tasks a limited pick reads from the head of
-// the queue before it looks past them key by key (or by a walk).
+// the queue before it looks past them key by key.
 const pickHead = 1024
 
-// walkEvery is how often, at most, a store walks a queue past the head
-// of a limited pick in claim order, which finds the tasks without a key
-// there (pickLimited).
-const walkEvery = 2 * time.Second
+// pickChunk is how many ready tasks past the head a limited pick reads to
+// find tasks without a key (pickKeyless).
+const pickChunk = 8 * pickHead
 
 // keyedCand is one ready task read by a limited pick.
 type keyedCand struct {
@@ -672,6 +679,17 @@ type keyedCand struct {
 	key      string
 	priority int64
 	readyAt  time.Time
+}
+
+// compare orders two ready tasks in claim order.
+func (a keyedCand) compare(b keyedCand) int {
+	switch {
+	case a.priority != b.priority:
+		return cmp.Compare(b.priority, a.priority)
+	case !a.readyAt.Equal(b.readyAt):
+		return a.readyAt.Compare(b.readyAt)
+	}
+	return strings.Compare(a.id, b.id)
 }
 
 // limitedPick is a limited pick in progress: what it took, and the
@@ -694,76 +712,38 @@ func (p *limitedPick) full() bool { return len(p.taken) >= p.want }
 
 // offer takes the task if the claim wants more and its key has room. The
 // tasks must be offered in claim order.
-func (p *limitedPick) offer(id, key string) bool {
-	if p.full() || p.room(key) == 0 {
-		return false
+func (p *limitedPick) offer(c keyedCand) {
+	if p.full() || p.room(c.key) == 0 {
+		return
 	}
-	p.taken = append(p.taken, id)
-	p.running[key]++
+	p.taken = append(p.taken, c.id)
+	p.running[c.key]++
 	p.total++
-	return true
 }
 
-// blocked lists the keys without room.
-func (p *limitedPick) blocked() []string {
-	out := []string{} // not nil: pgx sends a nil slice as NULL, and x <> ALL(NULL) is never true
-	for k := range p.running {
-		if k != "" && p.room(k) == 0 {
-			out = append(out, k)
-		}
-	}
-	return out
-}
-
-// afterSQL is the condition "after the task ($2 priority, $3 ready_at,
-// $4 id) in claim order" on t.
-const afterSQL = `(t.priority < $2 OR (t.priority = $2 AND (t.ready_at, t.id) > ($3::timestamptz, $4::text)))`
-
-// pickWalk goes on from last in claim order, over every ready task of
-// the queue, keys at their limits excluded in SQL (their rows are still
-// visited): exact, and O(ready tasks).
-func (s *Store) pickWalk(ctx context.Context, tx flowQuerier, queue string, p *limitedPick, last keyedCand) error {
-	blocked := p.blocked()
-	for !p.full() {
-		fetch := min(4*(p.want-len(p.taken))+16, 1000)
-		rows, err := tx.Query(ctx, s.q(`SELECT t.id, coalesce(t.concurrency_key, ''), t.priority, t.ready_at FROM {s}.tasks t
-WHERE t.status = 'ready' AND t.queue = $1 AND `+afterSQL+`
-	AND (t.concurrency_key IS NULL OR t.concurrency_key <> ALL($5::text[]))
-ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $6`), queue, last.priority, last.readyAt, last.id, blocked, fetch)
-		if err != nil {
-			return err
-		}
-		got := 0
-		var c keyedCand
-		if _, err := pgx.ForEachRow(rows, []any{&c.id, &c.key, &c.priority, &c.readyAt}, func() error {
-			got++
-			last = c
-			if p.offer(c.id, c.key) && c.key != "" && p.room(c.key) == 0 {
-				blocked = append(blocked, c.key)
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		if got < fetch {
-			return nil // the queue has no more admissible tasks
-		}
-	}
-	return nil
+// afterSQL selects, with sel (a SELECT list over tasks t) and the
+// conditions cond, the first lim tasks in claim order after the task ($2
+// priority, $3 ready_at, $4 id). It is two index ranges, the rest of that
+// task's priority and the lower priorities, one after the other: as one
+// condition with OR the index scan would start at the queue's head and
+// filter its way to the task.
+func afterSQL(sel, cond, lim string) string {
+	const order = ` ORDER BY t.priority DESC, t.ready_at, t.id LIMIT `
+	return `SELECT u.* FROM ((` + sel + ` WHERE ` + cond + ` AND t.priority = $2 AND (t.ready_at, t.id) > ($3::timestamptz, $4::text)` + order + lim + `)
+	UNION ALL (` + sel + ` WHERE ` + cond + ` AND t.priority < $2` + order + lim + `)) u LIMIT ` + lim
 }
 
 // pickPastHead reads, past last in claim order, the first tasks of each
 // key with room (as many as its room, at most what the claim still
 // wants), through tasks_key_ready: the keys are listed by skipping
-// through the index (a recursive query: one probe per key), and a key at
-// its limit costs that probe only. The candidates are then admitted in
-// claim order.
-func (s *Store) pickPastHead(ctx context.Context, tx flowQuerier, queue string, p *limitedPick, last keyedCand) error {
-	left := p.want - len(p.taken)
+// through the index (readyKeysCTE: one probe per key), and a key at its
+// limit costs that probe only.
+func (s *Store) pickPastHead(ctx context.Context, tx flowQuerier, queue string, p *limitedPick, last keyedCand) ([]keyedCand, error) {
+	left := int64(p.want - len(p.taken))
 	// Each key's room, where it is not the default: keys with running
 	// tasks or their own limits.
 	rooms := map[string]int64{}
-	def := int64(left)
+	def := left
 	if r := p.flow.Admit(p.total, 0, p.flow.KeyLimitFor("k", nil)); r >= 0 {
 		def = min(def, r)
 	}
@@ -771,10 +751,10 @@ func (s *Store) pickPastHead(ctx context.Context, tx flowQuerier, queue string, 
 		if k == "" {
 			return
 		}
-		if r := p.room(k); r >= 0 && r < int64(left) {
+		if r := p.room(k); r >= 0 && r < left {
 			rooms[k] = r
 		} else {
-			rooms[k] = int64(left)
+			rooms[k] = left
 		}
 	}
 	for k := range p.running {
@@ -785,61 +765,91 @@ func (s *Store) pickPastHead(ctx context.Context, tx flowQuerier, queue string, 
 	}
 	rj, err := json.Marshal(rooms)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rows, err := tx.Query(ctx, s.q(`WITH RECURSIVE `+readyKeysCTE("concurrency_key")+`,
 kr AS MATERIALIZED (SELECT k.key, coalesce(($5::jsonb ->> k.key)::bigint, $6::bigint) AS room FROM k WHERE k.key IS NOT NULL)
-SELECT c.id, kr.key, c.priority, c.ready_at FROM kr CROSS JOIN LATERAL (
-	SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t
-	WHERE t.queue = $1 AND t.status = 'ready' AND t.concurrency_key IS NOT NULL AND t.concurrency_key = kr.key AND `+afterSQL+`
-	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT kr.room) c
+SELECT c.id, kr.key, c.priority, c.ready_at FROM kr CROSS JOIN LATERAL (`+afterSQL(`SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t`,
+		`t.queue = $1 AND t.status = 'ready' AND t.concurrency_key IS NOT NULL AND t.concurrency_key = kr.key`, `kr.room`)+`) c
 WHERE kr.room > 0`), queue, last.priority, last.readyAt, last.id, string(rj), def)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var cands []keyedCand
+	return collectCands(rows)
+}
+
+// pickKeyless reads the next pickChunk ready tasks past the head (last),
+// from where the previous pick of the queue stopped if that is past the
+// head, and returns those without a key. It notes where it stopped, or,
+// at the end of the queue, that the next pick starts at its head again.
+func (s *Store) pickKeyless(ctx context.Context, tx flowQuerier, queue string, last keyedCand) ([]keyedCand, error) {
+	from := last
+	if c, ok := s.flow.chunkFrom(queue); ok && c.compare(last) > 0 {
+		from = c
+	}
+	rows, err := tx.Query(ctx, s.q(afterSQL(`SELECT t.id, coalesce(t.concurrency_key, ''), t.priority, t.ready_at FROM {s}.tasks t`,
+		`t.status = 'ready' AND t.queue = $1`, `$5`)), queue, from.priority, from.readyAt, from.id, s.flow.chunk())
+	if err != nil {
+		return nil, err
+	}
+	all, err := collectCands(rows)
+	if err != nil {
+		return nil, err
+	}
+	if len(all) < s.flow.chunk() {
+		s.flow.setChunkFrom(queue, nil)
+	} else {
+		end := slices.MaxFunc(all, func(a, b keyedCand) int { return a.compare(b) })
+		s.flow.setChunkFrom(queue, &end)
+	}
+	keyless := all[:0]
+	for _, c := range all {
+		if c.key == "" {
+			keyless = append(keyless, c)
+		}
+	}
+	return keyless, nil
+}
+
+// collectCands reads rows of (id, key, priority, ready_at).
+func collectCands(rows pgx.Rows) ([]keyedCand, error) {
+	var out []keyedCand
 	var c keyedCand
-	if _, err := pgx.ForEachRow(rows, []any{&c.id, &c.key, &c.priority, &c.readyAt}, func() error {
-		cands = append(cands, c)
+	_, err := pgx.ForEachRow(rows, []any{&c.id, &c.key, &c.priority, &c.readyAt}, func() error {
+		out = append(out, c)
 		return nil
-	}); err != nil {
-		return err
-	}
-	slices.SortFunc(cands, func(a, b keyedCand) int {
-		switch {
-		case a.priority != b.priority:
-			return cmp.Compare(b.priority, a.priority)
-		case !a.readyAt.Equal(b.readyAt):
-			return a.readyAt.Compare(b.readyAt)
-		}
-		return strings.Compare(a.id, b.id)
 	})
-	for _, c := range cands {
-		if p.full() {
-			break
-		}
-		p.offer(c.id, c.key)
-	}
-	return nil
+	return out, err
 }
 
-// walkDue reports whether a limited pick of queue may walk past the head
-// now (pickLimited).
-func (f *flowState) walkDue(queue string, now time.Time) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return !now.Before(f.walkAt[queue])
+// chunk is how many tasks pickKeyless reads.
+func (f *flowState) chunk() int {
+	if f.keylessChunk > 0 {
+		return f.keylessChunk
+	}
+	return pickChunk
 }
 
-// walked notes a walk of queue that took d: the next one is due after
-// walkEvery, or twenty times d if that is longer.
-func (f *flowState) walked(queue string, now time.Time, d time.Duration) {
+// chunkFrom returns where the last pickKeyless of queue stopped.
+func (f *flowState) chunkFrom(queue string) (keyedCand, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.walkAt == nil {
-		f.walkAt = map[string]time.Time{}
+	c, ok := f.keylessFrom[queue]
+	return c, ok
+}
+
+// setChunkFrom notes where pickKeyless of queue stopped (nil: at the end).
+func (f *flowState) setChunkFrom(queue string, c *keyedCand) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c == nil {
+		delete(f.keylessFrom, queue)
+		return
 	}
-	f.walkAt[queue] = now.Add(max(walkEvery, 20*d))
+	if f.keylessFrom == nil {
+		f.keylessFrom = map[string]keyedCand{}
+	}
+	f.keylessFrom[queue] = *c
 }
 
 // queueKeys lists the keys of a queue that have their own settings or

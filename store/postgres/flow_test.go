@@ -433,9 +433,6 @@ func TestFlowLimitedPickPastTheHead(t *testing.T) {
 		}
 		return ids, byKey
 	}
-	// noWalk keeps the pick from walking the queue for the next hour.
-	noWalk := func(s *Store) { s.flow.walked("kq", time.Now().Add(time.Hour), 0) }
-
 	t.Run("ReachesOtherKeysAsTheirLimitsAdmit", func(t *testing.T) {
 		s := setup(t, norn.QueueUpdate{KeyLimit: ptr(2), Keys: map[string]*norn.KeySettings{"d": {Limit: 3}}})
 		submit(t, s, "a", "a", "b")
@@ -444,7 +441,6 @@ func TestFlowLimitedPickPastTheHead(t *testing.T) {
 		}
 		backlog(t, s, "a")
 		submit(t, s, "b", "b", "b", "c", "c", "c", "d", "d", "d", "d", "e")
-		noWalk(s)
 		if _, got := claim(t, s, 100); len(got) != 4 || got["b"] != 1 || got["c"] != 2 || got["d"] != 3 || got["e"] != 1 {
 			t.Fatalf("claimed %v behind a's backlog, want b 1 (one running), c 2, d 3 (its own limit), e 1", got)
 		}
@@ -462,30 +458,40 @@ func TestFlowLimitedPickPastTheHead(t *testing.T) {
 		for _, k := range []string{"x", "y", "z", "w"} {
 			want = append(want, submit(t, s, k)...)
 		}
-		noWalk(s)
 		got, _ := claim(t, s, 3)
 		if fmt.Sprint(got) != fmt.Sprint(want[:3]) {
 			t.Fatalf("claimed %v, want the first three in claim order %v", got, want[:3])
 		}
 	})
 
-	t.Run("TasksWithoutAKeyWaitForTheWalk", func(t *testing.T) {
+	t.Run("FindsTasksWithoutAKeyChunkByChunk", func(t *testing.T) {
 		s := setup(t, norn.QueueUpdate{KeyLimit: ptr(1)})
+		s.flow.keylessChunk = 40
 		submit(t, s, "a")
 		claim(t, s, 1)
-		backlog(t, s, "a")
+		backlog(t, s, "a") // 100 of a past the head
 		submit(t, s, "", "b", "")
-		noWalk(s)
+		// Each claim reads the next 40 tasks past the head: a's, a's, then
+		// the two without a key. b is found by its key at once.
 		if _, got := claim(t, s, 100); len(got) != 1 || got["b"] != 1 {
-			t.Fatalf("claimed %v before the walk, want b's task", got)
+			t.Fatalf("first claim %v, want b's task", got)
 		}
-		s.flow.walked("kq", time.Now().Add(-time.Hour), 0) // due now
+		if _, got := claim(t, s, 100); len(got) != 0 {
+			t.Fatalf("second claim %v, want nothing", got)
+		}
 		if _, got := claim(t, s, 100); len(got) != 1 || got[""] != 2 {
-			t.Fatalf("claimed %v with the walk due, want the two tasks without a key", got)
+			t.Fatalf("third claim %v, want the two tasks without a key", got)
 		}
-		if !s.flow.walkDue("kq", time.Now()) && s.flow.walkDue("kq", time.Now().Add(walkEvery)) {
-			return
+		// At the end of the queue the next read starts past the head again.
+		submit(t, s, "")
+		if _, got := claim(t, s, 100); len(got) != 0 {
+			t.Fatalf("fourth claim %v, want nothing: it reads the first 40 past the head", got)
 		}
-		t.Fatalf("the walk did not set when the next one is due")
+		for range 2 {
+			claim(t, s, 100)
+		}
+		if _, ok := s.flow.chunkFrom("kq"); ok {
+			t.Fatalf("the read did not start over at the end of the queue")
+		}
 	})
 }
