@@ -671,7 +671,7 @@ const pickHead = 1024
 
 // pickChunk is how many ready tasks past the head a limited pick reads to
 // find tasks without a key (pickKeyless).
-const pickChunk = 8 * pickHead
+const pickChunk = 2 * pickHead
 
 // keyedCand is one ready task read by a limited pick.
 type keyedCand struct {
