@@ -767,11 +767,7 @@ func (s *Store) pickPastHead(ctx context.Context, tx flowQuerier, queue string, 
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, s.q(`WITH RECURSIVE `+readyKeysCTE("concurrency_key")+`,
-kr AS MATERIALIZED (SELECT k.key, coalesce(($5::jsonb ->> k.key)::bigint, $6::bigint) AS room FROM k WHERE k.key IS NOT NULL)
-SELECT c.id, kr.key, c.priority, c.ready_at FROM kr CROSS JOIN LATERAL (`+afterSQL(`SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t`,
-		`t.queue = $1 AND t.status = 'ready' AND t.concurrency_key IS NOT NULL AND t.concurrency_key = kr.key`, `kr.room`)+`) c
-WHERE kr.room > 0`), queue, last.priority, last.readyAt, last.id, string(rj), def)
+	rows, err := tx.Query(ctx, s.pastHeadSQL(), queue, last.priority, last.readyAt, last.id, string(rj), def)
 	if err != nil {
 		return nil, err
 	}
@@ -787,8 +783,7 @@ func (s *Store) pickKeyless(ctx context.Context, tx flowQuerier, queue string, l
 	if c, ok := s.flow.chunkFrom(queue); ok && c.compare(last) > 0 {
 		from = c
 	}
-	rows, err := tx.Query(ctx, s.q(afterSQL(`SELECT t.id, coalesce(t.concurrency_key, ''), t.priority, t.ready_at FROM {s}.tasks t`,
-		`t.status = 'ready' AND t.queue = $1`, `$5`)), queue, from.priority, from.readyAt, from.id, s.flow.chunk())
+	rows, err := tx.Query(ctx, s.keylessSQL(), queue, from.priority, from.readyAt, from.id, s.flow.chunk())
 	if err != nil {
 		return nil, err
 	}
@@ -809,6 +804,24 @@ func (s *Store) pickKeyless(ctx context.Context, tx flowQuerier, queue string, l
 		}
 	}
 	return keyless, nil
+}
+
+// pastHeadSQL is pickPastHead's statement: $1 the queue, $2–$4 the
+// position past which it reads, $5 the keys' rooms (a JSON object) where
+// not $6.
+func (s *Store) pastHeadSQL() string {
+	return s.q(`WITH RECURSIVE ` + readyKeysCTE("concurrency_key") + `,
+kr AS MATERIALIZED (SELECT k.key, coalesce(($5::jsonb ->> k.key)::bigint, $6::bigint) AS room FROM k WHERE k.key IS NOT NULL)
+SELECT c.id, kr.key, c.priority, c.ready_at FROM kr CROSS JOIN LATERAL (` + afterSQL(`SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t`,
+		`t.queue = $1 AND t.status = 'ready' AND t.concurrency_key IS NOT NULL AND t.concurrency_key = kr.key`, `kr.room`) + `) c
+WHERE kr.room > 0`)
+}
+
+// keylessSQL is pickKeyless's statement: $1 the queue, $2–$4 the position
+// past which it reads $5 tasks.
+func (s *Store) keylessSQL() string {
+	return s.q(afterSQL(`SELECT t.id, coalesce(t.concurrency_key, ''), t.priority, t.ready_at FROM {s}.tasks t`,
+		`t.status = 'ready' AND t.queue = $1`, `$5`))
 }
 
 // collectCands reads rows of (id, key, priority, ready_at).

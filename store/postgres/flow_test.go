@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -494,4 +495,47 @@ func TestFlowLimitedPickPastTheHead(t *testing.T) {
 			t.Fatalf("the read did not start over at the end of the queue")
 		}
 	})
+}
+
+// TestLimitedPickPlans checks the plans of the limited pick's reads past
+// the head, made with statistics taken while the table was empty (cached
+// generic plans, sorts off as in the exclusive claim): the keys must be
+// listed and read through tasks_key_ready, never by a scan of tasks_claim
+// filtered by key (which would step over the held-back backlog), and the
+// reads past a position must start their index scans there.
+func TestLimitedPickPlans(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, nil, func(c *Config) { c.DisableMonitor = true })
+	if err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, s.q(`ANALYZE {s}.tasks`))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		nts := make([]norn.NewTask, 1000)
+		for j := range nts {
+			nts[j] = norn.NewTask{Queue: "q", ConcurrencyKey: "big", Priority: uint32(j % 2)}
+			if j%100 == 0 {
+				nts[j].ConcurrencyKey = fmt.Sprintf("k%d", i*10+j/100)
+			}
+		}
+		if _, err := s.Submit(ctx, nts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// As the exclusive claim runs them (pgx prepares them: custom plans,
+	// then perhaps a generic one), and forced generic.
+	for _, setup := range []string{noSortSQL, noSortSQL + ", set_config('plan_cache_mode', 'force_generic_plan', true)"} {
+		p := genericPlan(t, s, setup, s.pastHeadSQL(), `'q', 1, now(), 'x', '{"big":0}', 5`)
+		if strings.Count(p, "Scan using tasks_key_ready") != 3 || strings.Contains(p, "tasks_claim") || strings.Contains(p, "Seq Scan on tasks") ||
+			!strings.Contains(p, "(priority < ") || !strings.Contains(p, "(ROW(ready_at, id) > ROW(") {
+			t.Errorf("the keys past the head are not read through tasks_key_ready from the position:\n%s", p)
+		}
+		p = genericPlan(t, s, setup, s.keylessSQL(), `'q', 1, now(), 'x', 2048`)
+		if strings.Count(p, "Index Scan using tasks_claim") != 2 || strings.Contains(p, "Seq Scan on tasks") ||
+			!strings.Contains(p, "(priority < ") || !strings.Contains(p, "(ROW(ready_at, id) > ROW(") {
+			t.Errorf("the read past the head does not start tasks_claim's scans at the position:\n%s", p)
+		}
+	}
 }
