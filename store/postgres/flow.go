@@ -604,19 +604,19 @@ type picked struct {
 
 // pickLimited chooses, in claim order, the ready tasks the limits admit.
 //
-// It reads the first pickHead ready tasks of the queue (at least four
-// times what it wants) and admits them in order while their keys and the
-// queue have room; that settles every claim whose head is not mostly keys
-// at their limits, in O(pickHead). Past the head it does not step over the
-// blocked keys' backlog, which would cost every claim O(ready tasks) for
-// as long as one key's backlog fills the queue's head (a key_limit of 1
-// and a tenant with a million tasks): it lists the keys with ready tasks
-// through tasks_key_ready, one index probe per key, and reads each key
-// with room its first tasks past the head, O(K log n) for K keys
-// (pickPastHead). Tasks without a key are not in that index: past the
-// head, each pick reads the next pickChunk ready tasks from where the
+// It reads the first 4 × want + 16 ready tasks of the queue and admits
+// them in order while their keys and the queue have room, then, if that
+// was not enough, the next pickHead; that settles every claim whose head
+// is not mostly keys at their limits, in O(want + pickHead). Past that it
+// does not step over the blocked keys' backlog, which would cost every
+// claim O(ready tasks) for as long as one key's backlog fills the queue's
+// head (a key_limit of 1 and a tenant with a million tasks): it lists the
+// keys with ready tasks through tasks_key_ready, one index probe per key,
+// and reads each key with room its first tasks past what it read, O(K log
+// n) for K keys (pickPastHead). Tasks without a key are not in that index:
+// there, each pick reads the next pickChunk ready tasks from where the
 // previous pick of the queue stopped, wrapping round at the end, and takes
-// those without a key (pickKeyless). So a pick costs O(pickHead +
+// those without a key (pickKeyless). So a pick costs O(want + pickHead +
 // pickChunk + K log n) however long the backlog, and a task without a key
 // behind a backlog of n held-back tasks waits at most n / pickChunk picks.
 func (s *Store) pickLimited(ctx context.Context, tx flowQuerier, queue string, want int, flow norn.QueueFlow,
@@ -628,29 +628,44 @@ func (s *Store) pickLimited(ctx context.Context, tx flowQuerier, queue string, w
 		return picked{}
 	}
 	p := &limitedPick{flow: flow, own: own, running: running, total: total, want: want}
-	head := max(pickHead, 4*want+16)
+	first := 4*want + 16
 	rows, err := tx.Query(ctx, s.q(`SELECT id, coalesce(concurrency_key, ''), priority, ready_at FROM {s}.tasks
-WHERE status = 'ready' AND queue = $1 ORDER BY priority DESC, ready_at, id LIMIT $2`), queue, head)
+WHERE status = 'ready' AND queue = $1 ORDER BY priority DESC, ready_at, id LIMIT $2`), queue, first)
 	if err != nil {
 		return picked{err: err}
 	}
-	var c keyedCand
-	read := 0
-	if _, err := pgx.ForEachRow(rows, []any{&c.id, &c.key, &c.priority, &c.readyAt}, func() error {
-		read++
-		p.offer(c)
-		return nil
-	}); err != nil {
+	head, err := collectCands(rows)
+	if err != nil {
 		return picked{err: err}
 	}
-	if p.full() || read < head {
+	for _, c := range head {
+		p.offer(c)
+	}
+	if p.full() || len(head) < first {
 		return picked{ids: p.taken}
 	}
-	keyed, err := s.pickPastHead(ctx, tx, queue, p, c)
+	last := head[len(head)-1]
+	rows, err = tx.Query(ctx, s.pastSQL(), queue, last.priority, last.readyAt, last.id, pickHead)
 	if err != nil {
 		return picked{err: err}
 	}
-	keyless, err := s.pickKeyless(ctx, tx, queue, c)
+	next, err := collectCands(rows)
+	if err != nil {
+		return picked{err: err}
+	}
+	slices.SortFunc(next, func(a, b keyedCand) int { return a.compare(b) })
+	for _, c := range next {
+		p.offer(c)
+	}
+	if p.full() || len(next) < pickHead {
+		return picked{ids: p.taken}
+	}
+	last = next[len(next)-1]
+	keyed, err := s.pickPastHead(ctx, tx, queue, p, last)
+	if err != nil {
+		return picked{err: err}
+	}
+	keyless, err := s.pickKeyless(ctx, tx, queue, last)
 	if err != nil {
 		return picked{err: err}
 	}
@@ -665,8 +680,8 @@ WHERE status = 'ready' AND queue = $1 ORDER BY priority DESC, ready_at, id LIMIT
 	return picked{ids: p.taken}
 }
 
-// pickHead is how many ready tasks a limited pick reads from the head of
-// the queue before it looks past them key by key.
+// pickHead is how many more ready tasks a limited pick reads, after the
+// first 4 × want + 16, before it looks past them key by key.
 const pickHead = 1024
 
 // pickChunk is how many ready tasks past the head a limited pick reads to
@@ -783,7 +798,7 @@ func (s *Store) pickKeyless(ctx context.Context, tx flowQuerier, queue string, l
 	if c, ok := s.flow.chunkFrom(queue); ok && c.compare(last) > 0 {
 		from = c
 	}
-	rows, err := tx.Query(ctx, s.keylessSQL(), queue, from.priority, from.readyAt, from.id, s.flow.chunk())
+	rows, err := tx.Query(ctx, s.pastSQL(), queue, from.priority, from.readyAt, from.id, s.flow.chunk())
 	if err != nil {
 		return nil, err
 	}
@@ -817,9 +832,9 @@ SELECT c.id, kr.key, c.priority, c.ready_at FROM kr CROSS JOIN LATERAL (` + afte
 WHERE kr.room > 0`)
 }
 
-// keylessSQL is pickKeyless's statement: $1 the queue, $2–$4 the position
-// past which it reads $5 tasks.
-func (s *Store) keylessSQL() string {
+// pastSQL reads the ready tasks of queue $1 after the position $2–$4 in
+// claim order, $5 of them at most (pickLimited, pickKeyless).
+func (s *Store) pastSQL() string {
 	return s.q(afterSQL(`SELECT t.id, coalesce(t.concurrency_key, ''), t.priority, t.ready_at FROM {s}.tasks t`,
 		`t.status = 'ready' AND t.queue = $1`, `$5`))
 }

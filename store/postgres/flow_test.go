@@ -383,9 +383,9 @@ func TestFlowSharedClaimUsesHints(t *testing.T) {
 }
 
 // TestFlowLimitedPickPastTheHead: when the first ready tasks of a limited
-// queue (more than pickHead) belong to keys at their limits, the pick
-// reaches the tasks behind them key by key, as the limits admit and in
-// claim order, and the tasks without a key there by its walk.
+// queue (more than a pick reads first) belong to keys at their limits, the
+// pick reaches the tasks behind them key by key, as the limits admit and
+// in claim order, and the tasks without a key there chunk by chunk.
 func TestFlowLimitedPickPastTheHead(t *testing.T) {
 	ctx := context.Background()
 	setup := func(t *testing.T, u norn.QueueUpdate) *Store {
@@ -414,7 +414,9 @@ func TestFlowLimitedPickPastTheHead(t *testing.T) {
 	}
 	backlog := func(t *testing.T, s *Store, key string) {
 		t.Helper()
-		keys := make([]string, pickHead+100)
+		// What a claim of 100 reads before it looks past (4 × 100 + 16,
+		// then pickHead), and 100 more.
+		keys := make([]string, 4*100+16+pickHead+100)
 		for i := range keys {
 			keys[i] = key
 		}
@@ -532,7 +534,7 @@ func TestLimitedPickPlans(t *testing.T) {
 			!strings.Contains(p, "(priority < ") || !strings.Contains(p, "(ROW(ready_at, id) > ROW(") {
 			t.Errorf("the keys past the head are not read through tasks_key_ready from the position:\n%s", p)
 		}
-		p = genericPlan(t, s, setup, s.keylessSQL(), `'q', 1, now(), 'x', 2048`)
+		p = genericPlan(t, s, setup, s.pastSQL(), `'q', 1, now(), 'x', 2048`)
 		if strings.Count(p, "Index Scan using tasks_claim") != 2 || strings.Contains(p, "Seq Scan on tasks") ||
 			!strings.Contains(p, "(priority < ") || !strings.Contains(p, "(ROW(ready_at, id) > ROW(") {
 			t.Errorf("the read past the head does not start tasks_claim's scans at the position:\n%s", p)
