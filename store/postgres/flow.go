@@ -759,7 +759,9 @@ func (s *Store) pickPastHead(ctx context.Context, tx flowQuerier, queue string, 
 	// tasks or their own limits.
 	rooms := map[string]int64{}
 	def := left
-	if r := p.flow.Admit(p.total, 0, p.flow.KeyLimitFor("k", nil)); r >= 0 {
+	// The room of a key without running tasks or settings: any non-empty
+	// key's limit without settings is the queue's key_limit.
+	if r := p.flow.Admit(p.total, 0, p.flow.KeyLimitFor("any", nil)); r >= 0 {
 		def = min(def, r)
 	}
 	note := func(k string) {
