@@ -75,10 +75,10 @@ type flowState struct {
 	slots     int                  // 0: flowSlots
 	cap       int                  // largest shared claim; 0: norn.MaxClaim
 	recheck   time.Duration        // how long a queue stays ruled out; 0: staticRecheck (tests)
-	// queue → where the last pick's read of tasks without a key past
-	// the head stopped (pickKeyless)
+	// queue → where the last limited pick's read of tasks without a key
+	// past the head stopped (pickLimited)
 	keylessFrom  map[string]keyedCand
-	keylessChunk int // tasks pickKeyless reads; 0: pickChunk (tests)
+	keylessChunk int // tasks that read reads; 0: pickChunk (tests)
 	sqlOnce      sync.Once
 	// The exclusive path's claim of the first ready tasks; the shared
 	// path's claim, and from a claim hint; the keyed path's, and from a
@@ -605,20 +605,20 @@ type picked struct {
 // pickLimited chooses, in claim order, the ready tasks the limits admit.
 //
 // It reads the first 4 × want + 16 ready tasks of the queue and admits
-// them in order while their keys and the queue have room, then, if that
-// was not enough, the next pickHead; that settles every claim whose head
-// is not mostly keys at their limits, in O(want + pickHead). Past that it
-// does not step over the blocked keys' backlog, which would cost every
-// claim O(ready tasks) for as long as one key's backlog fills the queue's
-// head (a key_limit of 1 and a tenant with a million tasks): it lists the
-// keys with ready tasks through tasks_key_ready, one index probe per key,
-// and reads each key with room its first tasks past what it read, O(K log
-// n) for K keys (pickPastHead). Tasks without a key are not in that index:
-// there, each pick reads the next pickChunk ready tasks from where the
-// previous pick of the queue stopped, wrapping round at the end, and takes
-// those without a key (pickKeyless). So a pick costs O(want + pickHead +
-// pickChunk + K log n) however long the backlog, and a task without a key
-// behind a backlog of n held-back tasks waits at most n / pickChunk picks.
+// them in order while their keys and the queue have room; that settles
+// every claim whose head is not mostly keys at their limits, in O(want).
+// Past them it does not step over the blocked keys' backlog, which would
+// cost every claim O(ready tasks) for as long as one key's backlog fills
+// the queue's head (a key_limit of 1 and a tenant with a million tasks).
+// In one more round trip it reads the next pickHead ready tasks; each key
+// with room's first tasks past the head, the keys listed through
+// tasks_key_ready, one index probe per key (pastHeadSQL: O(K log n) for K
+// keys); and, for the tasks without a key, which are not in that index,
+// the next pickChunk ready tasks from where the previous pick of the queue
+// stopped, wrapping round at the end. It admits what they found in claim
+// order. So a pick costs O(want + pickHead + pickChunk + K log n) however
+// long the backlog, and a task without a key behind a backlog of n
+// held-back tasks waits at most n / pickChunk picks.
 func (s *Store) pickLimited(ctx context.Context, tx flowQuerier, queue string, want int, flow norn.QueueFlow,
 	own map[string]*norn.KeySettings, running map[string]int64, total int64) picked {
 	if flow.MaxRunning > 0 {
@@ -644,48 +644,69 @@ WHERE status = 'ready' AND queue = $1 ORDER BY priority DESC, ready_at, id LIMIT
 	if p.full() || len(head) < first {
 		return picked{ids: p.taken}
 	}
+	// One round trip for the rest (the claim holds the queue's gate):
+	// the next pickHead tasks, each key's first tasks past the head, and
+	// the next chunk for tasks without a key.
 	last := head[len(head)-1]
-	rows, err = tx.Query(ctx, s.pastSQL(), queue, last.priority, last.readyAt, last.id, pickHead)
+	b := &pgx.Batch{}
+	b.Queue(s.pastSQL(), queue, last.priority, last.readyAt, last.id, pickHead)
+	rooms, def, err := p.rooms()
 	if err != nil {
 		return picked{err: err}
 	}
-	next, err := collectCands(rows)
-	if err != nil {
+	b.Queue(s.pastHeadSQL(), queue, last.priority, last.readyAt, last.id, rooms, def)
+	from := last
+	if c, ok := s.flow.chunkFrom(queue); ok && c.compare(last) > 0 {
+		from = c
+	}
+	b.Queue(s.pastSQL(), queue, from.priority, from.readyAt, from.id, s.flow.chunk())
+	br := tx.SendBatch(ctx, b)
+	var parts [3][]keyedCand
+	for i := range parts {
+		rows, err := br.Query()
+		if err == nil {
+			parts[i], err = collectCands(rows)
+		}
+		if err != nil {
+			br.Close()
+			return picked{err: err}
+		}
+	}
+	if err := br.Close(); err != nil {
 		return picked{err: err}
 	}
-	slices.SortFunc(next, func(a, b keyedCand) int { return a.compare(b) })
-	for _, c := range next {
-		p.offer(c)
+	next, keyed, chunk := parts[0], parts[1], parts[2]
+	if len(chunk) < s.flow.chunk() {
+		s.flow.setChunkFrom(queue, nil) // the end: the next pick reads from the head again
+	} else {
+		end := slices.MaxFunc(chunk, func(a, b keyedCand) int { return a.compare(b) })
+		s.flow.setChunkFrom(queue, &end)
 	}
-	if p.full() || len(next) < pickHead {
-		return picked{ids: p.taken}
+	cands := append(next, keyed...)
+	for _, c := range chunk {
+		if c.key == "" {
+			cands = append(cands, c)
+		}
 	}
-	last = next[len(next)-1]
-	keyed, err := s.pickPastHead(ctx, tx, queue, p, last)
-	if err != nil {
-		return picked{err: err}
-	}
-	keyless, err := s.pickKeyless(ctx, tx, queue, last)
-	if err != nil {
-		return picked{err: err}
-	}
-	cands := append(keyed, keyless...)
 	slices.SortFunc(cands, func(a, b keyedCand) int { return a.compare(b) })
-	for _, c := range cands {
+	for i, c := range cands {
 		if p.full() {
 			break
+		}
+		if i > 0 && cands[i-1].id == c.id {
+			continue // read by two of the reads
 		}
 		p.offer(c)
 	}
 	return picked{ids: p.taken}
 }
 
-// pickHead is how many more ready tasks a limited pick reads, after the
-// first 4 × want + 16, before it looks past them key by key.
+// pickHead is how many ready tasks a limited pick reads right after the
+// first 4 × want + 16, if those were not enough.
 const pickHead = 1024
 
-// pickChunk is how many ready tasks past the head a limited pick reads to
-// find tasks without a key (pickKeyless).
+// pickChunk is how many ready tasks past the head a limited pick reads,
+// from where the last one stopped, to find tasks without a key.
 const pickChunk = 2 * pickHead
 
 // keyedCand is one ready task read by a limited pick.
@@ -748,15 +769,12 @@ func afterSQL(sel, cond, lim string) string {
 	UNION ALL (` + sel + ` WHERE ` + cond + ` AND t.priority < $2` + order + lim + `)) u LIMIT ` + lim
 }
 
-// pickPastHead reads, past last in claim order, the first tasks of each
-// key with room (as many as its room, at most what the claim still
-// wants), through tasks_key_ready: the keys are listed by skipping
-// through the index (readyKeysCTE: one probe per key), and a key at its
-// limit costs that probe only.
-func (s *Store) pickPastHead(ctx context.Context, tx flowQuerier, queue string, p *limitedPick, last keyedCand) ([]keyedCand, error) {
+// rooms returns, for the read of each key's first tasks past the head
+// (pastHeadSQL), each key's room where it is not the default (keys with
+// running tasks or their own settings) as a JSON object, and the default:
+// as many as the key's room, at most what the claim still wants.
+func (p *limitedPick) rooms() (string, int64, error) {
 	left := int64(p.want - len(p.taken))
-	// Each key's room, where it is not the default: keys with running
-	// tasks or their own limits.
 	rooms := map[string]int64{}
 	def := left
 	// The room of a key without running tasks or settings: any non-empty
@@ -780,52 +798,15 @@ func (s *Store) pickPastHead(ctx context.Context, tx flowQuerier, queue string, 
 	for k := range p.own {
 		note(k)
 	}
-	rj, err := json.Marshal(rooms)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := tx.Query(ctx, s.pastHeadSQL(), queue, last.priority, last.readyAt, last.id, string(rj), def)
-	if err != nil {
-		return nil, err
-	}
-	return collectCands(rows)
+	j, err := json.Marshal(rooms)
+	return string(j), def, err
 }
 
-// pickKeyless reads the next pickChunk ready tasks past the head (last),
-// from where the previous pick of the queue stopped if that is past the
-// head, and returns those without a key. It notes where it stopped, or,
-// at the end of the queue, that the next pick starts at its head again.
-func (s *Store) pickKeyless(ctx context.Context, tx flowQuerier, queue string, last keyedCand) ([]keyedCand, error) {
-	from := last
-	if c, ok := s.flow.chunkFrom(queue); ok && c.compare(last) > 0 {
-		from = c
-	}
-	rows, err := tx.Query(ctx, s.pastSQL(), queue, from.priority, from.readyAt, from.id, s.flow.chunk())
-	if err != nil {
-		return nil, err
-	}
-	all, err := collectCands(rows)
-	if err != nil {
-		return nil, err
-	}
-	if len(all) < s.flow.chunk() {
-		s.flow.setChunkFrom(queue, nil)
-	} else {
-		end := slices.MaxFunc(all, func(a, b keyedCand) int { return a.compare(b) })
-		s.flow.setChunkFrom(queue, &end)
-	}
-	keyless := all[:0]
-	for _, c := range all {
-		if c.key == "" {
-			keyless = append(keyless, c)
-		}
-	}
-	return keyless, nil
-}
-
-// pastHeadSQL is pickPastHead's statement: $1 the queue, $2–$4 the
-// position past which it reads, $5 the keys' rooms (a JSON object) where
-// not $6.
+// pastHeadSQL reads, past the position $2–$4 in claim order, the first
+// ready tasks of each key of queue $1 with room (its room from $5, a JSON
+// object, else $6) through tasks_key_ready: the keys are listed by
+// skipping through the index (readyKeysCTE: one probe per key), and a key
+// at its limit costs that probe only.
 func (s *Store) pastHeadSQL() string {
 	return s.q(`WITH RECURSIVE ` + readyKeysCTE("concurrency_key") + `,
 kr AS MATERIALIZED (SELECT k.key, coalesce(($5::jsonb ->> k.key)::bigint, $6::bigint) AS room FROM k WHERE k.key IS NOT NULL)
@@ -835,7 +816,7 @@ WHERE kr.room > 0`)
 }
 
 // pastSQL reads the ready tasks of queue $1 after the position $2–$4 in
-// claim order, $5 of them at most (pickLimited, pickKeyless).
+// claim order, $5 of them at most (pickLimited).
 func (s *Store) pastSQL() string {
 	return s.q(afterSQL(`SELECT t.id, coalesce(t.concurrency_key, ''), t.priority, t.ready_at FROM {s}.tasks t`,
 		`t.status = 'ready' AND t.queue = $1`, `$5`))
@@ -852,7 +833,7 @@ func collectCands(rows pgx.Rows) ([]keyedCand, error) {
 	return out, err
 }
 
-// chunk is how many tasks pickKeyless reads.
+// chunk is how many tasks a limited pick reads for tasks without a key.
 func (f *flowState) chunk() int {
 	if f.keylessChunk > 0 {
 		return f.keylessChunk
@@ -860,7 +841,8 @@ func (f *flowState) chunk() int {
 	return pickChunk
 }
 
-// chunkFrom returns where the last pickKeyless of queue stopped.
+// chunkFrom returns where the last limited pick of queue stopped reading
+// for tasks without a key.
 func (f *flowState) chunkFrom(queue string) (keyedCand, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -868,7 +850,8 @@ func (f *flowState) chunkFrom(queue string) (keyedCand, bool) {
 	return c, ok
 }
 
-// setChunkFrom notes where pickKeyless of queue stopped (nil: at the end).
+// setChunkFrom notes where a limited pick of queue stopped reading for
+// tasks without a key (nil: at the end).
 func (f *flowState) setChunkFrom(queue string, c *keyedCand) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -469,13 +469,14 @@ func TestFlowLimitedPickPastTheHead(t *testing.T) {
 
 	t.Run("FindsTasksWithoutAKeyChunkByChunk", func(t *testing.T) {
 		s := setup(t, norn.QueueUpdate{KeyLimit: ptr(1)})
-		s.flow.keylessChunk = 40
+		s.flow.keylessChunk = 400
 		submit(t, s, "a")
 		claim(t, s, 1)
-		backlog(t, s, "a") // 100 of a past the head
+		backlog(t, s, "a") // 1,124 of a past the first 416 a claim of 100 reads
 		submit(t, s, "", "b", "")
-		// Each claim reads the next 40 tasks past the head: a's, a's, then
-		// the two without a key. b is found by its key at once.
+		// Each claim reads the next 400 tasks past the first 416: a's,
+		// a's, then the rest with the two without a key. b is found by its
+		// key at once.
 		if _, got := claim(t, s, 100); len(got) != 1 || got["b"] != 1 {
 			t.Fatalf("first claim %v, want b's task", got)
 		}
@@ -488,7 +489,7 @@ func TestFlowLimitedPickPastTheHead(t *testing.T) {
 		// At the end of the queue the next read starts past the head again.
 		submit(t, s, "")
 		if _, got := claim(t, s, 100); len(got) != 0 {
-			t.Fatalf("fourth claim %v, want nothing: it reads the first 40 past the head", got)
+			t.Fatalf("fourth claim %v, want nothing: it reads the first 400 past the head", got)
 		}
 		for range 2 {
 			claim(t, s, 100)
