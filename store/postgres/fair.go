@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -28,18 +27,11 @@ import (
 //  4. writes back the virtual times of the keys still claimable and the
 //     new fair_now, and drops the rows of the others.
 
-// fairCand is one ready task read for a fair claim.
-type fairCand struct {
-	id       string
-	priority int64
-	readyAt  time.Time
-}
-
 // fairKey is one key with ready tasks during a fair claim.
 type fairKey struct {
 	key    string
 	vt     int64
-	tasks  []fairCand
+	tasks  []readyCand
 	next   int
 	more   bool // the read may have left tasks unread
 	stored bool // it has a queue_fair row
@@ -58,17 +50,6 @@ func readyKeysCTE(col string) string {
 	UNION ALL
 	SELECT (SELECT t.` + col + ` FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'ready' AND t.` + col + ` IS NOT NULL
 		AND t.` + col + ` > k.key ORDER BY t.` + col + ` LIMIT 1) FROM k WHERE k.key IS NOT NULL)`
-}
-
-// candLess orders two ready tasks in claim order.
-func candLess(a, b *fairCand) bool {
-	if a.priority != b.priority {
-		return a.priority > b.priority
-	}
-	if !a.readyAt.Equal(b.readyAt) {
-		return a.readyAt.Before(b.readyAt)
-	}
-	return a.id < b.id
 }
 
 // pickFair chooses, in fair order, the ready tasks the limits admit.
@@ -115,7 +96,7 @@ SELECT ks.key, ks.vt, c.id, c.priority, c.ready_at, (SELECT n FROM per) FROM ks 
 	byKey := map[string]*fairKey{}
 	var key string
 	var vt *int64
-	var c fairCand
+	var c readyCand
 	var per int64
 	if _, err := pgx.ForEachRow(rows, []any{&key, &vt, &c.id, &c.priority, &c.readyAt, &per}, func() error {
 		fk := byKey[key]
@@ -167,7 +148,7 @@ SELECT ks.key, ks.vt, c.id, c.priority, c.ready_at, (SELECT n FROM per) FROM ks 
 				if fk.vt < best.vt {
 					best = fk
 				}
-			case candLess(a, b):
+			case a.compare(*b) < 0:
 				best = fk
 			}
 		}
@@ -220,14 +201,12 @@ ON CONFLICT (queue, key) DO UPDATE SET vt = EXCLUDED.vt`), queue, vkeys, vts)
 // claim, after the last one read (keyset on the fair index's order).
 func (s *Store) readMoreFair(ctx context.Context, tx flowQuerier, queue string, fk *fairKey, n int) error {
 	last := fk.tasks[len(fk.tasks)-1]
-	rows, err := tx.Query(ctx, s.q(`SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t
-WHERE t.queue = $1 AND t.status = 'ready' AND t.fair_key = $2
-	AND (t.priority < $3 OR (t.priority = $3 AND (t.ready_at, t.id) > ($4, $5)))
-ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $6`), queue, fk.key, last.priority, last.readyAt, last.id, n)
+	rows, err := tx.Query(ctx, s.q(afterSQL(`SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t`,
+		`t.queue = $1 AND t.status = 'ready' AND t.fair_key = $5`, `$6`)), queue, last.priority, last.readyAt, last.id, fk.key, n)
 	if err != nil {
 		return err
 	}
-	var c fairCand
+	var c readyCand
 	got := 0
 	_, err = pgx.ForEachRow(rows, []any{&c.id, &c.priority, &c.readyAt}, func() error {
 		fk.tasks = append(fk.tasks, c)

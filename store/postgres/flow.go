@@ -1,11 +1,9 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,7 +75,7 @@ type flowState struct {
 	recheck   time.Duration        // how long a queue stays ruled out; 0: staticRecheck (tests)
 	// queue → where the last limited pick's read of tasks without a key
 	// past the head stopped (pickLimited)
-	keylessFrom  map[string]keyedCand
+	keylessFrom  map[string]readyCand
 	keylessChunk int // tasks that read reads; 0: pickChunk (tests)
 	sqlOnce      sync.Once
 	// The exclusive path's claim of the first ready tasks; the shared
@@ -661,7 +659,7 @@ WHERE status = 'ready' AND queue = $1 ORDER BY priority DESC, ready_at, id LIMIT
 	}
 	b.Queue(s.pastSQL(), queue, from.priority, from.readyAt, from.id, s.flow.chunk())
 	br := tx.SendBatch(ctx, b)
-	var parts [3][]keyedCand
+	var parts [3][]readyCand
 	for i := range parts {
 		rows, err := br.Query()
 		if err == nil {
@@ -679,7 +677,7 @@ WHERE status = 'ready' AND queue = $1 ORDER BY priority DESC, ready_at, id LIMIT
 	if len(chunk) < s.flow.chunk() {
 		s.flow.setChunkFrom(queue, nil) // the end: the next pick reads from the head again
 	} else {
-		end := slices.MaxFunc(chunk, func(a, b keyedCand) int { return a.compare(b) })
+		end := slices.MaxFunc(chunk, func(a, b readyCand) int { return a.compare(b) })
 		s.flow.setChunkFrom(queue, &end)
 	}
 	cands := append(next, keyed...)
@@ -688,7 +686,7 @@ WHERE status = 'ready' AND queue = $1 ORDER BY priority DESC, ready_at, id LIMIT
 			cands = append(cands, c)
 		}
 	}
-	slices.SortFunc(cands, func(a, b keyedCand) int { return a.compare(b) })
+	slices.SortFunc(cands, func(a, b readyCand) int { return a.compare(b) })
 	for i, c := range cands {
 		if p.full() {
 			break
@@ -709,8 +707,9 @@ const pickHead = 1024
 // from where the last one stopped, to find tasks without a key.
 const pickChunk = 2 * pickHead
 
-// keyedCand is one ready task read by a limited pick.
-type keyedCand struct {
+// readyCand is one ready task read by a limited or fair pick (key: its
+// concurrency key, or "" where the read does not need it).
+type readyCand struct {
 	id       string
 	key      string
 	priority int64
@@ -718,14 +717,8 @@ type keyedCand struct {
 }
 
 // compare orders two ready tasks in claim order.
-func (a keyedCand) compare(b keyedCand) int {
-	switch {
-	case a.priority != b.priority:
-		return cmp.Compare(b.priority, a.priority)
-	case !a.readyAt.Equal(b.readyAt):
-		return a.readyAt.Compare(b.readyAt)
-	}
-	return strings.Compare(a.id, b.id)
+func (a readyCand) compare(b readyCand) int {
+	return compareClaimOrder(a.priority, a.readyAt, a.id, b.priority, b.readyAt, b.id)
 }
 
 // limitedPick is a limited pick in progress: what it took, and the
@@ -748,7 +741,7 @@ func (p *limitedPick) full() bool { return len(p.taken) >= p.want }
 
 // offer takes the task if the claim wants more and its key has room. The
 // tasks must be offered in claim order.
-func (p *limitedPick) offer(c keyedCand) {
+func (p *limitedPick) offer(c readyCand) {
 	if p.full() || p.room(c.key) == 0 {
 		return
 	}
@@ -823,9 +816,9 @@ func (s *Store) pastSQL() string {
 }
 
 // collectCands reads rows of (id, key, priority, ready_at).
-func collectCands(rows pgx.Rows) ([]keyedCand, error) {
-	var out []keyedCand
-	var c keyedCand
+func collectCands(rows pgx.Rows) ([]readyCand, error) {
+	var out []readyCand
+	var c readyCand
 	_, err := pgx.ForEachRow(rows, []any{&c.id, &c.key, &c.priority, &c.readyAt}, func() error {
 		out = append(out, c)
 		return nil
@@ -843,7 +836,7 @@ func (f *flowState) chunk() int {
 
 // chunkFrom returns where the last limited pick of queue stopped reading
 // for tasks without a key.
-func (f *flowState) chunkFrom(queue string) (keyedCand, bool) {
+func (f *flowState) chunkFrom(queue string) (readyCand, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.keylessFrom[queue]
@@ -852,7 +845,7 @@ func (f *flowState) chunkFrom(queue string) (keyedCand, bool) {
 
 // setChunkFrom notes where a limited pick of queue stopped reading for
 // tasks without a key (nil: at the end).
-func (f *flowState) setChunkFrom(queue string, c *keyedCand) {
+func (f *flowState) setChunkFrom(queue string, c *readyCand) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if c == nil {
@@ -860,7 +853,7 @@ func (f *flowState) setChunkFrom(queue string, c *keyedCand) {
 		return
 	}
 	if f.keylessFrom == nil {
-		f.keylessFrom = map[string]keyedCand{}
+		f.keylessFrom = map[string]readyCand{}
 	}
 	f.keylessFrom[queue] = *c
 }

@@ -146,14 +146,21 @@ func (s *Store) setHint(queue string, gen <-chan struct{}, r *rec) {
 // time, then id), the order of tasks_claim.
 func sortClaimed(rs []*rec) {
 	slices.SortFunc(rs, func(a, b *rec) int {
-		if a.Priority != b.Priority {
-			return cmp.Compare(b.Priority, a.Priority)
-		}
-		if c := a.readyAt.Compare(b.readyAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
+		return compareClaimOrder(int64(a.Priority), a.readyAt, a.ID, int64(b.Priority), b.readyAt, b.ID)
 	})
+}
+
+// compareClaimOrder compares two tasks, given by priority, ready time and id, in
+// claim order (the order of tasks_claim): higher priority first, then
+// earlier ready, then smaller id.
+func compareClaimOrder(ap int64, ar time.Time, aid string, bp int64, br time.Time, bid string) int {
+	if ap != bp {
+		return cmp.Compare(bp, ap)
+	}
+	if c := ar.Compare(br); c != 0 {
+		return c
+	}
+	return strings.Compare(aid, bid)
 }
 
 // The assignment entry of the history is kept in the row (assign_seq,
