@@ -15,7 +15,8 @@
 //	go run ./internal/pgcost -url postgres://… -pm $(head -1 $PGDATA/postmaster.pid)
 //
 // STMTS=1 also prints the costliest statements; CPUPROF=file writes a Go
-// CPU profile of the submit phase.
+// CPU profile of the submit phase. -writes rows,ready,lease measures other
+// per-task write patterns on a copy of the task table instead (writes.go).
 package main
 
 import (
@@ -25,6 +26,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -151,11 +153,27 @@ func main() {
 	limits := flag.Bool("limits", false, "max_running and key_limit that cannot bind, tasks over 1,000 concurrency keys (as bench work --limits)")
 	rate := flag.Bool("rate", false, "a rate limit that cannot bind (as bench work --rate-limit)")
 	fair := flag.Bool("fair", false, "fair_by concurrency_key, tasks over 1,000 concurrency keys")
+	writes := flag.String("writes", "", "instead of the store's burn-down, one by SQL on a copy of its task table for each write pattern listed (rows, ready, lease; comma-separated, or all): see writes.go")
+	fillfactor := flag.Int("fillfactor", 100, "the task table's fillfactor in -writes")
 	flag.Parse()
 	ctx := context.Background()
 	st, err := postgres.Open(ctx, postgres.Config{URL: *url, Migrate: true})
 	must(err)
 	defer st.Close()
+	if *writes != "" {
+		patterns := strings.Split(*writes, ",")
+		if *writes == "all" {
+			patterns = writePatterns
+		}
+		for _, p := range patterns {
+			if !slices.Contains(writePatterns, p) {
+				fmt.Fprintf(os.Stderr, "-writes: unknown pattern %q (want %s)\n", p, strings.Join(writePatterns, ", "))
+				os.Exit(2)
+			}
+		}
+		runWrites(ctx, *url, *pm, patterns, *n, *workers, *claim, *fillfactor)
+		return
+	}
 	c, err := pgx.Connect(ctx, *url)
 	must(err)
 	_, err = c.Exec(ctx, `SELECT pg_stat_statements_reset(); `)
