@@ -34,7 +34,9 @@ import (
 //
 // Each pattern's completion is a compare-and-set on the task's state, as
 // the store's is, so a task completed twice, or never, shows in the counts
-// the run returns.
+// the run returns. lease's completion does not also check that a lease row
+// still names the task, which a store would (one lookup per batch, by the
+// lease row's id): the figures leave that out.
 var writePatterns = []string{"rows", "ready", "lease"}
 
 // writesTable creates, in schema, a task table like the one in like (a
