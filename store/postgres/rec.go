@@ -62,8 +62,8 @@ UNION ALL SELECT t.done_seq, jsonb_build_object('type', 'TaskComplete', 'time', 
 
 // recScan is a rec with the scan targets of the columns that need
 // converting. scanRec allocates it whole: pgx.Row.Scan takes pointers, so
-// every separate local scanned into escaped to the heap on its own, about
-// thirty allocations per row, 5% of a Postgres burn-down bench's CPU.
+// every separate local scanned into escaped to the heap on its own: 27
+// allocations per row, against 2 now (BenchmarkScanRec).
 type recScan struct {
 	rec
 	priority          int64
