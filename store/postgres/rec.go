@@ -98,77 +98,67 @@ func scanRec(row pgx.Row) (*rec, error) {
 	if err != nil {
 		return nil, err
 	}
-	priority, status, labels, retry := sc.priority, sc.status, sc.labels, sc.retry
-	ended, deadline, owner, uniqueKey, deps := sc.ended, sc.deadline, sc.owner, sc.uniqueKey, sc.deps
-	pending, attempts, maxAttempts, hcnt := sc.pending, sc.attempts, sc.maxAttempts, sc.hcnt
-	lease, timeoutNS, logSeq, version := sc.lease, sc.timeoutNS, sc.logSeq, sc.version
-	spec, result, errs, hist := sc.spec, sc.result, sc.errs, sc.hist
-	created, updated, runAt, readyAt := sc.created, sc.updated, sc.runAt, sc.readyAt
-	assignSeq, doneSq, claimed, ckey := sc.assignSeq, sc.doneSq, sc.claimed, sc.ckey
-	maxRuntimeNS, tparent, tstate := sc.maxRuntimeNS, sc.tparent, sc.tstate
-	// The rec keeps sc alive: drop what is decoded below and not kept.
-	sc.labels, sc.retry, sc.errs, sc.hist = nil, nil, nil, nil
-	r.Priority = uint32(priority)
-	r.Status = norn.Status(status)
-	r.Created, r.Updated, r.RunAt, r.readyAt = created.UTC(), updated.UTC(), runAt.UTC(), readyAt.UTC()
-	if ended != nil {
-		r.endedAt = ended.UTC()
+	r.Priority = uint32(sc.priority)
+	r.Status = norn.Status(sc.status)
+	r.Created, r.Updated, r.RunAt, r.readyAt = sc.created.UTC(), sc.updated.UTC(), sc.runAt.UTC(), sc.readyAt.UTC()
+	if sc.ended != nil {
+		r.endedAt = sc.ended.UTC()
 	}
-	if deadline != nil {
-		r.Deadline = deadline.UTC()
+	if sc.deadline != nil {
+		r.Deadline = sc.deadline.UTC()
 	}
-	if claimed != nil {
+	if sc.claimed != nil {
 		// Every claim writes claimed_at: it is also when the current (or
 		// last) attempt started.
-		r.claimedAt = claimed.UTC()
+		r.claimedAt = sc.claimed.UTC()
 		r.Started = r.claimedAt
 	}
-	r.MaxRuntime = norn.Duration(maxRuntimeNS)
-	r.assignSeq, r.doneSeq = int(assignSeq), int(doneSq)
-	if owner != nil {
-		r.Owner = *owner
+	r.MaxRuntime = norn.Duration(sc.maxRuntimeNS)
+	r.assignSeq, r.doneSeq = int(sc.assignSeq), int(sc.doneSq)
+	if sc.owner != nil {
+		r.Owner = *sc.owner
 	}
-	if ckey != nil {
-		r.ConcurrencyKey = *ckey
+	if sc.ckey != nil {
+		r.ConcurrencyKey = *sc.ckey
 	}
-	if uniqueKey != nil {
-		r.UniqueKey = *uniqueKey
+	if sc.uniqueKey != nil {
+		r.UniqueKey = *sc.uniqueKey
 	}
-	if tparent != nil {
-		r.Traceparent = *tparent
+	if sc.tparent != nil {
+		r.Traceparent = *sc.tparent
 	}
-	if tstate != nil {
-		r.Tracestate = *tstate
+	if sc.tstate != nil {
+		r.Tracestate = *sc.tstate
 	}
-	if len(deps) > 0 {
-		r.DependsOn = deps
+	if len(sc.deps) > 0 {
+		r.DependsOn = sc.deps
 	}
-	r.pendingDeps, r.Attempts, r.MaxAttempts, r.historyCount = int(pending), int(attempts), int(maxAttempts), int(hcnt)
-	r.Lease, r.Timeout, r.logSeq, r.Version = uint64(lease), norn.Duration(timeoutNS), uint64(logSeq), uint64(version)
-	if len(labels) > 0 {
-		if err := json.Unmarshal(labels, &r.Labels); err != nil {
+	r.pendingDeps, r.Attempts, r.MaxAttempts, r.historyCount = int(sc.pending), int(sc.attempts), int(sc.maxAttempts), int(sc.hcnt)
+	r.Lease, r.Timeout, r.logSeq, r.Version = uint64(sc.lease), norn.Duration(sc.timeoutNS), uint64(sc.logSeq), uint64(sc.version)
+	if len(sc.labels) > 0 {
+		if err := json.Unmarshal(sc.labels, &r.Labels); err != nil {
 			return nil, fmt.Errorf("task %q labels: %w", r.ID, err)
 		}
 	}
-	if len(retry) > 0 {
+	if len(sc.retry) > 0 {
 		r.Retry = new(norn.RetryPolicy)
-		if err := json.Unmarshal(retry, r.Retry); err != nil {
+		if err := json.Unmarshal(sc.retry, r.Retry); err != nil {
 			return nil, fmt.Errorf("task %q retry: %w", r.ID, err)
 		}
 	}
-	if spec != nil {
-		r.Spec = spec
+	if sc.spec != nil {
+		r.Spec = sc.spec
 	}
-	if result != nil {
-		r.Result = result
+	if sc.result != nil {
+		r.Result = sc.result
 	}
-	if len(errs) > 0 {
-		if err := json.Unmarshal(errs, &r.Errors); err != nil {
+	if len(sc.errs) > 0 {
+		if err := json.Unmarshal(sc.errs, &r.Errors); err != nil {
 			return nil, fmt.Errorf("task %q errors: %w", r.ID, err)
 		}
 	}
-	if len(hist) > 0 {
-		if err := json.Unmarshal(hist, &r.History); err != nil {
+	if len(sc.hist) > 0 {
+		if err := json.Unmarshal(sc.hist, &r.History); err != nil {
 			return nil, fmt.Errorf("task %q history: %w", r.ID, err)
 		}
 		for i := range r.History {
@@ -176,6 +166,8 @@ func scanRec(row pgx.Row) (*rec, error) {
 		}
 		r.HistoryDropped = r.historyCount - len(r.History)
 	}
+	// The rec keeps sc alive: drop what was decoded and is not kept.
+	sc.labels, sc.retry, sc.errs, sc.hist = nil, nil, nil, nil
 	return r, nil
 }
 
