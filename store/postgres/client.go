@@ -186,8 +186,9 @@ func (s *Store) page(ctx context.Context, q norn.Query, c *cursor, limit int) ([
 		if err != nil {
 			return err
 		}
+		d := newRecReader()
 		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*norn.Task, error) {
-			r, err := scanRec(row)
+			r, err := d.read(row)
 			if err != nil {
 				return nil, err
 			}

@@ -272,8 +272,9 @@ func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, w
 		return nil, "", err
 	}
 	var first claimHint
+	d := newRecReader()
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*norn.Task, error) {
-		r, err := scanRec(row)
+		r, err := d.read(row)
 		if err == nil && first.id == "" {
 			first = claimHint{at: time.Now(), priority: int64(r.Priority), readyAt: r.readyAt, id: r.ID}
 		}
@@ -505,7 +506,7 @@ GROUP BY 1`), queue)
 				br.Close()
 				return nil, err
 			}
-			if out, err = pgx.CollectRows(rows, claimedRow); err != nil {
+			if out, err = collectClaimedRows(rows); err != nil {
 				br.Close()
 				return nil, err
 			}

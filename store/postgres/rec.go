@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/nornq/norn"
 )
@@ -60,105 +61,124 @@ UNION ALL SELECT t.done_seq, jsonb_build_object('type', 'TaskComplete', 'time', 
 	colsSummary = colsBase + `, NULL::bytea, NULL::bytea, NULL::jsonb, NULL::jsonb`
 )
 
-// recScan is a rec with the scan targets of the columns that need
-// converting. scanRec allocates it whole: pgx.Row.Scan takes pointers, so
-// every separate local scanned into escaped to the heap on its own: 27
-// allocations per row, against 2 now (BenchmarkScanRec).
-type recScan struct {
-	rec
-	priority          int64
-	status            string
-	labels, retry     []byte
-	ended, deadline   *time.Time
-	owner, uniqueKey  *string
-	deps              []string
-	pending, attempts int32
-	maxAttempts, hcnt int32
-	lease, timeoutNS  int64
-	logSeq, version   int64
-	spec, result      []byte
-	errs, hist        []byte
-	created, updated  time.Time
-	runAt, readyAt    time.Time
-	assignSeq, doneSq int32
-	claimed           *time.Time
-	ckey              *string
-	maxRuntimeNS      int64
-	tparent, tstate   *string
+// recReader reads task rows (any of the column lists) into recs. Its scan
+// targets are reused from row to row: one reader per result set leaves
+// one allocation per row for the rec and one each for the id, spec and
+// result, where one scan struct and Scan's argument slice per row made
+// about 2 KB of garbage per claimed task (BenchmarkCollectClaimed).
+type recReader struct {
+	id                            string
+	queue, status, owner, ckey    internText
+	uniqueKey, tparent, tstate    pgtype.Text
+	progress                      float64
+	priority                      int64
+	labels, retry, errs, hist     scratchBytes
+	created, updated, runAt       time.Time
+	readyAt                       time.Time
+	ended, deadline, claimed      pgtype.Timestamptz
+	deps                          []string
+	pending, attempts             int32
+	maxAttempts, hcnt             int32
+	lease, timeoutNS              int64
+	logSeq, version, maxRuntimeNS int64
+	assignSeq, doneSeq            int32
+	spec, result                  []byte
+	dest                          []any
 }
 
-// scanRec reads one row of any of the column lists.
-func scanRec(row pgx.Row) (*rec, error) {
-	sc := new(recScan)
-	r := &sc.rec
-	err := row.Scan(&r.ID, &r.Queue, &sc.priority, &sc.status, &r.Progress, &sc.labels, &sc.created, &sc.updated, &sc.runAt,
-		&sc.readyAt, &sc.ended, &sc.deps, &sc.pending, &sc.owner, &sc.deadline, &sc.lease, &sc.attempts,
-		&sc.maxAttempts, &sc.retry, &sc.timeoutNS, &sc.hcnt, &sc.logSeq, &sc.version, &sc.assignSeq, &sc.doneSq, &sc.claimed, &sc.ckey, &sc.maxRuntimeNS,
-		&sc.uniqueKey, &sc.tparent, &sc.tstate, &sc.spec, &sc.result, &sc.errs, &sc.hist)
-	if err != nil {
+// internText reads a text column and keeps the string while the rows
+// repeat it: a claim's rows share their queue, owner and status, so they
+// share one string each instead of allocating one per row.
+type internText struct {
+	s     string
+	valid bool
+}
+
+func (t *internText) ScanBytes(v []byte) error {
+	t.valid = v != nil
+	if string(v) != t.s {
+		t.s = string(v)
+	}
+	return nil
+}
+
+// scratchBytes reads a column that is decoded at once (json) into a
+// buffer reused from row to row; null tells NULL from empty.
+type scratchBytes struct {
+	b    []byte
+	null bool
+}
+
+func (b *scratchBytes) ScanBytes(v []byte) error {
+	b.null = v == nil
+	b.b = append(b.b[:0], v...)
+	return nil
+}
+
+func newRecReader() *recReader {
+	d := &recReader{}
+	d.dest = []any{&d.id, &d.queue, &d.priority, &d.status, &d.progress, &d.labels, &d.created, &d.updated, &d.runAt,
+		&d.readyAt, &d.ended, &d.deps, &d.pending, &d.owner, &d.deadline, &d.lease, &d.attempts,
+		&d.maxAttempts, &d.retry, &d.timeoutNS, &d.hcnt, &d.logSeq, &d.version, &d.assignSeq, &d.doneSeq, &d.claimed, &d.ckey, &d.maxRuntimeNS,
+		&d.uniqueKey, &d.tparent, &d.tstate, &d.spec, &d.result, &d.errs, &d.hist}
+	return d
+}
+
+// read reads one row of any of the column lists.
+func (d *recReader) read(row pgx.Row) (*rec, error) {
+	// Scan sets every target; the slices are cleared anyway so a row can
+	// never share its backing array with the one before it.
+	d.deps, d.spec, d.result = nil, nil, nil
+	if err := row.Scan(d.dest...); err != nil {
 		return nil, err
 	}
-	r.Priority = uint32(sc.priority)
-	r.Status = norn.Status(sc.status)
-	r.Created, r.Updated, r.RunAt, r.readyAt = sc.created.UTC(), sc.updated.UTC(), sc.runAt.UTC(), sc.readyAt.UTC()
-	if sc.ended != nil {
-		r.endedAt = sc.ended.UTC()
+	r := &rec{Task: norn.Task{ID: d.id, Queue: d.queue.s, Priority: uint32(d.priority), Status: norn.Status(d.status.s),
+		Progress: d.progress, Created: d.created.UTC(), Updated: d.updated.UTC(), RunAt: d.runAt.UTC(),
+		Lease: uint64(d.lease), Attempts: int(d.attempts), MaxAttempts: int(d.maxAttempts),
+		Timeout: norn.Duration(d.timeoutNS), MaxRuntime: norn.Duration(d.maxRuntimeNS), Version: uint64(d.version),
+		Spec: d.spec, Result: d.result},
+		readyAt: d.readyAt.UTC(), pendingDeps: int(d.pending), historyCount: int(d.hcnt), logSeq: uint64(d.logSeq),
+		assignSeq: int(d.assignSeq), doneSeq: int(d.doneSeq)}
+	if d.ended.Valid {
+		r.endedAt = d.ended.Time.UTC()
 	}
-	if sc.deadline != nil {
-		r.Deadline = sc.deadline.UTC()
+	if d.deadline.Valid {
+		r.Deadline = d.deadline.Time.UTC()
 	}
-	if sc.claimed != nil {
+	if d.claimed.Valid {
 		// Every claim writes claimed_at: it is also when the current (or
 		// last) attempt started.
-		r.claimedAt = sc.claimed.UTC()
+		r.claimedAt = d.claimed.Time.UTC()
 		r.Started = r.claimedAt
 	}
-	r.MaxRuntime = norn.Duration(sc.maxRuntimeNS)
-	r.assignSeq, r.doneSeq = int(sc.assignSeq), int(sc.doneSq)
-	if sc.owner != nil {
-		r.Owner = *sc.owner
+	if d.owner.valid {
+		r.Owner = d.owner.s
 	}
-	if sc.ckey != nil {
-		r.ConcurrencyKey = *sc.ckey
+	if d.ckey.valid {
+		r.ConcurrencyKey = d.ckey.s
 	}
-	if sc.uniqueKey != nil {
-		r.UniqueKey = *sc.uniqueKey
+	r.UniqueKey, r.Traceparent, r.Tracestate = d.uniqueKey.String, d.tparent.String, d.tstate.String
+	if len(d.deps) > 0 {
+		r.DependsOn = d.deps
 	}
-	if sc.tparent != nil {
-		r.Traceparent = *sc.tparent
-	}
-	if sc.tstate != nil {
-		r.Tracestate = *sc.tstate
-	}
-	if len(sc.deps) > 0 {
-		r.DependsOn = sc.deps
-	}
-	r.pendingDeps, r.Attempts, r.MaxAttempts, r.historyCount = int(sc.pending), int(sc.attempts), int(sc.maxAttempts), int(sc.hcnt)
-	r.Lease, r.Timeout, r.logSeq, r.Version = uint64(sc.lease), norn.Duration(sc.timeoutNS), uint64(sc.logSeq), uint64(sc.version)
-	if len(sc.labels) > 0 {
-		if err := json.Unmarshal(sc.labels, &r.Labels); err != nil {
+	if len(d.labels.b) > 0 {
+		if err := json.Unmarshal(d.labels.b, &r.Labels); err != nil {
 			return nil, fmt.Errorf("task %q labels: %w", r.ID, err)
 		}
 	}
-	if len(sc.retry) > 0 {
+	if len(d.retry.b) > 0 {
 		r.Retry = new(norn.RetryPolicy)
-		if err := json.Unmarshal(sc.retry, r.Retry); err != nil {
+		if err := json.Unmarshal(d.retry.b, r.Retry); err != nil {
 			return nil, fmt.Errorf("task %q retry: %w", r.ID, err)
 		}
 	}
-	if sc.spec != nil {
-		r.Spec = sc.spec
-	}
-	if sc.result != nil {
-		r.Result = sc.result
-	}
-	if len(sc.errs) > 0 {
-		if err := json.Unmarshal(sc.errs, &r.Errors); err != nil {
+	if len(d.errs.b) > 0 {
+		if err := json.Unmarshal(d.errs.b, &r.Errors); err != nil {
 			return nil, fmt.Errorf("task %q errors: %w", r.ID, err)
 		}
 	}
-	if len(sc.hist) > 0 {
-		if err := json.Unmarshal(sc.hist, &r.History); err != nil {
+	if len(d.hist.b) > 0 {
+		if err := json.Unmarshal(d.hist.b, &r.History); err != nil {
 			return nil, fmt.Errorf("task %q history: %w", r.ID, err)
 		}
 		for i := range r.History {
@@ -166,17 +186,18 @@ func scanRec(row pgx.Row) (*rec, error) {
 		}
 		r.HistoryDropped = r.historyCount - len(r.History)
 	}
-	// The rec keeps sc alive: drop what was decoded and is not kept.
-	sc.labels, sc.retry, sc.errs, sc.hist = nil, nil, nil, nil
 	return r, nil
 }
 
-// recRow reads one task row (any of the column lists) for pgx.CollectRows.
-func recRow(row pgx.CollectableRow) (*rec, error) { return scanRec(row) }
+// collectRecs reads every task row of rows with one reader.
+func collectRecs(rows pgx.Rows) ([]*rec, error) {
+	d := newRecReader()
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*rec, error) { return d.read(row) })
+}
 
 // recsByID reads every task row of rows, keyed by id.
 func recsByID(rows pgx.Rows) (map[string]*rec, error) {
-	list, err := pgx.CollectRows(rows, recRow)
+	list, err := collectRecs(rows)
 	if err != nil {
 		return nil, err
 	}

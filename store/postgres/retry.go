@@ -106,7 +106,7 @@ ORDER BY t.id LIMIT $%d FOR UPDATE`, colsCore, cond, len(args)-1, len(args))), a
 			if err != nil {
 				return err
 			}
-			recs, err := pgx.CollectRows(rows, recRow)
+			recs, err := collectRecs(rows)
 			if err != nil {
 				return err
 			}
@@ -279,7 +279,7 @@ WHERE t.depends_on && $1::text[] AND t.status = 'aborted' ORDER BY t.id FOR UPDA
 		if err != nil {
 			return nil, err
 		}
-		recs, err := pgx.CollectRows(rows, recRow)
+		recs, err := collectRecs(rows)
 		if err != nil {
 			return nil, err
 		}

@@ -625,7 +625,7 @@ func (s *Store) liveHolder(ctx context.Context, q querier, ref norn.UniqueRef) (
 	if err != nil {
 		return nil, err
 	}
-	list, err := pgx.CollectRows(rows, recRow)
+	list, err := collectRecs(rows)
 	if err != nil || len(list) == 0 {
 		return nil, err
 	}

@@ -69,7 +69,7 @@ func (s *Store) sweepCandidates(ctx context.Context, conn *pgx.Conn, cond, order
 	if err != nil {
 		return now, nil, err
 	}
-	out, err := pgx.CollectRows(rows, recRow)
+	out, err := collectRecs(rows)
 	return now, out, err
 }
 

@@ -122,7 +122,7 @@ func (s *Store) takeClaimed(rows pgx.Rows, queue string, gen <-chan struct{}) ([
 // collectClaimed reads a claim statement's rows in claim order; first is
 // the first of them (nil: none).
 func collectClaimed(rows pgx.Rows) (out []*norn.Task, first *rec, err error) {
-	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*rec, error) { return scanRec(row) })
+	rs, err := collectRecs(rows)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -330,12 +330,14 @@ func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, wa
 	return out, nil
 }
 
-// claimedRow reads one task a claim assigned.
-func claimedRow(row pgx.CollectableRow) (*norn.Task, error) {
-	return claimedRec(scanRec(row))
+// collectClaimedRows reads the tasks a claim assigned, in the statement's
+// order.
+func collectClaimedRows(rows pgx.Rows) ([]*norn.Task, error) {
+	d := newRecReader()
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*norn.Task, error) { return claimedRec(d.read(row)) })
 }
 
-// claimedRec is claimedRow of a row already read.
+// claimedRec is the task of a claimed row already read.
 func claimedRec(r *rec, err error) (*norn.Task, error) {
 	if err != nil {
 		return nil, err
