@@ -103,14 +103,10 @@ func (t *internText) ScanBytes(v []byte) error {
 }
 
 // scratchBytes reads a column that is decoded at once (json) into a
-// buffer reused from row to row; null tells NULL from empty.
-type scratchBytes struct {
-	b    []byte
-	null bool
-}
+// buffer reused from row to row; NULL reads as empty, as no value.
+type scratchBytes struct{ b []byte }
 
 func (b *scratchBytes) ScanBytes(v []byte) error {
-	b.null = v == nil
 	b.b = append(b.b[:0], v...)
 	return nil
 }
