@@ -231,6 +231,8 @@ func (m *monitor) limitIdle(ctx context.Context, c *pgx.Conn) error {
 // unbounded min() stepped over all of them at every call (600–2,800
 // shared buffers per call halfway through a 200,000-task burn-down). With
 // the bound, the index scan stops at the first entry past it, live or not.
+// It runs after sweepSetupSQL: a plan made while the table was empty would
+// otherwise read the whole table once a backlog arrived.
 const nextDueSQL = `SELECT extract(epoch FROM least(
 	(SELECT min(run_at) FROM {s}.tasks WHERE status = 'scheduled' AND run_at < ` + dueBound + `),
 	(SELECT min(deadline) FROM {s}.tasks WHERE status = 'running' AND deadline < ` + dueBound + `),
@@ -251,7 +253,18 @@ func (m *monitor) nextDue(ctx context.Context) time.Duration {
 	}
 	var d *float64
 	err := s.withConn(ctx, func(conn *pgx.Conn) error {
-		return conn.QueryRow(ctx, s.q(nextDueSQL), wait.Microseconds()).Scan(&d)
+		b := &pgx.Batch{}
+		b.Queue(sweepSetupSQL)
+		b.Queue(s.q(nextDueSQL), wait.Microseconds())
+		br := conn.SendBatch(ctx, b)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if err := br.QueryRow().Scan(&d); err != nil {
+			return err
+		}
+		return br.Close()
 	})
 	if err != nil || d == nil {
 		return wait

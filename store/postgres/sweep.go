@@ -49,6 +49,30 @@ func (s *Store) Sweep(ctx context.Context) (norn.SweepReport, error) {
 // turned it on.)
 const noSortSQL = "SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)"
 
+// sweepSetupSQL is noSortSQL for the monitor's statements (expired leases,
+// due delays, retention, the next due time), which also must not read the
+// task table sequentially or join it by hashing or merging. After a queue
+// drained and VACUUM truncated the table, statistics say it has no pages;
+// a plan made then reads the whole table, which costs nothing while it is
+// empty, and the monitor runs its statements several times a second, so
+// pgx's prepared statements soon get such a plan cached as their generic
+// plan and keep it when the next backlog arrives. Found in a burn-down of
+// 200,000 tasks: the monitor's reads took 20–40 ms each, 15–25 µs of
+// statement time per task. With sequential scans off the partial indexes
+// are read, and with hash and merge joins off the tasks a statement
+// changes are found by primary key, one probe each (a bounded batch: at
+// most sweepBatch), never by a scan of the whole primary key.
+const sweepSetupSQL = noSortSQL + ", set_config('enable_seqscan', 'off', true), " +
+	"set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)"
+
+// sweepCandidatesSQL reads the first $2 tasks matching cond in order.
+func (s *Store) sweepCandidatesSQL(cond, order string) string {
+	return s.q(`SELECT ` + colsCore + ` FROM {s}.tasks t WHERE ` + cond + ` ORDER BY ` + order + ` LIMIT $2`)
+}
+
+// timeoutCond and timeoutOrder select expired leases, oldest first.
+const timeoutCond, timeoutOrder = `t.status = 'running' AND t.deadline < $1`, `t.deadline`
+
 // sweepCandidates reads tasks matching cond (a condition on t and $1 =
 // now) without locking them.
 func (s *Store) sweepCandidates(ctx context.Context, conn *pgx.Conn, cond, order string) (time.Time, []*rec, error) {
@@ -58,8 +82,8 @@ func (s *Store) sweepCandidates(ctx context.Context, conn *pgx.Conn, cond, order
 	}
 	now = micro(now)
 	b := &pgx.Batch{}
-	b.Queue(noSortSQL)
-	b.Queue(s.q(`SELECT `+colsCore+` FROM {s}.tasks t WHERE `+cond+` ORDER BY `+order+` LIMIT $2`), now, sweepBatch)
+	b.Queue(sweepSetupSQL)
+	b.Queue(s.sweepCandidatesSQL(cond, order), now, sweepBatch)
 	br := conn.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -77,7 +101,7 @@ func (s *Store) sweepTimeouts(ctx context.Context, rep *norn.SweepReport) error 
 	for {
 		var n int
 		err := s.withConn(ctx, func(conn *pgx.Conn) error {
-			now, cands, err := s.sweepCandidates(ctx, conn, `t.status = 'running' AND t.deadline < $1`, `t.deadline`)
+			now, cands, err := s.sweepCandidates(ctx, conn, timeoutCond, timeoutOrder)
 			if err != nil {
 				return err
 			}
@@ -131,6 +155,9 @@ func (s *Store) sweepTimeouts(ctx context.Context, rep *norn.SweepReport) error 
 // for the next sweep) and re-checked as still scheduled and due, so there is
 // no gap between reading and writing in which a cancel or update could be
 // overwritten, and two nodes sweeping at once release each task once.
+// The update finds them by their ids as an array, an index condition on
+// the primary key whatever the estimates: joined to c, it could scan the
+// whole primary key once the statistics said the table was empty.
 func (s *Store) delaySQL() string { return s.sql.delay }
 
 func (s *Store) buildDelaySQL() string {
@@ -139,7 +166,7 @@ c AS (SELECT t.id FROM {s}.tasks t WHERE t.status = 'scheduled' AND t.run_at <= 
 	ORDER BY t.run_at LIMIT $2 FOR UPDATE SKIP LOCKED),
 upd AS (UPDATE {s}.tasks t SET status = 'ready', ready_at = n.now, updated = n.now, version = t.version + 1,
 	history_count = t.history_count + 1
-	FROM c, n WHERE t.id = c.id
+	FROM n WHERE t.id = ANY (ARRAY(SELECT c.id FROM c))
 	RETURNING t.id, t.queue, t.status, t.version, t.history_count, 'TaskRelease'::text AS kind, t.updated AS time),
 h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time) SELECT id, history_count, 'TaskRelease', time FROM upd)` +
 		replaceHL(trimHistory, "$3") + s.eventsCTE("upd") + `
@@ -152,7 +179,7 @@ func (s *Store) sweepDelays(ctx context.Context, rep *norn.SweepReport) error {
 		err := s.withConn(ctx, func(conn *pgx.Conn) error {
 			var cnt int64
 			b := &pgx.Batch{}
-			b.Queue(noSortSQL)
+			b.Queue(sweepSetupSQL)
 			b.Queue(s.delaySQL(), s.clockNow(), sweepBatch, s.cfg.HistoryLimit)
 			br := conn.SendBatch(ctx, b)
 			defer br.Close()
@@ -206,14 +233,10 @@ func (s *Store) sweepRetention(ctx context.Context, rep *norn.SweepReport) error
 				if minNS != nil && time.Duration(*minNS) < minRet {
 					minRet = time.Duration(*minNS)
 				}
-				rows, err := conn.Query(ctx, s.q(fmt.Sprintf(`SELECT t.id FROM {s}.tasks t LEFT JOIN {s}.queues q ON q.name = t.queue
-WHERE t.status = $1 AND t.ended_at IS NOT NULL AND t.ended_at <= $2
-	AND coalesce(q.%[1]s, $3) > 0 AND t.ended_at + (coalesce(q.%[1]s, $3) / 1000) * interval '1 microsecond' <= $4
-ORDER BY t.ended_at LIMIT $5`, st.col)), string(st.status), now.Add(-minRet), int64(st.def), now, sweepBatch)
-				if err != nil {
-					return err
-				}
-				ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				b := &pgx.Batch{}
+				b.Queue(sweepSetupSQL)
+				b.Queue(s.retentionSQL(st.col), string(st.status), now.Add(-minRet), int64(st.def), now, sweepBatch)
+				ids, err := batchRows(ctx, conn, b, pgx.RowTo[string])
 				if err != nil {
 					return err
 				}
@@ -223,15 +246,14 @@ ORDER BY t.ended_at LIMIT $5`, st.col)), string(st.status), now.Add(-minRet), in
 				}
 				// Only tasks still terminal in that status go: one that was
 				// deleted or replaced meanwhile is left alone.
-				tag, err := conn.Exec(ctx, s.q(`WITH d AS (DELETE FROM {s}.tasks t WHERE t.id = ANY($1) AND t.status = $2
-	RETURNING t.id, t.queue, 'deleted'::text AS status, t.version + 1 AS version, 'TaskDelete'::text AS kind, $3::timestamptz AS time),
-dh AS (DELETE FROM {s}.task_history_rows h USING d WHERE h.task_id = d.id),
-dl AS (DELETE FROM {s}.task_log l USING d WHERE l.task_id = d.id)`+s.eventsCTE("d")+`
-SELECT d.id FROM d WHERE (SELECT count(*) FROM nt) >= 0`), ids, string(st.status), now)
+				b = &pgx.Batch{}
+				b.Queue(sweepSetupSQL)
+				b.Queue(s.purgeSQL(), ids, string(st.status), now)
+				purged, err := batchRows(ctx, conn, b, pgx.RowTo[string])
 				if err != nil {
 					return err
 				}
-				rep.Purged += int(tag.RowsAffected())
+				rep.Purged += len(purged)
 				return nil
 			})
 			if err != nil {
@@ -243,4 +265,48 @@ SELECT d.id FROM d WHERE (SELECT count(*) FROM nt) >= 0`), ids, string(st.status
 		}
 	}
 	return nil
+}
+
+// retentionSQL reads the ids of the first $5 tasks of status $1 that ended
+// by $2 (now less the shortest retention in force) and whose queue's
+// retention for that status (col, or the default $3 in nanoseconds) has
+// passed at $4, oldest first, from tasks_ended. Task queues are in the C
+// collation and queue names in the default one: the comparison names the
+// latter so that queues_pkey can find each task's queue.
+func (s *Store) retentionSQL(col string) string {
+	return s.q(fmt.Sprintf(`SELECT t.id FROM {s}.tasks t LEFT JOIN {s}.queues q ON q.name = t.queue COLLATE "default"
+WHERE t.status = $1 AND t.ended_at IS NOT NULL AND t.ended_at <= $2
+	AND coalesce(q.%[1]s, $3) > 0 AND t.ended_at + (coalesce(q.%[1]s, $3) / 1000) * interval '1 microsecond' <= $4
+ORDER BY t.ended_at LIMIT $5`, col))
+}
+
+// purgeSQL deletes the tasks of ids ($1) still in status $2, with their
+// history and log rows, and answers the ids it deleted.
+func (s *Store) purgeSQL() string {
+	return s.q(`WITH d AS (DELETE FROM {s}.tasks t WHERE t.id = ANY($1) AND t.status = $2
+	RETURNING t.id, t.queue, 'deleted'::text AS status, t.version + 1 AS version, 'TaskDelete'::text AS kind, $3::timestamptz AS time),
+dh AS (DELETE FROM {s}.task_history_rows h USING d WHERE h.task_id = d.id),
+dl AS (DELETE FROM {s}.task_log l USING d WHERE l.task_id = d.id)` + s.eventsCTE("d") + `
+SELECT d.id FROM d WHERE (SELECT count(*) FROM nt) >= 0`)
+}
+
+// batchRows sends b, skips the results of all its statements but the
+// last, and collects the last one's rows with fn.
+func batchRows[T any](ctx context.Context, conn *pgx.Conn, b *pgx.Batch, fn pgx.RowToFunc[T]) ([]T, error) {
+	br := conn.SendBatch(ctx, b)
+	defer br.Close()
+	for range b.Len() - 1 {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	out, err := pgx.CollectRows(rows, fn)
+	if err != nil {
+		return nil, err
+	}
+	return out, br.Close()
 }
