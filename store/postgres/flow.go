@@ -357,6 +357,13 @@ func (s *Store) claimLimited(ctx context.Context, conn *pgx.Conn, queue string, 
 	return s.claimExclusive(ctx, conn, queue, want, worker, timeout)
 }
 
+// runningByKeySQL counts a queue's running tasks by concurrency key (”
+// for none), only when a count limit needs it.
+const runningByKeySQL = `SELECT coalesce(concurrency_key, ''), count(*) FROM {s}.tasks
+WHERE queue = $1 AND status = 'running' AND (SELECT q.max_running > 0 OR q.key_limit > 0
+	OR EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0) FROM {s}.queues q WHERE q.name = $1)
+GROUP BY 1`
+
 // claimExclusive claims up to want tasks of a flow-limited queue with
 // the gate held exclusively: counted per key, admitted exactly. It holds
 // the gate for as few round trips as it can, since every claim of the
@@ -372,16 +379,13 @@ func (s *Store) claimExclusive(ctx context.Context, conn *pgx.Conn, queue string
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, s.channel+"/flow/"+queue)
-	b.Queue(noSortSQL)
+	b.Queue(noSeqScanSQL)
 	b.Queue(s.q(`SELECT paused, max_running, key_limit, fair_by, fair_now, rate_per_second, rate_burst
 FROM {s}.queues WHERE name = $1`), queue)
 	b.Queue(s.q(`SELECT key, lim, weight FROM {s}.queue_keys WHERE queue = $1 AND (lim > 0 OR weight > 0)`), queue)
 	// Counted only when a count limit needs it (a fair or rate-limited
 	// queue may have none).
-	b.Queue(s.q(`SELECT coalesce(concurrency_key, ''), count(*) FROM {s}.tasks
-WHERE queue = $1 AND status = 'running' AND (SELECT q.max_running > 0 OR q.key_limit > 0
-	OR EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0) FROM {s}.queues q WHERE q.name = $1)
-GROUP BY 1`), queue)
+	b.Queue(s.q(runningByKeySQL), queue)
 	b.Queue(s.q(bucketSQL), queue, s.clockNow())
 	br := conn.SendBatch(ctx, b)
 	for range 3 {

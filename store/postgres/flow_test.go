@@ -529,7 +529,7 @@ func TestLimitedPickPlans(t *testing.T) {
 	}
 	// As the exclusive claim runs them (pgx prepares them: custom plans,
 	// then perhaps a generic one), and forced generic.
-	for _, setup := range []string{noSortSQL, noSortSQL + ", set_config('plan_cache_mode', 'force_generic_plan', true)"} {
+	for _, setup := range []string{noSeqScanSQL, noSeqScanSQL + ", set_config('plan_cache_mode', 'force_generic_plan', true)"} {
 		p := genericPlan(t, s, setup, s.pastHeadSQL(), `'q', 1, now(), 'x', '{"big":0}', 5`)
 		if strings.Count(p, "Scan using tasks_key_ready") != 3 || strings.Contains(p, "tasks_claim") || strings.Contains(p, "Seq Scan on tasks") ||
 			!strings.Contains(p, "(priority < ") || !strings.Contains(p, "(ROW(ready_at, id) > ROW(") {

@@ -62,8 +62,13 @@ const noSortSQL = "SELECT set_config('enable_sort', 'off', true), set_config('ji
 // are read, and with hash and merge joins off the tasks a statement
 // changes are found by primary key, one probe each (a bounded batch: at
 // most sweepBatch), never by a scan of the whole primary key.
-const sweepSetupSQL = noSortSQL + ", set_config('enable_seqscan', 'off', true), " +
-	"set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)"
+const sweepSetupSQL = noSeqScanSQL + ", set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)"
+
+// noSeqScanSQL is noSortSQL with sequential scans off, for the exclusive
+// claim's transaction (flow.go): its count of a queue's running tasks by
+// key, planned on a drained table, would otherwise read the whole table
+// at every claim instead of tasks_running.
+const noSeqScanSQL = noSortSQL + ", set_config('enable_seqscan', 'off', true)"
 
 // sweepCandidatesSQL reads the first $2 tasks matching cond in order.
 func (s *Store) sweepCandidatesSQL(cond, order string) string {
