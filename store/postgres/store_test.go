@@ -461,7 +461,8 @@ func TestClaimPlanWithStaleStatistics(t *testing.T) {
 // TestMonitorPlansOnADrainedTable checks the plans of the monitor's reads
 // of the task table made while it is empty, as after a queue drained and
 // VACUUM truncated it: the monitor runs them several times a second, so
-// such a plan gets cached and is kept when the next backlog arrives. A
+// such a plan gets cached and is kept when the next backlog arrives, until
+// autovacuum analyzes the table again (up to a minute or more). A
 // sequential scan costs nothing on an empty table; kept for a backlog of
 // 200,000 tasks, each read took 20–40 ms, about a quarter of the
 // database's CPU during the burn-down. Planned after sweepSetupSQL, each
