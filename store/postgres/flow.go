@@ -226,11 +226,18 @@ SELECT v, counted, set_config('norn.flow_shared', v, true), ` + claimSetupGUCs +
 const bumpSlotSQL = `INSERT INTO {s}.queue_flow_slots AS f (queue, slot, admitted) VALUES ($1, 0, $2)
 ON CONFLICT (queue, slot) DO UPDATE SET admitted = f.admitted + EXCLUDED.admitted`
 
+// verdictGUCs plan the verdict, whose count of the queue's running tasks
+// must read tasks_running even with a plan made while the task table was
+// empty (a drained queue after VACUUM: a sequential scan of the whole
+// table, cached and kept as the next backlog arrives).
+const verdictGUCs = "set_config('enable_seqscan', 'off', true)"
+
 // sharedLockSQL takes the gate in shared mode, then a free slot, or waits
 // for one (the gate first: an exclusive claim waiting for the gate then
 // waits for this claim, never the other way round), and notes the slot in
-// norn.flow_slot for the verdict.
-const sharedLockSQL = `SELECT CASE WHEN pg_advisory_xact_lock_shared(hashtextextended($1, 0)) IS NULL THEN NULL ELSE set_config('norn.flow_slot', coalesce(
+// norn.flow_slot for the verdict. It also turns sequential scans off for
+// the verdict (verdictGUCs).
+const sharedLockSQL = `SELECT ` + verdictGUCs + `, CASE WHEN pg_advisory_xact_lock_shared(hashtextextended($1, 0)) IS NULL THEN NULL ELSE set_config('norn.flow_slot', coalesce(
 	(SELECT s FROM generate_series(0, $3 - 1) s WHERE pg_try_advisory_xact_lock(hashtext($2), s) LIMIT 1),
 	(SELECT CASE WHEN pg_advisory_xact_lock(hashtext($2), pg_backend_pid() % $3) IS NULL THEN NULL ELSE pg_backend_pid() % $3 END))::text, true) END`
 

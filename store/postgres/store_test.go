@@ -458,7 +458,7 @@ func TestClaimPlanWithStaleStatistics(t *testing.T) {
 	}
 }
 
-// TestMonitorPlansOnADrainedTable checks the plans of the monitor's reads
+// TestPlansOnADrainedTable checks the plans of the monitor's reads
 // of the task table made while it is empty, as after a queue drained and
 // VACUUM truncated it: the monitor runs them several times a second, so
 // such a plan gets cached and is kept when the next backlog arrives, until
@@ -466,9 +466,11 @@ func TestClaimPlanWithStaleStatistics(t *testing.T) {
 // sequential scan costs nothing on an empty table; kept for a backlog of
 // 200,000 tasks, each read took 20–40 ms, about a quarter of the
 // database's CPU during the burn-down. Planned after sweepSetupSQL, each
-// must read its index, and join by key. The exclusive claim's count of
-// running tasks by key, run at every such claim, is checked the same way.
-func TestMonitorPlansOnADrainedTable(t *testing.T) {
+// must read its index, and join by key. The flow paths' counts of running
+// tasks (the shared and keyed claims' verdict, the exclusive claim's count
+// by key, FlowStats for the metrics) are periodic too, and checked the
+// same way.
+func TestPlansOnADrainedTable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := openTest(t, nil, func(c *Config) { c.DisableMonitor = true })
@@ -495,13 +497,18 @@ func TestMonitorPlansOnADrainedTable(t *testing.T) {
 		// The running tasks are all of tasks_running: reading it whole is
 		// the point.
 		{"exclusive claim's running count", noSeqScanSQL, s.q(runningByKeySQL), "'q'", "tasks_running"},
+		{"flow verdict", "SELECT " + verdictGUCs, s.q(sharedVerdictSQL), "'q', 100, false, 100", "tasks_running"},
+		{"flow stats", noSeqScanSQL, s.q(flowStatsSQL), "", "tasks_running"},
 	} {
 		p := genericPlan(t, s, c.setup+generic, c.sql, c.args)
-		if strings.Contains(p, "Seq Scan on tasks") || strings.Contains(p, "Seq Scan on queues") || !strings.Contains(p, "using "+c.index+" on tasks") {
+		if strings.Contains(p, "Seq Scan on tasks") || !strings.Contains(p, "using "+c.index+" on tasks") {
 			t.Errorf("%s: planned on an empty table, the plan does not read %s:\n%s", c.name, c.index, p)
 		}
 		if c.setup == sweepSetupSQL {
 			checkBatchPlan(t, c.name, p)
+		}
+		if c.name == "retention" && !strings.Contains(p, "using queues_pkey") {
+			t.Errorf("retention: each task's queue is not found by queues_pkey:\n%s", p)
 		}
 	}
 }
@@ -609,7 +616,11 @@ func genericPlan(t *testing.T, s *Store, setup, sql, args string) string {
 				return err
 			}
 			defer tx.Conn().Deallocate(ctx, "generic_plan")
-			rows, err := tx.Query(ctx, "EXPLAIN EXECUTE generic_plan("+args+")")
+			exec := "EXPLAIN EXECUTE generic_plan"
+			if args != "" {
+				exec += "(" + args + ")"
+			}
+			rows, err := tx.Query(ctx, exec)
 			if err != nil {
 				return err
 			}
