@@ -364,8 +364,8 @@ func (s *Store) claimLimited(ctx context.Context, conn *pgx.Conn, queue string, 
 	return s.claimExclusive(ctx, conn, queue, want, worker, timeout)
 }
 
-// runningByKeySQL counts a queue's running tasks by concurrency key (”
-// for none), only when a count limit needs it.
+// runningByKeySQL counts a queue's running tasks by concurrency key (the
+// empty string for none), only when a count limit needs it.
 const runningByKeySQL = `SELECT coalesce(concurrency_key, ''), count(*) FROM {s}.tasks
 WHERE queue = $1 AND status = 'running' AND (SELECT q.max_running > 0 OR q.key_limit > 0
 	OR EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0) FROM {s}.queues q WHERE q.name = $1)
