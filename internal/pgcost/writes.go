@@ -43,7 +43,8 @@ var writePatterns = []string{"rows", "ready", "lease"}
 // migrated Norn schema) and the pattern's other tables, and fill (if not
 // nil) is called around the statements that fill them with n ready tasks,
 // which it must run (what a submit of n tasks writes under the pattern).
-func writesTable(ctx context.Context, c *pgx.Conn, schema, like, pattern string, n, fillfactor int, fill func(func() error) error) error {
+// Each task's spec is specBytes long (a JSON object; 2 is "{}").
+func writesTable(ctx context.Context, c *pgx.Conn, schema, like, pattern string, n, fillfactor, specBytes int, fill func(func() error) error) error {
 	s, l := pgx.Identifier{schema}.Sanitize(), pgx.Identifier{like}.Sanitize()
 	idx := ""
 	if pattern == "rows" {
@@ -55,7 +56,7 @@ func writesTable(ctx context.Context, c *pgx.Conn, schema, like, pattern string,
 	}
 	// The ready patterns' submit writes the ready row in the same statement.
 	insert := `INSERT INTO ` + s + `.t (id, queue, spec, priority, status, labels, created, updated, run_at, ready_at, timeout_ns)
-		SELECT gen_random_uuid()::text, 'q', '\x7b7d'::bytea, 0, 'ready', '{"a":"b"}'::jsonb, now(), now(), now(),
+		SELECT gen_random_uuid()::text, 'q', ` + writesSpec(specBytes) + `, 0, 'ready', '{"a":"b"}'::jsonb, now(), now(), now(),
 			now() + i * interval '1 microsecond', 10000000000 FROM generate_series(1, ` + strconv.Itoa(n) + `) i`
 	after := []string{`VACUUM ANALYZE ` + s + `.t`}
 	if pattern != "rows" {
@@ -87,6 +88,14 @@ func writesTable(ctx context.Context, c *pgx.Conn, schema, like, pattern string,
 		return err
 	}
 	return exec(after...)
+}
+
+// writesSpec is the SQL of a spec of n bytes: {} or {"x":"aa…"}.
+func writesSpec(n int) string {
+	if n < 9 {
+		return `'\x7b7d'::bytea`
+	}
+	return `convert_to('{"x":"' || repeat('a', ` + strconv.Itoa(n-8) + `) || '"}', 'UTF8')`
 }
 
 // writesSQL returns the pattern's claim ($1 how many, $2 worker; it returns
@@ -177,7 +186,7 @@ func writesBurn(ctx context.Context, pool *pgxpool.Pool, schema, pattern string,
 
 // runWrites is the -writes mode: each pattern in turn on a fresh table in
 // the schema norn_writes, reported as one line per pattern.
-func runWrites(ctx context.Context, url string, pm int, patterns []string, n, workers, claim, fillfactor int) {
+func runWrites(ctx context.Context, url string, pm int, patterns []string, n, workers, claim, fillfactor, specBytes int) {
 	const schema, like = "norn_writes", "norn"
 	c, err := pgx.Connect(ctx, url)
 	must(err)
@@ -191,7 +200,7 @@ func runWrites(ctx context.Context, url string, pm int, patterns []string, n, wo
 		_, err = c.Exec(ctx, `CHECKPOINT`)
 		must(err)
 		var a, b snap
-		must(writesTable(ctx, c, schema, like, p, n, fillfactor, func(fill func() error) error {
+		must(writesTable(ctx, c, schema, like, p, n, fillfactor, specBytes, func(fill func() error) error {
 			stats(ctx, c, &a)
 			a0 := take(ctx, c, pm)
 			a.db, a.cl, a.lsn, a.t = a0.db, a0.cl, a0.lsn, a0.t
@@ -202,7 +211,7 @@ func runWrites(ctx context.Context, url string, pm int, patterns []string, n, wo
 			stats(ctx, c, &b)
 			return nil
 		}))
-		report("writes-"+p+"-submit", a, b, n, map[string]any{"fillfactor": fillfactor})
+		report("writes-"+p+"-submit", a, b, n, map[string]any{"fillfactor": fillfactor, "spec": specBytes})
 		_, err = c.Exec(ctx, `CHECKPOINT`)
 		must(err)
 		a = snap{}
@@ -216,7 +225,7 @@ func runWrites(ctx context.Context, url string, pm int, patterns []string, n, wo
 		var hot, upd float64
 		must(c.QueryRow(ctx, `SELECT n_tup_hot_upd, n_tup_upd FROM pg_stat_user_tables WHERE relid = $1::regclass`,
 			pgx.Identifier{schema, "t"}.Sanitize()).Scan(&hot, &upd))
-		report("writes-"+p, a, b, int(done), map[string]any{"fillfactor": fillfactor, "hot_share": round2(hot / max(upd, 1))})
+		report("writes-"+p, a, b, int(done), map[string]any{"fillfactor": fillfactor, "spec": specBytes, "hot_share": round2(hot / max(upd, 1))})
 	}
 	_, _ = c.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
 }

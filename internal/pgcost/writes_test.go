@@ -31,7 +31,7 @@ func TestWritePatterns(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close(ctx)
-			if err := writesTable(ctx, c, schema, schema, p, n, 70, nil); err != nil {
+			if err := writesTable(ctx, c, schema, schema, p, n, 70, 200, nil); err != nil {
 				t.Fatal(err)
 			}
 			pool, err := pgxpool.New(ctx, url)
