@@ -256,15 +256,11 @@ func (m *monitor) nextDue(ctx context.Context) time.Duration {
 		b := &pgx.Batch{}
 		b.Queue(sweepSetupSQL)
 		b.Queue(s.q(nextDueSQL), wait.Microseconds())
-		br := conn.SendBatch(ctx, b)
-		defer br.Close()
-		if _, err := br.Exec(); err != nil {
-			return err
+		ds, err := batchRows(ctx, conn, b, pgx.RowTo[*float64])
+		if len(ds) == 1 {
+			d = ds[0]
 		}
-		if err := br.QueryRow().Scan(&d); err != nil {
-			return err
-		}
-		return br.Close()
+		return err
 	})
 	if err != nil || d == nil {
 		return wait

@@ -327,6 +327,27 @@ func (s *Store) withConn(ctx context.Context, f func(conn *pgx.Conn) error) erro
 	}
 }
 
+// batchRows sends b, skips the results of all its statements but the
+// last, and collects the last one's rows with fn.
+func batchRows[T any](ctx context.Context, conn *pgx.Conn, b *pgx.Batch, fn pgx.RowToFunc[T]) ([]T, error) {
+	br := conn.SendBatch(ctx, b)
+	defer br.Close()
+	for range b.Len() - 1 {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	out, err := pgx.CollectRows(rows, fn)
+	if err != nil {
+		return nil, err
+	}
+	return out, br.Close()
+}
+
 // withTx runs f in a transaction on a pooled connection (retried as withConn).
 func (s *Store) withTx(ctx context.Context, f func(tx pgx.Tx) error) error {
 	return s.withConn(ctx, func(conn *pgx.Conn) error {

@@ -295,24 +295,3 @@ dh AS (DELETE FROM {s}.task_history_rows h USING d WHERE h.task_id = d.id),
 dl AS (DELETE FROM {s}.task_log l USING d WHERE l.task_id = d.id)` + s.eventsCTE("d") + `
 SELECT d.id FROM d WHERE (SELECT count(*) FROM nt) >= 0`)
 }
-
-// batchRows sends b, skips the results of all its statements but the
-// last, and collects the last one's rows with fn.
-func batchRows[T any](ctx context.Context, conn *pgx.Conn, b *pgx.Batch, fn pgx.RowToFunc[T]) ([]T, error) {
-	br := conn.SendBatch(ctx, b)
-	defer br.Close()
-	for range b.Len() - 1 {
-		if _, err := br.Exec(); err != nil {
-			return nil, err
-		}
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	out, err := pgx.CollectRows(rows, fn)
-	if err != nil {
-		return nil, err
-	}
-	return out, br.Close()
-}
