@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/nornq/norn/internal/gcfloor"
 )
 
 // Globals are the flags every client-side subcommand shares.
@@ -73,6 +75,7 @@ func NewRoot() *cobra.Command {
 func Main(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer gcfloor.FromEnv()()
 	root := NewRoot()
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {

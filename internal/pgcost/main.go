@@ -38,6 +38,7 @@ import (
 
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/internal/bench"
+	"github.com/nornq/norn/internal/gcfloor"
 	"github.com/nornq/norn/store/postgres"
 )
 
@@ -143,6 +144,7 @@ func must(err error) {
 }
 
 func main() {
+	defer gcfloor.FromEnv()() // as the norn binary runs
 	url := flag.String("url", "", "")
 	n := flag.Int("n", 50000, "")
 	pm := flag.Int("pm", 0, "postmaster pid")
