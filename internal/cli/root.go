@@ -75,7 +75,7 @@ func NewRoot() *cobra.Command {
 func Main(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	defer gcfloor.FromEnv()()
+	gcfloor.FromEnv()
 	root := NewRoot()
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {

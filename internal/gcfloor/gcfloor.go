@@ -31,15 +31,21 @@ import (
 // small next to a server's other memory.
 const Default = 32 << 20
 
-// FromEnv starts the Default floor unless the environment already tunes
-// the collector (GOGC or GOMEMLIMIT set): an operator's explicit choice
-// wins, and GOGC=100 restores Go's own behaviour.
-func FromEnv() (stop func()) {
-	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
-		return func() {}
-	}
-	return Start(Default)
+// FromEnv starts the Default floor for the rest of the process, unless
+// the environment already tunes the collector (GOGC or GOMEMLIMIT set): an
+// operator's explicit choice wins, and GOGC=100 restores Go's own
+// behaviour. Calls after the first do nothing (tests run the command line's
+// entry point many times in one process).
+func FromEnv() {
+	fromEnv.Do(func() {
+		if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+			return
+		}
+		Start(Default)
+	})
 }
+
+var fromEnv sync.Once
 
 // maxPercent bounds the GOGC value the floor may set: between a collection
 // and the finalizer that re-tunes after it, the goal is the new live heap

@@ -1,9 +1,13 @@
 package gcfloor
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"strings"
 	"testing"
 	"time"
 )
@@ -76,4 +80,51 @@ func TestStartLeavesGOGCOffAlone(t *testing.T) {
 	if got := debug.SetGCPercent(-1); got != -1 {
 		t.Fatalf("GOGC = %d after Start with the collector off, want -1 (off)", got)
 	}
+}
+
+// TestFromEnv runs this test binary again as a child that calls FromEnv,
+// collects and prints the GOGC value it ends with: the floor raises it
+// unless GOGC or GOMEMLIMIT is in the environment.
+func TestFromEnv(t *testing.T) {
+	if os.Getenv("GCFLOOR_CHILD") == "1" {
+		FromEnv()
+		FromEnv() // a second call does nothing
+		for i := 0; i < 50 && gogc() == 100; i++ {
+			runtime.GC()
+			time.Sleep(time.Millisecond)
+		}
+		fmt.Println("gogc", gogc())
+		return
+	}
+	for _, c := range []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"raised without settings", nil, fmt.Sprint("gogc ", maxPercent)},
+		{"GOGC set wins", []string{"GOGC=100"}, "gogc 100"},
+		{"GOMEMLIMIT set wins", []string{"GOMEMLIMIT=1GiB"}, "gogc 100"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestFromEnv$", "-test.count=1")
+			cmd.Env = append(withoutGC(os.Environ()), append([]string{"GCFLOOR_CHILD=1"}, c.env...)...)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("child: %v\n%s", err, out)
+			}
+			if !strings.Contains(string(out), c.want+"\n") {
+				t.Fatalf("child printed %q, want a line %q", out, c.want)
+			}
+		})
+	}
+}
+
+func withoutGC(env []string) []string {
+	var out []string
+	for _, e := range env {
+		if !strings.HasPrefix(e, "GOGC=") && !strings.HasPrefix(e, "GOMEMLIMIT=") {
+			out = append(out, e)
+		}
+	}
+	return out
 }

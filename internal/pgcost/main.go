@@ -144,7 +144,7 @@ func must(err error) {
 }
 
 func main() {
-	defer gcfloor.FromEnv()() // as the norn binary runs
+	gcfloor.FromEnv() // as the norn binary runs
 	url := flag.String("url", "", "")
 	n := flag.Int("n", 50000, "")
 	pm := flag.Int("pm", 0, "postmaster pid")
