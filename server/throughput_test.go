@@ -154,7 +154,7 @@ func TestThroughputQueueLimit(t *testing.T) {
 // The documented memory bound rests on the bucket size.
 func TestThroughputBucketSize(t *testing.T) {
 	if n := unsafe.Sizeof(bucket{}); n != 16 {
-		t.Fatalf("bucket is %d bytes; update the bound in throughput.go and docs/operations.md", n)
+		t.Fatalf("bucket is %d bytes; update the bound in throughput.go and docs/api.md (throughput history)", n)
 	}
 }
 
