@@ -73,9 +73,10 @@ func Percent(live, floor uint64, base int) int {
 	return int(p)
 }
 
-// Start keeps the heap goal at floor bytes or above until the returned
-// function is called, which puts back base as the GOGC value. It changes a
-// process-wide setting: call it from a main package, once.
+// Start raises the heap goal to floor bytes (within maxPercent) while the
+// live heap is below half of it, until the returned function is called,
+// which puts GOGC's value back. It changes a process-wide setting: call it
+// from a main package, once.
 func Start(floor uint64) (stop func()) {
 	g := []metrics.Sample{{Name: "/gc/gogc:percent"}}
 	metrics.Read(g)
