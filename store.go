@@ -532,7 +532,7 @@ const (
 	EventLagged EventKind = "Lagged"
 )
 
-// Event is a task state change.
+// Event is a task state change, or (Count above 0) several of them.
 type Event struct {
 	Kind    EventKind `json:"kind"`
 	TaskID  string    `json:"task_id,omitempty"`
@@ -540,12 +540,43 @@ type Event struct {
 	Status  Status    `json:"status,omitempty"`
 	Version uint64    `json:"version,omitempty"`
 	Time    time.Time `json:"time"`
+	// Count, when above 0, makes this a counted event: Count tasks of
+	// Queue changed by Kind into Status in one write, by Time at the
+	// latest; TaskID and Version are empty. Only a subscription with
+	// EventFilter.Counts receives counted events.
+	Count int `json:"count,omitempty"`
 }
+
+// Tasks is how many task changes e stands for: Count for a counted event,
+// 0 for EventLagged, 1 otherwise.
+func (e Event) Tasks() int {
+	switch {
+	case e.Kind == EventLagged:
+		return 0
+	case e.Count > 0:
+		return e.Count
+	}
+	return 1
+}
+
+// CountedKinds are the event kinds a store may deliver as counted events
+// to a subscription with EventFilter.Counts: the three that every task
+// goes through, one event per task, at the rate tasks are worked.
+var CountedKinds = []EventKind{EventSubmitted, EventKind(TaskAssignment), EventKind(TaskComplete)}
 
 // EventFilter selects events; empty fields match all.
 type EventFilter struct {
 	Queues []string `json:"queues,omitempty"`
 	TaskID string   `json:"task_id,omitempty"`
+	// Counts says the subscriber only counts submissions, assignments and
+	// completions (CountedKinds), so a store may deliver them as counted
+	// events (Event.Count) instead of one per task; every other kind
+	// still comes one event per task. The Postgres store then sends those
+	// three kinds between nodes as one line per queue and write instead of
+	// one per task, as long as no node has a subscriber without Counts.
+	// A filter with TaskID set gets no counted events (they name no task).
+	// Default false: one event per task.
+	Counts bool `json:"counts,omitempty"`
 }
 
 // Match reports whether e passes the filter (lagged events always pass).
@@ -554,6 +585,9 @@ func (f EventFilter) Match(e Event) bool {
 		return true
 	}
 	if f.TaskID != "" && e.TaskID != f.TaskID {
+		return false
+	}
+	if e.Count > 0 && !f.Counts {
 		return false
 	}
 	if len(f.Queues) > 0 && !slices.Contains(f.Queues, e.Queue) {

@@ -195,7 +195,8 @@ func (m *metrics) observeEvent(e norn.Event) {
 // resubscribing after a failure.
 func (m *metrics) followEvents(ctx context.Context, store norn.Store, log *slog.Logger) {
 	for ctx.Err() == nil {
-		stream, err := store.Subscribe(ctx, norn.EventFilter{})
+		// Counts: observeEvent reads none of the counted kinds.
+		stream, err := store.Subscribe(ctx, norn.EventFilter{Counts: true})
 		if err == nil {
 			for stream.Next() {
 				m.observeEvent(stream.Item())

@@ -85,7 +85,9 @@ func New(cfg Config) (*Server, error) {
 	// The history counts from here: subscribing now, not in Run, means an
 	// event stored after New returns is counted.
 	s.tp = newThroughput(time.Now)
-	sub, err := cfg.Store.Subscribe(s.drainCtx, norn.EventFilter{})
+	// Counts: the history only counts, so on Postgres the busiest kinds
+	// travel between nodes as one line per queue and write.
+	sub, err := cfg.Store.Subscribe(s.drainCtx, norn.EventFilter{Counts: true})
 	if err != nil {
 		cfg.Logger.Warn("throughput history: event subscription failed; retrying in the background", slog.Any("error", err))
 		sub = nil

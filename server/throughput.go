@@ -69,7 +69,7 @@ type ring struct {
 	last uint32 // latest minute counted
 }
 
-func (r *ring) add(minute uint32, series int) {
+func (r *ring) add(minute uint32, series int, n int) {
 	slot := &r.b[minute%uint32(throughputMinutes)]
 	if slot.minute != minute {
 		if slot.minute > minute {
@@ -77,9 +77,7 @@ func (r *ring) add(minute uint32, series int) {
 		}
 		*slot = bucket{minute: minute}
 	}
-	if slot.n[series] < ^uint32(0) {
-		slot.n[series]++
-	}
+	slot.n[series] = uint32(min(uint64(slot.n[series])+uint64(n), uint64(^uint32(0))))
 	if minute > r.last {
 		r.last = minute
 	}
@@ -131,7 +129,8 @@ func (tp *throughput) observe(e norn.Event) {
 	m := unixMinute(at)
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
-	tp.total.add(m, s)
+	n := e.Tasks()
+	tp.total.add(m, s, n)
 	r := tp.queues[e.Queue]
 	if r == nil {
 		r = tp.claimRing(m)
@@ -140,7 +139,7 @@ func (tp *throughput) observe(e norn.Event) {
 		}
 		tp.queues[e.Queue] = r
 	}
-	r.add(m, s)
+	r.add(m, s, n)
 }
 
 // claimRing returns a fresh ring, or one given up by a queue idle for the
@@ -204,7 +203,7 @@ func (tp *throughput) follow(ctx context.Context, store norn.Store, sub norn.Eve
 	for ctx.Err() == nil {
 		var err error
 		if sub == nil {
-			sub, err = store.Subscribe(ctx, norn.EventFilter{})
+			sub, err = store.Subscribe(ctx, norn.EventFilter{Counts: true})
 		}
 		if err == nil {
 			for sub.Next() {

@@ -38,6 +38,10 @@ func TestThroughputCountsPerMinuteAndQueue(t *testing.T) {
 	tp.observe(ev(norn.EventProgress, "a", t0)) // not drawn
 	tp.observe(ev(norn.EventUpdated, "a", t0))  // not drawn
 	tp.observe(ev(norn.EventDeleted, "a", t0))  // not drawn
+	// A counted event adds its count (a Postgres subscription with Counts).
+	counted := ev(norn.EventKind(norn.TaskComplete), "b", t0)
+	counted.TaskID, counted.Count = "", 4
+	tp.observe(counted)
 	clk.t = t0.Add(2 * time.Minute)
 	tp.observe(ev(norn.EventKind(norn.TaskRetry), "a", clk.t))
 	tp.observe(ev(norn.EventKind(norn.TaskTimeout), "a", clk.t))
@@ -49,10 +53,10 @@ func TestThroughputCountsPerMinuteAndQueue(t *testing.T) {
 		queues []string
 		want   map[time.Time][3]int64
 	}{
-		{nil, map[time.Time][3]int64{m0: {2, 1, 0}, m2: {0, 0, 3}}},
+		{nil, map[time.Time][3]int64{m0: {2, 5, 0}, m2: {0, 0, 3}}},
 		{[]string{"a"}, map[time.Time][3]int64{m0: {1, 1, 0}, m2: {0, 0, 2}}},
-		{[]string{"b"}, map[time.Time][3]int64{m0: {1, 0, 0}, m2: {0, 0, 1}}},
-		{[]string{"a", "b"}, map[time.Time][3]int64{m0: {2, 1, 0}, m2: {0, 0, 3}}},
+		{[]string{"b"}, map[time.Time][3]int64{m0: {1, 4, 0}, m2: {0, 0, 1}}},
+		{[]string{"a", "b"}, map[time.Time][3]int64{m0: {2, 5, 0}, m2: {0, 0, 3}}},
 		{[]string{"none"}, map[time.Time][3]int64{}},
 	} {
 		h := tp.history(tc.queues, time.Time{})

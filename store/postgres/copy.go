@@ -143,26 +143,30 @@ func (s *Store) copyRows(ctx context.Context, q querier, rows io.Reader) error {
 // the heap a page at a time with one WAL record per page instead of one per
 // row, and no statement is evaluated per row. It serves batches whose ids
 // were all generated (UUIDv7: no duplicates to look for) and that have no
-// dependencies; eventsOn says whether some node subscribes to events.
-func (s *Store) copyIn(ctx context.Context, q querier, recs []*rec, now time.Time, eventsOn bool) error {
+// dependencies; events is what the nodes' subscribers ask for.
+func (s *Store) copyIn(ctx context.Context, q querier, recs []*rec, now time.Time, events eventLevel) error {
 	rows := io.MultiReader(bytes.NewReader(copyHeader), bytes.NewReader(appendCopyRows(nil, recs, now)),
 		bytes.NewReader(copyTrailer))
 	if err := s.copyRows(ctx, q, rows); err != nil {
 		return err
 	}
-	return s.notifySubmitted(ctx, q, recs, eventsOn)
+	return s.notifySubmitted(ctx, q, recs, events)
 }
 
 // notifySubmitted tells the other nodes about tasks just written by COPY,
-// which cannot notify: their TaskSubmit events when eventsOn, otherwise
-// the wake-up words. Outside a transaction the rows are committed already:
-// a failure to notify then only delays claimers on other nodes until their
+// which cannot notify: their TaskSubmit events (one line per task, or per
+// queue and status when every subscriber only counts), otherwise the
+// wake-up words. Outside a transaction the rows are committed already: a
+// failure to notify then only delays claimers on other nodes until their
 // next poll, and must not report the stored tasks as not stored.
-func (s *Store) notifySubmitted(ctx context.Context, q querier, recs []*rec, eventsOn bool) error {
+func (s *Store) notifySubmitted(ctx context.Context, q querier, recs []*rec, events eventLevel) error {
 	var payloads []string
-	if eventsOn {
+	switch events {
+	case eventsAll:
 		payloads = submitEvents(recs)
-	} else {
+	case eventsCounted:
+		payloads = submitCounts(recs)
+	default:
 		ready, sched := false, false
 		for _, r := range recs {
 			ready = ready || (r != nil && r.Status == norn.StatusReady)
@@ -188,27 +192,65 @@ func (s *Store) notifySubmitted(ctx context.Context, q querier, recs []*rec, eve
 // submitEvents formats TaskSubmit events as the listener reads them, in
 // payloads of at most 20 lines (NOTIFY payloads must stay under 8000 bytes).
 func submitEvents(recs []*rec) []string {
-	var out []string
-	var b strings.Builder
-	lines := 0
+	var lines []string
+	for _, r := range recs {
+		if r != nil {
+			lines = append(lines, eventLine(norn.EventSubmitted, r.ID, r.Queue, r.Status, 1, r.Created))
+		}
+	}
+	return eventPayloads(lines)
+}
+
+// submitCounts formats recs as counted TaskSubmit events: one line per
+// queue and status, in the order they first appear.
+func submitCounts(recs []*rec) []string {
+	type group struct {
+		queue  string
+		status norn.Status
+	}
+	type tally struct {
+		n    uint64
+		last time.Time
+	}
+	var order []group
+	counts := map[group]*tally{}
 	for _, r := range recs {
 		if r == nil {
 			continue
 		}
-		if lines == 20 {
-			out = append(out, b.String())
-			b.Reset()
-			lines = 0
+		g := group{r.Queue, r.Status}
+		c := counts[g]
+		if c == nil {
+			c = &tally{}
+			counts[g] = c
+			order = append(order, g)
 		}
-		if lines > 0 {
-			b.WriteByte('\n')
+		c.n++
+		if r.Created.After(c.last) {
+			c.last = r.Created
 		}
-		b.WriteString(string(norn.EventSubmitted) + "\t" + r.ID + "\t" + r.Queue + "\t" + string(r.Status) + "\t1\t" +
-			strconv.FormatInt(r.Created.UnixMicro(), 10))
-		lines++
 	}
-	if lines > 0 {
-		out = append(out, b.String())
+	lines := make([]string, len(order))
+	for i, g := range order {
+		lines[i] = eventLine(norn.EventSubmitted, "", g.queue, g.status, counts[g].n, counts[g].last)
+	}
+	return eventPayloads(lines)
+}
+
+// eventLine is one line of an event payload as dispatch reads it; an empty
+// id makes it a counted event, version its count.
+func eventLine(kind norn.EventKind, id, queue string, status norn.Status, version uint64, at time.Time) string {
+	return string(kind) + "\t" + id + "\t" + queue + "\t" + string(status) + "\t" +
+		strconv.FormatUint(version, 10) + "\t" + strconv.FormatInt(at.UnixMicro(), 10)
+}
+
+// eventPayloads joins lines into payloads of at most 20 lines each.
+func eventPayloads(lines []string) []string {
+	var out []string
+	for len(lines) > 0 {
+		n := min(len(lines), 20)
+		out = append(out, strings.Join(lines[:n], "\n"))
+		lines = lines[n:]
 	}
 	return out
 }

@@ -3,7 +3,9 @@ package postgres
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,10 +14,42 @@ import (
 	"github.com/nornq/norn"
 )
 
+// eventLevel is what the live subscribers of all nodes ask writers to
+// publish (event_subscribers).
+type eventLevel int
+
+const (
+	// eventsOff: no node subscribes; writers send wake-up words only.
+	eventsOff eventLevel = iota
+	// eventsCounted: every live subscriber only counts; writers send the
+	// counted kinds as one line per kind, queue and status.
+	eventsCounted
+	// eventsAll: some node wants every event; one line per task.
+	eventsAll
+)
+
+// eventLevelSQL reads the eventLevel from event_subscribers, as a column
+// named level (one row).
+const eventLevelSQL = `SELECT CASE WHEN bool_or(NOT counts_only) THEN 2 WHEN count(*) > 0 THEN 1 ELSE 0 END AS level
+	FROM {s}.event_subscribers WHERE until > clock_timestamp()`
+
+// countedKindsSQL is norn.CountedKinds as an SQL list.
+var countedKindsSQL = func() string {
+	q := make([]string, len(norn.CountedKinds))
+	for i, k := range norn.CountedKinds {
+		q[i] = "'" + string(k) + "'"
+	}
+	return "(" + strings.Join(q, ", ") + ")"
+}()
+
+// isCounted reports whether k is one of norn.CountedKinds.
+func isCounted(k norn.EventKind) bool { return slices.Contains(norn.CountedKinds, k) }
+
 // subscribers fans events out to local Subscribe streams.
 type subscribers struct {
 	mu   sync.Mutex
 	subs map[*eventStream]struct{}
+	seq  uint64 // the last stream's token
 }
 
 func newSubscribers() *subscribers { return &subscribers{subs: map[*eventStream]struct{}{}} }
@@ -24,10 +58,43 @@ func (ss *subscribers) publish(ev norn.Event) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for st := range ss.subs {
-		if st.filter.Match(ev) {
+		switch {
+		case st.filter.Match(ev):
 			st.push(ev)
+		case ev.Count > 0 && st.announced && !st.filter.Counts && (len(st.filter.Queues) == 0 || slices.Contains(st.filter.Queues, ev.Queue)):
+			// A write that read the level before this stream's announcement
+			// committed after it: the stream misses those tasks' own events.
+			st.lag()
 		}
 	}
+}
+
+// announced marks the stream with this token as announced: the listener
+// read the marker its announcement sent. Notifications arrive in commit
+// order, so counted lines before the marker come from writes committed
+// before the announcement (the stream does not need them), and those
+// after it from writes that missed it.
+func (ss *subscribers) announced(token uint64) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for st := range ss.subs {
+		if st.token == token {
+			st.announced = true
+		}
+	}
+}
+
+// countsOnly reports whether every local stream only counts (and there is
+// at least one), which this node announces as counts_only.
+func (ss *subscribers) countsOnly() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for st := range ss.subs {
+		if !st.filter.Counts {
+			return false
+		}
+	}
+	return len(ss.subs) > 0
 }
 
 func (ss *subscribers) lagAll() {
@@ -60,13 +127,17 @@ const subscriberBuffer = 4096
 type eventStream struct {
 	ss     *subscribers
 	filter norn.EventFilter
-	ctx    context.Context
-	ch     chan norn.Event
-	mu     sync.Mutex
-	lagged bool
-	done   chan struct{}
-	once   sync.Once
-	item   norn.Event
+	// token names the stream in its announcement's marker; announced is
+	// set when the listener reads that marker (both under ss.mu).
+	token     uint64
+	announced bool
+	ctx       context.Context
+	ch        chan norn.Event
+	mu        sync.Mutex
+	lagged    bool
+	done      chan struct{}
+	once      sync.Once
+	item      norn.Event
 }
 
 // push never blocks the listener: a full buffer turns into a lag marker.
@@ -132,15 +203,19 @@ func (s *Store) Subscribe(ctx context.Context, f norn.EventFilter) (norn.EventSt
 			return nil, err
 		}
 	}
-	// Announce this node's subscriber before returning, so every change
-	// committed from now on publishes its events.
-	if err := s.announceSubscriber(ctx); err != nil {
-		return nil, err
-	}
 	st := &eventStream{ss: s.subs, filter: f, ctx: ctx, ch: make(chan norn.Event, subscriberBuffer), done: make(chan struct{})}
 	s.subs.mu.Lock()
+	s.subs.seq++
+	st.token = s.subs.seq
 	s.subs.subs[st] = struct{}{}
 	s.subs.mu.Unlock()
+	// Announce this node's subscriber (with the level that includes the
+	// new stream) before returning, so every change committed from now on
+	// publishes its events.
+	if err := s.announce(ctx, st.token); err != nil {
+		st.Close()
+		return nil, err
+	}
 	return st, nil
 }
 
@@ -150,18 +225,33 @@ func (s *Store) Subscribe(ctx context.Context, f norn.EventFilter) (norn.EventSt
 const subscriberTTL = time.Minute
 
 // announceSubscriber records (or renews) that this node has Subscribe
-// streams.
-func (s *Store) announceSubscriber(ctx context.Context) error {
+// streams, and whether they all only count. A stream that wants every
+// event is announced before Subscribe returns; after the last such stream
+// closes, the next renewal lets the node's row say counts_only again.
+func (s *Store) announceSubscriber(ctx context.Context) error { return s.announce(ctx, 0) }
+
+// announce is announceSubscriber for the stream with this token (0: a
+// renewal), whose marker goes out in the same transaction.
+func (s *Store) announce(ctx context.Context, token uint64) error {
 	return s.withConn(ctx, func(conn *pgx.Conn) error {
-		_, err := conn.Exec(ctx, s.q(`INSERT INTO {s}.event_subscribers (node, until)
-VALUES ($1, clock_timestamp() + $2 * interval '1 microsecond')
-ON CONFLICT (node) DO UPDATE SET until = EXCLUDED.until`), s.node, subscriberTTL.Microseconds())
+		b := &pgx.Batch{}
+		b.Queue(s.q(`INSERT INTO {s}.event_subscribers (node, until, counts_only)
+VALUES ($1, clock_timestamp() + $2 * interval '1 microsecond', $3)
+ON CONFLICT (node) DO UPDATE SET until = EXCLUDED.until, counts_only = EXCLUDED.counts_only`), s.node, subscriberTTL.Microseconds(), s.subs.countsOnly())
+		if token > 0 {
+			b.Queue("SELECT pg_notify($1, $2)", s.channel, announcedWord+"\t"+s.node+"\t"+strconv.FormatUint(token, 10))
+		}
+		err := conn.SendBatch(ctx, b).Close()
 		if err == nil {
 			s.announced.Store(true)
 		}
 		return err
 	})
 }
+
+// announcedWord starts the marker a stream's announcement sends (its node
+// and token follow, tab-separated).
+const announcedWord = "announced"
 
 // announcerParams configures the announcer duty.
 type announcerParams struct {

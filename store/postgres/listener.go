@@ -112,7 +112,8 @@ func (l *listener) listenOnce(ctx context.Context, up func()) error {
 }
 
 // dispatch parses a payload of event lines (kind, id, queue, status,
-// version, unix microseconds; tab-separated).
+// version, unix microseconds; tab-separated). A line without an id is a
+// counted event whose version field is the count (eventsCTE).
 func (s *Store) dispatch(payload string) {
 	wakeClaim, wakeSweep := false, false
 	switch payload {
@@ -121,6 +122,13 @@ func (s *Store) dispatch(payload string) {
 		return
 	case "sched":
 		s.sweepWake.fire()
+		return
+	}
+	if rest, ok := strings.CutPrefix(payload, announcedWord+"\t"); ok {
+		node, token, _ := strings.Cut(rest, "\t")
+		if n, err := strconv.ParseUint(token, 10, 64); err == nil && node == s.node {
+			s.subs.announced(n)
+		}
 		return
 	}
 	for _, line := range strings.Split(payload, "\n") {
@@ -132,6 +140,12 @@ func (s *Store) dispatch(payload string) {
 		us, _ := strconv.ParseInt(f[5], 10, 64)
 		ev := norn.Event{Kind: norn.EventKind(f[0]), TaskID: f[1], Queue: f[2], Status: norn.Status(f[3]),
 			Version: v, Time: time.UnixMicro(us).UTC()}
+		if ev.TaskID == "" {
+			if v == 0 {
+				continue
+			}
+			ev.Version, ev.Count = 0, int(v)
+		}
 		if ev.Status == "deleted" {
 			ev.Status = ""
 		}

@@ -165,7 +165,7 @@ type submitPlan struct {
 	queues    []string
 
 	now      time.Time
-	eventsOn bool
+	events   eventLevel
 	existing map[string]stored
 	defaults map[string]queueDefaults
 	holders  map[norn.UniqueRef][]norn.UniqueHolder
@@ -199,7 +199,7 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 	}
 	if !p.clientIDs && !p.deps && !p.keys {
 		// Generated ids cannot exist: nothing to look for, so COPY.
-		if err := s.copyIn(ctx, q, p.recs, p.now, p.eventsOn); err != nil {
+		if err := s.copyIn(ctx, q, p.recs, p.now, p.events); err != nil {
 			return nil, err
 		}
 		out := make([]norn.Submitted, len(p.recs))
@@ -277,7 +277,7 @@ func (s *Store) uniqueLockKey(ref norn.UniqueRef) int64 {
 // against every other writer.
 func (s *Store) readForSubmit(ctx context.Context, q querier, p *submitPlan) error {
 	b := &pgx.Batch{}
-	b.Queue(s.q("SELECT clock_timestamp(), EXISTS (SELECT 1 FROM {s}.event_subscribers WHERE until > clock_timestamp())"))
+	b.Queue(s.q("SELECT clock_timestamp(), (" + eventLevelSQL + ")"))
 	lock := ""
 	if p.deps {
 		lock = " ORDER BY id FOR SHARE"
@@ -305,9 +305,11 @@ UNION ALL (SELECT t.id, t.status, t.ended_at FROM {s}.tasks t WHERE t.unique_key
 	}
 	br := q.SendBatch(ctx, b)
 	defer br.Close()
-	if err := br.QueryRow().Scan(&p.now, &p.eventsOn); err != nil {
+	var level int
+	if err := br.QueryRow().Scan(&p.now, &level); err != nil {
 		return err
 	}
+	p.events = eventLevel(level)
 	p.existing = map[string]stored{}
 	if len(p.lookup) > 0 {
 		rows, err := br.Query()

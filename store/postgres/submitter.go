@@ -42,9 +42,9 @@ type submitter struct {
 
 // submitReq is one caller's batch, decided and encoded.
 type submitReq struct {
-	recs     []*rec
-	rows     []byte // recs in COPY's binary format
-	eventsOn bool
+	recs   []*rec
+	rows   []byte // recs in COPY's binary format
+	events eventLevel
 	// Set by the flush before ready is closed.
 	err   error
 	ready chan struct{}
@@ -92,7 +92,7 @@ func (s *Store) submitMerged(ctx context.Context, tasks []norn.NewTask) ([]norn.
 		buf = new([]byte)
 	}
 	*buf = appendCopyRows((*buf)[:0], p.recs, p.now)
-	req := &submitReq{recs: p.recs, rows: *buf, eventsOn: p.eventsOn, ready: make(chan struct{})}
+	req := &submitReq{recs: p.recs, rows: *buf, events: p.events, ready: make(chan struct{})}
 	sub := &s.submitter
 	sub.mu.Lock()
 	sub.queue = append(sub.queue, req)
@@ -223,12 +223,12 @@ func (s *Store) flushSubmits(c *copyStream) {
 			return err
 		}
 		var recs []*rec
-		eventsOn := false
+		events := eventsOff
 		for _, r := range c.batch {
 			recs = append(recs, r.recs...)
-			eventsOn = eventsOn || r.eventsOn
+			events = max(events, r.events)
 		}
-		return s.notifySubmitted(s.ctx, conn, recs, eventsOn)
+		return s.notifySubmitted(s.ctx, conn, recs, events)
 	})
 	if err != nil && len(c.batch) > 1 && dataError(err) {
 		for _, r := range c.batch {

@@ -24,9 +24,13 @@ type change struct {
 }
 
 // eventsCTE publishes the changes in the CTE src (columns kind, id, queue,
-// status, version, time). While some node has Subscribe streams (a live row
-// in event_subscribers) it sends one notification line per row, in chunks
-// that stay well under NOTIFY's 8000-byte payload limit. Otherwise it sends
+// status, version, time). While some node has a Subscribe stream that
+// wants every event (a live row in event_subscribers without counts_only)
+// it sends one notification line per row, in chunks that stay well under
+// NOTIFY's 8000-byte payload limit. While the live rows all say
+// counts_only, the counted kinds (norn.CountedKinds) go as one line per
+// kind, queue and status, with the count in the version field and no id
+// (eventLine), and the rest one line per row. With no live row it sends
 // nothing per row: only "wake" when a task became ready (long-polling
 // claimers on other nodes look again) and "sched" when one was delayed (the
 // monitor leader recomputes its next sweep); PostgreSQL folds repeated
@@ -36,15 +40,18 @@ type change struct {
 // list — both run once — never by joining the count as a subquery in FROM,
 // which PostgreSQL re-aggregates once per row of the other side.
 func (s *Store) eventsCTE(src string) string {
-	return `, evon AS (SELECT EXISTS (SELECT 1 FROM {s}.event_subscribers WHERE until > clock_timestamp()) AS on_),
+	return `, evon AS (` + eventLevelSQL + `),
 ev AS (SELECT kind || chr(9) || id || chr(9) || queue || chr(9) || status || chr(9) || version::text
 	|| chr(9) || (extract(epoch FROM time) * 1000000)::bigint::text AS line FROM ` + src + `
-	WHERE kind <> '' AND (SELECT on_ FROM evon)),
+	WHERE kind <> '' AND ((SELECT level FROM evon) = 2 OR (SELECT level FROM evon) = 1 AND kind NOT IN ` + countedKindsSQL + `)
+	UNION ALL SELECT kind || chr(9) || chr(9) || queue || chr(9) || status || chr(9) || count(*)::text
+	|| chr(9) || (extract(epoch FROM max(time)) * 1000000)::bigint::text FROM ` + src + `
+	WHERE (SELECT level FROM evon) = 1 AND kind IN ` + countedKindsSQL + ` GROUP BY kind, queue, status),
 nt AS (SELECT pg_notify(` + s.chanLit + `, string_agg(line, chr(10))) FROM
 	(SELECT line, (row_number() OVER () - 1) / 20 AS g FROM ev) x GROUP BY g
-	UNION ALL SELECT pg_notify(` + s.chanLit + `, 'wake') WHERE NOT (SELECT on_ FROM evon)
+	UNION ALL SELECT pg_notify(` + s.chanLit + `, 'wake') WHERE (SELECT level FROM evon) = 0
 		AND EXISTS (SELECT 1 FROM ` + src + ` WHERE status = 'ready')
-	UNION ALL SELECT pg_notify(` + s.chanLit + `, 'sched') WHERE NOT (SELECT on_ FROM evon)
+	UNION ALL SELECT pg_notify(` + s.chanLit + `, 'sched') WHERE (SELECT level FROM evon) = 0
 		AND EXISTS (SELECT 1 FROM ` + src + ` WHERE status = 'scheduled'))`
 }
 

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -369,6 +370,47 @@ func exerciseSubscribe(t *testing.T, setup setupFunc) {
 			wantEvent(t, "queue filter", byQueue, norn.EventSubmitted, "x3", "q2", norn.StatusReady)
 			wantEvent(t, "queue filter", byQueue, norn.EventKind(norn.TaskCancel), "x2", "q2", norn.StatusCancelled)
 			wantEvent(t, "task filter skips x3", byTask, norn.EventKind(norn.TaskCancel), "x2", "q2", norn.StatusCancelled)
+		})
+
+		t.Run("CountsSubscriptionCountsEveryTask", func(t *testing.T) {
+			t.Parallel()
+			_, b := setup(t)
+			counts := b.events(norn.EventFilter{Queues: []string{"q1"}, Counts: true})
+			b.submit(norn.NewTask{Queue: "q1"}, norn.NewTask{Queue: "q1"}, norn.NewTask{Queue: "q1"},
+				norn.NewTask{Queue: "q1"}, norn.NewTask{Queue: "q1"}, norn.NewTask{Queue: "q2"})
+			for _, tk := range b.claimReq(norn.ClaimRequest{Worker: "w", Queues: []string{"q1"}, N: 5}) {
+				b.complete(tk, "")
+			}
+			x := b.submitOne(norn.NewTask{ID: "x", Queue: "q1"})
+			b.cancel(x.ID)
+			// A store may deliver the counted kinds one per task or counted;
+			// either way every task is counted once, and other kinds come
+			// one per task.
+			want := map[norn.EventKind]int{norn.EventSubmitted: 6, norn.EventKind(norn.TaskAssignment): 5,
+				norn.EventKind(norn.TaskComplete): 5, norn.EventKind(norn.TaskCancel): 1}
+			got := map[norn.EventKind]int{}
+			for fmt.Sprint(got) != fmt.Sprint(want) {
+				ev := nextEvent(t, "counts", counts)
+				switch {
+				case ev.Queue != "q1":
+					t.Fatalf("event %+v of another queue", ev)
+				case ev.Count < 0 || ev.Count > 0 && (ev.TaskID != "" || ev.Version != 0):
+					t.Fatalf("malformed counted event %+v", ev)
+				case ev.Count > 0 && !slices.Contains(norn.CountedKinds, ev.Kind):
+					t.Fatalf("counted event %+v of a kind that is not counted", ev)
+				case ev.Count == 0 && ev.TaskID == "":
+					t.Fatalf("event %+v names no task and counts none", ev)
+				}
+				if ev.Kind == norn.EventKind(norn.TaskCancel) && ev.TaskID != "x" {
+					t.Fatalf("cancel event %+v, want one for x", ev)
+				}
+				got[ev.Kind] += ev.Tasks()
+				for k, n := range got {
+					if n > want[k] {
+						t.Fatalf("counted %d events of %s, want %d (all: %v)", n, k, want[k], got)
+					}
+				}
+			}
 		})
 
 		t.Run("DeliversMonitorDrivenChanges", func(t *testing.T) {

@@ -1,0 +1,1 @@
+ALTER TABLE {{schema}}.event_subscribers DROP COLUMN IF EXISTS counts_only;
