@@ -39,21 +39,27 @@ type change struct {
 // "WHERE (SELECT count(*) FROM nt) >= 0" or a scalar subquery in the select
 // list — both run once — never by joining the count as a subquery in FROM,
 // which PostgreSQL re-aggregates once per row of the other side.
+// Each branch of ev tests the level alone (a one-time filter: a branch
+// whose level is not in force reads none of src's rows).
 func (s *Store) eventsCTE(src string) string {
-	return `, evon AS (` + eventLevelSQL + `),
-ev AS (SELECT kind || chr(9) || id || chr(9) || queue || chr(9) || status || chr(9) || version::text
-	|| chr(9) || (extract(epoch FROM time) * 1000000)::bigint::text AS line FROM ` + src + `
-	WHERE kind <> '' AND ((SELECT level FROM evon) = 2 OR (SELECT level FROM evon) = 1 AND kind NOT IN ` + countedKindsSQL + `)
+	return `, evon AS (SELECT level, level = 0 AS off FROM (` + eventLevelSQL + `) l),
+ev AS (SELECT ` + eventLineSQL + ` AS line FROM ` + src + ` WHERE (SELECT level FROM evon) = 2 AND kind <> ''
+	UNION ALL SELECT ` + eventLineSQL + ` FROM ` + src + `
+	WHERE (SELECT level FROM evon) = 1 AND kind <> '' AND kind NOT IN ` + countedKindsSQL + `
 	UNION ALL SELECT kind || chr(9) || chr(9) || queue || chr(9) || status || chr(9) || count(*)::text
 	|| chr(9) || (extract(epoch FROM max(time)) * 1000000)::bigint::text FROM ` + src + `
 	WHERE (SELECT level FROM evon) = 1 AND kind IN ` + countedKindsSQL + ` GROUP BY kind, queue, status),
 nt AS (SELECT pg_notify(` + s.chanLit + `, string_agg(line, chr(10))) FROM
 	(SELECT line, (row_number() OVER () - 1) / 20 AS g FROM ev) x GROUP BY g
-	UNION ALL SELECT pg_notify(` + s.chanLit + `, 'wake') WHERE (SELECT level FROM evon) = 0
+	UNION ALL SELECT pg_notify(` + s.chanLit + `, 'wake') WHERE (SELECT off FROM evon)
 		AND EXISTS (SELECT 1 FROM ` + src + ` WHERE status = 'ready')
-	UNION ALL SELECT pg_notify(` + s.chanLit + `, 'sched') WHERE (SELECT level FROM evon) = 0
+	UNION ALL SELECT pg_notify(` + s.chanLit + `, 'sched') WHERE (SELECT off FROM evon)
 		AND EXISTS (SELECT 1 FROM ` + src + ` WHERE status = 'scheduled'))`
 }
+
+// eventLineSQL is one row's event line (eventLine).
+const eventLineSQL = `kind || chr(9) || id || chr(9) || queue || chr(9) || status || chr(9) || version::text
+	|| chr(9) || (extract(epoch FROM time) * 1000000)::bigint::text`
 
 // trimHistory drops the oldest history rows of the tasks in upd beyond the
 // cap. The tasks over the cap are collected into an array first (an
