@@ -81,14 +81,19 @@ type Config struct {
 	Window time.Duration
 	// Limits makes the work workload configure flow limits that cannot
 	// bind: max_running and key_limit far above the workers' claims, with
-	// the tasks spread over 1,000 concurrency keys. It measures the cost of
+	// the tasks spread over Keys concurrency keys. It measures the cost of
 	// the limited claim path against the plain one.
 	Limits bool
 	// KeyLimit, if positive, makes the work workload set key_limit to it
 	// (and max_running far above the claims), with the tasks spread over
-	// 1,000 concurrency keys: a limit small per key that rarely binds, the
+	// Keys concurrency keys: a limit small per key that rarely binds, the
 	// Postgres store's keyed claim path. It replaces Limits' key_limit.
 	KeyLimit int
+	// Keys is how many concurrency keys Limits and KeyLimit spread the
+	// work workload's tasks over, in turn (task i has key i mod Keys), so
+	// that every claim window holds min(Keys, window) distinct keys.
+	// Default 1,000.
+	Keys int
 	// RateLimit makes the work workload give the queue a rate limit that
 	// cannot bind (norn.MaxRatePerSecond, burst norn.MaxRateBurst): it
 	// measures the cost of the rate-limited claim path. It combines with
@@ -120,6 +125,9 @@ func (c *Config) defaults() {
 	}
 	if len(c.Queued) == 0 {
 		c.Queued = []int{10_000, 1_000_000}
+	}
+	if c.Keys <= 0 {
+		c.Keys = 1000
 	}
 }
 
@@ -367,7 +375,7 @@ func Work(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, erro
 		far := 1 << 30
 		u.MaxRunning, u.KeyLimit = &far, &far
 		mk = func(i int) norn.NewTask {
-			return norn.NewTask{Queue: q, Spec: body, ConcurrencyKey: "k" + strconv.Itoa(i%1000)}
+			return norn.NewTask{Queue: q, Spec: body, ConcurrencyKey: "k" + strconv.Itoa(i%cfg.Keys)}
 		}
 		if cfg.KeyLimit > 0 {
 			kl := cfg.KeyLimit
@@ -375,6 +383,9 @@ func Work(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, erro
 			workload += "-keylimit" + strconv.Itoa(kl)
 		} else {
 			workload += "-limits"
+		}
+		if cfg.Keys != 1000 {
+			workload += "-keys" + strconv.Itoa(cfg.Keys)
 		}
 	}
 	if cfg.RateLimit {

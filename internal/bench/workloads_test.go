@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +26,8 @@ type counting struct {
 	submitted, completed, claimed atomic.Int64
 	failedOps                     atomic.Int64
 	keyLimit                      atomic.Int64 // the last key_limit UpdateQueue set
+	mu                            sync.Mutex
+	keys                          map[string]bool // the concurrency keys submitted
 }
 
 func (c *counting) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate) (norn.QueueInfo, error) {
@@ -35,6 +38,16 @@ func (c *counting) UpdateQueue(ctx context.Context, name string, u norn.QueueUpd
 }
 
 func (c *counting) Submit(ctx context.Context, ts ...norn.NewTask) ([]norn.Submitted, error) {
+	c.mu.Lock()
+	for _, t := range ts {
+		if t.ConcurrencyKey != "" {
+			if c.keys == nil {
+				c.keys = map[string]bool{}
+			}
+			c.keys[t.ConcurrencyKey] = true
+		}
+	}
+	c.mu.Unlock()
 	out, err := c.Store.Submit(ctx, ts...)
 	if err == nil {
 		c.submitted.Add(int64(len(out)))
@@ -241,6 +254,23 @@ func TestWorkloads(t *testing.T) {
 				}
 				if st.keyLimit.Load() != 10 {
 					t.Errorf("the queue's key limit was set to %d, want 10", st.keyLimit.Load())
+				}
+				if len(st.keys) != 1000 {
+					t.Errorf("the tasks had %d concurrency keys, want 1000", len(st.keys))
+				}
+				checkEmpty(t, base)
+			})
+			t.Run("work with a key limit over fewer keys", func(t *testing.T) {
+				st := &counting{Store: base}
+				c := cfg
+				c.Tasks, c.KeyLimit, c.Keys = 1000, 300, 7
+				r, err := Work(ctx, st, env, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkCommon(t, r, "work-keylimit300-keys7", env, 1000)
+				if st.completed.Load() != 1000 || len(st.keys) != 7 {
+					t.Errorf("completed %d over %d keys, want 1000 over 7", st.completed.Load(), len(st.keys))
 				}
 				checkEmpty(t, base)
 			})

@@ -47,6 +47,7 @@ type benchOptions struct {
 	window     time.Duration
 	limits     bool
 	keyLimit   int
+	keys       int
 	rateLimit  bool
 }
 
@@ -70,12 +71,13 @@ Workloads (or "all" for every one, in this order):
   work     burn-down of --tasks pre-submitted no-op tasks by --workers workers
            claiming --claim-batch at a time and completing them in one call;
            with --limits the queue has max_running and key_limit set far
-           above what the claims reach (tasks over 1,000 concurrency keys),
+           above what the claims reach (tasks over --keys concurrency keys,
+           default 1,000, taken in turn),
            so the figure is the cost of the limited claim path; with
            --rate-limit it has a rate limit that cannot bind (1,000,000/s,
            burst 1,000,000), the cost of the rate-limited claim path; the
            two combine; with --key-limit N the queue has key_limit N
-           (max_running far, tasks over 1,000 keys), a per-key limit that
+           (max_running far, tasks over --keys keys), a per-key limit that
            rarely binds
   latency  submit → claim with a waiting long-poll claimer on an idle queue:
            p50/p99/p99.9/max, one task at a time
@@ -149,7 +151,8 @@ tasks afterwards, so runs against a persistent store do not pile up.`,
 		f.IntVar(&o.backlog, "backlog", 0, "fairness workload: the large key's backlog (default 1000000)")
 		f.DurationVar(&o.window, "window", 0, "fairness workload: how long to measure (default 10s)")
 		f.BoolVar(&o.limits, "limits", false, "work workload: configure flow limits that cannot bind (measures the limited claim path)")
-		f.IntVar(&o.keyLimit, "key-limit", 0, "work workload: set key_limit to N over 1,000 concurrency keys (a small limit that rarely binds); fairness: add a pass with key_limit N and no fair_by")
+		f.IntVar(&o.keyLimit, "key-limit", 0, "work workload: set key_limit to N over --keys concurrency keys (a small limit that rarely binds); fairness: add a pass with key_limit N and no fair_by")
+		f.IntVar(&o.keys, "keys", 0, "work workload with --limits or --key-limit: how many concurrency keys the tasks take in turn (default 1000)")
 		f.BoolVar(&o.rateLimit, "rate-limit", false, "work workload: configure a rate limit that cannot bind (measures the rate-limited claim path)")
 		f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 		f.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end of the run to this file")
@@ -192,6 +195,8 @@ func (o *benchOptions) validate() error {
 		return usagef("--claim-batch must not be negative")
 	case o.keyLimit < 0:
 		return usagef("--key-limit must not be negative")
+	case o.keys < 0:
+		return usagef("--keys must not be negative")
 	case o.rate < 0:
 		return usagef("--rate must not be negative")
 	case o.delay < 0:
@@ -407,7 +412,7 @@ func runBench(cmd *cobra.Command, g *Globals, o *benchOptions, args []string) (e
 		Rate: o.rate, Delay: o.delay, SpecBytes: o.specBytes, Queued: o.queued,
 		Settle: o.settle, ServerPid: o.serverPid, Progress: bar.update,
 		KafkaBrokers: o.kafka, KafkaNodes: o.kafkaNodes, KafkaTimingAdvance: o.kafkaTA,
-		Backlog: o.backlog, Window: o.window, Limits: o.limits, KeyLimit: o.keyLimit, RateLimit: o.rateLimit,
+		Backlog: o.backlog, Window: o.window, Limits: o.limits, KeyLimit: o.keyLimit, Keys: o.keys, RateLimit: o.rateLimit,
 	}
 	out := cmd.OutOrStdout()
 	var all []bench.Result

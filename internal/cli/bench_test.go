@@ -142,6 +142,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"bench", "work", "-o", "yaml"},
 		{"bench", "work", "--tasks", "many"},
 		{"bench", "work", "--key-limit", "-1"},
+		{"bench", "work", "--keys", "-3"},
 	}
 	for _, args := range cases {
 		_, _, err := runNorn(t, args...)
