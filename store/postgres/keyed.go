@@ -24,12 +24,13 @@ import (
 //     verdict writes their slot rows as it does for shared claims).
 //   - A first statement locks its candidates (the first ready tasks, at
 //     most keyedKeys, SKIP LOCKED, from the claim hint when there is one)
-//     and tries the advisory lock of each distinct limited key among
-//     them. It passes the candidates on to the next statement in
-//     transaction-local settings, with each key's limit and whether it
-//     got the key's lock. A key another claim holds is left to that claim.
+//     and takes the advisory lock of each distinct limited key among
+//     them, waiting while another claim holds one, in the order of the
+//     locks' numbers: two claims never wait for each other in a cycle.
+//     It passes the candidates on to the next statement in
+//     transaction-local settings, with each key's limit.
 //   - A second statement, whose snapshot is taken after those key locks
-//     are held, counts each locked key's running tasks (tasks_running_key,
+//     are held, counts each limited key's running tasks (tasks_running_key,
 //     an index probe per key: every running task of a key is in it, since
 //     keyed and exclusive claims write running_key and UpdateQueue writes
 //     it for the tasks that were running when the queue got key limits)
@@ -47,8 +48,15 @@ import (
 // flight (UpdateQueue takes the gate exclusively). Completions and the
 // other ways out of running take no lock: they only lower the count.
 //
-// A claim whose candidates were all held back (their keys at their limits,
-// or locked by other claims) while there may be more ready tasks past them
+// Why claims wait for a key instead of leaving it to the claim that holds
+// it: with few keys (ten tenants, say) every claim's window holds all of
+// them, so a claim that left held keys alone admitted nothing and went to
+// the exclusive path, one claim at a time behind the gate; claims of one
+// key follow one another anyway. Measured in docs/benchmarks.md ("The
+// keyed path's remaining gap").
+//
+// A claim whose candidates were all held back (their keys at their limits)
+// while there may be more ready tasks past them
 // (it read as many as it wanted) claims on the exclusive path instead,
 // whose pick skips the keys at their limits: a key's backlog never stops
 // another key's tasks behind it.
@@ -59,7 +67,7 @@ import (
 const keyedSlots = 4
 
 // keyedKeys is how many candidates one keyed claim reads at most, and so
-// how many key locks it may hold. With keyedSlots it bounds a queue's
+// how many key locks it may hold or wait for. With keyedSlots it bounds a queue's
 // keyed claims to keyedSlots × keyedKeys (1,024) advisory locks at a
 // time, about an eighth of the lock table of a server with the default
 // settings.
@@ -85,44 +93,45 @@ const keyedTail = `
 // windows in the second statement. r1 ranks each key's candidates in
 // claim order (rn); r2 reads, once per key (at its first candidate), its
 // limit (its own only if the queue has keys with their own limits: one
-// probe per claim, not per key); r3 tries the lock of each limited key
-// ($3: the locks' name prefix), once (r2 is materialized). Every candidate
-// goes on in norn.keyed_* (ids, keys, ranks, and at each key's first
-// candidate its limit and whether the claim got its lock, as arrays). It
-// returns how many candidates it read and the first of them in claim
-// order.
+// probe per claim, not per key); lk takes the lock of each limited key
+// ($3: the locks' name prefix), once (r2 is materialized), in the order of
+// the locks' numbers (PostgreSQL evaluates a volatile select-list function
+// after the sort), and r3 makes every row wait for lk. Every candidate goes
+// on in norn.keyed_* (ids, keys, ranks, and at each key's first candidate
+// its limit, as arrays). It returns how many candidates it read and the
+// first of them in claim order.
 const keyedLockSQL = `,
 r1 AS (SELECT cand.*, row_number() OVER (PARTITION BY cand.key ORDER BY cand.priority DESC, cand.ready_at, cand.id) AS rn FROM cand),
 r2 AS MATERIALIZED (SELECT r1.*, CASE WHEN r1.key IS NOT NULL AND r1.rn = 1 THEN coalesce(
 		CASE WHEN (SELECT EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0)) THEN
 			(SELECT nullif(k.lim, 0) FROM {s}.queue_keys k WHERE k.queue = $1 AND k.key = r1.key) END,
 		(SELECT nullif(q.key_limit, 0) FROM {s}.queues q WHERE q.name = $1)) END AS lim0 FROM r1),
-r3 AS MATERIALIZED (SELECT r2.*, CASE WHEN r2.lim0 IS NOT NULL
-	THEN pg_try_advisory_xact_lock(hashtextextended($3 || r2.key, 0)) END AS locked0 FROM r2)
+lk AS MATERIALIZED (SELECT pg_advisory_xact_lock(l.h) FROM
+	(SELECT hashtextextended($3 || r2.key, 0) AS h FROM r2 WHERE r2.lim0 IS NOT NULL) l ORDER BY l.h),
+r3 AS (SELECT r2.* FROM r2 WHERE (SELECT count(*) FROM lk) >= 0)
 SELECT (SELECT count(*) FROM cand), (SELECT cand.id FROM cand ORDER BY cand.priority DESC, cand.ready_at, cand.id LIMIT 1),
 	set_config('norn.keyed_ids', coalesce(array_agg(r3.id)::text, '{}'), true),
 	set_config('norn.keyed_keys', coalesce(array_agg(r3.key)::text, '{}'), true),
 	set_config('norn.keyed_rn', coalesce(array_agg(r3.rn)::text, '{}'), true),
-	set_config('norn.keyed_lim', coalesce(array_agg(r3.lim0)::text, '{}'), true),
-	set_config('norn.keyed_locked', coalesce(array_agg(r3.locked0)::text, '{}'), true)
+	set_config('norn.keyed_lim', coalesce(array_agg(r3.lim0)::text, '{}'), true)
 FROM r3`
 
 // keyedAdmitCTE is the second statement's pick (c), with a snapshot that
 // sees every claim that held a key's lock before this one: x is what the
-// first statement passed on; r counts the running tasks of each key the
-// claim locked, once per key (at its first candidate), materialized so
-// that each is counted once; kw spreads limit, lock and count over each
-// key's candidates; c admits the tasks without a key or limit, and a
-// locked key's first lim − running candidates.
+// first statement passed on; r counts the running tasks of each limited
+// key, once per key (at its first candidate), materialized so that each
+// is counted once; kw spreads limit and count over each key's candidates;
+// c admits the tasks without a key or limit, and a limited key's first
+// lim − running candidates.
 const keyedAdmitCTE = `x AS (SELECT * FROM unnest(current_setting('norn.keyed_ids', true)::text[],
 	current_setting('norn.keyed_keys', true)::text[], current_setting('norn.keyed_rn', true)::int[],
-	current_setting('norn.keyed_lim', true)::int[], current_setting('norn.keyed_locked', true)::bool[])
-	AS x(id, key, rn, lim0, locked0)),
-r AS MATERIALIZED (SELECT x.*, CASE WHEN x.locked0 THEN (SELECT count(*) FROM {s}.tasks t
+	current_setting('norn.keyed_lim', true)::int[])
+	AS x(id, key, rn, lim0)),
+r AS MATERIALIZED (SELECT x.*, CASE WHEN x.lim0 IS NOT NULL THEN (SELECT count(*) FROM {s}.tasks t
 	WHERE t.queue = $1 AND t.status = 'running' AND t.running_key = x.key) END AS run0 FROM x),
-kw AS (SELECT r.id, r.key, r.rn, max(r.lim0) OVER k AS lim, bool_or(r.locked0) OVER k AS locked,
-	max(r.run0) OVER k AS running FROM r WINDOW k AS (PARTITION BY r.key)),
-c AS (SELECT kw.id FROM kw WHERE kw.key IS NULL OR kw.lim IS NULL OR (kw.locked AND kw.rn <= kw.lim - kw.running) LIMIT $2)`
+kw AS (SELECT r.id, r.key, r.rn, max(r.lim0) OVER k AS lim, max(r.run0) OVER k AS running
+	FROM r WINDOW k AS (PARTITION BY r.key)),
+c AS (SELECT kw.id FROM kw WHERE kw.key IS NULL OR kw.lim IS NULL OR kw.rn <= kw.lim - kw.running LIMIT $2)`
 
 // buildKeyedSQL builds the keyed claim's two statements: the candidates
 // and key locks, from the queue's head and from a claim hint ($5–$7, as
@@ -168,7 +177,7 @@ func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, wa
 	}
 	var n int64
 	var firstCand *string
-	if err := br.QueryRow().Scan(&n, &firstCand, nil, nil, nil, nil, nil); err != nil {
+	if err := br.QueryRow().Scan(&n, &firstCand, nil, nil, nil, nil); err != nil {
 		return nil, "", 0, false, err
 	}
 	rows, err := br.Query()
@@ -181,8 +190,8 @@ func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, wa
 	}
 	// The first claimed task becomes the hint only if it was the first
 	// candidate: ahead of it, ready tasks are then locked by other claims.
-	// A candidate held back (its key at its limit, or locked by another
-	// claim) must be read again from the head.
+	// A candidate held back (its key at its limit) must be read again from
+	// the head.
 	if first != nil && firstCand != nil && first.ID == *firstCand {
 		s.setHint(queue, gen, first)
 	}
@@ -196,8 +205,8 @@ func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, wa
 func (s *Store) claimKeyedOrExclusive(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, bool, error) {
 	out, verdict, read, hinted, err := s.claimKeyed(ctx, conn, queue, want, worker, timeout, false)
 	if err == nil && verdict == sharedKeyed && len(out) == 0 && hinted {
-		// Nothing past the hint; tasks held back ahead of it by another
-		// claim may have been released since.
+		// Nothing past the hint; ready tasks ahead of it, locked by other
+		// claims, may have been released since.
 		out, verdict, read, _, err = s.claimKeyed(ctx, conn, queue, want, worker, timeout, true)
 	}
 	if err != nil {
@@ -220,7 +229,7 @@ func (s *Store) claimKeyedOrExclusive(ctx context.Context, conn *pgx.Conn, queue
 	}
 	if len(out) < want {
 		// The candidates it read and left ready were held back by their
-		// keys (at their limits, or being admitted by another claim).
+		// keys, at their limits.
 		s.noteHeld(queue, norn.QueueFlow{}, norn.Bucket{}, want, len(out), min(read-len(out), want-len(out)), -1, -1)
 	}
 	return out, true, nil
