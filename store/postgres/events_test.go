@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
-	"github.com/nornq/norn/internal/pgtest"
 )
 
 // TestCountedEventsBetweenNodes: while every subscriber only counts, a
@@ -17,16 +16,8 @@ import (
 func TestCountedEventsBetweenNodes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url, schema := pgtest.Schema(t)
-	open := func() *Store {
-		s, err := Open(ctx, Config{URL: url, Schema: schema, Migrate: true, PollInterval: time.Hour, DisableMonitor: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	a, b := open(), open()
+	_, nodes := openNodes(t, 2)
+	a, b := nodes[0], nodes[1]
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	counts, err := a.Subscribe(sctx, norn.EventFilter{Counts: true})
@@ -193,16 +184,8 @@ func TestCountedLinesLagOnlyAnnouncedFullStreams(t *testing.T) {
 func TestAnnouncementMarkerComesThrough(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url, schema := pgtest.Schema(t)
-	open := func() *Store {
-		s, err := Open(ctx, Config{URL: url, Schema: schema, Migrate: true, PollInterval: time.Hour, DisableMonitor: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	a, b := open(), open()
+	_, nodes := openNodes(t, 2)
+	a, b := nodes[0], nodes[1]
 	sb, err := b.Subscribe(ctx, norn.EventFilter{})
 	if err != nil {
 		t.Fatal(err)

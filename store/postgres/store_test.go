@@ -250,19 +250,29 @@ func TestMonitorLeaderFailover(t *testing.T) {
 // TestListenerReconnects kills the listener's session: after it
 // reconnects, a submit on another node still wakes a waiting claim long
 // before the (hour-long) polling fallback would.
-func TestListenerReconnects(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
+// openNodes opens n stores on one fresh schema, as n nodes of a cluster:
+// no monitor, and claims that wait only for notifications (PollInterval
+// an hour). It returns the database's URL too.
+func openNodes(t *testing.T, n int) (string, []*Store) {
+	t.Helper()
 	url, schema := pgtest.Schema(t)
-	open := func() *Store {
-		s, err := Open(ctx, Config{URL: url, Schema: schema, Migrate: true, PollInterval: time.Hour, DisableMonitor: true})
+	nodes := make([]*Store, n)
+	for i := range nodes {
+		s, err := Open(context.Background(), Config{URL: url, Schema: schema, Migrate: true, PollInterval: time.Hour, DisableMonitor: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		return s
+		nodes[i] = s
 	}
-	waiter, submitter := open(), open()
+	return url, nodes
+}
+
+func TestListenerReconnects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, nodes := openNodes(t, 2)
+	waiter, submitter := nodes[0], nodes[1]
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
