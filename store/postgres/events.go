@@ -42,9 +42,6 @@ var countedKindsSQL = func() string {
 	return "(" + strings.Join(q, ", ") + ")"
 }()
 
-// isCounted reports whether k is one of norn.CountedKinds.
-func isCounted(k norn.EventKind) bool { return slices.Contains(norn.CountedKinds, k) }
-
 // subscribers fans events out to local Subscribe streams.
 type subscribers struct {
 	mu   sync.Mutex

@@ -52,8 +52,8 @@ import (
 // it: with few keys (ten tenants, say) every claim's window holds all of
 // them, so a claim that left held keys alone admitted nothing and went to
 // the exclusive path, one claim at a time behind the gate; claims of one
-// key follow one another anyway. Measured in docs/benchmarks.md ("The
-// keyed path's remaining gap").
+// key follow one another anyway. Measured in docs/benchmarks.md ("Keyed
+// claims wait for a held key").
 //
 // A claim whose candidates were all held back (their keys at their limits)
 // while there may be more ready tasks past them
