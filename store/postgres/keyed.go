@@ -23,9 +23,10 @@ import (
 //     shared path's bound on max_running holds for keyed claims too: the
 //     verdict writes their slot rows as it does for shared claims).
 //   - A first statement locks its candidates (the first ready tasks, at
-//     most keyedKeys, SKIP LOCKED, from the claim hint when there is one)
-//     and takes the advisory lock of each distinct limited key among
-//     them, waiting while another claim holds one, in the order of the
+//     most keyedKeys, or as many as the claim wants while the queue has
+//     few keys; SKIP LOCKED, from the claim hint when there is one), keeps
+//     those of the first keyedKeys keys in claim order, and takes the
+//     advisory lock of each distinct limited key among them, waiting while another claim holds one, in the order of the
 //     locks' numbers: two claims never wait for each other in a cycle.
 //     It passes the candidates on to the next statement in
 //     transaction-local settings, with each key's limit.
@@ -66,11 +67,11 @@ import (
 // lock table (sized by max_locks_per_transaction × max_connections).
 const keyedSlots = 4
 
-// keyedKeys is how many candidates one keyed claim reads at most, and so
-// how many key locks it may hold or wait for. With keyedSlots it bounds a queue's
-// keyed claims to keyedSlots × keyedKeys (1,024) advisory locks at a
-// time, about an eighth of the lock table of a server with the default
-// settings.
+// keyedKeys is how many candidates one keyed claim reads while its queue
+// has many keys, and how many keys' locks it may hold or wait for. With
+// keyedSlots it bounds a queue's keyed claims to keyedSlots × keyedKeys
+// (1,024) advisory locks at a time, about an eighth of the lock table of
+// a server with the default settings.
 const keyedKeys = 256
 
 // sharedKeyed is the verdict for a queue on the keyed path.
@@ -84,32 +85,36 @@ const keyedHead = `SELECT t.id, t.concurrency_key AS key, t.priority, t.ready_at
 
 const keyedTail = `
 	AND current_setting('norn.flow_shared', true) = 'keyed'
-	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT least($2::bigint, $4::bigint) FOR UPDATE SKIP LOCKED`
+	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED`
 
 // keyedLockSQL is the first statement's tail, after the candidates
 // (cand). The claim's statements run with hash and merge joins off (a
 // cached generic plan of index scans and nested loops), so nothing here
 // joins, and per-key values are spread over a key's candidates with
 // windows in the second statement. r1 ranks each key's candidates in
-// claim order (rn); r2 reads, once per key (at its first candidate), its
+// claim order (rn); rk numbers the keys in the order of their first
+// candidates (nk), and r2 keeps the candidates of the first $4; r2 reads, once per key (at its first candidate), its
 // limit (its own only if the queue has keys with their own limits: one
 // probe per claim, not per key); lk takes the lock of each limited key
 // ($3: the locks' name prefix), once (r2 is materialized), in the order of
 // the locks' numbers (PostgreSQL evaluates a volatile select-list function
 // after the sort), and r3 makes every row wait for lk. Every candidate goes
 // on in norn.keyed_* (ids, keys, ranks, and at each key's first candidate
-// its limit, as arrays). It returns how many candidates it read and the
-// first of them in claim order.
+// its limit, as arrays). It returns how many candidates it read, how many
+// it kept, how many limited keys it locked, and the first candidate in
+// claim order.
 const keyedLockSQL = `,
 r1 AS (SELECT cand.*, row_number() OVER (PARTITION BY cand.key ORDER BY cand.priority DESC, cand.ready_at, cand.id) AS rn FROM cand),
-r2 AS MATERIALIZED (SELECT r1.*, CASE WHEN r1.key IS NOT NULL AND r1.rn = 1 THEN coalesce(
+rk AS (SELECT r1.*, sum(CASE WHEN r1.key IS NOT NULL AND r1.rn = 1 THEN 1 ELSE 0 END)
+	OVER (ORDER BY r1.priority DESC, r1.ready_at, r1.id ROWS UNBOUNDED PRECEDING) AS nk FROM r1),
+r2 AS MATERIALIZED (SELECT rk.*, CASE WHEN rk.key IS NOT NULL AND rk.rn = 1 THEN coalesce(
 		CASE WHEN (SELECT EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0)) THEN
-			(SELECT nullif(k.lim, 0) FROM {s}.queue_keys k WHERE k.queue = $1 AND k.key = r1.key) END,
-		(SELECT nullif(q.key_limit, 0) FROM {s}.queues q WHERE q.name = $1)) END AS lim0 FROM r1),
+			(SELECT nullif(k.lim, 0) FROM {s}.queue_keys k WHERE k.queue = $1 AND k.key = rk.key) END,
+		(SELECT nullif(q.key_limit, 0) FROM {s}.queues q WHERE q.name = $1)) END AS lim0 FROM rk WHERE rk.nk <= $4),
 lk AS MATERIALIZED (SELECT pg_advisory_xact_lock(l.h) FROM
 	(SELECT hashtextextended($3 || r2.key, 0) AS h FROM r2 WHERE r2.lim0 IS NOT NULL) l ORDER BY l.h),
 r3 AS (SELECT r2.* FROM r2 WHERE (SELECT count(*) FROM lk) >= 0)
-SELECT (SELECT count(*) FROM cand), (SELECT cand.id FROM cand ORDER BY cand.priority DESC, cand.ready_at, cand.id LIMIT 1),
+SELECT (SELECT count(*) FROM cand), count(*), count(r3.lim0), (SELECT cand.id FROM cand ORDER BY cand.priority DESC, cand.ready_at, cand.id LIMIT 1),
 	set_config('norn.keyed_ids', coalesce(array_agg(r3.id)::text, '{}'), true),
 	set_config('norn.keyed_keys', coalesce(array_agg(r3.key)::text, '{}'), true),
 	set_config('norn.keyed_rn', coalesce(array_agg(r3.rn)::text, '{}'), true),
@@ -141,16 +146,29 @@ func (s *Store) buildKeyedSQL() {
 	s.flow.keyedFromSQL = s.q(`WITH cand AS (SELECT u.* FROM (
 	SELECT a.* FROM (` + keyedHead + `t.priority = $5 AND (t.ready_at, t.id) >= ($6::timestamptz, $7::text)` + keyedTail + `) a
 	UNION ALL
-	SELECT b.* FROM (` + keyedHead + `t.priority < $5` + keyedTail + `) b) u LIMIT least($2::bigint, $4::bigint))` + keyedLockSQL)
+	SELECT b.* FROM (` + keyedHead + `t.priority < $5` + keyedTail + `) b) u LIMIT $2)` + keyedLockSQL)
 	s.flow.keyedAdmitSQL = s.buildAssignKeyedSQL(keyedAdmitCTE)
+}
+
+// keyedRead is what a keyed claim read: candidates, as many as it asked
+// for at most (limit), and of those the window it took key locks for
+// (the candidates of its first keyedKeys keys); hinted, whether it read
+// them from the claim hint.
+type keyedRead struct {
+	read, limit, window int
+	hinted              bool
 }
 
 // claimKeyed tries the keyed path in one round trip: the gate and a slot,
 // the verdict, the candidates and key locks (nothing unless the verdict is
-// keyed) and the pick with its claim, in one implicit transaction.
-// read is how many candidates the claim read; hinted whether it read
-// them from the claim hint (head: never).
-func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64, head bool) (out []*norn.Task, verdict string, read int, hinted bool, err error) {
+// keyed) and the pick with its claim, in one implicit transaction. It
+// reads keyedKeys candidates, or all it wants while the queue's last
+// keyed claim on this node found few keys (under keyedKeys/2) and
+// admitted at least half of its window: with ten keys, say, every claim
+// holds all of them, so claims follow one another, and each should take
+// as many tasks as it may. A claim reading from the head never uses the
+// hint.
+func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64, head bool) (out []*norn.Task, verdict string, kr keyedRead, err error) {
 	slots, cap := s.flow.margins()
 	s.flow.sqlOnce.Do(s.buildFlowSQL)
 	want = min(want, cap)
@@ -158,10 +176,14 @@ func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, wa
 	b.Queue(sharedLockSQL, s.channel+"/flow/"+queue, s.channel+"/flowslot/"+queue, min(keyedSlots, slots))
 	b.Queue(s.q(sharedVerdictSQL), queue, slots*cap, false, int64(want))
 	gen := s.wake.wait()
-	sql, args := s.flow.keyedSQL, []any{queue, want, s.channel + "/key/" + queue + "/", keyedKeys}
+	kr.limit = min(want, keyedKeys)
+	if s.flow.known(&s.flow.wide, queue) {
+		kr.limit = want
+	}
+	sql, args := s.flow.keyedSQL, []any{queue, kr.limit, s.channel + "/key/" + queue + "/", keyedKeys}
 	if s.listening.Load() && !head {
 		if h, ok := s.hints.get(queue, gen, time.Now()); ok {
-			sql, args, hinted = s.flow.keyedFromSQL, append(args, h.priority, h.readyAt, h.id), true
+			sql, args, kr.hinted = s.flow.keyedFromSQL, append(args, h.priority, h.readyAt, h.id), true
 		}
 	}
 	b.Queue(sql, args...)
@@ -169,24 +191,24 @@ func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, wa
 	br := conn.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
-		return nil, "", 0, false, err
+		return nil, "", kr, err
 	}
 	verdict, _, err = scanVerdict(br.QueryRow())
 	if err != nil {
-		return nil, "", 0, false, err
+		return nil, "", kr, err
 	}
-	var n int64
+	var n, w, keys int64
 	var firstCand *string
-	if err := br.QueryRow().Scan(&n, &firstCand, nil, nil, nil, nil); err != nil {
-		return nil, "", 0, false, err
+	if err := br.QueryRow().Scan(&n, &w, &keys, &firstCand, nil, nil, nil, nil); err != nil {
+		return nil, "", kr, err
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, "", 0, false, err
+		return nil, "", kr, err
 	}
 	out, first, err := collectClaimed(rows)
 	if err != nil {
-		return nil, "", 0, false, err
+		return nil, "", kr, err
 	}
 	// The first claimed task becomes the hint only if it was the first
 	// candidate: ahead of it, ready tasks are then locked by other claims.
@@ -195,7 +217,11 @@ func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, wa
 	if first != nil && firstCand != nil && first.ID == *firstCand {
 		s.setHint(queue, gen, first)
 	}
-	return out, verdict, int(n), hinted, br.Close()
+	if verdict == sharedKeyed {
+		s.flow.mark(&s.flow.wide, queue, keys < keyedKeys/2 && 2*len(out) >= int(w))
+	}
+	kr.read, kr.window = int(n), int(w)
+	return out, verdict, kr, br.Close()
 }
 
 // claimKeyedOrExclusive claims a queue known to be on the keyed path.
@@ -203,11 +229,11 @@ func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, wa
 // full window of candidates and could admit none of them, or the verdict
 // is no longer keyed).
 func (s *Store) claimKeyedOrExclusive(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, bool, error) {
-	out, verdict, read, hinted, err := s.claimKeyed(ctx, conn, queue, want, worker, timeout, false)
-	if err == nil && verdict == sharedKeyed && len(out) == 0 && hinted {
+	out, verdict, kr, err := s.claimKeyed(ctx, conn, queue, want, worker, timeout, false)
+	if err == nil && verdict == sharedKeyed && len(out) == 0 && kr.hinted {
 		// Nothing past the hint; ready tasks ahead of it, locked by other
 		// claims, may have been released since.
-		out, verdict, read, _, err = s.claimKeyed(ctx, conn, queue, want, worker, timeout, true)
+		out, verdict, kr, err = s.claimKeyed(ctx, conn, queue, want, worker, timeout, true)
 	}
 	if err != nil {
 		return nil, false, err
@@ -223,14 +249,13 @@ func (s *Store) claimKeyedOrExclusive(ctx context.Context, conn *pgx.Conn, queue
 		return nil, false, nil
 	}
 	s.flow.keyedClaims.Add(1)
-	_, cap := s.flow.margins()
-	if len(out) == 0 && read >= min(want, cap, keyedKeys) {
+	if len(out) == 0 && kr.read >= kr.limit {
 		return nil, false, nil
 	}
 	if len(out) < want {
 		// The candidates it read and left ready were held back by their
 		// keys, at their limits.
-		s.noteHeld(queue, norn.QueueFlow{}, norn.Bucket{}, want, len(out), min(read-len(out), want-len(out)), -1, -1)
+		s.noteHeld(queue, norn.QueueFlow{}, norn.Bucket{}, want, len(out), kr.window-len(out), -1, -1)
 	}
 	return out, true, nil
 }

@@ -148,20 +148,21 @@ func TestFlowKeyedPath(t *testing.T) {
 		if got := claim(t, b.s, 1); got["a"] != 1 {
 			t.Fatalf("first claim: %v, want a's first task", got)
 		}
-		// The next candidates, as many as a claim reads, are all a's, at
-		// its limit: the claim goes on to the exclusive path, which skips
-		// a and finds b; the same with a claim of ten.
+		// A claim that reads all it wants (the last one found few keys)
+		// finds b behind a's backlog among its candidates.
 		if got := claim(t, b.s, 1000); len(got) != 1 || got["b"] != 1 {
 			t.Fatalf("claimed %v behind a's backlog, want b's task", got)
 		}
+		// A claim of ten reads ten of a's, all at a's limit: it goes on
+		// to the exclusive path, which skips a and finds c.
 		if _, err := b.s.Submit(ctx, norn.NewTask{Queue: "kq", ConcurrencyKey: "c"}); err != nil {
 			t.Fatal(err)
 		}
 		if got := claim(t, b.s, 10); len(got) != 1 || got["c"] != 1 {
 			t.Fatalf("claimed %v behind a's backlog, want c's task", got)
 		}
-		if k, x, _ := paths(b.s); k != 3 || x != 2 {
-			t.Fatalf("keyed %d, exclusive %d claims; want 3 and 2", k, x)
+		if k, x, _ := paths(b.s); k != 3 || x != 1 {
+			t.Fatalf("keyed %d, exclusive %d claims; want 3 and 1", k, x)
 		}
 	})
 
@@ -201,6 +202,40 @@ func TestFlowKeyedPath(t *testing.T) {
 		}
 		if got := claim(t, b.s, 1000); len(got) != 44 {
 			t.Fatalf("second claim: tasks of %d keys, want the other 44", len(got))
+		}
+	})
+
+	t.Run("AWideReadLocksAtMostKeyedKeysKeys", func(t *testing.T) {
+		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(5)}, map[string]int{"a": 10})
+		// One key among its candidates: the next claim reads all it wants.
+		if got := claim(t, b.s, 1000); got["a"] != 5 {
+			t.Fatalf("first claim: %v, want 5 of a", got)
+		}
+		var nts []norn.NewTask
+		for k := range keyedKeys + 44 {
+			nts = append(nts, norn.NewTask{Queue: "kq", ConcurrencyKey: fmt.Sprintf("k%03d", k)})
+		}
+		if _, err := b.s.Submit(ctx, nts...); err != nil {
+			t.Fatal(err)
+		}
+		// It reads a's five and 300 keys' tasks, and keeps the candidates
+		// of the first keyedKeys keys (a's among them): a lock each.
+		got := claim(t, b.s, 1000)
+		if len(got) != keyedKeys-1 || got["a"] != 0 {
+			t.Fatalf("wide claim: tasks of %d keys (%d of a), want one of each of %d keys", len(got), got["a"], keyedKeys-1)
+		}
+		// Only a's were held back by a limit, five in each claim; the
+		// candidates past the first keyedKeys keys were not.
+		stats, err := b.s.FlowStats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(stats) != 1 || stats[0].Held != (norn.Held{KeyLimit: 10}) {
+			t.Fatalf("flow stats %+v, want 10 held back by key_limit", stats)
+		}
+		// Many keys: the next claim reads keyedKeys candidates again.
+		if got := claim(t, b.s, 1000); len(got) != 45 || got["a"] != 0 {
+			t.Fatalf("third claim: %v, want the other 45 keys' tasks", got)
 		}
 	})
 
@@ -245,16 +280,18 @@ func TestFlowKeyedPath(t *testing.T) {
 		// queue is keyed; over 1,000 running tasks put the bound within
 		// the margin, and the claim must count exactly.
 		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(10), MaxRunning: ptr(9000)}, map[string]int{"": 3000})
-		for i := range 4 {
-			if got := claim(t, b.s, 1000)[""]; got != keyedKeys {
-				t.Fatalf("keyed claim %d: %d tasks, want %d", i, got, keyedKeys)
+		// The first claim reads keyedKeys candidates; having found fewer
+		// than keyedKeys/2 keys among them, the next reads all it wants.
+		for i, want := range []int{keyedKeys, 1000} {
+			if got := claim(t, b.s, 1000)[""]; got != want {
+				t.Fatalf("keyed claim %d: %d tasks, want %d", i, got, want)
 			}
 		}
 		k0, x0, _ := paths(b.s)
 		if got := claim(t, b.s, 1000)[""]; got != 1000 {
 			t.Fatalf("claimed %d, want 1000", got)
 		}
-		if k, x, _ := paths(b.s); k0 != 4 || x != x0+1 || k != k0 {
+		if k, x, _ := paths(b.s); k0 != 2 || x != x0+1 || k != k0 {
 			t.Fatalf("keyed %d→%d, exclusive %d→%d claims: the claim near max_running was not exclusive", k0, k, x0, x)
 		}
 	})
