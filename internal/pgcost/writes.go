@@ -31,13 +31,17 @@ import (
 //   - lease: ready as well, but the claim does not touch the task rows at
 //     all (a task is running while a lease row names it): one update per
 //     task, at completion.
+//   - side-spec: rows, with the spec in a table of its own (id, spec)
+//     written by the submit and read by the claim (a primary-key lookup
+//     per task), so the claim and the completion rewrite a row narrower by
+//     the spec: what the spec's width costs the rows pattern.
 //
 // Each pattern's completion is a compare-and-set on the task's state, as
 // the store's is, so a task completed twice, or never, shows in the counts
 // the run returns. lease's completion does not also check that a lease row
 // still names the task, which a store would (one lookup per batch, by the
 // lease row's id): the figures leave that out.
-var writePatterns = []string{"rows", "ready", "lease"}
+var writePatterns = []string{"rows", "ready", "lease", "side-spec"}
 
 // writesTable creates, in schema, a task table like the one in like (a
 // migrated Norn schema) and the pattern's other tables, and fill (if not
@@ -47,11 +51,11 @@ var writePatterns = []string{"rows", "ready", "lease"}
 func writesTable(ctx context.Context, c *pgx.Conn, schema, like, pattern string, n, fillfactor, specBytes int, fill func(func() error) error) error {
 	s, l := pgx.Identifier{schema}.Sanitize(), pgx.Identifier{like}.Sanitize()
 	idx := ""
-	if pattern == "rows" {
+	if pattern == "rows" || pattern == "side-spec" {
 		idx = " INCLUDING INDEXES"
 	}
 	create := []string{
-		`DROP TABLE IF EXISTS ` + s + `.t, ` + s + `.ready, ` + s + `.leases`,
+		`DROP TABLE IF EXISTS ` + s + `.t, ` + s + `.ready, ` + s + `.leases, ` + s + `.specs`,
 		`CREATE TABLE ` + s + `.t (LIKE ` + l + `.tasks INCLUDING DEFAULTS INCLUDING CONSTRAINTS` + idx + `) WITH (fillfactor = ` + strconv.Itoa(fillfactor) + `)`,
 	}
 	// The ready patterns' submit writes the ready row in the same statement.
@@ -59,7 +63,14 @@ func writesTable(ctx context.Context, c *pgx.Conn, schema, like, pattern string,
 		SELECT gen_random_uuid()::text, 'q', ` + writesSpec(specBytes) + `, 0, 'ready', '{"a":"b"}'::jsonb, now(), now(), now(),
 			now() + i * interval '1 microsecond', 10000000000 FROM generate_series(1, ` + strconv.Itoa(n) + `) i`
 	after := []string{`VACUUM ANALYZE ` + s + `.t`}
-	if pattern != "rows" {
+	switch pattern {
+	case "side-spec":
+		// The task row carries {}; the spec is the side table's.
+		create = append(create, `CREATE TABLE `+s+`.specs (id text COLLATE "C" PRIMARY KEY, spec bytea NOT NULL)`)
+		insert = `WITH t AS (` + strings.Replace(insert, writesSpec(specBytes), writesSpec(2), 1) + ` RETURNING id)
+		INSERT INTO ` + s + `.specs SELECT id, ` + writesSpec(specBytes) + ` FROM t`
+		after = append(after, `VACUUM ANALYZE `+s+`.specs`)
+	case "ready", "lease":
 		create = append(create,
 			`ALTER TABLE `+s+`.t ADD PRIMARY KEY (id)`,
 			`CREATE TABLE `+s+`.ready (queue text COLLATE "C" NOT NULL, priority int NOT NULL, ready_at timestamptz NOT NULL, id text COLLATE "C" NOT NULL)`,
@@ -124,6 +135,11 @@ WHERE t.id = ANY ($1) AND t.status = 'running' AND t.owner = $2`
 UPDATE {s}.t t SET ` + running + ` WHERE t.id = ANY (ARRAY(SELECT c.id FROM c))` + returning
 	case "ready":
 		claim = fromReady + `UPDATE {s}.t t SET ` + running + ` WHERE t.id = ANY (ARRAY(SELECT d.id FROM d))` + returning
+	case "side-spec":
+		claim = `WITH c AS (SELECT id FROM {s}.t WHERE status = 'ready' AND queue = 'q'
+	ORDER BY priority DESC, ready_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
+UPDATE {s}.t t SET ` + running + ` WHERE t.id = ANY (ARRAY(SELECT c.id FROM c))
+	RETURNING t.id, (SELECT sp.spec FROM {s}.specs sp WHERE sp.id = t.id), t.lease, t.labels`
 	case "lease":
 		claim = fromReady + `SELECT t.id, t.spec, t.lease, t.labels FROM {s}.t t WHERE t.id = ANY (ARRAY(SELECT d.id FROM d))`
 		// A leased task's row still says ready; its completion is the

@@ -62,7 +62,18 @@ func TestWritePatterns(t *testing.T) {
 			if completed != n || atVersion != n {
 				t.Fatalf("%d tasks completed and %d at version %d, want %d", completed, atVersion, wantVersion, n)
 			}
-			if p == "rows" {
+			if p == "side-spec" {
+				// The rows carry {}, the side table every task's spec.
+				var specs, narrow int
+				if err := c.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+pgx.Identifier{schema, "specs"}.Sanitize()+` WHERE length(spec) = 200),
+					(SELECT count(*) FROM `+tq+` WHERE length(spec) = 2)`).Scan(&specs, &narrow); err != nil {
+					t.Fatal(err)
+				}
+				if specs != n || narrow != n {
+					t.Fatalf("%d specs of 200 bytes and %d rows with {}, want %d", specs, narrow, n)
+				}
+			}
+			if p == "rows" || p == "side-spec" {
 				return
 			}
 			var ready, leased int
