@@ -26,8 +26,9 @@ import (
 //     most keyedKeys, or as many as the claim wants while the queue has
 //     few keys; SKIP LOCKED, from the claim hint when there is one), keeps
 //     those of the first keyedKeys keys in claim order, and takes the
-//     advisory lock of each distinct limited key among them, waiting while another claim holds one, in the order of the
-//     locks' numbers: two claims never wait for each other in a cycle.
+//     advisory lock of each distinct limited key among them, waiting
+//     while another claim holds one, in the order of the locks' numbers:
+//     two claims never wait for each other in a cycle.
 //     It passes the candidates on to the next statement in
 //     transaction-local settings, with each key's limit.
 //   - A second statement, whose snapshot is taken after those key locks
@@ -93,9 +94,10 @@ const keyedTail = `
 // joins, and per-key values are spread over a key's candidates with
 // windows in the second statement. r1 ranks each key's candidates in
 // claim order (rn); rk numbers the keys in the order of their first
-// candidates (nk), and r2 keeps the candidates of the first $4; r2 reads, once per key (at its first candidate), its
-// limit (its own only if the queue has keys with their own limits: one
-// probe per claim, not per key); lk takes the lock of each limited key
+// candidates (nk); r2 keeps the candidates of the first $4 keys and
+// reads, once per key (at its first candidate), its limit (its own only
+// if the queue has keys with their own limits: one probe per claim, not
+// per key); lk takes the lock of each limited key
 // ($3: the locks' name prefix), once (r2 is materialized), in the order of
 // the locks' numbers (PostgreSQL evaluates a volatile select-list function
 // after the sort), and r3 makes every row wait for lk. Every candidate goes
