@@ -28,8 +28,9 @@ type Config struct {
 	// Tasks is how many tasks a workload submits or works (default 100,000;
 	// latency: 2,000; delay: Rate × 10 s).
 	Tasks int
-	// Workers is the number of concurrent claimers (default 2×GOMAXPROCS for
-	// in-process stores, 64 over HTTP is a good choice).
+	// Workers is the number of concurrent submitters and claimers (default
+	// 2×GOMAXPROCS for in-process stores; the work workload's claimers:
+	// GOMAXPROCS; 64 over HTTP is a good choice).
 	Workers int
 	// Batch is the submit batch size; 0 runs submit at 1, 100 and 1000.
 	Batch int
@@ -355,6 +356,15 @@ func cleanup(ctx context.Context, cfg Config, st norn.Store, queue string) {
 // cfg.Workers concurrent workers burn them down: claim ClaimBatch, complete
 // them all in one LeaseBatch call. This is the River-comparable figure.
 func Work(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, error) {
+	if cfg.Workers <= 0 {
+		// One claimer per core, each claiming RiverSlots ÷ GOMAXPROCS:
+		// River's bench fetches with one producer, and on two cores four
+		// claimers of 500 ran 20–25% slower on Postgres than two of 1,000
+		// with the same tasks in flight (their claims step over each
+		// other's locked tasks and compete for the cores; docs/benchmarks.md,
+		// "One claimer per core").
+		cfg.Workers = runtime.GOMAXPROCS(0)
+	}
 	if cfg.ClaimBatch <= 0 {
 		cfg.defaults()
 		cfg.ClaimBatch = min(norn.MaxClaim, max(100, RiverSlots/cfg.Workers))

@@ -135,7 +135,7 @@ tasks afterwards, so runs against a persistent store do not pile up.`,
 		f.StringVar(&o.durability, "durability", "strict", "store durability: strict or opportunistic")
 		f.StringVar(&o.transport, "transport", transportInproc, "inproc (Go API) or http (in-process server + client); --server implies http")
 		f.IntVar(&o.tasks, "tasks", 0, "tasks per workload (default: submit/work 100000, latency 2000, delay rate×10s, scale the smallest backlog, memory 1000000)")
-		f.IntVar(&o.workers, "workers", 0, "concurrent submitters/claimers (default 2×GOMAXPROCS in-process, 32 over HTTP)")
+		f.IntVar(&o.workers, "workers", 0, "concurrent submitters/claimers (default 2×GOMAXPROCS in-process, work: GOMAXPROCS claimers; 32 over HTTP)")
 		f.IntVar(&o.batch, "batch", 0, "submit batch size (default: submit runs 1, 100 and 1000)")
 		f.IntVar(&o.claimBatch, "claim-batch", 0, "tasks per claim (default 100; work: 2000 in flight as in River's bench, 2000÷workers, at least 100)")
 		f.Float64Var(&o.rate, "rate", 0, "delay workload submission rate in tasks/s (default 5000)")
