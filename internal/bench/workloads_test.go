@@ -226,6 +226,20 @@ func TestWorkloads(t *testing.T) {
 					checkEmpty(t, base)
 				}
 			})
+			t.Run("work default claimers", func(t *testing.T) {
+				// One claimer per core, River's tasks in flight over them.
+				c := cfg
+				c.Tasks, c.Workers, c.ClaimBatch = 1000, 0, 0
+				r, err := Work(ctx, &counting{Store: base}, env, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := runtime.GOMAXPROCS(0)
+				if want := min(norn.MaxClaim, max(100, RiverSlots/n)); r.Workers != n || r.Batch != want {
+					t.Errorf("workers %d claim batch %d, want %d and %d", r.Workers, r.Batch, n, want)
+				}
+				checkEmpty(t, base)
+			})
 			t.Run("work with limits", func(t *testing.T) {
 				st := &counting{Store: base}
 				c := cfg
