@@ -135,7 +135,7 @@ tasks afterwards, so runs against a persistent store do not pile up.`,
 		f.StringVar(&o.durability, "durability", "strict", "store durability: strict or opportunistic")
 		f.StringVar(&o.transport, "transport", transportInproc, "inproc (Go API) or http (in-process server + client); --server implies http")
 		f.IntVar(&o.tasks, "tasks", 0, "tasks per workload (default: submit/work 100000, latency 2000, delay rate×10s, scale the smallest backlog, memory 1000000)")
-		f.IntVar(&o.workers, "workers", 0, "concurrent submitters/claimers (default 2×GOMAXPROCS in-process, work: GOMAXPROCS claimers; 32 over HTTP)")
+		f.IntVar(&o.workers, "workers", 0, "concurrent submitters/claimers (default 2×GOMAXPROCS in-process, 32 over HTTP; work: GOMAXPROCS claimers)")
 		f.IntVar(&o.batch, "batch", 0, "submit batch size (default: submit runs 1, 100 and 1000)")
 		f.IntVar(&o.claimBatch, "claim-batch", 0, "tasks per claim (default 100; work: 2000 in flight as in River's bench, 2000÷workers, at least 100)")
 		f.Float64Var(&o.rate, "rate", 0, "delay workload submission rate in tasks/s (default 5000)")
@@ -360,7 +360,8 @@ func runBench(cmd *cobra.Command, g *Globals, o *benchOptions, args []string) (e
 	workers := o.workers
 	if workers == 0 && remote {
 		// HTTP round trips leave the CPU idle while waiting, so more
-		// concurrent requests are needed to keep the server busy.
+		// concurrent submits are needed to keep the server busy (the work
+		// workload claims in large batches instead, below).
 		workers = 32
 	}
 	// With the default temporary store every run gets a fresh one, so runs
@@ -428,7 +429,15 @@ func runBench(cmd *cobra.Command, g *Globals, o *benchOptions, args []string) (e
 		runs := make([][]bench.Result, 0, o.runs)
 		for k := 0; k < o.runs; k++ {
 			bar.run = fmt.Sprintf("%s %d/%d", w, k+1, o.runs)
-			rs, err := runOnce(w, cfg)
+			c := cfg
+			if w == "work" && o.workers == 0 {
+				// The work workload picks its own claimers (one per core),
+				// over HTTP too: two claims of 1,000 did 60–70% more than 32
+				// of 100 through one server (docs/benchmarks.md, "One
+				// claimer per core").
+				c.Workers = 0
+			}
+			rs, err := runOnce(w, c)
 			bar.clear()
 			if err != nil {
 				return fmt.Errorf("%s: %w", w, err)

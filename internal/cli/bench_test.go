@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/nornq/norn"
 	"github.com/nornq/norn/internal/bench"
 	"github.com/nornq/norn/internal/servertest"
 	"github.com/nornq/norn/server"
@@ -120,6 +122,10 @@ func TestBenchRemoteServer(t *testing.T) {
 		if r.Transport != "http" || r.Store != "embedded" || r.Durability != "" || r.Tasks != 300 {
 			t.Errorf("labels: %+v", r)
 		}
+	}
+	// Over HTTP too, the work workload claims with one claimer per core.
+	if n := runtime.GOMAXPROCS(0); rs[0].Workers != n || rs[0].Batch != min(norn.MaxClaim, max(100, bench.RiverSlots/n)) {
+		t.Errorf("work over HTTP: %d workers claiming %d, want one per core (%d)", rs[0].Workers, rs[0].Batch, n)
 	}
 	if rs[1].Workload != "memory" || !(rs[1].RSSMiB > 0) {
 		t.Errorf("memory of our own pid: %+v", rs[1])
