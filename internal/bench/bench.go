@@ -360,9 +360,9 @@ func Work(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, erro
 		// One claimer per core, each claiming RiverSlots ÷ GOMAXPROCS:
 		// River's bench fetches with one producer, and on two cores four
 		// claimers of 500 ran 20–25% slower on Postgres than two of 1,000
-		// with the same tasks in flight (their claims step over each
-		// other's locked tasks and compete for the cores; docs/benchmarks.md,
-		// "One claimer per core").
+		// with the same tasks in flight (twice the claim statements and
+		// commits competing for the cores; docs/benchmarks.md, "One
+		// claimer per core").
 		cfg.Workers = runtime.GOMAXPROCS(0)
 	}
 	if cfg.ClaimBatch <= 0 {
