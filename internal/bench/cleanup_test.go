@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/nornq/norn/internal/pgtest"
 	"github.com/nornq/norn/store/postgres"
 )
@@ -33,16 +31,7 @@ func TestCleanupVacuumsPostgres(t *testing.T) {
 		t.Fatalf("worked %d tasks, want 300", r.Tasks)
 	}
 	checkEmpty(t, st)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var vacuums int64
-	if err := conn.QueryRow(ctx, `SELECT vacuum_count FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'tasks'`,
-		schema).Scan(&vacuums); err != nil {
-		t.Fatal(err)
-	}
+	vacuums := pgtest.VacuumCount(t, url, schema)
 	if vacuums < 1 {
 		t.Fatalf("the task table was vacuumed %d times after the run's cleanup, want at least once", vacuums)
 	}

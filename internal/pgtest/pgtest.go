@@ -101,6 +101,25 @@ func Schema(t testing.TB) (dbURL, schema string) {
 	return WithSearchPath(base, schema), schema
 }
 
+// VacuumCount is how many times VACUUM statements (not autovacuum) have
+// vacuumed schema's task table, as the statistics say.
+func VacuumCount(t testing.TB, dbURL, schema string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	defer conn.Close(ctx)
+	var n int64
+	if err := conn.QueryRow(ctx, `SELECT vacuum_count FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'tasks'`,
+		schema).Scan(&n); err != nil {
+		t.Fatalf("pgtest: vacuum count of %s.tasks: %v", schema, err)
+	}
+	return n
+}
+
 // WithSearchPath returns dbURL with its search_path set to schema.
 func WithSearchPath(dbURL, schema string) string {
 	u, err := url.Parse(dbURL)

@@ -5,28 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/internal/pgtest"
 )
-
-// vacuumCount is how many times the schema's task table was vacuumed by
-// hand (VACUUM statements, not autovacuum).
-func vacuumCount(t *testing.T, url, schema string) int64 {
-	t.Helper()
-	conn, err := pgx.Connect(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	var n int64
-	if err := conn.QueryRow(context.Background(),
-		`SELECT vacuum_count FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'tasks'`, schema).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
 
 func TestVacuum(t *testing.T) {
 	t.Parallel()
@@ -49,11 +30,11 @@ func TestVacuum(t *testing.T) {
 		if n, err := s.DeleteMatching(ctx, norn.Filter{Queues: []string{"vac"}}); err != nil || n != 200 {
 			t.Fatalf("deleted %d, %v", n, err)
 		}
-		before := vacuumCount(t, url, schema)
+		before := pgtest.VacuumCount(t, url, schema)
 		if err := s.Vacuum(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if after := vacuumCount(t, url, schema); after != before+1 {
+		if after := pgtest.VacuumCount(t, url, schema); after != before+1 {
 			t.Fatalf("vacuum_count of %s.tasks went from %d to %d, want one more", schema, before, after)
 		}
 	})
