@@ -345,9 +345,10 @@ func report(cfg Config, phase string, done, total int64) {
 // every benchmark run (unless cfg.KeepTasks), and on a store that can, has
 // the space they took reclaimed at once: otherwise the next run inserts
 // into a table that still holds this one's dead rows and shares the
-// machine with autovacuum when it comes (on Postgres, three submit runs in
-// a row grew the task table from 117 to 366 MB and the third ran up to 35%
-// slower; docs/benchmarks.md, "Runs that follow one another"). River's
+// machine with autovacuum when it comes (on Postgres, three rounds of
+// submit and work in a row grew the task table to 1.3 GB and a later
+// round's submit ran up to 37% slower than the first; docs/benchmarks.md,
+// "Runs that follow one another"). River's
 // bench truncates its table before each run for the same reason. Errors are
 // ignored: the figures are already taken.
 func cleanup(ctx context.Context, cfg Config, st norn.Store, queue string) {
