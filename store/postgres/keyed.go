@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,16 +23,15 @@ import (
 //     slot locks (the first keyedSlots of the shared path's slots, so the
 //     shared path's bound on max_running holds for keyed claims too: the
 //     verdict writes their slot rows as it does for shared claims).
-//   - A first statement locks its candidates (the first ready tasks, at
-//     most keyedKeys, or as many as the claim wants while the queue has
-//     few keys; SKIP LOCKED, from the claim hint when there is one), keeps
-//     those of the first keyedKeys keys in claim order, and takes the
-//     advisory lock of each distinct limited key among them, waiting
-//     while another claim holds one, in the order of the locks' numbers:
-//     two claims never wait for each other in a cycle.
+//   - A first statement locks its candidates (the first ready tasks, as
+//     many as the claim wants; SKIP LOCKED, from the claim hint when there
+//     is one) and takes the advisory lock of each key bucket its limited
+//     keys fall in (keyedBuckets of them per queue, by a hash of the key),
+//     waiting while another claim holds one, in the order of the locks'
+//     numbers: two claims never wait for each other in a cycle.
 //     It passes the candidates on to the next statement in
 //     transaction-local settings, with each key's limit.
-//   - A second statement, whose snapshot is taken after those key locks
+//   - A second statement, whose snapshot is taken after those bucket locks
 //     are held, counts each limited key's running tasks (tasks_running_key,
 //     an index probe per key: every running task of a key is in it, since
 //     keyed and exclusive claims write running_key and UpdateQueue writes
@@ -40,9 +40,9 @@ import (
 //     candidates in claim order.
 //
 // Why a key never exceeds its limit: every keyed claim that admitted
-// tasks of key k held k's lock from before its count's snapshot until its
-// commit, and a transaction's commit is visible before its locks are
-// released. So the claims that admit tasks of k follow one another, and
+// tasks of key k held the lock of k's bucket from before its count's
+// snapshot until its commit, and a transaction's commit is visible before
+// its locks are released. So the claims that admit tasks of k follow one another, and
 // each counts every task of k the ones before it admitted (or finds them
 // finished). An exclusive claim holds the gate alone, so no keyed claim is
 // in flight when it counts; plain and shared claims do not claim a queue
@@ -57,6 +57,16 @@ import (
 // key follow one another anyway. Measured in docs/benchmarks.md ("Keyed
 // claims wait for a held key").
 //
+// Why buckets rather than a lock per key: a lock per key made a claim's
+// locks grow with its keys, so a claim read at most 256 candidates to
+// bound its entries in the server's lock table, and over 1,000 keys it
+// admitted about 256 tasks where a plain claim takes 1,000 (a quarter of
+// the tasks per claim statement and completion batch). With buckets a
+// claim holds at most keyedBuckets locks however many keys it reads.
+// Claims over many keys then touch every bucket and follow one another,
+// as claims over few keys always did. Measured in docs/benchmarks.md
+// ("Key locks by bucket").
+//
 // A claim whose candidates were all held back (their keys at their limits)
 // while there may be more ready tasks past them
 // (it read as many as it wanted) claims on the exclusive path instead,
@@ -64,16 +74,18 @@ import (
 // another key's tasks behind it.
 
 // keyedSlots is how many keyed claims of one queue may be in flight at
-// once. Each holds up to keyedKeys key locks, entries in the server's
-// lock table (sized by max_locks_per_transaction × max_connections).
+// once. Each holds up to keyedBuckets bucket locks, entries in the
+// server's lock table (sized by max_locks_per_transaction ×
+// max_connections).
 const keyedSlots = 4
 
-// keyedKeys is how many candidates one keyed claim reads while its queue
-// has many keys, and how many keys' locks it may hold or wait for. With
-// keyedSlots it bounds a queue's keyed claims to keyedSlots × keyedKeys
-// (1,024) advisory locks at a time, about an eighth of the lock table of
-// a server with the default settings.
-const keyedKeys = 256
+// keyedBuckets is how many lock buckets a queue's concurrency keys are
+// hashed into (a power of two). With keyedSlots it bounds a queue's keyed
+// claims to keyedSlots × keyedBuckets (256) advisory locks at a time,
+// about a twenty-fifth of the lock table of a server with the default
+// settings. More buckets let claims over a few dozen keys wait for each
+// other less, for more locks per claim.
+const keyedBuckets = 64
 
 // sharedKeyed is the verdict for a queue on the keyed path.
 const sharedKeyed = "keyed"
@@ -93,30 +105,27 @@ const keyedTail = `
 // cached generic plan of index scans and nested loops), so nothing here
 // joins, and per-key values are spread over a key's candidates with
 // windows in the second statement. r1 ranks each key's candidates in
-// claim order (rn); rk numbers the keys in the order of their first
-// candidates (nk); r2 keeps the candidates of the first $4 keys and
-// reads, once per key (at its first candidate), its limit (its own only
-// if the queue has keys with their own limits: one probe per claim, not
-// per key); lk takes the lock of each limited key
-// ($3: the locks' name prefix), once (r2 is materialized), in the order of
-// the locks' numbers (PostgreSQL evaluates a volatile select-list function
-// after the sort), and r3 makes every row wait for lk. Every candidate goes
-// on in norn.keyed_* (ids, keys, ranks, and at each key's first candidate
-// its limit, as arrays). It returns how many candidates it read, how many
-// it kept, how many limited keys it locked, and the first candidate in
-// claim order.
-const keyedLockSQL = `,
+// claim order (rn); r2 reads, once per key (at its first candidate), its
+// limit (its own only if the queue has keys with their own limits: one
+// probe per claim, not per key); lk takes the lock of each bucket a
+// limited key falls in ($3: the locks' name prefix), once (r2 is
+// materialized, the buckets distinct), in the order of the locks' numbers
+// (PostgreSQL evaluates a volatile select-list function after the sort),
+// and r3 makes every row wait for lk. Every candidate goes on in
+// norn.keyed_* (ids, keys, ranks, and at each key's first candidate its
+// limit, as arrays). It returns how many candidates it read and the first
+// of them in claim order.
+var keyedLockSQL = `,
 r1 AS (SELECT cand.*, row_number() OVER (PARTITION BY cand.key ORDER BY cand.priority DESC, cand.ready_at, cand.id) AS rn FROM cand),
-rk AS (SELECT r1.*, sum(CASE WHEN r1.key IS NOT NULL AND r1.rn = 1 THEN 1 ELSE 0 END)
-	OVER (ORDER BY r1.priority DESC, r1.ready_at, r1.id ROWS UNBOUNDED PRECEDING) AS nk FROM r1),
-r2 AS MATERIALIZED (SELECT rk.*, CASE WHEN rk.key IS NOT NULL AND rk.rn = 1 THEN coalesce(
+r2 AS MATERIALIZED (SELECT r1.*, CASE WHEN r1.key IS NOT NULL AND r1.rn = 1 THEN coalesce(
 		CASE WHEN (SELECT EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0)) THEN
-			(SELECT nullif(k.lim, 0) FROM {s}.queue_keys k WHERE k.queue = $1 AND k.key = rk.key) END,
-		(SELECT nullif(q.key_limit, 0) FROM {s}.queues q WHERE q.name = $1)) END AS lim0 FROM rk WHERE rk.nk <= $4),
+			(SELECT nullif(k.lim, 0) FROM {s}.queue_keys k WHERE k.queue = $1 AND k.key = r1.key) END,
+		(SELECT nullif(q.key_limit, 0) FROM {s}.queues q WHERE q.name = $1)) END AS lim0 FROM r1),
 lk AS MATERIALIZED (SELECT pg_advisory_xact_lock(l.h) FROM
-	(SELECT hashtextextended($3 || r2.key, 0) AS h FROM r2 WHERE r2.lim0 IS NOT NULL) l ORDER BY l.h),
+	(SELECT DISTINCT hashtextextended($3 || (hashtextextended(r2.key, 0) & ` + strconv.Itoa(keyedBuckets-1) + `)::text, 0) AS h
+	FROM r2 WHERE r2.lim0 IS NOT NULL) l ORDER BY l.h),
 r3 AS (SELECT r2.* FROM r2 WHERE (SELECT count(*) FROM lk) >= 0)
-SELECT (SELECT count(*) FROM cand), count(*), count(r3.lim0), (SELECT cand.id FROM cand ORDER BY cand.priority DESC, cand.ready_at, cand.id LIMIT 1),
+SELECT (SELECT count(*) FROM cand), (SELECT cand.id FROM cand ORDER BY cand.priority DESC, cand.ready_at, cand.id LIMIT 1),
 	set_config('norn.keyed_ids', coalesce(array_agg(r3.id)::text, '{}'), true),
 	set_config('norn.keyed_keys', coalesce(array_agg(r3.key)::text, '{}'), true),
 	set_config('norn.keyed_rn', coalesce(array_agg(r3.rn)::text, '{}'), true),
@@ -141,35 +150,28 @@ kw AS (SELECT r.id, r.key, r.rn, max(r.lim0) OVER k AS lim, max(r.run0) OVER k A
 c AS (SELECT kw.id FROM kw WHERE kw.key IS NULL OR kw.lim IS NULL OR kw.rn <= kw.lim - kw.running LIMIT $2)`
 
 // buildKeyedSQL builds the keyed claim's two statements: the candidates
-// and key locks, from the queue's head and from a claim hint ($5–$7, as
-// buildClaimFromSQL), and the pick with its assignment.
+// and bucket locks, from the queue's head and from a claim hint (as
+// buildClaimFromSQL; $4–$6 here), and the pick with its assignment.
 func (s *Store) buildKeyedSQL() {
 	s.flow.keyedSQL = s.q(`WITH cand AS (` + keyedHead + `true` + keyedTail + `)` + keyedLockSQL)
 	s.flow.keyedFromSQL = s.q(`WITH cand AS (SELECT u.* FROM (
-	SELECT a.* FROM (` + keyedHead + `t.priority = $5 AND (t.ready_at, t.id) >= ($6::timestamptz, $7::text)` + keyedTail + `) a
+	SELECT a.* FROM (` + keyedHead + `t.priority = $4 AND (t.ready_at, t.id) >= ($5::timestamptz, $6::text)` + keyedTail + `) a
 	UNION ALL
-	SELECT b.* FROM (` + keyedHead + `t.priority < $5` + keyedTail + `) b) u LIMIT $2)` + keyedLockSQL)
+	SELECT b.* FROM (` + keyedHead + `t.priority < $4` + keyedTail + `) b) u LIMIT $2)` + keyedLockSQL)
 	s.flow.keyedAdmitSQL = s.buildAssignKeyedSQL(keyedAdmitCTE)
 }
 
 // keyedRead is what a keyed claim read: candidates, as many as it asked
-// for at most (limit), and of those the window it took key locks for
-// (the candidates of its first keyedKeys keys); hinted, whether it read
-// them from the claim hint.
+// for at most (limit); hinted, whether it read them from the claim hint.
 type keyedRead struct {
-	read, limit, window int
-	hinted              bool
+	read, limit int
+	hinted      bool
 }
 
 // claimKeyed tries the keyed path in one round trip: the gate and a slot,
-// the verdict, the candidates and key locks (nothing unless the verdict is
-// keyed) and the pick with its claim, in one implicit transaction. It
-// reads keyedKeys candidates, or all it wants while the queue's last
-// keyed claim on this node found few keys (under keyedKeys/2) and
-// admitted at least half of its window: with ten keys, say, every claim
-// holds all of them, so claims follow one another, and each should take
-// as many tasks as it may. A claim reading from the head never uses the
-// hint.
+// the verdict, the candidates and bucket locks (nothing unless the
+// verdict is keyed) and the pick with its claim, in one implicit
+// transaction. A claim reading from the head never uses the hint.
 func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64, head bool) (out []*norn.Task, verdict string, kr keyedRead, err error) {
 	slots, cap := s.flow.margins()
 	s.flow.sqlOnce.Do(s.buildFlowSQL)
@@ -178,11 +180,8 @@ func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, wa
 	b.Queue(sharedLockSQL, s.channel+"/flow/"+queue, s.channel+"/flowslot/"+queue, min(keyedSlots, slots))
 	b.Queue(s.q(sharedVerdictSQL), queue, slots*cap, false, int64(want))
 	gen := s.wake.wait()
-	kr.limit = min(want, keyedKeys)
-	if s.flow.known(&s.flow.wide, queue) {
-		kr.limit = want
-	}
-	sql, args := s.flow.keyedSQL, []any{queue, kr.limit, s.channel + "/key/" + queue + "/", keyedKeys}
+	kr.limit = want
+	sql, args := s.flow.keyedSQL, []any{queue, kr.limit, s.channel + "/key/" + queue + "/"}
 	if s.listening.Load() && !head {
 		if h, ok := s.hints.get(queue, gen, time.Now()); ok {
 			sql, args, kr.hinted = s.flow.keyedFromSQL, append(args, h.priority, h.readyAt, h.id), true
@@ -199,9 +198,9 @@ func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, wa
 	if err != nil {
 		return nil, "", kr, err
 	}
-	var n, w, keys int64
+	var n int64
 	var firstCand *string
-	if err := br.QueryRow().Scan(&n, &w, &keys, &firstCand, nil, nil, nil, nil); err != nil {
+	if err := br.QueryRow().Scan(&n, &firstCand, nil, nil, nil, nil); err != nil {
 		return nil, "", kr, err
 	}
 	rows, err := br.Query()
@@ -219,10 +218,7 @@ func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, wa
 	if first != nil && firstCand != nil && first.ID == *firstCand {
 		s.setHint(queue, gen, first)
 	}
-	if verdict == sharedKeyed {
-		s.flow.mark(&s.flow.wide, queue, keys < keyedKeys/2 && 2*len(out) >= int(w))
-	}
-	kr.read, kr.window = int(n), int(w)
+	kr.read = int(n)
 	return out, verdict, kr, br.Close()
 }
 
@@ -257,7 +253,7 @@ func (s *Store) claimKeyedOrExclusive(ctx context.Context, conn *pgx.Conn, queue
 	if len(out) < want {
 		// The candidates it read and left ready were held back by their
 		// keys, at their limits.
-		s.noteHeld(queue, norn.QueueFlow{}, norn.Bucket{}, want, len(out), kr.window-len(out), -1, -1)
+		s.noteHeld(queue, norn.QueueFlow{}, norn.Bucket{}, want, len(out), kr.read-len(out), -1, -1)
 	}
 	return out, true, nil
 }

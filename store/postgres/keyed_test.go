@@ -141,15 +141,15 @@ func TestFlowKeyedPath(t *testing.T) {
 	})
 
 	t.Run("ABlockedKeysBacklogDoesNotStopOtherKeys", func(t *testing.T) {
-		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(1)}, map[string]int{"a": keyedKeys + 50})
+		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(1)}, map[string]int{"a": 300})
 		if _, err := b.s.Submit(ctx, norn.NewTask{Queue: "kq", ConcurrencyKey: "b"}); err != nil {
 			t.Fatal(err)
 		}
 		if got := claim(t, b.s, 1); got["a"] != 1 {
 			t.Fatalf("first claim: %v, want a's first task", got)
 		}
-		// A claim that reads all it wants (the last one found few keys)
-		// finds b behind a's backlog among its candidates.
+		// A claim of 1,000 finds b behind a's backlog among its
+		// candidates.
 		if got := claim(t, b.s, 1000); len(got) != 1 || got["b"] != 1 {
 			t.Fatalf("claimed %v behind a's backlog, want b's task", got)
 		}
@@ -171,7 +171,7 @@ func TestFlowKeyedPath(t *testing.T) {
 		// Another claim in flight holding a's lock: the claim waits for it
 		// (counting then what that claim admitted), rather than leave a
 		// out or go to the exclusive path.
-		tx := holdAdvisory(t, b.s, "pg_advisory_xact_lock", b.s.channel+"/key/kq/a")
+		tx := holdAdvisory(t, b.s, "pg_advisory_xact_lock", bucketLock(t, b.s, "kq", "a"))
 		got := make(chan map[string]int, 1)
 		go func() { got <- claim(t, b.s, 100) }()
 		awaitAdvisoryWaiter(t, b.s, "the claim to wait for a's lock", "ExclusiveLock")
@@ -191,51 +191,65 @@ func TestFlowKeyedPath(t *testing.T) {
 		}
 	})
 
-	t.Run("ReadsAtMostKeyedKeysCandidates", func(t *testing.T) {
+	t.Run("ReadsAllItWantsOverManyKeys", func(t *testing.T) {
 		keys := map[string]int{}
-		for k := range keyedKeys + 44 {
+		for k := range 300 {
 			keys[fmt.Sprintf("k%d", k)] = 1
 		}
 		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(5)}, keys)
-		if got := claim(t, b.s, 1000); len(got) != keyedKeys {
-			t.Fatalf("first claim: tasks of %d keys, want %d", len(got), keyedKeys)
-		}
-		if got := claim(t, b.s, 1000); len(got) != 44 {
-			t.Fatalf("second claim: tasks of %d keys, want the other 44", len(got))
+		if got := claim(t, b.s, 1000); len(got) != 300 {
+			t.Fatalf("claimed tasks of %d keys, want all 300", len(got))
 		}
 	})
 
-	t.Run("AWideReadLocksAtMostKeyedKeysKeys", func(t *testing.T) {
-		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(5)}, map[string]int{"a": 10})
-		// One key among its candidates: the next claim reads all it wants.
-		if got := claim(t, b.s, 1000); got["a"] != 5 {
-			t.Fatalf("first claim: %v, want 5 of a", got)
+	t.Run("HoldsOneLockPerKeyBucket", func(t *testing.T) {
+		keys := map[string]int{}
+		for k := range 300 {
+			keys[fmt.Sprintf("k%d", k)] = 1
 		}
+		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(5)}, keys)
+		// Another claim holds k7's bucket: the claim over 300 keys waits
+		// for it, holding the lock of no more than the buckets before it
+		// (and the gate and a slot), not one per key.
+		tx := holdAdvisory(t, b.s, "pg_advisory_xact_lock", bucketLock(t, b.s, "kq", "k7"))
+		got := make(chan map[string]int, 1)
+		go func() { got <- claim(t, b.s, 1000) }()
+		awaitAdvisoryWaiter(t, b.s, "the claim to wait for k7's bucket", "ExclusiveLock")
+		var held int
+		if err := b.s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+		if held > keyedBuckets+1 {
+			t.Fatalf("the waiting claim holds %d advisory locks, want at most %d buckets' and the gate's and slot's", held, keyedBuckets-1)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if g := <-got; len(g) != 300 {
+			t.Fatalf("claimed tasks of %d keys after the bucket was released, want all 300", len(g))
+		}
+	})
+
+	t.Run("HeldBackCountsOnlyKeysAtTheirLimits", func(t *testing.T) {
+		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(5)}, map[string]int{"a": 10})
 		var nts []norn.NewTask
-		for k := range keyedKeys + 44 {
+		for k := range 300 {
 			nts = append(nts, norn.NewTask{Queue: "kq", ConcurrencyKey: fmt.Sprintf("k%03d", k)})
 		}
 		if _, err := b.s.Submit(ctx, nts...); err != nil {
 			t.Fatal(err)
 		}
-		// It reads a's five and 300 keys' tasks, and keeps the candidates
-		// of the first keyedKeys keys (a's among them): a lock each.
 		got := claim(t, b.s, 1000)
-		if len(got) != keyedKeys-1 || got["a"] != 0 {
-			t.Fatalf("wide claim: tasks of %d keys (%d of a), want one of each of %d keys", len(got), got["a"], keyedKeys-1)
+		if len(got) != 301 || got["a"] != 5 {
+			t.Fatalf("claimed tasks of %d keys (%d of a), want 5 of a and one of each of 300 keys", len(got), got["a"])
 		}
-		// Only a's were held back by a limit, five in each claim; the
-		// candidates past the first keyedKeys keys were not.
 		stats, err := b.s.FlowStats(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(stats) != 1 || stats[0].Held != (norn.Held{KeyLimit: 10}) {
-			t.Fatalf("flow stats %+v, want 10 held back by key_limit", stats)
-		}
-		// Many keys: the next claim reads keyedKeys candidates again.
-		if got := claim(t, b.s, 1000); len(got) != 45 || got["a"] != 0 {
-			t.Fatalf("third claim: %v, want the other 45 keys' tasks", got)
+		if len(stats) != 1 || stats[0].Held != (norn.Held{KeyLimit: 5}) {
+			t.Fatalf("flow stats %+v, want a's 5 held back by key_limit", stats)
 		}
 	})
 
@@ -280,9 +294,7 @@ func TestFlowKeyedPath(t *testing.T) {
 		// queue is keyed; over 1,000 running tasks put the bound within
 		// the margin, and the claim must count exactly.
 		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(10), MaxRunning: ptr(9000)}, map[string]int{"": 3000})
-		// The first claim reads keyedKeys candidates; having found fewer
-		// than keyedKeys/2 keys among them, the next reads all it wants.
-		for i, want := range []int{keyedKeys, 1000} {
+		for i, want := range []int{1000, 1000} {
 			if got := claim(t, b.s, 1000)[""]; got != want {
 				t.Fatalf("keyed claim %d: %d tasks, want %d", i, got, want)
 			}
@@ -403,6 +415,18 @@ func holdAdvisory(t *testing.T, s *Store, lock, name string) pgx.Tx {
 		t.Fatal(err)
 	}
 	return tx
+}
+
+// bucketLock is the name of the advisory lock of key's bucket in queue, as
+// the keyed claim computes it.
+func bucketLock(t *testing.T, s *Store, queue, key string) string {
+	t.Helper()
+	var name string
+	if err := s.pool.QueryRow(context.Background(), `SELECT $1 || (hashtextextended($2, 0) & $3)::text`,
+		s.channel+"/key/"+queue+"/", key, keyedBuckets-1).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
 
 // awaitAdvisoryWaiter waits until a session waits for an advisory lock in
