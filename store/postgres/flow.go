@@ -69,6 +69,7 @@ type flowState struct {
 	exclusive map[string]time.Time // queue → until when its claims go straight to the exclusive path
 	rated     map[string]time.Time // queue → until when its claims take tokens first (claimRated)
 	keyed     map[string]time.Time // queue → until when its claims go straight to the keyed path (keyed.go)
+	narrow    map[string]time.Time // queue → until when its keyed claims read at most keyedNarrow candidates (keyed.go)
 	limited   map[string]time.Time // queue → until when its claims skip the plain claim
 	slots     int                  // 0: flowSlots
 	cap       int                  // largest shared claim; 0: norn.MaxClaim

@@ -87,6 +87,16 @@ const keyedSlots = 4
 // other less, for more locks per claim.
 const keyedBuckets = 64
 
+// keyedNarrow is how many candidates a keyed claim reads while its
+// queue's keys bind: for a second (staticRecheck) after a keyed claim of
+// the queue on this node held back more than half of what it read (its
+// keys at their limits).
+// Then the keys' limits, not the claims, decide how many tasks run, and
+// claims that each take all the keys free at the moment leave the other
+// claimers nothing until those tasks finish; smaller claims keep them
+// taking turns. Measured in docs/benchmarks.md ("Key locks by bucket").
+const keyedNarrow = 256
+
 // sharedKeyed is the verdict for a queue on the keyed path.
 const sharedKeyed = "keyed"
 
@@ -171,7 +181,9 @@ type keyedRead struct {
 // claimKeyed tries the keyed path in one round trip: the gate and a slot,
 // the verdict, the candidates and bucket locks (nothing unless the
 // verdict is keyed) and the pick with its claim, in one implicit
-// transaction. A claim reading from the head never uses the hint.
+// transaction. It reads as many candidates as it wants, or keyedNarrow
+// while the queue's keys bind. A claim reading from the head never uses
+// the hint.
 func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64, head bool) (out []*norn.Task, verdict string, kr keyedRead, err error) {
 	slots, cap := s.flow.margins()
 	s.flow.sqlOnce.Do(s.buildFlowSQL)
@@ -181,6 +193,9 @@ func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, wa
 	b.Queue(s.q(sharedVerdictSQL), queue, slots*cap, false, int64(want))
 	gen := s.wake.wait()
 	kr.limit = want
+	if s.flow.known(&s.flow.narrow, queue) {
+		kr.limit = min(want, keyedNarrow)
+	}
 	sql, args := s.flow.keyedSQL, []any{queue, kr.limit, s.channel + "/key/" + queue + "/"}
 	if s.listening.Load() && !head {
 		if h, ok := s.hints.get(queue, gen, time.Now()); ok {
@@ -217,6 +232,11 @@ func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, wa
 	// the head.
 	if first != nil && firstCand != nil && first.ID == *firstCand {
 		s.setHint(queue, gen, first)
+	}
+	if verdict == sharedKeyed && 2*(int(n)-len(out)) > int(n) {
+		// Marked for a while, not until the next claim that admits all it
+		// reads: while keys bind, narrow claims do admit nearly all.
+		s.flow.mark(&s.flow.narrow, queue, true)
 	}
 	kr.read = int(n)
 	return out, verdict, kr, br.Close()

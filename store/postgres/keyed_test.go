@@ -231,6 +231,32 @@ func TestFlowKeyedPath(t *testing.T) {
 		}
 	})
 
+	t.Run("ReadsFewerCandidatesWhileKeysBind", func(t *testing.T) {
+		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(1)}, map[string]int{"a": 600})
+		// It reads a's 600 and admits one: more than half held back.
+		if got := claim(t, b.s, 1000); got["a"] != 1 {
+			t.Fatalf("first claim: %v, want one of a", got)
+		}
+		var nts []norn.NewTask
+		for k := range 300 {
+			nts = append(nts, norn.NewTask{Queue: "kq", ConcurrencyKey: fmt.Sprintf("k%03d", k)})
+		}
+		if _, err := b.s.Submit(ctx, nts...); err != nil {
+			t.Fatal(err)
+		}
+		// Keys bind, so the next keyed claim reads keyedNarrow candidates,
+		// all of a's, admits none and goes to the exclusive path, which
+		// skips a. A claim reading all it wants would have found the 300
+		// keys' tasks behind a's 599 on the keyed path.
+		k0, x0, _ := paths(b.s)
+		if got := claim(t, b.s, 1000); len(got) != 300 || got["a"] != 0 {
+			t.Fatalf("second claim: tasks of %d keys (%d of a), want one of each of the 300 others", len(got), got["a"])
+		}
+		if k, x, _ := paths(b.s); k != k0+1 || x != x0+1 {
+			t.Fatalf("keyed %d→%d, exclusive %d→%d claims; want one of each", k0, k, x0, x)
+		}
+	})
+
 	t.Run("HeldBackCountsOnlyKeysAtTheirLimits", func(t *testing.T) {
 		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(5)}, map[string]int{"a": 10})
 		var nts []norn.NewTask
