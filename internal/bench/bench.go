@@ -348,9 +348,9 @@ func report(cfg Config, phase string, done, total int64) {
 // machine with autovacuum when it comes (on Postgres, three rounds of
 // submit and work in a row grew the task table to 1.3 GB and a later
 // round's submit ran up to 37% slower than the first; docs/benchmarks.md,
-// "Runs that follow one another"). River's
-// bench truncates its table before each run for the same reason. Errors are
-// ignored: the figures are already taken.
+// "Runs that follow one another"). River's bench truncates its table
+// before each run for the same reason. Errors are ignored: the figures are
+// already taken.
 func cleanup(ctx context.Context, cfg Config, st norn.Store, queue string) {
 	if cfg.KeepTasks {
 		return

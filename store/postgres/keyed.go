@@ -42,7 +42,8 @@ import (
 // Why a key never exceeds its limit: every keyed claim that admitted
 // tasks of key k held the lock of k's bucket from before its count's
 // snapshot until its commit, and a transaction's commit is visible before
-// its locks are released. So the claims that admit tasks of k follow one another, and
+// its locks are released. So the claims that admit tasks of k follow one
+// another, and
 // each counts every task of k the ones before it admitted (or finds them
 // finished). An exclusive claim holds the gate alone, so no keyed claim is
 // in flight when it counts; plain and shared claims do not claim a queue
@@ -90,11 +91,10 @@ const keyedBuckets = 64
 // keyedNarrow is how many candidates a keyed claim reads while its
 // queue's keys bind: for a second (staticRecheck) after a keyed claim of
 // the queue on this node held back more than half of what it read (its
-// keys at their limits).
-// Then the keys' limits, not the claims, decide how many tasks run, and
-// claims that each take all the keys free at the moment leave the other
-// claimers nothing until those tasks finish; smaller claims keep them
-// taking turns. Measured in docs/benchmarks.md ("Key locks by bucket").
+// keys at their limits). Then the keys' limits, not the claims, decide how
+// many tasks run, and claims that each take all the keys free at the
+// moment leave the other claimers nothing until those tasks finish;
+// smaller claims keep them taking turns. Measured in docs/benchmarks.md ("Key locks by bucket").
 const keyedNarrow = 256
 
 // sharedKeyed is the verdict for a queue on the keyed path.
@@ -124,15 +124,15 @@ const keyedTail = `
 // and r3 makes every row wait for lk. Every candidate goes on in
 // norn.keyed_* (ids, keys, ranks, and at each key's first candidate its
 // limit, as arrays). It returns how many candidates it read and the first
-// of them in claim order.
-var keyedLockSQL = `,
+// of them in claim order. {bm} is the bucket mask, keyedBuckets − 1.
+const keyedLockSQL = `,
 r1 AS (SELECT cand.*, row_number() OVER (PARTITION BY cand.key ORDER BY cand.priority DESC, cand.ready_at, cand.id) AS rn FROM cand),
 r2 AS MATERIALIZED (SELECT r1.*, CASE WHEN r1.key IS NOT NULL AND r1.rn = 1 THEN coalesce(
 		CASE WHEN (SELECT EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0)) THEN
 			(SELECT nullif(k.lim, 0) FROM {s}.queue_keys k WHERE k.queue = $1 AND k.key = r1.key) END,
 		(SELECT nullif(q.key_limit, 0) FROM {s}.queues q WHERE q.name = $1)) END AS lim0 FROM r1),
 lk AS MATERIALIZED (SELECT pg_advisory_xact_lock(l.h) FROM
-	(SELECT DISTINCT hashtextextended($3 || (hashtextextended(r2.key, 0) & ` + strconv.Itoa(keyedBuckets-1) + `)::text, 0) AS h
+	(SELECT DISTINCT hashtextextended($3 || (hashtextextended(r2.key, 0) & {bm})::text, 0) AS h
 	FROM r2 WHERE r2.lim0 IS NOT NULL) l ORDER BY l.h),
 r3 AS (SELECT r2.* FROM r2 WHERE (SELECT count(*) FROM lk) >= 0)
 SELECT (SELECT count(*) FROM cand), (SELECT cand.id FROM cand ORDER BY cand.priority DESC, cand.ready_at, cand.id LIMIT 1),
@@ -163,11 +163,12 @@ c AS (SELECT kw.id FROM kw WHERE kw.key IS NULL OR kw.lim IS NULL OR kw.rn <= kw
 // and bucket locks, from the queue's head and from a claim hint (as
 // buildClaimFromSQL; $4–$6 here), and the pick with its assignment.
 func (s *Store) buildKeyedSQL() {
-	s.flow.keyedSQL = s.q(`WITH cand AS (` + keyedHead + `true` + keyedTail + `)` + keyedLockSQL)
+	lockSQL := strings.ReplaceAll(keyedLockSQL, "{bm}", strconv.Itoa(keyedBuckets-1))
+	s.flow.keyedSQL = s.q(`WITH cand AS (` + keyedHead + `true` + keyedTail + `)` + lockSQL)
 	s.flow.keyedFromSQL = s.q(`WITH cand AS (SELECT u.* FROM (
 	SELECT a.* FROM (` + keyedHead + `t.priority = $4 AND (t.ready_at, t.id) >= ($5::timestamptz, $6::text)` + keyedTail + `) a
 	UNION ALL
-	SELECT b.* FROM (` + keyedHead + `t.priority < $4` + keyedTail + `) b) u LIMIT $2)` + keyedLockSQL)
+	SELECT b.* FROM (` + keyedHead + `t.priority < $4` + keyedTail + `) b) u LIMIT $2)` + lockSQL)
 	s.flow.keyedAdmitSQL = s.buildAssignKeyedSQL(keyedAdmitCTE)
 }
 
