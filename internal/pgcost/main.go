@@ -15,7 +15,7 @@
 //	go run ./internal/pgcost -url postgres://… -pm $(head -1 $PGDATA/postmaster.pid)
 //
 // STMTS=1 also prints the costliest statements; CPUPROF=file writes a Go
-// CPU profile of the submit phase. -writes rows,ready,lease,side-spec measures other
+// CPU profile of the submit phase. -writes rows,ready,lease,side-spec,hot-done measures other
 // per-task write patterns on a copy of the task table instead (writes.go).
 package main
 
@@ -155,7 +155,7 @@ func main() {
 	limits := flag.Bool("limits", false, "max_running and key_limit that cannot bind, tasks over 1,000 concurrency keys (as bench work --limits)")
 	rate := flag.Bool("rate", false, "a rate limit that cannot bind (as bench work --rate-limit)")
 	fair := flag.Bool("fair", false, "fair_by concurrency_key, tasks over 1,000 concurrency keys")
-	writes := flag.String("writes", "", "instead of the store's burn-down, one by SQL on a copy of its task table for each write pattern listed (rows, ready, lease, side-spec; comma-separated, or all): see writes.go")
+	writes := flag.String("writes", "", "instead of the store's burn-down, one by SQL on a copy of its task table for each write pattern listed (rows, ready, lease, side-spec, hot-done; comma-separated, or all): see writes.go")
 	fillfactor := flag.Int("fillfactor", 100, "the task table's fillfactor in -writes")
 	writesSpec := flag.Int("writes-spec", 2, "each task's spec size in bytes in -writes (2: {}, as the runs in docs/postgres.md before 2026-11-27 09:00; -spec is the store's burn-down's)")
 	flag.Parse()

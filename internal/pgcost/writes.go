@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -35,13 +36,22 @@ import (
 //     written by the submit and read by the claim (a primary-key lookup
 //     per task), so the claim and the completion rewrite a row narrower by
 //     the spec: what the spec's width costs the rows pattern.
+//   - hot-done: rows, with indexes that no completion changes, so that the
+//     completion can be HOT while the claim stays as it is. No index names
+//     status, deadline or ended_at: the partial indexes select on phase
+//     (ready, scheduled or blocked while the task is; the claim clears it),
+//     expired leases are found by watch_at (set by the claim, left as it
+//     is by the completion: a monitor reads it from a watermark on, since
+//     completed tasks stay in it), and retention by a row per completion
+//     batch in ended (ended_at, status, ids). The live-unique and running-
+//     key indexes select on columns that are NULL for tasks without a key.
 //
 // Each pattern's completion is a compare-and-set on the task's state, as
 // the store's is, so a task completed twice, or never, shows in the counts
 // the run returns. lease's completion does not also check that a lease row
 // still names the task, which a store would (one lookup per batch, by the
 // lease row's id): the figures leave that out.
-var writePatterns = []string{"rows", "ready", "lease", "side-spec"}
+var writePatterns = []string{"rows", "ready", "lease", "side-spec", "hot-done"}
 
 // writesTable creates, in schema, a task table like the one in like (a
 // migrated Norn schema) and the pattern's other tables, and fill (if not
@@ -55,7 +65,7 @@ func writesTable(ctx context.Context, c *pgx.Conn, schema, like, pattern string,
 		idx = " INCLUDING INDEXES"
 	}
 	create := []string{
-		`DROP TABLE IF EXISTS ` + s + `.t, ` + s + `.ready, ` + s + `.leases, ` + s + `.specs`,
+		`DROP TABLE IF EXISTS ` + s + `.t, ` + s + `.ready, ` + s + `.leases, ` + s + `.specs, ` + s + `.ended`,
 		`CREATE TABLE ` + s + `.t (LIKE ` + l + `.tasks INCLUDING DEFAULTS INCLUDING CONSTRAINTS` + idx + `) WITH (fillfactor = ` + strconv.Itoa(fillfactor) + `)`,
 	}
 	// The ready patterns' submit writes the ready row in the same statement.
@@ -70,6 +80,25 @@ func writesTable(ctx context.Context, c *pgx.Conn, schema, like, pattern string,
 		insert = `WITH t AS (` + strings.Replace(insert, writesSpec(specBytes), writesSpec(2), 1) + ` RETURNING id)
 		INSERT INTO ` + s + `.specs SELECT id, ` + writesSpec(specBytes) + ` FROM t`
 		after = append(after, `VACUUM ANALYZE `+s+`.specs`)
+	case "hot-done":
+		// The store's indexes, each selecting on a column the completion
+		// leaves as it is.
+		create = append(create,
+			`ALTER TABLE `+s+`.t ADD PRIMARY KEY (id), ADD COLUMN phase text, ADD COLUMN watch_at timestamptz, ADD COLUMN live_unique text`,
+			`CREATE INDEX ON `+s+`.t (queue, priority DESC, ready_at, id) WHERE phase = 'ready'`,
+			`CREATE INDEX ON `+s+`.t (run_at) WHERE phase = 'scheduled'`,
+			`CREATE INDEX ON `+s+`.t (watch_at) WHERE watch_at IS NOT NULL`,
+			`CREATE INDEX ON `+s+`.t USING gin (depends_on) WHERE phase = 'blocked'`,
+			`CREATE UNIQUE INDEX ON `+s+`.t (queue, live_unique) WHERE live_unique IS NOT NULL`,
+			`CREATE INDEX ON `+s+`.t (unique_key, queue) WHERE unique_key IS NOT NULL`,
+			`CREATE INDEX ON `+s+`.t USING gin (depends_on) WHERE depends_on IS NOT NULL`,
+			`CREATE INDEX ON `+s+`.t (queue, fair_key, priority DESC, ready_at, id) WHERE phase = 'ready' AND fair_key IS NOT NULL`,
+			`CREATE INDEX ON `+s+`.t (queue, running_key) WHERE running_key IS NOT NULL`,
+			`CREATE INDEX ON `+s+`.t (queue, concurrency_key, priority DESC, ready_at, id) WHERE phase = 'ready' AND concurrency_key IS NOT NULL`,
+			`CREATE TABLE `+s+`.ended (ended_at timestamptz NOT NULL, status text NOT NULL, ids text[] NOT NULL)`,
+			`CREATE INDEX ON `+s+`.ended (status, ended_at)`)
+		insert = strings.Replace(strings.Replace(insert, "timeout_ns)", "timeout_ns, phase)", 1),
+			"10000000000 FROM", "10000000000, 'ready' FROM", 1)
 	case "ready", "lease":
 		create = append(create,
 			`ALTER TABLE `+s+`.t ADD PRIMARY KEY (id)`,
@@ -140,6 +169,16 @@ UPDATE {s}.t t SET ` + running + ` WHERE t.id = ANY (ARRAY(SELECT c.id FROM c))`
 	ORDER BY priority DESC, ready_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
 UPDATE {s}.t t SET ` + running + ` WHERE t.id = ANY (ARRAY(SELECT c.id FROM c))
 	RETURNING t.id, (SELECT sp.spec FROM {s}.specs sp WHERE sp.id = t.id), t.lease, t.labels`
+	case "hot-done":
+		claim = `WITH c AS (SELECT id FROM {s}.t WHERE phase = 'ready' AND queue = 'q'
+	ORDER BY priority DESC, ready_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
+UPDATE {s}.t t SET ` + running + `, phase = NULL, watch_at = now() + interval '10 s'
+	WHERE t.id = ANY (ARRAY(SELECT c.id FROM c))` + returning
+		// The completion returns how many it applied, as the other
+		// patterns' row count says.
+		complete = `WITH u AS (` + complete + ` RETURNING t.id),
+e AS (INSERT INTO {s}.ended SELECT now(), 'completed', array_agg(u.id) FROM u HAVING count(*) > 0 RETURNING cardinality(ids) AS n)
+SELECT coalesce(sum(n), 0) FROM e`
 	case "lease":
 		claim = fromReady + `SELECT t.id, t.spec, t.lease, t.labels FROM {s}.t t WHERE t.id = ANY (ARRAY(SELECT d.id FROM d))`
 		// A leased task's row still says ready; its completion is the
@@ -186,12 +225,19 @@ func writesBurn(ctx context.Context, pool *pgxpool.Pool, schema, pattern string,
 				if len(ids) == 0 {
 					return
 				}
-				tag, err := pool.Exec(ctx, completeSQL, ids, worker)
+				var n int64
+				if pattern == "hot-done" {
+					err = pool.QueryRow(ctx, completeSQL, ids, worker).Scan(&n)
+				} else {
+					var tag pgconn.CommandTag
+					tag, err = pool.Exec(ctx, completeSQL, ids, worker)
+					n = tag.RowsAffected()
+				}
 				if err != nil {
 					errc <- err
 					return
 				}
-				done.Add(tag.RowsAffected())
+				done.Add(n)
 			}
 		}()
 	}

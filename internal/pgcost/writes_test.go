@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -73,7 +74,37 @@ func TestWritePatterns(t *testing.T) {
 					t.Fatalf("%d specs of 200 bytes and %d rows with {}, want %d", specs, narrow, n)
 				}
 			}
-			if p == "rows" || p == "side-spec" {
+			if p == "hot-done" {
+				// Every completion is listed in ended, and the claim left no
+				// task in the claim index.
+				var ended, phased int
+				if err := c.QueryRow(ctx, `SELECT (SELECT coalesce(sum(cardinality(ids)), 0) FROM `+pgx.Identifier{schema, "ended"}.Sanitize()+`),
+					(SELECT count(*) FROM `+tq+` WHERE phase IS NOT NULL)`).Scan(&ended, &phased); err != nil {
+					t.Fatal(err)
+				}
+				if ended != n || phased != 0 {
+					t.Fatalf("%d tasks in ended rows and %d with a phase left, want %d and 0", ended, phased, n)
+				}
+				// The point of the pattern: completions can be HOT. The
+				// workers' sessions report their counts when they end.
+				pool.Close()
+				var hot, upd int64
+				deadline := time.Now().Add(20 * time.Second)
+				for upd < 2*n && time.Now().Before(deadline) {
+					if err := c.QueryRow(ctx, `SELECT pg_stat_get_tuples_hot_updated($1::regclass), pg_stat_get_tuples_updated($1::regclass)`,
+						tq).Scan(&hot, &upd); err != nil {
+						t.Fatal(err)
+					}
+					if upd < 2*n {
+						time.Sleep(50 * time.Millisecond)
+						_, _ = c.Exec(ctx, `SELECT pg_stat_clear_snapshot()`)
+					}
+				}
+				if upd < 2*n || hot == 0 {
+					t.Fatalf("%d updates reported, %d of them HOT; want %d and some HOT", upd, hot, 2*n)
+				}
+			}
+			if p != "ready" && p != "lease" {
 				return
 			}
 			var ready, leased int
