@@ -45,13 +45,16 @@ import (
 //     completed tasks stay in it), and retention by a row per completion
 //     batch in ended (ended_at, status, ids). The live-unique and running-
 //     key indexes select on columns that are NULL for tasks without a key.
+//   - uuid-id: rows, with the id a native uuid (16 bytes) instead of text
+//     (36 characters and a length byte) in the heap, the primary key and
+//     the claim index: what the text keys cost the rows pattern.
 //
 // Each pattern's completion is a compare-and-set on the task's state, as
 // the store's is, so a task completed twice, or never, shows in the counts
 // the run returns. lease's completion does not also check that a lease row
 // still names the task, which a store would (one lookup per batch, by the
 // lease row's id): the figures leave that out.
-var writePatterns = []string{"rows", "ready", "lease", "side-spec", "hot-done"}
+var writePatterns = []string{"rows", "ready", "lease", "side-spec", "hot-done", "uuid-id"}
 
 // writesTable creates, in schema, a task table like the one in like (a
 // migrated Norn schema) and the pattern's other tables, and fill (if not
@@ -61,7 +64,7 @@ var writePatterns = []string{"rows", "ready", "lease", "side-spec", "hot-done"}
 func writesTable(ctx context.Context, c *pgx.Conn, schema, like, pattern string, n, fillfactor, specBytes int, fill func(func() error) error) error {
 	s, l := pgx.Identifier{schema}.Sanitize(), pgx.Identifier{like}.Sanitize()
 	idx := ""
-	if pattern == "rows" || pattern == "side-spec" {
+	if pattern == "rows" || pattern == "side-spec" || pattern == "uuid-id" {
 		idx = " INCLUDING INDEXES"
 	}
 	create := []string{
@@ -74,6 +77,11 @@ func writesTable(ctx context.Context, c *pgx.Conn, schema, like, pattern string,
 			now() + i * interval '1 microsecond', 10000000000 FROM generate_series(1, ` + strconv.Itoa(n) + `) i`
 	after := []string{`VACUUM ANALYZE ` + s + `.t`}
 	switch pattern {
+	case "uuid-id":
+		// The indexes on id are rebuilt for the new type (on an empty
+		// table).
+		create = append(create, `ALTER TABLE `+s+`.t ALTER COLUMN id TYPE uuid USING id::uuid`)
+		insert = strings.Replace(insert, "gen_random_uuid()::text", "gen_random_uuid()", 1)
 	case "side-spec":
 		// The task row carries {}; the spec is the side table's.
 		create = append(create, `CREATE TABLE `+s+`.specs (id text COLLATE "C" PRIMARY KEY, spec bytea NOT NULL)`)
@@ -158,7 +166,7 @@ l AS (INSERT INTO {s}.leases (worker, deadline, ids) SELECT $2, now() + interval
 	version = t.version + 1, done_seq = t.history_count + 1, history_count = t.history_count + 1
 WHERE t.id = ANY ($1) AND t.status = 'running' AND t.owner = $2`
 	switch pattern {
-	case "rows":
+	case "rows", "uuid-id":
 		claim = `WITH c AS (SELECT id FROM {s}.t WHERE status = 'ready' AND queue = 'q'
 	ORDER BY priority DESC, ready_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
 UPDATE {s}.t t SET ` + running + ` WHERE t.id = ANY (ARRAY(SELECT c.id FROM c))` + returning

@@ -63,6 +63,19 @@ func TestWritePatterns(t *testing.T) {
 			if completed != n || atVersion != n {
 				t.Fatalf("%d tasks completed and %d at version %d, want %d", completed, atVersion, wantVersion, n)
 			}
+			if p == "uuid-id" {
+				// The claim index and the primary key are on the uuid.
+				var typ string
+				var uuidIndexes int
+				if err := c.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod), (SELECT count(*) FROM pg_index i
+					WHERE i.indrelid = a.attrelid AND a.attnum = ANY (i.indkey))
+					FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attname = 'id'`, tq).Scan(&typ, &uuidIndexes); err != nil {
+					t.Fatal(err)
+				}
+				if typ != "uuid" || uuidIndexes < 2 {
+					t.Fatalf("id is %s in %d indexes, want uuid in the primary key and the claim index", typ, uuidIndexes)
+				}
+			}
 			if p == "side-spec" {
 				// The rows carry {}, the side table every task's spec.
 				var specs, narrow int
