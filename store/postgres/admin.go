@@ -40,6 +40,13 @@ func (s *Store) queues(ctx context.Context, only *string) ([]norn.QueueInfo, err
 	}
 	err := s.withConn(ctx, func(conn *pgx.Conn) error {
 		byName, names = map[string]*norn.QueueInfo{}, nil
+		queue := ""
+		if only != nil {
+			queue = *only
+		}
+		if err := s.settleLeases(ctx, conn, queue); err != nil {
+			return err
+		}
 		b := &pgx.Batch{}
 		b.Queue(s.q(`SELECT `+queueCols+` FROM {s}.queues WHERE $1::text IS NULL OR name = $1`), only)
 		b.Queue(s.q(`SELECT queue, status, count(*) FROM {s}.tasks WHERE $1::text IS NULL OR queue = $1 GROUP BY 1, 2`), only)
@@ -211,6 +218,18 @@ ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, timeout_ns = EXCLUDED
 			d.flow.FairBy, d.flow.RateLimit.PerSecond, d.flow.RateLimit.Burst)
 		if err != nil {
 			return err
+		}
+		// With limits, the limited claim paths claim this queue next, and
+		// they read ordinary task rows only: its ready rows and leases are
+		// settled (batches.go), under the gate, so none is in flight.
+		var limited bool
+		if err := tx.QueryRow(ctx, s.q(`SELECT flow_limited FROM {s}.queues WHERE name = $1`), name).Scan(&limited); err != nil {
+			return err
+		}
+		if limited {
+			if err := s.settleQueue(ctx, tx, name); err != nil {
+				return err
+			}
 		}
 		// With key limits, the keyed path may claim this queue next: it
 		// counts a key's running tasks by running_key, which plain and

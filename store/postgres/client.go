@@ -182,6 +182,9 @@ func (s *Store) page(ctx context.Context, q norn.Query, c *cursor, limit int) ([
 	var out []*norn.Task
 	err := s.withConn(ctx, func(conn *pgx.Conn) error {
 		out = out[:0]
+		if err := s.settleLeases(ctx, conn, ""); err != nil {
+			return err
+		}
 		rows, err := conn.Query(ctx, sql, args...)
 		if err != nil {
 			return err
@@ -326,6 +329,9 @@ func (s *Store) Count(ctx context.Context, f norn.Filter) (int64, error) {
 	cond, args := where(f, nil)
 	var n int64
 	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		if err := s.settleLeases(ctx, conn, ""); err != nil {
+			return err
+		}
 		return conn.QueryRow(ctx, s.q("SELECT count(*) FROM {s}.tasks t WHERE "+cond), args...).Scan(&n)
 	})
 	return n, err
@@ -344,6 +350,9 @@ func (s *Store) groupCounts(ctx context.Context, cond string, args []any) ([]nor
 	var out []norn.GroupCount
 	err := s.withConn(ctx, func(conn *pgx.Conn) error {
 		out = []norn.GroupCount{}
+		if err := s.settleLeases(ctx, conn, ""); err != nil {
+			return err
+		}
 		rows, err := conn.Query(ctx, s.q("SELECT t.queue, t.status, count(*) FROM {s}.tasks t WHERE "+cond+" GROUP BY 1, 2"), args...)
 		if err != nil {
 			return err
@@ -424,6 +433,9 @@ func (s *Store) DeleteMatching(ctx context.Context, f norn.Filter) (int64, error
 	for {
 		var n int
 		err := s.withTx(ctx, func(tx pgx.Tx) error {
+			if err := s.settleLeases(ctx, tx, ""); err != nil {
+				return err
+			}
 			cond, args := where(f, nil)
 			rows, err := tx.Query(ctx, s.q("SELECT t.id FROM {s}.tasks t WHERE "+cond+" ORDER BY t.id LIMIT 1000 FOR UPDATE"), args...)
 			if err != nil {
@@ -455,6 +467,9 @@ func (s *Store) DeleteMatching(ctx context.Context, f norn.Filter) (int64, error
 func (s *Store) deleteIDs(ctx context.Context, q querier, now time.Time, ids []string) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
+	}
+	if err := s.detach(ctx, q, ids); err != nil {
+		return 0, err
 	}
 	rows, err := q.Query(ctx, s.q(`WITH d AS (DELETE FROM {s}.tasks t WHERE t.id = ANY($1)
 	RETURNING t.id, t.queue, t.status AS old_status, 'deleted'::text AS status, t.version + 1 AS version,

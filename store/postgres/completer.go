@@ -145,19 +145,46 @@ func (s *Store) flushCompletions(batch []*completeReq) {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
-		done, err := scanIDs(br)
-		if err != nil {
-			return err
-		}
-		for _, id := range done {
-			got[id] = true
+		leased := map[int64]int32{}
+		if s.cfg.readyBatches {
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			var id string
+			var lid *int64
+			if _, err := pgx.ForEachRow(rows, []any{&id, &lid}, func() error {
+				got[id] = true
+				if lid != nil {
+					leased[*lid]++
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+		} else {
+			done, err := scanIDs(br)
+			if err != nil {
+				return err
+			}
+			for _, id := range done {
+				got[id] = true
+			}
 		}
 		rel, err := scanReleased(br)
 		if err != nil {
 			return err
 		}
 		released = len(rel) > 0
-		return br.Close()
+		if err := br.Close(); err != nil {
+			return err
+		}
+		// The completions are committed: a failure to count them only
+		// leaves lease rows for the monitor to drop at their deadline.
+		if err := s.countLeaseDone(s.ctx, conn, leased); err != nil && s.ctx.Err() == nil {
+			s.cfg.Logger.Warn("counting completed leased tasks", "err", err)
+		}
+		return nil
 	})
 	if err != nil && s.ctx.Err() != nil {
 		err = norn.ErrClosed

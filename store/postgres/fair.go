@@ -45,10 +45,11 @@ type fairKey struct {
 // each has. Its last row is NULL.
 func readyKeysCTE(col string) string {
 	return `k(key) AS (
-	(SELECT ` + col + ` FROM {s}.tasks WHERE queue = $1 AND status = 'ready' AND ` + col + ` IS NOT NULL
+	(SELECT ` + col + ` FROM {s}.tasks WHERE queue = $1 AND status = 'ready' AND ready_batch IS NULL AND ` + col + ` IS NOT NULL
 		ORDER BY ` + col + ` LIMIT 1)
 	UNION ALL
-	SELECT (SELECT t.` + col + ` FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'ready' AND t.` + col + ` IS NOT NULL
+	SELECT (SELECT t.` + col + ` FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'ready' AND t.ready_batch IS NULL
+		AND t.` + col + ` IS NOT NULL
 		AND t.` + col + ` > k.key ORDER BY t.` + col + ` LIMIT 1) FROM k WHERE k.key IS NOT NULL)`
 }
 
@@ -87,7 +88,7 @@ ks AS MATERIALIZED (SELECT k.key, f.vt FROM k LEFT JOIN {s}.queue_fair f ON f.qu
 	WHERE k.key IS NOT NULL AND k.key <> ALL($2::text[])),
 per AS (SELECT CASE WHEN count(*) * $3 <= 4096 THEN $3 ELSE $3 / count(*) + 2 END AS n FROM ks)
 SELECT ks.key, ks.vt, c.id, c.priority, c.ready_at, (SELECT n FROM per) FROM ks CROSS JOIN LATERAL (
-	SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'ready' AND t.fair_key = ks.key
+	SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'ready' AND t.ready_batch IS NULL AND t.fair_key = ks.key
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT (SELECT n FROM per)) c`), queue, blocked, want)
 	if err != nil {
 		return picked{err: err}
@@ -202,7 +203,7 @@ ON CONFLICT (queue, key) DO UPDATE SET vt = EXCLUDED.vt`), queue, vkeys, vts)
 func (s *Store) readMoreFair(ctx context.Context, tx flowQuerier, queue string, fk *fairKey, n int) error {
 	last := fk.tasks[len(fk.tasks)-1]
 	rows, err := tx.Query(ctx, s.q(afterSQL(`SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t`,
-		`t.queue = $1 AND t.status = 'ready' AND t.fair_key = $5`, `$6`)), queue, last.priority, last.readyAt, last.id, fk.key, n)
+		`t.queue = $1 AND t.status = 'ready' AND t.ready_batch IS NULL AND t.fair_key = $5`, `$6`)), queue, last.priority, last.readyAt, last.id, fk.key, n)
 	if err != nil {
 		return err
 	}

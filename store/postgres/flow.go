@@ -305,10 +305,10 @@ func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, w
 // the first ready tasks.
 func (s *Store) buildFlowSQL() {
 	s.flow.claimSQL = s.buildAssignSQL(`c AS (SELECT t.id FROM {s}.tasks t
-	WHERE t.status = 'ready' AND t.queue = $1 AND current_setting('norn.flow_shared', true) = 'ok'
+	WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1 AND current_setting('norn.flow_shared', true) = 'ok'
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`)
 	// From a claim hint, as buildClaimFromSQL.
-	head := `SELECT t.id FROM {s}.tasks t WHERE t.status = 'ready' AND t.queue = $1 AND `
+	head := `SELECT t.id FROM {s}.tasks t WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1 AND `
 	tail := `
 	AND current_setting('norn.flow_shared', true) = 'ok'
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED`
@@ -317,7 +317,7 @@ func (s *Store) buildFlowSQL() {
 	UNION ALL
 	SELECT b.id FROM (` + head + `t.priority < $7` + tail + `) b) u LIMIT $2)`)
 	s.flow.claimFirstSQL = s.buildAssignKeyedSQL(`c AS (SELECT t.id FROM {s}.tasks t
-	WHERE t.status = 'ready' AND t.queue = $1
+	WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`) + claimOrder
 	s.buildKeyedSQL()
 }
@@ -641,7 +641,7 @@ func (s *Store) pickLimited(ctx context.Context, tx flowQuerier, queue string, w
 	p := &limitedPick{flow: flow, own: own, running: running, total: total, want: want}
 	first := 4*want + 16
 	rows, err := tx.Query(ctx, s.q(`SELECT id, coalesce(concurrency_key, ''), priority, ready_at FROM {s}.tasks
-WHERE status = 'ready' AND queue = $1 ORDER BY priority DESC, ready_at, id LIMIT $2`), queue, first)
+WHERE status = 'ready' AND ready_batch IS NULL AND queue = $1 ORDER BY priority DESC, ready_at, id LIMIT $2`), queue, first)
 	if err != nil {
 		return picked{err: err}
 	}
@@ -817,7 +817,7 @@ func (s *Store) pastHeadSQL() string {
 	return s.q(`WITH RECURSIVE ` + readyKeysCTE("concurrency_key") + `,
 kr AS MATERIALIZED (SELECT k.key, coalesce(($5::jsonb ->> k.key)::bigint, $6::bigint) AS room FROM k WHERE k.key IS NOT NULL)
 SELECT c.id, kr.key, c.priority, c.ready_at FROM kr CROSS JOIN LATERAL (` + afterSQL(`SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t`,
-		`t.queue = $1 AND t.status = 'ready' AND t.concurrency_key IS NOT NULL AND t.concurrency_key = kr.key`, `kr.room`) + `) c
+		`t.queue = $1 AND t.status = 'ready' AND t.ready_batch IS NULL AND t.concurrency_key IS NOT NULL AND t.concurrency_key = kr.key`, `kr.room`) + `) c
 WHERE kr.room > 0`)
 }
 
@@ -825,7 +825,7 @@ WHERE kr.room > 0`)
 // claim order, $5 of them at most (pickLimited).
 func (s *Store) pastSQL() string {
 	return s.q(afterSQL(`SELECT t.id, coalesce(t.concurrency_key, ''), t.priority, t.ready_at FROM {s}.tasks t`,
-		`t.status = 'ready' AND t.queue = $1`, `$5`))
+		`t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1`, `$5`))
 }
 
 // collectCands reads rows of (id, key, priority, ready_at).

@@ -104,7 +104,7 @@ const sharedKeyed = "keyed"
 // ready tasks of the queue, locked, if the verdict said keyed. They go
 // round a condition on the claim order (buildKeyedSQL).
 const keyedHead = `SELECT t.id, t.concurrency_key AS key, t.priority, t.ready_at FROM {s}.tasks t
-	WHERE t.status = 'ready' AND t.queue = $1 AND `
+	WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1 AND `
 
 const keyedTail = `
 	AND current_setting('norn.flow_shared', true) = 'keyed'

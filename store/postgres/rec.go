@@ -28,6 +28,8 @@ type rec struct {
 	claimedAt          time.Time
 	// fairKey is a new task's fair key when its queue has fair_by.
 	fairKey *string
+	// batch is a new task's ready row (batches.go); 0: none.
+	batch int64
 }
 
 // Column lists for reading tasks. All three have the same shape so one scan
@@ -275,6 +277,7 @@ func micro(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 type statements struct {
 	schema                                                             string
 	claim, claimFrom, claimIDs, complete, cas, release, cascade, delay string
+	leaseClaim                                                         string
 	insert, insertConflict                                             string
 }
 
@@ -284,6 +287,7 @@ func newStatements(schema string) *statements { return &statements{schema: schem
 func (st *statements) build(s *Store) {
 	st.claim, st.complete, st.delay = s.buildClaimSQL(), s.buildCompleteSQL(), s.buildDelaySQL()
 	st.claimFrom = s.buildClaimFromSQL()
+	st.leaseClaim = s.buildLeaseClaimSQL()
 	// By primary key, one lookup per id. The status is compared with
 	// n.ready, a join column, not the literal: with the literal the
 	// planner can prove that the partial claim index applies and walked it
@@ -293,7 +297,7 @@ func (st *statements) build(s *Store) {
 	// The exclusive flow path's claim by ids (it records running_key:
 	// buildAssignKeyedSQL).
 	st.claimIDs = s.buildAssignKeyedSQL(`c AS (SELECT t.id FROM {s}.tasks t, n
-	WHERE t.id = ANY ($1::text[]) AND t.status = n.ready LIMIT $2 FOR UPDATE OF t SKIP LOCKED)`) + claimOrder
+	WHERE t.id = ANY ($1::text[]) AND t.status = n.ready AND t.ready_batch IS NULL LIMIT $2 FOR UPDATE OF t SKIP LOCKED)`) + claimOrder
 	st.cas, st.release, st.cascade = s.buildCasSQL(), s.buildReleaseSQL(), s.buildCascadeSQL()
 	st.insert, st.insertConflict = s.buildInsertSQL(false), s.buildInsertSQL(true)
 }

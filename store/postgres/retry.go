@@ -254,6 +254,9 @@ func (s *Store) statuses(ctx context.Context, q querier, ids []string) (map[stri
 	if len(ids) == 0 {
 		return out, nil
 	}
+	if _, err := q.Exec(ctx, s.q(detachLeasedSQL), ids); err != nil {
+		return nil, err
+	}
 	rows, err := q.Query(ctx, s.q(`SELECT id, status FROM {s}.tasks WHERE id = ANY($1) ORDER BY id FOR SHARE`), ids)
 	if err != nil {
 		return nil, err

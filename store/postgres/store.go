@@ -86,10 +86,16 @@ type Config struct {
 	// submitPause, when set (tests), runs before each merged submit with
 	// the number of callers it answers.
 	submitPause func(callers int)
+	// rowClaims, when set (tests), turns ready batches off (batches.go):
+	// submits write no ready rows, so every claim writes its tasks' rows.
+	rowClaims bool
+	// readyBatches is !rowClaims, set by withDefaults.
+	readyBatches bool
 }
 
 func (c *Config) withDefaults() (Config, error) {
 	o := *c
+	o.readyBatches = !o.rowClaims
 	if o.URL == "" {
 		return o, norn.Invalid("url", "database URL is required")
 	}
@@ -169,6 +175,7 @@ type Store struct {
 	announced atomic.Bool // this node has a row in event_subscribers
 	completer completer   // merges concurrent completions (completer.go)
 	submitter submitter   // merges concurrent plain submits (submitter.go)
+	readyIDs  readyIDs    // ready row ids for new batches (batches.go)
 	hints     claimHints  // where each queue's ready tasks start (claimhint.go)
 	listening atomic.Bool // the listener's session is up: wake-ups are not missed
 }

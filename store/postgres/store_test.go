@@ -430,6 +430,8 @@ func TestClaimPlanWithStaleStatistics(t *testing.T) {
 		args             []any
 	}{
 		{"claim", s.claimSQL(), "Index Scan using tasks_claim", []any{"q", 100, nil, "w", nil, 100}},
+		{"claim with ready rows", s.sql.leaseClaim, "Index Scan using tasks_claim", []any{"q", 100, nil, "w", nil, 100}},
+		{"claim with ready rows", s.sql.leaseClaim, "Index Scan using ready_claim", []any{"q", 100, nil, "w", nil, 100}},
 		{"delays", s.delaySQL(), "Index Scan using tasks_scheduled", []any{nil, 1000, 100}},
 	} {
 		p := plan(c.sql, c.args...)
@@ -446,6 +448,12 @@ func TestClaimPlanWithStaleStatistics(t *testing.T) {
 	if !strings.Contains(p, "$2") || !strings.Contains(p, "Index Scan using tasks_claim") || strings.Contains(p, "Seq Scan on tasks ") ||
 		strings.Contains(p, "Hash Join") || strings.Contains(p, "Bitmap Index Scan on tasks_claim") {
 		t.Errorf("generic claim plan does not read tasks_claim in order and join by key:\n%s", p)
+	}
+	p = generic(claimSetupSQL, s.sql.leaseClaim, "'q', 100, NULL, 'w', NULL, 100")
+	if !strings.Contains(p, "Index Scan using tasks_claim") || !strings.Contains(p, "Index Scan using ready_claim") ||
+		strings.Contains(p, "Seq Scan on tasks ") || strings.Contains(p, "Hash Join") ||
+		strings.Contains(p, "Bitmap Index Scan on tasks_claim") || strings.Contains(p, "Bitmap Index Scan on ready_claim") {
+		t.Errorf("generic claim plan with ready rows does not read tasks_claim and ready_claim in order and join by key:\n%s", p)
 	}
 	// The claim from a hint (claimhint.go) must start each part's index
 	// scan at its key, not step over the queue's head.

@@ -45,6 +45,8 @@ type submitReq struct {
 	recs   []*rec
 	rows   []byte // recs in COPY's binary format
 	events eventLevel
+	// batches are the ready rows of recs (batches.go), or nil.
+	batches *readyRows
 	// Set by the flush before ready is closed.
 	err   error
 	ready chan struct{}
@@ -78,11 +80,16 @@ func (s *Store) submitMerged(ctx context.Context, tasks []norn.NewTask) ([]norn.
 	if err != nil {
 		return nil, mapErr(err)
 	}
+	var batches *readyRows
 	err = s.withConn(ctx, func(conn *pgx.Conn) error {
 		if err := s.readForSubmit(ctx, conn, p); err != nil {
 			return err
 		}
-		return p.decide()
+		if err := p.decide(); err != nil {
+			return err
+		}
+		batches, err = s.batchReady(ctx, conn, p)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -93,6 +100,7 @@ func (s *Store) submitMerged(ctx context.Context, tasks []norn.NewTask) ([]norn.
 	}
 	*buf = appendCopyRows((*buf)[:0], p.recs, p.now)
 	req := &submitReq{recs: p.recs, rows: *buf, events: p.events, ready: make(chan struct{})}
+	req.batches = batches
 	sub := &s.submitter
 	sub.mu.Lock()
 	sub.queue = append(sub.queue, req)
@@ -217,17 +225,15 @@ func (s *Store) flushSubmits(c *copyStream) {
 		if s.cfg.submitPause != nil {
 			s.cfg.submitPause(len(c.batch))
 		}
+		if s.cfg.readyBatches {
+			return s.flushBatched(conn, c)
+		}
 		err := s.copyRows(s.ctx, conn, c)
 		c.more = false
 		if err != nil {
 			return err
 		}
-		var recs []*rec
-		events := eventsOff
-		for _, r := range c.batch {
-			recs = append(recs, r.recs...)
-			events = max(events, r.events)
-		}
+		recs, events := c.recs()
 		return s.notifySubmitted(s.ctx, conn, recs, events)
 	})
 	if err != nil && len(c.batch) > 1 && dataError(err) {
@@ -243,6 +249,49 @@ func (s *Store) flushSubmits(c *copyStream) {
 		r.err = err
 		close(r.ready)
 	}
+}
+
+// recs are the stream's rows, and the events its callers ask for.
+func (c *copyStream) recs() ([]*rec, eventLevel) {
+	var recs []*rec
+	events := eventsOff
+	for _, r := range c.batch {
+		recs = append(recs, r.recs...)
+		events = max(events, r.events)
+	}
+	return recs, events
+}
+
+// flushBatched is the flush when ready rows are on: the COPY and the ready
+// rows of the requests it took are one transaction, so no task is ever
+// stored naming a ready row that is not.
+func (s *Store) flushBatched(conn *pgx.Conn, c *copyStream) error {
+	tx, err := conn.Begin(s.ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(s.ctx)
+	err = s.copyRows(s.ctx, tx, c)
+	c.more = false
+	if err != nil {
+		return err
+	}
+	rows := &readyRows{}
+	for _, r := range c.batch {
+		if r.batches != nil {
+			rows.add(r.batches)
+		}
+	}
+	if rows.len() > 0 {
+		if err := s.writeReady(s.ctx, tx, rows); err != nil {
+			return err
+		}
+	}
+	recs, events := c.recs()
+	if err := s.notifySubmitted(s.ctx, tx, recs, events); err != nil {
+		return err
+	}
+	return tx.Commit(s.ctx)
 }
 
 // dataError reports whether err is the database refusing a value (SQLSTATE

@@ -20,6 +20,11 @@ const sweepBatch = 1000
 // finishing a task while it is swept, can never be overwritten.
 func (s *Store) Sweep(ctx context.Context) (norn.SweepReport, error) {
 	var rep norn.SweepReport
+	// Leases past their earliest deadline become running rows, which the
+	// timeout sweep then reads (batches.go).
+	if err := s.withConn(ctx, func(conn *pgx.Conn) error { return s.settleExpired(ctx, conn) }); err != nil {
+		return rep, err
+	}
 	if err := s.sweepTimeouts(ctx, &rep); err != nil {
 		return rep, err
 	}

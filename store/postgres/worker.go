@@ -41,7 +41,7 @@ func (s *Store) claimSQL() string { return s.sql.claim }
 // queue, and one with limits (claimed by claimLimited), yield nothing here.
 func (s *Store) buildClaimSQL() string {
 	return s.buildAssignSQLUnordered(`c AS (SELECT t.id FROM {s}.tasks t
-	WHERE t.status = 'ready' AND t.queue = $1
+	WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1
 	AND NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = $1 AND (q.paused OR q.flow_limited))
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`)
 }
@@ -53,7 +53,7 @@ func (s *Store) buildClaimSQL() string {
 // dead entries ahead of the hint; the second is read only if the first
 // yields fewer than $2.
 func (s *Store) buildClaimFromSQL() string {
-	head := `SELECT t.id FROM {s}.tasks t WHERE t.status = 'ready' AND t.queue = $1 AND `
+	head := `SELECT t.id FROM {s}.tasks t WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1 AND `
 	tail := `
 	AND NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = $1 AND (q.paused OR q.flow_limited))
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED`
@@ -294,7 +294,11 @@ func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, wa
 	}
 	gen := s.wake.wait()
 	sql, args := s.claimSQL(), []any{queue, want, s.clockNow(), worker, timeout, s.cfg.HistoryLimit}
-	if s.listening.Load() {
+	if s.cfg.readyBatches {
+		// Claim hints skip tasks_claim's dead entries; with ready rows,
+		// fresh tasks never enter it.
+		sql = s.sql.leaseClaim
+	} else if s.listening.Load() {
 		if h, ok := s.hints.get(queue, gen, time.Now()); ok {
 			sql, args = s.sql.claimFrom, append(args, h.priority, h.readyAt, h.id)
 		}
@@ -585,6 +589,9 @@ func completions(ops []norn.LeaseOp, todo []int) []int {
 func (s *Store) completeSQL() string { return s.sql.complete }
 
 func (s *Store) buildCompleteSQL() string {
+	if s.cfg.readyBatches {
+		return s.buildLeaseCompleteSQL()
+	}
 	return s.q(`WITH n AS (SELECT coalesce($5::timestamptz, clock_timestamp()) AS now, 'running'::text AS running),
 upd AS (UPDATE {s}.tasks t SET status = 'completed', progress = 1, result = x.result, deadline = NULL,
 	ended_at = n.now, updated = n.now, version = t.version + 1, history_count = t.history_count + 1,
@@ -594,6 +601,37 @@ upd AS (UPDATE {s}.tasks t SET status = 'completed', progress = 1, result = x.re
 	RETURNING t.id, t.queue, t.status, t.version, t.history_count, 'TaskComplete'::text AS kind, t.updated AS time)` +
 		replaceHL(trimHistory, "$6") + s.eventsCTE("upd") + `
 SELECT id, (SELECT count(*) FROM nt) FROM upd`)
+}
+
+// buildLeaseCompleteSQL is completeSQL with ready batches on: a task
+// may also be running as a lease row's (still stored as ready), and then
+// the completion writes the claim's part of the row as well (attempts,
+// the assignment kept in the row, owner and lease). It also returns the
+// lease row each such task was completed from (NULL for the others), for
+// countLeaseDone.
+func (s *Store) buildLeaseCompleteSQL() string {
+	return s.q(`WITH n AS (SELECT coalesce($5::timestamptz, clock_timestamp()) AS now, 'running'::text AS running,
+	'ready'::text AS ready),
+lm AS (SELECT l.id AS lid, l.worker, l.created, u.id FROM {s}.leases l, unnest(l.ids) u(id) WHERE l.worker = ANY ($3::text[])),
+x AS (SELECT x.id, x.lease, x.worker, x.result, lm.lid, lm.created
+	FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[]) AS x(id, lease, worker, result)
+	LEFT JOIN lm ON lm.id = x.id AND lm.worker = x.worker),
+upd AS (UPDATE {s}.tasks t SET status = 'completed', progress = 1, result = x.result, deadline = NULL,
+	ended_at = n.now, updated = n.now, owner = x.worker, lease = x.lease,
+	attempts = t.attempts + CASE WHEN t.status = n.ready THEN 1 ELSE 0 END,
+	claimed_at = CASE WHEN t.status = n.ready THEN x.created ELSE t.claimed_at END,
+	assign_seq = CASE WHEN t.status = n.ready THEN t.history_count + 1 ELSE t.assign_seq END,
+	version = t.version + CASE WHEN t.status = n.ready THEN 2 ELSE 1 END,
+	history_count = t.history_count + CASE WHEN t.status = n.ready THEN 2 ELSE 1 END,
+	done_seq = t.history_count + CASE WHEN t.status = n.ready THEN 2 ELSE 1 END,
+	ready_batch = NULL
+	FROM x, n
+	WHERE t.id = x.id AND t.id = ANY ($1::text[]) AND (
+		(t.status = n.running AND t.lease = x.lease AND t.owner = x.worker)
+		OR (t.status = n.ready AND t.ready_batch IS NOT NULL AND x.lid IS NOT NULL AND x.lease = t.lease + 1))
+	RETURNING t.id, t.queue, t.status, t.version, t.history_count, 'TaskComplete'::text AS kind, t.updated AS time, x.lid)` +
+		replaceHL(trimHistory, "$6") + s.eventsCTE("upd") + `
+SELECT id, lid FROM upd WHERE (SELECT count(*) FROM nt) >= 0`)
 }
 
 // completeFast applies completions (ops[i] for i in idx, distinct tasks) in
@@ -667,11 +705,17 @@ func validateLeaseOp(op norn.LeaseOp) error {
 // readWithNow reads tasks and the time in one round trip.
 func (s *Store) readWithNow(ctx context.Context, q querier, ids []string) (time.Time, map[string]*rec, error) {
 	b := &pgx.Batch{}
+	s.queueDetach(b, ids)
 	b.Queue("SELECT clock_timestamp()")
 	b.Queue(s.q(`SELECT `+colsCore+` FROM {s}.tasks t WHERE t.id = ANY($1)`), ids)
 	br := q.SendBatch(ctx, b)
 	defer br.Close()
 	var now time.Time
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return now, nil, err
+		}
+	}
 	if err := br.QueryRow().Scan(&now); err != nil {
 		return now, nil, err
 	}

@@ -475,20 +475,12 @@ func (s *Store) readCore(ctx context.Context, q querier, ids []string, lock bool
 	if lock {
 		sql += ` ORDER BY t.id FOR UPDATE`
 	}
-	rows, err := q.Query(ctx, s.q(sql), ids)
-	if err != nil {
-		return nil, err
-	}
-	return recsByID(rows)
+	return s.readDetached(ctx, q, s.q(sql), ids)
 }
 
 // readFull reads complete tasks (history included) by id.
 func (s *Store) readFull(ctx context.Context, q querier, ids []string) (map[string]*rec, error) {
-	rows, err := q.Query(ctx, s.q(`SELECT `+colsFull+` FROM {s}.tasks t WHERE t.id = ANY($1)`), ids)
-	if err != nil {
-		return nil, err
-	}
-	return recsByID(rows)
+	return s.readSettled(ctx, q, s.q(`SELECT `+colsFull+` FROM {s}.tasks t WHERE t.id = ANY($1)`), ids)
 }
 
 // errConcurrent marks a compare-and-set that lost to a concurrent change;
