@@ -3,10 +3,14 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-		"testing"
+	"sync"
+	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/pgtest"
 	"github.com/nornq/norn/store/storetest"
 )
 
@@ -190,4 +194,269 @@ func TestReadyBatches(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestReadyBatchesSettle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	claim := func(t *testing.T, s *Store, n int, timeout time.Duration) []*norn.Task {
+		t.Helper()
+		got, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: n, Timeout: norn.Duration(timeout)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+
+	t.Run("ExpiredLeaseTimesOutItsTasks", func(t *testing.T) {
+		t.Parallel()
+		s, b := batchSetup(t)
+		submitN(t, s, 3, norn.NewTask{Queue: "q"})
+		got := claim(t, s, 2, time.Minute)
+		b.clock.Advance(2 * time.Minute)
+		rep, err := s.Sweep(ctx)
+		if err != nil || rep.TimedOut != 2 {
+			t.Fatalf("sweep %+v, %v", rep, err)
+		}
+		if r, l := b.tables(t); len(r) != 1 || len(l) != 0 {
+			t.Fatalf("after the sweep: ready %v, leased %v", r, l)
+		}
+		g, err := s.Get(ctx, got[0].ID)
+		if err != nil || g.Status != norn.StatusReady || g.Attempts != 1 || g.Lease != 1 || len(g.History) != 2 ||
+			g.History[1].Type != norn.TaskTimeout {
+			t.Fatalf("timed out: %+v, %v", g, err)
+		}
+		if err := s.Complete(ctx, norn.LeaseRef{TaskID: got[0].ID, Worker: "w", Lease: 1}, nil); err == nil {
+			t.Fatal("a completion under the expired lease was accepted")
+		}
+		again := claim(t, s, 3, time.Minute)
+		if len(again) != 3 {
+			t.Fatalf("claimed %d after the timeout", len(again))
+		}
+		for _, tk := range again {
+			if tk.ID == got[0].ID && (tk.Lease != 2 || tk.Attempts != 2) {
+				t.Fatalf("claimed again: %+v", tk)
+			}
+		}
+	})
+
+	t.Run("HeartbeatOfALeasedTask", func(t *testing.T) {
+		t.Parallel()
+		s, b := batchSetup(t)
+		submitN(t, s, 3, norn.NewTask{Queue: "q"})
+		got := claim(t, s, 3, time.Minute)
+		dl, err := s.Heartbeat(ctx, norn.LeaseRef{TaskID: got[1].ID, Worker: "w", Lease: 1}, norn.Heartbeat{Extend: norn.Duration(time.Hour)})
+		if err != nil || !dl.Equal(b.clock.Now().Add(time.Hour)) {
+			t.Fatalf("heartbeat %v, %v", dl, err)
+		}
+		if _, l := b.tables(t); len(l) != 0 {
+			t.Fatalf("the lease row outlived a heartbeat of its task: %v", l)
+		}
+		for _, tk := range got {
+			if err := s.Complete(ctx, norn.LeaseRef{TaskID: tk.ID, Worker: "w", Lease: 1}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
+	t.Run("CancelledBatchedTaskIsNotClaimed", func(t *testing.T) {
+		t.Parallel()
+		s, b := batchSetup(t)
+		ids := submitN(t, s, 3, norn.NewTask{Queue: "q"})
+		if _, err := s.Cancel(ctx, ids[1]); err != nil {
+			t.Fatal(err)
+		}
+		if r, _ := b.tables(t); len(r) != 2 {
+			t.Fatalf("the cancelled task is still in its ready row: %v", r)
+		}
+		got := claim(t, s, 3, time.Minute)
+		if len(got) != 2 || got[0].ID != ids[0] || got[1].ID != ids[2] {
+			t.Fatalf("claimed %v", got)
+		}
+	})
+
+	t.Run("PriorityChangeMovesTheTaskOut", func(t *testing.T) {
+		t.Parallel()
+		s, _ := batchSetup(t)
+		ids := submitN(t, s, 3, norn.NewTask{Queue: "q"})
+		if _, err := s.Update(ctx, ids[2], norn.Update{Priority: ptrTo(uint32(9))}); err != nil {
+			t.Fatal(err)
+		}
+		got := claim(t, s, 1, time.Minute)
+		if len(got) != 1 || got[0].ID != ids[2] {
+			t.Fatalf("claimed %v, want the reprioritized %s first", got, ids[2])
+		}
+		if n := len(claim(t, s, 5, time.Minute)); n != 2 {
+			t.Fatalf("claimed %d more, want 2", n)
+		}
+	})
+
+	t.Run("QueueGettingLimitsSettlesItsRows", func(t *testing.T) {
+		t.Parallel()
+		s, b := batchSetup(t)
+		submitN(t, s, 5, norn.NewTask{Queue: "q"})
+		claim(t, s, 2, time.Minute)
+		if _, err := s.UpdateQueue(ctx, "q", norn.QueueUpdate{MaxRunning: ptrTo(3)}); err != nil {
+			t.Fatal(err)
+		}
+		if r, l := b.tables(t); len(r) != 0 || len(l) != 0 {
+			t.Fatalf("after the limit: ready %v, leased %v", r, l)
+		}
+		// The limited path admits one more: two are running.
+		if got := claim(t, s, 5, time.Minute); len(got) != 1 {
+			t.Fatalf("the limited claim took %d, want 1", len(got))
+		}
+		// New submits to the limited queue write no ready rows.
+		submitN(t, s, 2, norn.NewTask{Queue: "q"})
+		if r, _ := b.tables(t); len(r) != 0 {
+			t.Fatalf("a limited queue got ready rows: %v", r)
+		}
+	})
+
+	t.Run("ConcurrentClaimsReadsAndCompletionsNeverShareATask", func(t *testing.T) {
+		t.Parallel()
+		s, b := batchSetup(t)
+		const n = 3000
+		for range n / 100 {
+			submitN(t, s, 100, norn.NewTask{Queue: "q"})
+		}
+		var mu sync.Mutex
+		seen := map[string]int{}
+		var wg sync.WaitGroup
+		errs := make(chan error, 64)
+		for w := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				worker := "w" + string(rune('a'+w))
+				for {
+					got, err := s.Claim(ctx, norn.ClaimRequest{Worker: worker, Queues: []string{"q"}, N: 37})
+					if err != nil {
+						errs <- err
+						return
+					}
+					if len(got) == 0 {
+						return
+					}
+					mu.Lock()
+					for _, tk := range got {
+						seen[tk.ID]++
+					}
+					mu.Unlock()
+					// Every third task is read first (settling its lease
+					// while its siblings complete), every fifth is
+					// heartbeated, and all are completed.
+					for i, tk := range got {
+						ref := norn.LeaseRef{TaskID: tk.ID, Worker: worker, Lease: tk.Lease}
+						if i%3 == 0 {
+							if _, err := s.Get(ctx, tk.ID); err != nil {
+								errs <- err
+								return
+							}
+						}
+						if i%5 == 0 {
+							if _, err := s.Heartbeat(ctx, ref, norn.Heartbeat{}); err != nil {
+								errs <- err
+								return
+							}
+						}
+					}
+					ops := make([]norn.LeaseOp, len(got))
+					for i, tk := range got {
+						ops[i] = norn.LeaseOp{Op: norn.OpComplete, LeaseRef: norn.LeaseRef{TaskID: tk.ID, Worker: worker, Lease: tk.Lease}}
+					}
+					res, err := s.LeaseBatch(ctx, ops)
+					if err != nil {
+						errs <- err
+						return
+					}
+					for i, r := range res {
+						if r.Err != nil {
+							errs <- r.Err
+							_ = i
+							return
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if len(seen) != n {
+			t.Fatalf("claimed %d distinct tasks, want %d", len(seen), n)
+		}
+		for id, k := range seen {
+			if k != 1 {
+				t.Fatalf("%s was claimed %d times", id, k)
+			}
+		}
+		c, err := s.Count(ctx, norn.Filter{Statuses: []norn.Status{norn.StatusCompleted}})
+		if err != nil || c != n {
+			t.Fatalf("completed %d, %v", c, err)
+		}
+		if r, l := b.tables(t); len(r) != 0 || len(l) != 0 {
+			t.Fatalf("left: ready %v, leased %v", r, l)
+		}
+	})
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func TestReadyBatchesMigrateDownAndUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, schema := pgtest.Schema(t)
+	open := func() *Store {
+		s, err := Open(ctx, Config{URL: url, Schema: schema, Migrate: true, DisableMonitor: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := open()
+	ids := submitN(t, s, 3, norn.NewTask{Queue: "q"})
+	got, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: 2})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("claim %v, %v", got, err)
+	}
+	s.Close()
+	if _, err := Migrate(ctx, url, schema, 17); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for i, id := range ids {
+		var st string
+		var owner *string
+		var lease, attempts int64
+		var deadline *time.Time
+		err := conn.QueryRow(ctx, `SELECT status, owner, lease, attempts, deadline FROM `+quoteIdent(schema)+`.tasks WHERE id = $1`, id).
+			Scan(&st, &owner, &lease, &attempts, &deadline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i < 2 && (st != "running" || owner == nil || *owner != "w" || lease != 1 || attempts != 1 || deadline == nil ||
+			!deadline.Equal(got[i].Deadline)) {
+			t.Fatalf("leased task %s after migrating down: %s %v %d %d %v", id, st, owner, lease, attempts, deadline)
+		}
+		if i == 2 && (st != "ready" || lease != 0) {
+			t.Fatalf("batched ready task %s after migrating down: %s %d", id, st, lease)
+		}
+	}
+	s = open()
+	defer s.Close()
+	for _, tk := range got {
+		if err := s.Complete(ctx, norn.LeaseRef{TaskID: tk.ID, Worker: "w", Lease: 1}, nil); err != nil {
+			t.Fatalf("complete after migrating back up: %v", err)
+		}
+	}
+	if more, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: 5}); err != nil || len(more) != 1 || more[0].ID != ids[2] {
+		t.Fatalf("claim after migrating back up: %v, %v", more, err)
+	}
 }

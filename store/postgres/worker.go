@@ -292,6 +292,28 @@ func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, wa
 	if s.knownLimited(queue) {
 		return s.claimLimited(ctx, conn, queue, want, worker, timeout)
 	}
+	if !s.cfg.readyBatches {
+		return s.claimPlain(ctx, conn, queue, want, worker, timeout)
+	}
+	// A claim with ready rows takes from the first few rows only (locking
+	// more would leave concurrent claimers nothing to take): while it gets
+	// some but not all it wants, it takes again.
+	var out []*norn.Task
+	for len(out) < want {
+		got, err := s.claimPlain(ctx, conn, queue, want-len(out), worker, timeout)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, got...)
+		if len(got) == 0 || s.knownLimited(queue) {
+			break
+		}
+	}
+	return out, nil
+}
+
+// claimPlain is one claim statement of claimQueue.
+func (s *Store) claimPlain(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, error) {
 	gen := s.wake.wait()
 	sql, args := s.claimSQL(), []any{queue, want, s.clockNow(), worker, timeout, s.cfg.HistoryLimit}
 	if s.cfg.readyBatches {
