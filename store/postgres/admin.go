@@ -40,16 +40,9 @@ func (s *Store) queues(ctx context.Context, only *string) ([]norn.QueueInfo, err
 	}
 	err := s.withConn(ctx, func(conn *pgx.Conn) error {
 		byName, names = map[string]*norn.QueueInfo{}, nil
-		queue := ""
-		if only != nil {
-			queue = *only
-		}
-		if err := s.settleLeases(ctx, conn, queue); err != nil {
-			return err
-		}
 		b := &pgx.Batch{}
 		b.Queue(s.q(`SELECT `+queueCols+` FROM {s}.queues WHERE $1::text IS NULL OR name = $1`), only)
-		b.Queue(s.q(`SELECT queue, status, count(*) FROM {s}.tasks WHERE $1::text IS NULL OR queue = $1 GROUP BY 1, 2`), only)
+		b.Queue(s.q(countsSQL(`$1::text IS NULL OR t.queue = $1`)), only)
 		br := conn.SendBatch(ctx, b)
 		defer br.Close()
 		rows, err := br.Query()

@@ -304,6 +304,21 @@ func (s *Store) settleLeases(ctx context.Context, q querier, queue string) error
 	return err
 }
 
+// countsSQL counts tasks by queue and status, of the queues cond (on t)
+// selects, with the tasks of lease rows counted as running, not as the
+// ready their rows say: in one statement, one snapshot, and without
+// writing anything (the dashboard and the metrics poll these counts; a
+// settle would write every task in flight at each poll). cond must only
+// name t.queue.
+func countsSQL(cond string) string {
+	return `WITH g AS (SELECT t.queue, t.status, count(*) AS n FROM {s}.tasks t WHERE ` + cond + ` GROUP BY 1, 2),
+lc AS (SELECT t.queue, count(*) AS n FROM {s}.leases l, unnest(l.ids) u(id), {s}.tasks t
+	WHERE t.id = u.id AND t.status = 'ready' AND t.ready_batch IS NOT NULL AND (` + cond + `) GROUP BY 1),
+adj AS (SELECT queue, status, n FROM g
+	UNION ALL SELECT queue, 'ready', -n FROM lc UNION ALL SELECT queue, 'running', n FROM lc)
+SELECT queue, status, sum(n)::bigint FROM adj GROUP BY 1, 2 HAVING sum(n) <> 0`
+}
+
 // settleExpired settles the lease rows whose earliest deadline has
 // passed, so the timeout sweep finds their tasks as running.
 func (s *Store) settleExpired(ctx context.Context, q querier) error {

@@ -141,13 +141,17 @@ func TestReadyBatches(t *testing.T) {
 		s, b := batchSetup(t)
 		submitN(t, s, 5, norn.NewTask{Queue: "q"})
 		got := claim(t, s, 2)
-		n, err := s.Count(ctx, norn.Filter{Statuses: []norn.Status{norn.StatusRunning}})
-		if err != nil || n != 2 {
-			t.Fatalf("running count %d, %v", n, err)
-		}
 		qi, err := s.Queue(ctx, "q")
 		if err != nil || qi.Counts[norn.StatusRunning] != 2 || qi.Counts[norn.StatusReady] != 3 {
 			t.Fatalf("queue counts %v, %v", qi.Counts, err)
+		}
+		st, err := s.Stats(ctx)
+		if err != nil || st.Totals[norn.StatusRunning] != 2 || st.Totals[norn.StatusReady] != 3 {
+			t.Fatalf("stats %v, %v", st.Totals, err)
+		}
+		// Counts read without writing: the leased tasks are still stored as ready.
+		if stored := b.stored(t, got[0].ID); stored != "ready" {
+			t.Fatalf("a count wrote the leased task: %s", stored)
 		}
 		g, err := s.Get(ctx, got[1].ID)
 		if err != nil || g.Status != norn.StatusRunning || g.Lease != 1 || !g.Deadline.Equal(got[1].Deadline) {
@@ -155,6 +159,10 @@ func TestReadyBatches(t *testing.T) {
 		}
 		if st := b.stored(t, got[1].ID); st != "running" {
 			t.Fatalf("a read left the leased task stored as %s", st)
+		}
+		n, err := s.Count(ctx, norn.Filter{Statuses: []norn.Status{norn.StatusRunning}})
+		if err != nil || n != 2 {
+			t.Fatalf("running count %d, %v", n, err)
 		}
 		// The completion finds the task written as running now.
 		if err := s.Complete(ctx, norn.LeaseRef{TaskID: got[0].ID, Worker: "w", Lease: 1}, nil); err != nil {
