@@ -377,11 +377,46 @@ func (s *Store) countLeaseDone(ctx context.Context, conn *pgx.Conn, done map[int
 	return conn.SendBatch(ctx, b).Close()
 }
 
+// Ready rows a plain claim locks: small batches make small rows, and a
+// claim of n over rows of one task each would otherwise take n/4
+// statements, each a commit. Starting from minReadyRows, a claim that got
+// some but not all it wanted claims again with four times the rows (up to
+// maxReadyRows); the next claim of the queue starts from the half of what
+// its predecessor ended with when that sufficed, else from the same.
+const (
+	minReadyRows = 4
+	maxReadyRows = 256
+)
+
+// readyRowLimits remembers, per queue, how many ready rows its claims lock.
+type readyRowLimits struct{ m sync.Map }
+
+func (r *readyRowLimits) get(queue string) int {
+	if v, ok := r.m.Load(queue); ok {
+		return v.(int)
+	}
+	return minReadyRows
+}
+
+// set records what the last claim of queue ended with; sufficed: it got
+// all it wanted.
+func (r *readyRowLimits) set(queue string, rows int, sufficed bool) {
+	if sufficed {
+		rows = max(rows/2, minReadyRows)
+	}
+	if rows == minReadyRows {
+		r.m.Delete(queue)
+		return
+	}
+	r.m.Store(queue, rows)
+}
+
 // leaseClaimSQL is the plain claim with ready rows: it takes up to $2
 // tasks in claim order from both the ordinary ready tasks (tasks_claim,
 // written as running as buildClaimSQL does) and the head of the queue's
 // first ready rows (taken out of the rows, one lease row written for
-// them, their task rows left alone). Parameters as buildClaimSQL's. Only
+// them, their task rows left alone). Parameters as buildClaimSQL's, and
+// $7 the most ready rows to lock. Only
 // the first $2 ids of the rows, in row order, are candidates (rc), and
 // they are in claim order already: they are merged with the ordinary ones
 // by a sort only when there are ordinary ones. (Sorting the first $2 ids
@@ -392,7 +427,7 @@ func (s *Store) buildLeaseClaimSQL() string {
 	WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1 AND ` + gate + `
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED),
 r AS (SELECT b.rid, b.priority, b.ready_at, b.first_id, b.ids FROM {s}.ready b WHERE b.queue = $1 AND ` + gate + `
-	ORDER BY b.priority DESC, b.ready_at, b.first_id LIMIT 4 FOR UPDATE SKIP LOCKED),
+	ORDER BY b.priority DESC, b.ready_at, b.first_id LIMIT $7 FOR UPDATE SKIP LOCKED),
 rw AS (SELECT r.rid, r.priority, r.ready_at, r.ids, coalesce(sum(cardinality(r.ids)) OVER (ORDER BY r.priority DESC,
 	r.ready_at, r.first_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before FROM r),
 rc AS (SELECT u.id, rw.priority, rw.ready_at, rw.rid FROM rw, unnest(rw.ids[1 : $2 - rw.before]) u(id) WHERE rw.before < $2),

@@ -468,3 +468,44 @@ func TestReadyBatchesMigrateDownAndUp(t *testing.T) {
 		t.Fatalf("claim after migrating back up: %v, %v", more, err)
 	}
 }
+
+func TestReadyBatchesSmallRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t.Run("AClaimOverOneTaskRowsLocksMoreRowsAndRemembers", func(t *testing.T) {
+		t.Parallel()
+		s, b := batchSetup(t)
+		var ids []string
+		for range 60 {
+			ids = append(ids, submitN(t, s, 1, norn.NewTask{Queue: "q"})...)
+		}
+		leases := func() int {
+			var n int
+			if err := s.pool.QueryRow(ctx, s.q(`SELECT count(*) FROM {s}.leases`)).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		got, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: 40})
+		if err != nil || len(got) != 40 {
+			t.Fatalf("claimed %d, %v", len(got), err)
+		}
+		for i, tk := range got {
+			if tk.ID != ids[i] {
+				t.Fatalf("claim %d is %s, want %s", i, tk.ID, ids[i])
+			}
+		}
+		// 4 rows, then 16, then 64: three statements, not ten.
+		if n := leases(); n != 3 {
+			t.Fatalf("the claim took %d statements, want 3", n)
+		}
+		// The next claim starts from the rows that sufficed, halved: 32.
+		got, err = s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: 20})
+		if err != nil || len(got) != 20 || leases() != 4 {
+			t.Fatalf("the next claim took %d in %d statements, %v", len(got), leases()-3, err)
+		}
+		if r, _ := b.tables(t); len(r) != 0 {
+			t.Fatalf("left in ready rows: %v", r)
+		}
+	})
+}

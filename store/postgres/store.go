@@ -171,13 +171,14 @@ type Store struct {
 	listener  *listener
 	announcer *announcer
 	monitor   *monitor
-	node      string      // this store's name in event_subscribers
-	announced atomic.Bool // this node has a row in event_subscribers
-	completer completer   // merges concurrent completions (completer.go)
-	submitter submitter   // merges concurrent plain submits (submitter.go)
-	readyIDs  readyIDs    // ready row ids for new batches (batches.go)
-	hints     claimHints  // where each queue's ready tasks start (claimhint.go)
-	listening atomic.Bool // the listener's session is up: wake-ups are not missed
+	node      string         // this store's name in event_subscribers
+	announced atomic.Bool    // this node has a row in event_subscribers
+	completer completer      // merges concurrent completions (completer.go)
+	submitter submitter      // merges concurrent plain submits (submitter.go)
+	readyIDs  readyIDs       // ready row ids for new batches (batches.go)
+	readyRows readyRowLimits // ready rows a plain claim locks, per queue (batches.go)
+	hints     claimHints     // where each queue's ready tasks start (claimhint.go)
+	listening atomic.Bool    // the listener's session is up: wake-ups are not missed
 }
 
 var _ norn.Store = (*Store)(nil)

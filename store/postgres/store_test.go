@@ -430,8 +430,8 @@ func TestClaimPlanWithStaleStatistics(t *testing.T) {
 		args             []any
 	}{
 		{"claim", s.claimSQL(), "Index Scan using tasks_claim", []any{"q", 100, nil, "w", nil, 100}},
-		{"claim with ready rows", s.sql.leaseClaim, "Index Scan using tasks_claim", []any{"q", 100, nil, "w", nil, 100}},
-		{"claim with ready rows", s.sql.leaseClaim, "Index Scan using ready_claim", []any{"q", 100, nil, "w", nil, 100}},
+		{"claim with ready rows", s.sql.leaseClaim, "Index Scan using tasks_claim", []any{"q", 100, nil, "w", nil, 100, 4}},
+		{"claim with ready rows", s.sql.leaseClaim, "Index Scan using ready_claim", []any{"q", 100, nil, "w", nil, 100, 4}},
 		{"delays", s.delaySQL(), "Index Scan using tasks_scheduled", []any{nil, 1000, 100}},
 	} {
 		p := plan(c.sql, c.args...)
@@ -449,7 +449,7 @@ func TestClaimPlanWithStaleStatistics(t *testing.T) {
 		strings.Contains(p, "Hash Join") || strings.Contains(p, "Bitmap Index Scan on tasks_claim") {
 		t.Errorf("generic claim plan does not read tasks_claim in order and join by key:\n%s", p)
 	}
-	p = generic(claimSetupSQL, s.sql.leaseClaim, "'q', 100, NULL, 'w', NULL, 100")
+	p = generic(claimSetupSQL, s.sql.leaseClaim, "'q', 100, NULL, 'w', NULL, 100, 4")
 	if !strings.Contains(p, "Index Scan using tasks_claim") || !strings.Contains(p, "Index Scan using ready_claim") ||
 		strings.Contains(p, "Seq Scan on tasks ") || strings.Contains(p, "Hash Join") ||
 		strings.Contains(p, "Bitmap Index Scan on tasks_claim") || strings.Contains(p, "Bitmap Index Scan on ready_claim") {

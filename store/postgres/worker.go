@@ -293,14 +293,16 @@ func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, wa
 		return s.claimLimited(ctx, conn, queue, want, worker, timeout)
 	}
 	if !s.cfg.readyBatches {
-		return s.claimPlain(ctx, conn, queue, want, worker, timeout)
+		return s.claimPlain(ctx, conn, queue, want, worker, timeout, 0)
 	}
-	// A claim with ready rows takes from the first few rows only (locking
-	// more would leave concurrent claimers nothing to take): while it gets
-	// some but not all it wants, it takes again.
+	// A claim with ready rows locks a few of them only (locking more would
+	// leave concurrent claimers nothing to take): while it gets some but
+	// not all it wants, it takes again, locking more rows each time, and
+	// the queue's next claim starts from what sufficed (readyRowLimits).
 	var out []*norn.Task
+	rows := s.readyRows.get(queue)
 	for len(out) < want {
-		got, err := s.claimPlain(ctx, conn, queue, want-len(out), worker, timeout)
+		got, err := s.claimPlain(ctx, conn, queue, want-len(out), worker, timeout, rows)
 		if err != nil {
 			return out, err
 		}
@@ -308,18 +310,23 @@ func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, wa
 		if len(got) == 0 || s.knownLimited(queue) {
 			break
 		}
+		if len(out) < want {
+			rows = min(rows*4, maxReadyRows)
+		}
 	}
+	s.readyRows.set(queue, rows, len(out) == want)
 	return out, nil
 }
 
-// claimPlain is one claim statement of claimQueue.
-func (s *Store) claimPlain(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, error) {
+// claimPlain is one claim statement of claimQueue (rows: how many ready
+// rows it may lock).
+func (s *Store) claimPlain(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64, readyRows int) ([]*norn.Task, error) {
 	gen := s.wake.wait()
 	sql, args := s.claimSQL(), []any{queue, want, s.clockNow(), worker, timeout, s.cfg.HistoryLimit}
 	if s.cfg.readyBatches {
 		// Claim hints skip tasks_claim's dead entries; with ready rows,
 		// fresh tasks never enter it.
-		sql = s.sql.leaseClaim
+		sql, args = s.sql.leaseClaim, append(args, readyRows)
 	} else if s.listening.Load() {
 		if h, ok := s.hints.get(queue, gen, time.Now()); ok {
 			sql, args = s.sql.claimFrom, append(args, h.priority, h.readyAt, h.id)
