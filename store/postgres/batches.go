@@ -40,8 +40,8 @@ type readyIDs struct {
 	next, end int64
 }
 
-// take returns n ready row ids, fetching a block when the current one is
-// used up.
+// takeReadyIDs returns n ready row ids, fetching a block when the
+// current one is used up.
 func (s *Store) takeReadyIDs(ctx context.Context, q querier, n int) ([]int64, error) {
 	r := &s.readyIDs
 	out := make([]int64, 0, n)
@@ -96,6 +96,8 @@ func (r *readyRows) add(o *readyRows) {
 // batchReady groups a decided merged submit's ready tasks of queues
 // without flow limits by queue and priority, gives each group a ready
 // row id and sets it on the group's recs. The flush writes the rows.
+// (A queue limited only by its keys' own limits looks unlimited here; the
+// flush refuses its rows, at the price of one more write per task.)
 func (s *Store) batchReady(ctx context.Context, q querier, p *submitPlan) (*readyRows, error) {
 	if !s.cfg.readyBatches {
 		return nil, nil

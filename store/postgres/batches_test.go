@@ -332,6 +332,28 @@ func TestReadyBatchesSettle(t *testing.T) {
 		seen := map[string]int{}
 		var wg sync.WaitGroup
 		errs := make(chan error, 64)
+		// A reader that lists and counts running tasks all along: each
+		// settles every lease while its tasks are being completed.
+		stop := make(chan struct{})
+		readerDone := make(chan struct{})
+		go func() {
+			defer close(readerDone)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := s.List(ctx, norn.Query{Filter: norn.Filter{Statuses: []norn.Status{norn.StatusRunning}}, Limit: 50}); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := s.Count(ctx, norn.Filter{Queues: []string{"q"}, Statuses: []norn.Status{norn.StatusRunning}}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
 		for w := range 6 {
 			wg.Add(1)
 			go func() {
@@ -389,6 +411,8 @@ func TestReadyBatchesSettle(t *testing.T) {
 			}()
 		}
 		wg.Wait()
+		close(stop)
+		<-readerDone
 		close(errs)
 		for err := range errs {
 			t.Fatal(err)
