@@ -25,8 +25,16 @@ type completer struct {
 	mu     sync.Mutex
 	queue  []*completeReq
 	queued int // completions in queue
-	busy   bool
+	busy   int // flushes running
 }
+
+// completionFlushes is how many merged completion statements run at once.
+// One at a time left a core idle a quarter of a burn-down once claims
+// stopped writing task rows (ready batches: docs/postgres.md, "Two
+// completion flushes with ready batches"); completions of distinct tasks
+// do not wait for each other, and a task named in both runs is decided
+// by its row lock (the second finds it completed: a repeat).
+const completionFlushes = 2
 
 // completeReq is one caller's completions (distinct tasks).
 type completeReq struct {
@@ -47,8 +55,8 @@ func (c *completer) complete(ctx context.Context, req *completeReq) error {
 	c.mu.Lock()
 	c.queue = append(c.queue, req)
 	c.queued += len(req.ids)
-	if !c.busy {
-		c.busy = true
+	if c.busy < c.s.cfg.completionFlushes {
+		c.busy++
 		c.mu.Unlock()
 		// The flush runs on its own goroutine under the store's context:
 		// a caller whose context ends must not fail the others' completions.
@@ -74,7 +82,7 @@ func (c *completer) flushAll() {
 		c.queue = rest
 		c.queued -= n
 		if len(batch) == 0 {
-			c.busy = false
+			c.busy--
 			c.mu.Unlock()
 			return
 		}

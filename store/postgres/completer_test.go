@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ func TestCompletionsMerged(t *testing.T) {
 	var flushes []int
 	s := openTest(t, nil, func(c *Config) {
 		c.DisableMonitor = true
+		c.completionFlushes = 1 // what is queued behind a flush goes out together
 		c.flushPause = func(callers int) {
 			mu.Lock()
 			flushes = append(flushes, callers)
@@ -150,6 +152,7 @@ func TestCompletionCallerGivesUp(t *testing.T) {
 	entered := make(chan struct{})
 	s := openTest(t, nil, func(c *Config) {
 		c.DisableMonitor = true
+		c.completionFlushes = 1
 		c.flushPause = func(int) {
 			once.Do(func() { close(entered); <-hold })
 		}
@@ -191,5 +194,54 @@ func TestCompletionCallerGivesUp(t *testing.T) {
 	}
 	if tk, err := s.Get(ctx, tasks[1].ID); err != nil || tk.Status != norn.StatusCompleted {
 		t.Fatalf("task after the retry: %v %v", tk, err)
+	}
+}
+
+// TestCompletionsTwoFlushesAtOnce: while one merged completion statement
+// is held, the next caller's completion goes out in a second one and is
+// answered, and the held one still completes when it resumes.
+func TestCompletionsTwoFlushesAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	hold := make(chan struct{})
+	var flushes atomic.Int32
+	entered := make(chan struct{})
+	s := openTest(t, nil, func(c *Config) {
+		c.DisableMonitor = true
+		c.flushPause = func(int) {
+			if flushes.Add(1) == 1 {
+				close(entered)
+				<-hold
+			}
+		}
+	})
+	if _, err := s.Submit(ctx, norn.NewTask{ID: "a", Queue: "q"}, norn.NewTask{ID: "b", Queue: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: 2})
+	if err != nil || len(tasks) != 2 {
+		t.Fatalf("claim: %v %v", tasks, err)
+	}
+	first := make(chan error, 1)
+	go func() {
+		first <- s.Complete(ctx, norn.LeaseRef{TaskID: tasks[0].ID, Worker: "w", Lease: tasks[0].Lease}, nil)
+	}()
+	<-entered
+	if err := s.Complete(ctx, norn.LeaseRef{TaskID: tasks[1].ID, Worker: "w", Lease: tasks[1].Lease}, nil); err != nil {
+		t.Fatalf("completion beside a held flush: %v", err)
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("the held completion returned before its flush resumed: %v", err)
+	default:
+	}
+	close(hold)
+	if err := <-first; err != nil {
+		t.Fatalf("held completion: %v", err)
+	}
+	for _, tk := range tasks {
+		if g, err := s.Get(ctx, tk.ID); err != nil || g.Status != norn.StatusCompleted {
+			t.Fatalf("%s: %v %v", tk.ID, g, err)
+		}
 	}
 }

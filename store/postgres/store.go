@@ -86,6 +86,9 @@ type Config struct {
 	// submitPause, when set (tests), runs before each merged submit with
 	// the number of callers it answers.
 	submitPause func(callers int)
+	// completionFlushes, when set (tests), replaces the number of merged
+	// completion statements run at once (completer.go).
+	completionFlushes int
 	// rowClaims, when set (tests), turns ready batches off (batches.go):
 	// submits write no ready rows, so every claim writes its tasks' rows.
 	rowClaims bool
@@ -96,6 +99,9 @@ type Config struct {
 func (c *Config) withDefaults() (Config, error) {
 	o := *c
 	o.readyBatches = !o.rowClaims
+	if o.completionFlushes == 0 {
+		o.completionFlushes = completionFlushes
+	}
 	if o.URL == "" {
 		return o, norn.Invalid("url", "database URL is required")
 	}
