@@ -71,14 +71,7 @@ func submitN(t *testing.T, s *Store, n int, nt norn.NewTask) []string {
 func TestReadyBatches(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	claim := func(t *testing.T, s *Store, n int) []*norn.Task {
-		t.Helper()
-		got, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: n})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	claim := func(t *testing.T, s *Store, n int) []*norn.Task { t.Helper(); return claimQ(t, s, n, 0) }
 
 	t.Run("ClaimTakesFromReadyRowsWithoutWritingTasks", func(t *testing.T) {
 		t.Parallel()
@@ -207,14 +200,7 @@ func TestReadyBatches(t *testing.T) {
 func TestReadyBatchesSettle(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	claim := func(t *testing.T, s *Store, n int, timeout time.Duration) []*norn.Task {
-		t.Helper()
-		got, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: n, Timeout: norn.Duration(timeout)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	claim := claimQ
 
 	t.Run("ExpiredLeaseTimesOutItsTasks", func(t *testing.T) {
 		t.Parallel()
@@ -437,17 +423,22 @@ func TestReadyBatchesSettle(t *testing.T) {
 
 func ptrTo[T any](v T) *T { return &v }
 
+// claimQ claims up to n tasks of queue q as worker w (timeout 0: the
+// tasks' own).
+func claimQ(t *testing.T, s *Store, n int, timeout time.Duration) []*norn.Task {
+	t.Helper()
+	got, err := s.Claim(context.Background(), norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: n, Timeout: norn.Duration(timeout)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 func TestReadyBatchesMigrateDownAndUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url, schema := pgtest.Schema(t)
-	open := func() *Store {
-		s, err := Open(ctx, Config{URL: url, Schema: schema, Migrate: true, DisableMonitor: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	open := func() *Store { return openMigrated(t, url, schema) }
 	s := open()
 	ids := submitN(t, s, 3, norn.NewTask{Queue: "q"})
 	got, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: 2})

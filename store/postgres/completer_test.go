@@ -147,28 +147,7 @@ func TestCompletionsMerged(t *testing.T) {
 func TestCompletionCallerGivesUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	hold := make(chan struct{})
-	var once sync.Once
-	entered := make(chan struct{})
-	s := openTest(t, nil, func(c *Config) {
-		c.DisableMonitor = true
-		c.completionFlushes = 1
-		c.flushPause = func(int) {
-			once.Do(func() { close(entered); <-hold })
-		}
-	})
-	if _, err := s.Submit(ctx, norn.NewTask{ID: "a", Queue: "q"}, norn.NewTask{ID: "b", Queue: "q"}); err != nil {
-		t.Fatal(err)
-	}
-	tasks, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: 2})
-	if err != nil || len(tasks) != 2 {
-		t.Fatalf("claim: %v %v", tasks, err)
-	}
-	first := make(chan error, 1)
-	go func() {
-		first <- s.Complete(ctx, norn.LeaseRef{TaskID: tasks[0].ID, Worker: "w", Lease: tasks[0].Lease}, nil)
-	}()
-	<-entered
+	s, tasks, first, release := heldFlush(t, 1)
 	cctx, cancel := context.WithCancel(ctx)
 	second := make(chan error, 1)
 	go func() {
@@ -183,7 +162,7 @@ func TestCompletionCallerGivesUp(t *testing.T) {
 	if err := <-second; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled caller: %v", err)
 	}
-	close(hold)
+	release()
 	if err := <-first; err != nil {
 		t.Fatalf("first caller: %v", err)
 	}
@@ -203,11 +182,39 @@ func TestCompletionCallerGivesUp(t *testing.T) {
 func TestCompletionsTwoFlushesAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	s, tasks, first, release := heldFlush(t, 2)
+	if err := s.Complete(ctx, norn.LeaseRef{TaskID: tasks[1].ID, Worker: "w", Lease: tasks[1].Lease}, nil); err != nil {
+		t.Fatalf("completion beside a held flush: %v", err)
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("the held completion returned before its flush resumed: %v", err)
+	default:
+	}
+	release()
+	if err := <-first; err != nil {
+		t.Fatalf("held completion: %v", err)
+	}
+	for _, tk := range tasks {
+		if g, err := s.Get(ctx, tk.ID); err != nil || g.Status != norn.StatusCompleted {
+			t.Fatalf("%s: %v %v", tk.ID, g, err)
+		}
+	}
+}
+
+// heldFlush opens a store running n merged completion statements at once
+// whose first statement waits until release is called, claims the tasks
+// a and b, and starts completing a: it returns once a's flush is held,
+// with a's answer to come on first.
+func heldFlush(t *testing.T, n int) (s *Store, tasks []*norn.Task, first <-chan error, release func()) {
+	t.Helper()
+	ctx := context.Background()
 	hold := make(chan struct{})
 	var flushes atomic.Int32
 	entered := make(chan struct{})
-	s := openTest(t, nil, func(c *Config) {
+	s = openTest(t, nil, func(c *Config) {
 		c.DisableMonitor = true
+		c.completionFlushes = n
 		c.flushPause = func(int) {
 			if flushes.Add(1) == 1 {
 				close(entered)
@@ -222,26 +229,10 @@ func TestCompletionsTwoFlushesAtOnce(t *testing.T) {
 	if err != nil || len(tasks) != 2 {
 		t.Fatalf("claim: %v %v", tasks, err)
 	}
-	first := make(chan error, 1)
+	done := make(chan error, 1)
 	go func() {
-		first <- s.Complete(ctx, norn.LeaseRef{TaskID: tasks[0].ID, Worker: "w", Lease: tasks[0].Lease}, nil)
+		done <- s.Complete(ctx, norn.LeaseRef{TaskID: tasks[0].ID, Worker: "w", Lease: tasks[0].Lease}, nil)
 	}()
 	<-entered
-	if err := s.Complete(ctx, norn.LeaseRef{TaskID: tasks[1].ID, Worker: "w", Lease: tasks[1].Lease}, nil); err != nil {
-		t.Fatalf("completion beside a held flush: %v", err)
-	}
-	select {
-	case err := <-first:
-		t.Fatalf("the held completion returned before its flush resumed: %v", err)
-	default:
-	}
-	close(hold)
-	if err := <-first; err != nil {
-		t.Fatalf("held completion: %v", err)
-	}
-	for _, tk := range tasks {
-		if g, err := s.Get(ctx, tk.ID); err != nil || g.Status != norn.StatusCompleted {
-			t.Fatalf("%s: %v %v", tk.ID, g, err)
-		}
-	}
+	return s, tasks, done, func() { close(hold) }
 }

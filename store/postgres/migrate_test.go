@@ -81,13 +81,7 @@ func TestMigrationsKeepTasksOfEveryStatus(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url, schema := pgtest.Schema(t)
-	open := func() *Store {
-		s, err := Open(ctx, Config{URL: url, Schema: schema, Migrate: true, DisableMonitor: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	open := func() *Store { return openMigrated(t, url, schema) }
 	s := open()
 	want := everyStatus(t, s)
 	before := allTasks(t, s)
@@ -162,4 +156,15 @@ func TestMigrationsKeepTasksOfEveryStatus(t *testing.T) {
 	if !reflect.DeepEqual(types, wantTypes) {
 		t.Fatalf("history of the migrated task: %v, want %v", types, wantTypes)
 	}
+}
+
+// openMigrated opens the store on schema, migrating it to the latest
+// version first; the caller closes it.
+func openMigrated(t *testing.T, url, schema string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), Config{URL: url, Schema: schema, Migrate: true, DisableMonitor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
