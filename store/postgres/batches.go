@@ -240,8 +240,13 @@ SELECT count(*) FROM tu`
 // own: a claim that took one of them from its ready row committed before
 // detachReadySQL got that row's lock, and only a later statement's
 // snapshot sees its lease row.
-var detachLeasedSQL = settleSQL(`k AS (SELECT l.id FROM {s}.leases l WHERE l.ids && ARRAY(SELECT t.id FROM {s}.tasks t
-	WHERE t.id = ANY($1) AND t.ready_batch IS NOT NULL) ORDER BY l.id FOR UPDATE)`)
+// The lease rows are found through the ready rows their tasks came from
+// (leases_batches), not by reading every lease row: with many workers
+// holding leases, each heartbeat would otherwise read them all.
+var detachLeasedSQL = settleSQL(`h AS MATERIALIZED (SELECT t.id, t.ready_batch FROM {s}.tasks t
+	WHERE t.id = ANY($1) AND t.ready_batch IS NOT NULL),
+k AS (SELECT l.id FROM {s}.leases l WHERE l.batches && ARRAY(SELECT DISTINCT h.ready_batch FROM h)
+	AND l.ids && ARRAY(SELECT h.id FROM h) ORDER BY l.id FOR UPDATE)`)
 
 // queueDetach queues the statements that detach ids on b (see detach).
 func (s *Store) queueDetach(b *pgx.Batch, ids []string) {
@@ -443,8 +448,8 @@ ru AS (UPDATE {s}.ready b SET ids = r.ids[took.k + 1:], first_id = r.ids[took.k 
 sel AS (SELECT t.*, ` + leasedDeadline("n.now", "$5::bigint") + ` AS dl FROM {s}.tasks t, n
 	WHERE t.id = ANY (ARRAY(SELECT pick.id FROM pick WHERE pick.rid IS NOT NULL)) AND t.status = n.ready
 	AND t.ready_batch IS NOT NULL),
-l AS (INSERT INTO {s}.leases (queue, worker, created, timeout_ns, deadline, ids)
-	SELECT $1, $4, n.now, $5::bigint, min(sel.dl), array_agg(sel.id) FROM sel, n GROUP BY n.now),
+l AS (INSERT INTO {s}.leases (queue, worker, created, timeout_ns, deadline, ids, batches)
+	SELECT $1, $4, n.now, $5::bigint, min(sel.dl), array_agg(sel.id), array_agg(DISTINCT sel.ready_batch) FROM sel, n GROUP BY n.now),
 wl AS (SELECT 'TaskAssignment'::text AS kind, t.id, t.queue, 'running'::text AS status, t.version + 1 AS version, n.now AS time
 	FROM sel t, n)`
 	sql := s.assignSQL(c, "")

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -523,4 +524,32 @@ func TestReadyBatchesSmallRows(t *testing.T) {
 			t.Fatalf("left in ready rows: %v", r)
 		}
 	})
+}
+
+// TestDetachPlanUsesLeaseBatches: with many workers holding leases, the
+// settle before a heartbeat or a cancel finds its lease rows through
+// leases_batches, not by reading them all.
+func TestDetachPlanUsesLeaseBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := batchSetup(t)
+	if _, err := s.pool.Exec(ctx, s.q(`INSERT INTO {s}.leases (queue, worker, created, deadline, ids, batches)
+SELECT 'q', 'w' || i, now(), now(), ARRAY['x' || i], ARRAY[i::bigint] FROM generate_series(1, 20000) i`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, s.q(`ANALYZE {s}.leases`)); err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	rows, err := s.pool.Query(ctx, "EXPLAIN "+s.q(detachLeasedSQL), []string{"a", "b"})
+	if err == nil {
+		plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := strings.Join(plan, "\n")
+	if !strings.Contains(p, "leases_batches") || strings.Contains(p, "Seq Scan on leases") {
+		t.Fatalf("the detach does not find lease rows through leases_batches:\n%s", p)
+	}
 }

@@ -35,9 +35,12 @@ CREATE TABLE {{schema}}.leases (
     deadline   timestamptz NOT NULL,
     -- tasks of it completed so far; the row goes when all are
     done       integer NOT NULL DEFAULT 0,
-    ids        text[] COLLATE "C" NOT NULL
+    ids        text[] COLLATE "C" NOT NULL,
+    -- the ready rows its tasks came from: a task finds its lease by its ready_batch
+    batches    bigint[] NOT NULL
 );
 CREATE INDEX leases_worker ON {{schema}}.leases (worker);
+CREATE INDEX leases_batches ON {{schema}}.leases USING gin (batches);
 CREATE INDEX leases_deadline ON {{schema}}.leases (deadline);
 
 -- Tasks of a ready batch are claimed through ready, not through the ready
