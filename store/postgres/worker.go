@@ -304,7 +304,12 @@ func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, wa
 	for len(out) < want {
 		got, err := s.claimPlain(ctx, conn, queue, want-len(out), worker, timeout, rows)
 		if err != nil {
-			return out, err
+			if len(out) > 0 {
+				// What the earlier statements claimed is committed: hand
+				// it out; the error comes back at the next claim.
+				break
+			}
+			return nil, err
 		}
 		out = append(out, got...)
 		if len(got) == 0 || s.knownLimited(queue) {
