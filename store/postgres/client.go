@@ -451,6 +451,11 @@ func (s *Store) DeleteMatching(ctx context.Context, f norn.Filter) (int64, error
 			if err != nil {
 				return err
 			}
+			// Out of their ready rows first, as Transact's read does for its
+			// deletes (batches.go).
+			if err := s.detach(ctx, tx, ids); err != nil {
+				return err
+			}
 			now, err := s.dbNow(ctx, tx)
 			if err != nil {
 				return err
@@ -473,9 +478,6 @@ func (s *Store) DeleteMatching(ctx context.Context, f norn.Filter) (int64, error
 func (s *Store) deleteIDs(ctx context.Context, q querier, now time.Time, ids []string) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
-	}
-	if err := s.detach(ctx, q, ids); err != nil {
-		return 0, err
 	}
 	rows, err := q.Query(ctx, s.q(`WITH d AS (DELETE FROM {s}.tasks t WHERE t.id = ANY($1)
 	RETURNING t.id, t.queue, t.status AS old_status, 'deleted'::text AS status, t.version + 1 AS version,
