@@ -212,14 +212,16 @@ ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, timeout_ns = EXCLUDED
 		if err != nil {
 			return err
 		}
-		// With limits, the limited claim paths claim this queue next, and
-		// they read ordinary task rows only: its ready rows and leases are
-		// settled (batches.go), under the gate, so none is in flight.
-		var limited bool
-		if err := tx.QueryRow(ctx, s.q(`SELECT flow_limited FROM {s}.queues WHERE name = $1`), name).Scan(&limited); err != nil {
+		// A fair or rate-limited queue is claimed by paths that read
+		// ordinary task rows only: its ready rows and leases are settled
+		// (batches.go), under the gate, so none is in flight. The other
+		// limited paths take ready rows and count leased tasks as the
+		// plain claim left them.
+		var ordinary bool
+		if err := tx.QueryRow(ctx, s.q(`SELECT fair_by <> '' OR rate_per_second > 0 FROM {s}.queues WHERE name = $1`), name).Scan(&ordinary); err != nil {
 			return err
 		}
-		if limited {
+		if ordinary {
 			if err := s.settleQueue(ctx, tx, name); err != nil {
 				return err
 			}

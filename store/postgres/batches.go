@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
@@ -81,6 +82,10 @@ type readyRows struct {
 	priority []int64
 	readyAt  []time.Time
 	ids      []string
+	// keys: the tasks' concurrency keys, aligned with ids, as a JSON
+	// array (null for a task without one); nil when no task of the row
+	// has a key (keys can hold any character, so no separator would do)
+	keys []*string
 }
 
 func (r *readyRows) len() int { return len(r.rid) }
@@ -91,13 +96,19 @@ func (r *readyRows) add(o *readyRows) {
 	r.priority = append(r.priority, o.priority...)
 	r.readyAt = append(r.readyAt, o.readyAt...)
 	r.ids = append(r.ids, o.ids...)
+	r.keys = append(r.keys, o.keys...)
 }
 
 // batchReady groups a decided merged submit's ready tasks of queues
-// without flow limits by queue and priority, gives each group a ready
-// row id and sets it on the group's recs. The flush writes the rows.
-// (A queue limited only by its keys' own limits looks unlimited here; the
-// flush refuses its rows, at the price of one more write per task.)
+// that are neither fair nor rate-limited by queue and priority, gives each
+// group a ready row id and sets it on the group's recs. The flush writes
+// the rows. (A queue made fair or rate-limited since its settings were
+// read here: the flush refuses its rows, at the price of one more write
+// per task.) Fair claims read ordinary rows only. Rate-limited claims take
+// their tokens before they claim, and a claim that comes back short of
+// them must give tokens back, which a refill since makes unsound
+// (giveBackSQL): ready rows, one claim at a time each, would make claims
+// come back short whenever two claimers meet at one row.
 func (s *Store) batchReady(ctx context.Context, q querier, p *submitPlan) (*readyRows, error) {
 	if !s.cfg.readyBatches {
 		return nil, nil
@@ -112,7 +123,7 @@ func (s *Store) batchReady(ctx context.Context, q querier, p *submitPlan) (*read
 		if r == nil || r.Status != norn.StatusReady {
 			continue
 		}
-		if d, ok := p.defaults[r.Queue]; ok && (d.flow.Limited() || d.flow.RateLimited() || d.flow.FairBy != "") {
+		if d, ok := p.defaults[r.Queue]; ok && (d.flow.FairBy != "" || d.flow.RateLimited()) {
 			continue
 		}
 		g := group{r.Queue, r.Priority}
@@ -133,10 +144,25 @@ func (s *Store) batchReady(ctx context.Context, q querier, p *submitPlan) (*read
 		recs := groups[g]
 		slices.SortFunc(recs, func(a, b *rec) int { return strings.Compare(a.ID, b.ID) })
 		ids := make([]string, len(recs))
+		keys := make([]*string, len(recs))
+		keyed := false
 		for k, r := range recs {
 			r.batch = rids[i]
 			ids[k] = r.ID
+			if r.ConcurrencyKey != "" {
+				keys[k], keyed = &r.ConcurrencyKey, true
+			}
 		}
+		var kj *string
+		if keyed {
+			b, err := json.Marshal(keys)
+			if err != nil {
+				return nil, err
+			}
+			js := string(b)
+			kj = &js
+		}
+		out.keys = append(out.keys, kj)
 		out.rid = append(out.rid, rids[i])
 		out.queue = append(out.queue, g.queue)
 		out.priority = append(out.priority, int64(g.priority))
@@ -147,15 +173,18 @@ func (s *Store) batchReady(ctx context.Context, q querier, p *submitPlan) (*read
 }
 
 // insertReadySQL writes a flush's ready rows, except those of queues that
-// got flow limits since their submit read the queue (the flush holds the
+// became fair or rate-limited since their submit read the queue (the flush holds the
 // queues' flow gates in shared mode, so UpdateQueue is either before it,
-// and seen here, or after it, and settles the rows itself). It returns the
-// ids of the rows it did not write.
-const insertReadySQL = `WITH x AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::timestamptz[], $5::text[])
-	AS x(rid, queue, priority, ready_at, ids)),
-ok AS (SELECT x.* FROM x WHERE NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = x.queue AND q.flow_limited)),
-ins AS (INSERT INTO {s}.ready (rid, queue, priority, ready_at, first_id, ids)
-	SELECT rid, queue, priority, ready_at, split_part(ids, ',', 1), string_to_array(ids, ',') FROM ok)
+// and seen here, or after it, and settles the rows itself: batchReady has
+// why such queues have none). It returns the ids of the rows it did not
+// write.
+const insertReadySQL = `WITH x AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::timestamptz[], $5::text[], $6::text[])
+	AS x(rid, queue, priority, ready_at, ids, keys)),
+ok AS (SELECT x.* FROM x WHERE NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = x.queue
+	AND (q.fair_by <> '' OR q.rate_per_second > 0))),
+ins AS (INSERT INTO {s}.ready (rid, queue, priority, ready_at, first_id, ids, keys)
+	SELECT rid, queue, priority, ready_at, split_part(ids, ',', 1), string_to_array(ids, ','),
+		CASE WHEN keys IS NOT NULL THEN ARRAY(SELECT jsonb_array_elements_text(keys::jsonb)) END FROM ok)
 SELECT x.ids FROM x WHERE x.rid NOT IN (SELECT rid FROM ok)`
 
 // flowGatesSQL takes the flow gates of the queues $2 (prefixed with $1)
@@ -169,7 +198,7 @@ FROM (SELECT DISTINCT q FROM unnest($2::text[]) q ORDER BY q) d`
 func (s *Store) writeReady(ctx context.Context, tx pgx.Tx, rows *readyRows) error {
 	b := &pgx.Batch{}
 	b.Queue(flowGatesSQL, s.channel+"/flow/", rows.queue)
-	b.Queue(s.q(insertReadySQL), rows.rid, rows.queue, rows.priority, rows.readyAt, rows.ids)
+	b.Queue(s.q(insertReadySQL), rows.rid, rows.queue, rows.priority, rows.readyAt, rows.ids, rows.keys)
 	br := tx.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		br.Close()
@@ -210,13 +239,17 @@ func leasedDeadline(now, override string) string {
 // settleSQL writes the tasks of the lease rows the CTE k selects (locked,
 // in id order) as running, as their claim would have, and deletes the
 // rows. A task of them that is ordinary already (completed) is left alone.
+// It writes running_key too, as the keyed claim does: the keyed path
+// counts a key's running rows by it, and its leased entries while the
+// lease row lasts (keyed.go), so a settle moves a task from one count to
+// the other in one step.
 func settleSQL(k string) string {
 	return `WITH ` + k + `,
 l AS (DELETE FROM {s}.leases x WHERE x.id IN (SELECT id FROM k) RETURNING x.*),
 upd AS (UPDATE {s}.tasks t SET status = 'running', owner = l.worker, lease = t.lease + 1, attempts = t.attempts + 1,
 	deadline = ` + leasedDeadline("l.created", "l.timeout_ns") + `,
 	updated = l.created, version = t.version + 1, history_count = t.history_count + 1,
-	assign_seq = t.history_count + 1, claimed_at = l.created, ready_batch = NULL
+	assign_seq = t.history_count + 1, claimed_at = l.created, ready_batch = NULL, running_key = t.concurrency_key
 	FROM l, unnest(l.ids) u(id) WHERE t.id = u.id AND t.status = 'ready' AND t.ready_batch IS NOT NULL RETURNING t.id)
 SELECT count(*) FROM upd`
 }
@@ -225,13 +258,14 @@ SELECT count(*) FROM upd`
 // them: the rows are locked first (a claim taking from one finishes
 // before), and the tasks become ordinary ready tasks.
 const detachReadySQL = `WITH b AS (SELECT DISTINCT t.ready_batch AS rid FROM {s}.tasks t WHERE t.id = ANY($1) AND t.ready_batch IS NOT NULL),
-r AS (SELECT r.rid, r.ids FROM {s}.ready r WHERE r.rid IN (SELECT rid FROM b) ORDER BY r.rid FOR UPDATE),
+r AS (SELECT r.rid, r.ids, r.keys FROM {s}.ready r WHERE r.rid IN (SELECT rid FROM b) ORDER BY r.rid FOR UPDATE),
 gone AS (SELECT r.rid, u.id FROM r, unnest(r.ids) u(id) WHERE u.id = ANY($1)),
-keep AS (SELECT r.rid, array_agg(u.id ORDER BY u.o) AS ids FROM r, unnest(r.ids) WITH ORDINALITY u(id, o)
+keep AS (SELECT r.rid, array_agg(u.id ORDER BY u.o) AS ids, array_agg(u.k ORDER BY u.o) AS keys
+	FROM r, unnest(r.ids, r.keys) WITH ORDINALITY u(id, k, o)
 	WHERE NOT (u.id = ANY($1)) GROUP BY r.rid),
 rd AS (DELETE FROM {s}.ready x WHERE x.rid IN (SELECT rid FROM r) AND x.rid NOT IN (SELECT rid FROM keep)),
-ru AS (UPDATE {s}.ready x SET ids = keep.ids, first_id = keep.ids[1] FROM keep WHERE x.rid = keep.rid
-	AND cardinality(keep.ids) < cardinality(x.ids)),
+ru AS (UPDATE {s}.ready x SET ids = keep.ids, keys = CASE WHEN x.keys IS NOT NULL THEN keep.keys END, first_id = keep.ids[1]
+	FROM keep WHERE x.rid = keep.rid AND cardinality(keep.ids) < cardinality(x.ids)),
 tu AS (UPDATE {s}.tasks t SET ready_batch = NULL FROM gone WHERE t.id = gone.id AND t.ready_batch = gone.rid RETURNING t.id)
 SELECT count(*) FROM tu`
 
@@ -336,15 +370,20 @@ k AS (SELECT l.id FROM {s}.leases l, n WHERE l.deadline <= n.now ORDER BY l.id F
 
 // settleQueue makes every task of queue an ordinary row: its ready rows
 // are dissolved and its leases settled. UpdateQueue runs it, under the
-// queue's exclusive flow gate, when the queue gets flow limits: the limited
-// claim paths read ordinary rows only.
+// queue's exclusive flow gate, when the queue gets flow limits, and the
+// exclusive flow path at its start, under the same gate (flow.go): that
+// path's pick reads ordinary rows only and counts running rows.
 func (s *Store) settleQueue(ctx context.Context, q querier, queue string) error {
-	if err := s.settleLeases(ctx, q, queue); err != nil {
-		return err
-	}
-	_, err := q.Exec(ctx, s.q(`WITH r AS (DELETE FROM {s}.ready WHERE queue = $1 RETURNING rid, ids)
+	b := &pgx.Batch{}
+	s.queueSettleQueue(b, queue)
+	return q.SendBatch(ctx, b).Close()
+}
+
+// queueSettleQueue queues settleQueue's two statements on b.
+func (s *Store) queueSettleQueue(b *pgx.Batch, queue string) {
+	b.Queue(s.q(settleSQL(`k AS (SELECT l.id FROM {s}.leases l WHERE l.queue = $1 ORDER BY l.id FOR UPDATE)`)), queue)
+	b.Queue(s.q(`WITH r AS (DELETE FROM {s}.ready WHERE queue = $1 RETURNING rid, ids)
 UPDATE {s}.tasks t SET ready_batch = NULL FROM r, unnest(r.ids) u(id) WHERE t.id = u.id AND t.ready_batch = r.rid`), queue)
-	return err
 }
 
 // leaseDoneSQL counts completions against their lease rows ($1 lease row
@@ -427,13 +466,18 @@ func (r *readyRowLimits) set(queue string, rows int, sufficed bool) {
 // the first $2 ids of the rows, in row order, are candidates (rc), and
 // they are in claim order already: they are merged with the ordinary ones
 // by a sort only when there are ordinary ones. (Sorting the first $2 ids
-// of every row locked took half the statement's time.)
-func (s *Store) buildLeaseClaimSQL() string {
-	gate := `NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = $1 AND (q.paused OR q.flow_limited))`
+// of every row locked took half the statement's time.) gate is the
+// condition under which it claims: plainLeaseGate for the plain claim,
+// the verdict for the shared flow path's (flow.go).
+//
+// The lease row holds its tasks' concurrency keys (NULL when none has
+// one), so the flow paths count a key's leased tasks without settling
+// them (keyed.go), whatever limits the queue gets later.
+func (s *Store) buildLeaseClaimSQL(gate string) string {
 	c := `c AS (SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t
 	WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1 AND ` + gate + `
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED),
-r AS (SELECT b.rid, b.priority, b.ready_at, b.first_id, b.ids FROM {s}.ready b WHERE b.queue = $1 AND ` + gate + `
+r AS (SELECT b.rid, b.priority, b.ready_at, b.first_id, b.ids, b.keys FROM {s}.ready b WHERE b.queue = $1 AND ` + gate + `
 	ORDER BY b.priority DESC, b.ready_at, b.first_id LIMIT $7 FOR UPDATE SKIP LOCKED),
 rw AS (SELECT r.rid, r.priority, r.ready_at, r.ids, coalesce(sum(cardinality(r.ids)) OVER (ORDER BY r.priority DESC,
 	r.ready_at, r.first_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before FROM r),
@@ -443,23 +487,44 @@ pick AS (SELECT * FROM rc WHERE NOT EXISTS (SELECT 1 FROM c)
 		WHERE EXISTS (SELECT 1 FROM c) ORDER BY x.priority DESC, x.ready_at, x.id LIMIT $2)),
 took AS (SELECT pick.rid, count(*)::int AS k FROM pick WHERE pick.rid IS NOT NULL GROUP BY pick.rid),
 rd AS (DELETE FROM {s}.ready b USING took, r WHERE b.rid = took.rid AND r.rid = took.rid AND took.k >= cardinality(r.ids)),
-ru AS (UPDATE {s}.ready b SET ids = r.ids[took.k + 1:], first_id = r.ids[took.k + 1] FROM took, r
+ru AS (UPDATE {s}.ready b SET ids = r.ids[took.k + 1:], keys = r.keys[took.k + 1:], first_id = r.ids[took.k + 1] FROM took, r
 	WHERE b.rid = took.rid AND r.rid = took.rid AND took.k < cardinality(r.ids)),
-sel AS (SELECT t.*, ` + leasedDeadline("n.now", "$5::bigint") + ` AS dl FROM {s}.tasks t, n
-	WHERE t.id = ANY (ARRAY(SELECT pick.id FROM pick WHERE pick.rid IS NOT NULL)) AND t.status = n.ready
-	AND t.ready_batch IS NOT NULL),
-l AS (INSERT INTO {s}.leases (queue, worker, created, timeout_ns, deadline, ids, batches)
-	SELECT $1, $4, n.now, $5::bigint, min(sel.dl), array_agg(sel.id), array_agg(DISTINCT sel.ready_batch) FROM sel, n GROUP BY n.now),
+` + leaseCTEs(`ARRAY(SELECT pick.id FROM pick WHERE pick.rid IS NOT NULL)`, `NULL::int`)
+	sql := s.assignSQL(c, "")
+	// The assignment of the ordinary tasks picked.
+	sql = strings.Replace(sql, "t.id = ANY (ARRAY(SELECT c.id FROM c))", "t.id = ANY (ARRAY(SELECT pick.id FROM pick WHERE pick.rid IS NULL))", 1)
+	return withLeased(sql)
+}
+
+// leaseCTEs are the CTEs of a claim that write one lease row for the
+// tasks ids (an array expression: tasks the claim took out of its ready
+// rows): sel, their rows as the claim leaves them (dl: the deadline), l,
+// the lease row, and wl, their assignment events. ids must name tasks
+// still stored as ready-batch tasks (rows the claim holds locked). kmax
+// is the lease row's kmax (an expression; NULL: not known).
+func leaseCTEs(ids, kmax string) string {
+	return `sel AS (SELECT t.*, ` + leasedDeadline("n.now", "$5::bigint") + ` AS dl FROM {s}.tasks t, n
+	WHERE t.id = ANY (` + ids + `) AND t.status = n.ready AND t.ready_batch IS NOT NULL),
+l AS (INSERT INTO {s}.leases (queue, worker, created, timeout_ns, deadline, ids, batches, keys, kmax)
+	SELECT $1, $4, n.now, $5::bigint, min(sel.dl), array_agg(sel.id), array_agg(DISTINCT sel.ready_batch),
+		CASE WHEN count(sel.concurrency_key) > 0 THEN array_agg(sel.concurrency_key) END, ` + kmax + `
+	FROM sel, n GROUP BY n.now),
 wl AS (SELECT 'TaskAssignment'::text AS kind, t.id, t.queue, 'running'::text AS status, t.version + 1 AS version, n.now AS time
 	FROM sel t, n)`
-	sql := s.assignSQL(c, "")
-	// The assignment of the ordinary tasks picked, and the rows of the
-	// leased ones as the claim leaves them.
-	sql = strings.Replace(sql, "t.id = ANY (ARRAY(SELECT c.id FROM c))", "t.id = ANY (ARRAY(SELECT pick.id FROM pick WHERE pick.rid IS NULL))", 1)
+}
+
+// withLeased makes an assign statement (assignSQL's, whose c carries
+// leaseCTEs) also return the leased tasks' rows as the claim leaves them
+// and emit their assignment events.
+func withLeased(sql string) string {
 	sql = strings.Replace(sql, ", e AS (SELECT 'TaskAssignment'::text AS kind, id, queue, status, version, updated AS time FROM upd)",
 		", e AS (SELECT 'TaskAssignment'::text AS kind, id, queue, status, version, updated AS time FROM upd UNION ALL SELECT * FROM wl)", 1)
 	return sql + ` UNION ALL SELECT ` + leasedCols + ` FROM sel t, n`
 }
+
+// plainLeaseGate is the plain claim's condition: the queue is neither
+// paused nor flow-limited (those claims take the flow paths).
+const plainLeaseGate = `NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = $1 AND (q.paused OR q.flow_limited))`
 
 // leasedCols is colsClaim for a task a lease row just took: its row as the
 // claim would have written it. Such a task is always fresh (only the

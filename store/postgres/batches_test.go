@@ -286,25 +286,101 @@ func TestReadyBatchesSettle(t *testing.T) {
 		}
 	})
 
-	t.Run("QueueGettingLimitsSettlesItsRows", func(t *testing.T) {
+	t.Run("ExclusivePathSettlesItsQueuesRows", func(t *testing.T) {
 		t.Parallel()
 		s, b := batchSetup(t)
 		submitN(t, s, 5, norn.NewTask{Queue: "q"})
 		claim(t, s, 2, time.Minute)
+		// A count limit keeps the queue's ready rows and leases: the
+		// shared and keyed paths take and count them.
 		if _, err := s.UpdateQueue(ctx, "q", norn.QueueUpdate{MaxRunning: ptrTo(3)}); err != nil {
 			t.Fatal(err)
 		}
-		if r, l := b.tables(t); len(r) != 0 || len(l) != 0 {
-			t.Fatalf("after the limit: ready %v, leased %v", r, l)
+		if r, l := b.tables(t); len(r) != 3 || len(l) != 2 {
+			t.Fatalf("after the limit: ready %v, leased %v; want 3 and 2", r, l)
 		}
-		// The limited path admits one more: two are running.
+		// A limit this small takes the exclusive path, which makes them
+		// ordinary rows first: it counts the two leased as running and
+		// admits one more.
 		if got := claim(t, s, 5, time.Minute); len(got) != 1 {
 			t.Fatalf("the limited claim took %d, want 1", len(got))
 		}
-		// New submits to the limited queue write no ready rows.
+		if r, l := b.tables(t); len(r) != 0 || len(l) != 0 {
+			t.Fatalf("after the exclusive claim: ready %v, leased %v", r, l)
+		}
+		// New submits to the limited queue write ready rows again.
 		submitN(t, s, 2, norn.NewTask{Queue: "q"})
-		if r, _ := b.tables(t); len(r) != 0 {
-			t.Fatalf("a limited queue got ready rows: %v", r)
+		if r, _ := b.tables(t); len(r) != 2 {
+			t.Fatalf("ready rows of a limited queue: %v, want 2 tasks", r)
+		}
+		if got := claim(t, s, 5, time.Minute); len(got) != 0 {
+			t.Fatalf("claimed %d at the limit", len(got))
+		}
+	})
+
+	t.Run("FairAndRateLimitedQueuesSettleTheirRows", func(t *testing.T) {
+		t.Parallel()
+		for _, u := range []norn.QueueUpdate{{FairBy: ptrTo(norn.FairByConcurrencyKey)},
+			{RateLimit: &norn.RateLimit{PerSecond: 1000, Burst: 1000}}} {
+			s, b := batchSetup(t)
+			submitN(t, s, 5, norn.NewTask{Queue: "q"})
+			claim(t, s, 2, time.Minute)
+			// Their claims read ordinary rows only (batchReady has why).
+			if _, err := s.UpdateQueue(ctx, "q", u); err != nil {
+				t.Fatal(err)
+			}
+			if r, l := b.tables(t); len(r) != 0 || len(l) != 0 {
+				t.Fatalf("after %+v: ready %v, leased %v", u, r, l)
+			}
+			submitN(t, s, 2, norn.NewTask{Queue: "q"})
+			if r, _ := b.tables(t); len(r) != 0 {
+				t.Fatalf("ready rows of a queue with %+v: %v", u, r)
+			}
+			if got := claim(t, s, 10, time.Minute); len(got) != 5 {
+				t.Fatalf("claimed %d of the 5 ready, with %+v", len(got), u)
+			}
+		}
+	})
+
+	t.Run("KeyedClaimsLeaveHeldBackTasksInTheirRows", func(t *testing.T) {
+		t.Parallel()
+		s, b := batchSetup(t)
+		if _, err := s.UpdateQueue(ctx, "q", norn.QueueUpdate{KeyLimit: ptrTo(2)}); err != nil {
+			t.Fatal(err)
+		}
+		var nts []norn.NewTask
+		for _, k := range []string{"a", "a", "b", "a", "", "c", "b", "b"} {
+			nts = append(nts, norn.NewTask{Queue: "q", ConcurrencyKey: k})
+		}
+		ids, err := s.Submit(ctx, nts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := claim(t, s, 10, time.Minute)
+		keys := map[string]int{}
+		for _, tk := range got {
+			keys[tk.ConcurrencyKey]++
+		}
+		if keys["a"] != 2 || keys["b"] != 2 || keys["c"] != 1 || keys[""] != 1 {
+			t.Fatalf("claimed %v, want a 2, b 2, c 1 and the keyless one", keys)
+		}
+		// The third a and b stay ready in their row, ahead of nothing.
+		r, l := b.tables(t)
+		if len(r) != 2 || len(l) != 6 {
+			t.Fatalf("ready %v, leased %v; want 2 and 6", r, l)
+		}
+		// The leases count: a completion of one of a's frees one place.
+		for _, tk := range got {
+			if tk.ConcurrencyKey == "a" {
+				if err := s.Complete(ctx, norn.LeaseRef{TaskID: tk.ID, Worker: tk.Owner, Lease: tk.Lease}, nil); err != nil {
+					t.Fatal(err)
+				}
+				break
+			}
+		}
+		got = claim(t, s, 10, time.Minute)
+		if len(got) != 1 || got[0].ConcurrencyKey != "a" || got[0].ID != ids[3].Task.ID {
+			t.Fatalf("claimed %v after one of a completed, want a's third task", got)
 		}
 	})
 

@@ -70,6 +70,8 @@ type flowState struct {
 	rated     map[string]time.Time // queue → until when its claims take tokens first (claimRated)
 	keyed     map[string]time.Time // queue → until when its claims go straight to the keyed path (keyed.go)
 	narrow    map[string]time.Time // queue → until when its keyed claims read at most keyedNarrow candidates (keyed.go)
+	// queue → the key buckets its keyed claims hold exclusively (keyed.go)
+	tightBuckets map[string]tightMark
 	limited   map[string]time.Time // queue → until when its claims skip the plain claim
 	slots     int                  // 0: flowSlots
 	cap       int                  // largest shared claim; 0: norn.MaxClaim
@@ -82,9 +84,11 @@ type flowState struct {
 	// The exclusive path's claim of the first ready tasks; the shared
 	// path's claim, and from a claim hint; the keyed path's, and from a
 	// hint (buildFlowSQL).
-	claimFirstSQL, claimSQL, claimFromSQL, keyedSQL, keyedFromSQL, keyedAdmitSQL string
+	claimFirstSQL, claimSQL, claimFromSQL, leaseSQL, keyedSQL, keyedFromSQL string
 	// Claims that took each path (tests).
 	sharedClaims, exclusiveClaims, keyedClaims atomic.Int64
+	// Keyed claims that admitted tasks holding every bucket shared (tests).
+	keyedSharedClaims atomic.Int64
 	counts                                     atomic.Int64 // shared verdicts that counted the running tasks (tests)
 }
 
@@ -143,11 +147,15 @@ func (f *flowState) mark(m *map[string]time.Time, queue string, on bool) {
 	if *m == nil {
 		*m = map[string]time.Time{}
 	}
-	d := staticRecheck
+	(*m)[queue] = time.Now().Add(f.recheckFor())
+}
+
+// recheckFor is how long a mark lasts: staticRecheck, or the tests' recheck.
+func (f *flowState) recheckFor() time.Duration {
 	if f.recheck > 0 {
-		d = f.recheck
+		return f.recheck
 	}
-	(*m)[queue] = time.Now().Add(d)
+	return staticRecheck
 }
 
 func (f *flowState) skipShared(queue string) bool { return f.known(&f.exclusive, queue) }
@@ -209,7 +217,8 @@ sl AS (SELECT coalesce(sum(admitted), 0)::bigint AS adm,
 	FROM {s}.queue_flow_slots WHERE queue = $1),
 c AS (SELECT q.*, sl.adm, CASE WHEN q.other OR q.blim IS NULL OR (NOT q.keyed AND q.lim < $2) OR (q.rated AND NOT $3)
 		OR (sl.base + sl.adm <= q.blim - $2 AND (sl.adm - sl.fresh <= $2 OR sl.base + sl.adm <= q.blim / 2)) THEN NULL
-	ELSE (SELECT count(*) FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'running') END AS counted
+	ELSE (SELECT count(*) FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'running')
+		+ (SELECT coalesce(sum(greatest(cardinality(l.ids) - l.done, 0)), 0) FROM {s}.leases l WHERE l.queue = $1) END AS counted
 	FROM q, sl),
 v AS (SELECT CASE WHEN other OR (NOT keyed AND lim < $2) THEN 'static' WHEN rated AND NOT $3 THEN 'rated'
 	WHEN counted > blim - $2 THEN 'near' WHEN keyed THEN 'keyed' ELSE 'ok' END AS v, counted IS NOT NULL AS counted FROM c),
@@ -260,7 +269,13 @@ func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, w
 	// start, past the claim index's dead entries.
 	gen := s.wake.wait()
 	sql, args := s.flow.claimSQL, []any{queue, min(want, cap), now, worker, timeout, s.cfg.HistoryLimit}
-	if s.listening.Load() {
+	readyRows := 0
+	if s.cfg.readyBatches && tokensAt == nil {
+		// The plain claim with ready rows, on the verdict's condition
+		// (claimQueue has why the rows it locks adapt).
+		readyRows = s.readyRows.get(queue)
+		sql, args = s.flow.leaseSQL, append(args, readyRows)
+	} else if s.listening.Load() {
 		if h, ok := s.hints.get(queue, gen, time.Now()); ok {
 			sql, args = s.flow.claimFromSQL, append(args, h.priority, h.readyAt, h.id)
 		}
@@ -279,20 +294,20 @@ func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, w
 	if err != nil {
 		return nil, "", err
 	}
-	var first claimHint
-	d := newRecReader()
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*norn.Task, error) {
-		r, err := d.read(row)
-		if err == nil && first.id == "" {
-			first = claimHint{at: time.Now(), priority: int64(r.Priority), readyAt: r.readyAt, id: r.ID}
-		}
-		return claimedRec(r, err)
-	})
+	// In claim order (the lease claim's rows come in no order).
+	out, first, err := collectClaimed(rows)
 	if err != nil {
 		return nil, "", err
 	}
-	if first.id != "" {
-		s.hints.set(queue, gen, s.wake.wait(), first)
+	if readyRows > 0 {
+		// A claim that came back short may have locked too few rows; the
+		// next one locks more.
+		if len(out) < min(want, cap) && verdict == sharedOK {
+			readyRows = min(readyRows*4, maxReadyRows)
+		}
+		s.readyRows.set(queue, readyRows, len(out) == min(want, cap))
+	} else if first != nil {
+		s.setHint(queue, gen, first)
 	}
 	if counted {
 		s.flow.counts.Add(1)
@@ -316,6 +331,7 @@ func (s *Store) buildFlowSQL() {
 	SELECT a.id FROM (` + head + `t.priority = $7 AND (t.ready_at, t.id) >= ($8::timestamptz, $9::text)` + tail + `) a
 	UNION ALL
 	SELECT b.id FROM (` + head + `t.priority < $7` + tail + `) b) u LIMIT $2)`)
+	s.flow.leaseSQL = s.buildLeaseClaimSQL(`current_setting('norn.flow_shared', true) = 'ok'`)
 	s.flow.claimFirstSQL = s.buildAssignKeyedSQL(`c AS (SELECT t.id FROM {s}.tasks t
 	WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`) + claimOrder
@@ -388,15 +404,22 @@ func (s *Store) claimExclusive(ctx context.Context, conn *pgx.Conn, queue string
 	b.Queue("BEGIN")
 	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, s.channel+"/flow/"+queue)
 	b.Queue(noSeqScanSQL)
+	// The queue's ready rows and leases (shared and keyed claims take
+	// tasks through them) become ordinary rows: the pick reads those, and
+	// the counts below count running rows. Each task is moved once, so
+	// this costs one more write per task at most, and nothing when the
+	// queue has neither.
+	s.queueSettleQueue(b, queue)
 	b.Queue(s.q(`SELECT paused, max_running, key_limit, fair_by, fair_now, rate_per_second, rate_burst
 FROM {s}.queues WHERE name = $1`), queue)
 	b.Queue(s.q(`SELECT key, lim, weight FROM {s}.queue_keys WHERE queue = $1 AND (lim > 0 OR weight > 0)`), queue)
 	// Counted only when a count limit needs it (a fair or rate-limited
 	// queue may have none).
 	b.Queue(s.q(runningByKeySQL), queue)
+	b.Queue(s.q(bucketInitSQL), queue, s.clockNow())
 	b.Queue(s.q(bucketSQL), queue, s.clockNow())
 	br := conn.SendBatch(ctx, b)
-	for range 3 {
+	for range 5 {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			return nil, err
@@ -435,6 +458,10 @@ FROM {s}.queues WHERE name = $1`), queue)
 		total += n
 		return nil
 	}); err != nil {
+		br.Close()
+		return nil, err
+	}
+	if _, err := br.Exec(); err != nil { // bucketInitSQL
 		br.Close()
 		return nil, err
 	}
@@ -879,10 +906,17 @@ func (s *Store) queueKeys(ctx context.Context, conn *pgx.Conn, queue string, byL
 	if byLabel {
 		col = "nullif(fair_key, '')"
 	}
+	// Running tasks are running rows and, by concurrency key, tasks still
+	// in lease rows (batches.go; a fair queue has none).
+	leased := ""
+	if !byLabel {
+		leased = ` UNION ALL SELECT u.k, 1 FROM {s}.leases l, unnest(l.ids, l.keys) u(id, k), {s}.tasks t
+	WHERE l.queue = $1 AND l.keys IS NOT NULL AND u.k IS NOT NULL AND t.id = u.id AND t.status = 'ready' AND t.ready_batch IS NOT NULL`
+	}
 	rows, err := conn.Query(ctx, s.q(`SELECT key, coalesce(k.lim, 0), coalesce(k.weight, 0), coalesce(r.n, 0)
 FROM (SELECT key, lim, weight FROM {s}.queue_keys WHERE queue = $1) k
-FULL JOIN (SELECT `+col+` AS key, count(*) AS n FROM {s}.tasks
-	WHERE queue = $1 AND status = 'running' AND `+col+` IS NOT NULL GROUP BY 1) r USING (key)
+FULL JOIN (SELECT key, count(*) AS n FROM (SELECT `+col+` AS key, 1 FROM {s}.tasks
+	WHERE queue = $1 AND status = 'running' AND `+col+` IS NOT NULL`+leased+`) z GROUP BY 1) r USING (key)
 ORDER BY key`), queue)
 	if err != nil {
 		return nil, err

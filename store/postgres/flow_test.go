@@ -341,10 +341,12 @@ func TestRateTakeCommitsAsynchronously(t *testing.T) {
 // TestFlowSharedClaimUsesHints: shared claims of a limited queue set and
 // use the plain claim's hint (where the ready tasks start, past the claim
 // index's dead entries), in claim order, and a task that becomes ready
-// ahead of the hint still comes first.
+// ahead of the hint still comes first. Hints are places among ordinary
+// ready rows, so ready batches are off here (the rate-limited queues'
+// shared claims, whose tasks are ordinary rows, use hints the same way).
 func TestFlowSharedClaimUsesHints(t *testing.T) {
 	ctx := context.Background()
-	s := openTest(t, nil, func(c *Config) { c.DisableMonitor = true })
+	s := openTest(t, nil, func(c *Config) { c.DisableMonitor = true; c.rowClaims = true })
 	flowQueue(t, s, "hq", 1<<20, 50)
 	claim := func(n int) []*norn.Task {
 		t.Helper()

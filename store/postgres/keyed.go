@@ -17,75 +17,79 @@ import (
 // would rule such a queue out for good and send every claim to the
 // exclusive path, one at a time across the cluster, although a key limit
 // of 1 or 10 over a thousand keys binds a few keys at a time. Keyed
-// claims run concurrently instead, and count each key exactly:
+// claims run concurrently instead, and admit no key past its limit:
 //
 //   - A keyed claim takes the gate in shared mode and one of keyedSlots
 //     slot locks (the first keyedSlots of the shared path's slots, so the
 //     shared path's bound on max_running holds for keyed claims too: the
 //     verdict writes their slot rows as it does for shared claims).
-//   - A first statement locks its candidates (the first ready tasks, as
-//     many as the claim wants; SKIP LOCKED, from the claim hint when there
-//     is one) and takes the advisory lock of each key bucket its limited
-//     keys fall in (keyedBuckets of them per queue, by a hash of the key),
-//     waiting while another claim holds one, in the order of the locks'
-//     numbers: two claims never wait for each other in a cycle.
-//     It passes the candidates on to the next statement in
-//     transaction-local settings, with each key's limit.
-//   - A second statement, whose snapshot is taken after those bucket locks
-//     are held, counts each limited key's running tasks (tasks_running_key,
-//     an index probe per key: every running task of a key is in it, since
-//     keyed and exclusive claims write running_key and UpdateQueue writes
-//     it for the tasks that were running when the queue got key limits)
-//     and admits, per key of limit L with r running, its first L − r
-//     candidates in claim order.
+//   - It then takes the lock of every one of the queue's keyedBuckets key
+//     buckets (a key's bucket is a hash of the key), in bucket order:
+//     exclusively the buckets the node marked tight (below), in shared
+//     mode the others.
+//   - One statement, whose snapshot is taken after those locks are held,
+//     reads its candidates (the first ready tasks, ordinary ones and
+//     those at the head of the queue's ready rows, in claim order, locked
+//     SKIP LOCKED), counts each limited key's running tasks — its running
+//     rows (tasks_running_key, one index probe per key) plus its tasks in
+//     lease rows (a limited claim's lease row holds its tasks' keys:
+//     batches.go) — and admits, and claims, per key:
+//     in a bucket it holds exclusively, its first L − running candidates
+//     (L the key's limit); in a bucket it holds shared, its first m
+//     candidates (m = max(1, L / (2 × keyedSlots))), and only if running +
+//     keyedSlots × m ≤ L.
 //
-// Why a key never exceeds its limit: every keyed claim that admitted
-// tasks of key k held the lock of k's bucket from before its count's
-// snapshot until its commit, and a transaction's commit is visible before
-// its locks are released. So the claims that admit tasks of k follow one
-// another, and
-// each counts every task of k the ones before it admitted (or finds them
-// finished). An exclusive claim holds the gate alone, so no keyed claim is
-// in flight when it counts; plain and shared claims do not claim a queue
-// whose verdict is keyed; a change of the limits waits for every claim in
-// flight (UpdateQueue takes the gate exclusively). Completions and the
-// other ways out of running take no lock: they only lower the count.
+// Why no key exceeds its limit L. A bucket held exclusively: the claims
+// that admit tasks of its keys while it is held are this one alone, and
+// it counts after every earlier one committed (a commit is visible before
+// the transaction's locks are released). A bucket held shared: let y be,
+// among the claims committed at some instant, the one whose snapshot was
+// taken last. Claims committed before that snapshot are in y's count. Any
+// other committed claim took its snapshot before y's and committed after
+// it, so it held its slot when y took its snapshot: at most
+// keyedSlots − 1 of them, and none held the bucket exclusively then (y held
+// it shared), so each admitted at most m tasks of the key, as did y. So
+// the key runs at most y's count + keyedSlots × m ≤ L tasks. Exclusive
+// claims of the bucket wait for the shared ones in flight and the other
+// way round, so the two cases do not mix. The exclusive path holds the
+// gate alone; plain and shared claims do not claim a queue whose verdict
+// is keyed; a change of the limits waits for every claim in flight
+// (UpdateQueue takes the gate exclusively). Completions and the other ways
+// out of running take no lock: they only lower the count.
 //
-// Why claims wait for a key instead of leaving it to the claim that holds
-// it: with few keys (ten tenants, say) every claim's window holds all of
-// them, so a claim that left held keys alone admitted nothing and went to
-// the exclusive path, one claim at a time behind the gate; claims of one
-// key follow one another anyway. Measured in docs/benchmarks.md ("Keyed
-// claims wait for a held key").
+// Which buckets are tight: a claim reports the shared buckets in which it
+// held back a candidate of a limited key (its key near its limit, or
+// more of its candidates than m), and the node holds those buckets
+// exclusively in the queue's claims for staticRecheck. While limits do
+// not bind, claims hold every bucket shared and run side by side, each
+// one statement; where keys bind, claims count them exactly and follow
+// one another, as every keyed claim did before (docs/benchmarks.md, "Key
+// locks by bucket", "Keyed claims wait for a held key").
 //
-// Why buckets rather than a lock per key: a lock per key made a claim's
-// locks grow with its keys, so a claim read at most 256 candidates to
-// bound its entries in the server's lock table, and over 1,000 keys it
-// admitted about 256 tasks where a plain claim takes 1,000 (a quarter of
-// the tasks per claim statement and completion batch). With buckets a
-// claim holds at most keyedBuckets locks however many keys it reads.
-// Claims over many keys then touch every bucket and follow one another,
-// as claims over few keys always did. Measured in docs/benchmarks.md
-// ("Key locks by bucket").
+// The leased part of a key's count is taken in two steps: every key's
+// entries in the queue's lease rows (one pass over them, no index probe),
+// which is at least the key's leased tasks, since a lease row lasts until
+// its last task completes; and, only for a key whose count on that basis
+// binds in a bucket held exclusively, the entries whose task is still
+// leased (an index probe each). So the count is exact where a limit binds
+// and cheap where none does.
 //
-// A claim whose candidates were all held back (their keys at their limits)
-// while there may be more ready tasks past them
-// (it read as many as it wanted) claims on the exclusive path instead,
-// whose pick skips the keys at their limits: a key's backlog never stops
-// another key's tasks behind it.
+// A claim whose candidates were all held back in buckets it held
+// exclusively while there may be more ready tasks past them (it read as
+// many as it wanted) claims on the exclusive path instead, whose pick
+// skips the keys at their limits: a key's backlog never stops another
+// key's tasks behind it.
 
 // keyedSlots is how many keyed claims of one queue may be in flight at
-// once. Each holds up to keyedBuckets bucket locks, entries in the
-// server's lock table (sized by max_locks_per_transaction ×
-// max_connections).
+// once. Each holds keyedBuckets bucket locks, entries in the server's lock
+// table (sized by max_locks_per_transaction × max_connections).
 const keyedSlots = 4
 
 // keyedBuckets is how many lock buckets a queue's concurrency keys are
-// hashed into (a power of two). With keyedSlots it bounds a queue's keyed
-// claims to keyedSlots × keyedBuckets (256) advisory locks at a time,
-// about a twenty-fifth of the lock table of a server with the default
-// settings. More buckets let claims over a few dozen keys wait for each
-// other less, for more locks per claim.
+// hashed into: the bits of a 64-bit mask. With keyedSlots it bounds a
+// queue's keyed claims to keyedSlots × keyedBuckets (256) advisory locks
+// at a time, about a twenty-fifth of the lock table of a server with the
+// default settings.
 const keyedBuckets = 64
 
 // keyedNarrow is how many candidates a keyed claim reads while its
@@ -100,9 +104,14 @@ const keyedNarrow = 256
 // sharedKeyed is the verdict for a queue on the keyed path.
 const sharedKeyed = "keyed"
 
-// keyedHead and keyedTail select the keyed claim's candidates: the first
-// ready tasks of the queue, locked, if the verdict said keyed. They go
-// round a condition on the claim order (buildKeyedSQL).
+// keyedBucketSQL takes the queue's bucket locks in bucket order ($1 the
+// locks' name, $2 the mask of buckets to take exclusively).
+var keyedBucketSQL = `SELECT count(CASE WHEN ($2::bigint >> b) & 1 = 1 THEN pg_advisory_xact_lock(hashtext($1), b)
+	ELSE pg_advisory_xact_lock_shared(hashtext($1), b) END) FROM generate_series(0, ` + strconv.Itoa(keyedBuckets-1) + `) b`
+
+// keyedHead and keyedTail select the keyed claim's ordinary candidates:
+// the first ready tasks of the queue not in ready rows, locked, if the
+// verdict said keyed. They go round a condition on the claim order.
 const keyedHead = `SELECT t.id, t.concurrency_key AS key, t.priority, t.ready_at FROM {s}.tasks t
 	WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1 AND `
 
@@ -110,136 +119,237 @@ const keyedTail = `
 	AND current_setting('norn.flow_shared', true) = 'keyed'
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED`
 
-// keyedLockSQL is the first statement's tail, after the candidates
-// (cand). The claim's statements run with hash and merge joins off (a
-// cached generic plan of index scans and nested loops), so nothing here
-// joins, and per-key values are spread over a key's candidates with
-// windows in the second statement. r1 ranks each key's candidates in
-// claim order (rn); r2 reads, once per key (at its first candidate), its
-// limit (its own only if the queue has keys with their own limits: one
-// probe per claim, not per key); lk takes the lock of each bucket a
-// limited key falls in ($3: the locks' name prefix), once (r2 is
-// materialized, the buckets distinct), in the order of the locks' numbers
-// (PostgreSQL evaluates a volatile select-list function after the sort),
-// and r3 makes every row wait for lk. Every candidate goes on in
-// norn.keyed_* (ids, keys, ranks, and at each key's first candidate its
-// limit, as arrays). It returns how many candidates it read and the first
-// of them in claim order. {bm} is the bucket mask, keyedBuckets − 1.
-const keyedLockSQL = `,
+// keyedCandSQL, after the ordinary candidates (o), adds those of the
+// queue's first $7 ready rows (locked SKIP LOCKED, as the plain claim
+// locks them: batches.go), with their keys from the rows' keys, and merges
+// the two in claim order into cand (rid: the ready row of a task taken
+// from one, NULL for an ordinary task). As in the plain claim, the rows'
+// first ids are in claim order already and are sorted with the ordinary
+// ones only when there are any.
+const keyedCandSQL = `,
+rr AS (SELECT b.rid, b.priority, b.ready_at, b.first_id, b.ids, b.keys FROM {s}.ready b
+	WHERE b.queue = $1 AND current_setting('norn.flow_shared', true) = 'keyed'
+	ORDER BY b.priority DESC, b.ready_at, b.first_id LIMIT $7 FOR UPDATE SKIP LOCKED),
+rw AS (SELECT rr.*, coalesce(sum(cardinality(rr.ids)) OVER (ORDER BY rr.priority DESC,
+	rr.ready_at, rr.first_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before FROM rr),
+rc AS (SELECT u.id, u.key, rw.priority, rw.ready_at, rw.rid FROM rw,
+	unnest(rw.ids[1 : $2 - rw.before], rw.keys[1 : $2 - rw.before]) u(id, key) WHERE rw.before < $2),
+cand AS (SELECT * FROM rc WHERE NOT EXISTS (SELECT 1 FROM o)
+	UNION ALL (SELECT * FROM (SELECT o.id, o.key, o.priority, o.ready_at, NULL::bigint AS rid FROM o UNION ALL SELECT * FROM rc) x
+		WHERE EXISTS (SELECT 1 FROM o) ORDER BY x.priority DESC, x.ready_at, x.id LIMIT $2))`
+
+// keyedPickSQL admits candidates (ka.adm). The claim statements run with
+// hash and merge joins off (a cached generic plan of index scans and
+// nested loops), so nothing here joins: per-key values are read once per
+// key, at its first candidate, and spread over its candidates with
+// windows. r1 ranks each key's candidates in claim order (rn); r2 reads
+// the key's limit (its own only if the queue has keys with their own
+// limits: one probe per claim, not per key) and its bucket (bk); lo counts
+// every key's entries in the queue's lease rows, read per key as a jsonb
+// object; r counts a limited key's running rows (run0) and entries
+// (ent0); kw spreads them, with the key's candidates (nk) and whether its
+// bucket is held exclusively ($8, the mask; ex); lt counts, for the keys
+// of exclusive buckets whose count on entries binds, their entries whose
+// task is still leased (its row still ready in a ready batch; a completed
+// task's row is not); ka admits (see the top of this file; $9 is
+// keyedSlots, the m of a shared bucket is greatest(1, lim / (2 × $9)))
+// and notes (held) the shared buckets where it held back a limited key's
+// candidate.
+const keyedPickSQL = `,
 r1 AS (SELECT cand.*, row_number() OVER (PARTITION BY cand.key ORDER BY cand.priority DESC, cand.ready_at, cand.id) AS rn FROM cand),
-r2 AS MATERIALIZED (SELECT r1.*, CASE WHEN r1.key IS NOT NULL AND r1.rn = 1 THEN coalesce(
+r2 AS (SELECT r1.*, CASE WHEN r1.key IS NOT NULL AND r1.rn = 1 THEN coalesce(
 		CASE WHEN (SELECT EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0)) THEN
 			(SELECT nullif(k.lim, 0) FROM {s}.queue_keys k WHERE k.queue = $1 AND k.key = r1.key) END,
-		(SELECT nullif(q.key_limit, 0) FROM {s}.queues q WHERE q.name = $1)) END AS lim0 FROM r1),
-lk AS MATERIALIZED (SELECT pg_advisory_xact_lock(l.h) FROM
-	(SELECT DISTINCT hashtextextended($3 || (hashtextextended(r2.key, 0) & {bm})::text, 0) AS h
-	FROM r2 WHERE r2.lim0 IS NOT NULL) l ORDER BY l.h),
-r3 AS (SELECT r2.* FROM r2 WHERE (SELECT count(*) FROM lk) >= 0)
-SELECT (SELECT count(*) FROM cand), (SELECT cand.id FROM cand ORDER BY cand.priority DESC, cand.ready_at, cand.id LIMIT 1),
-	set_config('norn.keyed_ids', coalesce(array_agg(r3.id)::text, '{}'), true),
-	set_config('norn.keyed_keys', coalesce(array_agg(r3.key)::text, '{}'), true),
-	set_config('norn.keyed_rn', coalesce(array_agg(r3.rn)::text, '{}'), true),
-	set_config('norn.keyed_lim', coalesce(array_agg(r3.lim0)::text, '{}'), true)
-FROM r3`
-
-// keyedAdmitCTE is the second statement's pick (c), with a snapshot that
-// sees every claim that held a key's lock before this one: x is what the
-// first statement passed on; r counts the running tasks of each limited
-// key, once per key (at its first candidate), materialized so that each
-// is counted once; kw spreads limit and count over each key's candidates;
-// c admits the tasks without a key or limit, and a limited key's first
-// lim − running candidates.
-const keyedAdmitCTE = `x AS (SELECT * FROM unnest(current_setting('norn.keyed_ids', true)::text[],
-	current_setting('norn.keyed_keys', true)::text[], current_setting('norn.keyed_rn', true)::int[],
-	current_setting('norn.keyed_lim', true)::int[])
-	AS x(id, key, rn, lim0)),
-r AS MATERIALIZED (SELECT x.*, CASE WHEN x.lim0 IS NOT NULL THEN (SELECT count(*) FROM {s}.tasks t
-	WHERE t.queue = $1 AND t.status = 'running' AND t.running_key = x.key) END AS run0 FROM x),
-kw AS (SELECT r.id, r.key, r.rn, max(r.lim0) OVER k AS lim, max(r.run0) OVER k AS running
+		(SELECT nullif(q.key_limit, 0) FROM {s}.queues q WHERE q.name = $1)) END AS lim0,
+	hashtextextended(r1.key, 0) & {bm} AS bk FROM r1),
+lo AS MATERIALIZED (SELECT coalesce(jsonb_object_agg(z.k, z.n), '{}'::jsonb) AS o FROM (SELECT u.k, count(*) AS n
+	FROM {s}.leases l, unnest(l.keys) u(k) WHERE l.queue = $1 AND l.keys IS NOT NULL AND u.k IS NOT NULL GROUP BY u.k) z),
+r AS MATERIALIZED (SELECT r2.*, CASE WHEN r2.lim0 IS NOT NULL THEN (SELECT count(*) FROM {s}.tasks t
+	WHERE t.queue = $1 AND t.status = 'running' AND t.running_key = r2.key) END AS run0,
+	CASE WHEN r2.lim0 IS NOT NULL THEN coalesce(((SELECT lo.o FROM lo) ->> r2.key)::bigint, 0) END AS ent0 FROM r2),
+kw AS MATERIALIZED (SELECT r.id, r.key, r.rn, r.rid, r.bk, ($8::bigint >> r.bk::int) & 1 = 1 AS ex,
+	max(r.lim0) OVER k AS lim, max(r.run0) OVER k AS rows, max(r.ent0) OVER k AS ent, count(*) OVER k AS nk
 	FROM r WINDOW k AS (PARTITION BY r.key)),
-c AS (SELECT kw.id FROM kw WHERE kw.key IS NULL OR kw.lim IS NULL OR kw.rn <= kw.lim - kw.running LIMIT $2)`
-
-// buildKeyedSQL builds the keyed claim's two statements: the candidates
-// and bucket locks, from the queue's head and from a claim hint (as
-// buildClaimFromSQL; $4–$6 here), and the pick with its assignment.
-func (s *Store) buildKeyedSQL() {
-	lockSQL := strings.ReplaceAll(keyedLockSQL, "{bm}", strconv.Itoa(keyedBuckets-1))
-	s.flow.keyedSQL = s.q(`WITH cand AS (` + keyedHead + `true` + keyedTail + `)` + lockSQL)
-	s.flow.keyedFromSQL = s.q(`WITH cand AS (SELECT u.* FROM (
-	SELECT a.* FROM (` + keyedHead + `t.priority = $4 AND (t.ready_at, t.id) >= ($5::timestamptz, $6::text)` + keyedTail + `) a
+lt AS MATERIALIZED (SELECT coalesce(jsonb_object_agg(z.k, z.n), '{}'::jsonb) AS o FROM (SELECT u.k, count(*) AS n
+	FROM {s}.leases l, unnest(l.ids, l.keys) u(id, k), {s}.tasks t
+	WHERE l.queue = $1 AND l.keys IS NOT NULL
+	AND u.k = ANY (ARRAY(SELECT DISTINCT kw.key FROM kw WHERE kw.ex AND kw.rows + kw.ent + kw.nk > kw.lim))
+	AND t.id = u.id AND t.status = 'ready' AND t.ready_batch IS NOT NULL GROUP BY u.k) z),
+qf AS MATERIALIZED (SELECT $8::bigint = 0 AND q.key_limit > 0
+	AND NOT EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0)
+	AND (SELECT count(*) FROM (SELECT 1 FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'running'
+		AND t.running_key IS NOT NULL LIMIT q.key_limit) x)
+	+ (SELECT coalesce(sum(coalesce(l.kmax, cardinality(l.ids))), 0) FROM {s}.leases l WHERE l.queue = $1 AND l.keys IS NOT NULL)
+	+ $9 * greatest(1, q.key_limit / (2 * $9)) <= q.key_limit AS fast,
+	greatest(1, q.key_limit / (2 * $9)) AS m FROM {s}.queues q WHERE q.name = $1),
+ka AS MATERIALIZED (SELECT r1.id, r1.key, r1.rid, r1.rn, hashtextextended(r1.key, 0) & {bm} AS bk, false AS ex,
+	r1.key IS NULL OR r1.rn <= qf.m AS adm FROM r1, qf WHERE qf.fast
 	UNION ALL
-	SELECT b.* FROM (` + keyedHead + `t.priority < $4` + keyedTail + `) b) u LIMIT $2)` + lockSQL)
-	s.flow.keyedAdmitSQL = s.buildAssignKeyedSQL(keyedAdmitCTE)
+	SELECT kw.id, kw.key, kw.rid, kw.rn, kw.bk, kw.ex, kw.key IS NULL OR kw.lim IS NULL OR CASE
+	WHEN NOT kw.ex THEN kw.rn <= greatest(1, kw.lim / (2 * $9)) AND kw.rows + kw.ent + $9 * greatest(1, kw.lim / (2 * $9)) <= kw.lim
+	WHEN kw.rows + kw.ent + kw.nk > kw.lim THEN kw.rn <= kw.lim - kw.rows - coalesce(((SELECT lt.o FROM lt) ->> kw.key)::bigint, 0)
+	ELSE true END AS adm FROM kw WHERE NOT coalesce((SELECT qf.fast FROM qf), false)),
+c AS (SELECT ka.id FROM ka WHERE ka.adm AND ka.rid IS NULL LIMIT $2)`
+
+// keyedLeaseCTE takes the admitted candidates of ready rows out of their
+// rows and leases them (leaseCTEs). A row's candidates are a prefix of
+// its ids (nc of them); what the claim held back of that prefix stays at
+// the row's head, in order, before the ids it did not read. The writes
+// read the row as rr locked it, never as the statement's snapshot has it:
+// a claim that committed a change to the row after that snapshot was
+// taken and before the lock was granted made rr the newer version (a
+// locking read follows the update), while conditions and expressions on
+// the written row itself would be evaluated on the snapshot's older one —
+// which once made a claim leave the tasks it took in their row, to be
+// taken again (TestFlowKeyedPathAtTheLimit, keyed claims side by side). meta tells
+// the caller (norn.keyed_meta: candidates read, the first ordinary one,
+// the mask of shared buckets with a candidate held back), read by the
+// next statement.
+const keyedLeaseCTE = `,
+took AS (SELECT ka.rid, count(*) FILTER (WHERE ka.adm) AS na, count(*) AS nc,
+	array_agg(ka.id ORDER BY ka.id) FILTER (WHERE NOT ka.adm) AS held,
+	array_agg(ka.key ORDER BY ka.id) FILTER (WHERE NOT ka.adm) AS hkeys
+	FROM ka WHERE ka.rid IS NOT NULL GROUP BY ka.rid),
+rd AS (DELETE FROM {s}.ready b USING took, rr WHERE b.rid = took.rid AND rr.rid = took.rid AND took.na > 0
+	AND took.held IS NULL AND took.nc >= cardinality(rr.ids)),
+ru AS (UPDATE {s}.ready b SET ids = coalesce(took.held, '{}'::text[]) || rr.ids[took.nc + 1:],
+	keys = CASE WHEN rr.keys IS NOT NULL THEN coalesce(took.hkeys, '{}'::text[]) || rr.keys[took.nc + 1:] END,
+	first_id = coalesce(took.held[1], rr.ids[took.nc + 1])
+	FROM took, rr WHERE b.rid = took.rid AND rr.rid = took.rid AND took.na > 0
+	AND NOT (took.held IS NULL AND took.nc >= cardinality(rr.ids))),
+meta AS (SELECT set_config('norn.keyed_meta', (SELECT count(*) FROM cand)::text || ' ' ||
+	coalesce((SELECT bit_or(1::bigint << ka.bk::int) FROM ka WHERE NOT ka.adm AND NOT ka.ex), 0)::text || ' ' ||
+	coalesce((SELECT o.id FROM o ORDER BY o.priority DESC, o.ready_at, o.id LIMIT 1), ''), true) AS v),
+`
+
+// keyedMetaSQL reads what the claim statement noted in norn.keyed_meta.
+const keyedMetaSQL = `SELECT current_setting('norn.keyed_meta', true)`
+
+// buildKeyedSQL builds the keyed claim statement, from the queue's head
+// and from a claim hint ($10–$12, as buildClaimFromSQL).
+func (s *Store) buildKeyedSQL() {
+	pick := strings.ReplaceAll(keyedPickSQL, "{bm}", strconv.Itoa(keyedBuckets-1)) + keyedLeaseCTE +
+		leaseCTEs(`ARRAY(SELECT ka.id FROM ka WHERE ka.adm AND ka.rid IS NOT NULL)`,
+			`(SELECT max(ka.rn)::int FROM ka WHERE ka.adm AND ka.rid IS NOT NULL AND ka.key IS NOT NULL)`)
+	build := func(o string) string {
+		sql := s.buildAssignKeyedSQL(`o AS (` + o + `)` + keyedCandSQL + pick)
+		// The statement's result waits for meta.
+		sql = strings.Replace(sql, "SELECT upd.* FROM upd WHERE (SELECT count(*) FROM nt) >= 0",
+			"SELECT upd.* FROM upd WHERE (SELECT count(*) FROM nt) >= 0 AND (SELECT count(*) FROM meta) >= 0", 1)
+		return withLeased(sql)
+	}
+	s.flow.keyedSQL = build(keyedHead + `true` + keyedTail)
+	s.flow.keyedFromSQL = build(`SELECT u.* FROM (
+	SELECT a.* FROM (` + keyedHead + `t.priority = $10 AND (t.ready_at, t.id) >= ($11::timestamptz, $12::text)` + keyedTail + `) a
+	UNION ALL
+	SELECT b.* FROM (` + keyedHead + `t.priority < $10` + keyedTail + `) b) u LIMIT $2`)
 }
 
 // keyedRead is what a keyed claim read: candidates, as many as it asked
-// for at most (limit); hinted, whether it read them from the claim hint.
+// for at most (limit); hinted, whether it read them from the claim hint;
+// held, the shared buckets in which it held back a candidate.
 type keyedRead struct {
 	read, limit int
 	hinted      bool
+	held        uint64
 }
 
 // claimKeyed tries the keyed path in one round trip: the gate and a slot,
-// the verdict, the candidates and bucket locks (nothing unless the
-// verdict is keyed) and the pick with its claim, in one implicit
-// transaction. It reads as many candidates as it wants, or keyedNarrow
-// while the queue's keys bind. A claim reading from the head never uses
-// the hint.
-func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64, head bool) (out []*norn.Task, verdict string, kr keyedRead, err error) {
+// the bucket locks, the verdict, and the claim (nothing unless the
+// verdict is keyed), in one implicit transaction. It reads as many
+// candidates as it wants, or keyedNarrow while the queue's keys bind. A
+// claim reading from the head never uses the hint.
+func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64, head bool) (out []*rec, verdict string, kr keyedRead, err error) {
 	slots, cap := s.flow.margins()
 	s.flow.sqlOnce.Do(s.buildFlowSQL)
 	want = min(want, cap)
+	kslots := min(keyedSlots, slots)
+	tight := s.flow.tight(queue)
 	b := &pgx.Batch{}
-	b.Queue(sharedLockSQL, s.channel+"/flow/"+queue, s.channel+"/flowslot/"+queue, min(keyedSlots, slots))
+	b.Queue(sharedLockSQL, s.channel+"/flow/"+queue, s.channel+"/flowslot/"+queue, kslots)
+	b.Queue(keyedBucketSQL, s.channel+"/key/"+queue, int64(tight))
 	b.Queue(s.q(sharedVerdictSQL), queue, slots*cap, false, int64(want))
 	gen := s.wake.wait()
 	kr.limit = want
 	if s.flow.known(&s.flow.narrow, queue) {
 		kr.limit = min(want, keyedNarrow)
 	}
-	sql, args := s.flow.keyedSQL, []any{queue, kr.limit, s.channel + "/key/" + queue + "/"}
+	readyRows := s.readyRows.get(queue)
+	sql, args := s.flow.keyedSQL, []any{queue, kr.limit, s.clockNow(), worker, timeout, s.cfg.HistoryLimit, readyRows, int64(tight), kslots}
 	if s.listening.Load() && !head {
 		if h, ok := s.hints.get(queue, gen, time.Now()); ok {
 			sql, args, kr.hinted = s.flow.keyedFromSQL, append(args, h.priority, h.readyAt, h.id), true
 		}
 	}
 	b.Queue(sql, args...)
-	b.Queue(s.flow.keyedAdmitSQL, queue, want, s.clockNow(), worker, timeout, s.cfg.HistoryLimit)
+	b.Queue(keyedMetaSQL)
 	br := conn.SendBatch(ctx, b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, "", kr, err
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return nil, "", kr, err
+		}
 	}
 	verdict, _, err = scanVerdict(br.QueryRow())
 	if err != nil {
-		return nil, "", kr, err
-	}
-	var n int64
-	var firstCand *string
-	if err := br.QueryRow().Scan(&n, &firstCand, nil, nil, nil, nil); err != nil {
 		return nil, "", kr, err
 	}
 	rows, err := br.Query()
 	if err != nil {
 		return nil, "", kr, err
 	}
-	out, first, err := collectClaimed(rows)
+	out, err = collectRecs(rows)
 	if err != nil {
 		return nil, "", kr, err
 	}
+	sortClaimed(out)
+	var first *rec
+	if len(out) > 0 {
+		first = out[0]
+	}
+	var meta *string
+	if err := br.QueryRow().Scan(&meta); err != nil {
+		return nil, "", kr, err
+	}
+	var firstCand string
+	if verdict == sharedKeyed && meta != nil {
+		f := strings.SplitN(*meta, " ", 3)
+		if len(f) == 3 {
+			kr.read, _ = strconv.Atoi(f[0])
+			held, _ := strconv.ParseInt(f[1], 10, 64)
+			kr.held = uint64(held)
+			firstCand = f[2]
+		}
+	}
 	// The first claimed task becomes the hint only if it was the first
-	// candidate: ahead of it, ready tasks are then locked by other claims.
-	// A candidate held back (its key at its limit) must be read again from
-	// the head.
-	if first != nil && firstCand != nil && first.ID == *firstCand {
+	// ordinary candidate: ahead of it, ready tasks are then locked by
+	// other claims. A candidate held back (its key at its limit) must be
+	// read again from the head, and a task taken from a ready row is not
+	// in the index the hint is a place in.
+	if first != nil && first.ID == firstCand {
 		s.setHint(queue, gen, first)
 	}
-	if verdict == sharedKeyed && 2*(int(n)-len(out)) > int(n) {
-		// Marked for a while, not until the next claim that admits all it
-		// reads: while keys bind, narrow claims do admit nearly all.
-		s.flow.mark(&s.flow.narrow, queue, true)
+	if verdict == sharedKeyed {
+		if tight == 0 && len(out) > 0 {
+			s.flow.keyedSharedClaims.Add(1)
+		}
+		if kr.held == 0 && 2*(kr.read-len(out)) > kr.read {
+			// Marked for a while, not until the next claim that admits all
+			// it reads: while keys bind, narrow claims do admit nearly all.
+			// (Only by what it held back in buckets it held exclusively:
+			// what shared buckets hold back is their share, not a limit.)
+			s.flow.mark(&s.flow.narrow, queue, true)
+		}
+		if kr.held&^tight != 0 {
+			s.flow.markTight(queue, tight|kr.held)
+		}
+		// Fewer candidates than it asked for: the ready rows it locked
+		// may have run out first; the next claim locks more.
+		if kr.read < kr.limit {
+			readyRows = min(readyRows*4, maxReadyRows)
+		}
+		s.readyRows.set(queue, readyRows, kr.read >= kr.limit)
 	}
-	kr.read = int(n)
 	return out, verdict, kr, br.Close()
 }
 
@@ -253,6 +363,25 @@ func (s *Store) claimKeyedOrExclusive(ctx context.Context, conn *pgx.Conn, queue
 		// Nothing past the hint; ready tasks ahead of it, locked by other
 		// claims, may have been released since.
 		out, verdict, kr, err = s.claimKeyed(ctx, conn, queue, want, worker, timeout, true)
+	}
+	last := len(out) // what the last claim got
+	if err == nil && verdict == sharedKeyed && len(out) < want && kr.held != 0 {
+		// It held candidates back in buckets it held shared: those are
+		// tight now, and a claim holding them exclusively counts their
+		// keys exactly and fills them to their limits.
+		var more []*rec
+		more, verdict, kr, err = s.claimKeyed(ctx, conn, queue, want-len(out), worker, timeout, true)
+		if err != nil && len(out) > 0 {
+			// What the first claim took is committed: hand it out; the
+			// error comes back at the next claim.
+			return claimedTasks(out), true, nil
+		}
+		out, last = append(out, more...), len(more)
+		// Both claims' tasks, in claim order.
+		sortClaimed(out)
+		if verdict != sharedKeyed && len(out) > 0 {
+			return claimedTasks(out), true, nil
+		}
 	}
 	if err != nil {
 		return nil, false, err
@@ -272,11 +401,50 @@ func (s *Store) claimKeyedOrExclusive(ctx context.Context, conn *pgx.Conn, queue
 		return nil, false, nil
 	}
 	if len(out) < want {
-		// The candidates it read and left ready were held back by their
-		// keys, at their limits.
-		s.noteHeld(queue, norn.QueueFlow{}, norn.Bucket{}, want, len(out), kr.read-len(out), -1, -1)
+		// The candidates the last claim read and left ready were held
+		// back by their keys' limits.
+		s.noteHeld(queue, norn.QueueFlow{}, norn.Bucket{}, want, len(out), kr.read-last, -1, -1)
 	}
-	return out, true, nil
+	return claimedTasks(out), true, nil
+}
+
+// claimedTasks are the tasks of claimed rows (claimedRec).
+func claimedTasks(rs []*rec) []*norn.Task {
+	out := make([]*norn.Task, len(rs))
+	for i, r := range rs {
+		out[i], _ = claimedRec(r, nil)
+	}
+	return out
+}
+
+// tight is the mask of queue's buckets its keyed claims hold exclusively
+// (see the top of this file): those in which a claim held back a
+// candidate less than staticRecheck ago.
+func (f *flowState) tight(queue string) uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.tightBuckets[queue]
+	if !ok || time.Now().After(t.until) {
+		return 0
+	}
+	return t.mask
+}
+
+// markTight sets queue's tight buckets to mask, for staticRecheck.
+func (f *flowState) markTight(queue string, mask uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.tightBuckets == nil {
+		f.tightBuckets = map[string]tightMark{}
+	}
+	f.tightBuckets[queue] = tightMark{mask: mask, until: time.Now().Add(f.recheckFor())}
+
+}
+
+// tightMark is a queue's tight buckets and until when they are.
+type tightMark struct {
+	mask  uint64
+	until time.Time
 }
 
 // scanVerdict reads the verdict statement's row: the verdict, whether it

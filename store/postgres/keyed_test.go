@@ -161,33 +161,80 @@ func TestFlowKeyedPath(t *testing.T) {
 		if got := claim(t, b.s, 10); len(got) != 1 || got["c"] != 1 {
 			t.Fatalf("claimed %v behind a's backlog, want c's task", got)
 		}
-		if k, x, _ := paths(b.s); k != 3 || x != 1 {
-			t.Fatalf("keyed %d, exclusive %d claims; want 3 and 1", k, x)
+		// Keyed claims that held candidates back in shared buckets claim
+		// again holding those exclusively: more keyed claims than calls.
+		if k, x, _ := paths(b.s); k < 3 || x != 1 {
+			t.Fatalf("keyed %d, exclusive %d claims; want at least 3 and 1", k, x)
 		}
 	})
 
-	t.Run("WaitsForAKeyAnotherClaimHolds", func(t *testing.T) {
+	t.Run("WaitsForABucketAnotherClaimHoldsExclusively", func(t *testing.T) {
 		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(10)}, map[string]int{"a": 5, "b": 5})
-		// Another claim in flight holding a's lock: the claim waits for it
-		// (counting then what that claim admitted), rather than leave a
-		// out or go to the exclusive path.
-		tx := holdAdvisory(t, b.s, "pg_advisory_xact_lock", bucketLock(t, b.s, "kq", "a"))
+		// Another claim in flight holding a's bucket exclusively: the
+		// claim waits for it (counting then what that claim admitted),
+		// rather than leave a out or go to the exclusive path.
+		tx := holdBucket(t, b.s, "kq", "a")
 		got := make(chan map[string]int, 1)
 		go func() { got <- claim(t, b.s, 100) }()
-		awaitAdvisoryWaiter(t, b.s, "the claim to wait for a's lock", "ExclusiveLock")
+		awaitAdvisoryWaiter(t, b.s, "the claim to wait for a's bucket", "ShareLock")
 		select {
 		case g := <-got:
-			t.Fatalf("claimed %v while a's lock was held", g)
+			t.Fatalf("claimed %v while a's bucket was held", g)
 		default:
 		}
 		if err := tx.Rollback(ctx); err != nil {
 			t.Fatal(err)
 		}
+		// Shared, a claim admits one task of a key of limit 10 (10 / (2 ×
+		// keyedSlots), at least 1); the rest are held back, their buckets
+		// become tight, and the same claim goes on holding those
+		// exclusively, filling both keys to what they have.
 		if g := <-got; g["a"] != 5 || g["b"] != 5 {
-			t.Fatalf("claimed %v after a's lock was released, want a's 5 and b's 5", g)
+			t.Fatalf("claimed %v after a's bucket was released, want a's 5 and b's 5", g)
 		}
 		if k, x, _ := paths(b.s); k != 1 || x != 0 {
 			t.Fatalf("keyed %d, exclusive %d claims; want 1 and 0", k, x)
+		}
+		if b.s.flow.tight("kq") == 0 {
+			t.Fatal("no bucket marked tight after keys were held back in shared buckets")
+		}
+	})
+
+	t.Run("SharedBucketsAdmitAtMostTheirShareOfAKey", func(t *testing.T) {
+		// key_limit 16: a claim holding a's bucket shared admits 16 / (2 ×
+		// keyedSlots) = 2 of a, and only while a's running tasks leave room
+		// for every keyed claim in flight to do so.
+		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(16)}, map[string]int{"a": 40})
+		// One keyed claim with every bucket shared, no retry.
+		shared := func() int {
+			t.Helper()
+			var got int
+			err := b.s.withConn(ctx, func(conn *pgx.Conn) error {
+				b.s.flow.markTight("kq", 0)
+				out, v, _, err := b.s.claimKeyed(ctx, conn, "kq", 40, "w", nil, true)
+				if err == nil && v != sharedKeyed {
+					err = fmt.Errorf("verdict %q, want keyed", v)
+				}
+				got = len(out)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		// Running (leased) 0, 2, 4, 6, 8: each + 4 × 2 ≤ 16, so 2 a claim.
+		for i := range 5 {
+			if n := shared(); n != 2 {
+				t.Fatalf("shared claim %d took %d of a, want 2", i+1, n)
+			}
+		}
+		// 10 running: 10 + 4 × 2 > 16.
+		if n := shared(); n != 0 {
+			t.Fatalf("a shared claim with 10 of 16 running took %d, want none", n)
+		}
+		if b.s.flow.tight("kq") == 0 {
+			t.Fatal("a's bucket not marked tight after a was held back in it")
 		}
 	})
 
@@ -202,26 +249,26 @@ func TestFlowKeyedPath(t *testing.T) {
 		}
 	})
 
-	t.Run("HoldsOneLockPerKeyBucket", func(t *testing.T) {
+	t.Run("HoldsOneLockPerBucketNotPerKey", func(t *testing.T) {
 		keys := map[string]int{}
 		for k := range 300 {
 			keys[fmt.Sprintf("k%d", k)] = 1
 		}
 		b := setup(t, norn.QueueUpdate{KeyLimit: ptr(5)}, keys)
-		// Another claim holds k7's bucket: the claim over 300 keys waits
-		// for it, holding the lock of no more than the buckets before it
-		// (and the gate and a slot), not one per key.
-		tx := holdAdvisory(t, b.s, "pg_advisory_xact_lock", bucketLock(t, b.s, "kq", "k7"))
+		// Another claim holds k7's bucket exclusively: the claim over 300
+		// keys waits for it, holding the locks of the buckets before it in
+		// bucket order (and the gate and a slot), never one per key.
+		tx := holdBucket(t, b.s, "kq", "k7")
 		got := make(chan map[string]int, 1)
 		go func() { got <- claim(t, b.s, 1000) }()
-		awaitAdvisoryWaiter(t, b.s, "the claim to wait for k7's bucket", "ExclusiveLock")
+		awaitAdvisoryWaiter(t, b.s, "the claim to wait for k7's bucket", "ShareLock")
 		var held int
 		if err := b.s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
 			AND pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&held); err != nil {
 			t.Fatal(err)
 		}
-		if held > keyedBuckets+1 {
-			t.Fatalf("the waiting claim holds %d advisory locks, want at most %d buckets' and the gate's and slot's", held, keyedBuckets-1)
+		if want := bucketOf(t, b.s, "k7") + 2; held != want {
+			t.Fatalf("the waiting claim holds %d advisory locks, want %d: the buckets before k7's, the gate and a slot", held, want)
 		}
 		if err := tx.Rollback(ctx); err != nil {
 			t.Fatal(err)
@@ -344,15 +391,23 @@ func TestFlowKeyedPath(t *testing.T) {
 // paths run at once (at a limit of 1 at least: at 8, claims that wait for
 // each other's keys rarely find both keys full).
 func TestFlowKeyedPathAtTheLimit(t *testing.T) {
-	for _, c := range []struct{ limit, first int }{{8, 12}, {1, 2}} {
+	// Limits of 32 and 40 (a claim holding a bucket shared admits 4 and 5
+	// of a key while its running tasks are at most 16 and 20) make claims
+	// cross between shared and exclusive buckets; 8 and 1 hold them
+	// exclusively nearly always.
+	for _, c := range []struct{ limit, first int }{{8, 12}, {1, 2}, {32, 40}} {
 		t.Run(fmt.Sprintf("KeyLimit%d", c.limit), func(t *testing.T) {
 			stores, all := openInstances(t, 4)
 			storetest.ConcurrentLimitsCase(t, stores, context.Background(), storetest.LimitsCase{MaxRunning: 1 << 20,
 				KeyLimit: c.limit, FirstKeyLimit: c.first, Keys: 2, PerKey: 300, Workers: 16, N: 4, HoldMs: 10})
 			_, exclusive, keyed := claimPaths(all)
-			t.Logf("%d keyed claims, %d exclusive", keyed, exclusive)
-			if keyed == 0 || c.limit == 1 && exclusive == 0 {
-				t.Fatalf("%d keyed claims, %d exclusive: the edge between the paths was not exercised", keyed, exclusive)
+			var shared int64
+			for _, s := range all {
+				shared += s.flow.keyedSharedClaims.Load()
+			}
+			t.Logf("%d keyed claims (%d with every bucket shared), %d exclusive", keyed, shared, exclusive)
+			if keyed == 0 || c.limit == 1 && exclusive == 0 || c.limit == 32 && shared == 0 {
+				t.Fatalf("%d keyed claims (%d shared), %d exclusive: the edge between the paths was not exercised", keyed, shared, exclusive)
 			}
 		})
 	}
@@ -443,16 +498,33 @@ func holdAdvisory(t *testing.T, s *Store, lock, name string) pgx.Tx {
 	return tx
 }
 
-// bucketLock is the name of the advisory lock of key's bucket in queue, as
-// the keyed claim computes it.
-func bucketLock(t *testing.T, s *Store, queue, key string) string {
+// holdBucket begins a transaction on s's pool holding the lock of key's
+// bucket in queue exclusively, as a keyed claim holding that bucket
+// exclusively does. It is rolled back at the end of the test if the test
+// has not done so.
+func holdBucket(t *testing.T, s *Store, queue, key string) pgx.Tx {
 	t.Helper()
-	var name string
-	if err := s.pool.QueryRow(context.Background(), `SELECT $1 || (hashtextextended($2, 0) & $3)::text`,
-		s.channel+"/key/"+queue+"/", key, keyedBuckets-1).Scan(&name); err != nil {
+	ctx := context.Background()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return name
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1), (hashtextextended($2, 0) & $3)::int)`,
+		s.channel+"/key/"+queue, key, keyedBuckets-1); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// bucketOf is key's bucket, as the keyed claim computes it.
+func bucketOf(t *testing.T, s *Store, key string) int {
+	t.Helper()
+	var b int
+	if err := s.pool.QueryRow(context.Background(), `SELECT (hashtextextended($1, 0) & $2)::int`, key, keyedBuckets-1).Scan(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // awaitAdvisoryWaiter waits until a session waits for an advisory lock in

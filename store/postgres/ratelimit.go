@@ -35,9 +35,22 @@ import (
 // claimers as there are tokens (tokenDue), not all of them.
 
 // bucketSQL reads the bucket and the time the claim uses ($2: injected
-// clock), in the claim's batch after the advisory lock.
-const bucketSQL = `SELECT n.now, b.tokens, b.at FROM (SELECT coalesce($2::timestamptz, clock_timestamp()) AS now) n
-LEFT JOIN {s}.queue_buckets b ON b.queue = $1`
+// clock), in the claim's batch after the advisory lock. It locks the
+// bucket's row to the claim's commit: the gate holds off other claims of
+// the queue, but not the takes of claimRated (statements of their own,
+// before their claim takes the gate), and the exclusive claim writes the
+// bucket back as it read it less what it took: a take committed in
+// between would be overwritten, its tokens spent twice. bucketInitSQL
+// stores a rate-limited queue's bucket first (full, as no row means), so
+// there is a row to lock.
+var bucketSQL = `SELECT n.now, b.tokens, b.at FROM (SELECT coalesce($2::timestamptz, clock_timestamp()) AS now) n
+LEFT JOIN LATERAL (SELECT tokens, at FROM {s}.queue_buckets WHERE queue = $1 FOR UPDATE) b ON true`
+
+// bucketInitSQL stores a full bucket for queue $1 at $2 (the injected
+// clock, or now) if the queue has a rate limit and no bucket yet.
+var bucketInitSQL = `INSERT INTO {s}.queue_buckets (queue, tokens, at)
+SELECT $1, ` + bucketBurstSQL + `::float8, coalesce($2::timestamptz, clock_timestamp()) FROM {s}.queues WHERE name = $1 AND rate_per_second > 0
+ON CONFLICT (queue) DO NOTHING`
 
 // rateState is the node's side of rate limiting: what limits held back
 // from this store's claims, the pending token timers, and the long-polling
@@ -369,9 +382,19 @@ ins AS (INSERT INTO {s}.queue_buckets (queue, tokens, at) SELECT $1, (q.burst - 
 	ON CONFLICT (queue) DO NOTHING RETURNING tokens, at)
 SELECT least($3, q.burst), ins.tokens, ins.at, q.rate_per_second, q.rate_burst, n.now FROM ins, q, n`
 
-// giveBackSQL returns $2 unused tokens to a queue's bucket, capped at its
-// burst $3.
-const giveBackSQL = `UPDATE {s}.queue_buckets SET tokens = least(tokens + $2, $3) WHERE queue = $1 RETURNING tokens, at`
+// giveBackSQL returns $2 unused tokens of a take at bucket time $4 to a
+// queue's bucket, capped at its burst $3, if the bucket has not refilled
+// since (its time is still the take's); else it gives back none. Had the
+// take got $2 fewer, the refill since might have carried the bucket past
+// its burst and lost those tokens to the cap (give-backs of other claims
+// raise the level too, so how many is not known): giving them back
+// whatever happened let claims exceed burst + rate × window (a take, a
+// refill to the cap, the give-back, a take of those tokens at the same
+// time). Without a refill since, nothing was lost to the cap, and the
+// bucket is as if the take had got $2 fewer. What is not given back only
+// under-admits. Claims seldom come back short (claimRated).
+const giveBackSQL = `UPDATE {s}.queue_buckets SET tokens = least(tokens + CASE WHEN at = $4::timestamptz THEN $2 ELSE 0 END, $3)
+WHERE queue = $1 RETURNING tokens, at`
 
 // taken is what a take of tokens got.
 type taken struct {
@@ -448,14 +471,14 @@ func (s *Store) claimRated(ctx context.Context, conn *pgx.Conn, queue string, wa
 				// tokens and admit per key exactly, one at a time.
 				s.flow.ruleOut(queue)
 			}
-			_, err := s.giveBack(ctx, conn, queue, tk.n, tk.rl)
+			_, err := s.giveBack(ctx, conn, queue, tk, tk.n)
 			return nil, false, err
 		}
 		s.flow.sharedClaims.Add(1)
 		if n := tk.n - len(out); n > 0 {
 			// The tasks are claimed: a failed give-back must not lose
 			// them, and only under-admits.
-			if nb, err := s.giveBack(ctx, conn, queue, n, tk.rl); err == nil {
+			if nb, err := s.giveBack(ctx, conn, queue, tk, n); err == nil {
 				b = nb
 			} else {
 				s.cfg.Logger.Warn("norn: cannot give back unused rate-limit tokens", "queue", queue, "err", err)
@@ -476,11 +499,11 @@ func (s *Store) claimRated(ctx context.Context, conn *pgx.Conn, queue string, wa
 	return out, true, nil
 }
 
-// giveBack returns n unused tokens to queue's bucket and returns the
-// bucket after.
-func (s *Store) giveBack(ctx context.Context, conn *pgx.Conn, queue string, n int, rl norn.RateLimit) (norn.Bucket, error) {
+// giveBack returns n unused tokens of the take tk to queue's bucket (as
+// many as it may: giveBackSQL) and returns the bucket after.
+func (s *Store) giveBack(ctx context.Context, conn *pgx.Conn, queue string, tk taken, n int) (norn.Bucket, error) {
 	var b norn.Bucket
-	err := conn.QueryRow(ctx, s.q(giveBackSQL), queue, n, float64(rl.Normalized().Burst)).Scan(&b.Tokens, &b.At)
+	err := conn.QueryRow(ctx, s.q(giveBackSQL), queue, n, float64(tk.rl.Normalized().Burst), tk.bucket.At).Scan(&b.Tokens, &b.At)
 	if err == pgx.ErrNoRows {
 		err = nil
 	}

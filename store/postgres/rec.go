@@ -287,7 +287,7 @@ func newStatements(schema string) *statements { return &statements{schema: schem
 func (st *statements) build(s *Store) {
 	st.claim, st.complete, st.delay = s.buildClaimSQL(), s.buildCompleteSQL(), s.buildDelaySQL()
 	st.claimFrom = s.buildClaimFromSQL()
-	st.leaseClaim = s.buildLeaseClaimSQL()
+	st.leaseClaim = s.buildLeaseClaimSQL(plainLeaseGate)
 	// By primary key, one lookup per id. The status is compared with
 	// n.ready, a join column, not the literal: with the literal the
 	// planner can prove that the partial claim index applies and walked it

@@ -127,10 +127,7 @@ func collectClaimed(rows pgx.Rows) (out []*norn.Task, first *rec, err error) {
 		return nil, nil, err
 	}
 	sortClaimed(rs)
-	out = make([]*norn.Task, len(rs))
-	for i, r := range rs {
-		out[i], _ = claimedRec(r, nil)
-	}
+	out = claimedTasks(rs)
 	if len(rs) > 0 {
 		first = rs[0]
 	}
