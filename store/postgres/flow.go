@@ -72,10 +72,10 @@ type flowState struct {
 	narrow    map[string]time.Time // queue → until when its keyed claims read at most keyedNarrow candidates (keyed.go)
 	// queue → the key buckets its keyed claims hold exclusively (keyed.go)
 	tightBuckets map[string]tightMark
-	limited   map[string]time.Time // queue → until when its claims skip the plain claim
-	slots     int                  // 0: flowSlots
-	cap       int                  // largest shared claim; 0: norn.MaxClaim
-	recheck   time.Duration        // how long a queue stays ruled out; 0: staticRecheck (tests)
+	limited      map[string]time.Time // queue → until when its claims skip the plain claim
+	slots        int                  // 0: flowSlots
+	cap          int                  // largest shared claim; 0: norn.MaxClaim
+	recheck      time.Duration        // how long a queue stays ruled out; 0: staticRecheck (tests)
 	// queue → where the last limited pick's read of tasks without a key
 	// past the head stopped (pickLimited)
 	keylessFrom  map[string]readyCand
@@ -89,7 +89,7 @@ type flowState struct {
 	sharedClaims, exclusiveClaims, keyedClaims atomic.Int64
 	// Keyed claims that admitted tasks holding every bucket shared (tests).
 	keyedSharedClaims atomic.Int64
-	counts                                     atomic.Int64 // shared verdicts that counted the running tasks (tests)
+	counts            atomic.Int64 // shared verdicts that counted the running tasks (tests)
 }
 
 // staticRecheck is how long a queue whose settings rule the shared path
