@@ -144,7 +144,7 @@ cand AS (SELECT * FROM rc WHERE NOT EXISTS (SELECT 1 FROM o)
 // key, at its first candidate, and spread over its candidates with
 // windows. r1 ranks each key's candidates in claim order (rn); r2 reads
 // the key's limit (its own only if the queue has keys with their own
-// limits: one probe per claim, not per key) and its bucket (bk); lo counts
+// limits: one probe per claim, not per key); lo counts
 // every key's entries in the queue's lease rows, read per key as a jsonb
 // object; r counts a limited key's running rows (run0) and entries
 // (ent0); kw spreads them, with the key's candidates (nk) and whether its
@@ -152,22 +152,27 @@ cand AS (SELECT * FROM rc WHERE NOT EXISTS (SELECT 1 FROM o)
 // of exclusive buckets whose count on entries binds, their entries whose
 // task is still leased (its row still ready in a ready batch; a completed
 // task's row is not); ka admits (see the top of this file; $9 is
-// keyedSlots, the m of a shared bucket is greatest(1, lim / (2 × $9)))
-// and notes (held) the shared buckets where it held back a limited key's
-// candidate.
+// keyedSlots, the m of a shared bucket is greatest(1, lim / (2 × $9))).
+// qf is the case where no key can be near its limit (every bucket shared,
+// no key limits of their own, and the queue's running rows with a key,
+// at most L of them, plus the sum of its lease rows' kmax plus $9 × m fit
+// L): then no key is counted, and unless a key has more than m candidates
+// (dup, a hash aggregate) none is ranked either, and every candidate is
+// admitted. Each CTE is computed only if a branch of ka that runs reads
+// it.
 const keyedPickSQL = `,
 r1 AS (SELECT cand.*, row_number() OVER (PARTITION BY cand.key ORDER BY cand.priority DESC, cand.ready_at, cand.id) AS rn FROM cand),
 r2 AS (SELECT r1.*, CASE WHEN r1.key IS NOT NULL AND r1.rn = 1 THEN coalesce(
 		CASE WHEN (SELECT EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0)) THEN
 			(SELECT nullif(k.lim, 0) FROM {s}.queue_keys k WHERE k.queue = $1 AND k.key = r1.key) END,
-		(SELECT nullif(q.key_limit, 0) FROM {s}.queues q WHERE q.name = $1)) END AS lim0,
-	hashtextextended(r1.key, 0) & {bm} AS bk FROM r1),
+		(SELECT nullif(q.key_limit, 0) FROM {s}.queues q WHERE q.name = $1)) END AS lim0 FROM r1),
 lo AS MATERIALIZED (SELECT coalesce(jsonb_object_agg(z.k, z.n), '{}'::jsonb) AS o FROM (SELECT u.k, count(*) AS n
 	FROM {s}.leases l, unnest(l.keys) u(k) WHERE l.queue = $1 AND l.keys IS NOT NULL AND u.k IS NOT NULL GROUP BY u.k) z),
 r AS MATERIALIZED (SELECT r2.*, CASE WHEN r2.lim0 IS NOT NULL THEN (SELECT count(*) FROM {s}.tasks t
 	WHERE t.queue = $1 AND t.status = 'running' AND t.running_key = r2.key) END AS run0,
 	CASE WHEN r2.lim0 IS NOT NULL THEN coalesce(((SELECT lo.o FROM lo) ->> r2.key)::bigint, 0) END AS ent0 FROM r2),
-kw AS MATERIALIZED (SELECT r.id, r.key, r.rn, r.rid, r.bk, ($8::bigint >> r.bk::int) & 1 = 1 AS ex,
+kw AS MATERIALIZED (SELECT r.id, r.key, r.rn, r.rid,
+	$8::bigint <> 0 AND ($8::bigint >> (hashtextextended(r.key, 0) & {bm})::int) & 1 = 1 AS ex,
 	max(r.lim0) OVER k AS lim, max(r.run0) OVER k AS rows, max(r.ent0) OVER k AS ent, count(*) OVER k AS nk
 	FROM r WINDOW k AS (PARTITION BY r.key)),
 lt AS MATERIALIZED (SELECT coalesce(jsonb_object_agg(z.k, z.n), '{}'::jsonb) AS o FROM (SELECT u.k, count(*) AS n
@@ -182,10 +187,15 @@ qf AS MATERIALIZED (SELECT $8::bigint = 0 AND q.key_limit > 0
 	+ (SELECT coalesce(sum(coalesce(l.kmax, cardinality(l.ids))), 0) FROM {s}.leases l WHERE l.queue = $1 AND l.keys IS NOT NULL)
 	+ $9 * greatest(1, q.key_limit / (2 * $9)) <= q.key_limit AS fast,
 	greatest(1, q.key_limit / (2 * $9)) AS m FROM {s}.queues q WHERE q.name = $1),
-ka AS MATERIALIZED (SELECT r1.id, r1.key, r1.rid, r1.rn, hashtextextended(r1.key, 0) & {bm} AS bk, false AS ex,
-	r1.key IS NULL OR r1.rn <= qf.m AS adm FROM r1, qf WHERE qf.fast
+dup AS MATERIALIZED (SELECT cand.key FROM cand, qf WHERE qf.fast AND cand.key IS NOT NULL
+	GROUP BY cand.key, qf.m HAVING count(*) > qf.m LIMIT 1),
+ka AS MATERIALIZED (SELECT cand.id, cand.key, cand.rid, qf.m AS rn, false AS ex, true AS adm FROM cand, qf
+	WHERE qf.fast AND NOT EXISTS (SELECT 1 FROM dup)
 	UNION ALL
-	SELECT kw.id, kw.key, kw.rid, kw.rn, kw.bk, kw.ex, kw.key IS NULL OR kw.lim IS NULL OR CASE
+	SELECT r1.id, r1.key, r1.rid, r1.rn, false, r1.key IS NULL OR r1.rn <= qf.m FROM r1, qf
+	WHERE qf.fast AND EXISTS (SELECT 1 FROM dup)
+	UNION ALL
+	SELECT kw.id, kw.key, kw.rid, kw.rn, kw.ex, kw.key IS NULL OR kw.lim IS NULL OR CASE
 	WHEN NOT kw.ex THEN kw.rn <= greatest(1, kw.lim / (2 * $9)) AND kw.rows + kw.ent + $9 * greatest(1, kw.lim / (2 * $9)) <= kw.lim
 	WHEN kw.rows + kw.ent + kw.nk > kw.lim THEN kw.rn <= kw.lim - kw.rows - coalesce(((SELECT lt.o FROM lt) ->> kw.key)::bigint, 0)
 	ELSE true END AS adm FROM kw WHERE NOT coalesce((SELECT qf.fast FROM qf), false)),
@@ -218,7 +228,7 @@ ru AS (UPDATE {s}.ready b SET ids = coalesce(took.held, '{}'::text[]) || rr.ids[
 	FROM took, rr WHERE b.rid = took.rid AND rr.rid = took.rid AND took.na > 0
 	AND NOT (took.held IS NULL AND took.nc >= cardinality(rr.ids))),
 meta AS (SELECT set_config('norn.keyed_meta', (SELECT count(*) FROM cand)::text || ' ' ||
-	coalesce((SELECT bit_or(1::bigint << ka.bk::int) FROM ka WHERE NOT ka.adm AND NOT ka.ex), 0)::text || ' ' ||
+	coalesce((SELECT bit_or(1::bigint << (hashtextextended(ka.key, 0) & {bm})::int) FROM ka WHERE NOT ka.adm AND NOT ka.ex), 0)::text || ' ' ||
 	coalesce((SELECT o.id FROM o ORDER BY o.priority DESC, o.ready_at, o.id LIMIT 1), ''), true) AS v),
 `
 
@@ -228,7 +238,7 @@ const keyedMetaSQL = `SELECT current_setting('norn.keyed_meta', true)`
 // buildKeyedSQL builds the keyed claim statement, from the queue's head
 // and from a claim hint ($10–$12, as buildClaimFromSQL).
 func (s *Store) buildKeyedSQL() {
-	pick := strings.ReplaceAll(keyedPickSQL, "{bm}", strconv.Itoa(keyedBuckets-1)) + keyedLeaseCTE +
+	pick := strings.ReplaceAll(keyedPickSQL+keyedLeaseCTE, "{bm}", strconv.Itoa(keyedBuckets-1)) +
 		leaseCTEs(`ARRAY(SELECT ka.id FROM ka WHERE ka.adm AND ka.rid IS NOT NULL)`,
 			`(SELECT max(ka.rn)::int FROM ka WHERE ka.adm AND ka.rid IS NOT NULL AND ka.key IS NOT NULL)`)
 	build := func(o string) string {
