@@ -212,13 +212,12 @@ ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, timeout_ns = EXCLUDED
 		if err != nil {
 			return err
 		}
-		// A fair or rate-limited queue is claimed by paths that read
-		// ordinary task rows only: its ready rows and leases are settled
-		// (batches.go), under the gate, so none is in flight. The other
-		// limited paths take ready rows and count leased tasks as the
-		// plain claim left them.
+		// A fair queue is claimed by a path that reads ordinary task rows
+		// only: its ready rows and leases are settled (batches.go), under
+		// the gate, so none is in flight. The other limited paths take
+		// ready rows and count leased tasks as the plain claim left them.
 		var ordinary bool
-		if err := tx.QueryRow(ctx, s.q(`SELECT fair_by <> '' OR rate_per_second > 0 FROM {s}.queues WHERE name = $1`), name).Scan(&ordinary); err != nil {
+		if err := tx.QueryRow(ctx, s.q(`SELECT fair_by <> '' FROM {s}.queues WHERE name = $1`), name).Scan(&ordinary); err != nil {
 			return err
 		}
 		if ordinary {

@@ -100,15 +100,11 @@ func (r *readyRows) add(o *readyRows) {
 }
 
 // batchReady groups a decided merged submit's ready tasks of queues
-// that are neither fair nor rate-limited by queue and priority, gives each
-// group a ready row id and sets it on the group's recs. The flush writes
-// the rows. (A queue made fair or rate-limited since its settings were
-// read here: the flush refuses its rows, at the price of one more write
-// per task.) Fair claims read ordinary rows only. Rate-limited claims take
-// their tokens before they claim, and a claim that comes back short of
-// them must give tokens back, which a refill since makes unsound
-// (giveBackSQL): ready rows, one claim at a time each, would make claims
-// come back short whenever two claimers meet at one row.
+// that are not fair by queue and priority, gives each group a ready row id
+// and sets it on the group's recs. The flush writes the rows. (A queue
+// made fair since its settings were read here: the flush refuses its
+// rows, at the price of one more write per task.) Fair claims read
+// ordinary rows only.
 func (s *Store) batchReady(ctx context.Context, q querier, p *submitPlan) (*readyRows, error) {
 	if !s.cfg.readyBatches {
 		return nil, nil
@@ -123,7 +119,7 @@ func (s *Store) batchReady(ctx context.Context, q querier, p *submitPlan) (*read
 		if r == nil || r.Status != norn.StatusReady {
 			continue
 		}
-		if d, ok := p.defaults[r.Queue]; ok && (d.flow.FairBy != "" || d.flow.RateLimited()) {
+		if d, ok := p.defaults[r.Queue]; ok && d.flow.FairBy != "" {
 			continue
 		}
 		g := group{r.Queue, r.Priority}
@@ -173,15 +169,14 @@ func (s *Store) batchReady(ctx context.Context, q querier, p *submitPlan) (*read
 }
 
 // insertReadySQL writes a flush's ready rows, except those of queues that
-// became fair or rate-limited since their submit read the queue (the flush holds the
+// became fair since their submit read the queue (the flush holds the
 // queues' flow gates in shared mode, so UpdateQueue is either before it,
 // and seen here, or after it, and settles the rows itself: batchReady has
 // why such queues have none). It returns the ids of the rows it did not
 // write.
 const insertReadySQL = `WITH x AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::timestamptz[], $5::text[], $6::text[])
 	AS x(rid, queue, priority, ready_at, ids, keys)),
-ok AS (SELECT x.* FROM x WHERE NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = x.queue
-	AND (q.fair_by <> '' OR q.rate_per_second > 0))),
+ok AS (SELECT x.* FROM x WHERE NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = x.queue AND q.fair_by <> '')),
 ins AS (INSERT INTO {s}.ready (rid, queue, priority, ready_at, first_id, ids, keys)
 	SELECT rid, queue, priority, ready_at, split_part(ids, ',', 1), string_to_array(ids, ','),
 		CASE WHEN keys IS NOT NULL THEN ARRAY(SELECT jsonb_array_elements_text(keys::jsonb)) END FROM ok)

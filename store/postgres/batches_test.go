@@ -318,27 +318,53 @@ func TestReadyBatchesSettle(t *testing.T) {
 		}
 	})
 
-	t.Run("FairAndRateLimitedQueuesSettleTheirRows", func(t *testing.T) {
+	t.Run("FairQueuesSettleTheirRows", func(t *testing.T) {
 		t.Parallel()
-		for _, u := range []norn.QueueUpdate{{FairBy: ptrTo(norn.FairByConcurrencyKey)},
-			{RateLimit: &norn.RateLimit{PerSecond: 1000, Burst: 1000}}} {
-			s, b := batchSetup(t)
-			submitN(t, s, 5, norn.NewTask{Queue: "q"})
-			claim(t, s, 2, time.Minute)
-			// Their claims read ordinary rows only (batchReady has why).
-			if _, err := s.UpdateQueue(ctx, "q", u); err != nil {
-				t.Fatal(err)
-			}
-			if r, l := b.tables(t); len(r) != 0 || len(l) != 0 {
-				t.Fatalf("after %+v: ready %v, leased %v", u, r, l)
-			}
-			submitN(t, s, 2, norn.NewTask{Queue: "q"})
-			if r, _ := b.tables(t); len(r) != 0 {
-				t.Fatalf("ready rows of a queue with %+v: %v", u, r)
-			}
-			if got := claim(t, s, 10, time.Minute); len(got) != 5 {
-				t.Fatalf("claimed %d of the 5 ready, with %+v", len(got), u)
-			}
+		s, b := batchSetup(t)
+		submitN(t, s, 5, norn.NewTask{Queue: "q"})
+		claim(t, s, 2, time.Minute)
+		// Fair claims read ordinary rows only.
+		if _, err := s.UpdateQueue(ctx, "q", norn.QueueUpdate{FairBy: ptrTo(norn.FairByConcurrencyKey)}); err != nil {
+			t.Fatal(err)
+		}
+		if r, l := b.tables(t); len(r) != 0 || len(l) != 0 {
+			t.Fatalf("after fair_by: ready %v, leased %v", r, l)
+		}
+		submitN(t, s, 2, norn.NewTask{Queue: "q"})
+		if r, _ := b.tables(t); len(r) != 0 {
+			t.Fatalf("ready rows of a fair queue: %v", r)
+		}
+		if got := claim(t, s, 10, time.Minute); len(got) != 5 {
+			t.Fatalf("claimed %d of the 5 ready", len(got))
+		}
+	})
+
+	t.Run("RateLimitedClaimsTakeTheTokensTheyLease", func(t *testing.T) {
+		t.Parallel()
+		s, b := batchSetup(t)
+		if _, err := s.UpdateQueue(ctx, "q", norn.QueueUpdate{RateLimit: &norn.RateLimit{PerSecond: 1, Burst: 3}}); err != nil {
+			t.Fatal(err)
+		}
+		submitN(t, s, 5, norn.NewTask{Queue: "q"})
+		if r, _ := b.tables(t); len(r) != 5 {
+			t.Fatalf("ready rows of a rate-limited queue: %v, want 5 tasks", r)
+		}
+		// The injected clock stands still: the burst, then nothing.
+		if got := claim(t, s, 2, time.Minute); len(got) != 2 {
+			t.Fatalf("first claim took %d, want 2", len(got))
+		}
+		if got := claim(t, s, 10, time.Minute); len(got) != 1 {
+			t.Fatalf("second claim took %d, want the burst's last 1", len(got))
+		}
+		if _, l := b.tables(t); len(l) != 3 {
+			t.Fatalf("leased %v, want the 3 claimed", l)
+		}
+		if got := claim(t, s, 10, time.Minute); len(got) != 0 {
+			t.Fatalf("claimed %d with the bucket empty", len(got))
+		}
+		b.clock.Advance(2 * time.Second)
+		if got := claim(t, s, 10, time.Minute); len(got) != 2 {
+			t.Fatalf("claimed %d two seconds later at 1/s, want 2", len(got))
 		}
 	})
 

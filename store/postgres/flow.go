@@ -84,7 +84,7 @@ type flowState struct {
 	// The exclusive path's claim of the first ready tasks; the shared
 	// path's claim, and from a claim hint; the keyed path's, and from a
 	// hint (buildFlowSQL).
-	claimFirstSQL, claimSQL, claimFromSQL, leaseSQL, keyedSQL, keyedFromSQL string
+	claimFirstSQL, claimSQL, claimFromSQL, leaseSQL, ratedLeaseSQL, keyedSQL, keyedFromSQL string
 	// Claims that took each path (tests).
 	sharedClaims, exclusiveClaims, keyedClaims atomic.Int64
 	// Keyed claims that admitted tasks holding every bucket shared (tests).
@@ -332,6 +332,7 @@ func (s *Store) buildFlowSQL() {
 	UNION ALL
 	SELECT b.id FROM (` + head + `t.priority < $7` + tail + `) b) u LIMIT $2)`)
 	s.flow.leaseSQL = s.buildLeaseClaimSQL(`current_setting('norn.flow_shared', true) = 'ok'`)
+	s.flow.ratedLeaseSQL = s.buildRatedLeaseSQL()
 	s.flow.claimFirstSQL = s.buildAssignKeyedSQL(`c AS (SELECT t.id FROM {s}.tasks t
 	WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`) + claimOrder
