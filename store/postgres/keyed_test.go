@@ -482,27 +482,25 @@ func TestPlainClaimWaitsForQueueUpdate(t *testing.T) {
 
 // holdAdvisory begins a transaction on s's pool holding the advisory lock
 // named name, as a claim or a queue update in flight does (lock: the
-// locking function, pg_advisory_xact_lock or its _shared form). It is
-// rolled back at the end of the test if the test has not done so.
+// locking function, pg_advisory_xact_lock or its _shared form).
 func holdAdvisory(t *testing.T, s *Store, lock, name string) pgx.Tx {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tx.Rollback(context.Background()) })
-	if _, err := tx.Exec(ctx, `SELECT `+lock+`(hashtextextended($1, 0))`, name); err != nil {
-		t.Fatal(err)
-	}
-	return tx
+	return holdLock(t, s, `SELECT `+lock+`(hashtextextended($1, 0))`, name)
 }
 
 // holdBucket begins a transaction on s's pool holding the lock of key's
 // bucket in queue exclusively, as a keyed claim holding that bucket
-// exclusively does. It is rolled back at the end of the test if the test
-// has not done so.
+// exclusively does.
 func holdBucket(t *testing.T, s *Store, queue, key string) pgx.Tx {
+	t.Helper()
+	return holdLock(t, s, `SELECT pg_advisory_xact_lock(hashtext($1), (hashtextextended($2, 0) & $3)::int)`,
+		s.channel+"/key/"+queue, key, keyedBuckets-1)
+}
+
+// holdLock begins a transaction on s's pool that runs sql, a statement
+// taking a lock, and holds it. It is rolled back at the end of the test if
+// the test has not done so.
+func holdLock(t *testing.T, s *Store, sql string, args ...any) pgx.Tx {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := s.pool.Begin(ctx)
@@ -510,8 +508,7 @@ func holdBucket(t *testing.T, s *Store, queue, key string) pgx.Tx {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tx.Rollback(context.Background()) })
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1), (hashtextextended($2, 0) & $3)::int)`,
-		s.channel+"/key/"+queue, key, keyedBuckets-1); err != nil {
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
 		t.Fatal(err)
 	}
 	return tx
