@@ -365,13 +365,32 @@ k AS (SELECT l.id FROM {s}.leases l, n WHERE l.deadline <= n.now ORDER BY l.id F
 
 // settleQueue makes every task of queue an ordinary row: its ready rows
 // are dissolved and its leases settled. UpdateQueue runs it, under the
-// queue's exclusive flow gate, when the queue gets flow limits, and the
-// exclusive flow path at its start, under the same gate (flow.go): that
-// path's pick reads ordinary rows only and counts running rows.
+// queue's exclusive flow gate, when the queue becomes fair: the fair
+// claim reads ordinary rows only.
 func (s *Store) settleQueue(ctx context.Context, q querier, queue string) error {
 	b := &pgx.Batch{}
 	s.queueSettleQueue(b, queue)
 	return q.SendBatch(ctx, b).Close()
+}
+
+// queueSettleHead queues on b the exclusive flow path's settle: every
+// lease of queue (its counts are of running rows), and its first ready
+// rows in claim order, up to n tasks and the row that passes n (its pick
+// reads the first ordinary tasks; what is past them it reaches by key
+// through tasks_key_ready, which holds batched tasks too, or chunk by
+// chunk as later claims make more ordinary). Then whether ready rows are
+// left. Unlike settleQueue it costs a claim O(n), not O(backlog): a queue
+// whose backlog was all in ready rows when its limits began to bind
+// would otherwise stop every claim of it while a million rows are
+// rewritten.
+func (s *Store) queueSettleHead(b *pgx.Batch, queue string, n int) {
+	b.Queue(s.q(settleSQL(`k AS (SELECT l.id FROM {s}.leases l WHERE l.queue = $1 ORDER BY l.id FOR UPDATE)`)), queue)
+	b.Queue(s.q(`WITH p AS (SELECT h.rid FROM (SELECT b.rid, coalesce(sum(cardinality(b.ids)) OVER (ORDER BY b.priority DESC, b.ready_at,
+	b.first_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before FROM (SELECT * FROM {s}.ready
+	WHERE queue = $1 ORDER BY priority DESC, ready_at, first_id LIMIT $2) b) h WHERE h.before < $2),
+r AS (DELETE FROM {s}.ready x WHERE x.rid IN (SELECT rid FROM p) RETURNING x.rid, x.ids)
+UPDATE {s}.tasks t SET ready_batch = NULL FROM r, unnest(r.ids) u(id) WHERE t.id = u.id AND t.ready_batch = r.rid`), queue, n)
+	b.Queue(s.q(`SELECT EXISTS (SELECT 1 FROM {s}.ready WHERE queue = $1)`), queue)
 }
 
 // queueSettleQueue queues settleQueue's two statements on b.

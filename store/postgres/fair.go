@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -44,11 +45,17 @@ type fairKey struct {
 // (tasks_fair, tasks_key_ready): one probe per value, however many tasks
 // each has. Its last row is NULL.
 func readyKeysCTE(col string) string {
+	// tasks_key_ready holds the tasks of ready batches too (migration 19),
+	// tasks_fair does not (a fair queue has none).
+	batch := " AND ready_batch IS NULL"
+	if col == "concurrency_key" {
+		batch = ""
+	}
 	return `k(key) AS (
-	(SELECT ` + col + ` FROM {s}.tasks WHERE queue = $1 AND status = 'ready' AND ready_batch IS NULL AND ` + col + ` IS NOT NULL
+	(SELECT ` + col + ` FROM {s}.tasks WHERE queue = $1 AND status = 'ready'` + batch + ` AND ` + col + ` IS NOT NULL
 		ORDER BY ` + col + ` LIMIT 1)
 	UNION ALL
-	SELECT (SELECT t.` + col + ` FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'ready' AND t.ready_batch IS NULL
+	SELECT (SELECT t.` + col + ` FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'ready'` + strings.ReplaceAll(batch, " ready_batch", " t.ready_batch") + `
 		AND t.` + col + ` IS NOT NULL
 		AND t.` + col + ` > k.key ORDER BY t.` + col + ` LIMIT 1) FROM k WHERE k.key IS NOT NULL)`
 }
@@ -228,7 +235,7 @@ func (s *Store) pickStale(ctx context.Context, tx flowQuerier, queue string, wan
 	if len(blocked) > 0 {
 		return picked{}
 	}
-	return s.pickLimited(ctx, tx, queue, want, flow, own, running, total)
+	return s.pickLimited(ctx, tx, queue, want, flow, own, running, total, false)
 }
 
 // checkFair refuses key limits on a queue fair by a label and, when

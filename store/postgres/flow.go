@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -405,12 +406,12 @@ func (s *Store) claimExclusive(ctx context.Context, conn *pgx.Conn, queue string
 	b.Queue("BEGIN")
 	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, s.channel+"/flow/"+queue)
 	b.Queue(noSeqScanSQL)
-	// The queue's ready rows and leases (shared and keyed claims take
-	// tasks through them) become ordinary rows: the pick reads those, and
-	// the counts below count running rows. Each task is moved once, so
-	// this costs one more write per task at most, and nothing when the
-	// queue has neither.
-	s.queueSettleQueue(b, queue)
+	// The queue's leases and first ready rows (shared and keyed claims
+	// take tasks through them) become ordinary rows: the counts below
+	// count running rows, and the pick reads ordinary ones at the head.
+	// Each task is moved once, so this costs one more write per task at
+	// most, and nothing when the queue has neither.
+	s.queueSettleHead(b, queue, 4*want+16)
 	b.Queue(s.q(`SELECT paused, max_running, key_limit, fair_by, fair_now, rate_per_second, rate_burst
 FROM {s}.queues WHERE name = $1`), queue)
 	b.Queue(s.q(`SELECT key, lim, weight FROM {s}.queue_keys WHERE queue = $1 AND (lim > 0 OR weight > 0)`), queue)
@@ -425,6 +426,11 @@ FROM {s}.queues WHERE name = $1`), queue)
 			br.Close()
 			return nil, err
 		}
+	}
+	var readyLeft bool // ready rows past the head remain
+	if err := br.QueryRow().Scan(&readyLeft); err != nil {
+		br.Close()
+		return nil, err
 	}
 	var (
 		paused                        bool
@@ -496,7 +502,7 @@ FROM {s}.queues WHERE name = $1`), queue)
 	case flow.FairBy != "":
 		ids = s.pickFair(ctx, conn, queue, pick, flow, own, running, total, fairNow)
 	default:
-		ids = s.pickLimited(ctx, conn, queue, pick, flow, own, running, total)
+		ids = s.pickLimited(ctx, conn, queue, pick, flow, own, running, total, readyLeft)
 	}
 	if ids.err != nil {
 		return nil, ids.err
@@ -504,6 +510,10 @@ FROM {s}.queues WHERE name = $1`), queue)
 	fb := ids.writes
 	if fb == nil {
 		fb = &pgx.Batch{}
+	}
+	if len(ids.ids) > 0 && !fast {
+		// Tasks it found by key past the head may be in ready rows.
+		s.queueDetach(fb, ids.ids)
 	}
 	if n := len(ids.ids); (fast || n > 0) && countLimited(flow, own) {
 		if fast {
@@ -659,7 +669,7 @@ type picked struct {
 // long the backlog, and a task without a key behind a backlog of n
 // held-back tasks waits at most n / pickChunk picks.
 func (s *Store) pickLimited(ctx context.Context, tx flowQuerier, queue string, want int, flow norn.QueueFlow,
-	own map[string]*norn.KeySettings, running map[string]int64, total int64) picked {
+	own map[string]*norn.KeySettings, running map[string]int64, total int64, readyLeft bool) picked {
 	if flow.MaxRunning > 0 {
 		want = int(min(int64(want), max(int64(flow.MaxRunning)-total, 0)))
 	}
@@ -680,13 +690,16 @@ WHERE status = 'ready' AND ready_batch IS NULL AND queue = $1 ORDER BY priority 
 	for _, c := range head {
 		p.offer(c)
 	}
-	if p.full() || len(head) < first {
+	if p.full() || len(head) < first && !readyLeft {
 		return picked{ids: p.taken}
 	}
 	// One round trip for the rest (the claim holds the queue's gate):
-	// the next pickHead tasks, each key's first tasks past the head, and
-	// the next chunk for tasks without a key.
-	last := head[len(head)-1]
+	// the next pickHead tasks, each key's first tasks past the head (in
+	// ready rows or not), and the next chunk for tasks without a key.
+	last := readyCand{priority: math.MaxInt64}
+	if len(head) > 0 {
+		last = head[len(head)-1]
+	}
 	b := &pgx.Batch{}
 	b.Queue(s.pastSQL(), queue, last.priority, last.readyAt, last.id, pickHead)
 	rooms, def, err := p.rooms()
@@ -845,7 +858,7 @@ func (s *Store) pastHeadSQL() string {
 	return s.q(`WITH RECURSIVE ` + readyKeysCTE("concurrency_key") + `,
 kr AS MATERIALIZED (SELECT k.key, coalesce(($5::jsonb ->> k.key)::bigint, $6::bigint) AS room FROM k WHERE k.key IS NOT NULL)
 SELECT c.id, kr.key, c.priority, c.ready_at FROM kr CROSS JOIN LATERAL (` + afterSQL(`SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t`,
-		`t.queue = $1 AND t.status = 'ready' AND t.ready_batch IS NULL AND t.concurrency_key IS NOT NULL AND t.concurrency_key = kr.key`, `kr.room`) + `) c
+		`t.queue = $1 AND t.status = 'ready' AND t.concurrency_key IS NOT NULL AND t.concurrency_key = kr.key`, `kr.room`) + `) c
 WHERE kr.room > 0`)
 }
 

@@ -17,6 +17,9 @@ WITH r AS (DELETE FROM {{schema}}.ready x USING {{schema}}.queues q
     WHERE q.name = x.queue AND (q.flow_limited OR x.keys IS NOT NULL) RETURNING x.rid, x.ids)
 UPDATE {{schema}}.tasks t SET ready_batch = NULL FROM r, unnest(r.ids) u(id)
 WHERE t.id = u.id AND t.ready_batch = r.rid;
+DROP INDEX {{schema}}.tasks_key_ready;
+CREATE INDEX tasks_key_ready ON {{schema}}.tasks (queue, concurrency_key, priority DESC, ready_at, id)
+    WHERE status = 'ready' AND ready_batch IS NULL AND concurrency_key IS NOT NULL;
 DROP INDEX {{schema}}.leases_queue;
 ALTER TABLE {{schema}}.leases DROP COLUMN keys;
 ALTER TABLE {{schema}}.leases DROP COLUMN kmax;

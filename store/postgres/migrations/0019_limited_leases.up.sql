@@ -15,3 +15,12 @@ ALTER TABLE {{schema}}.leases ADD COLUMN keys text[] COLLATE "C";
 ALTER TABLE {{schema}}.leases ADD COLUMN kmax integer;
 -- The flow paths count and settle a queue's leases.
 CREATE INDEX leases_queue ON {{schema}}.leases (queue);
+-- The exclusive flow path reaches each key's first ready tasks through
+-- tasks_key_ready, whichever form they are stored in (it settles the
+-- queue's leases first, so a batched task it finds there is in a ready
+-- row): a held-back key's backlog in ready rows must not hide the keys
+-- behind it, nor must making the whole backlog ordinary rows first stall
+-- the queue's claims.
+DROP INDEX {{schema}}.tasks_key_ready;
+CREATE INDEX tasks_key_ready ON {{schema}}.tasks (queue, concurrency_key, priority DESC, ready_at, id)
+    WHERE status = 'ready' AND concurrency_key IS NOT NULL;
