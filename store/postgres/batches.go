@@ -385,9 +385,20 @@ func (s *Store) settleQueue(ctx context.Context, q querier, queue string) error 
 // rewritten.
 func (s *Store) queueSettleHead(b *pgx.Batch, queue string, n int) {
 	b.Queue(s.q(settleSQL(`k AS (SELECT l.id FROM {s}.leases l WHERE l.queue = $1 ORDER BY l.id FOR UPDATE)`)), queue)
-	b.Queue(s.q(`WITH p AS (SELECT h.rid FROM (SELECT b.rid, coalesce(sum(cardinality(b.ids)) OVER (ORDER BY b.priority DESC, b.ready_at,
-	b.first_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before FROM (SELECT * FROM {s}.ready
-	WHERE queue = $1 ORDER BY priority DESC, ready_at, first_id LIMIT $2) b) h WHERE h.before < $2),
+	// The rows are read one at a time in claim order until they cover n
+	// tasks: reading n rows to sum their sizes read (and decompressed)
+	// hundreds of rows of a thousand ids each per claim behind a large
+	// backlog.
+	const next = `SELECT b.rid, b.priority, b.ready_at, b.first_id, b.ids FROM {s}.ready b WHERE b.queue = $1 AND `
+	const order = ` ORDER BY b.priority DESC, b.ready_at, b.first_id LIMIT 1`
+	b.Queue(s.q(`WITH RECURSIVE p AS (
+	(SELECT b.rid, b.priority, b.ready_at, b.first_id, cardinality(b.ids)::bigint AS total FROM {s}.ready b
+		WHERE b.queue = $1`+order+`)
+	UNION ALL
+	SELECT x.rid, x.priority, x.ready_at, x.first_id, p.total + cardinality(x.ids) FROM p CROSS JOIN LATERAL (
+		SELECT u.* FROM ((`+next+`b.priority = p.priority AND (b.ready_at, b.first_id) > (p.ready_at, p.first_id)`+order+`)
+		UNION ALL (`+next+`b.priority < p.priority`+order+`)) u LIMIT 1) x
+	WHERE p.total < $2),
 r AS (DELETE FROM {s}.ready x WHERE x.rid IN (SELECT rid FROM p) RETURNING x.rid, x.ids)
 UPDATE {s}.tasks t SET ready_batch = NULL FROM r, unnest(r.ids) u(id) WHERE t.id = u.id AND t.ready_batch = r.rid`), queue, n)
 	b.Queue(s.q(`SELECT EXISTS (SELECT 1 FROM {s}.ready WHERE queue = $1)`), queue)
