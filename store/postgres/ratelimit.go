@@ -437,6 +437,9 @@ func (s *Store) takeTokens(ctx context.Context, conn *pgx.Conn, queue string, wa
 // tokenEpsilon is norn's: a bucket this close to a whole token holds it.
 const tokenEpsilon = 1e-9
 
+// tokenEpsilonSQL is tokenEpsilon as an SQL literal.
+var tokenEpsilonSQL = strconv.FormatFloat(tokenEpsilon, 'g', -1, 64)
+
 // claimRated claims up to want tasks of a rate-limited queue that is not
 // fair and not paused: it takes the tokens first, then claims up to what
 // it got on the shared path, so claims of the queue run concurrently on
@@ -526,7 +529,7 @@ q AS (SELECT rate_per_second, ` + bucketBurstSQL + `::float8 AS burst FROM {s}.q
 c0 AS (SELECT coalesce($3::timestamptz, clock_timestamp()) AS now),
 f AS (SELECT greatest(b0.at, c0.now) AS at, least(b0.tokens + greatest(extract(epoch FROM c0.now - b0.at)::float8, 0)
 	* q.rate_per_second, q.burst) AS r FROM b0, q, c0),
-tk AS (SELECT coalesce((SELECT least($2, CASE WHEN f.r <= 0 THEN 0 ELSE floor(f.r + ` + strconv.FormatFloat(tokenEpsilon, 'g', -1, 64) + `) END)::int FROM f), 0) AS g),
+tk AS (SELECT coalesce((SELECT least($2, CASE WHEN f.r <= 0 THEN 0 ELSE floor(f.r + ` + tokenEpsilonSQL + `) END)::int FROM f), 0) AS g),
 n AS (SELECT f.at AS now, 'ready'::text AS ready FROM f),`
 
 // ratedLeaseSQL is the plain lease claim (buildLeaseClaimSQL) of a
@@ -551,9 +554,8 @@ func (s *Store) buildRatedLeaseSQL() string {
 	if !strings.Contains(sql, tail) {
 		panic("ratedLeaseSQL: the lease claim no longer ends as assignSQL does")
 	}
-	eps := strconv.FormatFloat(tokenEpsilon, 'g', -1, 64)
 	return strings.Replace(sql, tail, s.q(`, bu AS (UPDATE {s}.queue_buckets x SET at = f.at,
-	tokens = CASE WHEN k.n > 0 AND f.r - k.n < `+eps+` THEN 0 ELSE f.r - k.n END
+	tokens = CASE WHEN k.n > 0 AND f.r - k.n < `+tokenEpsilonSQL+` THEN 0 ELSE f.r - k.n END
 	FROM f, (SELECT count(*) AS n FROM pick) k WHERE x.queue = $1),
 rm AS (SELECT set_config('norn.rated_g', (SELECT tk.g FROM tk)::text, true) AS v)
 `)+tail+" AND (SELECT count(*) FROM rm) >= 0", 1)
