@@ -1,0 +1,64 @@
+package norn
+
+import (
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// Validate checks one lease operation, the same way whoever receives it:
+// the server before a batch reaches a store, and each store for callers that
+// embed it. Errors name the field without a batch prefix.
+func (op *LeaseOp) Validate() error {
+	switch op.Op {
+	case OpHeartbeat, OpComplete, OpFail, OpAbort, OpYield, OpSnooze:
+	case "":
+		return Invalid("op", "is required")
+	default:
+		return Invalid("op", "must be heartbeat, complete, fail, abort, yield or snooze, got %q", truncOp(string(op.Op)))
+	}
+	if err := op.LeaseRef.Validate(); err != nil {
+		return err
+	}
+	if op.Progress != nil {
+		if err := ValidateProgress("progress", *op.Progress); err != nil {
+			return err
+		}
+	}
+	if op.Extend < 0 {
+		return Invalid("extend", "must not be negative")
+	}
+	switch op.Op {
+	case OpComplete:
+		return ValidateJSON("result", op.Result, MaxResultBytes)
+	case OpFail, OpAbort:
+		if op.Error == nil {
+			return Invalid("error", "%s needs an error", op.Op)
+		}
+		return ValidateErrorInfo("error", *op.Error)
+	case OpSnooze:
+		return op.Snooze.Validate()
+	}
+	return nil
+}
+
+// truncOp keeps an unknown op name short enough to echo in an error.
+func truncOp(s string) string {
+	const max = 40
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s…", s[:cut])
+}
+
+// AfterYield decides what Yield does to a running task at now: ready at
+// once, its run_at moved to now so that it queues behind tasks that were
+// already waiting at its priority. The caller gives the attempt back
+// (Attempts - 1) and keeps the lease number, as for a snooze.
+func AfterYield(now time.Time) Outcome {
+	return Outcome{Status: StatusReady, RunAt: now, History: TaskYield}
+}
