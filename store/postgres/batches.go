@@ -106,9 +106,6 @@ func (r *readyRows) add(o *readyRows) {
 // rows, at the price of one more write per task.) Fair claims read
 // ordinary rows only.
 func (s *Store) batchReady(ctx context.Context, q querier, p *submitPlan) (*readyRows, error) {
-	if !s.cfg.readyBatches {
-		return nil, nil
-	}
 	type group struct {
 		queue    string
 		priority uint32

@@ -154,30 +154,20 @@ func (s *Store) flushCompletions(batch []*completeReq) {
 			return err
 		}
 		leased := map[int64]int32{}
-		if s.cfg.readyBatches {
-			rows, err := br.Query()
-			if err != nil {
-				return err
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		var id string
+		var lid *int64
+		if _, err := pgx.ForEachRow(rows, []any{&id, &lid}, func() error {
+			got[id] = true
+			if lid != nil {
+				leased[*lid]++
 			}
-			var id string
-			var lid *int64
-			if _, err := pgx.ForEachRow(rows, []any{&id, &lid}, func() error {
-				got[id] = true
-				if lid != nil {
-					leased[*lid]++
-				}
-				return nil
-			}); err != nil {
-				return err
-			}
-		} else {
-			done, err := scanIDs(br)
-			if err != nil {
-				return err
-			}
-			for _, id := range done {
-				got[id] = true
-			}
+			return nil
+		}); err != nil {
+			return err
 		}
 		rel, err := scanReleased(br)
 		if err != nil {

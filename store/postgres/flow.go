@@ -29,8 +29,8 @@ import (
 //     every count limit (the queue's max_running, key_limit and every
 //     key's own limit). Shared claims run concurrently, and none waits
 //     for another's commit.
-//     A rate-limited queue's claim takes its tokens first, in a statement
-//     of its own (claimRated), and claims on the shared path up to them.
+//     A rate-limited queue's claim takes its tokens inside the claim
+//     statement (claimRated, ratelimit.go).
 //   - The exclusive path, near a limit or for a fair or paused queue: the
 //     gate in exclusive mode (waiting for every shared
 //     claim to commit and keeping new ones out), then the running count
@@ -68,7 +68,7 @@ const flowSlots = 8
 type flowState struct {
 	mu        sync.Mutex
 	exclusive map[string]time.Time // queue → until when its claims go straight to the exclusive path
-	rated     map[string]time.Time // queue → until when its claims take tokens first (claimRated)
+	rated     map[string]time.Time // queue → until when its claims go straight to claimRated
 	keyed     map[string]time.Time // queue → until when its claims go straight to the keyed path (keyed.go)
 	narrow    map[string]time.Time // queue → until when its keyed claims read at most keyedNarrow candidates (keyed.go)
 	// queue → the key buckets its keyed claims hold exclusively (keyed.go)
@@ -85,7 +85,7 @@ type flowState struct {
 	// The exclusive path's claim of the first ready tasks; the shared
 	// path's claim, and from a claim hint; the keyed path's, and from a
 	// hint (buildFlowSQL).
-	claimFirstSQL, claimSQL, claimFromSQL, leaseSQL, ratedLeaseSQL, keyedSQL, keyedFromSQL string
+	claimFirstSQL, leaseSQL, ratedLeaseSQL, keyedSQL, keyedFromSQL string
 	// Claims that took each path (tests).
 	sharedClaims, exclusiveClaims, keyedClaims atomic.Int64
 	// Keyed claims that admitted tasks holding every bucket shared (tests).
@@ -164,7 +164,7 @@ func (f *flowState) skipShared(queue string) bool { return f.known(&f.exclusive,
 func (f *flowState) ruleOut(queue string) { f.mark(&f.exclusive, queue, true) }
 
 // knownRated reports whether queue was found rate limited less than
-// staticRecheck ago, so its claims take their tokens first. Stale is
+// staticRecheck ago, so its claims go straight to claimRated. Stale is
 // harmless both ways: the verdict tells an untaken claim of a rated queue
 // (sharedRated), and claimRated of a queue without a rate limit finds no
 // bucket to take from and falls back to the exclusive path.
@@ -253,85 +253,52 @@ const sharedLockSQL = `SELECT ` + verdictGUCs + `, CASE WHEN pg_advisory_xact_lo
 	(SELECT CASE WHEN pg_advisory_xact_lock(hashtext($2), pg_backend_pid() % $3) IS NULL THEN NULL ELSE pg_backend_pid() % $3 END))::text, true) END`
 
 // claimShared tries the shared path in one round trip: the locks, the
-// verdict and the claim (which claims nothing unless the verdict is ok),
-// in one implicit transaction, so the locks are held until it commits.
-// tokensAt: the claim took its tokens then (claimRated), its time.
-func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64, tokensAt *time.Time) ([]*norn.Task, string, error) {
+// verdict and the lease claim (which claims nothing unless the verdict is
+// ok), in one implicit transaction, so the locks are held until it
+// commits.
+func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, string, error) {
 	slots, cap := s.flow.margins()
 	s.flow.sqlOnce.Do(s.buildFlowSQL)
+	// The plain claim with ready rows, on the verdict's condition
+	// (claimQueue has why the rows it locks adapt).
+	readyRows := s.readyRows.get(queue)
 	b := &pgx.Batch{}
 	b.Queue(sharedLockSQL, s.channel+"/flow/"+queue, s.channel+"/flowslot/"+queue, slots)
-	b.Queue(s.q(sharedVerdictSQL), queue, slots*cap, tokensAt != nil, int64(min(want, cap)))
-	var now any = s.clockNow()
-	if tokensAt != nil {
-		now = *tokensAt
-	}
-	// The plain claim's hint (claimhint.go): where the queue's ready tasks
-	// start, past the claim index's dead entries.
-	gen := s.wake.wait()
-	sql, args := s.flow.claimSQL, []any{queue, min(want, cap), now, worker, timeout, s.cfg.HistoryLimit}
-	readyRows := 0
-	if s.cfg.readyBatches && tokensAt == nil {
-		// The plain claim with ready rows, on the verdict's condition
-		// (claimQueue has why the rows it locks adapt).
-		readyRows = s.readyRows.get(queue)
-		sql, args = s.flow.leaseSQL, append(args, readyRows)
-	} else if s.listening.Load() {
-		if h, ok := s.hints.get(queue, gen, time.Now()); ok {
-			sql, args = s.flow.claimFromSQL, append(args, h.priority, h.readyAt, h.id)
-		}
-	}
-	b.Queue(sql, args...)
-	br := conn.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
+	verdictQ := b.Queue(s.q(sharedVerdictSQL), queue, slots*cap, false, int64(min(want, cap)))
+	claimQ := b.Queue(s.flow.leaseSQL, queue, min(want, cap), s.clockNow(), worker, timeout, s.cfg.HistoryLimit, readyRows)
+	var (
+		verdict string
+		counted bool
+		out     []*norn.Task
+	)
+	verdictQ.QueryRow(func(row pgx.Row) (err error) {
+		verdict, counted, err = scanVerdict(row)
+		return err
+	})
+	claimQ.Query(func(rows pgx.Rows) (err error) {
+		// In claim order (the lease claim's rows come in no order).
+		out, _, err = collectClaimed(rows)
+		return err
+	})
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, "", err
 	}
-	verdict, counted, err := scanVerdict(br.QueryRow())
-	if err != nil {
-		return nil, "", err
+	// A claim that came back short may have locked too few rows; the next
+	// one locks more.
+	if len(out) < min(want, cap) && verdict == sharedOK {
+		readyRows = min(readyRows*4, maxReadyRows)
 	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, "", err
-	}
-	// In claim order (the lease claim's rows come in no order).
-	out, first, err := collectClaimed(rows)
-	if err != nil {
-		return nil, "", err
-	}
-	if readyRows > 0 {
-		// A claim that came back short may have locked too few rows; the
-		// next one locks more.
-		if len(out) < min(want, cap) && verdict == sharedOK {
-			readyRows = min(readyRows*4, maxReadyRows)
-		}
-		s.readyRows.set(queue, readyRows, len(out) == min(want, cap))
-	} else if first != nil {
-		s.setHint(queue, gen, first)
-	}
+	s.readyRows.set(queue, readyRows, len(out) == min(want, cap))
 	if counted {
 		s.flow.counts.Add(1)
 	}
-	return out, verdict, br.Close()
+	return out, verdict, nil
 }
 
-// buildFlowSQL builds the claims of the two paths: the shared one's, the
-// plain claim on the condition the verdict set; the exclusive one's of
-// the first ready tasks.
+// buildFlowSQL builds the claims of the flow paths: the shared one's, the
+// plain lease claim on the condition the verdict set (and its rate-limited
+// form); the exclusive one's of the first ready tasks; the keyed ones.
 func (s *Store) buildFlowSQL() {
-	s.flow.claimSQL = s.buildAssignSQL(`c AS (SELECT t.id FROM {s}.tasks t
-	WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1 AND current_setting('norn.flow_shared', true) = 'ok'
-	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`)
-	// From a claim hint, as buildClaimFromSQL.
-	head := `SELECT t.id FROM {s}.tasks t WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1 AND `
-	tail := `
-	AND current_setting('norn.flow_shared', true) = 'ok'
-	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED`
-	s.flow.claimFromSQL = s.buildAssignSQL(`c AS (SELECT u.id FROM (
-	SELECT a.id FROM (` + head + `t.priority = $7 AND (t.ready_at, t.id) >= ($8::timestamptz, $9::text)` + tail + `) a
-	UNION ALL
-	SELECT b.id FROM (` + head + `t.priority < $7` + tail + `) b) u LIMIT $2)`)
 	s.flow.leaseSQL = s.buildLeaseClaimSQL(`current_setting('norn.flow_shared', true) = 'ok'`)
 	s.flow.ratedLeaseSQL = s.buildRatedLeaseSQL()
 	s.flow.claimFirstSQL = s.buildAssignKeyedSQL(`c AS (SELECT t.id FROM {s}.tasks t
@@ -354,7 +321,7 @@ func (s *Store) claimLimited(ctx context.Context, conn *pgx.Conn, queue string, 
 			var out []*norn.Task
 			if !s.flow.known(&s.flow.keyed, queue) {
 				var err error
-				if out, verdict, err = s.claimShared(ctx, conn, queue, want, worker, timeout, nil); err != nil {
+				if out, verdict, err = s.claimShared(ctx, conn, queue, want, worker, timeout); err != nil {
 					return nil, err
 				}
 			}

@@ -19,15 +19,12 @@ import (
 // row = full) and time is the database's (one clock, so nodes with skewed
 // clocks cannot refill it early). Where the queue would otherwise take the
 // shared path (not fair, not paused, count limits far), a claim takes its
-// tokens in a statement of its own (takeTokensSQL: refill by the elapsed
-// time, capped at the burst, take at most the whole tokens; the row is
-// locked only for that statement), claims up to what it got on the shared
-// path, and gives back what it did not use (giveBackSQL). Each token is
-// taken by one atomic update, so no two claims spend it, on any node; a
-// claim that dies between the take and the give-back loses its unused
-// tokens: it under-admits, never over-admits. Elsewhere (fair or paused
-// queues, a count limit near) the exclusive path reads and writes the
-// bucket under the gate.
+// tokens inside its lease claim (ratedLeaseSQL): the statement locks the
+// bucket's row, refills it by the elapsed time (capped at the burst),
+// claims at most the whole tokens it holds and takes exactly what it
+// claimed, so no two claims spend a token, on any node, and none takes a
+// token it does not use. Elsewhere (fair or paused queues, a count limit
+// near) the exclusive path reads and writes the bucket under the gate.
 //
 // A long-polling claim that a rate limit left short would otherwise sleep
 // until a notification or PollInterval; the node arms one timer per queue
@@ -35,14 +32,12 @@ import (
 // claimers as there are tokens (tokenDue), not all of them.
 
 // bucketSQL reads the bucket and the time the claim uses ($2: injected
-// clock), in the claim's batch after the advisory lock. It locks the
-// bucket's row to the claim's commit: the gate holds off other claims of
-// the queue, but not the takes of claimRated (statements of their own,
-// before their claim takes the gate), and the exclusive claim writes the
-// bucket back as it read it less what it took: a take committed in
-// between would be overwritten, its tokens spent twice. bucketInitSQL
-// stores a rate-limited queue's bucket first (full, as no row means), so
-// there is a row to lock.
+// clock), in the claim's batch after the advisory lock. The exclusive gate
+// already holds off every other claim of the queue; the row lock (held to
+// the claim's commit) keeps the bucket's read-modify-write safe on its own,
+// as the rate-limited lease claim's is. bucketInitSQL stores a
+// rate-limited queue's bucket first (full, as no row means), so there is a
+// row to lock.
 var bucketSQL = `SELECT n.now, b.tokens, b.at FROM (SELECT coalesce($2::timestamptz, clock_timestamp()) AS now) n
 LEFT JOIN LATERAL (SELECT tokens, at FROM {s}.queue_buckets WHERE queue = $1 FOR UPDATE) b ON true`
 
@@ -350,177 +345,17 @@ LEFT JOIN {s}.queue_buckets b ON b.queue = q.name`), names, s.clockNow())
 var bucketBurstSQL = `(CASE WHEN rate_burst > 0 THEN rate_burst ELSE least(ceil(rate_per_second), ` +
 	strconv.Itoa(norn.MaxRateBurst) + `) END)::int`
 
-// takeTokensSQL takes up to $3 tokens from a queue's stored bucket at $2
-// (injected clock) or the database's time, as norn.RateLimit.Take does ($4:
-// its epsilon), and returns how many it took, the bucket after, the time
-// and the rate limit. It commits without waiting for its WAL to be flushed
-// (synchronous_commit off for this transaction): a claim that spends the
-// tokens commits after it, and its own flush covers every WAL record
-// before its commit, this take's included; a take lost in a crash was
-// spent by no durable claim, and takes after it are lost with it, so the
-// bucket only ever rolls back to a state no durable claim went past. The subquery locks the row, so a concurrent take
-// refills and takes from what the previous one left. No row: no stored
-// bucket (takeFirstTokensSQL) or no rate limit.
-var takeTokensSQL = `UPDATE {s}.queue_buckets b SET tokens = c.tokens, at = f.at
-FROM (SELECT tokens, at FROM {s}.queue_buckets WHERE queue = $1 FOR UPDATE) o,
-	(SELECT coalesce($2::timestamptz, clock_timestamp()) AS now) n,
-	(SELECT rate_per_second, rate_burst, ` + bucketBurstSQL + `::float8 AS burst FROM {s}.queues
-		WHERE name = $1 AND rate_per_second > 0) q,
-	LATERAL (SELECT least(o.tokens + greatest(extract(epoch FROM n.now - o.at)::float8, 0) * q.rate_per_second,
-		q.burst) AS r, greatest(o.at, n.now) AS at) f,
-	LATERAL (SELECT least($3, CASE WHEN f.r <= 0 THEN 0 ELSE floor(f.r + $4) END)::int AS g) t,
-	LATERAL (SELECT CASE WHEN t.g > 0 AND f.r - t.g < $4 THEN 0 ELSE f.r - t.g END AS tokens) c
-WHERE b.queue = $1
-RETURNING t.g, b.tokens, b.at, q.rate_per_second, q.rate_burst, f.at, set_config('synchronous_commit', 'off', true)`
-
-// takeFirstTokensSQL takes up to $3 tokens from a full bucket, storing it:
-// the queue has no bucket row yet. No row: another claim stored one first
-// (take again), or no rate limit.
-var takeFirstTokensSQL = `WITH n AS (SELECT coalesce($2::timestamptz, clock_timestamp()) AS now),
-q AS (SELECT rate_per_second, rate_burst, ` + bucketBurstSQL + ` AS burst FROM {s}.queues WHERE name = $1 AND rate_per_second > 0),
-ins AS (INSERT INTO {s}.queue_buckets (queue, tokens, at) SELECT $1, (q.burst - least($3, q.burst))::float8, n.now FROM q, n
-	ON CONFLICT (queue) DO NOTHING RETURNING tokens, at)
-SELECT least($3, q.burst), ins.tokens, ins.at, q.rate_per_second, q.rate_burst, n.now FROM ins, q, n`
-
-// giveBackSQL returns $2 unused tokens of a take at bucket time $4 to a
-// queue's bucket, capped at its burst $3, if the bucket has not refilled
-// since (its time is still the take's); else it gives back none. Had the
-// take got $2 fewer, the refill since might have carried the bucket past
-// its burst and lost those tokens to the cap (give-backs of other claims
-// raise the level too, so how many is not known): giving them back
-// whatever happened let claims exceed burst + rate × window (a take, a
-// refill to the cap, the give-back, a take of those tokens at the same
-// time). Without a refill since, nothing was lost to the cap, and the
-// bucket is as if the take had got $2 fewer. What is not given back only
-// under-admits. Claims seldom come back short (claimRated).
-const giveBackSQL = `UPDATE {s}.queue_buckets SET tokens = least(tokens + CASE WHEN at = $4::timestamptz THEN $2 ELSE 0 END, $3)
-WHERE queue = $1 RETURNING tokens, at`
-
-// taken is what a take of tokens got.
-type taken struct {
-	n      int
-	bucket norn.Bucket // after the take
-	rl     norn.RateLimit
-	now    time.Time // the take's time, the claim's too: the bucket's (a
-	// take whose clock read is older than the bucket's spends tokens of the
-	// bucket's time, so its tasks must not count as claimed earlier)
-}
-
-// takeTokens takes up to want tokens of queue's bucket in a statement of
-// its own. ok false: the queue has no rate limit.
-func (s *Store) takeTokens(ctx context.Context, conn *pgx.Conn, queue string, want int) (tk taken, ok bool, err error) {
-	scan := func(sql string, args ...any) (bool, error) {
-		var burst int32
-		dest := []any{&tk.n, &tk.bucket.Tokens, &tk.bucket.At, &tk.rl.PerSecond, &burst, &tk.now}
-		if sql == takeTokensSQL {
-			dest = append(dest, new(string)) // set_config's result
-		}
-		err := conn.QueryRow(ctx, s.q(sql), append([]any{queue, s.clockNow(), want}, args...)...).Scan(dest...)
-		tk.rl.Burst = int(burst)
-		if err == pgx.ErrNoRows {
-			return false, nil
-		}
-		return err == nil, err
-	}
-	for range 2 {
-		if ok, err := scan(takeTokensSQL, tokenEpsilon); ok || err != nil {
-			return tk, ok, err
-		}
-		if ok, err := scan(takeFirstTokensSQL); ok || err != nil {
-			return tk, ok, err
-		}
-		// A bucket stored between the two statements: take from it.
-	}
-	return tk, false, nil
-}
-
 // tokenEpsilon is norn's: a bucket this close to a whole token holds it.
 const tokenEpsilon = 1e-9
 
 // tokenEpsilonSQL is tokenEpsilon as an SQL literal.
 var tokenEpsilonSQL = strconv.FormatFloat(tokenEpsilon, 'g', -1, 64)
 
-// claimRated claims up to want tasks of a rate-limited queue that is not
-// fair and not paused: it takes the tokens first, then claims up to what
-// it got on the shared path, so claims of the queue run concurrently on
-// every node, and gives back the tokens it did not use. done false: the
-// queue has no rate limit now, or the shared path is ruled out (a count
-// limit near, fair_by, paused); the caller claims on the exclusive path.
-func (s *Store) claimRated(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) (out []*norn.Task, done bool, err error) {
-	if s.cfg.readyBatches {
-		return s.claimRatedLeased(ctx, conn, queue, want, worker, timeout)
-	}
-	_, cap := s.flow.margins()
-	want = min(want, cap)
-	tk, ok, err := s.takeTokens(ctx, conn, queue, want)
-	if err != nil {
-		return nil, false, err
-	}
-	if !ok {
-		s.flow.markRated(queue, false)
-		return nil, false, nil
-	}
-	b := tk.bucket
-	if tk.n > 0 {
-		var verdict string
-		// An error leaves the tokens taken: they are lost, which only
-		// under-admits (the claim may have committed).
-		// The claim's time is the take's: tasks are admitted when their
-		// tokens were taken (one clock for both, as on the exclusive path).
-		out, verdict, err = s.claimShared(ctx, conn, queue, tk.n, worker, timeout, &tk.now)
-		if err != nil {
-			return nil, false, err
-		}
-		if verdict != sharedOK {
-			if verdict == sharedStatic || verdict == sharedKeyed {
-				// Small key limits with a rate limit: claims take their
-				// tokens and admit per key exactly, one at a time.
-				s.flow.ruleOut(queue)
-			}
-			_, err := s.giveBack(ctx, conn, queue, tk, tk.n)
-			return nil, false, err
-		}
-		s.flow.sharedClaims.Add(1)
-		if n := tk.n - len(out); n > 0 {
-			// The tasks are claimed: a failed give-back must not lose
-			// them, and only under-admits.
-			if nb, err := s.giveBack(ctx, conn, queue, tk, n); err == nil {
-				b = nb
-			} else {
-				s.cfg.Logger.Warn("norn: cannot give back unused rate-limit tokens", "queue", queue, "err", err)
-			}
-		}
-	}
-	if len(out) < want && len(out) == tk.n {
-		// Short by the rate limit: count what it held back.
-		var left int
-		if err := conn.QueryRow(ctx, s.q(leftSQL), queue, want-len(out)).Scan(&left); err != nil {
-			if len(out) > 0 {
-				return out, true, nil
-			}
-			return nil, true, err
-		}
-		s.noteHeld(queue, norn.QueueFlow{RateLimit: tk.rl}, b, want, len(out), left, -1, tk.n)
-	}
-	return out, true, nil
-}
-
-// giveBack returns n unused tokens of the take tk to queue's bucket (as
-// many as it may: giveBackSQL) and returns the bucket after.
-func (s *Store) giveBack(ctx context.Context, conn *pgx.Conn, queue string, tk taken, n int) (norn.Bucket, error) {
-	var b norn.Bucket
-	err := conn.QueryRow(ctx, s.q(giveBackSQL), queue, n, float64(tk.rl.Normalized().Burst), tk.bucket.At).Scan(&b.Tokens, &b.At)
-	if err == pgx.ErrNoRows {
-		err = nil
-	}
-	return b, err
-}
-
 // ratedLeaseN replaces the lease claim's first CTE (assignSQL's n) in
 // ratedLeaseSQL: the bucket, locked for the claim's transaction (b0), the
 // queue's rate (q), the bucket refilled to the claim's time (f: the
 // database's clock or $3, or the bucket's time if that is later, as
-// takeTokensSQL does), the tokens the claim may use (tk: up to $2, none
+// norn.RateLimit.Take does), the tokens the claim may use (tk: up to $2, none
 // without a bucket or unless the verdict is ok), and n with the bucket's
 // time as the claim's.
 var ratedLeaseN = `WITH b0 AS (SELECT x.tokens, x.at FROM {s}.queue_buckets x
@@ -539,9 +374,9 @@ n AS (SELECT f.at AS now, 'ready'::text AS ready FROM f),`
 // and notes how many it could have (norn.rated_g). The bucket's row stays
 // locked to the claim's commit, so rate-limited claims of a queue follow
 // one another through that one statement; none takes tokens it does not
-// use, so none gives any back (giveBackSQL has why a give-back after a
-// refill is unsound, and ready rows, one claim at a time each, would make
-// claims come back short all the time).
+// use, so none gives any back: a give-back after a refill is unsound (the
+// refill may have lost those tokens to the cap, and giving them back would
+// let claims exceed burst + rate × window).
 func (s *Store) buildRatedLeaseSQL() string {
 	sql := s.buildLeaseClaimSQL(`current_setting('norn.flow_shared', true) = 'ok'`)
 	const n = `WITH n AS (SELECT coalesce($3::timestamptz, clock_timestamp()) AS now, 'ready'::text AS ready),`
@@ -567,11 +402,13 @@ rm AS (SELECT set_config('norn.rated_g', (SELECT tk.g FROM tk)::text, true) AS v
 const ratedAfterSQL = `SELECT coalesce(nullif(current_setting('norn.rated_g', true), ''), '0')::int, b.tokens, b.at,
 	q.rate_per_second, q.rate_burst FROM {s}.queues q LEFT JOIN {s}.queue_buckets b ON b.queue = q.name WHERE q.name = $1`
 
-// claimRatedLeased is claimRated with ready batches: the shared path's
-// locks and verdict, then ratedLeaseSQL, in one round trip. done false:
+// claimRated claims up to want tasks of a rate-limited queue that is not
+// fair and not paused: the shared path's locks and verdict, then
+// ratedLeaseSQL, which takes the tokens in the claim, in one round trip,
+// so claims of the queue run concurrently on every node. done false:
 // the queue has no rate limit now, or the shared path is ruled out; the
 // caller claims on the exclusive path.
-func (s *Store) claimRatedLeased(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) (out []*norn.Task, done bool, err error) {
+func (s *Store) claimRated(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) (out []*norn.Task, done bool, err error) {
 	slots, cap := s.flow.margins()
 	want = min(want, cap)
 	s.flow.sqlOnce.Do(s.buildFlowSQL)

@@ -276,8 +276,8 @@ func micro(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 // hot statements, built once per store instead of on every call.
 type statements struct {
 	schema                                                             string
-	claim, claimFrom, claimIDs, complete, cas, release, cascade, delay string
-	leaseClaim                                                         string
+	claimIDs, complete, cas, release, cascade, delay string
+	leaseClaim                                       string
 	insert, insertConflict                                             string
 }
 
@@ -285,8 +285,7 @@ func newStatements(schema string) *statements { return &statements{schema: schem
 
 // build fills in the hot statements (they need the store's configuration).
 func (st *statements) build(s *Store) {
-	st.claim, st.complete, st.delay = s.buildClaimSQL(), s.buildCompleteSQL(), s.buildDelaySQL()
-	st.claimFrom = s.buildClaimFromSQL()
+	st.complete, st.delay = s.buildCompleteSQL(), s.buildDelaySQL()
 	st.leaseClaim = s.buildLeaseClaimSQL(plainLeaseGate)
 	// By primary key, one lookup per id. The status is compared with
 	// n.ready, a join column, not the literal: with the literal the

@@ -89,16 +89,10 @@ type Config struct {
 	// completionFlushes, when set (tests), replaces the number of merged
 	// completion statements run at once (completer.go).
 	completionFlushes int
-	// rowClaims, when set (tests), turns ready batches off (batches.go):
-	// submits write no ready rows, so every claim writes its tasks' rows.
-	rowClaims bool
-	// readyBatches is !rowClaims, set by withDefaults.
-	readyBatches bool
 }
 
 func (c *Config) withDefaults() (Config, error) {
 	o := *c
-	o.readyBatches = !o.rowClaims
 	if o.completionFlushes == 0 {
 		o.completionFlushes = completionFlushes
 	}

@@ -225,16 +225,7 @@ func (s *Store) flushSubmits(c *copyStream) {
 		if s.cfg.submitPause != nil {
 			s.cfg.submitPause(len(c.batch))
 		}
-		if s.cfg.readyBatches {
-			return s.flushBatched(conn, c)
-		}
-		err := s.copyRows(s.ctx, conn, c)
-		c.more = false
-		if err != nil {
-			return err
-		}
-		recs, events := c.recs()
-		return s.notifySubmitted(s.ctx, conn, recs, events)
+		return s.flushBatched(conn, c)
 	})
 	if err != nil && len(c.batch) > 1 && dataError(err) {
 		for _, r := range c.batch {

@@ -30,39 +30,6 @@ SELECT n.n, 'worker-' || n.n, $1, $2, n.now, n.now FROM n RETURNING id`),
 	return id, err
 }
 
-// claimSQL leases up to $2 ready tasks of queue $1 in claim order with one
-// statement: the partial index yields candidates, SKIP LOCKED lets
-// concurrent claimers take different ones, and the assignment (with its
-// history entry kept in the row), the worker's last-seen time and the
-// events are written together.
-func (s *Store) claimSQL() string { return s.sql.claim }
-
-// buildClaimSQL is the claim of a queue without flow limits. A paused
-// queue, and one with limits (claimed by claimLimited), yield nothing here.
-func (s *Store) buildClaimSQL() string {
-	return s.buildAssignSQLUnordered(`c AS (SELECT t.id FROM {s}.tasks t
-	WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1
-	AND NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = $1 AND (q.paused OR q.flow_limited))
-	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`)
-}
-
-// buildClaimFromSQL is buildClaimSQL starting at a claim hint ($7
-// priority, $8 ready time, $9 id; see claimHints): the tasks of that
-// priority from the hint on, then those of lower priorities. Each part
-// reads tasks_claim from its own start key, so neither steps over the
-// dead entries ahead of the hint; the second is read only if the first
-// yields fewer than $2.
-func (s *Store) buildClaimFromSQL() string {
-	head := `SELECT t.id FROM {s}.tasks t WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1 AND `
-	tail := `
-	AND NOT EXISTS (SELECT 1 FROM {s}.queues q WHERE q.name = $1 AND (q.paused OR q.flow_limited))
-	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED`
-	return s.buildAssignSQLUnordered(`c AS (SELECT u.id FROM (
-	SELECT a.id FROM (` + head + `t.priority = $7 AND (t.ready_at, t.id) >= ($8::timestamptz, $9::text)` + tail + `) a
-	UNION ALL
-	SELECT b.id FROM (` + head + `t.priority < $7` + tail + `) b) u LIMIT $2)`)
-}
-
 // buildAssignSQL assigns the tasks the CTE c selects ($3 now, $4 worker,
 // $5 lease length override, $6 history cap) and returns them in claim
 // order.
@@ -289,9 +256,6 @@ func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, wa
 	if s.knownLimited(queue) {
 		return s.claimLimited(ctx, conn, queue, want, worker, timeout)
 	}
-	if !s.cfg.readyBatches {
-		return s.claimPlain(ctx, conn, queue, want, worker, timeout, 0)
-	}
 	// A claim with ready rows locks a few of them only (locking more would
 	// leave concurrent claimers nothing to take): while it gets some but
 	// not all it wants, it takes again, locking more rows each time, and
@@ -324,16 +288,7 @@ func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, wa
 // rows it may lock).
 func (s *Store) claimPlain(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64, readyRows int) ([]*norn.Task, error) {
 	gen := s.wake.wait()
-	sql, args := s.claimSQL(), []any{queue, want, s.clockNow(), worker, timeout, s.cfg.HistoryLimit}
-	if s.cfg.readyBatches {
-		// Claim hints skip tasks_claim's dead entries; with ready rows,
-		// fresh tasks never enter it.
-		sql, args = s.sql.leaseClaim, append(args, readyRows)
-	} else if s.listening.Load() {
-		if h, ok := s.hints.get(queue, gen, time.Now()); ok {
-			sql, args = s.sql.claimFrom, append(args, h.priority, h.readyAt, h.id)
-		}
-	}
+	sql, args := s.sql.leaseClaim, []any{queue, want, s.clockNow(), worker, timeout, s.cfg.HistoryLimit, readyRows}
 	b := &pgx.Batch{}
 	b.Queue(plainGateSQL, s.channel+"/flow/"+queue)
 	b.Queue(sql, args...)
@@ -619,28 +574,13 @@ func completions(ops []norn.LeaseOp, todo []int) []int {
 // outer side of the join instead of looking the batch up by id.
 func (s *Store) completeSQL() string { return s.sql.complete }
 
-func (s *Store) buildCompleteSQL() string {
-	if s.cfg.readyBatches {
-		return s.buildLeaseCompleteSQL()
-	}
-	return s.q(`WITH n AS (SELECT coalesce($5::timestamptz, clock_timestamp()) AS now, 'running'::text AS running),
-upd AS (UPDATE {s}.tasks t SET status = 'completed', progress = 1, result = x.result, deadline = NULL,
-	ended_at = n.now, updated = n.now, version = t.version + 1, history_count = t.history_count + 1,
-	done_seq = t.history_count + 1
-	FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[]) AS x(id, lease, worker, result), n
-	WHERE t.id = x.id AND t.id = ANY ($1::text[]) AND t.status = n.running AND t.lease = x.lease AND t.owner = x.worker
-	RETURNING t.id, t.queue, t.status, t.version, t.history_count, 'TaskComplete'::text AS kind, t.updated AS time)` +
-		replaceHL(trimHistory, "$6") + s.eventsCTE("upd") + `
-SELECT id, (SELECT count(*) FROM nt) FROM upd`)
-}
-
-// buildLeaseCompleteSQL is completeSQL with ready batches on: a task
-// may also be running as a lease row's (still stored as ready), and then
+// buildCompleteSQL builds completeSQL. A task may also be running as a
+// lease row's (still stored as ready), and then
 // the completion writes the claim's part of the row as well (attempts,
 // the assignment kept in the row, owner and lease). It also returns the
 // lease row each such task was completed from (NULL for the others), for
 // countLeaseDone.
-func (s *Store) buildLeaseCompleteSQL() string {
+func (s *Store) buildCompleteSQL() string {
 	return s.q(`WITH n AS (SELECT coalesce($5::timestamptz, clock_timestamp()) AS now, 'running'::text AS running,
 	'ready'::text AS ready),
 lm AS (SELECT l.id AS lid, l.worker, l.created, u.id FROM {s}.leases l, unnest(l.ids) u(id) WHERE l.worker = ANY ($3::text[])),
