@@ -275,10 +275,10 @@ func micro(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 // statements holds the quoted schema the SQL is written against and the
 // hot statements, built once per store instead of on every call.
 type statements struct {
-	schema                                                             string
+	schema                                           string
 	claimIDs, complete, cas, release, cascade, delay string
 	leaseClaim                                       string
-	insert, insertConflict                                             string
+	insert, insertConflict                           string
 }
 
 func newStatements(schema string) *statements { return &statements{schema: schema} }
