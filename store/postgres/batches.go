@@ -13,11 +13,10 @@ import (
 	"github.com/nornq/norn"
 )
 
-// Ready batches and leases (migration 18, docs/postgres.md "Ready batches
-// and leases"). A task submitted by the merged COPY into a queue without
-// flow limits is also an id in one row of ready (one row per submitted
-// batch, queue and priority, ids in claim order), and names that row in
-// ready_batch. The plain claim takes ids from the head of ready rows and
+// Ready batches and leases (docs/internals/postgres-claims.md). A task
+// submitted by the merged COPY into a queue that is not fair is also an id
+// in one row of ready (one row per submitted batch, queue and priority,
+// ids in claim order), and names that row in ready_batch. The plain claim takes ids from the head of ready rows and
 // writes one lease row for what it took, not the task rows: while a lease
 // row names such a task its row still says ready. The fast completion
 // writes the task row once, from either form.

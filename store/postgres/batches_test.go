@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nornq/norn"
-	"github.com/nornq/norn/internal/pgtest"
 	"github.com/nornq/norn/store/storetest"
 )
 
@@ -537,56 +536,6 @@ func claimQ(t *testing.T, s *Store, n int, timeout time.Duration) []*norn.Task {
 	return got
 }
 
-func TestReadyBatchesMigrateDownAndUp(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	url, schema := pgtest.Schema(t)
-	open := func() *Store { return openMigrated(t, url, schema) }
-	s := open()
-	ids := submitN(t, s, 3, norn.NewTask{Queue: "q"})
-	got, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: 2})
-	if err != nil || len(got) != 2 {
-		t.Fatalf("claim %v, %v", got, err)
-	}
-	s.Close()
-	if _, err := Migrate(ctx, url, schema, 17); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	for i, id := range ids {
-		var st string
-		var owner *string
-		var lease, attempts int64
-		var deadline *time.Time
-		err := conn.QueryRow(ctx, `SELECT status, owner, lease, attempts, deadline FROM `+quoteIdent(schema)+`.tasks WHERE id = $1`, id).
-			Scan(&st, &owner, &lease, &attempts, &deadline)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i < 2 && (st != "running" || owner == nil || *owner != "w" || lease != 1 || attempts != 1 || deadline == nil ||
-			!deadline.Equal(got[i].Deadline)) {
-			t.Fatalf("leased task %s after migrating down: %s %v %d %d %v", id, st, owner, lease, attempts, deadline)
-		}
-		if i == 2 && (st != "ready" || lease != 0) {
-			t.Fatalf("batched ready task %s after migrating down: %s %d", id, st, lease)
-		}
-	}
-	s = open()
-	defer s.Close()
-	for _, tk := range got {
-		if err := s.Complete(ctx, norn.LeaseRef{TaskID: tk.ID, Worker: "w", Lease: 1}, nil); err != nil {
-			t.Fatalf("complete after migrating back up: %v", err)
-		}
-	}
-	if more, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: 5}); err != nil || len(more) != 1 || more[0].ID != ids[2] {
-		t.Fatalf("claim after migrating back up: %v, %v", more, err)
-	}
-}
-
 func TestReadyBatchesSmallRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -653,64 +602,5 @@ SELECT 'q', 'w' || i, now(), now(), ARRAY['x' || i], ARRAY[i::bigint] FROM gener
 	p := strings.Join(plan, "\n")
 	if !strings.Contains(p, "leases_batches") || strings.Contains(p, "Seq Scan on leases") {
 		t.Fatalf("the detach does not find lease rows through leases_batches:\n%s", p)
-	}
-}
-
-// TestLimitedLeasesMigrateDownTo18: schema 18 has no ready rows or leases
-// in queues with flow limits, so migration 19's down step settles them:
-// a leased task of a key-limited queue becomes a running row counted by
-// its key (running_key), its queue's ready task an ordinary one, and the
-// keyed claim of the binary at 18 would count them. An unlimited queue's
-// rows without keys stay.
-func TestLimitedLeasesMigrateDownTo18(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	url, schema := pgtest.Schema(t)
-	s := openMigrated(t, url, schema)
-	if _, err := s.UpdateQueue(ctx, "lq", norn.QueueUpdate{KeyLimit: ptrTo(5)}); err != nil {
-		t.Fatal(err)
-	}
-	lids := submitN(t, s, 2, norn.NewTask{Queue: "lq", ConcurrencyKey: "k"})
-	pids := submitN(t, s, 2, norn.NewTask{Queue: "pq"})
-	for _, q := range []string{"lq", "pq"} {
-		if got, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{q}, N: 1}); err != nil || len(got) != 1 {
-			t.Fatalf("claim of %s: %v, %v", q, got, err)
-		}
-	}
-	s.Close()
-	if _, err := Migrate(ctx, url, schema, 18); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	state := func(id string) (st string, rk *string, batch *int64) {
-		t.Helper()
-		if err := conn.QueryRow(ctx, `SELECT status, running_key, ready_batch FROM `+quoteIdent(schema)+`.tasks WHERE id = $1`, id).
-			Scan(&st, &rk, &batch); err != nil {
-			t.Fatal(err)
-		}
-		return st, rk, batch
-	}
-	if st, rk, b := state(lids[0]); st != "running" || rk == nil || *rk != "k" || b != nil {
-		t.Fatalf("the limited queue's leased task after migrating down: %s, running_key %v, ready_batch %v", st, rk, b)
-	}
-	if st, _, b := state(lids[1]); st != "ready" || b != nil {
-		t.Fatalf("the limited queue's ready task after migrating down: %s, ready_batch %v", st, b)
-	}
-	if st, _, b := state(pids[1]); st != "ready" || b == nil {
-		t.Fatalf("the unlimited queue's ready task after migrating down: %s, ready_batch %v (want still in its ready row)", st, b)
-	}
-	if _, err := Migrate(ctx, url, schema, -1); err != nil {
-		t.Fatal(err)
-	}
-	s = openMigrated(t, url, schema)
-	defer s.Close()
-	for _, q := range []string{"lq", "pq"} {
-		if got, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{q}, N: 5}); err != nil || len(got) != 1 {
-			t.Fatalf("claim of %s after migrating up again: %v, %v; want its one ready task", q, got, err)
-		}
 	}
 }

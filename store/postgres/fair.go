@@ -45,7 +45,7 @@ type fairKey struct {
 // (tasks_fair, tasks_key_ready): one probe per value, however many tasks
 // each has. Its last row is NULL.
 func readyKeysCTE(col string) string {
-	// tasks_key_ready holds the tasks of ready batches too (migration 19),
+	// tasks_key_ready holds the tasks of ready batches too,
 	// tasks_fair does not (a fair queue has none).
 	batch := " AND ready_batch IS NULL"
 	if col == "concurrency_key" {

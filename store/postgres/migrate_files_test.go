@@ -1,6 +1,8 @@
 package postgres
 
 import (
+	"crypto/sha256"
+	"fmt"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -43,5 +45,25 @@ func TestMigrationFiles(t *testing.T) {
 	}
 	if _, err := loadMigrations(); err != nil {
 		t.Fatalf("the shipped migrations: %v", err)
+	}
+}
+
+// released pins the files of every released migration: a released
+// migration is never edited or squashed (a database that applied it would
+// not get the change), so a schema change is always a new numbered file.
+var released = map[string]string{
+	"0001_baseline.up.sql":   "67bebe3df0be2507238a0405469211b424562924cf36659da6222fa3648a6e89",
+	"0001_baseline.down.sql": "56d519fb02eec24f7026fc20045868e73e0cb3ba8605468444b51d285a0339b8",
+}
+
+func TestReleasedMigrationsNeverChange(t *testing.T) {
+	for name, want := range released {
+		b, err := migrationFS.ReadFile("migrations/" + name)
+		if err != nil {
+			t.Fatalf("released migration %s: %v", name, err)
+		}
+		if got := fmt.Sprintf("%x", sha256.Sum256(b)); got != want {
+			t.Errorf("released migration %s changed (sha256 %s): add a new migration instead", name, got)
+		}
 	}
 }

@@ -1,1 +1,0 @@
-DROP INDEX IF EXISTS {{schema}}.tasks_key_ready;

@@ -1,1 +1,0 @@
-ALTER TABLE {{schema}}.event_subscribers DROP COLUMN IF EXISTS counts_only;
