@@ -315,3 +315,35 @@ func (s *Store) Vacuum(ctx context.Context) error {
 	_, err := s.pool.Exec(ctx, s.q("VACUUM {s}.tasks"))
 	return err
 }
+
+// queueKeys lists the keys of a queue that have their own settings or
+// running tasks, sorted.
+// A queue fair by a label counts its running tasks by the label's value.
+func (s *Store) queueKeys(ctx context.Context, conn *pgx.Conn, queue string, byLabel bool) ([]norn.KeyInfo, error) {
+	col := "concurrency_key"
+	if byLabel {
+		col = "nullif(fair_key, '')"
+	}
+	// Running tasks are running rows and, by concurrency key, tasks still
+	// in lease rows (batches.go; a fair queue has none).
+	leased := ""
+	if !byLabel {
+		leased = ` UNION ALL SELECT u.k, 1 FROM {s}.leases l, unnest(l.ids, l.keys) u(id, k), {s}.tasks t
+	WHERE l.queue = $1 AND l.keys IS NOT NULL AND u.k IS NOT NULL AND t.id = u.id AND t.status = 'ready' AND t.ready_batch IS NOT NULL`
+	}
+	rows, err := conn.Query(ctx, s.q(`SELECT key, coalesce(k.lim, 0), coalesce(k.weight, 0), coalesce(r.n, 0)
+FROM (SELECT key, lim, weight FROM {s}.queue_keys WHERE queue = $1) k
+FULL JOIN (SELECT key, count(*) AS n FROM (SELECT `+col+` AS key, 1 FROM {s}.tasks
+	WHERE queue = $1 AND status = 'running' AND `+col+` IS NOT NULL`+leased+`) z GROUP BY 1) r USING (key)
+ORDER BY key`), queue)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (norn.KeyInfo, error) {
+		var k norn.KeyInfo
+		var lim, weight int32
+		err := row.Scan(&k.Key, &lim, &weight, &k.Running)
+		k.Limit, k.Weight = int(lim), int(weight)
+		return k, err
+	})
+}

@@ -418,15 +418,6 @@ func (s *Store) claimKeyedOrExclusive(ctx context.Context, conn *pgx.Conn, queue
 	return claimedTasks(out), true, nil
 }
 
-// claimedTasks are the tasks of claimed rows (claimedRec).
-func claimedTasks(rs []*rec) []*norn.Task {
-	out := make([]*norn.Task, len(rs))
-	for i, r := range rs {
-		out[i], _ = claimedRec(r, nil)
-	}
-	return out
-}
-
 // tight is the mask of queue's buckets its keyed claims hold exclusively
 // (see the top of this file): those in which a claim held back a
 // candidate less than staticRecheck ago.
@@ -455,17 +446,4 @@ func (f *flowState) markTight(queue string, mask uint64) {
 type tightMark struct {
 	mask  uint64
 	until time.Time
-}
-
-// scanVerdict reads the verdict statement's row: the verdict, whether it
-// counted the running tasks, and the settings it made. No queues row:
-// nothing to claim here (static).
-func scanVerdict(row pgx.Row) (verdict string, counted bool, err error) {
-	verdict = sharedStatic
-	dest := make([]any, 3+strings.Count(claimSetupGUCs, "set_config("))
-	dest[0], dest[1] = &verdict, &counted // the settings' columns are skipped (nil)
-	if err := row.Scan(dest...); err != nil && err != pgx.ErrNoRows {
-		return "", false, err
-	}
-	return verdict, counted, nil
 }
