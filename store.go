@@ -474,6 +474,9 @@ type QueueInfo struct {
 	// RateTokens is, for a rate-limited queue, how many tokens its bucket
 	// holds now (fractional: it refills continuously).
 	RateTokens *float64 `json:"rate_tokens,omitempty"`
+	// ClaimPath is, for a queue read alone from a store with several claim
+	// paths, the path this node's next claim of it takes and why.
+	ClaimPath ClaimPath `json:"claim_path,omitzero"`
 }
 
 // QueueUpdate changes a queue. Nil fields are left alone.

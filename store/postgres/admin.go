@@ -117,7 +117,9 @@ func (s *Store) Queue(ctx context.Context, name string) (norn.QueueInfo, error) 
 	if len(qs) == 0 {
 		return norn.QueueInfo{Name: name, Counts: emptyCounts(), Defaults: norn.DefaultQueueDefaults()}, nil
 	}
-	return qs[0], nil
+	q := qs[0]
+	q.ClaimPath = s.claimPathOf(&q)
+	return q, nil
 }
 
 // UpdateQueue pauses or resumes a queue and changes its defaults.
@@ -133,7 +135,7 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 		// The flow gate, exclusively: a barrier between claims made under
 		// the old settings and claims made under the new ones. The shared
 		// and keyed paths' bounds hold only over claims that read the same
-		// limits (flow.go, keyed.go), so none may be in flight when they
+		// limits (claim_shared.go, claim_keyed.go), so none may be in flight when they
 		// change. Claims take the gate before they read the queue row; so
 		// does this, before its row lock.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, s.channel+"/flow/"+name); err != nil {
@@ -146,44 +148,10 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 		} else if err != pgx.ErrNoRows {
 			return err
 		}
-		wasPaused := d.paused
-		if u.Paused != nil {
-			d.paused = *u.Paused
-		}
-		if u.Timeout != nil {
-			d.Timeout = *u.Timeout
-		}
-		if u.Retry != nil {
-			r := *u.Retry
-			d.Retry = &r
-			if r == (norn.RetryPolicy{}) {
-				d.Retry = nil
-			}
-		}
-		if u.MaxAttempts != nil {
-			d.MaxAttempts = *u.MaxAttempts
-		}
-		if u.MaxRuntime != nil {
-			d.MaxRuntime = *u.MaxRuntime
-		}
-		if u.Retention != nil {
-			d.Retention = *u.Retention
-		}
-		wasFlow := d.flow
-		u.ApplyFlow(&d.flow)
-		for key, ks := range u.Keys {
-			if ks == nil {
-				_, err := tx.Exec(ctx, s.q(`DELETE FROM {s}.queue_keys WHERE queue = $1 AND key = $2`), name, key)
-				if err != nil {
-					return err
-				}
-				continue
-			}
-			_, err := tx.Exec(ctx, s.q(`INSERT INTO {s}.queue_keys (queue, key, lim, weight) VALUES ($1, $2, $3, $4)
-ON CONFLICT (queue, key) DO UPDATE SET lim = EXCLUDED.lim, weight = EXCLUDED.weight`), name, key, ks.Limit, ks.Weight)
-			if err != nil {
-				return err
-			}
+		wasPaused, wasFlow := d.paused, d.flow
+		applyQueueUpdate(&d, &u)
+		if err := s.writeKeySettings(ctx, tx, name, u.Keys); err != nil {
+			return err
 		}
 		if err := s.checkFair(ctx, tx, name, &u, wasFlow, d.flow); err != nil {
 			return err
@@ -212,35 +180,7 @@ ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, timeout_ns = EXCLUDED
 		if err != nil {
 			return err
 		}
-		// A fair queue is claimed by a path that reads ordinary task rows
-		// only: its ready rows and leases are settled (batches.go), under
-		// the gate, so none is in flight. The other limited paths take
-		// ready rows and count leased tasks as the plain claim left them.
-		var ordinary bool
-		if err := tx.QueryRow(ctx, s.q(`SELECT fair_by <> '' FROM {s}.queues WHERE name = $1`), name).Scan(&ordinary); err != nil {
-			return err
-		}
-		if ordinary {
-			if err := s.settleQueue(ctx, tx, name); err != nil {
-				return err
-			}
-		}
-		// With key limits, the keyed path may claim this queue next: it
-		// counts a key's running tasks by running_key, which plain and
-		// shared claims do not write. Under the gate no claim is in flight,
-		// so after this every running task of the queue with a key is
-		// counted (O(running tasks), in this transaction).
-		_, err = tx.Exec(ctx, s.q(`UPDATE {s}.tasks SET running_key = concurrency_key
-WHERE status = 'running' AND queue = $1 AND concurrency_key IS NOT NULL AND running_key IS NULL
-	AND ($2 > 0 OR EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0))`), name, d.flow.KeyLimit)
-		if err != nil {
-			return err
-		}
-		if wasFlow.RateLimited() && !d.flow.RateLimited() {
-			// The bucket goes with the limit: set again, it starts full.
-			_, err = tx.Exec(ctx, s.q(`DELETE FROM {s}.queue_buckets WHERE queue = $1`), name)
-		}
-		if err != nil {
+		if err := s.settleForFlow(ctx, tx, name, wasFlow, d.flow); err != nil {
 			return err
 		}
 		if resumed {
@@ -256,6 +196,82 @@ WHERE status = 'running' AND queue = $1 AND concurrency_key IS NOT NULL AND runn
 		s.wake.fire()
 	}
 	return s.Queue(ctx, name)
+}
+
+// applyQueueUpdate applies u's defaults and flow settings to d.
+func applyQueueUpdate(d *queueDefaults, u *norn.QueueUpdate) {
+	if u.Paused != nil {
+		d.paused = *u.Paused
+	}
+	if u.Timeout != nil {
+		d.Timeout = *u.Timeout
+	}
+	if u.Retry != nil {
+		r := *u.Retry
+		d.Retry = &r
+		if r == (norn.RetryPolicy{}) {
+			d.Retry = nil
+		}
+	}
+	if u.MaxAttempts != nil {
+		d.MaxAttempts = *u.MaxAttempts
+	}
+	if u.MaxRuntime != nil {
+		d.MaxRuntime = *u.MaxRuntime
+	}
+	if u.Retention != nil {
+		d.Retention = *u.Retention
+	}
+	u.ApplyFlow(&d.flow)
+}
+
+// writeKeySettings stores keys' own settings (nil: removed).
+func (s *Store) writeKeySettings(ctx context.Context, tx pgx.Tx, name string, keys map[string]*norn.KeySettings) error {
+	for key, ks := range keys {
+		if ks == nil {
+			_, err := tx.Exec(ctx, s.q(`DELETE FROM {s}.queue_keys WHERE queue = $1 AND key = $2`), name, key)
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		_, err := tx.Exec(ctx, s.q(`INSERT INTO {s}.queue_keys (queue, key, lim, weight) VALUES ($1, $2, $3, $4)
+ON CONFLICT (queue, key) DO UPDATE SET lim = EXCLUDED.lim, weight = EXCLUDED.weight`), name, key, ks.Limit, ks.Weight)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settleForFlow brings a queue's rows to what its claim paths expect after
+// its flow settings changed from was to now, under the gate.
+func (s *Store) settleForFlow(ctx context.Context, tx pgx.Tx, name string, was, now norn.QueueFlow) error {
+	// A fair queue is claimed by a path that reads ordinary task rows
+	// only: its ready rows and leases are settled (batches.go), under
+	// the gate, so none is in flight. The other limited paths take
+	// ready rows and count leased tasks as the plain claim left them.
+	if now.FairBy != "" {
+		if err := s.settleQueue(ctx, tx, name); err != nil {
+			return err
+		}
+	}
+	// With key limits, the keyed path may claim this queue next: it
+	// counts a key's running tasks by running_key, which plain and
+	// shared claims do not write. Under the gate no claim is in flight,
+	// so after this every running task of the queue with a key is
+	// counted (O(running tasks), in this transaction).
+	_, err := tx.Exec(ctx, s.q(`UPDATE {s}.tasks SET running_key = concurrency_key
+WHERE status = 'running' AND queue = $1 AND concurrency_key IS NOT NULL AND running_key IS NULL
+	AND ($2 > 0 OR EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0))`), name, now.KeyLimit)
+	if err != nil {
+		return err
+	}
+	if was.RateLimited() && !now.RateLimited() {
+		// The bucket goes with the limit: set again, it starts full.
+		_, err = tx.Exec(ctx, s.q(`DELETE FROM {s}.queue_buckets WHERE queue = $1`), name)
+	}
+	return err
 }
 
 // Workers lists registered workers in registration order.

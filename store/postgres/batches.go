@@ -219,14 +219,6 @@ func (s *Store) writeReady(ctx context.Context, tx pgx.Tx, rows *readyRows) erro
 	return err
 }
 
-// leasedDeadline is a claimed task's deadline: the claim's time plus its
-// lease length ($5, or the task's timeout), capped by its runtime limit.
-func leasedDeadline(now, override string) string {
-	return now + ` + (CASE WHEN t.max_runtime_ns > 0
-		THEN least(coalesce(` + override + `, t.timeout_ns), (t.max_runtime_ns + 999) / 1000 * 1000)
-		ELSE coalesce(` + override + `, t.timeout_ns) END / 1000) * interval '1 microsecond'`
-}
-
 // settleSQL writes the tasks of the lease rows the CTE k selects (locked,
 // in id order) as running, as their claim would have, and deletes the
 // rows. A task of them that is ordinary already (completed) is left alone.
@@ -379,7 +371,7 @@ func (s *Store) settleQueue(ctx context.Context, q querier, queue string) error 
 // whose backlog was all in ready rows when its limits began to bind
 // would otherwise stop every claim of it while a million rows are
 // rewritten.
-func (s *Store) queueSettleHead(b *pgx.Batch, queue string, n int) {
+func (s *Store) queueSettleHead(b *pgx.Batch, queue string, n int, readyLeft *bool) {
 	b.Queue(s.q(settleSQL(`k AS (SELECT l.id FROM {s}.leases l WHERE l.queue = $1 ORDER BY l.id FOR UPDATE)`)), queue)
 	// The rows are read one at a time in claim order until they cover n
 	// tasks: reading n rows to sum their sizes read (and decompressed)
@@ -397,7 +389,9 @@ func (s *Store) queueSettleHead(b *pgx.Batch, queue string, n int) {
 	WHERE p.total < $2),
 r AS (DELETE FROM {s}.ready x WHERE x.rid IN (SELECT rid FROM p) RETURNING x.rid, x.ids)
 UPDATE {s}.tasks t SET ready_batch = NULL FROM r, unnest(r.ids) u(id) WHERE t.id = u.id AND t.ready_batch = r.rid`), queue, n)
-	b.Queue(s.q(`SELECT EXISTS (SELECT 1 FROM {s}.ready WHERE queue = $1)`), queue)
+	b.Queue(s.q(`SELECT EXISTS (SELECT 1 FROM {s}.ready WHERE queue = $1)`), queue).QueryRow(func(row pgx.Row) error {
+		return row.Scan(readyLeft)
+	})
 }
 
 // queueSettleQueue queues settleQueue's two statements on b.

@@ -85,7 +85,7 @@ func (s *Store) claimOnce(ctx context.Context, req norn.ClaimRequest) ([]*norn.T
 			if want <= 0 {
 				break
 			}
-			got, err := s.claimQueue(ctx, conn, queue, want, req.Worker, timeout)
+			got, err := s.claimQueue(ctx, conn, claimCall{queue: queue, want: want, worker: req.Worker, timeout: timeout})
 			if err != nil {
 				return err
 			}
@@ -136,48 +136,16 @@ const genericPlanGUCs = "set_config('plan_cache_mode', 'force_generic_plan', tru
 const hashJoinGUCs = "set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true), " +
 	"set_config('enable_hashjoin', 'on', true), set_config('enable_mergejoin', 'off', true), set_config('enable_nestloop', 'off', true)"
 
-// claimQueue runs claimSQL for one queue: up to want tasks.
-func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, error) {
-	if s.knownLimited(queue) {
-		return s.claimLimited(ctx, conn, queue, want, worker, timeout)
-	}
-	// A claim with ready rows locks a few of them only (locking more would
-	// leave concurrent claimers nothing to take): while it gets some but
-	// not all it wants, it takes again, locking more rows each time, and
-	// the queue's next claim starts from what sufficed (readyRowLimits).
-	var out []*norn.Task
-	rows := s.readyRows.get(queue)
-	for len(out) < want {
-		got, err := s.claimPlain(ctx, conn, queue, want-len(out), worker, timeout, rows)
-		if err != nil {
-			if len(out) > 0 {
-				// What the earlier statements claimed is committed: hand
-				// it out; the error comes back at the next claim.
-				break
-			}
-			return nil, err
-		}
-		out = append(out, got...)
-		if len(got) == 0 || s.knownLimited(queue) {
-			break
-		}
-		if len(out) < want {
-			rows = min(rows*4, maxReadyRows)
-		}
-	}
-	s.readyRows.set(queue, rows, len(out) == want)
-	return out, nil
-}
-
-// flowState is the node's side of the shared path: queues that cannot
-// take it for a while, and (tests) smaller slots and claims.
+// flowState is what this node learnt about the flow-limited queues: the
+// routing marks (each lasts staticRecheck), the keyed path's tight buckets,
+// the limited pick's place, and (tests) smaller slots and claims.
 type flowState struct {
 	mu        sync.Mutex
 	exclusive map[string]time.Time // queue → until when its claims go straight to the exclusive path
-	rated     map[string]time.Time // queue → until when its claims go straight to claimRated
-	keyed     map[string]time.Time // queue → until when its claims go straight to the keyed path (keyed.go)
-	narrow    map[string]time.Time // queue → until when its keyed claims read at most keyedNarrow candidates (keyed.go)
-	// queue → the key buckets its keyed claims hold exclusively (keyed.go)
+	rated     map[string]time.Time // queue → until when its claims go straight to the rated path
+	keyed     map[string]time.Time // queue → until when its claims go straight to the keyed path (claim_keyed.go)
+	narrow    map[string]time.Time // queue → until when its keyed claims read at most keyedNarrow candidates (claim_keyed.go)
+	// queue → the key buckets its keyed claims hold exclusively (claim_keyed.go)
 	tightBuckets map[string]tightMark
 	limited      map[string]time.Time // queue → until when its claims skip the plain claim
 	slots        int                  // 0: flowSlots
@@ -192,8 +160,8 @@ type flowState struct {
 	// path's claim, and from a claim hint; the keyed path's, and from a
 	// hint (buildFlowSQL).
 	claimFirstSQL, leaseSQL, ratedLeaseSQL, keyedSQL, keyedFromSQL string
-	// Claims that took each path (tests).
-	sharedClaims, exclusiveClaims, keyedClaims atomic.Int64
+	// Claims served by each path, for metrics and the tests.
+	claims [numPaths]atomic.Int64
 	// Keyed claims that admitted tasks holding every bucket shared (tests).
 	keyedSharedClaims atomic.Int64
 	counts            atomic.Int64 // shared verdicts that counted the running tasks (tests)
@@ -203,20 +171,6 @@ type flowState struct {
 // out (small limits, fair_by, paused) goes straight to the
 // exclusive path before the settings are read again.
 const staticRecheck = time.Second
-
-// knownLimited reports whether a claim of queue should go straight to
-// claimLimited: the plain claim found it limited less than staticRecheck
-// ago. Stale is harmless: claimLimited claims an unlimited queue too.
-func (s *Store) knownLimited(queue string) bool {
-	return s.flow.known(&s.flow.limited, queue)
-}
-
-// claimFoundLimited notes that the plain claim skipped queue for its
-// limits, and claims it on the limited path.
-func (s *Store) claimFoundLimited(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, error) {
-	s.flow.mark(&s.flow.limited, queue, true)
-	return s.claimLimited(ctx, conn, queue, want, worker, timeout)
-}
 
 func (f *flowState) margins() (slots, cap int) {
 	slots, cap = flowSlots, norn.MaxClaim
@@ -265,58 +219,165 @@ func (f *flowState) recheckFor() time.Duration {
 	return staticRecheck
 }
 
-func (f *flowState) skipShared(queue string) bool { return f.known(&f.exclusive, queue) }
+// claimPath is one of the ways a claim of a queue can go.
+type claimPath uint8
 
-func (f *flowState) ruleOut(queue string) { f.mark(&f.exclusive, queue, true) }
+const (
+	pathPlain claimPath = iota
+	pathShared
+	pathRated
+	pathKeyed
+	pathExclusive
+	numPaths
+	// served is no path: the last one claimed (whatever it got).
+	served = numPaths
+)
 
-// knownRated reports whether queue was found rate limited less than
-// staticRecheck ago, so its claims go straight to claimRated. Stale is
-// harmless both ways: the verdict tells an untaken claim of a rated queue
-// (sharedRated), and claimRated of a queue without a rate limit finds no
-// bucket to take from and falls back to the exclusive path.
-func (f *flowState) knownRated(queue string) bool { return f.known(&f.rated, queue) }
+var pathNames = [numPaths]string{"plain", "shared", "rated", "keyed", "exclusive"}
 
-func (f *flowState) markRated(queue string, rated bool) { f.mark(&f.rated, queue, rated) }
+func (p claimPath) String() string { return pathNames[p] }
 
-// claimLimited claims up to want tasks of a flow-limited queue: on the
-// shared path when it may, else on the exclusive one.
-func (s *Store) claimLimited(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, error) {
-	if !s.flow.skipShared(queue) {
-		if s.flow.knownRated(queue) {
-			out, done, err := s.claimRated(ctx, conn, queue, want, worker, timeout)
-			if done || err != nil {
-				return out, err
-			}
-		} else {
-			verdict := sharedKeyed
-			var out []*norn.Task
-			if !s.flow.known(&s.flow.keyed, queue) {
-				var err error
-				if out, verdict, err = s.claimShared(ctx, conn, queue, want, worker, timeout); err != nil {
-					return nil, err
-				}
-			}
-			switch verdict {
-			case sharedOK:
-				s.flow.sharedClaims.Add(1)
-				return out, nil
-			case sharedStatic:
-				s.flow.ruleOut(queue)
-			case sharedRated:
-				s.flow.markRated(queue, true)
-				out, done, err := s.claimRated(ctx, conn, queue, want, worker, timeout)
-				if done || err != nil {
-					return out, err
-				}
-			case sharedKeyed:
-				s.flow.mark(&s.flow.keyed, queue, true)
-				out, done, err := s.claimKeyedOrExclusive(ctx, conn, queue, want, worker, timeout)
-				if done || err != nil {
-					return out, err
-				}
-			}
+// claimCall is one claim of one queue, what every path needs.
+type claimCall struct {
+	queue   string
+	want    int
+	worker  string
+	timeout *int64 // the lease length in ns, overriding the tasks' (nil: theirs)
+}
+
+// route decides which path a claim of queue tries first, and why, from
+// what this node learnt about it in the last staticRecheck.
+func (f *flowState) route(queue string) (claimPath, string) {
+	switch {
+	case !f.known(&f.limited, queue):
+		return pathPlain, "no flow limits seen"
+	case f.known(&f.exclusive, queue):
+		return pathExclusive, "limits near or small, fair_by, or paused"
+	case f.known(&f.rated, queue):
+		return pathRated, "a rate limit"
+	case f.known(&f.keyed, queue):
+		return pathKeyed, "key limits under the shared path's margin"
+	}
+	return pathShared, "limits far from binding"
+}
+
+// claimQueue claims up to c.want tasks of c.queue on the path route
+// chooses. A path that finds the queue is not its own learns why (it marks
+// flowState) and names the next path; the hand-offs only go down the list
+// of paths (plain, shared, rated, keyed, exclusive), and the exclusive
+// path serves every queue, so a claim takes at most four of them.
+func (s *Store) claimQueue(ctx context.Context, conn *pgx.Conn, c claimCall) ([]*norn.Task, error) {
+	path, _ := s.flow.route(c.queue)
+	for {
+		out, next, err := s.claimOn(ctx, conn, path, c)
+		if err != nil || next == served {
+			return out, err
+		}
+		path = next
+	}
+}
+
+// claimOn runs one path: the tasks it claimed (next served), or the path
+// to try next. It counts the claims each path ran under its own verdict
+// (a keyed claim that admits nothing and hands over to the exclusive path
+// counts on both).
+func (s *Store) claimOn(ctx context.Context, conn *pgx.Conn, path claimPath, c claimCall) ([]*norn.Task, claimPath, error) {
+	switch path {
+	case pathPlain:
+		out, next, err := s.claimPlainPath(ctx, conn, c)
+		if err == nil && next == served {
+			s.flow.claims[pathPlain].Add(1)
+		}
+		return out, next, err
+	case pathShared:
+		out, verdict, err := s.claimShared(ctx, conn, c)
+		if err != nil {
+			return nil, served, err
+		}
+		if verdict == sharedOK {
+			s.flow.claims[pathShared].Add(1)
+			return out, served, nil
+		}
+		return nil, s.afterVerdict(c.queue, verdict, pathShared), nil
+	case pathRated:
+		out, done, err := s.claimRated(ctx, conn, c)
+		if done && err == nil {
+			s.flow.claims[pathRated].Add(1)
+		}
+		if done || err != nil {
+			return out, served, err
+		}
+	case pathKeyed:
+		out, done, err := s.claimKeyedOrExclusive(ctx, conn, c)
+		if done || err != nil {
+			return out, served, err
+		}
+	default:
+		s.flow.claims[pathExclusive].Add(1)
+		out, err := s.claimExclusive(ctx, conn, c)
+		return out, served, err
+	}
+	return nil, pathExclusive, nil
+}
+
+// afterVerdict learns from a shared-path verdict that did not let the
+// claim through on path from, and names the next path.
+func (s *Store) afterVerdict(queue, verdict string, from claimPath) claimPath {
+	switch verdict {
+	case sharedStatic:
+		s.flow.mark(&s.flow.exclusive, queue, true)
+	case sharedRated:
+		s.flow.mark(&s.flow.rated, queue, true)
+		if from < pathRated {
+			return pathRated
+		}
+	case sharedKeyed:
+		s.flow.mark(&s.flow.keyed, queue, true)
+		if from < pathKeyed {
+			return pathKeyed
 		}
 	}
-	s.flow.exclusiveClaims.Add(1)
-	return s.claimExclusive(ctx, conn, queue, want, worker, timeout)
+	return pathExclusive
+}
+
+// ClaimPaths reports how many claims of this node each path served since
+// the store was opened (norn.ClaimPathReporter).
+func (s *Store) ClaimPaths() []norn.PathCount {
+	out := make([]norn.PathCount, numPaths)
+	for p := range numPaths {
+		out[p] = norn.PathCount{Path: p.String(), Claims: s.flow.claims[p].Load()}
+	}
+	return out
+}
+
+// claimPathOf says which path q's settings send its claims to. A claim
+// near a count limit also goes to the exclusive path, for staticRecheck.
+func (s *Store) claimPathOf(q *norn.QueueInfo) norn.ClaimPath {
+	var (
+		path claimPath
+		why  string
+	)
+	slots, cap := s.flow.margins()
+	margin := slots * cap
+	keyLimit := q.KeyLimit
+	for _, k := range q.Keys {
+		if k.Limit > 0 && (keyLimit == 0 || k.Limit < keyLimit) {
+			keyLimit = k.Limit
+		}
+	}
+	switch {
+	case !q.Limited() && keyLimit == 0 && !q.RateLimited() && q.FairBy == "":
+		path, why = pathPlain, "no flow limits"
+	case q.Paused || q.FairBy != "":
+		path, why = pathExclusive, "paused or fair_by"
+	case keyLimit > 0 && keyLimit < margin && (q.MaxRunning == 0 || q.MaxRunning >= margin) && !q.RateLimited():
+		path, why = pathKeyed, "key limits under the shared path's margin"
+	case (q.MaxRunning > 0 && q.MaxRunning < margin) || (keyLimit > 0 && keyLimit < margin):
+		path, why = pathExclusive, "count limits under the shared path's margin"
+	case q.RateLimited():
+		path, why = pathRated, "a rate limit"
+	default:
+		path, why = pathShared, "limits far from binding"
+	}
+	return norn.ClaimPath{Path: path.String(), Reason: why}
 }

@@ -30,113 +30,39 @@ GROUP BY 1`
 // queue waits for it: BEGIN with the first reads, the pick's reads, then
 // its writes with the claim and COMMIT (a rate-limited claim writes its
 // bucket after the claim, one more).
-func (s *Store) claimExclusive(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) (out []*norn.Task, err error) {
+func (s *Store) claimExclusive(ctx context.Context, conn *pgx.Conn, c claimCall) (out []*norn.Task, err error) {
 	defer func() {
 		if err != nil && !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
 			_, _ = conn.Exec(ctx, "ROLLBACK")
 		}
 	}()
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, s.channel+"/flow/"+queue)
-	b.Queue(noSeqScanSQL)
-	// The queue's leases and first ready rows (shared and keyed claims
-	// take tasks through them) become ordinary rows: the counts below
-	// count running rows, and the pick reads ordinary ones at the head.
-	// Each task is moved once, so this costs one more write per task at
-	// most, and nothing when the queue has neither.
-	s.queueSettleHead(b, queue, 4*want+16)
-	b.Queue(s.q(`SELECT paused, max_running, key_limit, fair_by, fair_now, rate_per_second, rate_burst
-FROM {s}.queues WHERE name = $1`), queue)
-	b.Queue(s.q(`SELECT key, lim, weight FROM {s}.queue_keys WHERE queue = $1 AND (lim > 0 OR weight > 0)`), queue)
-	// Counted only when a count limit needs it (a fair or rate-limited
-	// queue may have none).
-	b.Queue(s.q(runningByKeySQL), queue)
-	b.Queue(s.q(bucketInitSQL), queue, s.clockNow())
-	b.Queue(s.q(bucketSQL), queue, s.clockNow())
-	br := conn.SendBatch(ctx, b)
-	for range 5 {
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return nil, err
-		}
-	}
-	var readyLeft bool // ready rows past the head remain
-	if err := br.QueryRow().Scan(&readyLeft); err != nil {
-		br.Close()
+	g, err := s.readUnderGate(ctx, conn, c)
+	if err != nil {
 		return nil, err
 	}
-	var (
-		paused                        bool
-		maxRunning, keyLimit, rateBur int32
-		fairBy                        string
-		fairNow                       int64
-		ratePS                        float64
-	)
-	if err := br.QueryRow().Scan(&paused, &maxRunning, &keyLimit, &fairBy, &fairNow, &ratePS, &rateBur); err != nil && err != pgx.ErrNoRows {
-		br.Close()
-		return nil, err
-	}
-	flow := norn.QueueFlow{MaxRunning: int(maxRunning), KeyLimit: int(keyLimit), FairBy: fairBy,
-		RateLimit: norn.RateLimit{PerSecond: ratePS, Burst: int(rateBur)}}
-	own := map[string]*norn.KeySettings{}
-	rows, _ := br.Query()
-	var key string
-	var n int64
-	var lim, weight int32
-	if _, err := pgx.ForEachRow(rows, []any{&key, &lim, &weight}, func() error {
-		own[key] = &norn.KeySettings{Limit: int(lim), Weight: int(weight)}
-		return nil
-	}); err != nil {
-		br.Close()
-		return nil, err
-	}
-	running := map[string]int64{}
-	var total int64
-	rows, _ = br.Query()
-	if _, err := pgx.ForEachRow(rows, []any{&key, &n}, func() error {
-		running[key] = n
-		total += n
-		return nil
-	}); err != nil {
-		br.Close()
-		return nil, err
-	}
-	if _, err := br.Exec(); err != nil { // bucketInitSQL
-		br.Close()
-		return nil, err
-	}
-	var bucket bucketRow
-	if err := br.QueryRow().Scan(&bucket.now, &bucket.tokens, &bucket.at); err != nil {
-		br.Close()
-		return nil, err
-	}
-	if err := br.Close(); err != nil {
-		return nil, err
-	}
-	if paused {
+	if g.paused {
 		_, err := conn.Exec(ctx, "COMMIT")
 		return nil, err
 	}
 	// What max_running and the rate limit allow (-1: no such limit).
-	maxRoom, tokens, pick := -1, -1, want
-	if flow.MaxRunning > 0 {
-		maxRoom = int(max(int64(flow.MaxRunning)-total, 0))
+	maxRoom, tokens, pick := -1, -1, c.want
+	if g.flow.MaxRunning > 0 {
+		maxRoom = int(max(int64(g.flow.MaxRunning)-g.total, 0))
 	}
-	if flow.RateLimited() {
-		tokens = bucket.bucket(flow.RateLimit).Whole()
+	if g.flow.RateLimited() {
+		tokens = g.bucket.bucket(g.flow.RateLimit).Whole()
 		pick = min(pick, tokens)
 	}
 	// The last batch: the pick's writes, the claim, what it left ready,
 	// and (without a rate limit, whose bucket is written after) COMMIT.
 	var ids picked
-	fast := pick > 0 && flow.FairBy == "" && cannotBind(flow, own, running, total, pick)
+	fast := pick > 0 && g.flow.FairBy == "" && cannotBind(g.flow, g.own, g.running, g.total, pick)
 	switch {
 	case pick <= 0 || fast:
-	case flow.FairBy != "":
-		ids = s.pickFair(ctx, conn, queue, pick, flow, own, running, total, fairNow)
+	case g.flow.FairBy != "":
+		ids = s.pickFair(ctx, conn, c.queue, pick, g)
 	default:
-		ids = s.pickLimited(ctx, conn, queue, pick, flow, own, running, total, readyLeft)
+		ids = s.pickLimited(ctx, conn, c.queue, pick, g)
 	}
 	if ids.err != nil {
 		return nil, ids.err
@@ -149,14 +75,13 @@ FROM {s}.queues WHERE name = $1`), queue)
 		// Tasks it found by key past the head may be in ready rows.
 		s.queueDetach(fb, ids.ids)
 	}
-	if n := len(ids.ids); (fast || n > 0) && countLimited(flow, own) {
+	if n := len(ids.ids); (fast || n > 0) && countLimited(g.flow, g.own) {
 		if fast {
 			n = pick
 		}
-		fb.Queue(s.q(bumpSlotSQL), queue, int64(n))
+		fb.Queue(s.q(bumpSlotSQL), c.queue, int64(n))
 	}
-	writes := fb.Len()
-	claims := true
+	var claimQ *pgx.QueuedQuery
 	switch {
 	case fast:
 		// Under the lock, with these counts, no limit can stop this
@@ -164,64 +89,105 @@ FROM {s}.queues WHERE name = $1`), queue)
 		// unlimited queue's claim does, instead of reading candidates and
 		// claiming them by id.
 		s.flow.sqlOnce.Do(s.buildFlowSQL)
-		fb.Queue(s.flow.claimFirstSQL, queue, pick, bucket.now, worker, timeout, s.cfg.HistoryLimit)
+		claimQ = fb.Queue(s.flow.claimFirstSQL, c.queue, pick, g.bucket.now, c.worker, c.timeout, s.cfg.HistoryLimit)
 	case len(ids.ids) > 0:
 		// The claim's time is the bucket's: one clock for both.
-		fb.Queue(s.sql.claimIDs, ids.ids, len(ids.ids), bucket.now, worker, timeout, s.cfg.HistoryLimit)
-	default:
-		claims = false
+		claimQ = fb.Queue(s.sql.claimIDs, ids.ids, len(ids.ids), g.bucket.now, c.worker, c.timeout, s.cfg.HistoryLimit)
 	}
-	rated := flow.RateLimited()
+	if claimQ != nil {
+		claimQ.Query(func(rows pgx.Rows) (err error) {
+			out, err = collectClaimedRows(rows)
+			return err
+		})
+	}
+	rated := g.flow.RateLimited()
+	left := 0
 	if !rated {
-		fb.Queue(s.q(leftSQL), queue, want)
+		fb.Queue(s.q(leftSQL), c.queue, c.want).QueryRow(func(row pgx.Row) error { return row.Scan(&left) })
 		fb.Queue("COMMIT")
 	}
 	if fb.Len() > 0 {
-		br := conn.SendBatch(ctx, fb)
-		for range writes {
-			if _, err := br.Exec(); err != nil {
-				br.Close()
-				return nil, err
-			}
-		}
-		if claims {
-			rows, err := br.Query()
-			if err != nil {
-				br.Close()
-				return nil, err
-			}
-			if out, err = collectClaimedRows(rows); err != nil {
-				br.Close()
-				return nil, err
-			}
-		}
-		if !rated {
-			var left int
-			if err := br.QueryRow().Scan(&left); err != nil {
-				br.Close()
-				return nil, err
-			}
-			if _, err := br.Exec(); err != nil {
-				br.Close()
-				return nil, err
-			}
-			if err := br.Close(); err != nil {
-				return nil, err
-			}
-			if len(out) < want {
-				s.noteHeld(queue, flow, norn.Bucket{}, want, len(out), min(left, want-len(out)), maxRoom, tokens)
-			}
-			return out, nil
-		}
-		if err := br.Close(); err != nil {
+		if err := conn.SendBatch(ctx, fb).Close(); err != nil {
 			return nil, err
 		}
 	}
-	if err := s.settleClaim(ctx, conn, queue, flow, bucket, want, len(out), maxRoom, tokens); err != nil {
+	if !rated {
+		if len(out) < c.want {
+			s.noteHeld(c.queue, g.flow, norn.Bucket{}, c.want, len(out), min(left, c.want-len(out)), maxRoom, tokens)
+		}
+		return out, nil
+	}
+	if err := s.settleClaim(ctx, conn, c.queue, g.flow, g.bucket, c.want, len(out), maxRoom, tokens); err != nil {
 		return nil, err
 	}
 	_, err = conn.Exec(ctx, "COMMIT")
 	return out, err
+}
+
+// gateView is what an exclusive claim reads under the gate: the queue's
+// settings and running tasks by key, and its bucket.
+type gateView struct {
+	readyLeft bool // ready rows past the head remain
+	paused    bool
+	fairNow   int64
+	flow      norn.QueueFlow
+	own       map[string]*norn.KeySettings
+	running   map[string]int64
+	total     int64
+	bucket    bucketRow
+}
+
+// readUnderGate begins the exclusive claim's transaction, takes the gate
+// exclusively, settles the queue's head and reads its gateView, in one
+// round trip.
+func (s *Store) readUnderGate(ctx context.Context, conn *pgx.Conn, c claimCall) (*gateView, error) {
+	g := &gateView{own: map[string]*norn.KeySettings{}, running: map[string]int64{}}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, s.channel+"/flow/"+c.queue)
+	b.Queue(noSeqScanSQL)
+	// The queue's leases and first ready rows (shared and keyed claims
+	// take tasks through them) become ordinary rows: the counts below
+	// count running rows, and the pick reads ordinary ones at the head.
+	// Each task is moved once, so this costs one more write per task at
+	// most, and nothing when the queue has neither.
+	s.queueSettleHead(b, c.queue, 4*c.want+16, &g.readyLeft)
+	b.Queue(s.q(`SELECT paused, max_running, key_limit, fair_by, fair_now, rate_per_second, rate_burst
+FROM {s}.queues WHERE name = $1`), c.queue).QueryRow(func(row pgx.Row) error {
+		var maxRunning, keyLimit, burst int32
+		err := row.Scan(&g.paused, &maxRunning, &keyLimit, &g.flow.FairBy, &g.fairNow, &g.flow.RateLimit.PerSecond, &burst)
+		g.flow.MaxRunning, g.flow.KeyLimit, g.flow.RateLimit.Burst = int(maxRunning), int(keyLimit), int(burst)
+		if err == pgx.ErrNoRows {
+			return nil
+		}
+		return err
+	})
+	b.Queue(s.q(`SELECT key, lim, weight FROM {s}.queue_keys WHERE queue = $1 AND (lim > 0 OR weight > 0)`), c.queue).Query(func(rows pgx.Rows) error {
+		var key string
+		var lim, weight int32
+		_, err := pgx.ForEachRow(rows, []any{&key, &lim, &weight}, func() error {
+			g.own[key] = &norn.KeySettings{Limit: int(lim), Weight: int(weight)}
+			return nil
+		})
+		return err
+	})
+	// Counted only when a count limit needs it (a fair or rate-limited
+	// queue may have none).
+	b.Queue(s.q(runningByKeySQL), c.queue).Query(func(rows pgx.Rows) error {
+		var key string
+		var n int64
+		_, err := pgx.ForEachRow(rows, []any{&key, &n}, func() error {
+			g.running[key] = n
+			g.total += n
+			return nil
+		})
+		return err
+	})
+	b.Queue(s.q(bucketInitSQL), c.queue, s.clockNow())
+	b.Queue(s.q(bucketSQL), c.queue, s.clockNow()).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&g.bucket.now, &g.bucket.tokens, &g.bucket.at)
+	})
+	return g, conn.SendBatch(ctx, b).Close()
 }
 
 // leftSQL counts, up to $2, the ready tasks a claim left (its own are
@@ -302,8 +268,8 @@ type picked struct {
 // order. So a pick costs O(want + pickHead + pickChunk + K log n) however
 // long the backlog, and a task without a key behind a backlog of n
 // held-back tasks waits at most n / pickChunk picks.
-func (s *Store) pickLimited(ctx context.Context, tx flowQuerier, queue string, want int, flow norn.QueueFlow,
-	own map[string]*norn.KeySettings, running map[string]int64, total int64, readyLeft bool) picked {
+func (s *Store) pickLimited(ctx context.Context, tx flowQuerier, queue string, want int, g *gateView) picked {
+	flow, own, running, total, readyLeft := g.flow, g.own, g.running, g.total, g.readyLeft
 	if flow.MaxRunning > 0 {
 		want = int(min(int64(want), max(int64(flow.MaxRunning)-total, 0)))
 	}

@@ -269,25 +269,25 @@ type keyedRead struct {
 // verdict is keyed), in one implicit transaction. It reads as many
 // candidates as it wants, or keyedNarrow while the queue's keys bind. A
 // claim reading from the head never uses the hint.
-func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64, head bool) (out []*rec, verdict string, kr keyedRead, err error) {
+func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, c claimCall, head bool) (out []*rec, verdict string, kr keyedRead, err error) {
 	slots, cap := s.flow.margins()
 	s.flow.sqlOnce.Do(s.buildFlowSQL)
-	want = min(want, cap)
+	c.want = min(c.want, cap)
 	kslots := min(keyedSlots, slots)
-	tight := s.flow.tight(queue)
+	tight := s.flow.tight(c.queue)
 	b := &pgx.Batch{}
-	b.Queue(sharedLockSQL, s.channel+"/flow/"+queue, s.channel+"/flowslot/"+queue, kslots)
-	b.Queue(keyedBucketSQL, s.channel+"/key/"+queue, int64(tight))
-	b.Queue(s.q(sharedVerdictSQL), queue, slots*cap, false, int64(want))
+	b.Queue(sharedLockSQL, s.channel+"/flow/"+c.queue, s.channel+"/flowslot/"+c.queue, kslots)
+	b.Queue(keyedBucketSQL, s.channel+"/key/"+c.queue, int64(tight))
+	b.Queue(s.q(sharedVerdictSQL), c.queue, slots*cap, false, int64(c.want))
 	gen := s.wake.wait()
-	kr.limit = want
-	if s.flow.known(&s.flow.narrow, queue) {
-		kr.limit = min(want, keyedNarrow)
+	kr.limit = c.want
+	if s.flow.known(&s.flow.narrow, c.queue) {
+		kr.limit = min(c.want, keyedNarrow)
 	}
-	readyRows := s.readyRows.get(queue)
-	sql, args := s.flow.keyedSQL, []any{queue, kr.limit, s.clockNow(), worker, timeout, s.cfg.HistoryLimit, readyRows, int64(tight), kslots}
+	readyRows := s.readyRows.get(c.queue)
+	sql, args := s.flow.keyedSQL, []any{c.queue, kr.limit, s.clockNow(), c.worker, c.timeout, s.cfg.HistoryLimit, readyRows, int64(tight), kslots}
 	if s.listening.Load() && !head {
-		if h, ok := s.hints.get(queue, gen, time.Now()); ok {
+		if h, ok := s.hints.get(c.queue, gen, time.Now()); ok {
 			sql, args, kr.hinted = s.flow.keyedFromSQL, append(args, h.priority, h.readyAt, h.id), true
 		}
 	}
@@ -337,7 +337,7 @@ func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, wa
 	// read again from the head, and a task taken from a ready row is not
 	// in the index the hint is a place in.
 	if first != nil && first.ID == firstCand {
-		s.setHint(queue, gen, first)
+		s.setHint(c.queue, gen, first)
 	}
 	if verdict == sharedKeyed {
 		if tight == 0 && len(out) > 0 {
@@ -348,39 +348,41 @@ func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, queue string, wa
 			// it reads: while keys bind, narrow claims do admit nearly all.
 			// (Only by what it held back in buckets it held exclusively:
 			// what shared buckets hold back is their share, not a limit.)
-			s.flow.mark(&s.flow.narrow, queue, true)
+			s.flow.mark(&s.flow.narrow, c.queue, true)
 		}
 		if kr.held&^tight != 0 {
-			s.flow.markTight(queue, tight|kr.held)
+			s.flow.markTight(c.queue, tight|kr.held)
 		}
 		// Fewer candidates than it asked for: the ready rows it locked
 		// may have run out first; the next claim locks more.
 		if kr.read < kr.limit {
 			readyRows = min(readyRows*4, maxReadyRows)
 		}
-		s.readyRows.set(queue, readyRows, kr.read >= kr.limit)
+		s.readyRows.set(c.queue, readyRows, kr.read >= kr.limit)
 	}
 	return out, verdict, kr, br.Close()
 }
 
 // claimKeyedOrExclusive claims a queue known to be on the keyed path.
-// done false: the caller claims on the exclusive path (the claim read a
+// done false: the claim goes on to the exclusive path (the claim read a
 // full window of candidates and could admit none of them, or the verdict
 // is no longer keyed).
-func (s *Store) claimKeyedOrExclusive(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, bool, error) {
-	out, verdict, kr, err := s.claimKeyed(ctx, conn, queue, want, worker, timeout, false)
+func (s *Store) claimKeyedOrExclusive(ctx context.Context, conn *pgx.Conn, c claimCall) ([]*norn.Task, bool, error) {
+	out, verdict, kr, err := s.claimKeyed(ctx, conn, c, false)
 	if err == nil && verdict == sharedKeyed && len(out) == 0 && kr.hinted {
 		// Nothing past the hint; ready tasks ahead of it, locked by other
 		// claims, may have been released since.
-		out, verdict, kr, err = s.claimKeyed(ctx, conn, queue, want, worker, timeout, true)
+		out, verdict, kr, err = s.claimKeyed(ctx, conn, c, true)
 	}
 	last := len(out) // what the last claim got
-	if err == nil && verdict == sharedKeyed && len(out) < want && kr.held != 0 {
+	if err == nil && verdict == sharedKeyed && len(out) < c.want && kr.held != 0 {
 		// It held candidates back in buckets it held shared: those are
 		// tight now, and a claim holding them exclusively counts their
 		// keys exactly and fills them to their limits.
 		var more []*rec
-		more, verdict, kr, err = s.claimKeyed(ctx, conn, queue, want-len(out), worker, timeout, true)
+		rest := c
+		rest.want -= len(out)
+		more, verdict, kr, err = s.claimKeyed(ctx, conn, rest, true)
 		if err != nil && len(out) > 0 {
 			// What the first claim took is committed: hand it out; the
 			// error comes back at the next claim.
@@ -397,23 +399,18 @@ func (s *Store) claimKeyedOrExclusive(ctx context.Context, conn *pgx.Conn, queue
 		return nil, false, err
 	}
 	if verdict != sharedKeyed {
-		s.flow.mark(&s.flow.keyed, queue, false)
-		switch verdict {
-		case sharedStatic:
-			s.flow.ruleOut(queue)
-		case sharedRated:
-			s.flow.markRated(queue, true)
-		}
+		s.flow.mark(&s.flow.keyed, c.queue, false)
+		s.afterVerdict(c.queue, verdict, pathKeyed)
 		return nil, false, nil
 	}
-	s.flow.keyedClaims.Add(1)
+	s.flow.claims[pathKeyed].Add(1)
 	if len(out) == 0 && kr.read >= kr.limit {
 		return nil, false, nil
 	}
-	if len(out) < want {
+	if len(out) < c.want {
 		// The candidates the last claim read and left ready were held
 		// back by their keys' limits.
-		s.noteHeld(queue, norn.QueueFlow{}, norn.Bucket{}, want, len(out), kr.read-last, -1, -1)
+		s.noteHeld(c.queue, norn.QueueFlow{}, norn.Bucket{}, c.want, len(out), kr.read-last, -1, -1)
 	}
 	return claimedTasks(out), true, nil
 }

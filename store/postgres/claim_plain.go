@@ -46,9 +46,7 @@ func (s *Store) assignSQL(c, set string) string {
 	return s.q(`WITH n AS (SELECT coalesce($3::timestamptz, clock_timestamp()) AS now, 'ready'::text AS ready),
 ` + c + `,
 upd AS (UPDATE {s}.tasks t SET status = 'running', owner = $4, lease = t.lease + 1, attempts = t.attempts + 1,
-	deadline = n.now + (CASE WHEN t.max_runtime_ns > 0
-		THEN least(coalesce($5::bigint, t.timeout_ns), (t.max_runtime_ns + 999) / 1000 * 1000)
-		ELSE coalesce($5::bigint, t.timeout_ns) END / 1000) * interval '1 microsecond',
+	deadline = ` + leasedDeadline("n.now", "$5::bigint") + `,
 	updated = n.now, version = t.version + 1, history_count = t.history_count + 1,
 	assign_seq = t.history_count + 1, claimed_at = n.now` + set + `
 	FROM n WHERE t.id = ANY (ARRAY(SELECT c.id FROM c))
@@ -112,40 +110,66 @@ func compareClaimOrder(ap int64, ar time.Time, aid string, bp int64, br time.Tim
 	return strings.Compare(aid, bid)
 }
 
-// claimPlain is one claim statement of claimQueue (rows: how many ready
-// rows it may lock).
-func (s *Store) claimPlain(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64, readyRows int) ([]*norn.Task, error) {
+// claimPlainPath claims from the queue's ready rows. A claim locks a few
+// ready rows only (locking more would leave concurrent claimers nothing
+// to take): while it gets some but not all it wants, it takes again,
+// locking more rows each time, and the queue's next claim starts from what
+// sufficed (readyRowLimits). A queue with flow limits yields nothing here:
+// the node marks it limited and the claim goes on the path route names.
+func (s *Store) claimPlainPath(ctx context.Context, conn *pgx.Conn, c claimCall) ([]*norn.Task, claimPath, error) {
+	var out []*norn.Task
+	rows := s.readyRows.get(c.queue)
+	for len(out) < c.want {
+		got, limited, err := s.claimPlain(ctx, conn, c.queue, c.want-len(out), c.worker, c.timeout, rows)
+		if err != nil {
+			if len(out) > 0 {
+				// What the earlier statements claimed is committed: hand
+				// it out; the error comes back at the next claim.
+				break
+			}
+			return nil, served, err
+		}
+		out = append(out, got...)
+		if limited {
+			s.flow.mark(&s.flow.limited, c.queue, true)
+			if len(out) == 0 {
+				next, _ := s.flow.route(c.queue)
+				return nil, next, nil
+			}
+		}
+		if len(got) == 0 || limited {
+			break
+		}
+		if len(out) < c.want {
+			rows = min(rows*4, maxReadyRows)
+		}
+	}
+	s.readyRows.set(c.queue, rows, len(out) == c.want)
+	return out, served, nil
+}
+
+// claimPlain is one lease claim statement (readyRows: how many ready rows
+// it may lock); limited, whether the queue has flow limits (then it
+// claimed nothing).
+func (s *Store) claimPlain(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64, readyRows int) (out []*norn.Task, limited bool, err error) {
 	gen := s.wake.wait()
-	sql, args := s.sql.leaseClaim, []any{queue, want, s.clockNow(), worker, timeout, s.cfg.HistoryLimit, readyRows}
 	b := &pgx.Batch{}
 	b.Queue(plainGateSQL, s.channel+"/flow/"+queue)
-	b.Queue(sql, args...)
+	b.Queue(s.sql.leaseClaim, queue, want, s.clockNow(), worker, timeout, s.cfg.HistoryLimit, readyRows).Query(func(rows pgx.Rows) (err error) {
+		out, err = s.takeClaimed(rows, queue, gen)
+		return err
+	})
 	// In the same round trip: whether flow limits made the claim skip the queue.
-	b.Queue(s.q(`SELECT flow_limited AND NOT paused FROM {s}.queues WHERE name = $1`), queue)
-	br := conn.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, err
+	b.Queue(s.q(`SELECT flow_limited AND NOT paused FROM {s}.queues WHERE name = $1`), queue).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&limited); err != nil && err != pgx.ErrNoRows {
+			return err
+		}
+		return nil
+	})
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, false, err
 	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	out, err := s.takeClaimed(rows, queue, gen)
-	if err != nil {
-		return nil, err
-	}
-	var limited bool
-	if err := br.QueryRow().Scan(&limited); err != nil && err != pgx.ErrNoRows {
-		return nil, err
-	}
-	if err := br.Close(); err != nil {
-		return nil, err
-	}
-	if limited && len(out) == 0 {
-		return s.claimFoundLimited(ctx, conn, queue, want, worker, timeout)
-	}
-	return out, nil
+	return out, limited && len(out) == 0, nil
 }
 
 // collectClaimedRows reads the tasks a claim assigned, in the statement's
@@ -176,4 +200,12 @@ func claimedTasks(rs []*rec) []*norn.Task {
 		out[i], _ = claimedRec(r, nil)
 	}
 	return out
+}
+
+// leasedDeadline is a claimed task's deadline: the claim's time plus its
+// lease length ($5, or the task's timeout), capped by its runtime limit.
+func leasedDeadline(now, override string) string {
+	return now + ` + (CASE WHEN t.max_runtime_ns > 0
+		THEN least(coalesce(` + override + `, t.timeout_ns), (t.max_runtime_ns + 999) / 1000 * 1000)
+		ELSE coalesce(` + override + `, t.timeout_ns) END / 1000) * interval '1 microsecond'`
 }

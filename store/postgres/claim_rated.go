@@ -70,17 +70,17 @@ const ratedAfterSQL = `SELECT coalesce(nullif(current_setting('norn.rated_g', tr
 // so claims of the queue run concurrently on every node. done false:
 // the queue has no rate limit now, or the shared path is ruled out; the
 // caller claims on the exclusive path.
-func (s *Store) claimRated(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) (out []*norn.Task, done bool, err error) {
+func (s *Store) claimRated(ctx context.Context, conn *pgx.Conn, c claimCall) (out []*norn.Task, done bool, err error) {
 	slots, cap := s.flow.margins()
-	want = min(want, cap)
+	c.want = min(c.want, cap)
 	s.flow.sqlOnce.Do(s.buildFlowSQL)
-	readyRows := s.readyRows.get(queue)
+	readyRows := s.readyRows.get(c.queue)
 	b := &pgx.Batch{}
-	b.Queue(sharedLockSQL, s.channel+"/flow/"+queue, s.channel+"/flowslot/"+queue, slots)
-	b.Queue(s.q(sharedVerdictSQL), queue, slots*cap, true, int64(want))
-	b.Queue(s.q(bucketInitSQL), queue, s.clockNow())
-	b.Queue(s.flow.ratedLeaseSQL, queue, want, s.clockNow(), worker, timeout, s.cfg.HistoryLimit, readyRows)
-	b.Queue(s.q(ratedAfterSQL), queue)
+	b.Queue(sharedLockSQL, s.channel+"/flow/"+c.queue, s.channel+"/flowslot/"+c.queue, slots)
+	b.Queue(s.q(sharedVerdictSQL), c.queue, slots*cap, true, int64(c.want))
+	b.Queue(s.q(bucketInitSQL), c.queue, s.clockNow())
+	b.Queue(s.flow.ratedLeaseSQL, c.queue, c.want, s.clockNow(), c.worker, c.timeout, s.cfg.HistoryLimit, readyRows)
+	b.Queue(s.q(ratedAfterSQL), c.queue)
 	br := conn.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -118,33 +118,32 @@ func (s *Store) claimRated(ctx context.Context, conn *pgx.Conn, queue string, wa
 	if rl.PerSecond <= 0 {
 		// No rate limit now: the node learns it and claims as the
 		// settings say.
-		s.flow.markRated(queue, false)
+		s.flow.mark(&s.flow.rated, c.queue, false)
 		return nil, false, nil
 	}
 	if verdict != sharedOK {
 		if verdict == sharedStatic || verdict == sharedKeyed {
 			// Small key limits with a rate limit: claims take their
 			// tokens and admit per key exactly, one at a time.
-			s.flow.ruleOut(queue)
+			s.flow.mark(&s.flow.exclusive, c.queue, true)
 		}
 		return nil, false, nil
 	}
-	s.flow.sharedClaims.Add(1)
-	if len(out) < want {
+	if len(out) < c.want {
 		readyRows = min(readyRows*4, maxReadyRows)
 	}
-	s.readyRows.set(queue, readyRows, len(out) == want)
-	if len(out) < want && len(out) == g {
+	s.readyRows.set(c.queue, readyRows, len(out) == c.want)
+	if len(out) < c.want && len(out) == g {
 		// Short by the rate limit: count what it held back.
 		var bk norn.Bucket
 		if tok != nil && at != nil {
 			bk = norn.Bucket{Tokens: *tok, At: *at}
 		}
 		var left int
-		if err := conn.QueryRow(ctx, s.q(leftSQL), queue, want-len(out)).Scan(&left); err != nil {
+		if err := conn.QueryRow(ctx, s.q(leftSQL), c.queue, c.want-len(out)).Scan(&left); err != nil {
 			return out, true, nil
 		}
-		s.noteHeld(queue, norn.QueueFlow{RateLimit: rl}, bk, want, len(out), left, -1, g)
+		s.noteHeld(c.queue, norn.QueueFlow{RateLimit: rl}, bk, c.want, len(out), left, -1, g)
 	}
 	return out, true, nil
 }

@@ -140,16 +140,16 @@ const sharedLockSQL = `SELECT ` + verdictGUCs + `, CASE WHEN pg_advisory_xact_lo
 // verdict and the lease claim (which claims nothing unless the verdict is
 // ok), in one implicit transaction, so the locks are held until it
 // commits.
-func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, want int, worker string, timeout *int64) ([]*norn.Task, string, error) {
+func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, c claimCall) ([]*norn.Task, string, error) {
 	slots, cap := s.flow.margins()
 	s.flow.sqlOnce.Do(s.buildFlowSQL)
 	// The plain claim with ready rows, on the verdict's condition
 	// (claimQueue has why the rows it locks adapt).
-	readyRows := s.readyRows.get(queue)
+	readyRows := s.readyRows.get(c.queue)
 	b := &pgx.Batch{}
-	b.Queue(sharedLockSQL, s.channel+"/flow/"+queue, s.channel+"/flowslot/"+queue, slots)
-	verdictQ := b.Queue(s.q(sharedVerdictSQL), queue, slots*cap, false, int64(min(want, cap)))
-	claimQ := b.Queue(s.flow.leaseSQL, queue, min(want, cap), s.clockNow(), worker, timeout, s.cfg.HistoryLimit, readyRows)
+	b.Queue(sharedLockSQL, s.channel+"/flow/"+c.queue, s.channel+"/flowslot/"+c.queue, slots)
+	verdictQ := b.Queue(s.q(sharedVerdictSQL), c.queue, slots*cap, false, int64(min(c.want, cap)))
+	claimQ := b.Queue(s.flow.leaseSQL, c.queue, min(c.want, cap), s.clockNow(), c.worker, c.timeout, s.cfg.HistoryLimit, readyRows)
 	var (
 		verdict string
 		counted bool
@@ -169,10 +169,10 @@ func (s *Store) claimShared(ctx context.Context, conn *pgx.Conn, queue string, w
 	}
 	// A claim that came back short may have locked too few rows; the next
 	// one locks more.
-	if len(out) < min(want, cap) && verdict == sharedOK {
+	if len(out) < min(c.want, cap) && verdict == sharedOK {
 		readyRows = min(readyRows*4, maxReadyRows)
 	}
-	s.readyRows.set(queue, readyRows, len(out) == min(want, cap))
+	s.readyRows.set(c.queue, readyRows, len(out) == min(c.want, cap))
 	if counted {
 		s.flow.counts.Add(1)
 	}

@@ -61,8 +61,8 @@ func readyKeysCTE(col string) string {
 }
 
 // pickFair chooses, in fair order, the ready tasks the limits admit.
-func (s *Store) pickFair(ctx context.Context, tx flowQuerier, queue string, want int, flow norn.QueueFlow,
-	own map[string]*norn.KeySettings, running map[string]int64, total, fairNow int64) picked {
+func (s *Store) pickFair(ctx context.Context, tx flowQuerier, queue string, want int, g *gateView) picked {
+	flow, own, running, total := g.flow, g.own, g.running, g.total
 	byLabel := flow.GroupsByLabel()
 	room := func(key string) int64 {
 		if byLabel { // no key limits: its keys are a label's values
@@ -84,57 +84,14 @@ func (s *Store) pickFair(ctx context.Context, tx flowQuerier, queue string, want
 			}
 		}
 	}
-	// Each key's first ⌊want / keys⌋ + 2 tasks, with its virtual time: as
-	// many as an even share of the claim needs, so the read is O(keys +
-	// want) rows; a key that gets more than its share (a weight, or a key
-	// with most of the backlog) has the rest read when the pick reaches it
-	// (readMoreFair). With few keys (keys × want ≤ 4096) each key's first
-	// want, which saves that round trip. The key's read names its key as
-	// a range of (queue, fair_key) and orders by the index's columns, which
-	// only tasks_fair can serve: written as queue = $1 AND fair_key = key,
-	// with statistics from when the queue was small, the planner walked
-	// tasks_claim instead, filtering by key, through the other keys'
-	// backlog once per key (560 ms a claim behind 100,000 tasks; found
-	// 2026-11-28).
-	rows, err := tx.Query(ctx, s.q(`WITH RECURSIVE `+readyKeysCTE("fair_key")+`,
-ks AS MATERIALIZED (SELECT k.key, f.vt FROM k LEFT JOIN {s}.queue_fair f ON f.queue = $1 AND f.key = k.key
-	WHERE k.key IS NOT NULL AND k.key <> ALL($2::text[])),
-per AS (SELECT CASE WHEN count(*) * $3 <= 4096 THEN $3 ELSE $3 / count(*) + 2 END AS n FROM ks)
-SELECT ks.key, ks.vt, c.id, c.priority, c.ready_at, (SELECT n FROM per) FROM ks CROSS JOIN LATERAL (
-	SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t WHERE (t.queue, t.fair_key) >= ($1, ks.key) AND (t.queue, t.fair_key) <= ($1, ks.key)
-		AND t.status = 'ready' AND t.ready_batch IS NULL AND t.fair_key IS NOT NULL
-	ORDER BY t.queue, t.fair_key, t.priority DESC, t.ready_at, t.id LIMIT (SELECT n FROM per)) c`), queue, blocked, want)
+	keys, err := s.readFairKeys(ctx, tx, queue, want, blocked, g.fairNow)
 	if err != nil {
 		return picked{err: err}
 	}
-	var keys []*fairKey
-	byKey := map[string]*fairKey{}
-	var key string
-	var vt *int64
-	var c readyCand
-	var per int64
-	if _, err := pgx.ForEachRow(rows, []any{&key, &vt, &c.id, &c.priority, &c.readyAt, &per}, func() error {
-		fk := byKey[key]
-		if fk == nil {
-			fk = &fairKey{key: key, vt: fairNow}
-			if vt != nil {
-				fk.vt = max(*vt, fairNow)
-				fk.stored = true
-			}
-			byKey[key] = fk
-			keys = append(keys, fk)
-		}
-		fk.tasks = append(fk.tasks, c)
-		return nil
-	}); err != nil {
-		return picked{err: err}
-	}
 	if len(keys) == 0 {
-		return s.pickStale(ctx, tx, queue, want, flow, own, running, total, blocked)
+		return s.pickStale(ctx, tx, queue, want, g, blocked)
 	}
-	for _, fk := range keys {
-		fk.more = int64(len(fk.tasks)) == per
-	}
+	fairNow := g.fairNow
 	var taken []string
 	for len(taken) < want {
 		var best *fairKey
@@ -182,34 +139,7 @@ SELECT ks.key, ks.vt, c.id, c.priority, c.ready_at, (SELECT n FROM per) FROM ks 
 		running[best.key]++
 		total++
 	}
-	// Keys still claimable keep their virtual time: the picked ones get
-	// their new one; the others' rows stay as they are (a key without a
-	// row starts at fair_now, and a stored time below fair_now counts as
-	// fair_now, so writing either back would change nothing). Keys left
-	// without ready tasks or room lose their row, as do keys that have no
-	// ready task any more (their tasks were claimed, cancelled or deleted
-	// since): they start again at fair_now when they come back.
-	vkeys, vts, drop := []string{}, []int64{}, []string{} // not nil: pgx sends nil as NULL
-	listed := make([]string, 0, len(keys))
-	for _, fk := range keys {
-		listed = append(listed, fk.key)
-		claimable := (fk.next < len(fk.tasks) || fk.more) && room(fk.key) != 0
-		switch {
-		case claimable && fk.picked:
-			vkeys, vts = append(vkeys, fk.key), append(vts, fk.vt)
-		case !claimable && fk.stored:
-			drop = append(drop, fk.key)
-		}
-	}
-	b := &pgx.Batch{} // sent with the claim
-	b.Queue(s.q(`DELETE FROM {s}.queue_fair f WHERE f.queue = $1 AND (f.key = ANY($2::text[])
-	OR NOT EXISTS (SELECT 1 FROM unnest($3::text[]) u(k) WHERE u.k = f.key))`), queue, drop, listed)
-	if len(vkeys) > 0 {
-		b.Queue(s.q(`INSERT INTO {s}.queue_fair (queue, key, vt) SELECT $1, k, v FROM unnest($2::text[], $3::bigint[]) AS u(k, v)
-ON CONFLICT (queue, key) DO UPDATE SET vt = EXCLUDED.vt`), queue, vkeys, vts)
-	}
-	b.Queue(s.q(`UPDATE {s}.queues SET fair_now = $2 WHERE name = $1 AND fair_now <> $2`), queue, fairNow)
-	return picked{ids: taken, writes: b}
+	return picked{ids: taken, writes: s.fairWrites(queue, keys, fairNow, room)}
 }
 
 // readMoreFair reads up to n more ready tasks of a key during a fair
@@ -237,12 +167,13 @@ func (s *Store) readMoreFair(ctx context.Context, tx flowQuerier, queue string, 
 // been written without its key (its submit read the queue before the
 // change). With no key blocked, the first ready tasks are admissible, so
 // this reads no more than it claims.
-func (s *Store) pickStale(ctx context.Context, tx flowQuerier, queue string, want int, flow norn.QueueFlow,
-	own map[string]*norn.KeySettings, running map[string]int64, total int64, blocked []string) picked {
+func (s *Store) pickStale(ctx context.Context, tx flowQuerier, queue string, want int, g *gateView, blocked []string) picked {
 	if len(blocked) > 0 {
 		return picked{}
 	}
-	return s.pickLimited(ctx, tx, queue, want, flow, own, running, total, false)
+	stale := *g
+	stale.readyLeft = false
+	return s.pickLimited(ctx, tx, queue, want, &stale)
 }
 
 // checkFair refuses key limits on a queue fair by a label and, when
@@ -276,4 +207,90 @@ WHERE queue = $1 AND status IN ('scheduled', 'blocked', 'ready', 'running')`), q
 	b.Queue(s.q(`DELETE FROM {s}.queue_fair WHERE queue = $1`), queue)
 	b.Queue(s.q(`UPDATE {s}.queues SET fair_now = 0 WHERE name = $1`), queue)
 	return tx.SendBatch(ctx, b).Close()
+}
+
+// readFairKeys reads, for a fair pick, each key's first ready tasks with
+// its virtual time (keys in blocked are at their limits: skipped).
+func (s *Store) readFairKeys(ctx context.Context, tx flowQuerier, queue string, want int, blocked []string, fairNow int64) ([]*fairKey, error) {
+	// Each key's first ⌊want / keys⌋ + 2 tasks, with its virtual time: as
+	// many as an even share of the claim needs, so the read is O(keys +
+	// want) rows; a key that gets more than its share (a weight, or a key
+	// with most of the backlog) has the rest read when the pick reaches it
+	// (readMoreFair). With few keys (keys × want ≤ 4096) each key's first
+	// want, which saves that round trip. The key's read names its key as
+	// a range of (queue, fair_key) and orders by the index's columns, which
+	// only tasks_fair can serve: written as queue = $1 AND fair_key = key,
+	// with statistics from when the queue was small, the planner walked
+	// tasks_claim instead, filtering by key, through the other keys'
+	// backlog once per key (560 ms a claim behind 100,000 tasks; found
+	// 2026-11-28).
+	rows, err := tx.Query(ctx, s.q(`WITH RECURSIVE `+readyKeysCTE("fair_key")+`,
+ks AS MATERIALIZED (SELECT k.key, f.vt FROM k LEFT JOIN {s}.queue_fair f ON f.queue = $1 AND f.key = k.key
+	WHERE k.key IS NOT NULL AND k.key <> ALL($2::text[])),
+per AS (SELECT CASE WHEN count(*) * $3 <= 4096 THEN $3 ELSE $3 / count(*) + 2 END AS n FROM ks)
+SELECT ks.key, ks.vt, c.id, c.priority, c.ready_at, (SELECT n FROM per) FROM ks CROSS JOIN LATERAL (
+	SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t WHERE (t.queue, t.fair_key) >= ($1, ks.key) AND (t.queue, t.fair_key) <= ($1, ks.key)
+		AND t.status = 'ready' AND t.ready_batch IS NULL AND t.fair_key IS NOT NULL
+	ORDER BY t.queue, t.fair_key, t.priority DESC, t.ready_at, t.id LIMIT (SELECT n FROM per)) c`), queue, blocked, want)
+	if err != nil {
+		return nil, err
+	}
+	var keys []*fairKey
+	byKey := map[string]*fairKey{}
+	var key string
+	var vt *int64
+	var c readyCand
+	var per int64
+	if _, err := pgx.ForEachRow(rows, []any{&key, &vt, &c.id, &c.priority, &c.readyAt, &per}, func() error {
+		fk := byKey[key]
+		if fk == nil {
+			fk = &fairKey{key: key, vt: fairNow}
+			if vt != nil {
+				fk.vt = max(*vt, fairNow)
+				fk.stored = true
+			}
+			byKey[key] = fk
+			keys = append(keys, fk)
+		}
+		fk.tasks = append(fk.tasks, c)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	for _, fk := range keys {
+		fk.more = int64(len(fk.tasks)) == per
+	}
+	return keys, nil
+}
+
+// fairWrites are the fair pick's writes, sent with its claim.
+func (s *Store) fairWrites(queue string, keys []*fairKey, fairNow int64, room func(string) int64) *pgx.Batch {
+	// Keys still claimable keep their virtual time: the picked ones get
+	// their new one; the others' rows stay as they are (a key without a
+	// row starts at fair_now, and a stored time below fair_now counts as
+	// fair_now, so writing either back would change nothing). Keys left
+	// without ready tasks or room lose their row, as do keys that have no
+	// ready task any more (their tasks were claimed, cancelled or deleted
+	// since): they start again at fair_now when they come back.
+	vkeys, vts, drop := []string{}, []int64{}, []string{} // not nil: pgx sends nil as NULL
+	listed := make([]string, 0, len(keys))
+	for _, fk := range keys {
+		listed = append(listed, fk.key)
+		claimable := (fk.next < len(fk.tasks) || fk.more) && room(fk.key) != 0
+		switch {
+		case claimable && fk.picked:
+			vkeys, vts = append(vkeys, fk.key), append(vts, fk.vt)
+		case !claimable && fk.stored:
+			drop = append(drop, fk.key)
+		}
+	}
+	b := &pgx.Batch{} // sent with the claim
+	b.Queue(s.q(`DELETE FROM {s}.queue_fair f WHERE f.queue = $1 AND (f.key = ANY($2::text[])
+	OR NOT EXISTS (SELECT 1 FROM unnest($3::text[]) u(k) WHERE u.k = f.key))`), queue, drop, listed)
+	if len(vkeys) > 0 {
+		b.Queue(s.q(`INSERT INTO {s}.queue_fair (queue, key, vt) SELECT $1, k, v FROM unnest($2::text[], $3::bigint[]) AS u(k, v)
+ON CONFLICT (queue, key) DO UPDATE SET vt = EXCLUDED.vt`), queue, vkeys, vts)
+	}
+	b.Queue(s.q(`UPDATE {s}.queues SET fair_now = $2 WHERE name = $1 AND fair_now <> $2`), queue, fairNow)
+	return b
 }

@@ -66,9 +66,9 @@ func openInstances(t *testing.T, n int) ([]norn.Store, []*Store) {
 // path.
 func claimPaths(all []*Store) (shared, exclusive, keyed int64) {
 	for _, s := range all {
-		shared += s.flow.sharedClaims.Load()
-		exclusive += s.flow.exclusiveClaims.Load()
-		keyed += s.flow.keyedClaims.Load()
+		shared += s.flow.claims[pathShared].Load()
+		exclusive += s.flow.claims[pathExclusive].Load()
+		keyed += s.flow.claims[pathKeyed].Load()
 	}
 	return shared, exclusive, keyed
 }
@@ -188,7 +188,7 @@ func TestRateLimitClaimsDoNotSerialize(t *testing.T) {
 			t.Fatalf("claim %d beside a shared claim in flight: %d tasks, %v", i, len(ts), err)
 		}
 	}
-	if n := first.flow.exclusiveClaims.Load() + second.flow.exclusiveClaims.Load(); n != 0 {
+	if n := first.flow.claims[pathExclusive].Load() + second.flow.claims[pathExclusive].Load(); n != 0 {
 		t.Fatalf("%d claims took the exclusive path", n)
 	}
 	// The unused tokens went back: three claims spent three tokens.
@@ -237,7 +237,7 @@ func TestFlowSharedPathCountsRarely(t *testing.T) {
 	for range 60 {
 		got += flowClaim(t, s, "far", 1)
 	}
-	shared, counts := s.flow.sharedClaims.Load(), s.flow.counts.Load()
+	shared, counts := s.flow.claims[pathShared].Load(), s.flow.counts.Load()
 	t.Logf("%d tasks, %d shared claims, %d counted", got, shared, counts)
 	if got != 60 || shared != 60 {
 		t.Fatalf("%d tasks in %d shared claims, want 60 in 60", got, shared)
@@ -257,10 +257,10 @@ func TestFlowSlotBoundSeesExclusiveClaims(t *testing.T) {
 	s := openTest(t, nil, nil)
 	s.flow.slots, s.flow.cap = 1, 1
 	flowQueue(t, s, "ex", 10, 20)
-	if n := flowClaim(t, s, "ex", 1); n != 1 || s.flow.sharedClaims.Load() != 1 {
-		t.Fatalf("first claim: %d tasks, %d shared claims", n, s.flow.sharedClaims.Load())
+	if n := flowClaim(t, s, "ex", 1); n != 1 || s.flow.claims[pathShared].Load() != 1 {
+		t.Fatalf("first claim: %d tasks, %d shared claims", n, s.flow.claims[pathShared].Load())
 	}
-	s.flow.ruleOut("ex")
+	s.flow.mark(&s.flow.exclusive, "ex", true)
 	if n := flowClaim(t, s, "ex", 9); n != 9 {
 		t.Fatalf("exclusive claim: %d tasks, want 9", n)
 	}

@@ -50,7 +50,7 @@ func TestFlowKeyedPath(t *testing.T) {
 		return got
 	}
 	paths := func(s *Store) (keyed, exclusive, shared int64) {
-		return s.flow.keyedClaims.Load(), s.flow.exclusiveClaims.Load(), s.flow.sharedClaims.Load()
+		return s.flow.claims[pathKeyed].Load(), s.flow.claims[pathExclusive].Load(), s.flow.claims[pathShared].Load()
 	}
 
 	t.Run("SmallKeyLimitTakesTheKeyedPath", func(t *testing.T) {
@@ -211,7 +211,7 @@ func TestFlowKeyedPath(t *testing.T) {
 			var got int
 			err := b.s.withConn(ctx, func(conn *pgx.Conn) error {
 				b.s.flow.markTight("kq", 0)
-				out, v, _, err := b.s.claimKeyed(ctx, conn, "kq", 40, "w", nil, true)
+				out, v, _, err := b.s.claimKeyed(ctx, conn, claimCall{queue: "kq", want: 40, worker: "w"}, true)
 				if err == nil && v != sharedKeyed {
 					err = fmt.Errorf("verdict %q, want keyed", v)
 				}

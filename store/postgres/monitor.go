@@ -28,6 +28,10 @@ type monitor struct {
 	s      *Store // whose sweeps it runs
 	leader atomic.Bool
 	*duty
+	// Owned by run's goroutine: the leader-lock session (nil: none), and
+	// when the last full sweep and the last ping of that session were.
+	lockConn           *pgx.Conn
+	lastFull, lastPing time.Time
 }
 
 // startMonitor starts the monitor duty of s; stop it with stop.
@@ -45,105 +49,21 @@ func startMonitor(s *Store, p monitorParams) *monitor {
 // session dies the lock is released by the server and another node takes
 // over at its next attempt.
 func (m *monitor) run(ctx context.Context) {
-	s := m.s
-	var lockConn *pgx.Conn
 	defer func() {
-		if lockConn != nil {
-			lockConn.Close(context.Background())
-		}
+		m.dropLock()
 		m.leader.Store(false)
 	}()
-	var lastFull, lastPing time.Time
 	for {
-		if lockConn == nil || lockConn.IsClosed() {
-			if m.leader.Swap(false) {
-				// Every end of a term is logged: the fault suite reads
-				// the terms from these lines.
-				s.cfg.Logger.Warn("norn: lost the monitor leadership", "err", "the lock session is closed")
-			}
-			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			c, err := pgx.ConnectConfig(ctx, s.connCfg)
-			if err == nil {
-				err = m.limitIdle(ctx, c)
-			}
-			cancel()
-			if err == nil {
-				lockConn = c
-			} else {
-				lockConn = nil
-			}
-		}
-		if lockConn != nil && !m.leader.Load() {
-			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			var got bool
-			err := lockConn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", m.p.lockKey).Scan(&got)
-			cancel()
-			if err != nil {
-				lockConn.Close(context.Background())
-				lockConn = nil
-			} else if got {
-				m.leader.Store(true)
-				lastFull, lastPing = time.Time{}, time.Now()
-				s.cfg.Logger.Info("norn: this node now leads the monitor", "schema", s.cfg.Schema)
-			}
-		}
+		m.campaign(ctx)
 		wait := m.p.retry
 		// Taken before looking at what is due, so a delay reported while
 		// we look is not missed.
-		wake := s.sweepWake.wait()
+		wake := m.s.sweepWake.wait()
 		if m.leader.Load() {
-			// Still leading? A dead session means the lock is gone.
-			if time.Since(lastPing) >= m.p.retry {
-				ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				err := lockConn.Ping(ctx)
-				cancel()
-				if err != nil {
-					m.leader.Store(false)
-					lockConn.Close(context.Background())
-					lockConn = nil
-					s.cfg.Logger.Warn("norn: lost the monitor leadership", "err", err)
-					continue
-				}
-				lastPing = time.Now()
-			}
-			sctx, cancel := context.WithTimeout(ctx, time.Minute)
-			lost := m.holdLead(ctx, sctx, cancel, lockConn)
-			var err error
-			var rep norn.SweepReport
-			start := time.Now()
-			due := m.nextDue(sctx)
-			switch {
-			case time.Since(lastFull) >= m.p.sweepInterval:
-				rep, err = s.Sweep(sctx)
-				lastFull = time.Now()
-				due = m.nextDue(sctx)
-			case due <= 0:
-				if err = s.sweepTimeouts(sctx, &rep); err == nil {
-					err = s.sweepDelays(sctx, &rep)
-				}
-				if err == nil {
-					err = s.fireSchedules(sctx, &rep)
-				}
-				due = m.nextDue(sctx)
-			}
-			cancel()
-			if rep != (norn.SweepReport{}) {
-				// Which node did the monitor's duties, and when: the fault
-				// suite checks from these lines that no two nodes sweep at once.
-				s.cfg.Logger.Debug("norn: monitor swept", "start", start, "timed_out", rep.TimedOut,
-					"released", rep.Released, "aborted", rep.Aborted, "purged", rep.Purged, "fired", rep.Fired)
-			}
-			if lostErr := lost(); lostErr != nil {
-				m.leader.Store(false)
-				lockConn.Close(context.Background())
-				lockConn = nil
-				s.cfg.Logger.Warn("norn: lost the monitor leadership during a sweep; sweep stopped", "err", lostErr)
+			var ok bool
+			if wait, ok = m.lead(ctx); !ok {
 				continue
 			}
-			if err != nil && ctx.Err() == nil {
-				s.cfg.Logger.Warn("norn: sweep failed", "err", err)
-			}
-			wait = max(min(due, m.p.sweepInterval-time.Since(lastFull)), 5*time.Millisecond)
 		} else {
 			// Only the leader cares about new delays; the others just
 			// retry the lock now and then.
@@ -159,6 +79,113 @@ func (m *monitor) run(ctx context.Context) {
 			timer.Stop()
 		}
 	}
+}
+
+// campaign opens the leader-lock session if there is none, and tries to
+// take the lock if this node does not lead.
+func (m *monitor) campaign(ctx context.Context) {
+	s := m.s
+	if m.lockConn == nil || m.lockConn.IsClosed() {
+		if m.leader.Swap(false) {
+			// Every end of a term is logged: the fault suite reads
+			// the terms from these lines.
+			s.cfg.Logger.Warn("norn: lost the monitor leadership", "err", "the lock session is closed")
+		}
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		c, err := pgx.ConnectConfig(ctx, s.connCfg)
+		if err == nil {
+			err = m.limitIdle(ctx, c)
+		}
+		cancel()
+		m.lockConn = nil
+		if err == nil {
+			m.lockConn = c
+		}
+	}
+	if m.lockConn == nil || m.leader.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	var got bool
+	err := m.lockConn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", m.p.lockKey).Scan(&got)
+	cancel()
+	if err != nil {
+		m.dropLock()
+	} else if got {
+		m.leader.Store(true)
+		m.lastFull, m.lastPing = time.Time{}, time.Now()
+		s.cfg.Logger.Info("norn: this node now leads the monitor", "schema", s.cfg.Schema)
+	}
+}
+
+// dropLock closes the leader-lock session, which releases the lock.
+func (m *monitor) dropLock() {
+	if m.lockConn != nil {
+		m.lockConn.Close(context.Background())
+		m.lockConn = nil
+	}
+}
+
+// stepDown ends this node's term: the session (and with it the lock)
+// goes, and the line says why.
+func (m *monitor) stepDown(msg string, err error) {
+	m.leader.Store(false)
+	m.dropLock()
+	m.s.cfg.Logger.Warn(msg, "err", err)
+}
+
+// lead checks that the lock session lives, then sweeps what is due:
+// everything every SweepInterval, else the timeouts, delays and schedules
+// that fell due. It returns how long to wait before the next round; ok
+// false: the lead was lost.
+func (m *monitor) lead(ctx context.Context) (wait time.Duration, ok bool) {
+	s := m.s
+	// Still leading? A dead session means the lock is gone.
+	if time.Since(m.lastPing) >= m.p.retry {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := m.lockConn.Ping(pctx)
+		cancel()
+		if err != nil {
+			m.stepDown("norn: lost the monitor leadership", err)
+			return 0, false
+		}
+		m.lastPing = time.Now()
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	lost := m.holdLead(ctx, sctx, cancel, m.lockConn)
+	var err error
+	var rep norn.SweepReport
+	start := time.Now()
+	due := m.nextDue(sctx)
+	switch {
+	case time.Since(m.lastFull) >= m.p.sweepInterval:
+		rep, err = s.Sweep(sctx)
+		m.lastFull = time.Now()
+		due = m.nextDue(sctx)
+	case due <= 0:
+		if err = s.sweepTimeouts(sctx, &rep); err == nil {
+			err = s.sweepDelays(sctx, &rep)
+		}
+		if err == nil {
+			err = s.fireSchedules(sctx, &rep)
+		}
+		due = m.nextDue(sctx)
+	}
+	cancel()
+	if rep != (norn.SweepReport{}) {
+		// Which node did the monitor's duties, and when: the fault
+		// suite checks from these lines that no two nodes sweep at once.
+		s.cfg.Logger.Debug("norn: monitor swept", "start", start, "timed_out", rep.TimedOut,
+			"released", rep.Released, "aborted", rep.Aborted, "purged", rep.Purged, "fired", rep.Fired)
+	}
+	if lostErr := lost(); lostErr != nil {
+		m.stepDown("norn: lost the monitor leadership during a sweep; sweep stopped", lostErr)
+		return 0, false
+	}
+	if err != nil && ctx.Err() == nil {
+		s.cfg.Logger.Warn("norn: sweep failed", "err", err)
+	}
+	return max(min(due, m.p.sweepInterval-time.Since(m.lastFull)), 5*time.Millisecond), true
 }
 
 // holdLead keeps the leader-lock session busy while the leader sweeps on

@@ -105,7 +105,7 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 	results := make([]norn.LeaseOpResult, len(ops))
 	todo := make([]int, 0, len(ops))
 	for i, op := range ops {
-		if err := validateLeaseOp(op); err != nil {
+		if err := op.Validate(); err != nil {
 			results[i].Err = asNornErr(err)
 			continue
 		}
@@ -346,36 +346,6 @@ func readyAmong(cs []*change) bool {
 	return false
 }
 
-func validateLeaseOp(op norn.LeaseOp) error {
-	if err := op.LeaseRef.Validate(); err != nil {
-		return err
-	}
-	switch op.Op {
-	case norn.OpHeartbeat:
-		if op.Progress != nil {
-			if err := norn.ValidateProgress("progress", *op.Progress); err != nil {
-				return err
-			}
-		}
-		if op.Extend < 0 {
-			return norn.Invalid("extend", "must not be negative")
-		}
-	case norn.OpComplete:
-		return norn.ValidateJSON("result", op.Result, norn.MaxResultBytes)
-	case norn.OpFail, norn.OpAbort:
-		if op.Error == nil {
-			return norn.Invalid("error", "an error is required")
-		}
-		return norn.ValidateErrorInfo("error", *op.Error)
-	case norn.OpYield:
-	case norn.OpSnooze:
-		return op.Snooze.Validate()
-	default:
-		return norn.Invalid("op", "unknown operation %q", op.Op)
-	}
-	return nil
-}
-
 // readWithNow reads tasks and the time in one round trip.
 func (s *Store) readWithNow(ctx context.Context, q querier, ids []string) (time.Time, map[string]*rec, error) {
 	b := &pgx.Batch{}
@@ -476,8 +446,10 @@ func (s *Store) decide(op norn.LeaseOp, r *rec, now time.Time) (deadline time.Ti
 		r.Status, r.Deadline, r.endedAt = norn.StatusAborted, time.Time{}, now
 		return time.Time{}, norn.EventKind(norn.TaskAbort), []norn.HistoryEntry{entry(norn.TaskAbort, &e)}, nil
 	case norn.OpYield:
-		h := entry(norn.TaskYield, nil)
-		r.Status, r.Owner, r.Progress, r.Deadline, r.readyAt = norn.StatusReady, "", 0, time.Time{}, now
+		o := norn.AfterYield(now)
+		h := entry(o.History, nil)
+		r.Status, r.Owner, r.Progress, r.Deadline, r.readyAt = o.Status, "", 0, time.Time{}, now
+		r.RunAt = micro(o.RunAt)
 		r.Attempts--
 		return time.Time{}, norn.EventKind(norn.TaskYield), []norn.HistoryEntry{h}, nil
 	case norn.OpSnooze:
