@@ -41,6 +41,9 @@ type Error struct {
 	Field string
 	// Err is an underlying cause, if any.
 	Err error
+	// Cause classifies an unavailable error for clients (CauseUnreachable
+	// and the other Cause constants; "" when unknown).
+	Cause string
 	// closed marks the unavailable errors that mean "this store (or
 	// client) is closed", the only ones that match ErrClosed.
 	closed bool

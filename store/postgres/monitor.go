@@ -29,9 +29,12 @@ type monitor struct {
 	leader atomic.Bool
 	*duty
 	// Owned by run's goroutine: the leader-lock session (nil: none), and
-	// when the last full sweep and the last ping of that session were.
-	lockConn           *pgx.Conn
-	lastFull, lastPing time.Time
+	// when the last full sweep was.
+	lockConn *pgx.Conn
+	lastFull time.Time
+	// contact is when the lock session last answered (unix nanoseconds);
+	// holdLead's goroutine updates it too.
+	contact atomic.Int64
 }
 
 // startMonitor starts the monitor duty of s; stop it with stop.
@@ -113,7 +116,8 @@ func (m *monitor) campaign(ctx context.Context) {
 		m.dropLock()
 	} else if got {
 		m.leader.Store(true)
-		m.lastFull, m.lastPing = time.Time{}, time.Now()
+		m.lastFull = time.Time{}
+		m.contact.Store(time.Now().UnixNano())
 		s.cfg.Logger.Info("norn: this node now leads the monitor", "schema", s.cfg.Schema)
 	}
 }
@@ -140,19 +144,22 @@ func (m *monitor) stepDown(msg string, err error) {
 // false: the lead was lost.
 func (m *monitor) lead(ctx context.Context) (wait time.Duration, ok bool) {
 	s := m.s
-	// Still leading? A dead session means the lock is gone.
-	if time.Since(m.lastPing) >= m.p.retry {
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := m.lockConn.Ping(pctx)
-		cancel()
-		if err != nil {
+	// Still leading? A dead session means the lock is gone, and a session
+	// that has not answered for half the server's idle limit may be gone
+	// without this node hearing of it (a silent network): the server ends
+	// it at the idle limit and another node may lead then, so this one
+	// steps down first, by its own clock.
+	if since := m.sinceContact(); since >= m.term() {
+		m.stepDown("norn: lost the monitor leadership", fmt.Errorf("the database has not answered for %s", since.Round(time.Millisecond)))
+		return 0, false
+	} else if since >= m.p.retry {
+		if err := m.ping(ctx); err != nil {
 			m.stepDown("norn: lost the monitor leadership", err)
 			return 0, false
 		}
-		m.lastPing = time.Now()
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	lost := m.holdLead(ctx, sctx, cancel, m.lockConn)
+	lost := m.holdLead(ctx, sctx, cancel)
 	var err error
 	var rep norn.SweepReport
 	start := time.Now()
@@ -192,9 +199,9 @@ func (m *monitor) lead(ctx context.Context) (wait time.Duration, ok bool) {
 // other connections (a sweep can outlast the session's idle limit on a
 // loaded database) and cancels the sweep if the session dies, since the
 // lock, and with it the lead, is then gone and another node may sweep.
-// The returned function stops it and reports a lost session; lockConn is
+// The returned function stops it and reports a lost session; the session is
 // the monitor's again once it returned. ctx is the duty's, sctx the sweep's.
-func (m *monitor) holdLead(ctx, sctx context.Context, cancel context.CancelFunc, lockConn *pgx.Conn) func() error {
+func (m *monitor) holdLead(ctx, sctx context.Context, cancel context.CancelFunc) func() error {
 	done := make(chan struct{})
 	var lostErr error
 	stopped := make(chan struct{})
@@ -210,10 +217,7 @@ func (m *monitor) holdLead(ctx, sctx context.Context, cancel context.CancelFunc,
 				return
 			case <-t.C:
 			}
-			pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
-			err := lockConn.Ping(pctx)
-			pcancel()
-			if err != nil {
+			if err := m.ping(ctx); err != nil {
 				lostErr = err
 				cancel()
 				return
@@ -237,8 +241,7 @@ func (m *monitor) holdLead(ctx, sctx context.Context, cancel context.CancelFunc,
 // idle that long. PostgreSQL before 14 has no idle_session_timeout: there a
 // frozen leader keeps the lead until it resumes.
 func (m *monitor) limitIdle(ctx context.Context, c *pgx.Conn) error {
-	d := max(5*time.Second, 3*max(m.p.retry, m.p.sweepInterval))
-	_, err := c.Exec(ctx, fmt.Sprintf("SET idle_session_timeout = %d", d.Milliseconds()))
+	_, err := c.Exec(ctx, fmt.Sprintf("SET idle_session_timeout = %d", m.idleLimit().Milliseconds()))
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42704" { // undefined_object: PostgreSQL < 14
 		return nil
@@ -247,6 +250,36 @@ func (m *monitor) limitIdle(ctx context.Context, c *pgx.Conn) error {
 		c.Close(context.Background())
 	}
 	return err
+}
+
+// idleLimit is the leader-lock session's idle_session_timeout.
+func (m *monitor) idleLimit() time.Duration {
+	return max(5*time.Second, 3*max(m.p.retry, m.p.sweepInterval))
+}
+
+// term is how long a leader goes on without an answer from its lock
+// session: half the idle limit, after which the server may have ended the
+// session and released the lock.
+func (m *monitor) term() time.Duration { return m.idleLimit() / 2 }
+
+func (m *monitor) sinceContact() time.Duration {
+	return time.Since(time.Unix(0, m.contact.Load()))
+}
+
+// ping asks the lock session for an answer, waiting no longer than the
+// rest of the term, and notes the contact.
+func (m *monitor) ping(ctx context.Context) error {
+	left := m.term() - m.sinceContact()
+	if left <= 0 {
+		return fmt.Errorf("the database has not answered for %s", m.term())
+	}
+	pctx, cancel := context.WithTimeout(ctx, left)
+	defer cancel()
+	if err := m.lockConn.Ping(pctx); err != nil {
+		return err
+	}
+	m.contact.Store(time.Now().UnixNano())
+	return nil
 }
 
 // nextDueSQL reads, in seconds from now, the earliest delay, lease

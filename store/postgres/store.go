@@ -71,6 +71,12 @@ type Config struct {
 	// MaxConns caps the connection pool (default max(8, 2×GOMAXPROCS)). The
 	// store also keeps two dedicated sessions: the listener and the leader lock.
 	MaxConns int
+	// ProbeInterval is how often the health duty asks the database whether
+	// it answers (default 1s); ProbeTimeout how long it waits for an answer
+	// (default 5s). While it gets none, calls fail at once with 503 and
+	// the calls in flight are cancelled (health.go), so a silent network
+	// makes a node answer 503 within about ProbeInterval + ProbeTimeout.
+	ProbeInterval, ProbeTimeout time.Duration
 	// Logger receives operational messages (default slog.Default()).
 	Logger *slog.Logger
 	// Observer receives background measurements (schedule lateness).
@@ -113,6 +119,18 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if o.PollInterval < 0 || o.SweepInterval < 0 || o.LeaderRetry < 0 {
 		return o, norn.Invalid("poll_interval", "intervals must not be negative")
+	}
+	if o.ProbeInterval < 0 {
+		return o, norn.Invalid("probe_interval", "must not be negative")
+	}
+	if o.ProbeTimeout < 0 {
+		return o, norn.Invalid("probe_timeout", "must not be negative")
+	}
+	if o.ProbeInterval == 0 {
+		o.ProbeInterval = time.Second
+	}
+	if o.ProbeTimeout == 0 {
+		o.ProbeTimeout = 5 * time.Second
 	}
 	if o.PollInterval == 0 {
 		o.PollInterval = time.Second
@@ -178,6 +196,7 @@ type Store struct {
 	readyIDs  readyIDs       // ready row ids for new batches (batches.go)
 	readyRows readyRowLimits // ready rows a plain claim locks, per queue (batches.go)
 	hints     claimHints     // where each queue's ready tasks start (claimhint.go)
+	health    *health        // whether the database answers (health.go)
 	listening atomic.Bool    // the listener's session is up: wake-ups are not missed
 }
 
@@ -262,6 +281,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		}
 		return nil, norn.Unavailable(fmt.Errorf("listen: %w", err))
 	}
+	s.health = startHealth(healthParams{connCfg: connCfg, every: cfg.ProbeInterval, timeout: cfg.ProbeTimeout, logger: cfg.Logger})
 	s.announcer = startAnnouncer(announcerParams{every: subscriberTTL / 3, active: func() bool { return s.subs.count() > 0 },
 		announce: s.announceSubscriber, withdraw: s.withdrawSubscriber, logger: cfg.Logger})
 	if !cfg.DisableMonitor {
@@ -281,6 +301,9 @@ func (s *Store) Close() error {
 	}
 	if s.monitor != nil {
 		s.monitor.stop()
+	}
+	if s.health != nil {
+		s.health.stop()
 	}
 	if s.announcer != nil {
 		s.announcer.stop()
@@ -307,12 +330,27 @@ type querier interface {
 
 // withConn runs f on a pooled connection, retrying serialization failures
 // and deadlocks, and maps backend failures to norn errors.
-func (s *Store) withConn(ctx context.Context, f func(conn *pgx.Conn) error) error {
+func (s *Store) withConn(ctx context.Context, f func(conn *pgx.Conn) error) (err error) {
 	if s.closed.Load() {
 		return norn.ErrClosed
 	}
+	var epoch context.Context // cancelled when the database stops answering
+	if s.health != nil {
+		if err := s.health.failing(); err != nil {
+			return err
+		}
+		epoch = s.health.current()
+		defer func() {
+			// Cut off because the database stopped answering: say so.
+			if err != nil && epoch.Err() != nil {
+				if down := s.health.failing(); down != nil {
+					err = down
+				}
+			}
+		}()
+	}
 	for attempt := 0; ; attempt++ {
-		conn, err := s.pool.Acquire(ctx)
+		conn, err := s.acquire(ctx, epoch)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -322,7 +360,7 @@ func (s *Store) withConn(ctx context.Context, f func(conn *pgx.Conn) error) erro
 			}
 			return norn.Unavailable(err)
 		}
-		err = f(conn.Conn())
+		err = s.run(conn, epoch, f)
 		release(conn, err)
 		if err != nil && retryable(err) && attempt < 8 {
 			time.Sleep(time.Duration(attempt+1) * time.Millisecond)
@@ -357,6 +395,37 @@ func batchRows[T any](ctx context.Context, conn *pgx.Conn, b *pgx.Batch, fn pgx.
 }
 
 // withTx runs f in a transaction on a pooled connection (retried as withConn).
+// acquire takes a pooled connection; a wait for one ends when the
+// database stops answering (epoch, nil: never).
+func (s *Store) acquire(ctx context.Context, epoch context.Context) (*pgxpool.Conn, error) {
+	if epoch == nil {
+		return s.pool.Acquire(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer context.AfterFunc(epoch, cancel)()
+	defer cancel()
+	return s.pool.Acquire(ctx)
+}
+
+// run calls f on conn. If the database stops answering meanwhile (epoch
+// is cancelled), conn's socket gets a deadline in the past: whatever f
+// waits for on it fails at once, and the broken connection is dropped on
+// release. The statements take the caller's context, not one of the
+// store's, so this is how the health duty reaches them.
+func (s *Store) run(conn *pgxpool.Conn, epoch context.Context, f func(conn *pgx.Conn) error) error {
+	if epoch == nil {
+		return f(conn.Conn())
+	}
+	nc := conn.Conn().PgConn().Conn()
+	stop := context.AfterFunc(epoch, func() { _ = nc.SetDeadline(time.Now()) })
+	err := f(conn.Conn())
+	if !stop() && err == nil {
+		// Cut just after f finished: the session may be mid-message.
+		_ = conn.Conn().Close(context.Background())
+	}
+	return err
+}
+
 func (s *Store) withTx(ctx context.Context, f func(tx pgx.Tx) error) error {
 	return s.withConn(ctx, func(conn *pgx.Conn) error {
 		return pgx.BeginFunc(ctx, conn, f)
@@ -394,12 +463,12 @@ func mapErr(err error) error {
 			strings.HasPrefix(pe.Code, "57"), // operator intervention: shutdown, cannot connect now
 			pe.Code == "40001", pe.Code == "40P01",
 			pe.Code == "25006": // read-only transaction: a standby after failover
-			return norn.Unavailable(err)
+			return classify(err)
 		}
 		return fmt.Errorf("postgres: %w", err)
 	}
 	if connectionLost(err) {
-		return norn.Unavailable(err)
+		return classify(err)
 	}
 	return fmt.Errorf("postgres: %w", err)
 }
