@@ -193,6 +193,40 @@ func NewCluster(t testing.TB) *Cluster {
 	return c
 }
 
+// Standby starts a streaming standby of c (asynchronous unless c's
+// synchronous_standby_names names it; its application_name is
+// "standby"), removed when t ends.
+func (c *Cluster) Standby(t testing.TB) *Cluster {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "norn-pgtest-standby-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := &Cluster{dir: dir, data: filepath.Join(dir, "data"), bin: c.bin, cred: c.cred}
+	t.Cleanup(sb.shutdown)
+	if c.cred != nil {
+		if err := os.Chown(dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := exec.Command(filepath.Join(c.bin, "pg_basebackup"), "-h", "127.0.0.1", "-p", strconv.Itoa(c.port), "-U", "postgres",
+		"-D", sb.data, "-R", "-X", "stream", "-d", "application_name=standby")
+	base.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	base.Dir = dir
+	if out, err := base.CombinedOutput(); err != nil {
+		t.Fatalf("pg_basebackup: %v\n%s", err, out)
+	}
+	if sb.port, err = freePort(); err != nil {
+		t.Fatal(err)
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if err := sb.startLocked(); err != nil {
+		t.Fatalf("standby: %v", err)
+	}
+	return sb
+}
+
 // URL returns the connection URL of the cluster's "postgres" database over TCP.
 func (c *Cluster) URL() string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
