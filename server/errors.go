@@ -24,6 +24,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var se *wire.StatusError
 	if errors.As(err, &se) && se.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(se.RetryAfter.Seconds()))))
+	} else if status == http.StatusServiceUnavailable {
+		// Unavailable is retryable by definition; a second apart is what
+		// the health probe and a failover's recovery move at.
+		w.Header().Set("Retry-After", "1")
 	}
 	if status >= 500 && r.Context().Err() == nil {
 		s.log.LogAttrs(r.Context(), slog.LevelError, "request failed",

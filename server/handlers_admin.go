@@ -212,13 +212,14 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	if _, err := s.store.Get(ctx, readyProbeID); err != nil && norn.CodeOf(err) != norn.CodeNotFound {
-		return &norn.Error{Code: norn.CodeUnavailable, Message: "not ready: store: " + err.Error(), Err: err}
+		return s.notReady(r, "store", err)
 	}
 	// A store that can still be read but no longer written (the embedded
-	// store after a failed write or sync) is not ready.
+	// store after a failed write or sync), or one whose database does not
+	// answer, is not ready.
 	if rs, ok := s.store.(interface{ Ready(context.Context) error }); ok {
 		if err := rs.Ready(ctx); err != nil {
-			return &norn.Error{Code: norn.CodeUnavailable, Message: "not ready: store: " + err.Error(), Err: err}
+			return s.notReady(r, "store", err)
 		}
 	}
 	if s.cfg.ReadyCheck != nil {
@@ -226,8 +227,45 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) error {
 			return &norn.Error{Code: norn.CodeUnavailable, Message: "not ready: " + err.Error(), Err: err}
 		}
 	}
-	writeJSON(w, http.StatusOK, wire.StatusResponse{Status: "ok"})
+	writeJSON(w, http.StatusOK, wire.StatusResponse{Status: "ok", Details: s.readyDetails(r)})
 	return nil
+}
+
+// notReady is /readyz's 503 for a failing part: its message and cause
+// class; the whole error (addresses, the database's words) only for an
+// admin, since the route needs no token.
+func (s *Server) notReady(r *http.Request, part string, err error) error {
+	ne := wire.Classify(err)
+	msg := wire.FromError(ne).Message
+	if s.isAdmin(r) {
+		msg = err.Error()
+	}
+	return &norn.Error{Code: norn.CodeUnavailable, Message: "not ready: " + part + ": " + msg, Cause: ne.Cause, Err: err}
+}
+
+// isAdmin reports whether r carries an admin's token (every caller is an
+// admin when authentication is off), on a route that needs none.
+func (s *Server) isAdmin(r *http.Request) bool {
+	p, err := s.auth.authenticate(r)
+	return err == nil && p.role == RoleAdmin
+}
+
+// readyDetails is what an admin learns from /readyz beyond the verdict
+// (nil for anyone else: the route needs no token).
+func (s *Server) readyDetails(r *http.Request) map[string]string {
+	if !s.isAdmin(r) {
+		return nil
+	}
+	d := map[string]string{}
+	if rw, ok := s.store.(interface{ ReplicationWarning() string }); ok {
+		if w := rw.ReplicationWarning(); w != "" {
+			d["replication"] = w
+		}
+	}
+	if len(d) == 0 {
+		return nil
+	}
+	return d
 }
 
 func (s *Server) handleWhoami(w http.ResponseWriter, r *http.Request) error {

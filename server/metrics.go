@@ -298,6 +298,9 @@ var (
 		[]string{"queue", "reason"}, nil)
 	flowRunningDesc = prometheus.NewDesc("norn_flow_running", "Running tasks of each queue with a running or rate limit.",
 		[]string{"queue"}, nil)
+	claimPathDesc = prometheus.NewDesc("norn_store_claims_total",
+		"Claims of one queue served by each claim path of the store on this node (PostgreSQL: plain, shared, rated, keyed, exclusive).",
+		[]string{"path"}, nil)
 )
 
 func (c *countsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -307,6 +310,7 @@ func (c *countsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- storeUpDesc
 	ch <- heldDesc
 	ch <- flowRunningDesc
+	ch <- claimPathDesc
 }
 
 func (c *countsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -323,6 +327,11 @@ func (c *countsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(st.Workers))
 	ch <- prometheus.MustNewConstMetric(activeDesc, prometheus.GaugeValue, float64(st.ActiveWorkers))
+	if cp, ok := c.store.(norn.ClaimPathReporter); ok {
+		for _, pc := range cp.ClaimPaths() {
+			ch <- prometheus.MustNewConstMetric(claimPathDesc, prometheus.CounterValue, float64(pc.Claims), pc.Path)
+		}
+	}
 	if fr, ok := c.store.(norn.FlowReporter); ok {
 		flow, err := fr.FlowStats(ctx)
 		if err != nil {

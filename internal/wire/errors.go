@@ -69,11 +69,13 @@ type Error struct {
 	Code    norn.Code `json:"code"`
 	Message string    `json:"message"`
 	Field   string    `json:"field,omitempty"`
+	// Cause classifies an unavailable error (norn.CauseUnreachable, …).
+	Cause string `json:"cause,omitempty"`
 }
 
 // Err converts the wire form back into the error the server had.
 func (e *Error) Err() *norn.Error {
-	return &norn.Error{Code: e.Code, Message: e.Message, Field: e.Field}
+	return &norn.Error{Code: e.Code, Message: e.Message, Field: e.Field, Cause: e.Cause}
 }
 
 // ErrorBody is the body of every error response.
@@ -113,7 +115,7 @@ func FromError(ne *norn.Error) Error {
 	if ne.Code == norn.CodeInternal {
 		msg = "internal error"
 	}
-	return Error{Code: ne.Code, Message: msg, Field: ne.Field}
+	return Error{Code: ne.Code, Message: msg, Field: ne.Field, Cause: ne.Cause}
 }
 
 // StatusError gives an error a status of its own where the code's usual

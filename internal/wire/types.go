@@ -268,6 +268,10 @@ type ScheduleResponse struct {
 // StatusResponse is the body of /healthz and /readyz.
 type StatusResponse struct {
 	Status string `json:"status"`
+	// Details, for an admin (or anyone when authentication is off): what
+	// the operator should know although the server is ready, such as a
+	// database that replicates asynchronously.
+	Details map[string]string `json:"details,omitempty"`
 }
 
 // WhoamiResponse tells a caller what its token may do, so a UI can hide
