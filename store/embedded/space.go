@@ -29,6 +29,7 @@ type space struct {
 	fs       vfs.FS
 	dir      string
 	reserve  int64         // bytes; <= 0 turns the check off
+	ahead    int64         // what Pebble may allocate at once, beyond the data (pebbleAhead)
 	interval time.Duration // longest time between two looks at the disk
 
 	log *slog.Logger
@@ -48,11 +49,34 @@ func (sp *space) low() (bool, int64) {
 	if sp.reserve <= 0 {
 		return false, 0
 	}
-	headroom := sp.avail - sp.reserve
+	headroom := sp.avail - sp.floor()
 	if sp.checked.IsZero() || time.Since(sp.checked) >= sp.interval || (headroom > 0 && sp.written*2 >= headroom) {
 		sp.refresh()
 	}
-	return sp.avail < sp.reserve, sp.avail
+	return sp.avail < sp.floor(), sp.avail
+}
+
+// floor is the free space below which new data is refused: the reserve
+// plus what Pebble may take at once without a byte of new data (a new
+// write-ahead log, preallocated, and a memtable flushed to a table), so
+// that the reserve is still free after Pebble took it.
+func (sp *space) floor() int64 { return sp.reserve + sp.ahead }
+
+// pebbleAhead is what Pebble may allocate at once beyond the data: a new
+// write-ahead log, which it preallocates to 110% of the memtable size, and
+// a flush of a full memtable.
+func pebbleAhead(memTable uint64) int64 { return int64(memTable)*11/10 + int64(memTable) + 1<<20 }
+
+// memTableFor sizes Pebble's memtable to the data directory's file system:
+// 1/64 of its size, between 4 and 64 MiB, so that what Pebble allocates
+// ahead (pebbleAhead) stays a small part of a small disk.
+func memTableFor(fs vfs.FS, dir string) uint64 {
+	const lo, hi = 4 << 20, 64 << 20
+	du, err := fs.GetDiskUsage(dir)
+	if err != nil || du.TotalBytes == 0 {
+		return hi
+	}
+	return min(max(du.TotalBytes/64, lo), hi) &^ (1<<20 - 1)
 }
 
 func (sp *space) refresh() {
@@ -62,15 +86,15 @@ func (sp *space) refresh() {
 	if err != nil {
 		// A file system that cannot say leaves the decision to the disk:
 		// a write that meets ENOSPC is refused all the same.
-		sp.avail = sp.reserve
+		sp.avail = sp.floor()
 		return
 	}
 	sp.avail = int64(min(du.AvailBytes, 1<<62))
-	if low := sp.avail < sp.reserve; low != sp.wasLow {
+	if low := sp.avail < sp.floor(); low != sp.wasLow {
 		sp.wasLow = low
 		if low {
 			sp.log.Warn("embedded: free space on the disk of the data directory is below the reserve; refusing new tasks, log entries and schedules until space is freed",
-				"dir", sp.dir, "free", bytesText(sp.avail), "reserve", bytesText(sp.reserve))
+				"dir", sp.dir, "free", bytesText(sp.avail), "reserve", bytesText(sp.reserve), "pebble_ahead", bytesText(sp.ahead))
 		} else {
 			sp.log.Info("embedded: free space on the disk of the data directory is above the reserve again; new data is accepted",
 				"dir", sp.dir, "free", bytesText(sp.avail))
@@ -78,14 +102,16 @@ func (sp *space) refresh() {
 	}
 }
 
-// wrote counts bytes committed since the last look.
-func (sp *space) wrote(n int) { sp.written += int64(n) }
+// wrote counts a commit of n bytes since the last look: twice, as each
+// byte goes to the write-ahead log and again to a table when its memtable
+// is flushed.
+func (sp *space) wrote(n int) { sp.written += 2 * int64(n) }
 
 // refusal is the error of a write refused by the reserve.
 func (sp *space) refusal(avail int64) error {
 	return norn.InsufficientStorage(fmt.Sprintf(
-		"the disk of the data directory has %s free, below the %s the store keeps in reserve: new tasks, log entries and schedules are refused until space is freed (claims and finishing calls still work)",
-		bytesText(avail), bytesText(sp.reserve)), nil)
+		"the disk of the data directory has %s free, below the %s the store keeps in reserve (plus %s its storage engine may allocate at once): new tasks, log entries and schedules are refused until space is freed (claims and finishing calls still work)",
+		bytesText(avail), bytesText(sp.reserve), bytesText(sp.ahead)), nil)
 }
 
 func bytesText(n int64) string {
@@ -132,7 +158,8 @@ func writeErr(err error) error {
 // kernel may have dropped the data, so the store stops instead (fail).
 type waitFS struct {
 	vfs.FS
-	full    atomic.Bool
+	full     atomic.Bool
+	failFast atomic.Bool // while Open runs: a full disk fails the write, nobody waits
 	stop    chan struct{} // closed by Close: waiting writes give up
 	onFull  func(error)   // called when a write first meets a full disk
 	onSpace func()        // called when a waiting write got through
@@ -180,7 +207,7 @@ func (fs *waitFS) retry(p []byte, write func([]byte) (int, error)) (int, error) 
 	for {
 		n, err := write(p[done:])
 		done += n
-		if err == nil || !diskFull(err) {
+		if err == nil || !diskFull(err) || fs.failFast.Load() {
 			if waited && err == nil {
 				fs.full.Store(false)
 				fs.onSpace()

@@ -27,8 +27,15 @@ import (
 // process filling or freeing the disk.
 type budgetFS struct {
 	vfs.FS
-	mu   sync.Mutex
-	left int64
+	mu    sync.Mutex
+	left  int64
+	total int64 // the disk's size (0: 1 TiB)
+}
+
+func (fs *budgetFS) free() int64 {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.left
 }
 
 func newBudgetFS(free int64) *budgetFS { return &budgetFS{FS: vfs.Default, left: free} }
@@ -51,7 +58,11 @@ func (fs *budgetFS) spend(n int) int {
 func (fs *budgetFS) GetDiskUsage(path string) (vfs.DiskUsage, error) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	return vfs.DiskUsage{AvailBytes: uint64(max(fs.left, 0)), TotalBytes: 1 << 40}, nil
+	total := uint64(1 << 40)
+	if fs.total > 0 {
+		total = uint64(fs.total)
+	}
+	return vfs.DiskUsage{AvailBytes: uint64(max(fs.left, 0)), TotalBytes: total}, nil
 }
 
 func (fs *budgetFS) wrap(f vfs.File, err error) (vfs.File, error) {
@@ -85,6 +96,28 @@ func (f *budgetFile) Write(p []byte) (int, error) {
 		err = &pathError{syscall.ENOSPC}
 	}
 	return w, err
+}
+
+// Remove gives a file's space back, as a file system does.
+func (fs *budgetFS) Remove(name string) error {
+	fi, statErr := fs.FS.Stat(name)
+	if err := fs.FS.Remove(name); err != nil {
+		return err
+	}
+	if statErr == nil {
+		fs.mu.Lock()
+		fs.left += fi.Size()
+		fs.mu.Unlock()
+	}
+	return nil
+}
+
+// Preallocate spends the budget the way fallocate takes disk space.
+func (f *budgetFile) Preallocate(off, n int64) error {
+	if got := f.fs.spend(int(n)); int64(got) < n {
+		return &pathError{syscall.ENOSPC}
+	}
+	return f.File.Preallocate(off, n)
 }
 
 func (f *budgetFile) WriteAt(p []byte, off int64) (int, error) {
@@ -498,4 +531,114 @@ func TestDiskFullUnderConcurrentWrites(t *testing.T) {
 		t.Fatalf("%d batches acknowledged, %d refused: the disk did not fill under the writers", nAcked, nRefused)
 	}
 	t.Logf("%d batches acknowledged, %d refused", nAcked, nRefused)
+}
+
+// A restart on a disk too full to write (after a crash with the disk
+// full) neither hangs nor spins: Open returns at once with the store
+// read-only, reads serve what was acknowledged, writes and Ready say
+// plainly that space must be freed, and Pebble's retries are not logged
+// hundreds of times a second. A restart with space freed writes again.
+func TestRestartOnAFullDisk(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	fs := newBudgetFS(256 << 20)
+	s := openOn(t, dir, fs)
+	for i := range 20 {
+		if _, err := s.Submit(ctx, norn.NewTask{ID: fmt.Sprintf("t%02d", i), Queue: "q"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	fs.setFree(0)
+	logs := &syncedLog{}
+	opened := make(chan error, 1)
+	var ro *Store
+	go func() {
+		var err error
+		ro, err = Open(ctx, Options{Dir: dir, fs: fs, ManualSweep: true, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		opened <- err
+	}()
+	select {
+	case err := <-opened:
+		if err != nil {
+			t.Fatalf("open on a full disk: %v, want a read-only store", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("open on a full disk hangs")
+	}
+	defer ro.Close()
+	if tk, err := ro.Get(ctx, "t07"); err != nil || tk.Status != norn.StatusReady {
+		t.Fatalf("read on a full disk: %v, %v", tk, err)
+	}
+	if n, err := ro.Count(ctx, norn.Filter{}); err != nil || n != 20 {
+		t.Fatalf("count on a full disk: %d, %v", n, err)
+	}
+	_, err := ro.Submit(ctx, norn.NewTask{Queue: "q"})
+	if !errors.Is(err, norn.ErrInsufficientStorage) || !strings.Contains(err.Error(), "free space and restart") {
+		t.Fatalf("submit on a store opened read-only: %v, want insufficient_storage saying what to do", err)
+	}
+	if _, err := ro.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}}); !errors.Is(err, norn.ErrInsufficientStorage) {
+		t.Fatalf("claim on a store opened read-only: %v", err)
+	}
+	if err := ro.Ready(ctx); err == nil || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("Ready: %v, want the reason naming the directory", err)
+	}
+	if n := strings.Count(logs.String(), "\n"); n > 20 {
+		t.Fatalf("%d log lines for one full-disk start:\n%s", n, logs.String())
+	}
+	if err := ro.Close(); err != nil {
+		t.Fatalf("close of the read-only store: %v", err)
+	}
+
+	fs.setFree(256 << 20)
+	s = openOn(t, dir, fs)
+	defer s.Close()
+	if _, err := s.Submit(ctx, norn.NewTask{ID: "after", Queue: "q"}); err != nil {
+		t.Fatalf("submit after a restart with space: %v", err)
+	}
+	if n, err := s.Count(ctx, norn.Filter{}); err != nil || n != 21 {
+		t.Fatalf("count after a restart with space: %d, %v", n, err)
+	}
+}
+
+// The reserve holds against what Pebble allocates ahead of the data: on
+// a small disk the memtable (and with it the preallocated write-ahead
+// log) is sized to the disk, and new data is refused while the free space
+// is under the reserve plus that allocation, so a submit never leaves
+// less than the reserve free.
+func TestReserveCountsPebbleAllocation(t *testing.T) {
+	ctx := context.Background()
+	const total, reserve = 256 << 20, 128 << 20
+	fs := newBudgetFS(total - 8<<20)
+	fs.total = total
+	s, err := Open(ctx, Options{Dir: t.TempDir(), fs: fs, MinFreeBytes: reserve, ManualSweep: true, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if mt := memTableFor(fs, s.opts.Dir); mt != 4<<20 {
+		t.Fatalf("memtable for a 256 MiB disk: %d, want 4 MiB", mt)
+	}
+	pad := json.RawMessage(`{"pad":"` + strings.Repeat("x", 64<<10) + `"}`)
+	for i := 0; ; i++ {
+		_, err := s.Submit(ctx, norn.NewTask{Queue: "q", Spec: pad})
+		if errors.Is(err, norn.ErrInsufficientStorage) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if free := fs.free(); free < reserve {
+			t.Fatalf("after %d submits %s free, under the %s reserve", i+1, bytesText(free), bytesText(reserve))
+		}
+		if i > 10000 {
+			t.Fatal("the reserve never refused")
+		}
+	}
+	if free := fs.free(); free < reserve {
+		t.Fatalf("%s free once refused, under the %s reserve", bytesText(free), bytesText(reserve))
+	}
 }

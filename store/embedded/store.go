@@ -8,12 +8,14 @@ package embedded
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -206,9 +208,13 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded: data directory %s: %w", opts.Dir, err)
 	}
+	var base vfs.FS = vfs.Default
+	if opts.fs != nil {
+		base = opts.fs
+	}
 	memTable := opts.memTableSize
 	if memTable == 0 {
-		memTable = 64 << 20
+		memTable = memTableFor(base, dir)
 	}
 	// Pebble reserves every memtable's size in the block cache: with the
 	// cache no larger than one full memtable, once memtables had grown to
@@ -232,17 +238,13 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		// in-memory indexes answer most lookups without Pebble.
 		L0CompactionThreshold: 8,
 		L0StopWritesThreshold: 40,
-		Logger:                pebbleLogger{opts.Logger},
+		Logger:                newPebbleLogger(opts.Logger),
 		// WAL sync chunks record how far the log was synced, so that on
 		// replay a corrupt record followed by synced data is reported as
 		// corruption instead of being taken for a torn tail (which would
 		// silently drop every later record). Opening an older directory
 		// upgrades it.
 		FormatMajorVersion: pebble.FormatWALSyncChunks,
-	}
-	var base vfs.FS = vfs.Default
-	if opts.fs != nil {
-		base = opts.fs
 	}
 	disk := newWaitFS(base,
 		func(err error) {
@@ -261,18 +263,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		corrupt.CompareAndSwap(nil, &info.Path)
 		opts.Logger.Error("embedded: corrupt data file", "file", info.Path, "err", info.Details)
 	}}
-	db, err := pebble.Open(dir, popts)
+	db, noSpace, err := openPebble(dir, popts, disk, pebbleAhead(memTable))
 	if err != nil {
-		if isLockErr(err) {
-			return nil, fmt.Errorf("embedded: data directory %s is in use by another store (locked): %w", dir, err)
-		}
-		if pebble.IsCorruptionError(err) && strings.Contains(err.Error(), "WAL") {
-			// Pebble does not say which log; name the candidates.
-			logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-			return nil, fmt.Errorf("embedded: write-ahead log %s is corrupt (not a torn tail: synced records follow the damage): %w",
-				strings.Join(logs, ", "), err)
-		}
-		return nil, fmt.Errorf("embedded: open data directory %s: %w", dir, err)
+		return nil, openErr(dir, err)
+	}
+	if noSpace != nil {
+		opts.Logger.Error("embedded: "+noSpace.Error(), "dir", dir)
 	}
 	s := &Store{
 		opts:       opts,
@@ -291,7 +287,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		schedules:  map[string]*norn.Schedule{},
 		subs:       map[*subscription]struct{}{},
 		disk:       disk,
-		space:      space{fs: base, dir: dir, reserve: opts.MinFreeBytes, interval: opts.spaceInterval, log: opts.Logger},
+		space: space{fs: base, dir: dir, reserve: opts.MinFreeBytes, ahead: pebbleAhead(memTable),
+			interval: opts.spaceInterval, log: opts.Logger},
+		failed: noSpace,
 	}
 	if err := s.load(ctx); err != nil {
 		db.Close()
@@ -299,6 +297,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("embedded: data file %s is corrupt: %w", *p, err)
 		}
 		return nil, fmt.Errorf("embedded: rebuild indexes from %s: %w", dir, err)
+	}
+	if noSpace != nil {
+		// Read-only: nothing to sweep or sync until a restart with space.
+		return s, nil
 	}
 	if !opts.ManualSweep {
 		s.monitor = newMonitor(monitorParams{arm: s.armMonitor, now: s.now, sweep: s.monitorSweep, logger: s.log})
@@ -323,15 +325,109 @@ func isLockErr(err error) bool {
 
 // pebbleLogger routes Pebble's messages to slog at debug level (info and
 // errors from Pebble are operationally interesting only when debugging).
-type pebbleLogger struct{ l *slog.Logger }
+// openPebble opens the data directory for writing, or, on a disk too full
+// for that (less free than Pebble allocates at once: need), read-only:
+// then noSpace says why, reads are served and every write is refused with
+// it. While the writable open runs a full disk fails its writes instead
+// of waiting for space (waitFS), so that it gives up rather than hang.
+func openPebble(dir string, popts *pebble.Options, disk *waitFS, need int64) (db *pebble.DB, noSpace error, err error) {
+	avail := int64(-1)
+	if du, err := disk.FS.GetDiskUsage(dir); err == nil {
+		avail = int64(min(du.AvailBytes, 1<<62))
+	} else if du, err := disk.FS.GetDiskUsage(filepath.Dir(dir)); err == nil {
+		avail = int64(min(du.AvailBytes, 1<<62))
+	}
+	if avail < 0 || avail >= need {
+		disk.failFast.Store(true)
+		db, err = pebble.Open(dir, popts)
+		disk.failFast.Store(false)
+		if err == nil || !diskFull(err) {
+			return db, nil, err
+		}
+	}
+	ro := *popts
+	ro.ReadOnly = true
+	if db, err = pebble.Open(dir, &ro); err != nil {
+		return nil, nil, err
+	}
+	return db, norn.InsufficientStorage(fmt.Sprintf(
+		"the disk of the data directory %s has %s free, less than the %s the store needs to start writing: it serves reads only; free space and restart it",
+		dir, bytesText(max(avail, 0)), bytesText(need)), syscall.ENOSPC), nil
+}
 
-func (p pebbleLogger) Infof(format string, args ...any) {
+// openErr says what went wrong opening the data directory.
+func openErr(dir string, err error) error {
+	if isLockErr(err) {
+		return fmt.Errorf("embedded: data directory %s is in use by another store (locked): %w", dir, err)
+	}
+	if pebble.IsCorruptionError(err) && strings.Contains(err.Error(), "WAL") {
+		// Pebble does not say which log; name the candidates.
+		logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+		return fmt.Errorf("embedded: write-ahead log %s is corrupt (not a torn tail: synced records follow the damage): %w",
+			strings.Join(logs, ", "), err)
+	}
+	return fmt.Errorf("embedded: open data directory %s: %w", dir, err)
+}
+
+// pebbleLogger passes Pebble's messages on: informational ones at debug
+// level, errors at most once a minute for each kind (its message with
+// the numbers taken out), with the count of those left out, since a
+// background job failing on a full disk retries hundreds of times a second.
+type pebbleLogger struct {
+	l    *slog.Logger
+	mu   sync.Mutex
+	seen map[string]*logRate
+}
+
+type logRate struct {
+	last    time.Time
+	dropped int
+}
+
+func newPebbleLogger(l *slog.Logger) *pebbleLogger {
+	return &pebbleLogger{l: l, seen: map[string]*logRate{}}
+}
+
+// pebbleLogEvery is how often one kind of Pebble error is logged at most.
+const pebbleLogEvery = time.Minute
+
+func (p *pebbleLogger) Infof(format string, args ...any) {
 	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
 }
-func (p pebbleLogger) Errorf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+
+func (p *pebbleLogger) Errorf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	kind := strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return -1
+		}
+		return r
+	}, msg)
+	p.mu.Lock()
+	r := p.seen[kind]
+	if r == nil {
+		if len(p.seen) > 1000 {
+			clear(p.seen) // bounded: kinds are few; this only guards memory
+		}
+		r = &logRate{}
+		p.seen[kind] = r
+	}
+	if !r.last.IsZero() && time.Since(r.last) < pebbleLogEvery {
+		r.dropped++
+		p.mu.Unlock()
+		return
+	}
+	dropped := r.dropped
+	r.last, r.dropped = time.Now(), 0
+	p.mu.Unlock()
+	if dropped > 0 {
+		p.l.Error(msg, "component", "pebble", "same_errors_not_logged", dropped)
+		return
+	}
+	p.l.Error(msg, "component", "pebble")
 }
-func (p pebbleLogger) Fatalf(format string, args ...any) {
+
+func (p *pebbleLogger) Fatalf(format string, args ...any) {
 	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
 	panic(fmt.Sprintf(format, args...))
 }
@@ -497,6 +593,10 @@ func (s *Store) Ready(ctx context.Context) error {
 // failedErr is the error of a write refused because an earlier one failed.
 // Called with s.mu held and s.failed set.
 func (s *Store) failedErr() error {
+	var ne *norn.Error
+	if errors.As(s.failed, &ne) && ne.Code == norn.CodeInsufficientStorage {
+		return ne // opened read-only on a full disk: the error says why
+	}
 	err := fmt.Errorf("embedded: writes stopped after a failed write to %s; reopen the store: %w", s.opts.Dir, s.failed)
 	if diskFull(s.failed) {
 		return norn.InsufficientStorage("the disk of the data directory was full when a write was made", err)
