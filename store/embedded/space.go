@@ -159,11 +159,11 @@ func writeErr(err error) error {
 type waitFS struct {
 	vfs.FS
 	full     atomic.Bool
-	failFast atomic.Bool // while Open runs: a full disk fails the write, nobody waits
-	stop    chan struct{} // closed by Close: waiting writes give up
-	onFull  func(error)   // called when a write first meets a full disk
-	onSpace func()        // called when a waiting write got through
-	backoff time.Duration // first pause between retries, doubling to 1s
+	failFast atomic.Bool   // while Open runs: a full disk fails the write, nobody waits
+	stop     chan struct{} // closed by Close: waiting writes give up
+	onFull   func(error)   // called when a write first meets a full disk
+	onSpace  func()        // called when a waiting write got through
+	backoff  time.Duration // first pause between retries, doubling to 1s
 }
 
 func newWaitFS(fs vfs.FS, onFull func(error), onSpace func()) *waitFS {
