@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/nornq/norn/internal/buildinfo"
+
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/internal/wire"
 )
@@ -200,7 +202,11 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) error {
 			return &norn.Error{Code: norn.CodeUnavailable, Message: "unhealthy: " + err.Error(), Err: err}
 		}
 	}
-	writeJSON(w, http.StatusOK, wire.StatusResponse{Status: "ok"})
+	var details map[string]string
+	if s.isAdmin(r) {
+		details = map[string]string{"version": buildinfo.Read().Short()}
+	}
+	writeJSON(w, http.StatusOK, wire.StatusResponse{Status: "ok", Details: details})
 	return nil
 }
 

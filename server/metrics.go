@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nornq/norn/internal/buildinfo"
+
 	"github.com/nornq/norn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -57,6 +59,14 @@ func newMetrics(reg *prometheus.Registry, store norn.Store) (*metrics, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	bi := buildinfo.Read()
+	build := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "norn", Name: "build_info",
+		Help:        "Which build of norn this server runs: always 1, with the build in its labels.",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "go_version": bi.GoVersion}})
+	build.Set(1)
+	if err := reg.Register(build); err != nil {
+		return nil, err
 	}
 	counter := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "norn", Name: name, Help: help}, []string{"queue"})

@@ -77,3 +77,19 @@ func TestUnavailableSaysWhyWithoutInternals(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildShown: an admin's /healthz names the build, and /metrics has
+// norn_build_info; other callers' /healthz does not.
+func TestBuildShown(t *testing.T) {
+	t.Parallel()
+	e := startServer(t, func(c *Config) { c.Tokens = []Token{{Token: "admin", Role: RoleAdmin}, {Token: "c", Role: RoleClient}} })
+	if r := e.must(200, "GET", "/healthz", "", withToken("admin")); !strings.Contains(string(r.body), `"version":"`) {
+		t.Fatalf("admin /healthz %s: want the version", r.body)
+	}
+	if r := e.must(200, "GET", "/healthz", ""); strings.Contains(string(r.body), "version") {
+		t.Fatalf("anonymous /healthz %s: want no details", r.body)
+	}
+	if r := e.must(200, "GET", "/metrics", ""); !strings.Contains(string(r.body), "norn_build_info{") {
+		t.Fatal("/metrics has no norn_build_info")
+	}
+}

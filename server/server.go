@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nornq/norn/internal/buildinfo"
+
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/internal/wire"
 )
@@ -148,7 +150,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.auth == nil {
 		s.log.Warn("no tokens configured: authentication is off", slog.String("addr", s.Addr()))
 	}
-	s.log.Info("norn server listening", slog.String("url", s.URL()))
+	s.log.Info("norn server listening", slog.String("url", s.URL()), slog.String("version", buildinfo.Read().Short()))
 
 	trackCtx, stopTrack := context.WithCancel(context.Background())
 	trackerDone := make(chan struct{})
