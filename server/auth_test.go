@@ -86,6 +86,7 @@ func TestAuthMatrix(t *testing.T) {
 		"GET /v1/stats":                        {"GET", "/v1/stats", "", false},
 		"GET /v1/stats/throughput":             {"GET", "/v1/stats/throughput?queue=q", "", true},
 		"POST /v1/sweep":                       {"POST", "/v1/sweep", "", false},
+		"POST /v1/backup":                      {"POST", "/v1/backup", `{"dir":"/nonexistent/parent/b"}`, false},
 		"GET /v1/events":                       {"GET", "/v1/events?queue=q", "", true},
 		// Schedules of other queues look like missing ones (404, see
 		// TestScheduleScope), so only PUT is a scope refusal.

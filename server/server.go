@@ -261,6 +261,7 @@ func (s *Server) apiRoutes() []route {
 		{pattern: "GET /v1/stats", roles: clientOnly, h: s.handleStats},
 		{pattern: "GET /v1/stats/throughput", roles: clientOnly, h: s.handleThroughput},
 		{pattern: "POST /v1/sweep", roles: adminOnly, h: s.handleSweep},
+		{pattern: "POST /v1/backup", roles: adminOnly, h: s.handleBackup},
 		{pattern: "GET /v1/events", roles: clientOnly, h: s.handleEvents},
 		{pattern: "GET /v1/schedules", roles: clientOnly, h: s.handleSchedules},
 		{pattern: "GET /v1/schedules/{name}", roles: clientOnly, h: s.handleSchedule},

@@ -47,6 +47,7 @@ var Routes = []string{
 	"GET /v1/stats",
 	"GET /v1/stats/throughput",
 	"POST /v1/sweep",
+	"POST /v1/backup",
 	"GET /v1/events",
 	"GET /v1/schedules",
 	"GET /v1/schedules/{name}",

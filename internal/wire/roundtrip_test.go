@@ -377,6 +377,10 @@ func TestRoundTrip(t *testing.T) {
 			request(t, empty, Empty{})
 			plainResponse(t, filled[norn.SweepReport](t))
 		},
+		"POST /v1/backup": func(t *testing.T) {
+			request(t, []byte(`{"dir":"/var/backups/norn"}`), BackupRequest{Dir: "/var/backups/norn"})
+			plainResponse(t, BackupResponse{Backup: filled[norn.BackupInfo](t)})
+		},
 		"GET /v1/events": func(t *testing.T) {
 			f := norn.EventFilter{Queues: []string{"a", "b"}, TaskID: "t+1&x"}
 			got, err := ParseEventFilter(queryString(t, EventFilterValues(f)))
