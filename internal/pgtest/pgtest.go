@@ -441,3 +441,32 @@ func (c *Cluster) startLocked() error {
 		}
 	}
 }
+
+// Promote makes a standby the primary (pg_ctl promote) and waits until it
+// accepts writes.
+func (c *Cluster) Promote() error {
+	cmd := exec.Command(filepath.Join(c.bin, "pg_ctl"), "promote", "-w", "-D", c.data)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	cmd.Dir = c.dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_ctl promote: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		var recovery bool
+		conn, err := pgx.Connect(ctx, c.URL())
+		if err == nil {
+			err = conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovery)
+			conn.Close(context.Background())
+		}
+		cancel()
+		if err == nil && !recovery {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the promoted standby does not accept writes after a minute: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
