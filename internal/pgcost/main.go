@@ -157,7 +157,7 @@ func main() {
 	fair := flag.Bool("fair", false, "fair_by concurrency_key, tasks over 1,000 concurrency keys")
 	writes := flag.String("writes", "", "instead of the store's burn-down, one by SQL on a copy of its task table for each write pattern listed (rows, ready, lease, side-spec, hot-done; comma-separated, or all): see writes.go")
 	fillfactor := flag.Int("fillfactor", 100, "the task table's fillfactor in -writes")
-	writesSpec := flag.Int("writes-spec", 2, "each task's spec size in bytes in -writes (2: {}, as the runs in docs/postgres.md before 2026-11-27 09:00; -spec is the store's burn-down's)")
+	writesSpec := flag.Int("writes-spec", 2, "each task's spec size in bytes in -writes (2: {}; -spec is the store's burn-down's)")
 	flag.Parse()
 	ctx := context.Background()
 	st, err := postgres.Open(ctx, postgres.Config{URL: *url, Migrate: true})

@@ -224,7 +224,7 @@ func (s *Store) writeReady(ctx context.Context, tx pgx.Tx, rows *readyRows) erro
 // rows. A task of them that is ordinary already (completed) is left alone.
 // It writes running_key too, as the keyed claim does: the keyed path
 // counts a key's running rows by it, and its leased entries while the
-// lease row lasts (keyed.go), so a settle moves a task from one count to
+// lease row lasts (claim_keyed.go), so a settle moves a task from one count to
 // the other in one step.
 func settleSQL(k string) string {
 	return `WITH ` + k + `,
@@ -483,11 +483,11 @@ func (r *readyRowLimits) set(queue string, rows int, sufficed bool) {
 // by a sort only when there are ordinary ones. (Sorting the first $2 ids
 // of every row locked took half the statement's time.) gate is the
 // condition under which it claims: plainLeaseGate for the plain claim,
-// the verdict for the shared flow path's (flow.go).
+// the verdict for the shared flow path's (claim_shared.go).
 //
 // The lease row holds its tasks' concurrency keys (NULL when none has
 // one), so the flow paths count a key's leased tasks without settling
-// them (keyed.go), whatever limits the queue gets later.
+// them (claim_keyed.go), whatever limits the queue gets later.
 func (s *Store) buildLeaseClaimSQL(gate string) string {
 	c := `c AS (SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t
 	WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1 AND ` + gate + `

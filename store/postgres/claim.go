@@ -107,7 +107,7 @@ func (s *Store) claimOnce(ctx context.Context, req norn.ClaimRequest) ([]*norn.T
 // joined by primary key), whatever the statistics say.
 const claimSetupSQL = "SELECT " + claimSetupGUCs
 
-// plainGateSQL is claimSetupSQL taking the queue's flow gate (flow.go) in
+// plainGateSQL is claimSetupSQL taking the queue's flow gate (claim_shared.go) in
 // shared mode first, held until the plain claim commits: a change of the
 // queue's settings (UpdateQueue takes the gate exclusively) waits for the
 // plain claims in flight, so none that read the queue unlimited commits

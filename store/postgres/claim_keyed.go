@@ -63,8 +63,7 @@ import (
 // exclusively in the queue's claims for staticRecheck. While limits do
 // not bind, claims hold every bucket shared and run side by side, each
 // one statement; where keys bind, claims count them exactly and follow
-// one another, as every keyed claim did before (docs/benchmarks.md, "Key
-// locks by bucket", "Keyed claims wait for a held key").
+// one another.
 //
 // The leased part of a key's count is taken in two steps: every key's
 // entries in the queue's lease rows (one pass over them, no index probe),
@@ -98,7 +97,7 @@ const keyedBuckets = 64
 // keys at their limits). Then the keys' limits, not the claims, decide how
 // many tasks run, and claims that each take all the keys free at the
 // moment leave the other claimers nothing until those tasks finish;
-// smaller claims keep them taking turns. Measured in docs/benchmarks.md ("Key locks by bucket").
+// smaller claims keep them taking turns.
 const keyedNarrow = 256
 
 // sharedKeyed is the verdict for a queue on the keyed path.

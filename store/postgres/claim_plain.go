@@ -34,7 +34,7 @@ func (s *Store) buildAssignSQLUnordered(c string) string { return s.assignSQL(c,
 // buildAssignKeyedSQL is buildAssignSQLUnordered for the claims of the
 // keyed and exclusive flow paths: they also record the task's key in
 // running_key, which puts the running task in tasks_running_key, the index
-// the keyed path counts a key's running tasks by (keyed.go). Other claims
+// the keyed path counts a key's running tasks by (claim_keyed.go). Other claims
 // leave it alone, so tasks of queues without small key limits cost that
 // index nothing.
 func (s *Store) buildAssignKeyedSQL(c string) string {

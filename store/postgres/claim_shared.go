@@ -11,7 +11,7 @@ import (
 // Flow control. A queue with limits (queues.flow_limited) is skipped by
 // the plain claim and claimed here, on one of three paths that share one
 // per-queue advisory lock, the gate (the third, for small key limits, is
-// the keyed path: keyed.go):
+// the keyed path: claim_keyed.go):
 //
 //   - The shared path, taken while the limits are far: a claim takes the
 //     gate in shared mode and one of flowSlots slot locks, then — in a
@@ -60,16 +60,16 @@ const flowSlots = 8
 const (
 	sharedOK     = "ok"     // claimed on the shared path
 	sharedStatic = "static" // the settings rule it out: small limits, fair_by, paused
-	sharedRated  = "rated"  // rate limited, and the claim took no tokens: claimRated
+	sharedRated  = "rated"  // rate limited, and the claim takes no tokens: claimRated
 	sharedNear   = "near"   // the running count is too close to a limit now
-	// sharedKeyed (keyed.go): the key limits are small, max_running far
+	// sharedKeyed (claim_keyed.go): the key limits are small, max_running far
 )
 
 // sharedVerdictSQL decides, with a snapshot taken after the gate and the
 // slot are held, whether this claim may take the shared path, and tells
 // the claim statement through a transaction-local setting. $2 is
-// flowSlots × the largest shared claim; $3 whether the claim took its
-// tokens already (a rate-limited queue's claims must: claimRated); $4 the
+// flowSlots × the largest shared claim; $3 whether the claim takes its
+// tokens in its statement (a rate-limited queue's claims must: claimRated); $4 the
 // most this claim may take. A queue without count limits (lim NULL)
 // needs no bound on its running tasks. A queue whose key limits are under
 // the margin and whose max_running is absent or past it is keyed: its

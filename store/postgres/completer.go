@@ -30,8 +30,7 @@ type completer struct {
 
 // completionFlushes is how many merged completion statements run at once.
 // One at a time left a core idle a quarter of a burn-down once claims
-// stopped writing task rows (ready batches: docs/postgres.md, "Two
-// completion flushes with ready batches"); completions of distinct tasks
+// stopped writing task rows (ready batches); completions of distinct tasks
 // do not wait for each other, and a task named in both runs is decided
 // by its row lock (the second finds it completed: a repeat).
 const completionFlushes = 2

@@ -9,7 +9,7 @@ import (
 	"github.com/nornq/norn"
 )
 
-// Fair claiming. A queue with fair_by is claimed by claimLimited (its
+// Fair claiming. A queue with fair_by is claimed by the exclusive path (its
 // flow_limited is set), serialized per queue by the advisory lock. Each
 // task of a fair queue carries its fair key (tasks.fair_key, written at
 // submit; '' for tasks without one), and the partial index tasks_fair
@@ -222,8 +222,7 @@ func (s *Store) readFairKeys(ctx context.Context, tx flowQuerier, queue string, 
 	// only tasks_fair can serve: written as queue = $1 AND fair_key = key,
 	// with statistics from when the queue was small, the planner walked
 	// tasks_claim instead, filtering by key, through the other keys'
-	// backlog once per key (560 ms a claim behind 100,000 tasks; found
-	// 2026-11-28).
+	// backlog once per key (560 ms a claim behind 100,000 tasks).
 	rows, err := tx.Query(ctx, s.q(`WITH RECURSIVE `+readyKeysCTE("fair_key")+`,
 ks AS MATERIALIZED (SELECT k.key, f.vt FROM k LEFT JOIN {s}.queue_fair f ON f.queue = $1 AND f.key = k.key
 	WHERE k.key IS NOT NULL AND k.key <> ALL($2::text[])),

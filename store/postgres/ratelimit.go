@@ -14,10 +14,10 @@ import (
 	"github.com/nornq/norn"
 )
 
-// Rate limits. A rate-limited queue is flow_limited, so its claims run in
-// claimLimited. The bucket is a row of queue_buckets (tokens at a time; no
-// row = full) and time is the database's (one clock, so nodes with skewed
-// clocks cannot refill it early). Where the queue would otherwise take the
+// Rate limits. A rate-limited queue is flow_limited, so its claims run on
+// the flow paths (claim.go). The bucket is a row of queue_buckets (tokens
+// at a time; no row = full) and time is the database's (one clock, so
+// nodes with skewed clocks cannot refill it early). Where the queue would otherwise take the
 // shared path (not fair, not paused, count limits far), a claim takes its
 // tokens inside its lease claim (ratedLeaseSQL): the statement locks the
 // bucket's row, refills it by the elapsed time (capped at the burst),

@@ -4,7 +4,8 @@
 // every other state change is a compare-and-set on the task's (status,
 // lease, version), LISTEN/NOTIFY wakes long-polling claimers on every node,
 // and one node at a time (an advisory-lock leader) runs the monitor sweeps.
-// See docs/postgres.md.
+// docs/postgres.md is the operator's page; docs/internals/postgres-claims.md
+// says how the claim paths work and why they are correct.
 package postgres
 
 import (
@@ -69,7 +70,8 @@ type Config struct {
 	// one node with the monitor on.
 	DisableMonitor bool
 	// MaxConns caps the connection pool (default max(8, 2×GOMAXPROCS)). The
-	// store also keeps two dedicated sessions: the listener and the leader lock.
+	// store also keeps three dedicated sessions: the listener, the leader lock
+	// and the health probe.
 	MaxConns int
 	// ProbeInterval is how often the health duty asks the database whether
 	// it answers (default 1s); ProbeTimeout how long it waits for an answer
@@ -183,7 +185,7 @@ type Store struct {
 	sweepWake *broadcaster // new delays: the monitor leader
 	subs      *subscribers
 	rate      rateState // rate limits' token timers and held-back counts (ratelimit.go)
-	flow      flowState // the shared path of limited claims (flow.go)
+	flow      flowState // what this node learnt about flow-limited queues (claim.go)
 
 	// The background duties (nil when not running).
 	listener  *listener

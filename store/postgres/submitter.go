@@ -32,8 +32,7 @@ const maxMergedSubmit = 5000
 // 1,000 rows cost 16–19 µs of database CPU per task, and one COPY of 4,000
 // rows 7.5 µs; the profile of the short ones is dominated by per-statement
 // work (making a tuple slot per buffered row, the backend growing its heap
-// and giving the memory back after every statement, a commit each). See
-// docs/postgres.md, "The submit path".
+// and giving the memory back after every statement, a commit each).
 type submitter struct {
 	mu    sync.Mutex
 	queue []*submitReq

@@ -71,7 +71,7 @@ const noSortSQL = "SELECT set_config('enable_sort', 'off', true), set_config('ji
 const sweepSetupSQL = noSeqScanSQL + ", set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)"
 
 // noSeqScanSQL is noSortSQL with sequential scans off, for the exclusive
-// claim's transaction (flow.go): its count of a queue's running tasks by
+// claim's transaction (claim_shared.go): its count of a queue's running tasks by
 // key, planned on a drained table, would otherwise read the whole table
 // at every claim instead of tasks_running.
 const noSeqScanSQL = noSortSQL + ", set_config('enable_seqscan', 'off', true)"
