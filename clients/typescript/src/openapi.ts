@@ -717,6 +717,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/backup": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Back the embedded store up into a new directory while it serves
+         * @description Roles: admin. The directory is on the server's machine and must not exist yet; the backup holds every write acknowledged before the call, is written into DIR.partial and renamed when complete. The PostgreSQL store answers 400: back it up with PostgreSQL's tools.
+         */
+        post: operations["backup"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -735,6 +755,11 @@ export interface components {
             message: string;
             /** @description The offending input, e.g. "tasks[3].priority". */
             field?: string;
+            /**
+             * @description Why the store is unavailable, for code unavailable: database_unreachable, database_refused, database_read_only, database_overloaded or database_starting_or_stopping.
+             * @enum {string}
+             */
+            cause?: "database_unreachable" | "database_refused" | "database_read_only" | "database_overloaded" | "database_starting_or_stopping";
         };
         /** @description Every error response. */
         Error: {
@@ -1015,6 +1040,12 @@ export interface components {
             keys?: components["schemas"]["KeyInfo"][];
             /** @description Rate-limited queue: tokens in its bucket now (each claimed task takes one; fractional, it refills continuously). */
             rate_tokens?: number;
+            /** @description For a queue read alone from the PostgreSQL store: which claim path its settings send claims to (plain, shared, rated, keyed or exclusive) and why. */
+            claim_path?: {
+                /** @enum {string} */
+                path: "plain" | "shared" | "rated" | "keyed" | "exclusive";
+                reason: string;
+            };
         };
         QueueUpdate: {
             paused?: boolean;
@@ -1133,6 +1164,10 @@ export interface components {
         };
         StatusResponse: {
             status: string;
+            /** @description For an admin (anyone when authentication is off): what an operator should know although the server is ready, such as `replication` when the database replicates asynchronously. */
+            details?: {
+                [key: string]: string;
+            };
         };
         WhoamiResponse: {
             /** @enum {string} */
@@ -1284,6 +1319,20 @@ export interface components {
             per_second: number;
             /** @description Bucket size: tasks claims may take at once after a quiet spell. Absent or 0 in an update: per_second rounded up (one second's worth). */
             burst?: number;
+        };
+        BackupRequest: {
+            /** @description The new directory, on the server's machine. */
+            dir: string;
+        };
+        BackupResponse: {
+            backup: {
+                dir: string;
+                /** Format: int64 */
+                bytes: number;
+                /** Format: date-time */
+                started: string;
+                took: components["schemas"]["Duration"];
+            };
         };
     };
     responses: {
@@ -3040,6 +3089,38 @@ export interface operations {
             401: components["responses"]["E401"];
             421: components["responses"]["E421"];
             429: components["responses"]["E429"];
+        };
+    };
+    backup: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BackupRequest"];
+            };
+        };
+        responses: {
+            /** @description The backup written. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BackupResponse"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
         };
     };
 }
