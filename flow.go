@@ -120,6 +120,9 @@ func ValidateKeySettings(field string, ks KeySettings) error {
 	if ks.Limit < 0 {
 		return Invalid(field+"limit", "must not be negative (0 means the queue's key_limit)")
 	}
+	if err := ValidateCount(field+"limit", ks.Limit); err != nil {
+		return err
+	}
 	if ks.Weight < 0 || ks.Weight > MaxKeyWeight {
 		return Invalid(field+"weight", "must be 0..%d (0 means 1)", MaxKeyWeight)
 	}
@@ -212,6 +215,16 @@ func (u *QueueUpdate) validateFlow() error {
 	}
 	if u.KeyLimit != nil && *u.KeyLimit < 0 {
 		return Invalid("key_limit", "must not be negative (0 removes the limit)")
+	}
+	if u.MaxRunning != nil {
+		if err := ValidateCount("max_running", *u.MaxRunning); err != nil {
+			return err
+		}
+	}
+	if u.KeyLimit != nil {
+		if err := ValidateCount("key_limit", *u.KeyLimit); err != nil {
+			return err
+		}
 	}
 	if u.RateLimit != nil {
 		if err := u.RateLimit.validate("rate_limit"); err != nil {

@@ -50,6 +50,9 @@ type Redrive struct {
 // (blocked); one whose dependency failed cannot run and is refused with
 // ErrConflict naming that dependency (retry that one, with dependents).
 func DecideRetry(t *Task, now time.Time, o RetryOptions, depStatus func(id string) Status) (Redrive, error) {
+	if err := o.Validate(); err != nil {
+		return Redrive{}, err
+	}
 	if err := CheckRetry(t.ID, t.Status); err != nil {
 		return Redrive{}, err
 	}

@@ -89,8 +89,9 @@ type ClientAPI interface {
 
 // WorkerAPI is what a worker needs: claim, then report on its leases.
 type WorkerAPI interface {
-	// RegisterWorker returns a new unique id "worker-<n>" from a durable
-	// sequence; info must pass WorkerInfo.Validate.
+	// RegisterWorker returns a new unique id (NewWorkerID: random, so ids
+	// do not reveal how many workers there are) and keeps info with it,
+	// Registrar included; info must pass WorkerInfo.Validate.
 	RegisterWorker(ctx context.Context, info WorkerInfo) (string, error)
 	// Claim leases up to N ready tasks from the first non-paused queue in
 	// order that has any (then the next queue, to fill N), by priority desc
@@ -341,6 +342,12 @@ type WorkerInfo struct {
 	// LastSeen is refreshed by claims (also those that return nothing) and
 	// heartbeats; stores may coarsen it to a few seconds.
 	LastSeen time.Time `json:"last_seen,omitzero"`
+	// Registrar names who registered the worker: over HTTP with tokens,
+	// the server sets it to a key derived from the calling token (never
+	// the token) and lets only that token claim and make lease calls as
+	// this worker. Stores keep it with the registration and return it
+	// from WorkerRegistry.Worker; it is never sent over the API.
+	Registrar string `json:"-"`
 }
 
 // ClaimRequest asks for up to N tasks.

@@ -144,7 +144,8 @@ type RetryPolicy struct {
 }
 
 // backoff returns the wait before retry number n (0-based): Base·2^n capped at
-// Max (no cap when Max is 0). It never overflows.
+// Max (at most MaxDuration when Max is 0), so a retry is never scheduled
+// past what the stores hold.
 func (r RetryPolicy) backoff(n int) time.Duration {
 	base := r.Base.D()
 	if base <= 0 {
@@ -153,10 +154,10 @@ func (r RetryPolicy) backoff(n int) time.Duration {
 	if n < 0 {
 		n = 0
 	}
-	d := base
+	d := min(base, MaxDuration)
 	for i := 0; i < n; i++ {
-		if d > (1<<62)/2 {
-			d = 1 << 62
+		if d > MaxDuration/2 {
+			d = MaxDuration
 			break
 		}
 		d *= 2

@@ -84,8 +84,29 @@ func ValidateID(field, id string) error {
 		if r <= ' ' || r == 0x7f || r == '/' || r == ',' || r == '?' || r == '#' || r == '%' || r == 0xfffd {
 			return Invalid(field, "id %q contains a character that is not allowed (space, control, '/', ',', '?', '#', '%%')", truncate(id, 40))
 		}
+		if invisible(r) {
+			return Invalid(field, "id %q contains the invisible or layout character %U (spaces, controls, zero-width and bidirectional formatting characters are not allowed)", truncate(id, 40), r)
+		}
 	}
 	return nil
+}
+
+// invisible reports whether r is a character that shows nothing or
+// changes how the text around it is laid out: controls, spaces and line
+// or paragraph separators, and formatting characters (zero-width spaces
+// and joiners, bidirectional overrides and isolates, the byte order mark,
+// tags). An id holding one can look exactly like another id in a listing,
+// a log line or the dashboard, or reorder what is shown around it.
+func invisible(r rune) bool {
+	return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Z, r) ||
+		(r >= 0xfe00 && r <= 0xfe0f) // variation selectors
+}
+
+// bidiControl reports whether r is a bidirectional embedding, override or
+// isolate control (U+202A–U+202E, U+2066–U+2069), which reorder how the
+// text after them is shown.
+func bidiControl(r rune) bool {
+	return (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
 }
 
 func truncate(s string, n int) string {
@@ -124,8 +145,24 @@ func ValidateLabels(field string, labels map[string]string) error {
 		if strings.ContainsAny(k, ":,") {
 			return Invalid(field, "label key %q must not contain ':' or ','", truncate(k, 40))
 		}
+		if !utf8.ValidString(k) {
+			return Invalid(field, "label key %q is not valid UTF-8", truncate(k, 40))
+		}
+		for _, r := range k {
+			if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == 0x2028 || r == 0x2029 {
+				return Invalid(field, "label key %q contains the control or formatting character %U", truncate(k, 40), r)
+			}
+		}
 		if len(v) > MaxLabelValLength {
 			return Invalid(field+"."+k, "label value is longer than %d bytes", MaxLabelValLength)
+		}
+		if !utf8.ValidString(v) {
+			return Invalid(field+"."+k, "label value is not valid UTF-8")
+		}
+		for _, r := range v {
+			if unicode.IsControl(r) || bidiControl(r) || r == 0x2028 || r == 0x2029 {
+				return Invalid(field+"."+k, "label value contains the control character %U (controls such as NUL and newline, line separators and bidirectional overrides are not allowed)", r)
+			}
 		}
 	}
 	return nil
@@ -163,11 +200,17 @@ func ValidateRetry(field string, r *RetryPolicy) error {
 	if r == nil {
 		return nil
 	}
-	if r.MaxRetries < 0 {
-		return Invalid(field+".max_retries", "must not be negative")
+	if err := ValidateCount(field+".max_retries", r.MaxRetries); err != nil {
+		return err
 	}
 	if r.Base < 0 || r.Max < 0 {
 		return Invalid(field, "durations must not be negative")
+	}
+	if err := ValidateDuration(field+".base", r.Base); err != nil {
+		return err
+	}
+	if err := ValidateDuration(field+".max", r.Max); err != nil {
+		return err
 	}
 	if r.Max > 0 && r.Base > r.Max {
 		return Invalid(field+".base", "base %s is larger than max %s", r.Base, r.Max)
@@ -206,17 +249,21 @@ func (n *NewTask) Validate() error {
 	if n.Tracestate != "" && n.Traceparent == "" {
 		return Invalid("tracestate", "is only meaningful with a traceparent")
 	}
-	if n.Delay < 0 {
-		return Invalid("delay", "must not be negative")
+	if err := ValidateTime("run_at", n.RunAt); err != nil {
+		return err
 	}
-	if n.Timeout < 0 {
-		return Invalid("timeout", "must not be negative")
+	for _, d := range []struct {
+		field string
+		d     Duration
+	}{{"delay", n.Delay}, {"timeout", n.Timeout}, {"max_runtime", n.MaxRuntime}} {
+		if err := ValidateDuration(d.field, d.d); err != nil {
+			return err
+		}
 	}
-	if n.MaxRuntime < 0 {
-		return Invalid("max_runtime", "must not be negative")
-	}
-	if n.MaxAttempts != nil && *n.MaxAttempts < 0 {
-		return Invalid("max_attempts", "must not be negative")
+	if n.MaxAttempts != nil {
+		if err := ValidateCount("max_attempts", *n.MaxAttempts); err != nil {
+			return err
+		}
 	}
 	if err := ValidateRetry("retry", n.Retry); err != nil {
 		return err
@@ -226,8 +273,8 @@ func (n *NewTask) Validate() error {
 			return err
 		}
 	}
-	if n.UniqueFor < 0 {
-		return Invalid("unique_for", "must not be negative")
+	if err := ValidateDuration("unique_for", n.UniqueFor); err != nil {
+		return err
 	}
 	if n.UniqueFor > 0 && n.UniqueKey == "" {
 		return Invalid("unique_for", "needs a unique_key")
@@ -309,8 +356,8 @@ func (r *ClaimRequest) Validate() error {
 	if r.N < 0 || r.N > MaxClaim {
 		return Invalid("n", "must be between 1 and %d", MaxClaim)
 	}
-	if r.Timeout < 0 {
-		return Invalid("timeout", "must not be negative")
+	if err := ValidateDuration("timeout", r.Timeout); err != nil {
+		return err
 	}
 	if r.Wait < 0 || r.Wait.D() > MaxClaimWait {
 		return Invalid("wait", "must be between 0 and %s", MaxClaimWait)
@@ -329,11 +376,19 @@ func (r LeaseRef) Validate() error {
 	if r.Lease == 0 {
 		return Invalid("lease", "lease number is required")
 	}
-	return nil
+	return ValidateSeq("lease", r.Lease)
 }
 
 // Validate checks an update.
 func (u *Update) Validate() error {
+	if u.RunAt != nil {
+		if err := ValidateTime("run_at", *u.RunAt); err != nil {
+			return err
+		}
+	}
+	if err := ValidateSeq("if_version", u.IfVersion); err != nil {
+		return err
+	}
 	if u.Labels != nil {
 		if err := ValidateLabels("labels", u.Labels); err != nil {
 			return err
@@ -344,14 +399,23 @@ func (u *Update) Validate() error {
 
 // Validate checks a queue update.
 func (u *QueueUpdate) Validate() error {
-	if u.Timeout != nil && *u.Timeout <= 0 {
-		return Invalid("timeout", "must be positive")
+	if u.Timeout != nil {
+		if *u.Timeout <= 0 {
+			return Invalid("timeout", "must be positive")
+		}
+		if err := ValidateDuration("timeout", *u.Timeout); err != nil {
+			return err
+		}
 	}
-	if u.MaxAttempts != nil && *u.MaxAttempts < 0 {
-		return Invalid("max_attempts", "must not be negative")
+	if u.MaxAttempts != nil {
+		if err := ValidateCount("max_attempts", *u.MaxAttempts); err != nil {
+			return err
+		}
 	}
-	if u.MaxRuntime != nil && *u.MaxRuntime < 0 {
-		return Invalid("max_runtime", "must not be negative")
+	if u.MaxRuntime != nil {
+		if err := ValidateDuration("max_runtime", *u.MaxRuntime); err != nil {
+			return err
+		}
 	}
 	if err := ValidateRetry("retry", u.Retry); err != nil {
 		return err
@@ -360,6 +424,14 @@ func (u *QueueUpdate) Validate() error {
 		r := u.Retention
 		if r.Completed < 0 || r.Aborted < 0 || r.Cancelled < 0 {
 			return Invalid("retention", "durations must not be negative")
+		}
+		for _, d := range []struct {
+			field string
+			d     Duration
+		}{{"retention.completed", r.Completed}, {"retention.aborted", r.Aborted}, {"retention.cancelled", r.Cancelled}} {
+			if err := ValidateDuration(d.field, d.d); err != nil {
+				return err
+			}
 		}
 	}
 	return u.validateFlow()
@@ -384,6 +456,15 @@ func (f *Filter) Validate() error {
 	}
 	if f.UniqueKey != "" {
 		if err := ValidateUniqueKey("unique_key", f.UniqueKey); err != nil {
+			return err
+		}
+	}
+	for _, b := range []struct {
+		field string
+		t     time.Time
+	}{{"created_after", f.CreatedAfter}, {"created_before", f.CreatedBefore},
+		{"updated_after", f.UpdatedAfter}, {"updated_before", f.UpdatedBefore}} {
+		if err := ValidateTime(b.field, b.t); err != nil {
 			return err
 		}
 	}

@@ -507,6 +507,9 @@ func (s *Server) handleTransact(w http.ResponseWriter, r *http.Request) error {
 		if err := norn.ValidateID(fmt.Sprintf("require[%d].id", i), req.ID); err != nil {
 			return err
 		}
+		if err := norn.ValidateSeq(fmt.Sprintf("require[%d].version", i), req.Version); err != nil {
+			return err
+		}
 		ids = append(ids, req.ID)
 	}
 	if err := s.checkTasksScope(r.Context(), p, ids); err != nil {

@@ -10,8 +10,15 @@ import (
 // optional: none (or {}) retries at once, without dependents.
 func (s *Server) handleRetry(w http.ResponseWriter, r *http.Request) error {
 	var o wire.RetryRequest
-	id, err := s.taskRequest(r, &o, true)
+	id, err := pathRequest(r, pathID, &o, true)
 	if err != nil {
+		return err
+	}
+	// Options first: a bad run_at is refused alike for every id.
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	if err := s.checkTaskScope(r.Context(), principalFrom(r.Context()), id); err != nil {
 		return err
 	}
 	t, err := s.store.Retry(r.Context(), id, o)

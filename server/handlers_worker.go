@@ -184,19 +184,15 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) error {
 	if err := readRequest(r, &b, false); err != nil {
 		return err
 	}
-	if b.Progress != nil {
-		if err := norn.ValidateProgress("progress", *b.Progress); err != nil {
-			return err
-		}
-	}
-	if b.Extend < 0 {
-		return norn.Invalid("extend", "must not be negative")
+	hb := norn.Heartbeat{Progress: b.Progress, Extend: b.Extend}
+	if err := hb.Validate(); err != nil {
+		return err
 	}
 	ref, err := s.leaseRef(r, b.LeaseOwner)
 	if err != nil {
 		return err
 	}
-	d, err := s.store.Heartbeat(r.Context(), ref, norn.Heartbeat{Progress: b.Progress, Extend: b.Extend})
+	d, err := s.store.Heartbeat(r.Context(), ref, hb)
 	return reply(w, wire.DeadlineResponse{Deadline: d}, err)
 }
 
@@ -210,6 +206,9 @@ func (s *Server) handleAppendLog(w http.ResponseWriter, r *http.Request) error {
 		b.Data = json.RawMessage("null")
 	}
 	if err := norn.ValidateJSON("data", b.Data, norn.MaxLogBytes); err != nil {
+		return err
+	}
+	if err := norn.ValidateSeq("seq", b.Seq); err != nil {
 		return err
 	}
 	ref, err := s.leaseRef(r, b.LeaseOwner)
@@ -302,6 +301,9 @@ func (s *Server) handleSnooze(w http.ResponseWriter, r *http.Request) error {
 	if err := b.Snooze.Validate(); err != nil {
 		return err
 	}
+	if err := b.Snooze.ValidateRange(); err != nil {
+		return err
+	}
 	ref, err := s.leaseRef(r, b.LeaseOwner)
 	if err != nil {
 		return err
@@ -336,8 +338,8 @@ func validateLeaseOp(op *norn.LeaseOp) error {
 			return err
 		}
 	}
-	if op.Extend < 0 {
-		return norn.Invalid("extend", "must not be negative")
+	if err := op.ValidateRange(); err != nil {
+		return err
 	}
 	if err := norn.ValidateJSON("result", op.Result, norn.MaxResultBytes); err != nil {
 		return err

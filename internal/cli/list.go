@@ -80,6 +80,9 @@ func (f *filterFlags) filter(now time.Time) (norn.Filter, error) {
 		if err != nil {
 			return out, usagef("--%s: %v", tf.flag, err)
 		}
+		if err := checkTime(tf.flag, t); err != nil {
+			return out, err
+		}
 		*tf.dst = t
 	}
 	return out, nil

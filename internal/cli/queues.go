@@ -222,6 +222,19 @@ least 1).`,
 					return usagef("durations must not be negative")
 				}
 			}
+			if err := checkDurations(durationFlag{"timeout", timeout}, durationFlag{"max-runtime", maxRuntime},
+				durationFlag{"retention-completed", retCompleted}, durationFlag{"retention-aborted", retAborted},
+				durationFlag{"retention-cancelled", retCancelled}); err != nil {
+				return err
+			}
+			for _, c := range []struct {
+				name string
+				n    int
+			}{{"max-running", maxRunning}, {"key-limit", keyLimit}} {
+				if err := norn.ValidateCount("--"+c.name, c.n); fl.Changed(c.name) && err != nil {
+					return usagef("%v", err)
+				}
+			}
 			if fl.Changed("timeout") {
 				if timeout <= 0 {
 					return usagef("--timeout must be positive")

@@ -60,10 +60,16 @@ exit code is 1 if any failed.`,
 				case delay > 0 && runAt != "":
 					return usagef("give --delay or --run-at, not both")
 				case delay > 0:
+					if err := checkDurations(durationFlag{"delay", delay}); err != nil {
+						return err
+					}
 					o.RunAt = now.Add(delay)
 				case runAt != "":
 					if o.RunAt, err = time.Parse(time.RFC3339, runAt); err != nil {
 						return usagef("--run-at: %v", err)
+					}
+					if err := checkTime("run-at", o.RunAt); err != nil {
+						return err
 					}
 				}
 				if err := idsOrFilter("retry", args, &f, dryRun); err != nil {

@@ -207,9 +207,16 @@ func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reade
 			return nt, usagef("--run-at: %q is not an RFC 3339 time (like 2030-01-02T15:04:05Z)", sf.runAt)
 		}
 		nt.RunAt = t.UTC()
+		if err := checkTime("run-at", nt.RunAt); err != nil {
+			return nt, err
+		}
 	}
 	if sf.delay < 0 || sf.timeout < 0 || sf.maxRuntime < 0 || sf.retry.base < 0 || sf.retry.max < 0 || sf.uniqueFor < 0 {
 		return nt, usagef("durations must not be negative")
+	}
+	if err := checkDurations(durationFlag{"delay", sf.delay}, durationFlag{"timeout", sf.timeout}, durationFlag{"max-runtime", sf.maxRuntime},
+		durationFlag{"retry-base", sf.retry.base}, durationFlag{"retry-max", sf.retry.max}, durationFlag{"unique-for", sf.uniqueFor}); err != nil {
+		return nt, err
 	}
 	if sf.uniqueFor > 0 && sf.uniqueKey == "" {
 		return nt, usagef("--unique-for needs --unique-key")
@@ -252,8 +259,11 @@ func (rf *retryFlags) policy(fs *pflag.FlagSet) (*norn.RetryPolicy, error) {
 		}
 		return nil, nil
 	}
-	if rf.retries < 0 {
-		return nil, usagef("--retry must not be negative")
+	if err := norn.ValidateCount("--retry", rf.retries); err != nil {
+		return nil, usagef("%v", err)
+	}
+	if err := checkDurations(durationFlag{"retry-base", rf.base}, durationFlag{"retry-max", rf.max}); err != nil {
+		return nil, err
 	}
 	return &norn.RetryPolicy{MaxRetries: rf.retries, Base: norn.Duration(rf.base), Max: norn.Duration(rf.max)}, nil
 }
@@ -266,6 +276,9 @@ func givenCount(fs *pflag.FlagSet, name string, v int) (*int, error) {
 	}
 	if v < 0 {
 		return nil, usagef("--%s must not be negative", name)
+	}
+	if err := norn.ValidateCount("--"+name, v); err != nil {
+		return nil, usagef("%v", err)
 	}
 	return &v, nil
 }
@@ -446,4 +459,29 @@ func atLine(err error, lines []int) error {
 		c.Field += ", " + rest
 	}
 	return &c
+}
+
+// durationFlag is a duration flag and its value, for checkDurations.
+type durationFlag struct {
+	name string
+	d    time.Duration
+}
+
+// checkDurations refuses, naming the flag, a duration the stores cannot
+// hold (over norn.MaxDuration), before anything is sent.
+func checkDurations(flags ...durationFlag) error {
+	for _, f := range flags {
+		if err := norn.ValidateDuration("--"+f.name, norn.Duration(f.d)); err != nil {
+			return usagef("%v", err)
+		}
+	}
+	return nil
+}
+
+// checkTime refuses, naming the flag, a time the stores cannot hold.
+func checkTime(flag string, t time.Time) error {
+	if err := norn.ValidateTime("--"+flag, t); err != nil {
+		return usagef("%v", err)
+	}
+	return nil
 }

@@ -85,7 +85,8 @@ func parseTime(v url.Values, key string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, norn.Invalid(key, "must be an RFC 3339 time such as 2030-01-02T03:04:05Z, got %q", Trunc(s))
 	}
-	return t.UTC(), nil
+	t = t.UTC()
+	return t, norn.ValidateTime(key, t)
 }
 
 func Trunc(s string) string {
@@ -280,6 +281,9 @@ func ParseLogParams(v url.Values) (after uint64, limit int, err error) {
 	if s != "" {
 		if after, err = strconv.ParseUint(s, 10, 64); err != nil {
 			return 0, 0, norn.Invalid("after", "must be a non-negative integer, got %q", Trunc(s))
+		}
+		if err := norn.ValidateSeq("after", after); err != nil {
+			return 0, 0, err
 		}
 	}
 	limit, err = parseInt(v, "limit", 0, 0)
@@ -483,6 +487,9 @@ func ParseThroughputParams(v url.Values, now time.Time) (queues []string, since 
 				since = now.Add(-d)
 			}
 		} else if t, terr := time.Parse(time.RFC3339Nano, s); terr == nil {
+			if err := norn.ValidateTime("since", t); err != nil {
+				return nil, time.Time{}, err
+			}
 			if t.After(start) {
 				since = t.UTC()
 			}

@@ -114,7 +114,7 @@ func TestReopenRebuildsIndexes(t *testing.T) {
 	if _, err := s.UpdateQueue(bg, "p", norn.QueueUpdate{Paused: &paused}); err != nil {
 		t.Fatal(err)
 	}
-	w1, _ := s.RegisterWorker(bg, norn.WorkerInfo{Name: "a"})
+	w1, _ := s.RegisterWorker(bg, norn.WorkerInfo{Name: "a", Registrar: "token:a"})
 	mustSubmit(t, s,
 		norn.NewTask{ID: "lo", Queue: "q", Priority: 1},
 		norn.NewTask{ID: "hi", Queue: "q", Priority: 9},
@@ -148,9 +148,13 @@ func TestReopenRebuildsIndexes(t *testing.T) {
 	if got := mustClaim(t, s, "w", 1, "p"); len(got) != 0 {
 		t.Fatal("claimed from a paused queue after reopen")
 	}
-	w2, _ := s.RegisterWorker(bg, norn.WorkerInfo{})
-	if w1 != "worker-1" || w2 != "worker-2" {
-		t.Fatalf("worker ids %s, %s: the sequence must continue", w1, w2)
+	w2, _ := s.RegisterWorker(bg, norn.WorkerInfo{Registrar: "token:b"})
+	ws, _ := s.Workers(bg)
+	if w1 == w2 || len(ws) != 2 || ws[0].ID != w1 || ws[1].ID != w2 {
+		t.Fatalf("worker ids %s, %s; listed %+v: the registration must survive and the order continue", w1, w2, ws)
+	}
+	if info, err := s.Worker(bg, w1); err != nil || info.Registrar != "token:a" || info.Name != "a" {
+		t.Fatalf("Worker(%s) after reopen: %+v, %v; want its registrar back", w1, info, err)
 	}
 	// Ready order: hi before lo; "later" is still scheduled.
 	got := mustClaim(t, s, "w", 10, "q")

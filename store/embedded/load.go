@@ -213,8 +213,8 @@ func (s *Store) loadWorkers() error {
 			return fmt.Errorf("worker key %q: %w", append([]byte{pfxWorker}, key...), errCorrupt)
 		}
 		n := binary.BigEndian.Uint64(key)
-		var info norn.WorkerInfo
-		if err := json.Unmarshal(v, &info); err != nil {
+		info, err := parseWorker(v)
+		if err != nil {
 			return fmt.Errorf("worker %d: %w", n, err)
 		}
 		s.workers[info.ID] = &workerRec{n: n, info: info, persisted: nanos(info.LastSeen)}

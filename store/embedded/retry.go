@@ -16,6 +16,9 @@ func (s *Store) Retry(ctx context.Context, id string, o norn.RetryOptions) (*nor
 	if err := norn.ValidateID("id", id); err != nil {
 		return nil, err
 	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

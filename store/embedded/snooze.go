@@ -27,6 +27,9 @@ func (tx *txn) snooze(ref norn.LeaseRef, sn norn.Snooze) error {
 	if err := sn.Validate(); err != nil {
 		return err
 	}
+	if err := sn.ValidateRange(); err != nil {
+		return err
+	}
 	t, err := tx.leased(ref)
 	if err != nil {
 		return err

@@ -14,7 +14,8 @@ import (
 // persists it only when the stored value is older than this.
 const lastSeenGranularity = 5 * time.Second
 
-// RegisterWorker allocates "worker-<n>" from the durable sequence.
+// RegisterWorker stores a worker under a random id (norn.NewWorkerID);
+// the durable sequence only orders the records.
 func (s *Store) RegisterWorker(ctx context.Context, info norn.WorkerInfo) (string, error) {
 	if err := s.enter(); err != nil {
 		return "", err
@@ -28,15 +29,14 @@ func (s *Store) RegisterWorker(ctx context.Context, info norn.WorkerInfo) (strin
 		s.workerSeq++
 		n := s.workerSeq
 		tx.onUndo(func() { s.workerSeq-- })
-		info.ID = fmt.Sprintf("worker-%d", n)
+		info.ID = s.newWorkerID()
 		info.Registered = fromNanos(tx.now)
 		info.LastSeen = info.Registered
 		info.Queues = append([]string(nil), info.Queues...)
 		rec := &workerRec{n: n, info: info, persisted: tx.now}
 		s.workers[info.ID] = rec
 		tx.onUndo(func() { delete(s.workers, info.ID) })
-		j, _ := json.Marshal(info)
-		tx.b.Set(workerKey(n), j, nil)
+		tx.b.Set(workerKey(n), workerJSON(info), nil)
 		id = info.ID
 		return nil
 	})
@@ -52,8 +52,7 @@ func (tx *txn) seen(worker string) {
 	w.info.LastSeen = fromNanos(tx.now)
 	if tx.now-w.persisted >= int64(lastSeenGranularity) {
 		w.persisted = tx.now
-		j, _ := json.Marshal(w.info)
-		tx.b.Set(workerKey(w.n), j, nil)
+		tx.b.Set(workerKey(w.n), workerJSON(w.info), nil)
 	}
 }
 
@@ -263,13 +262,8 @@ func (s *Store) Heartbeat(ctx context.Context, ref norn.LeaseRef, hb norn.Heartb
 }
 
 func (tx *txn) heartbeat(ref norn.LeaseRef, hb norn.Heartbeat) (time.Time, error) {
-	if hb.Progress != nil {
-		if err := norn.ValidateProgress("progress", *hb.Progress); err != nil {
-			return time.Time{}, err
-		}
-	}
-	if hb.Extend < 0 {
-		return time.Time{}, norn.Invalid("extend", "must not be negative")
+	if err := hb.Validate(); err != nil {
+		return time.Time{}, err
 	}
 	t, err := tx.leased(ref)
 	if err != nil {
