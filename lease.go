@@ -37,9 +37,11 @@ func (op *LeaseOp) Validate() error {
 		}
 		return ValidateErrorInfo("error", *op.Error)
 	case OpSnooze:
-		return op.Snooze.Validate()
+		if err := op.Snooze.Validate(); err != nil {
+			return err
+		}
 	}
-	return nil
+	return op.ValidateRange()
 }
 
 // truncOp keeps an unknown op name short enough to echo in an error.

@@ -257,7 +257,7 @@ func TestCopyEncodingRoundTrip(t *testing.T) {
 	in := []norn.NewTask{
 		{Queue: "q"},
 		{Queue: "q", Spec: json.RawMessage(`{"a":"tab\there, back\\slash, ü, \u0000"}`), Priority: 5,
-			Labels:      map[string]string{"k": "v\tw", "ü": "\\"},
+			Labels:      map[string]string{"k": "v w, \"quoted\"", "ü": "\\"},
 			RunAt:       time.Now().Add(time.Hour).Truncate(time.Microsecond),
 			MaxAttempts: ptr(3), Retry: retry, Timeout: norn.Duration(90 * time.Second), MaxRuntime: norn.Duration(time.Hour),
 			ConcurrencyKey: "ck ü", Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",

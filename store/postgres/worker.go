@@ -18,13 +18,35 @@ func (s *Store) RegisterWorker(ctx context.Context, info norn.WorkerInfo) (strin
 	}
 	var id string
 	err := s.withConn(ctx, func(conn *pgx.Conn) error {
-		return conn.QueryRow(ctx, s.q(`WITH n AS (SELECT nextval('{s}.worker_seq') AS n,
+		for {
+			// Random ids (norn.NewWorkerID); n keeps the registration order.
+			err := conn.QueryRow(ctx, s.q(`WITH n AS (SELECT nextval('{s}.worker_seq') AS n,
 	coalesce($3::timestamptz, clock_timestamp()) AS now)
-INSERT INTO {s}.workers (n, id, name, queues, registered, last_seen)
-SELECT n.n, 'worker-' || n.n, $1, $2, n.now, n.now FROM n RETURNING id`),
-			info.Name, info.Queues, s.clockNow()).Scan(&id)
+INSERT INTO {s}.workers (n, id, name, queues, registered, last_seen, registrar)
+SELECT n.n, $4, $1, $2, n.now, n.now, nullif($5, '') FROM n ON CONFLICT (id) DO NOTHING RETURNING id`),
+				info.Name, info.Queues, s.clockNow(), norn.NewWorkerID(), info.Registrar).Scan(&id)
+			if err != pgx.ErrNoRows {
+				return err
+			}
+		}
 	})
 	return id, err
+}
+
+// Worker returns one worker's registration, registrar included
+// (norn.WorkerRegistry).
+func (s *Store) Worker(ctx context.Context, id string) (norn.WorkerInfo, error) {
+	var w norn.WorkerInfo
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		err := conn.QueryRow(ctx, s.q(`SELECT id, coalesce(name, ''), queues, registered, last_seen, coalesce(registrar, '')
+FROM {s}.workers WHERE id = $1`), id).Scan(&w.ID, &w.Name, &w.Queues, &w.Registered, &w.LastSeen, &w.Registrar)
+		if err == pgx.ErrNoRows {
+			return norn.WorkerNotFound(id)
+		}
+		return err
+	})
+	w.Registered, w.LastSeen = w.Registered.UTC(), w.LastSeen.UTC()
+	return w, err
 }
 
 // The assignment entry of the history is kept in the row (assign_seq,
