@@ -463,6 +463,17 @@ func exerciseFinish(t *testing.T, setup setupFunc) {
 			wantVersion(t, "yielded", g, before.Version+1)
 		})
 
+		t.Run("SetsRunAtToTheYield", func(t *testing.T) {
+			t.Parallel()
+			_, b := setup(t)
+			yielded(b)
+			// The task queues behind those already waiting at its
+			// priority, on every store (norn.AfterYield).
+			if g := b.status("y", norn.StatusReady); !g.RunAt.Equal(b.now()) {
+				t.Fatalf("yielded task's run_at %v, want the yield's time %v", g.RunAt, b.now())
+			}
+		})
+
 		t.Run("SpendsTheLease", func(t *testing.T) {
 			t.Parallel()
 			s, b := setup(t)
