@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -207,6 +208,19 @@ func (e *env) shots(name string, ready string) {
 			wide := evalAs[string](e, `[...document.querySelectorAll("body *")].filter(x => x.getBoundingClientRect().right > innerWidth + 1).slice(0, 5).map(x => x.tagName + "#" + x.id + "." + x.className).join(", ")`)
 			e.t.Errorf("%s at %dpx: page scrolls horizontally (scrollWidth %v); too wide: %s", name, vp.w, sw, wide)
 		}
+		// A task id (a UUID) and the breadcrumb each take one line, even on
+		// a phone (the id once broke over three).
+		lines := func(sel string) int {
+			return int(evalAs[float64](e, `(() => { const el = document.querySelector(`+strconv.Quote(sel)+`); if (!el) return 0;
+				const r = document.createRange(); r.selectNodeContents(el);
+				const tops = [...r.getClientRects()].filter(x => x.width > 0).map(x => x.top).sort((a, b) => a - b);
+				return tops.filter((t, i) => i === 0 || t - tops[i - 1] > 8).length; })()`))
+		}
+		for _, sel := range []string{"h1.task-id", "#crumbs"} {
+			if n := lines(sel); n > 1 {
+				e.t.Errorf("%s at %dpx: %s takes %d lines, want 1", name, vp.w, sel, n)
+			}
+		}
 		png, err := chromedp.Run(e.ctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			e.t.Fatal(err)
@@ -385,6 +399,12 @@ func TestThroughputHistory(t *testing.T) {
 	if got := evalAs[bool](e, `document.querySelector('#throughput-note').hidden`); !got {
 		t.Errorf("chart shows an error: %s", e.text("#throughput-note"))
 	}
+	// The line ends at the last whole minute, whose count the legend shows
+	// as the rate: the minute under way, still growing, is not drawn (it
+	// made the line drop towards 0 at its end).
+	e.wait(`(() => { const c = document.querySelector('#throughput'); if (!c.dataset.lastPoint) return false;
+		const rate = +(document.querySelector('.legend-item[data-series="submitted"] .rate').textContent.replace(/\/min$/, ''));
+		return JSON.parse(c.dataset.lastPoint)[0] === rate; })()`)
 	// The canvas has the submitted line drawn above the baseline.
 	e.wait(`(() => { const c = document.querySelector('#throughput'); const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
 		let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n > 0; })()`)
@@ -793,6 +813,11 @@ func TestSchedulesPage(t *testing.T) {
 	}
 
 	e.open("#/")
+	// The breadcrumb follows the brand; the Schedules link sits apart from
+	// it (beside it, the two read as one crumb: "Schedules Overview").
+	if !evalAs[bool](e, `document.querySelector(".brand").nextElementSibling.id === "crumbs"`) {
+		t.Error("the breadcrumb does not follow the brand")
+	}
 	e.click("#nav-schedules")
 	row := `tr[data-schedule="nightly-report"]`
 	e.wait(fmt.Sprintf(`document.querySelector('%s')`, row))

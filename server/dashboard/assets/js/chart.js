@@ -140,12 +140,14 @@ function drawChart(canvas, data, range, hist) {
   // readable; a point is the mean per minute of the minutes it covers.
   const per = Math.max(1, Math.ceil(n / (w / 2)));
   const m = Math.ceil(n / per);
+  // The minute under way is still growing: it is left out, so the line
+  // does not dip at its end (null: a point with no whole minute).
   const agg = data.map((d) => {
-    const out = new Array(m).fill(0);
-    for (let i = 0; i < n; i++) out[Math.floor(i / per)] += d[i] / per;
-    return out;
+    const sum = new Array(m).fill(0), cnt = new Array(m).fill(0);
+    for (let i = 0; i < n - 1; i++) { sum[Math.floor(i / per)] += d[i]; cnt[Math.floor(i / per)]++; }
+    return sum.map((v, b) => (cnt[b] ? v / cnt[b] : null));
   });
-  const max = niceMax(Math.max(0, ...agg.flat()));
+  const max = niceMax(Math.max(0, ...agg.flat().filter((v) => v !== null)));
   // Minutes before the server started recording are unknown, not idle.
   if (hist.until && hist.recordingSince) {
     const known = (hist.recordingSince - (hist.until - (n - 1) * MINUTE)) / (n * MINUTE);
@@ -177,11 +179,13 @@ function drawChart(canvas, data, range, hist) {
     const label = t === 0 ? "now" : t % 60 === 0 ? "-" + t / 60 + "h" : "-" + t + "m";
     ctx.fillText(label, Math.min(Math.max(x, padL + 12), padL + w - 12), padT + hgt + 4);
   }
+  canvas.dataset.lastPoint = JSON.stringify(agg.map((a) => a.filter((v) => v !== null).at(-1) ?? null));
   SERIES.forEach((s, i) => {
     ctx.strokeStyle = cs.getPropertyValue(s.css).trim() || "#36c";
     ctx.lineWidth = 1.5;
     ctx.beginPath();
     agg[i].forEach((v, k) => {
+      if (v === null) return;
       const x = padL + (w * (k + 0.5)) / m;
       const y = padT + hgt - (hgt * v) / max;
       if (k === 0) ctx.moveTo(x, y); else ctx.lineTo(x, y);
