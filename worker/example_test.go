@@ -1,0 +1,65 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nornq/norn"
+	"github.com/nornq/norn/store/embedded"
+	"github.com/nornq/norn/worker"
+)
+
+// A worker claims tasks of the queues its ServeMux has handlers for, runs
+// each handler with the task's lease kept alive, and reports the outcome:
+// a nil error completes the task with the result set; worker.Abort ends it
+// for good; any other error is a failure, retried per the task's policy.
+// The store here is embedded; over HTTP pass a *client.Client instead.
+func Example() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir, _ := os.MkdirTemp("", "norn-example-")
+	defer os.RemoveAll(dir)
+	st, err := embedded.Open(ctx, embedded.Options{Dir: dir})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close()
+
+	done := make(chan struct{}, 2)
+	mux := worker.NewServeMux()
+	mux.HandleFunc("greetings", func(ctx context.Context, t *worker.Task) error {
+		defer func() { done <- struct{}{} }()
+		var spec struct{ Name string }
+		if err := json.Unmarshal(t.Spec, &spec); err != nil || spec.Name == "" {
+			return worker.Abort(errors.New("a greeting needs a name"))
+		}
+		return t.SetResult(map[string]string{"greeting": "Hello, " + spec.Name + "!"})
+	})
+	w, err := worker.New(st, worker.Config{Handler: mux, Concurrency: 1, Wait: 100 * time.Millisecond})
+	if err != nil {
+		panic(err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Run(ctx) }()
+
+	_, _ = st.Submit(ctx,
+		norn.NewTask{ID: "hello-ada", Queue: "greetings", Spec: json.RawMessage(`{"name":"Ada"}`)},
+		norn.NewTask{ID: "hello-nobody", Queue: "greetings", Spec: json.RawMessage(`{}`)},
+	)
+	<-done
+	<-done
+	_ = w.Shutdown(context.Background())
+	<-stopped
+
+	for _, id := range []string{"hello-ada", "hello-nobody"} {
+		t, _ := st.Get(ctx, id)
+		fmt.Println(id, t.Status, string(t.Result))
+	}
+	// Output:
+	// hello-ada completed {"greeting":"Hello, Ada!"}
+	// hello-nobody aborted
+}
