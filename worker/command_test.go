@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nornq/norn/internal/await"
+
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/worker"
 )
@@ -82,7 +84,7 @@ func TestCommandProgressLines(t *testing.T) {
 	script := `echo "progress: 0.4" >&2; while [ ! -e "` + gate + `" ]; do sleep 0.02; done`
 	st, _ := shWorker(t, script, worker.Config{Lease: 300 * time.Millisecond})
 	id := submit(t, st, norn.NewTask{Queue: "sh"})
-	waitFor(t, 10*time.Second, "progress 0.4 stored", func() bool {
+	await.Until(t, 10*time.Second, "progress 0.4 stored", func() bool {
 		tk, err := st.Get(context.Background(), id)
 		return err == nil && tk.Status == norn.StatusRunning && tk.Progress == 0.4
 	})
@@ -101,7 +103,7 @@ func TestCommandCancelKillsProcessGroup(t *testing.T) {
 	st, sp := shWorker(t, script, worker.Config{Lease: 600 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond})
 	id := submit(t, st, norn.NewTask{Queue: "sh"})
 	var procs []int
-	waitFor(t, 10*time.Second, "pids written", func() bool {
+	await.Until(t, 10*time.Second, "pids written", func() bool {
 		procs = pidsIn(pids)
 		return len(procs) == 2
 	})
@@ -113,7 +115,7 @@ func TestCommandCancelKillsProcessGroup(t *testing.T) {
 	if _, err := st.Cancel(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "script and grandchild killed", func() bool {
+	await.Until(t, 5*time.Second, "script and grandchild killed", func() bool {
 		return !alive(procs[0]) && !alive(procs[1])
 	})
 	if ops := sp.ops(id); len(ops) != 0 {

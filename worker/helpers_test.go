@@ -146,18 +146,6 @@ func newWorker(t *testing.T, api worker.API, cfg worker.Config) *worker.Worker {
 	return w
 }
 
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // waitStatus waits until task id has one of the statuses and returns it.
 func waitStatus(t *testing.T, api norn.ClientAPI, id string, timeout time.Duration, want ...norn.Status) *norn.Task {
 	t.Helper()

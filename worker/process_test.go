@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nornq/norn/internal/await"
+
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/client"
 	"github.com/nornq/norn/internal/cli"
@@ -223,7 +225,7 @@ func submitN(t *testing.T, st norn.Store, queue string, n int, timeout time.Dura
 // handler has started (so the worker holds the lease), and returns the owner.
 func waitRunningBy(t *testing.T, st norn.Store, marks string, ids []string) string {
 	t.Helper()
-	waitFor(t, 20*time.Second, "handlers started", func() bool {
+	await.Until(t, 20*time.Second, "handlers started", func() bool {
 		for _, id := range ids {
 			if _, err := os.Stat(filepath.Join(marks, id+".1.start")); err != nil {
 				return false
@@ -232,7 +234,7 @@ func waitRunningBy(t *testing.T, st norn.Store, marks string, ids []string) stri
 		return true
 	})
 	var owner string
-	waitFor(t, 20*time.Second, "tasks running in one worker", func() bool {
+	await.Until(t, 20*time.Second, "tasks running in one worker", func() bool {
 		owner = ""
 		for _, id := range ids {
 			tk, err := st.Get(context.Background(), id)
@@ -306,7 +308,7 @@ func TestProcessSIGSTOPPastLeaseLateCompleteIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := filepath.Join(marks, id+".1.end")
-	waitFor(t, 10*time.Second, "first worker's handler to return", func() bool {
+	await.Until(t, 10*time.Second, "first worker's handler to return", func() bool {
 		_, err := os.Stat(end)
 		return err == nil
 	})
@@ -357,7 +359,7 @@ func TestProcessSIGTERMYieldsToSecondWorker(t *testing.T) {
 	first := waitRunningBy(t, st, marks, ids)
 	// The second worker is already long-polling when the first one stops.
 	p2 := startProc(t, "worker 2", workerEnv(url, "termed", "complete", marks, 2, time.Second))
-	waitFor(t, 10*time.Second, "second worker registered", func() bool {
+	await.Until(t, 10*time.Second, "second worker registered", func() bool {
 		ws, err := st.Workers(context.Background())
 		return err == nil && len(ws) == 2
 	})
@@ -412,7 +414,7 @@ printf '{"spec":%s,"attempt":%s}' "$spec" "$NORN_ATTEMPT"`
 
 	hang := submit(t, st, norn.NewTask{Queue: "cmd", Spec: []byte(`"hang"`), Timeout: norn.Duration(900 * time.Millisecond)})
 	var procs []int
-	waitFor(t, 20*time.Second, "hanging command started", func() bool {
+	await.Until(t, 20*time.Second, "hanging command started", func() bool {
 		procs = pidsIn(pids)
 		return len(procs) == 2 && alive(procs[0]) && alive(procs[1])
 	})
@@ -420,7 +422,7 @@ printf '{"spec":%s,"attempt":%s}' "$spec" "$NORN_ATTEMPT"`
 		t.Fatal(err)
 	}
 	// Within one heartbeat (a third of 900ms) plus slack.
-	waitFor(t, 5*time.Second, "cancelled command and its child killed", func() bool {
+	await.Until(t, 5*time.Second, "cancelled command and its child killed", func() bool {
 		return !alive(procs[0]) && !alive(procs[1])
 	})
 	if tk, _ := st.Get(context.Background(), hang); tk.Status != norn.StatusCancelled {

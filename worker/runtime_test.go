@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nornq/norn/internal/await"
+
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/worker"
 )
@@ -67,11 +69,11 @@ echo done`
 	id := submit(t, st, norn.NewTask{Queue: "sh", Timeout: norn.Duration(10 * time.Second),
 		MaxRuntime: norn.Duration(time.Second)})
 	var procs []int
-	waitFor(t, 20*time.Second, "pids written", func() bool {
+	await.Until(t, 20*time.Second, "pids written", func() bool {
 		procs = pidsIn(pids)
 		return len(procs) == 2
 	})
-	waitFor(t, 20*time.Second, "script and grandchild killed at max_runtime", func() bool {
+	await.Until(t, 20*time.Second, "script and grandchild killed at max_runtime", func() bool {
 		return !alive(procs[0]) && !alive(procs[1])
 	})
 	tk := waitStatus(t, st, id, 20*time.Second, norn.StatusCompleted)

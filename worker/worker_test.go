@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nornq/norn/internal/await"
+
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/worker"
 )
@@ -122,7 +124,7 @@ func TestCancelStopsHandlerWithinOneHeartbeat(t *testing.T) {
 	if !errors.Is(s.cause, worker.ErrTaskCancelled) || !errors.Is(s.cause, norn.ErrCancelled) {
 		t.Errorf("cause = %v, want ErrTaskCancelled", s.cause)
 	}
-	waitFor(t, 5*time.Second, "slot freed", func() bool { return w.Running() == 0 })
+	await.Until(t, 5*time.Second, "slot freed", func() bool { return w.Running() == 0 })
 	if ops := sp.ops(id); len(ops) != 0 {
 		t.Errorf("outcome calls after cancellation: %v, want none", ops)
 	}
@@ -158,7 +160,7 @@ func TestDeletedTaskIsLeaseLost(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("handler context not cancelled after the task was deleted")
 	}
-	waitFor(t, 5*time.Second, "slot freed", func() bool { return w.Running() == 0 })
+	await.Until(t, 5*time.Second, "slot freed", func() bool { return w.Running() == 0 })
 	if ops := sp.ops(id); len(ops) != 0 {
 		t.Errorf("outcome calls after lease loss: %v, want none", ops)
 	}
@@ -194,7 +196,7 @@ func TestUnreachableStoreLosesLeaseLocally(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("handler kept running although no heartbeat succeeded for a whole lease")
 	}
-	waitFor(t, 5*time.Second, "slot freed", func() bool { return w.Running() == 0 })
+	await.Until(t, 5*time.Second, "slot freed", func() bool { return w.Running() == 0 })
 	if ops := sp.ops(id); len(ops) != 0 {
 		t.Errorf("outcome calls after the lease expired: %v, want none", ops)
 	}
@@ -266,7 +268,7 @@ func TestCapacityCallbackGatesClaims(t *testing.T) {
 	}})
 	id := submit(t, st, norn.NewTask{Queue: "q"})
 	runWorker(t, w)
-	waitFor(t, 5*time.Second, "capacity asked 5 times", func() bool { return asked.Load() >= 5 })
+	await.Until(t, 5*time.Second, "capacity asked 5 times", func() bool { return asked.Load() >= 5 })
 	if tk, _ := st.Get(context.Background(), id); tk.Status != norn.StatusReady {
 		t.Fatalf("status %s while capacity said no, want ready", tk.Status)
 	}
@@ -296,7 +298,7 @@ func TestShutdownFinishesWithinGraceThenYields(t *testing.T) {
 	done := runWorker(t, w)
 	quick := submit(t, st, norn.NewTask{Queue: "quick"})
 	slow := submit(t, st, norn.NewTask{Queue: "slow"})
-	waitFor(t, 5*time.Second, "both handlers running", func() bool { return running.Load() == 2 })
+	await.Until(t, 5*time.Second, "both handlers running", func() bool { return running.Load() == 2 })
 
 	shut := make(chan error, 1)
 	go func() { shut <- w.Shutdown(context.Background()) }()
@@ -395,7 +397,7 @@ func TestSetProgressRidesOnHeartbeats(t *testing.T) {
 	w := newWorker(t, st, worker.Config{Handler: h, Queues: []string{"q"}, Lease: 300 * time.Millisecond})
 	runWorker(t, w)
 	id := submit(t, st, norn.NewTask{Queue: "q"})
-	waitFor(t, 5*time.Second, "progress 0.25 stored", func() bool {
+	await.Until(t, 5*time.Second, "progress 0.25 stored", func() bool {
 		tk, err := st.Get(context.Background(), id)
 		return err == nil && tk.Progress == 0.25
 	})

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nornq/norn/internal/await"
+
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/internal/pgtest"
 )
@@ -32,7 +34,7 @@ func TestBlackholedNode(tt *testing.T) {
 	via := "postgres://postgres@" + p.Addr() + "/postgres?sslmode=disable&connect_timeout=5"
 	n0 := StartNode(t, "node0", "--store", via, "--schema", "bh", "--migrate")
 	nodes := []*Node{n0}
-	until(t, 15*time.Second, "node0 leads the monitor", func() bool { return Leader(nodes) == n0 })
+	await.Until(t, 15*time.Second, "node0 leads the monitor", func() bool { return Leader(nodes) == n0 })
 	direct := "postgres://postgres@127.0.0.1:" + strconv.Itoa(pg.Port()) + "/postgres?sslmode=disable"
 	n1 := StartNode(t, "node1", "--store", direct, "--schema", "bh")
 	nodes = append(nodes, n1)
@@ -61,7 +63,7 @@ func TestBlackholedNode(tt *testing.T) {
 	if res.StatusCode != http.StatusServiceUnavailable || time.Since(t0) > 2*time.Second {
 		t.Errorf("/readyz of the cut node: %d after %s, want 503 at once", res.StatusCode, time.Since(t0))
 	}
-	until(t, 20*time.Second, "node1 takes the monitor lead", func() bool { return Leader(nodes) == n1 })
+	await.Until(t, 20*time.Second, "node1 takes the monitor lead", func() bool { return Leader(nodes) == n1 })
 	stepDown, takeOver := lineAt(n0, msgLost), lineAt(n1, msgLeads)
 	if stepDown.IsZero() || !stepDown.Before(takeOver) {
 		t.Errorf("node0 stepped down at %s, node1 took the lead at %s: the old leader must step down first",
@@ -77,18 +79,6 @@ func TestBlackholedNode(tt *testing.T) {
 		t.Fatalf("node0 after the blackhole healed: %v", err)
 	}
 	t.Logf("node0 served again %s after the heal", time.Since(healed).Round(time.Millisecond))
-}
-
-// until waits for cond, failing the test after limit.
-func until(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, limit)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // lineAt is when n last logged a message starting with msg (zero: never).

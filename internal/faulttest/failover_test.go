@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nornq/norn/internal/await"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nornq/norn/internal/pgtest"
@@ -73,7 +75,7 @@ func TestFailover(tt *testing.T) {
 		back = e.Healed.Add(e.Recovery)
 	}
 	t.Logf("the nodes served again %s after the promotion", back.Sub(promoted).Round(time.Millisecond))
-	until(t, 30*time.Second, "a node takes the monitor lead on the new primary", func() bool {
+	await.Until(t, 30*time.Second, "a node takes the monitor lead on the new primary", func() bool {
 		for _, n := range nodes {
 			if lineAt(n, msgLeads).After(promoted) {
 				return true

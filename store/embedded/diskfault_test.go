@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nornq/norn/internal/await"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
@@ -85,7 +87,7 @@ func TestSyncErrorStopsWrites(t *testing.T) {
 				t.Fatalf("submit during sync errors: %v, want unavailable", err)
 			}
 			if d == Opportunistic {
-				waitUntil(t, "the background sync fails", func() bool { return s.Ready(ctx) != nil })
+				await.Until(t, 10*time.Second, "the background sync fails", func() bool { return s.Ready(ctx) != nil })
 			}
 			if _, err := s.Submit(ctx, norn.NewTask{ID: "after", Queue: "q"}); !errors.Is(err, norn.ErrUnavailable) {
 				t.Fatalf("submit after a failed sync: %v, want unavailable", err)
@@ -119,16 +121,5 @@ func TestSyncErrorStopsWrites(t *testing.T) {
 				t.Fatalf("submit after reopen: %v", err)
 			}
 		})
-	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nornq/norn/internal/await"
+
 	"github.com/nornq/norn"
 )
 
@@ -85,18 +87,6 @@ func mustClaim(t testing.TB, s norn.Store, worker string, n int, queues ...strin
 
 func refOf(tk *norn.Task) norn.LeaseRef {
 	return norn.LeaseRef{TaskID: tk.ID, Worker: tk.Owner, Lease: tk.Lease}
-}
-
-// await polls cond until it holds or the deadline passes.
-func await(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // TestReopenRebuildsIndexes checks that every index survives a restart:
@@ -271,9 +261,9 @@ func TestMonitorRealClock(t *testing.T) {
 		}
 		return x.Status
 	}
-	await(t, "lease timeout", 5*time.Second, func() bool { return status("lease") == norn.StatusReady })
-	await(t, "delay release", 5*time.Second, func() bool { return status("delay") == norn.StatusReady })
-	await(t, "retention purge", 5*time.Second, func() bool { return status("done") == "gone" })
+	await.Until(t, 5*time.Second, "lease timeout", func() bool { return status("lease") == norn.StatusReady })
+	await.Until(t, 5*time.Second, "delay release", func() bool { return status("delay") == norn.StatusReady })
+	await.Until(t, 5*time.Second, "retention purge", func() bool { return status("done") == "gone" })
 	x, _ := s.Get(bg, "lease")
 	if x.History[len(x.History)-1].Type != norn.TaskTimeout {
 		t.Fatalf("history after timeout: %+v", x.History)
@@ -294,7 +284,9 @@ func TestClaimWaitWakes(t *testing.T) {
 		}
 		got <- ts
 	}()
-	time.Sleep(20 * time.Millisecond) // let the claimer start waiting; correctness does not depend on it
+	// The submit must find the claim waiting, so that it is the wake-up,
+	// not the claim's first look, that hands the task over.
+	await.Until(t, 10*time.Second, "the claim to wait on queue b", func() bool { return waiting(s, "b") })
 	mustSubmit(t, s, norn.NewTask{ID: "x", Queue: "b"})
 	select {
 	case ts := <-got:
@@ -309,10 +301,21 @@ func TestClaimWaitWakes(t *testing.T) {
 	}
 	// A cancelled context ends the wait.
 	ctx, cancel := context.WithCancel(bg)
-	go func() { time.Sleep(10 * time.Millisecond); cancel() }()
+	go func() {
+		await.Until(t, 10*time.Second, "the claim to wait on queue none", func() bool { return waiting(s, "none") })
+		cancel()
+	}()
 	if _, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"none"}, Wait: norn.Duration(time.Minute)}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Claim with cancelled ctx: %v", err)
 	}
+}
+
+// waiting reports whether a claim waits on queue.
+func waiting(s *Store, queue string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queues[queue]
+	return q != nil && len(q.waiters) > 0
 }
 
 func TestOpportunistic(t *testing.T) {

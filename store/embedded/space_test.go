@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nornq/norn/internal/await"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/nornq/norn"
@@ -356,9 +358,9 @@ func TestDiskFilledCompletely(t *testing.T) {
 					t.Fatalf("opportunistic submit: %v", err)
 				}
 			}
-			waitUntil(t, "the store sees the full disk", func() bool { return errors.Is(s.Ready(ctx), norn.ErrInsufficientStorage) })
+			await.Until(t, 10*time.Second, "the store sees the full disk", func() bool { return errors.Is(s.Ready(ctx), norn.ErrInsufficientStorage) })
 			// The disk is marked full just before the message is logged.
-			waitUntil(t, "the full disk is logged", func() bool {
+			await.Until(t, 10*time.Second, "the full disk is logged", func() bool {
 				return strings.Contains(logs.String(), "disk of the data directory is full")
 			})
 			refused := func(what string, err error) {
@@ -394,7 +396,7 @@ func TestDiskFilledCompletely(t *testing.T) {
 				}
 			}
 			acked["inflight"] = true
-			waitUntil(t, "writes resume", func() bool { return s.Ready(ctx) == nil })
+			await.Until(t, 10*time.Second, "writes resume", func() bool { return s.Ready(ctx) == nil })
 			if _, err := s.Submit(ctx, norn.NewTask{ID: "after", Queue: "q"}); err != nil {
 				t.Fatalf("submit once space was freed: %v", err)
 			}
@@ -435,7 +437,7 @@ func TestCloseOnAFullDisk(t *testing.T) {
 		_, err := s.Submit(ctx, norn.NewTask{ID: "inflight", Queue: "q"})
 		inflight <- err
 	}()
-	waitUntil(t, "the store sees the full disk", func() bool { return errors.Is(s.Ready(ctx), norn.ErrInsufficientStorage) })
+	await.Until(t, 10*time.Second, "the store sees the full disk", func() bool { return errors.Is(s.Ready(ctx), norn.ErrInsufficientStorage) })
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
 	select {
@@ -490,7 +492,7 @@ func TestDiskFullUnderConcurrentWrites(t *testing.T) {
 	}
 	fs.setFree(64 << 10) // the disk fills after a few batches
 	close(start)
-	waitUntil(t, "the store sees the full disk", func() bool { return errors.Is(s.Ready(ctx), norn.ErrInsufficientStorage) })
+	await.Until(t, 10*time.Second, "the store sees the full disk", func() bool { return errors.Is(s.Ready(ctx), norn.ErrInsufficientStorage) })
 	// Every writer may be waiting for its own queued write; a batch sent
 	// now is refused whatever they do.
 	probe := []string{"probe-0", "probe-1", "probe-2"}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nornq/norn/internal/await"
+
 	"github.com/nornq/norn"
 )
 
@@ -65,7 +67,7 @@ func TestCompletionsMerged(t *testing.T) {
 	// The second flush, t00's, is held.
 	first := make(chan error, 1)
 	go func() { first <- s.Complete(ctx, ref(0), json.RawMessage(`{"n":0}`)) }()
-	waitUntil(t, "the first flush", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(flushes) == 2 })
+	await.Until(t, 10*time.Second, "the first flush", func() bool { mu.Lock(); defer mu.Unlock(); return len(flushes) == 2 })
 
 	lost := complete(17)
 	lost.Lease++
@@ -86,7 +88,7 @@ func TestCompletionsMerged(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); res[i], errs[i] = s.LeaseBatch(ctx, ops) }()
 	}
-	waitUntil(t, "every caller queued", 10*time.Second, func() bool {
+	await.Until(t, 10*time.Second, "every caller queued", func() bool {
 		s.completer.mu.Lock()
 		defer s.completer.mu.Unlock()
 		return len(s.completer.queue) == len(calls)
@@ -153,7 +155,7 @@ func TestCompletionCallerGivesUp(t *testing.T) {
 	go func() {
 		second <- s.Complete(cctx, norn.LeaseRef{TaskID: tasks[1].ID, Worker: "w", Lease: tasks[1].Lease}, nil)
 	}()
-	waitUntil(t, "the second caller queued", 10*time.Second, func() bool {
+	await.Until(t, 10*time.Second, "the second caller queued", func() bool {
 		s.completer.mu.Lock()
 		defer s.completer.mu.Unlock()
 		return len(s.completer.queue) == 1

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nornq/norn/internal/await"
+
 	"github.com/nornq/norn"
 )
 
@@ -201,7 +203,7 @@ func TestAnnouncementMarkerComesThrough(t *testing.T) {
 		defer s.subs.mu.Unlock()
 		return st.(*eventStream).announced
 	}
-	waitUntil(t, "a's stream to be announced", 10*time.Second, func() bool { return isAnnounced(a, sa) })
+	await.Until(t, 10*time.Second, "a's stream to be announced", func() bool { return isAnnounced(a, sa) })
 	// A marker names its node: b takes only its own.
 	st := &eventStream{ss: b.subs, token: 99, ch: make(chan norn.Event, 1), done: make(chan struct{})}
 	b.subs.mu.Lock()

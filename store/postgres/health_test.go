@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nornq/norn/internal/await"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -83,7 +85,7 @@ func TestReplicationWarning(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	waitFor(t, 20*time.Second, "the asynchronous replication warning", func() bool {
+	await.Until(t, 20*time.Second, "the asynchronous replication warning", func() bool {
 		return strings.Contains(s.ReplicationWarning(), "asynchronously to 1 standby")
 	})
 	conn, err := pgx.Connect(ctx, primary.URL())
@@ -97,21 +99,9 @@ func TestReplicationWarning(t *testing.T) {
 	if _, err := conn.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "no warning with a synchronous standby", func() bool { return s.ReplicationWarning() == "" })
+	await.Until(t, 20*time.Second, "no warning with a synchronous standby", func() bool { return s.ReplicationWarning() == "" })
 	// Writes still commit: the standby is synchronous and streaming.
 	if _, err := s.Submit(ctx, norn.NewTask{Queue: "q"}); err != nil {
 		t.Fatalf("submit with a synchronous standby: %v", err)
-	}
-}
-
-// waitFor waits for cond, failing t after limit.
-func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, limit)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nornq/norn/internal/await"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nornq/norn"
@@ -528,7 +530,7 @@ func bucketOf(t *testing.T, s *Store, key string) int {
 // mode (ExclusiveLock or ShareLock).
 func awaitAdvisoryWaiter(t *testing.T, s *Store, what, mode string) {
 	t.Helper()
-	waitUntil(t, what, 10*time.Second, func() bool {
+	await.Until(t, 10*time.Second, what, func() bool {
 		var n int
 		err := s.pool.QueryRow(context.Background(),
 			`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND mode = $1`, mode).Scan(&n)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nornq/norn/internal/await"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nornq/norn"
@@ -176,17 +178,6 @@ func TestSweepNeverOverwritesRacingChange(t *testing.T) {
 	}
 }
 
-func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestMonitorLeaderFailover runs two nodes: exactly one leads; when its
 // lock session is killed the lead passes on within seconds, and the
 // monitor keeps timing out expired leases with the real database clock.
@@ -213,7 +204,7 @@ func TestMonitorLeaderFailover(t *testing.T) {
 		}
 		return n
 	}
-	waitUntil(t, "a leader", 10*time.Second, func() bool { return leaders() == 1 })
+	await.Until(t, 10*time.Second, "a leader", func() bool { return leaders() == 1 })
 	old := a
 	if b.IsLeader() {
 		old = b
@@ -230,8 +221,8 @@ func TestMonitorLeaderFailover(t *testing.T) {
 	if err != nil || killed != 1 {
 		t.Fatalf("terminated %d leader sessions (%v)", killed, err)
 	}
-	waitUntil(t, "the old leader to notice", 10*time.Second, func() bool { return !old.IsLeader() || leaders() == 1 })
-	waitUntil(t, "a new leader", 10*time.Second, func() bool { return leaders() == 1 })
+	await.Until(t, 10*time.Second, "the old leader to notice", func() bool { return !old.IsLeader() || leaders() == 1 })
+	await.Until(t, 10*time.Second, "a new leader", func() bool { return leaders() == 1 })
 
 	// The monitor works: a lease of 100ms expires and the task is ready again.
 	if _, err := a.Submit(ctx, norn.NewTask{ID: "t", Queue: "q"}); err != nil {
@@ -241,7 +232,7 @@ func TestMonitorLeaderFailover(t *testing.T) {
 	if err != nil || len(got) != 1 {
 		t.Fatalf("claim: %v %v", got, err)
 	}
-	waitUntil(t, "the lease to time out", 10*time.Second, func() bool {
+	await.Until(t, 10*time.Second, "the lease to time out", func() bool {
 		tk, err := a.Get(ctx, "t")
 		return err == nil && tk.Status == norn.StatusReady
 	})
@@ -296,7 +287,7 @@ func TestListenerReconnects(t *testing.T) {
 	if _, err := conn.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) pid", before); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "listeners to reconnect", 10*time.Second, func() bool {
+	await.Until(t, 10*time.Second, "listeners to reconnect", func() bool {
 		now := listeners()
 		return len(now) == 2 && now[0] != before[0] && now[1] != before[1] && now[0] != before[1]
 	})
@@ -353,7 +344,7 @@ func TestDatabaseRestart(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the store to recover", 20*time.Second, func() bool {
+	await.Until(t, 20*time.Second, "the store to recover", func() bool {
 		_, err := s.Get(ctx, "kept")
 		return err == nil
 	})

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nornq/norn/internal/await"
+
 	"github.com/nornq/norn"
 )
 
@@ -74,7 +76,7 @@ func TestSubmitsMerged(t *testing.T) {
 	}
 	held := make(chan error, 1)
 	go func() { _, err := s.Submit(ctx, norn.NewTask{Queue: "q"}); held <- err }()
-	waitUntil(t, "the held flush", 10*time.Second, func() bool { return len(flushes()) == 2 })
+	await.Until(t, 10*time.Second, "the held flush", func() bool { return len(flushes()) == 2 })
 
 	const callers = 6
 	var wg sync.WaitGroup
@@ -96,7 +98,7 @@ func TestSubmitsMerged(t *testing.T) {
 			res[c], errs[c] = s.Submit(ctx, batch...)
 		}()
 	}
-	waitUntil(t, "every batch queued", 10*time.Second, func() bool { return s.queuedSubmits() == callers })
+	await.Until(t, 10*time.Second, "every batch queued", func() bool { return s.queuedSubmits() == callers })
 	release()
 	wg.Wait()
 	if err := <-held; err != nil {
@@ -156,7 +158,7 @@ func TestMergedSubmitBadRowFailsOnlyItsCaller(t *testing.T) {
 	}
 	held := make(chan error, 1)
 	go func() { _, err := s.Submit(ctx, norn.NewTask{Queue: "q"}); held <- err }()
-	waitUntil(t, "the held flush", 10*time.Second, func() bool { return len(flushes()) == 2 })
+	await.Until(t, 10*time.Second, "the held flush", func() bool { return len(flushes()) == 2 })
 	queues := []string{"a", "poison", "b"}
 	res := make([][]norn.Submitted, len(queues))
 	errs := make([]error, len(queues))
@@ -167,7 +169,7 @@ func TestMergedSubmitBadRowFailsOnlyItsCaller(t *testing.T) {
 			defer wg.Done()
 			res[i], errs[i] = s.Submit(ctx, norn.NewTask{Queue: q}, norn.NewTask{Queue: q})
 		}()
-		waitUntil(t, "the batch queued", 10*time.Second, func() bool { return s.queuedSubmits() == i+1 })
+		await.Until(t, 10*time.Second, "the batch queued", func() bool { return s.queuedSubmits() == i+1 })
 	}
 	release()
 	wg.Wait()
@@ -210,18 +212,18 @@ func TestQueuedSubmitGivesUp(t *testing.T) {
 	}
 	held := make(chan error, 1)
 	go func() { _, err := s.Submit(ctx, norn.NewTask{Queue: "q"}); held <- err }()
-	waitUntil(t, "the held flush", 10*time.Second, func() bool { return len(flushes()) == 2 })
+	await.Until(t, 10*time.Second, "the held flush", func() bool { return len(flushes()) == 2 })
 
 	cctx, cancel := context.WithCancel(ctx)
 	gaveUp := make(chan error, 1)
 	go func() { _, err := s.Submit(cctx, norn.NewTask{Queue: "gone"}); gaveUp <- err }()
 	kept := make(chan error, 1)
 	go func() {
-		waitUntil(t, "the first batch queued", 10*time.Second, func() bool { return s.queuedSubmits() == 1 })
+		await.Until(t, 10*time.Second, "the first batch queued", func() bool { return s.queuedSubmits() == 1 })
 		_, err := s.Submit(ctx, norn.NewTask{Queue: "kept"})
 		kept <- err
 	}()
-	waitUntil(t, "both batches queued", 10*time.Second, func() bool { return s.queuedSubmits() == 2 })
+	await.Until(t, 10*time.Second, "both batches queued", func() bool { return s.queuedSubmits() == 2 })
 	cancel()
 	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the caller that gave up got %v", err)
