@@ -2,7 +2,8 @@ package norn
 
 // ClaimPath names the way a store's claims of a queue go, for operators:
 // the PostgreSQL store routes each queue's claims to one of several paths
-// by its flow settings (docs/postgres.md, "What flow limits cost").
+// by its flow settings (docs/postgres.md, "What flow limits cost";
+// docs/internals/postgres-claims.md says how each path works).
 type ClaimPath struct {
 	Path   string `json:"path"`
 	Reason string `json:"reason"`

@@ -347,8 +347,8 @@ func report(cfg Config, phase string, done, total int64) {
 // into a table that still holds this one's dead rows and shares the
 // machine with autovacuum when it comes (on Postgres, three rounds of
 // submit and work in a row grew the task table to 1.3 GB and a later
-// round's submit ran up to 37% slower than the first; docs/benchmarks.md,
-// "Runs that follow one another"). River's bench truncates its table
+// round's submit ran up to 37% slower than the first; a
+// measurement of the harness). River's bench truncates its table
 // before each run for the same reason. Errors are ignored: the figures are
 // already taken.
 func cleanup(ctx context.Context, cfg Config, st norn.Store, queue string) {
@@ -372,8 +372,7 @@ func Work(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, erro
 		// River's bench fetches with one producer, and on two cores four
 		// claimers of 500 ran 20–25% slower on Postgres than two of 1,000
 		// with the same tasks in flight (twice the claim statements and
-		// commits competing for the cores; docs/benchmarks.md, "One
-		// claimer per core").
+		// commits competing for the cores; see docs/scaling.md).
 		cfg.Workers = runtime.GOMAXPROCS(0)
 	}
 	if cfg.ClaimBatch <= 0 {

@@ -433,8 +433,7 @@ func runBench(cmd *cobra.Command, g *Globals, o *benchOptions, args []string) (e
 			if w == "work" && o.workers == 0 {
 				// The work workload picks its own claimers (one per core),
 				// over HTTP too: two claims of 1,000 did 60–70% more than 32
-				// of 100 through one server (docs/benchmarks.md, "One
-				// claimer per core").
+				// of 100 through one server (see docs/scaling.md).
 				c.Workers = 0
 			}
 			rs, err := runOnce(w, c)

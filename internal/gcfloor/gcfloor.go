@@ -7,7 +7,7 @@
 // response is buffered. With Go's default GOGC of 100 the heap goal is twice
 // the live heap — 4 to 5 MB — so the collector ran 20–30 times a second in a
 // Postgres burn-down and took about half of the process's CPU per task
-// (docs/benchmarks.md, "The garbage collector's share"). A floor of a few
+// (docs/internals/postgres-store.md, "What a task costs"). A floor of a few
 // tens of MB removes most of those cycles at a bounded cost in memory,
 // while a large live heap (the embedded store at a million tasks) keeps
 // GOGC's proportional goal: the floor only ever raises the goal to itself.
@@ -25,8 +25,8 @@ import (
 	"sync"
 )
 
-// Default is the norn binary's floor: 32 MiB. Measured in
-// docs/benchmarks.md; a goal of about 10 MB already took most of the
+// Default is the norn binary's floor: 32 MiB. Measured with
+// norn bench work: a goal of about 10 MB already took most of the
 // collector's share, and 32 MiB leaves room for bursts at a cost that is
 // small next to a server's other memory.
 const Default = 32 << 20

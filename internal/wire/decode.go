@@ -28,7 +28,7 @@ import (
 // error happened as a JSON pointer; decodeError turns that pointer into
 // the API's field path ("tasks[3].retry.base"). It replaced a member-by-
 // member walk over encoding/json with a fast path: the same guarantees at
-// 1.5–4× the speed on the hot bodies (docs/benchmarks.md).
+// 1.5–4× the speed on the hot bodies.
 
 // strictOptions are the options of every decode.
 var strictOptions = jsonv2.JoinOptions(

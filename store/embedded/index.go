@@ -44,7 +44,7 @@ type task struct {
 	depsLeft    int32 // dependencies not yet completed (blocked tasks)
 	// hasDependents: s.dependents has an entry for this task. Kept out of
 	// the struct because few tasks have dependents and a million tasks in
-	// memory make every byte count (docs/benchmarks.md).
+	// memory make every byte count (docs/internals/embedded-performance.md).
 	hasDependents bool
 	deleted       bool
 	// inLeases: the timer is in s.leases, not s.timers.
@@ -116,7 +116,7 @@ func (w *waiter) wake() {
 // Entries carry copies of the sort keys so that comparisons read only the
 // heap's own contiguous memory: with a million ready tasks, following a
 // pointer to each task (and its id to another allocation) per comparison
-// was the cost of heap.down (docs/benchmarks.md). Ids that are
+// was the cost of heap.down (docs/internals/embedded-performance.md). Ids that are
 // canonical lowercase UUIDs (every generated id) compare as two integers,
 // which orders them exactly as their strings do; other ids compare as
 // strings.
@@ -146,7 +146,7 @@ func uuidKey(id string) (k [2]uint64, ok bool) {
 		return k, false
 	}
 	// Table lookups without branches per digit: every lease operation
-	// parses its task's id (docs/benchmarks.md).
+	// parses its task's id (docs/internals/embedded-performance.md).
 	var bad byte
 	for w, pos := range &uuidDigits {
 		var v uint64

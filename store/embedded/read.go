@@ -68,7 +68,7 @@ func (r *reader) task(id string, summary bool, f *norn.Filter) (*norn.Task, erro
 // near (claimed tasks usually sit next to each other: same queue, ready
 // times and UUIDv7 ids in order), seeking only when it is not. A seek
 // positions every level of the LSM; per task it was a third of the cost of
-// reading claimed tasks back (docs/benchmarks.md). out[i] is ids[i].
+// reading claimed tasks back (docs/internals/embedded-performance.md). out[i] is ids[i].
 func (r *reader) tasksForward(ids []string, cl []claimedAs) ([]*norn.Task, error) {
 	order := make([]int32, len(ids))
 	for i := range order {
@@ -151,7 +151,7 @@ func (s *Store) decodeTask(it *pebble.Iterator, id string, lo []byte, summary bo
 // taskArena gives the tasks a Claim returns, and their specs, a few
 // allocations in all instead of two per task: allocating each norn.Task
 // (with its history, a third of a 1M burn-down's decoding time went to
-// mallocgc) cost more than decoding it (docs/benchmarks.md). The tasks of
+// mallocgc) cost more than decoding it (docs/internals/embedded-performance.md). The tasks of
 // one claim then share their memory, which is freed when none of them is
 // referenced any more. A nil *taskArena allocates as usual.
 type taskArena struct {

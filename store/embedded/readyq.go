@@ -13,7 +13,7 @@ import "slices"
 // entries from a heap instead sifted an entry down twenty levels, and
 // every level wrote the position of a task somewhere else in memory, a
 // cache miss each: the largest item under the store lock in a 1M
-// burn-down (docs/benchmarks.md).
+// burn-down (docs/internals/embedded-performance.md).
 //
 // A task's heapIdx says where its entry is: >= 0 a position in the heap,
 // -1 nowhere, <= -2 the run position runBase + i as -2 - (runBase + i).

@@ -130,7 +130,7 @@ type Store struct {
 	// timers was sifted up through all of its levels and sifted down again
 	// at completion; in a heap of the running tasks alone it is cheap, and
 	// a retention timer, usually the latest of all, stays where it is
-	// pushed, at the end (docs/benchmarks.md).
+	// pushed, at the end (docs/internals/embedded-performance.md).
 	timers  timerHeap
 	leases  timerHeap
 	workers map[string]*workerRec
@@ -234,7 +234,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		// (Pebble's default is 4) merges more of those versions in one
 		// pass, so fewer of them are rewritten level after level: a 1M
 		// burn-down spent 8% less CPU in the whole process, 3M 14% less
-		// (docs/benchmarks.md). Reads merge up to 8 L0 files; the
+		// (docs/internals/embedded-performance.md). Reads merge up to 8 L0 files; the
 		// in-memory indexes answer most lookups without Pebble.
 		L0CompactionThreshold: 8,
 		L0StopWritesThreshold: 40,

@@ -7,7 +7,7 @@ import "iter"
 // A map[string]*task holds two pointers per task (the key's bytes and the
 // value) in hash order, i.e. scattered over the heap: with a million tasks
 // the garbage collector spent most of every cycle following them, one
-// cache miss each (docs/benchmarks.md). Here the maps hold no pointers
+// cache miss each (docs/internals/embedded-performance.md). Here the maps hold no pointers
 // (the collector does not scan them): a canonical UUID id (every generated
 // id) is looked up by its 128 bits, any other id by its string, and either
 // gives a slot number in slots, a table of task pointers in the order the
@@ -16,7 +16,7 @@ import "iter"
 // claimed remembers the slots of recently claimed tasks with UUID ids, by
 // the id's low bits: a completion finds its task there, in a table that
 // stays in the cache, instead of in byUUID, where with a million tasks
-// every lookup missed it (docs/benchmarks.md). An entry is a hint, checked
+// every lookup missed it (docs/internals/embedded-performance.md). An entry is a hint, checked
 // against the slot's task: a later claim may have overwritten it, or its
 // task may be gone and the slot reused; then byUUID answers.
 type taskIndex struct {

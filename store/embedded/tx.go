@@ -331,7 +331,7 @@ func (tx *txn) history(t *task, ns *state, h norn.HistoryEntry) {
 // memtable inserts a batch's keys with a cached skiplist position that
 // only helps when each key lands just after the previous one, and a key
 // before it (the state after its history entry) made every insert search
-// from the top (docs/benchmarks.md).
+// from the top (docs/internals/embedded-performance.md).
 func nextHistory(ns *state) uint64 {
 	seq := ns.histNext
 	ns.histNext++
