@@ -329,104 +329,110 @@ func wantEvent(t *testing.T, what string, ch <-chan norn.Event, kind norn.EventK
 func exerciseSubscribe(t *testing.T, setup setupFunc) {
 	t.Run("Subscribe", func(t *testing.T) {
 		t.Parallel()
+		exerciseSubscribePart1(t, setup)
+		exerciseSubscribePart2(t, setup)
+	})
+}
 
-		t.Run("DeliversSubmitClaimAndCompleteInOrder", func(t *testing.T) {
-			t.Parallel()
-			_, b := setup(t)
-			all := b.events(norn.EventFilter{})
-			x1 := b.submitOne(norn.NewTask{ID: "x1", Queue: "q1"})
-			ev := wantEvent(t, "submit", all, norn.EventSubmitted, "x1", "q1", norn.StatusReady)
-			if ev.Version != x1.Version || !ev.Time.Equal(b.now()) {
-				t.Fatalf("submit event %+v, want version %d at %v", ev, x1.Version, b.now())
-			}
-			c := b.claim("w", "q1")
-			ev = wantEvent(t, "claim", all, norn.EventKind(norn.TaskAssignment), "x1", "q1", norn.StatusRunning)
-			if ev.Version != c.Version {
-				t.Fatalf("claim event version %d, want %d", ev.Version, c.Version)
-			}
-			b.complete(c, "")
-			wantEvent(t, "complete", all, norn.EventKind(norn.TaskComplete), "x1", "q1", norn.StatusCompleted)
-		})
+func exerciseSubscribePart1(t *testing.T, setup setupFunc) {
+	t.Run("DeliversSubmitClaimAndCompleteInOrder", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		all := b.events(norn.EventFilter{})
+		x1 := b.submitOne(norn.NewTask{ID: "x1", Queue: "q1"})
+		ev := wantEvent(t, "submit", all, norn.EventSubmitted, "x1", "q1", norn.StatusReady)
+		if ev.Version != x1.Version || !ev.Time.Equal(b.now()) {
+			t.Fatalf("submit event %+v, want version %d at %v", ev, x1.Version, b.now())
+		}
+		c := b.claim("w", "q1")
+		ev = wantEvent(t, "claim", all, norn.EventKind(norn.TaskAssignment), "x1", "q1", norn.StatusRunning)
+		if ev.Version != c.Version {
+			t.Fatalf("claim event version %d, want %d", ev.Version, c.Version)
+		}
+		b.complete(c, "")
+		wantEvent(t, "complete", all, norn.EventKind(norn.TaskComplete), "x1", "q1", norn.StatusCompleted)
+	})
 
-		t.Run("QueueAndTaskFiltersSelectEvents", func(t *testing.T) {
-			t.Parallel()
-			_, b := setup(t)
-			all := b.events(norn.EventFilter{})
-			byQueue := b.events(norn.EventFilter{Queues: []string{"q2"}})
-			byTask := b.events(norn.EventFilter{TaskID: "x2"})
-			b.complete(b.claimed("w", norn.NewTask{ID: "x1", Queue: "q1"}), "")
-			for _, kind := range []norn.EventKind{norn.EventSubmitted, norn.EventKind(norn.TaskAssignment), norn.EventKind(norn.TaskComplete)} {
-				if ev := nextEvent(t, "unfiltered", all); ev.Kind != kind || ev.TaskID != "x1" {
-					t.Fatalf("unfiltered: event %+v, want %s of x1", ev, kind)
+	t.Run("QueueAndTaskFiltersSelectEvents", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		all := b.events(norn.EventFilter{})
+		byQueue := b.events(norn.EventFilter{Queues: []string{"q2"}})
+		byTask := b.events(norn.EventFilter{TaskID: "x2"})
+		b.complete(b.claimed("w", norn.NewTask{ID: "x1", Queue: "q1"}), "")
+		for _, kind := range []norn.EventKind{norn.EventSubmitted, norn.EventKind(norn.TaskAssignment), norn.EventKind(norn.TaskComplete)} {
+			if ev := nextEvent(t, "unfiltered", all); ev.Kind != kind || ev.TaskID != "x1" {
+				t.Fatalf("unfiltered: event %+v, want %s of x1", ev, kind)
+			}
+		}
+		// Filtered subscribers saw none of that: their first event is for x2.
+		b.submitOne(norn.NewTask{ID: "x2", Queue: "q2"})
+		wantEvent(t, "queue filter", byQueue, norn.EventSubmitted, "x2", "q2", norn.StatusReady)
+		wantEvent(t, "task filter", byTask, norn.EventSubmitted, "x2", "q2", norn.StatusReady)
+		wantEvent(t, "unfiltered", all, norn.EventSubmitted, "x2", "q2", norn.StatusReady)
+		b.submitOne(norn.NewTask{ID: "x3", Queue: "q2"})
+		b.cancel("x2")
+		wantEvent(t, "queue filter", byQueue, norn.EventSubmitted, "x3", "q2", norn.StatusReady)
+		wantEvent(t, "queue filter", byQueue, norn.EventKind(norn.TaskCancel), "x2", "q2", norn.StatusCancelled)
+		wantEvent(t, "task filter skips x3", byTask, norn.EventKind(norn.TaskCancel), "x2", "q2", norn.StatusCancelled)
+	})
+
+	t.Run("CountsSubscriptionCountsEveryTask", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		counts := b.events(norn.EventFilter{Queues: []string{"q1"}, Counts: true})
+		b.submit(norn.NewTask{Queue: "q1"}, norn.NewTask{Queue: "q1"}, norn.NewTask{Queue: "q1"},
+			norn.NewTask{Queue: "q1"}, norn.NewTask{Queue: "q1"}, norn.NewTask{Queue: "q2"})
+		for _, tk := range b.claimReq(norn.ClaimRequest{Worker: "w", Queues: []string{"q1"}, N: 5}) {
+			b.complete(tk, "")
+		}
+		x := b.submitOne(norn.NewTask{ID: "x", Queue: "q1"})
+		b.cancel(x.ID)
+		// A store may deliver the counted kinds one per task or counted;
+		// either way every task is counted once, and other kinds come
+		// one per task.
+		want := map[norn.EventKind]int{norn.EventSubmitted: 6, norn.EventKind(norn.TaskAssignment): 5,
+			norn.EventKind(norn.TaskComplete): 5, norn.EventKind(norn.TaskCancel): 1}
+		got := map[norn.EventKind]int{}
+		for fmt.Sprint(got) != fmt.Sprint(want) {
+			ev := nextEvent(t, "counts", counts)
+			switch {
+			case ev.Queue != "q1":
+				t.Fatalf("event %+v of another queue", ev)
+			case ev.Count < 0 || ev.Count > 0 && (ev.TaskID != "" || ev.Version != 0):
+				t.Fatalf("malformed counted event %+v", ev)
+			case ev.Count > 0 && !slices.Contains(norn.CountedKinds, ev.Kind):
+				t.Fatalf("counted event %+v of a kind that is not counted", ev)
+			case ev.Count == 0 && ev.TaskID == "":
+				t.Fatalf("event %+v names no task and counts none", ev)
+			}
+			if ev.Kind == norn.EventKind(norn.TaskCancel) && ev.TaskID != "x" {
+				t.Fatalf("cancel event %+v, want one for x", ev)
+			}
+			got[ev.Kind] += ev.Tasks()
+			for k, n := range got {
+				if n > want[k] {
+					t.Fatalf("counted %d events of %s, want %d (all: %v)", n, k, want[k], got)
 				}
 			}
-			// Filtered subscribers saw none of that: their first event is for x2.
-			b.submitOne(norn.NewTask{ID: "x2", Queue: "q2"})
-			wantEvent(t, "queue filter", byQueue, norn.EventSubmitted, "x2", "q2", norn.StatusReady)
-			wantEvent(t, "task filter", byTask, norn.EventSubmitted, "x2", "q2", norn.StatusReady)
-			wantEvent(t, "unfiltered", all, norn.EventSubmitted, "x2", "q2", norn.StatusReady)
-			b.submitOne(norn.NewTask{ID: "x3", Queue: "q2"})
-			b.cancel("x2")
-			wantEvent(t, "queue filter", byQueue, norn.EventSubmitted, "x3", "q2", norn.StatusReady)
-			wantEvent(t, "queue filter", byQueue, norn.EventKind(norn.TaskCancel), "x2", "q2", norn.StatusCancelled)
-			wantEvent(t, "task filter skips x3", byTask, norn.EventKind(norn.TaskCancel), "x2", "q2", norn.StatusCancelled)
-		})
+		}
+	})
+}
 
-		t.Run("CountsSubscriptionCountsEveryTask", func(t *testing.T) {
-			t.Parallel()
-			_, b := setup(t)
-			counts := b.events(norn.EventFilter{Queues: []string{"q1"}, Counts: true})
-			b.submit(norn.NewTask{Queue: "q1"}, norn.NewTask{Queue: "q1"}, norn.NewTask{Queue: "q1"},
-				norn.NewTask{Queue: "q1"}, norn.NewTask{Queue: "q1"}, norn.NewTask{Queue: "q2"})
-			for _, tk := range b.claimReq(norn.ClaimRequest{Worker: "w", Queues: []string{"q1"}, N: 5}) {
-				b.complete(tk, "")
-			}
-			x := b.submitOne(norn.NewTask{ID: "x", Queue: "q1"})
-			b.cancel(x.ID)
-			// A store may deliver the counted kinds one per task or counted;
-			// either way every task is counted once, and other kinds come
-			// one per task.
-			want := map[norn.EventKind]int{norn.EventSubmitted: 6, norn.EventKind(norn.TaskAssignment): 5,
-				norn.EventKind(norn.TaskComplete): 5, norn.EventKind(norn.TaskCancel): 1}
-			got := map[norn.EventKind]int{}
-			for fmt.Sprint(got) != fmt.Sprint(want) {
-				ev := nextEvent(t, "counts", counts)
-				switch {
-				case ev.Queue != "q1":
-					t.Fatalf("event %+v of another queue", ev)
-				case ev.Count < 0 || ev.Count > 0 && (ev.TaskID != "" || ev.Version != 0):
-					t.Fatalf("malformed counted event %+v", ev)
-				case ev.Count > 0 && !slices.Contains(norn.CountedKinds, ev.Kind):
-					t.Fatalf("counted event %+v of a kind that is not counted", ev)
-				case ev.Count == 0 && ev.TaskID == "":
-					t.Fatalf("event %+v names no task and counts none", ev)
-				}
-				if ev.Kind == norn.EventKind(norn.TaskCancel) && ev.TaskID != "x" {
-					t.Fatalf("cancel event %+v, want one for x", ev)
-				}
-				got[ev.Kind] += ev.Tasks()
-				for k, n := range got {
-					if n > want[k] {
-						t.Fatalf("counted %d events of %s, want %d (all: %v)", n, k, want[k], got)
-					}
-				}
-			}
-		})
-
-		t.Run("DeliversMonitorDrivenChanges", func(t *testing.T) {
-			t.Parallel()
-			_, b := setup(t)
-			byQueue := b.events(norn.EventFilter{Queues: []string{"q2"}})
-			b.submitOne(norn.NewTask{ID: "x3", Queue: "q2"})
-			wantEvent(t, "submit", byQueue, norn.EventSubmitted, "x3", "q2", norn.StatusReady)
-			b.submitOne(norn.NewTask{ID: "x4", Queue: "q2", Delay: dur(time.Minute)})
-			wantEvent(t, "delayed submit", byQueue, norn.EventSubmitted, "x4", "q2", norn.StatusScheduled)
-			b.advance(2 * time.Minute)
-			wantEvent(t, "release", byQueue, norn.EventKind(norn.TaskRelease), "x4", "q2", norn.StatusReady)
-			b.claim("w", "q2")
-			wantEvent(t, "claim", byQueue, norn.EventKind(norn.TaskAssignment), "x3", "q2", norn.StatusRunning)
-			b.advance(norn.DefaultTimeout + time.Second)
-			wantEvent(t, "timeout", byQueue, norn.EventKind(norn.TaskTimeout), "x3", "q2", norn.StatusReady)
-		})
+func exerciseSubscribePart2(t *testing.T, setup setupFunc) {
+	t.Run("DeliversMonitorDrivenChanges", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		byQueue := b.events(norn.EventFilter{Queues: []string{"q2"}})
+		b.submitOne(norn.NewTask{ID: "x3", Queue: "q2"})
+		wantEvent(t, "submit", byQueue, norn.EventSubmitted, "x3", "q2", norn.StatusReady)
+		b.submitOne(norn.NewTask{ID: "x4", Queue: "q2", Delay: dur(time.Minute)})
+		wantEvent(t, "delayed submit", byQueue, norn.EventSubmitted, "x4", "q2", norn.StatusScheduled)
+		b.advance(2 * time.Minute)
+		wantEvent(t, "release", byQueue, norn.EventKind(norn.TaskRelease), "x4", "q2", norn.StatusReady)
+		b.claim("w", "q2")
+		wantEvent(t, "claim", byQueue, norn.EventKind(norn.TaskAssignment), "x3", "q2", norn.StatusRunning)
+		b.advance(norn.DefaultTimeout + time.Second)
+		wantEvent(t, "timeout", byQueue, norn.EventKind(norn.TaskTimeout), "x3", "q2", norn.StatusReady)
 	})
 }

@@ -197,123 +197,129 @@ func statuses(t *testing.T, s string) []norn.Status {
 func exerciseFilter(t *testing.T, setup setupFunc) {
 	t.Run("Filter", func(t *testing.T) {
 		t.Parallel()
+		exerciseFilterPart1(t, setup)
+		exerciseFilterPart2(t, setup)
+	})
+}
 
-		// Each row is checked through List (paged), Stream and Count.
-		t.Run("SelectsByEveryField", func(t *testing.T) {
-			t.Parallel()
-			_, b := setup(t)
-			t0 := b.now()
-			b.submit(norn.NewTask{ID: "qa-1", Queue: "qa", Labels: map[string]string{"tenant": "t1", "kind": "x"}},
-				norn.NewTask{ID: "qa-2", Queue: "qa", Labels: map[string]string{"tenant": "t2"}},
-				norn.NewTask{ID: "qb-1", Queue: "qb", Labels: map[string]string{"tenant": "t1"}})
-			b.clock.Advance(10 * time.Second)
-			b.submit(norn.NewTask{ID: "qb-2", Queue: "qb", Labels: map[string]string{"tenant": "t1", "kind": "y"}},
-				norn.NewTask{ID: "qc-1", Queue: "qc", Delay: dur(time.Hour)})
-			b.claimID("w1", "qa-1", "qa")
-			b.complete(b.claimID("w2", "qb-1", "qb"), "")
-			b.clock.Advance(10 * time.Second)
-			b.cancel("qa-2")
-			b.update("qb-2", norn.Update{Priority: ptr(uint32(3))})
-			t1 := t0.Add(10 * time.Second)
-			for _, tc := range []struct {
-				name string
-				f    norn.Filter
-				want []string
-			}{
-				{"Empty", norn.Filter{}, []string{"qa-1", "qa-2", "qb-1", "qb-2", "qc-1"}},
-				{"Queue", norn.Filter{Queues: []string{"qa"}}, []string{"qa-1", "qa-2"}},
-				{"TwoQueues", norn.Filter{Queues: []string{"qa", "qc"}}, []string{"qa-1", "qa-2", "qc-1"}},
-				{"UnusedQueue", norn.Filter{Queues: []string{"zz"}}, nil},
-				{"StatusRunning", norn.Filter{Statuses: []norn.Status{norn.StatusRunning}}, []string{"qa-1"}},
-				{"StatusScheduled", norn.Filter{Statuses: []norn.Status{norn.StatusScheduled}}, []string{"qc-1"}},
-				{"TwoStatuses", norn.Filter{Statuses: []norn.Status{norn.StatusCompleted, norn.StatusCancelled}}, []string{"qa-2", "qb-1"}},
-				{"AliasPending", norn.Filter{Statuses: statuses(t, "pending")}, []string{"qa-1", "qb-2", "qc-1"}},
-				{"AliasTerminal", norn.Filter{Statuses: statuses(t, "terminal")}, []string{"qa-2", "qb-1"}},
-				{"AliasSucceeded", norn.Filter{Statuses: statuses(t, "succeeded")}, []string{"qb-1"}},
-				{"AliasFailed", norn.Filter{Statuses: statuses(t, "failed")}, nil},
-				{"Label", norn.Filter{Labels: map[string]string{"tenant": "t1"}}, []string{"qa-1", "qb-1", "qb-2"}},
-				{"TwoLabels", norn.Filter{Labels: map[string]string{"tenant": "t1", "kind": "x"}}, []string{"qa-1"}},
-				{"UnusedLabel", norn.Filter{Labels: map[string]string{"kind": "z"}}, nil},
-				{"Owner", norn.Filter{Owner: "w1"}, []string{"qa-1"}},
-				{"LastOwnerOfAFinishedTask", norn.Filter{Owner: "w2"}, []string{"qb-1"}},
-				{"IDContains", norn.Filter{IDContains: "b-"}, []string{"qb-1", "qb-2"}},
-				{"CreatedAfter", norn.Filter{CreatedAfter: t0.Add(5 * time.Second)}, []string{"qb-2", "qc-1"}},
-				{"CreatedBefore", norn.Filter{CreatedBefore: t0.Add(5 * time.Second)}, []string{"qa-1", "qa-2", "qb-1"}},
-				{"CreatedWindow", norn.Filter{CreatedAfter: t0.Add(-time.Second), CreatedBefore: t0.Add(time.Second)}, []string{"qa-1", "qa-2", "qb-1"}},
-				{"UpdatedAfter", norn.Filter{UpdatedAfter: t1.Add(5 * time.Second)}, []string{"qa-2", "qb-2"}},
-				{"UpdatedBefore", norn.Filter{UpdatedBefore: t1.Add(5 * time.Second)}, []string{"qa-1", "qb-1", "qc-1"}},
-				{"QueueLabelAndStatus", norn.Filter{Queues: []string{"qb"}, Labels: map[string]string{"tenant": "t1"}, Statuses: []norn.Status{norn.StatusReady}}, []string{"qb-2"}},
-			} {
-				t.Run(tc.name, func(t *testing.T) {
-					b.with(t).checkFilter(tc.name, tc.f, tc.want)
-				})
-			}
-		})
+func exerciseFilterPart1(t *testing.T, setup setupFunc) {
+	// Each row is checked through List (paged), Stream and Count.
+	t.Run("SelectsByEveryField", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		t0 := b.now()
+		b.submit(norn.NewTask{ID: "qa-1", Queue: "qa", Labels: map[string]string{"tenant": "t1", "kind": "x"}},
+			norn.NewTask{ID: "qa-2", Queue: "qa", Labels: map[string]string{"tenant": "t2"}},
+			norn.NewTask{ID: "qb-1", Queue: "qb", Labels: map[string]string{"tenant": "t1"}})
+		b.clock.Advance(10 * time.Second)
+		b.submit(norn.NewTask{ID: "qb-2", Queue: "qb", Labels: map[string]string{"tenant": "t1", "kind": "y"}},
+			norn.NewTask{ID: "qc-1", Queue: "qc", Delay: dur(time.Hour)})
+		b.claimID("w1", "qa-1", "qa")
+		b.complete(b.claimID("w2", "qb-1", "qb"), "")
+		b.clock.Advance(10 * time.Second)
+		b.cancel("qa-2")
+		b.update("qb-2", norn.Update{Priority: ptr(uint32(3))})
+		t1 := t0.Add(10 * time.Second)
+		for _, tc := range []struct {
+			name string
+			f    norn.Filter
+			want []string
+		}{
+			{"Empty", norn.Filter{}, []string{"qa-1", "qa-2", "qb-1", "qb-2", "qc-1"}},
+			{"Queue", norn.Filter{Queues: []string{"qa"}}, []string{"qa-1", "qa-2"}},
+			{"TwoQueues", norn.Filter{Queues: []string{"qa", "qc"}}, []string{"qa-1", "qa-2", "qc-1"}},
+			{"UnusedQueue", norn.Filter{Queues: []string{"zz"}}, nil},
+			{"StatusRunning", norn.Filter{Statuses: []norn.Status{norn.StatusRunning}}, []string{"qa-1"}},
+			{"StatusScheduled", norn.Filter{Statuses: []norn.Status{norn.StatusScheduled}}, []string{"qc-1"}},
+			{"TwoStatuses", norn.Filter{Statuses: []norn.Status{norn.StatusCompleted, norn.StatusCancelled}}, []string{"qa-2", "qb-1"}},
+			{"AliasPending", norn.Filter{Statuses: statuses(t, "pending")}, []string{"qa-1", "qb-2", "qc-1"}},
+			{"AliasTerminal", norn.Filter{Statuses: statuses(t, "terminal")}, []string{"qa-2", "qb-1"}},
+			{"AliasSucceeded", norn.Filter{Statuses: statuses(t, "succeeded")}, []string{"qb-1"}},
+			{"AliasFailed", norn.Filter{Statuses: statuses(t, "failed")}, nil},
+			{"Label", norn.Filter{Labels: map[string]string{"tenant": "t1"}}, []string{"qa-1", "qb-1", "qb-2"}},
+			{"TwoLabels", norn.Filter{Labels: map[string]string{"tenant": "t1", "kind": "x"}}, []string{"qa-1"}},
+			{"UnusedLabel", norn.Filter{Labels: map[string]string{"kind": "z"}}, nil},
+			{"Owner", norn.Filter{Owner: "w1"}, []string{"qa-1"}},
+			{"LastOwnerOfAFinishedTask", norn.Filter{Owner: "w2"}, []string{"qb-1"}},
+			{"IDContains", norn.Filter{IDContains: "b-"}, []string{"qb-1", "qb-2"}},
+			{"CreatedAfter", norn.Filter{CreatedAfter: t0.Add(5 * time.Second)}, []string{"qb-2", "qc-1"}},
+			{"CreatedBefore", norn.Filter{CreatedBefore: t0.Add(5 * time.Second)}, []string{"qa-1", "qa-2", "qb-1"}},
+			{"CreatedWindow", norn.Filter{CreatedAfter: t0.Add(-time.Second), CreatedBefore: t0.Add(time.Second)}, []string{"qa-1", "qa-2", "qb-1"}},
+			{"UpdatedAfter", norn.Filter{UpdatedAfter: t1.Add(5 * time.Second)}, []string{"qa-2", "qb-2"}},
+			{"UpdatedBefore", norn.Filter{UpdatedBefore: t1.Add(5 * time.Second)}, []string{"qa-1", "qb-1", "qc-1"}},
+			{"QueueLabelAndStatus", norn.Filter{Queues: []string{"qb"}, Labels: map[string]string{"tenant": "t1"}, Statuses: []norn.Status{norn.StatusReady}}, []string{"qb-2"}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				b.with(t).checkFilter(tc.name, tc.f, tc.want)
+			})
+		}
+	})
+}
 
-		// Random tasks in every status; each row checks List, Stream, Count
-		// and CountGrouped against norn.Filter.Match over everything stored.
-		t.Run("ListStreamCountAndCountGroupedAgreeWithMatch", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			all, marks, rng := randomTasks(b)
-			filters := []struct {
-				name string
-				f    norn.Filter
-			}{
-				{"Everything", norn.Filter{}},
-				{"Queue", norn.Filter{Queues: []string{"qa"}}},
-				{"TwoQueues", norn.Filter{Queues: []string{"qb", "qc"}}},
-				{"AliasPending", norn.Filter{Statuses: statuses(t, "pending")}},
-				{"AliasTerminal", norn.Filter{Statuses: statuses(t, "terminal")}},
-				{"StatusList", norn.Filter{Statuses: statuses(t, "ready,aborted")}},
-				{"StatusAndQueue", norn.Filter{Statuses: []norn.Status{norn.StatusRunning}, Queues: []string{"qc"}}},
-				{"Label", norn.Filter{Labels: map[string]string{"tenant": "t1"}}},
-				{"TwoLabels", norn.Filter{Labels: map[string]string{"tenant": "t2", "kind": "x"}}},
-				{"Owner", norn.Filter{Owner: "w1"}},
-				{"OwnerAndAlias", norn.Filter{Owner: "w2", Statuses: statuses(t, "terminal")}},
-				{"IDContains", norn.Filter{IDContains: all[rng.IntN(len(all))].ID[30:]}},
-				{"CreatedAfter", norn.Filter{CreatedAfter: marks[1].Add(500 * time.Millisecond)}},
-				{"CreatedBeforeAndQueue", norn.Filter{CreatedBefore: marks[2].Add(500 * time.Millisecond), Queues: []string{"qa"}}},
-				{"UpdatedAfter", norn.Filter{UpdatedAfter: marks[2].Add(500 * time.Millisecond)}},
-				{"UpdatedWindowAndLabel", norn.Filter{UpdatedBefore: marks[3].Add(1500 * time.Millisecond), UpdatedAfter: marks[1].Add(500 * time.Millisecond), Labels: map[string]string{"kind": "y"}}},
-			}
-			for _, tc := range filters {
-				fl := tc.f
-				t.Run(tc.name, func(t *testing.T) {
-					b := b.with(t)
-					var want []string
-					wantGroups := map[norn.GroupCount]int64{}
-					for _, tk := range all {
-						if fl.Match(tk) {
-							want = append(want, tk.ID)
-							wantGroups[norn.GroupCount{Queue: tk.Queue, Status: tk.Status}]++
-						}
+func exerciseFilterPart2(t *testing.T, setup setupFunc) {
+	// Random tasks in every status; each row checks List, Stream, Count
+	// and CountGrouped against norn.Filter.Match over everything stored.
+	t.Run("ListStreamCountAndCountGroupedAgreeWithMatch", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		all, marks, rng := randomTasks(b)
+		filters := []struct {
+			name string
+			f    norn.Filter
+		}{
+			{"Everything", norn.Filter{}},
+			{"Queue", norn.Filter{Queues: []string{"qa"}}},
+			{"TwoQueues", norn.Filter{Queues: []string{"qb", "qc"}}},
+			{"AliasPending", norn.Filter{Statuses: statuses(t, "pending")}},
+			{"AliasTerminal", norn.Filter{Statuses: statuses(t, "terminal")}},
+			{"StatusList", norn.Filter{Statuses: statuses(t, "ready,aborted")}},
+			{"StatusAndQueue", norn.Filter{Statuses: []norn.Status{norn.StatusRunning}, Queues: []string{"qc"}}},
+			{"Label", norn.Filter{Labels: map[string]string{"tenant": "t1"}}},
+			{"TwoLabels", norn.Filter{Labels: map[string]string{"tenant": "t2", "kind": "x"}}},
+			{"Owner", norn.Filter{Owner: "w1"}},
+			{"OwnerAndAlias", norn.Filter{Owner: "w2", Statuses: statuses(t, "terminal")}},
+			{"IDContains", norn.Filter{IDContains: all[rng.IntN(len(all))].ID[30:]}},
+			{"CreatedAfter", norn.Filter{CreatedAfter: marks[1].Add(500 * time.Millisecond)}},
+			{"CreatedBeforeAndQueue", norn.Filter{CreatedBefore: marks[2].Add(500 * time.Millisecond), Queues: []string{"qa"}}},
+			{"UpdatedAfter", norn.Filter{UpdatedAfter: marks[2].Add(500 * time.Millisecond)}},
+			{"UpdatedWindowAndLabel", norn.Filter{UpdatedBefore: marks[3].Add(1500 * time.Millisecond), UpdatedAfter: marks[1].Add(500 * time.Millisecond), Labels: map[string]string{"kind": "y"}}},
+		}
+		for _, tc := range filters {
+			fl := tc.f
+			t.Run(tc.name, func(t *testing.T) {
+				b := b.with(t)
+				var want []string
+				wantGroups := map[norn.GroupCount]int64{}
+				for _, tk := range all {
+					if fl.Match(tk) {
+						want = append(want, tk.ID)
+						wantGroups[norn.GroupCount{Queue: tk.Queue, Status: tk.Status}]++
 					}
-					name := fmt.Sprintf("filter %+v", fl)
-					b.checkFilter(name, fl, want)
-					groups, err := s.CountGrouped(b.ctx, fl)
-					if err != nil {
-						t.Fatalf("CountGrouped %s: %v", name, err)
+				}
+				name := fmt.Sprintf("filter %+v", fl)
+				b.checkFilter(name, fl, want)
+				groups, err := s.CountGrouped(b.ctx, fl)
+				if err != nil {
+					t.Fatalf("CountGrouped %s: %v", name, err)
+				}
+				if !sort.SliceIsSorted(groups, func(x, y int) bool {
+					if groups[x].Queue != groups[y].Queue {
+						return groups[x].Queue < groups[y].Queue
 					}
-					if !sort.SliceIsSorted(groups, func(x, y int) bool {
-						if groups[x].Queue != groups[y].Queue {
-							return groups[x].Queue < groups[y].Queue
-						}
-						return norn.StatusIndex(groups[x].Status) < norn.StatusIndex(groups[y].Status)
-					}) {
-						t.Fatalf("CountGrouped %s not sorted by queue, status: %+v", name, groups)
+					return norn.StatusIndex(groups[x].Status) < norn.StatusIndex(groups[y].Status)
+				}) {
+					t.Fatalf("CountGrouped %s not sorted by queue, status: %+v", name, groups)
+				}
+				if len(groups) != len(wantGroups) {
+					t.Fatalf("CountGrouped %s: %d groups %+v, want %d %v", name, len(groups), groups, len(wantGroups), wantGroups)
+				}
+				for _, g := range groups {
+					if w := wantGroups[norn.GroupCount{Queue: g.Queue, Status: g.Status}]; g.Count != w || w == 0 {
+						t.Fatalf("CountGrouped %s: %s/%s = %d, want %d", name, g.Queue, g.Status, g.Count, w)
 					}
-					if len(groups) != len(wantGroups) {
-						t.Fatalf("CountGrouped %s: %d groups %+v, want %d %v", name, len(groups), groups, len(wantGroups), wantGroups)
-					}
-					for _, g := range groups {
-						if w := wantGroups[norn.GroupCount{Queue: g.Queue, Status: g.Status}]; g.Count != w || w == 0 {
-							t.Fatalf("CountGrouped %s: %s/%s = %d, want %d", name, g.Queue, g.Status, g.Count, w)
-						}
-					}
-				})
-			}
-		})
+				}
+			})
+		}
 	})
 }
 

@@ -11,267 +11,278 @@ import (
 )
 
 func exerciseHeartbeat(t *testing.T, setup setupFunc) {
-	// beating claims a task with a 10s timeout and heartbeats it with
-	// progress 0.25 four seconds later.
-	beating := func(b *testBundle) *norn.Task {
-		c := b.claimed("w", norn.NewTask{ID: "h", Queue: "q", Timeout: dur(10 * time.Second)})
-		b.clock.Advance(4 * time.Second)
-		b.heartbeat(c, norn.Heartbeat{Progress: ptr(0.25)})
-		return c
-	}
-
 	t.Run("Heartbeat", func(t *testing.T) {
 		t.Parallel()
-
-		t.Run("ExtendsTheDeadlineAndRecordsProgress", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			c := b.claimed("w", norn.NewTask{ID: "h", Queue: "q", Timeout: dur(10 * time.Second)})
-			b.clock.Advance(4 * time.Second)
-			dl, err := s.Heartbeat(b.ctx, ref(c), norn.Heartbeat{Progress: ptr(0.25)})
-			if err != nil {
-				t.Fatalf("Heartbeat: %v", err)
-			}
-			eqTime(t, "heartbeat deadline", dl, b.now().Add(10*time.Second))
-			g := b.get("h")
-			eqTime(t, "task deadline after heartbeat", g.Deadline, dl)
-			if g.Progress != 0.25 || g.Status != norn.StatusRunning || g.Owner != "w" || g.Lease != 1 || g.Attempts != 1 {
-				t.Fatalf("after heartbeat: %s", canonTask(g))
-			}
-			if len(g.History) != len(c.History) {
-				t.Fatalf("heartbeat recorded history: %v", historyTypes(g))
-			}
-		})
-
-		t.Run("ExtendOverridesTheTimeoutAndNoProgressKeepsIt", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			c := beating(b)
-			dl, err := s.Heartbeat(b.ctx, ref(c), norn.Heartbeat{Extend: dur(time.Minute)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			eqTime(t, "deadline with extend", dl, b.now().Add(time.Minute))
-			if g := b.get("h"); g.Progress != 0.25 {
-				t.Fatalf("progress %v after heartbeat without progress, want 0.25", g.Progress)
-			}
-		})
-
-		t.Run("RefusesProgressAboveOne", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			c := beating(b)
-			before := b.get("h")
-			_, err := s.Heartbeat(b.ctx, ref(c), norn.Heartbeat{Progress: ptr(1.5)})
-			wantField(t, "Heartbeat progress 1.5", err, norn.ErrInvalidArgument, "progress")
-			sameTask(t, "refused heartbeat changes nothing", before, b.get("h"))
-		})
-
-		t.Run("KeepsTheLeaseLengthTheClaimGranted", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			b.submitOne(norn.NewTask{ID: "short", Queue: "q", Timeout: dur(time.Second)})
-			c := b.claimReq(norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, Timeout: dur(30 * time.Second)})[0]
-			eqTime(t, "deadline at claim", c.Deadline, b.now().Add(30*time.Second))
-			b.clock.Advance(500 * time.Millisecond)
-			dl, err := s.Heartbeat(b.ctx, ref(c), norn.Heartbeat{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			eqTime(t, "deadline after a heartbeat", dl, b.now().Add(30*time.Second))
-			b.advance(20 * time.Second)
-			b.status("short", norn.StatusRunning)
-			// An explicit extension sets the length from then on.
-			if dl, err = s.Heartbeat(b.ctx, ref(c), norn.Heartbeat{Extend: dur(5 * time.Minute)}); err != nil {
-				t.Fatal(err)
-			}
-			eqTime(t, "deadline after extend", dl, b.now().Add(5*time.Minute))
-			b.clock.Advance(time.Minute)
-			if dl, err = s.Heartbeat(b.ctx, ref(c), norn.Heartbeat{Progress: ptr(0.5)}); err != nil {
-				t.Fatal(err)
-			}
-			eqTime(t, "deadline after a heartbeat following extend", dl, b.now().Add(5*time.Minute))
-			eqTime(t, "stored deadline", b.get("short").Deadline, dl)
-			// Without a claim timeout the lease is the task's own.
-			b.submitOne(norn.NewTask{ID: "own", Queue: "q2", Timeout: dur(7 * time.Second)})
-			c2 := b.claim("w", "q2")
-			b.clock.Advance(time.Second)
-			if dl, err = s.Heartbeat(b.ctx, ref(c2), norn.Heartbeat{}); err != nil {
-				t.Fatal(err)
-			}
-			eqTime(t, "deadline of a task's own timeout", dl, b.now().Add(7*time.Second))
-		})
-
-		t.Run("ExtendedLeaseHoldsPastTheOriginalDeadline", func(t *testing.T) {
-			t.Parallel()
-			_, b := setup(t)
-			c := beating(b)
-			b.heartbeat(c, norn.Heartbeat{Extend: dur(time.Minute)})
-			b.advance(50 * time.Second)
-			b.status("h", norn.StatusRunning)
-			b.advance(11 * time.Second)
-			lastHistory(t, b.status("h", norn.StatusReady), norn.TaskTimeout, time.Time{})
-		})
+		exerciseHeartbeatPart1(t, setup)
 	})
+}
+
+func exerciseHeartbeatPart1(t *testing.T, setup setupFunc) {
+	t.Run("ExtendsTheDeadlineAndRecordsProgress", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		c := b.claimed("w", norn.NewTask{ID: "h", Queue: "q", Timeout: dur(10 * time.Second)})
+		b.clock.Advance(4 * time.Second)
+		dl, err := s.Heartbeat(b.ctx, ref(c), norn.Heartbeat{Progress: ptr(0.25)})
+		if err != nil {
+			t.Fatalf("Heartbeat: %v", err)
+		}
+		eqTime(t, "heartbeat deadline", dl, b.now().Add(10*time.Second))
+		g := b.get("h")
+		eqTime(t, "task deadline after heartbeat", g.Deadline, dl)
+		if g.Progress != 0.25 || g.Status != norn.StatusRunning || g.Owner != "w" || g.Lease != 1 || g.Attempts != 1 {
+			t.Fatalf("after heartbeat: %s", canonTask(g))
+		}
+		if len(g.History) != len(c.History) {
+			t.Fatalf("heartbeat recorded history: %v", historyTypes(g))
+		}
+	})
+
+	t.Run("ExtendOverridesTheTimeoutAndNoProgressKeepsIt", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		c := hbBeating(b)
+		dl, err := s.Heartbeat(b.ctx, ref(c), norn.Heartbeat{Extend: dur(time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eqTime(t, "deadline with extend", dl, b.now().Add(time.Minute))
+		if g := b.get("h"); g.Progress != 0.25 {
+			t.Fatalf("progress %v after heartbeat without progress, want 0.25", g.Progress)
+		}
+	})
+
+	t.Run("RefusesProgressAboveOne", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		c := hbBeating(b)
+		before := b.get("h")
+		_, err := s.Heartbeat(b.ctx, ref(c), norn.Heartbeat{Progress: ptr(1.5)})
+		wantField(t, "Heartbeat progress 1.5", err, norn.ErrInvalidArgument, "progress")
+		sameTask(t, "refused heartbeat changes nothing", before, b.get("h"))
+	})
+
+	t.Run("KeepsTheLeaseLengthTheClaimGranted", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		b.submitOne(norn.NewTask{ID: "short", Queue: "q", Timeout: dur(time.Second)})
+		c := b.claimReq(norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, Timeout: dur(30 * time.Second)})[0]
+		eqTime(t, "deadline at claim", c.Deadline, b.now().Add(30*time.Second))
+		b.clock.Advance(500 * time.Millisecond)
+		dl, err := s.Heartbeat(b.ctx, ref(c), norn.Heartbeat{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eqTime(t, "deadline after a heartbeat", dl, b.now().Add(30*time.Second))
+		b.advance(20 * time.Second)
+		b.status("short", norn.StatusRunning)
+		// An explicit extension sets the length from then on.
+		if dl, err = s.Heartbeat(b.ctx, ref(c), norn.Heartbeat{Extend: dur(5 * time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		eqTime(t, "deadline after extend", dl, b.now().Add(5*time.Minute))
+		b.clock.Advance(time.Minute)
+		if dl, err = s.Heartbeat(b.ctx, ref(c), norn.Heartbeat{Progress: ptr(0.5)}); err != nil {
+			t.Fatal(err)
+		}
+		eqTime(t, "deadline after a heartbeat following extend", dl, b.now().Add(5*time.Minute))
+		eqTime(t, "stored deadline", b.get("short").Deadline, dl)
+		// Without a claim timeout the lease is the task's own.
+		b.submitOne(norn.NewTask{ID: "own", Queue: "q2", Timeout: dur(7 * time.Second)})
+		c2 := b.claim("w", "q2")
+		b.clock.Advance(time.Second)
+		if dl, err = s.Heartbeat(b.ctx, ref(c2), norn.Heartbeat{}); err != nil {
+			t.Fatal(err)
+		}
+		eqTime(t, "deadline of a task's own timeout", dl, b.now().Add(7*time.Second))
+	})
+
+	t.Run("ExtendedLeaseHoldsPastTheOriginalDeadline", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		c := hbBeating(b)
+		b.heartbeat(c, norn.Heartbeat{Extend: dur(time.Minute)})
+		b.advance(50 * time.Second)
+		b.status("h", norn.StatusRunning)
+		b.advance(11 * time.Second)
+		lastHistory(t, b.status("h", norn.StatusReady), norn.TaskTimeout, time.Time{})
+	})
+}
+
+// beating claims a task with a 10s timeout and heartbeats it with
+// progress 0.25 four seconds later.
+func hbBeating(b *testBundle) *norn.Task {
+	c := b.claimed("w", norn.NewTask{ID: "h", Queue: "q", Timeout: dur(10 * time.Second)})
+	b.clock.Advance(4 * time.Second)
+	b.heartbeat(c, norn.Heartbeat{Progress: ptr(0.25)})
+	return c
 }
 
 func exerciseLog(t *testing.T, setup setupFunc) {
-	// logged claims task l (10s timeout) as w1 and appends steps 1 to 3.
-	logged := func(b *testBundle) *norn.Task {
-		c := b.claimed("w1", norn.NewTask{ID: "l", Queue: "q", Timeout: dur(10 * time.Second)})
-		for i := 1; i <= 3; i++ {
-			b.appendLog(c, fmt.Sprintf(`{"step": %d}`, i))
-		}
-		return c
-	}
-
 	t.Run("Log", func(t *testing.T) {
 		t.Parallel()
-
-		t.Run("AppendNumbersEntriesFromOne", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			c := b.claimed("w1", norn.NewTask{ID: "l", Queue: "q"})
-			now := b.now()
-			for i := 1; i <= 2; i++ {
-				le := b.appendLog(c, fmt.Sprintf(`{"step": %d}`, i))
-				if le.Seq != uint64(i) || le.Lease != 1 || !le.Time.Equal(now) {
-					t.Fatalf("AppendLog %d: %+v, want seq %d lease 1 at %v", i, le, i, now)
-				}
-				jsonEq(t, "appended data", le.Data, fmt.Sprintf(`{"step":%d}`, i))
-			}
-			le, err := s.AppendLog(b.ctx, ref(c), norn.LogAppend{Seq: 3, Data: json.RawMessage(`{"step":3}`)})
-			if err != nil || le.Seq != 3 {
-				t.Fatalf("AppendLog with explicit next seq: %+v, %v", le, err)
-			}
-		})
-
-		t.Run("RefusesASeqThatIsNotNext", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			c := logged(b)
-			for _, seq := range []uint64{3, 5, 1} {
-				_, err := s.AppendLog(b.ctx, ref(c), norn.LogAppend{Seq: seq, Data: json.RawMessage(`"x"`)})
-				wantErr(t, fmt.Sprintf("AppendLog with seq %d when 4 is next", seq), err, norn.ErrConflict)
-			}
-			b.logLen("l", 3)
-		})
-
-		t.Run("ReadsFromAnOffsetUpToALimit", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			logged(b)
-			logs, err := s.ReadLog(b.ctx, "l", 0, 0)
-			if err != nil || len(logs) != 3 {
-				t.Fatalf("ReadLog: %d entries, %v; want 3", len(logs), err)
-			}
-			for i, l := range logs {
-				if l.Seq != uint64(i+1) {
-					t.Fatalf("ReadLog entry %d has seq %d", i, l.Seq)
-				}
-				jsonEq(t, "read log data", l.Data, fmt.Sprintf(`{"step":%d}`, i+1))
-			}
-			logs, err = s.ReadLog(b.ctx, "l", 1, 1)
-			if err != nil || len(logs) != 1 || logs[0].Seq != 2 {
-				t.Fatalf("ReadLog after 1 limit 1: %+v, %v; want seq 2", logs, err)
-			}
-			logs, err = s.ReadLog(b.ctx, "l", 3, 0)
-			if err != nil || len(logs) != 0 {
-				t.Fatalf("ReadLog after the last: %+v, %v", logs, err)
-			}
-		})
-
-		t.Run("NextClaimantReadsItAndContinuesTheNumbering", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			c := logged(b)
-			b.advance(11 * time.Second)
-			c2 := b.claim("w2", "q")
-			logs, err := s.ReadLog(b.ctx, "l", 0, 0)
-			if err != nil || len(logs) != 3 || logs[2].Lease != 1 {
-				t.Fatalf("ReadLog by the next claimant: %+v, %v", logs, err)
-			}
-			_, err = s.AppendLog(b.ctx, ref(c), norn.LogAppend{Data: json.RawMessage(`"stale"`)})
-			wantErr(t, "AppendLog with the old lease", err, norn.ErrLeaseLost)
-			le := b.appendLog(c2, `{"step":4}`)
-			if le.Seq != 4 || le.Lease != 2 {
-				t.Fatalf("AppendLog under the new lease: %+v; want seq 4 lease 2", le)
-			}
-		})
-
-		t.Run("OutlivesCompletionWhichEndsAppends", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			c := logged(b)
-			b.complete(c, "")
-			b.logLen("l", 3)
-			_, err := s.AppendLog(b.ctx, ref(c), norn.LogAppend{Data: json.RawMessage(`5`)})
-			wantErrOneOf(t, "AppendLog after completion", err, norn.ErrLeaseLost, norn.ErrConflict)
-		})
-
-		t.Run("RepeatedAppendReturnsTheStoredEntry", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			b.submitOne(norn.NewTask{ID: "l", Queue: "q"})
-			c := b.claim("w", "q")
-			first, err := s.AppendLog(b.ctx, ref(c), norn.LogAppend{Seq: 1, Data: json.RawMessage(`{"step":1}`)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			b.clock.Advance(time.Second)
-			again, err := s.AppendLog(b.ctx, ref(c), norn.LogAppend{Seq: 1, Data: json.RawMessage(`{"step":1}`)})
-			if err != nil {
-				t.Fatalf("repeated append: %v, want the stored entry", err)
-			}
-			if again.Seq != 1 || again.Lease != first.Lease || !again.Time.Equal(first.Time) || string(again.Data) != `{"step":1}` {
-				t.Fatalf("repeated append returned %+v, want %+v", again, first)
-			}
-			_, err = s.AppendLog(b.ctx, ref(c), norn.LogAppend{Seq: 1, Data: json.RawMessage(`{"step":2}`)})
-			wantErr(t, "append of other data under a used seq", err, norn.ErrConflict)
-			if _, err := s.AppendLog(b.ctx, ref(c), norn.LogAppend{Seq: 2, Data: json.RawMessage(`{"step":2}`)}); err != nil {
-				t.Fatal(err)
-			}
-			log, err := s.ReadLog(b.ctx, "l", 0, 0)
-			if err != nil || len(log) != 2 {
-				t.Fatalf("ReadLog: %d entries, %v; want 2", len(log), err)
-			}
-		})
+		exerciseLogPart1(t, setup)
+		exerciseLogPart2(t, setup)
 	})
 }
 
-func exerciseFinish(t *testing.T, setup setupFunc) {
-	// completed claims a task with progress 0.3 and completes it a second
-	// later with a result; it returns the claim and the task before.
-	completed := func(b *testBundle) (c, before *norn.Task) {
-		c = b.claimed("w1", norn.NewTask{ID: "c", Queue: "q", Retry: &norn.RetryPolicy{MaxRetries: 3}})
-		b.heartbeat(c, norn.Heartbeat{Progress: ptr(0.3)})
-		b.clock.Advance(time.Second)
-		before = b.get("c")
-		b.complete(c, `{"n": 42}`)
-		return c, before
-	}
+func exerciseLogPart1(t *testing.T, setup setupFunc) {
+	t.Run("AppendNumbersEntriesFromOne", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		c := b.claimed("w1", norn.NewTask{ID: "l", Queue: "q"})
+		now := b.now()
+		for i := 1; i <= 2; i++ {
+			le := b.appendLog(c, fmt.Sprintf(`{"step": %d}`, i))
+			if le.Seq != uint64(i) || le.Lease != 1 || !le.Time.Equal(now) {
+				t.Fatalf("AppendLog %d: %+v, want seq %d lease 1 at %v", i, le, i, now)
+			}
+			jsonEq(t, "appended data", le.Data, fmt.Sprintf(`{"step":%d}`, i))
+		}
+		le, err := s.AppendLog(b.ctx, ref(c), norn.LogAppend{Seq: 3, Data: json.RawMessage(`{"step":3}`)})
+		if err != nil || le.Seq != 3 {
+			t.Fatalf("AppendLog with explicit next seq: %+v, %v", le, err)
+		}
+	})
 
+	t.Run("RefusesASeqThatIsNotNext", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		c := logLogged(b)
+		for _, seq := range []uint64{3, 5, 1} {
+			_, err := s.AppendLog(b.ctx, ref(c), norn.LogAppend{Seq: seq, Data: json.RawMessage(`"x"`)})
+			wantErr(t, fmt.Sprintf("AppendLog with seq %d when 4 is next", seq), err, norn.ErrConflict)
+		}
+		b.logLen("l", 3)
+	})
+
+	t.Run("ReadsFromAnOffsetUpToALimit", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		logLogged(b)
+		logs, err := s.ReadLog(b.ctx, "l", 0, 0)
+		if err != nil || len(logs) != 3 {
+			t.Fatalf("ReadLog: %d entries, %v; want 3", len(logs), err)
+		}
+		for i, l := range logs {
+			if l.Seq != uint64(i+1) {
+				t.Fatalf("ReadLog entry %d has seq %d", i, l.Seq)
+			}
+			jsonEq(t, "read log data", l.Data, fmt.Sprintf(`{"step":%d}`, i+1))
+		}
+		logs, err = s.ReadLog(b.ctx, "l", 1, 1)
+		if err != nil || len(logs) != 1 || logs[0].Seq != 2 {
+			t.Fatalf("ReadLog after 1 limit 1: %+v, %v; want seq 2", logs, err)
+		}
+		logs, err = s.ReadLog(b.ctx, "l", 3, 0)
+		if err != nil || len(logs) != 0 {
+			t.Fatalf("ReadLog after the last: %+v, %v", logs, err)
+		}
+	})
+
+	t.Run("NextClaimantReadsItAndContinuesTheNumbering", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		c := logLogged(b)
+		b.advance(11 * time.Second)
+		c2 := b.claim("w2", "q")
+		logs, err := s.ReadLog(b.ctx, "l", 0, 0)
+		if err != nil || len(logs) != 3 || logs[2].Lease != 1 {
+			t.Fatalf("ReadLog by the next claimant: %+v, %v", logs, err)
+		}
+		_, err = s.AppendLog(b.ctx, ref(c), norn.LogAppend{Data: json.RawMessage(`"stale"`)})
+		wantErr(t, "AppendLog with the old lease", err, norn.ErrLeaseLost)
+		le := b.appendLog(c2, `{"step":4}`)
+		if le.Seq != 4 || le.Lease != 2 {
+			t.Fatalf("AppendLog under the new lease: %+v; want seq 4 lease 2", le)
+		}
+	})
+
+	t.Run("OutlivesCompletionWhichEndsAppends", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		c := logLogged(b)
+		b.complete(c, "")
+		b.logLen("l", 3)
+		_, err := s.AppendLog(b.ctx, ref(c), norn.LogAppend{Data: json.RawMessage(`5`)})
+		wantErrOneOf(t, "AppendLog after completion", err, norn.ErrLeaseLost, norn.ErrConflict)
+	})
+}
+
+func exerciseLogPart2(t *testing.T, setup setupFunc) {
+	t.Run("RepeatedAppendReturnsTheStoredEntry", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		b.submitOne(norn.NewTask{ID: "l", Queue: "q"})
+		c := b.claim("w", "q")
+		first, err := s.AppendLog(b.ctx, ref(c), norn.LogAppend{Seq: 1, Data: json.RawMessage(`{"step":1}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.clock.Advance(time.Second)
+		again, err := s.AppendLog(b.ctx, ref(c), norn.LogAppend{Seq: 1, Data: json.RawMessage(`{"step":1}`)})
+		if err != nil {
+			t.Fatalf("repeated append: %v, want the stored entry", err)
+		}
+		if again.Seq != 1 || again.Lease != first.Lease || !again.Time.Equal(first.Time) || string(again.Data) != `{"step":1}` {
+			t.Fatalf("repeated append returned %+v, want %+v", again, first)
+		}
+		_, err = s.AppendLog(b.ctx, ref(c), norn.LogAppend{Seq: 1, Data: json.RawMessage(`{"step":2}`)})
+		wantErr(t, "append of other data under a used seq", err, norn.ErrConflict)
+		if _, err := s.AppendLog(b.ctx, ref(c), norn.LogAppend{Seq: 2, Data: json.RawMessage(`{"step":2}`)}); err != nil {
+			t.Fatal(err)
+		}
+		log, err := s.ReadLog(b.ctx, "l", 0, 0)
+		if err != nil || len(log) != 2 {
+			t.Fatalf("ReadLog: %d entries, %v; want 2", len(log), err)
+		}
+	})
+}
+
+// logged claims task l (10s timeout) as w1 and appends steps 1 to 3.
+func logLogged(b *testBundle) *norn.Task {
+	c := b.claimed("w1", norn.NewTask{ID: "l", Queue: "q", Timeout: dur(10 * time.Second)})
+	for i := 1; i <= 3; i++ {
+		b.appendLog(c, fmt.Sprintf(`{"step": %d}`, i))
+	}
+	return c
+}
+
+func exerciseFinish(t *testing.T, setup setupFunc) {
+	exerciseFinishPart1(t, setup)
+	exerciseFinishComplete(t, setup)
+	exerciseFinishFail(t, setup)
+	exerciseFinishAbort(t, setup)
+	exerciseFinishYield(t, setup)
+}
+
+func exerciseFinishPart1(t *testing.T, setup setupFunc) {
+	// finishCompleted claims a task with progress 0.3 and completes it a second
+	// later with a result; it returns the claim and the task before.
+}
+
+func exerciseFinishComplete(t *testing.T, setup setupFunc) {
 	t.Run("Complete", func(t *testing.T) {
 		t.Parallel()
 
 		t.Run("StoresTheResultAndFinishesTheTask", func(t *testing.T) {
 			t.Parallel()
 			_, b := setup(t)
-			_, before := completed(b)
+			_, before := finishCompleted(b)
 			g := b.status("c", norn.StatusCompleted)
 			jsonEq(t, "result", g.Result, `{"n":42}`)
 			if g.Progress != 1 || g.Owner != "w1" || g.Lease != 1 || g.Attempts != 1 || len(g.Errors) != 0 {
-				t.Fatalf("completed task: %s", canonTask(g))
+				t.Fatalf("finishCompleted task: %s", canonTask(g))
 			}
 			lastHistory(t, g, norn.TaskComplete, b.now())
 			eqTime(t, "updated", g.Updated, b.now())
-			wantVersion(t, "completed", g, before.Version+1)
+			wantVersion(t, "finishCompleted", g, before.Version+1)
 		})
 
 		t.Run("SpendsTheLease", func(t *testing.T) {
 			t.Parallel()
 			s, b := setup(t)
-			c, _ := completed(b)
+			c, _ := finishCompleted(b)
 			g := b.get("c")
 			// A repeated Complete is answered as a success (see
 			// RepeatedCall/FinishingCallSucceedsOnlyAsAnExactRepeat).
@@ -289,7 +300,7 @@ func exerciseFinish(t *testing.T, setup setupFunc) {
 		t.Run("CompletedTaskIsNeverTimedOut", func(t *testing.T) {
 			t.Parallel()
 			_, b := setup(t)
-			completed(b)
+			finishCompleted(b)
 			b.settled("c", time.Minute, "q")
 		})
 
@@ -298,12 +309,14 @@ func exerciseFinish(t *testing.T, setup setupFunc) {
 			_, b := setup(t)
 			b.complete(b.claimed("w1", norn.NewTask{ID: "d", Queue: "q"}), "")
 			if g := b.status("d", norn.StatusCompleted); canonJSON(g.Result) != "" || g.Progress != 1 {
-				t.Fatalf("completed without result: %s", canonTask(g))
+				t.Fatalf("finishCompleted without result: %s", canonTask(g))
 			}
 			b.claimNone("q")
 		})
 	})
+}
 
+func exerciseFinishFail(t *testing.T, setup setupFunc) {
 	t.Run("Fail", func(t *testing.T) {
 		t.Parallel()
 
@@ -395,7 +408,9 @@ func exerciseFinish(t *testing.T, setup setupFunc) {
 			lastHistory(t, g, norn.TaskAbort, b.now())
 		})
 	})
+}
 
+func exerciseFinishAbort(t *testing.T, setup setupFunc) {
 	t.Run("Abort", func(t *testing.T) {
 		t.Parallel()
 
@@ -436,7 +451,9 @@ func exerciseFinish(t *testing.T, setup setupFunc) {
 			b.settled("a", time.Hour, "q")
 		})
 	})
+}
 
+func exerciseFinishYield(t *testing.T, setup setupFunc) {
 	t.Run("Yield", func(t *testing.T) {
 		t.Parallel()
 
@@ -491,6 +508,15 @@ func exerciseFinish(t *testing.T, setup setupFunc) {
 			}
 		})
 	})
+}
+
+func finishCompleted(b *testBundle) (c, before *norn.Task) {
+	c = b.claimed("w1", norn.NewTask{ID: "c", Queue: "q", Retry: &norn.RetryPolicy{MaxRetries: 3}})
+	b.heartbeat(c, norn.Heartbeat{Progress: ptr(0.3)})
+	b.clock.Advance(time.Second)
+	before = b.get("c")
+	b.complete(c, `{"n": 42}`)
+	return c, before
 }
 
 func exerciseTimeout(t *testing.T, setup setupFunc) {
