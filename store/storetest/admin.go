@@ -32,6 +32,13 @@ func (b *testBundle) updateQueue(name string, u norn.QueueUpdate) norn.QueueInfo
 }
 
 func exerciseQueues(t *testing.T, setup setupFunc) {
+	exerciseQueuesQueues(t, setup)
+	exerciseQueuesUpdateQueue(t, setup)
+	exerciseQueuesRetention(t, setup)
+	exerciseQueuesStats(t, setup)
+}
+
+func exerciseQueuesQueues(t *testing.T, setup setupFunc) {
 	t.Run("Queues", func(t *testing.T) {
 		t.Parallel()
 
@@ -84,25 +91,19 @@ func exerciseQueues(t *testing.T, setup setupFunc) {
 			wantErr(t, "Queue with a bad name", err, norn.ErrInvalidArgument)
 		})
 	})
+}
 
-	pol := norn.RetryPolicy{MaxRetries: 4, Base: dur(time.Second), Max: dur(time.Minute)}
-	// configured gives queue dq a timeout, retry policy and max attempts,
-	// and returns the defaults it then has.
-	configured := func(b *testBundle) (norn.QueueInfo, norn.QueueDefaults) {
-		qi := b.updateQueue("dq", norn.QueueUpdate{Timeout: ptr(dur(30 * time.Second)), Retry: &pol, MaxAttempts: ptr(3)})
-		return qi, norn.QueueDefaults{Timeout: dur(30 * time.Second), Retry: &pol, MaxAttempts: 3, Retention: norn.DefaultRetention}
-	}
-
+func exerciseQueuesUpdateQueue(t *testing.T, setup setupFunc) {
 	t.Run("UpdateQueue", func(t *testing.T) {
 		t.Parallel()
 
 		t.Run("SetsDefaultsThatSubmitCopies", func(t *testing.T) {
 			t.Parallel()
 			_, b := setup(t)
-			qi, want := configured(b)
+			qi, want := queuesConfigured(b)
 			sameDefaults(t, "UpdateQueue result", qi.Defaults, want)
 			a := b.submitOne(norn.NewTask{ID: "a", Queue: "dq"})
-			if a.Timeout.D() != 30*time.Second || a.Retry == nil || *a.Retry != pol || a.MaxAttempts != 3 {
+			if a.Timeout.D() != 30*time.Second || a.Retry == nil || *a.Retry != queuesPol || a.MaxAttempts != 3 {
 				t.Fatalf("queue defaults not applied at submit: %s", canonTask(a))
 			}
 		})
@@ -110,7 +111,7 @@ func exerciseQueues(t *testing.T, setup setupFunc) {
 		t.Run("TaskSettingsOverrideTheDefaults", func(t *testing.T) {
 			t.Parallel()
 			_, b := setup(t)
-			configured(b)
+			queuesConfigured(b)
 			own := norn.RetryPolicy{MaxRetries: 1}
 			tk := b.submitOne(norn.NewTask{ID: "b", Queue: "dq", Timeout: dur(5 * time.Second), Retry: &own, MaxAttempts: ptr(0)})
 			if tk.Timeout.D() != 5*time.Second || tk.Retry == nil || *tk.Retry != own || tk.MaxAttempts != 0 {
@@ -121,7 +122,7 @@ func exerciseQueues(t *testing.T, setup setupFunc) {
 		t.Run("PartialUpdateKeepsTheOtherDefaults", func(t *testing.T) {
 			t.Parallel()
 			s, b := setup(t)
-			_, want := configured(b)
+			_, want := queuesConfigured(b)
 			qi := b.updateQueue("dq", norn.QueueUpdate{Timeout: ptr(dur(time.Minute))})
 			want.Timeout = dur(time.Minute)
 			sameDefaults(t, "after partial update", qi.Defaults, want)
@@ -135,7 +136,7 @@ func exerciseQueues(t *testing.T, setup setupFunc) {
 		t.Run("TasksKeepTheDefaultsCopiedAtSubmit", func(t *testing.T) {
 			t.Parallel()
 			_, b := setup(t)
-			configured(b)
+			queuesConfigured(b)
 			b.submitOne(norn.NewTask{ID: "a", Queue: "dq"})
 			b.updateQueue("dq", norn.QueueUpdate{Timeout: ptr(dur(time.Minute))})
 			c := b.claimID("w", "a", "dq")
@@ -145,51 +146,32 @@ func exerciseQueues(t *testing.T, setup setupFunc) {
 			}
 		})
 	})
+}
 
-	const h = time.Hour
-	// finished completes and aborts one task each in queue q, and cancels a
-	// third if withCancel.
-	finished := func(b *testBundle, q string, withCancel bool) {
-		b.submit(norn.NewTask{ID: q + "-completed", Queue: q, Priority: 1}, norn.NewTask{ID: q + "-aborted", Queue: q})
-		c := b.claimID("w", q+"-completed", q)
-		b.appendLog(c, `1`)
-		b.complete(c, "")
-		b.abort(b.claimID("w", q+"-aborted", q), "x")
-		if withCancel {
-			b.submitOne(norn.NewTask{ID: q + "-cancelled", Queue: q})
-			b.cancel(q + "-cancelled")
-		}
-	}
-	present := func(b *testBundle, ids ...string) {
-		b.t.Helper()
-		for _, id := range ids {
-			b.get(id)
-		}
-	}
-
+func exerciseQueuesRetention(t *testing.T, setup setupFunc) {
 	t.Run("Retention", func(t *testing.T) {
 		t.Parallel()
 
 		t.Run("PurgesEachOutcomeAfterItsQueuesRetention", func(t *testing.T) {
 			t.Parallel()
 			s, b := setup(t)
-			b.updateQueue("r", norn.QueueUpdate{Retention: &norn.Retention{Completed: dur(h), Aborted: dur(2 * h), Cancelled: dur(3 * h)}})
-			b.submitOne(norn.NewTask{ID: "r-live", Queue: "r", Delay: dur(1000 * h)})
-			finished(b, "r", true)
+			b.updateQueue("r", norn.QueueUpdate{Retention: &norn.Retention{Completed: dur(queuesH), Aborted: dur(2 * queuesH), Cancelled: dur(3 * queuesH)}})
+			b.submitOne(norn.NewTask{ID: "r-live", Queue: "r", Delay: dur(1000 * queuesH)})
+			queuesFinished(b, "r", true)
 			b.advance(59 * time.Minute)
-			present(b, "r-completed", "r-aborted", "r-cancelled", "r-live")
+			queuesPresent(b, "r-completed", "r-aborted", "r-cancelled", "r-live")
 			b.advance(2 * time.Minute) // 1h01m
 			b.gone("r-completed")
 			_, err := s.ReadLog(b.ctx, "r-completed", 0, 0)
 			wantErr(t, "ReadLog of a purged task", err, norn.ErrNotFound)
-			present(b, "r-aborted", "r-cancelled")
-			b.advance(h) // 2h01m
+			queuesPresent(b, "r-aborted", "r-cancelled")
+			b.advance(queuesH) // 2h01m
 			b.gone("r-aborted")
-			present(b, "r-cancelled")
-			b.advance(h) // 3h01m
+			queuesPresent(b, "r-cancelled")
+			b.advance(queuesH) // 3h01m
 			b.gone("r-cancelled")
-			b.advance(8 * 24 * h)
-			present(b, "r-live")
+			b.advance(8 * 24 * queuesH)
+			queuesPresent(b, "r-live")
 			b.count(norn.Filter{}, 1)
 		})
 
@@ -197,22 +179,22 @@ func exerciseQueues(t *testing.T, setup setupFunc) {
 			t.Parallel()
 			_, b := setup(t)
 			b.updateQueue("keep", norn.QueueUpdate{Retention: &norn.Retention{}})
-			finished(b, "keep", true)
+			queuesFinished(b, "keep", true)
 			b.fail(b.claimed("w", norn.NewTask{ID: "keep-failed", Queue: "keep"}), "x")
-			b.advance(8 * 24 * h)
-			present(b, "keep-completed", "keep-aborted", "keep-cancelled", "keep-failed")
+			b.advance(8 * 24 * queuesH)
+			queuesPresent(b, "keep-completed", "keep-aborted", "keep-cancelled", "keep-failed")
 		})
 
 		t.Run("DefaultKeepsCompletedADayAndAbortedAWeek", func(t *testing.T) {
 			t.Parallel()
 			_, b := setup(t)
-			finished(b, "dflt", false)
-			b.advance(23*h + time.Minute)
-			present(b, "dflt-completed", "dflt-aborted")
-			b.advance(2 * h) // 25h01m
+			queuesFinished(b, "dflt", false)
+			b.advance(23*queuesH + time.Minute)
+			queuesPresent(b, "dflt-completed", "dflt-aborted")
+			b.advance(2 * queuesH) // 25h01m
 			b.gone("dflt-completed")
-			present(b, "dflt-aborted")
-			b.advance(7 * 24 * h) // past 7 days
+			queuesPresent(b, "dflt-aborted")
+			b.advance(7 * 24 * queuesH) // past 7 days
 			b.gone("dflt-aborted")
 		})
 
@@ -220,14 +202,16 @@ func exerciseQueues(t *testing.T, setup setupFunc) {
 			t.Parallel()
 			_, b := setup(t)
 			b.complete(b.claimed("w", norn.NewTask{ID: "late", Queue: "late"}), "")
-			b.advance(2*h + time.Minute)
-			present(b, "late")
-			b.updateQueue("late", norn.QueueUpdate{Retention: &norn.Retention{Completed: dur(2 * h), Aborted: dur(h), Cancelled: dur(h)}})
-			b.advance(h) // 3h01m
+			b.advance(2*queuesH + time.Minute)
+			queuesPresent(b, "late")
+			b.updateQueue("late", norn.QueueUpdate{Retention: &norn.Retention{Completed: dur(2 * queuesH), Aborted: dur(queuesH), Cancelled: dur(queuesH)}})
+			b.advance(queuesH) // 3h01m
 			b.gone("late")
 		})
 	})
+}
 
+func exerciseQueuesStats(t *testing.T, setup setupFunc) {
 	t.Run("Stats", func(t *testing.T) {
 		t.Parallel()
 
@@ -260,6 +244,38 @@ func exerciseQueues(t *testing.T, setup setupFunc) {
 			}
 		})
 	})
+}
+
+var queuesPol = norn.RetryPolicy{MaxRetries: 4, Base: dur(time.Second), Max: dur(time.Minute)}
+
+// queuesConfigured gives queue dq a timeout, retry policy and max attempts,
+// and returns the defaults it then has.
+func queuesConfigured(b *testBundle) (norn.QueueInfo, norn.QueueDefaults) {
+	qi := b.updateQueue("dq", norn.QueueUpdate{Timeout: ptr(dur(30 * time.Second)), Retry: &queuesPol, MaxAttempts: ptr(3)})
+	return qi, norn.QueueDefaults{Timeout: dur(30 * time.Second), Retry: &queuesPol, MaxAttempts: 3, Retention: norn.DefaultRetention}
+}
+
+const queuesH = time.Hour
+
+// queuesFinished completes and aborts one task each in queue q, and cancels a
+// third if withCancel.
+func queuesFinished(b *testBundle, q string, withCancel bool) {
+	b.submit(norn.NewTask{ID: q + "-completed", Queue: q, Priority: 1}, norn.NewTask{ID: q + "-aborted", Queue: q})
+	c := b.claimID("w", q+"-completed", q)
+	b.appendLog(c, `1`)
+	b.complete(c, "")
+	b.abort(b.claimID("w", q+"-aborted", q), "x")
+	if withCancel {
+		b.submitOne(norn.NewTask{ID: q + "-cancelled", Queue: q})
+		b.cancel(q + "-cancelled")
+	}
+}
+
+func queuesPresent(b *testBundle, ids ...string) {
+	b.t.Helper()
+	for _, id := range ids {
+		b.get(id)
+	}
 }
 
 // events reads a stream into a channel until ctx ends.

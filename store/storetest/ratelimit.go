@@ -16,58 +16,40 @@ import (
 // and refill under the injected clock, long polls woken by a token, the
 // setting's life cycle and bad input.
 func rateLimitCases(t *testing.T, setup setupFunc) {
-	set := func(b *testBundle, rl norn.RateLimit) norn.QueueInfo {
-		b.t.Helper()
-		qi, err := b.s.UpdateQueue(b.ctx, "q", norn.QueueUpdate{RateLimit: &rl})
-		b.must(err, "UpdateQueue(rate_limit %+v)", rl)
-		return qi
-	}
-	claimN := func(b *testBundle, n int) []string {
-		b.t.Helper()
-		return ids(b.claimReq(norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: n}))
-	}
-	tasks := func(b *testBundle, n int) {
-		b.t.Helper()
-		var nts []norn.NewTask
-		for i := range n {
-			nts = append(nts, norn.NewTask{ID: fmt.Sprintf("t%02d", i), Queue: "q"})
-		}
-		b.submit(nts...)
-	}
-	tokens := func(t *testing.T, what string, qi norn.QueueInfo, want float64) {
-		t.Helper()
-		if qi.RateTokens == nil || math.Abs(*qi.RateTokens-want) > 1e-6 {
-			got := "none"
-			if qi.RateTokens != nil {
-				got = fmt.Sprint(*qi.RateTokens)
-			}
-			t.Fatalf("%s: rate_tokens %s, want %v", what, got, want)
-		}
-	}
+	rateLimitCasesRateLimitIsShownWithItsTokens(t, setup)
+	rateLimitCasesRateLimitBurstIsHonoured(t, setup)
+	rateLimitCasesRateLimitTokensRefillOverTime(t, setup)
+	rateLimitCasesRateLimitLongPollWakesWhenATokenComes(t, setup)
+	rateLimitCasesRateLimitRemovedReleasesEverything(t, setup)
+	rateLimitCasesRateLimitBadInputChangesNothing(t, setup)
+	rateLimitCasesRateLimitHeldBackIsCounted(t, setup)
+	rateLimitCasesRateLimitHoldsUnderConcurrentClaimers(t, setup)
+}
 
+func rateLimitCasesRateLimitIsShownWithItsTokens(t *testing.T, setup setupFunc) {
 	t.Run("RateLimitIsShownWithItsTokens", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
-		qi := set(b, norn.RateLimit{PerSecond: 2.5})
+		qi := rlSet(b, norn.RateLimit{PerSecond: 2.5})
 		if qi.RateLimit != (norn.RateLimit{PerSecond: 2.5, Burst: 3}) {
 			t.Fatalf("UpdateQueue answered rate_limit %+v, want 2.5/s with the default burst 3", qi.RateLimit)
 		}
-		tokens(t, "UpdateQueue", qi, 3)
-		qi = set(b, norn.RateLimit{PerSecond: 100, Burst: 10})
+		rlTokens(t, "UpdateQueue", qi, 3)
+		qi = rlSet(b, norn.RateLimit{PerSecond: 100, Burst: 10})
 		if qi.RateLimit != (norn.RateLimit{PerSecond: 100, Burst: 10}) {
 			t.Fatalf("after a change: rate_limit %+v", qi.RateLimit)
 		}
-		tokens(t, "after a change (no claim yet: full)", qi, 10)
-		tasks(b, 6)
-		claimN(b, 2)
+		rlTokens(t, "after a change (no claim yet: full)", qi, 10)
+		rlTasks(b, 6)
+		rlClaimN(b, 2)
 		g, err := b.s.Queue(b.ctx, "q")
 		b.must(err, "Queue")
-		tokens(t, "Queue after two claims", g, 8)
+		rlTokens(t, "Queue after two claims", g, 8)
 		if g.RateLimit.PerSecond != 100 || g.RateLimit.Burst != 10 {
 			t.Fatalf("Queue: rate_limit %+v", g.RateLimit)
 		}
-		tokens(t, "a lower burst caps the bucket", set(b, norn.RateLimit{PerSecond: 100, Burst: 5}), 5)
-		claimN(b, 3)
+		rlTokens(t, "a lower burst caps the bucket", rlSet(b, norn.RateLimit{PerSecond: 100, Burst: 5}), 5)
+		rlClaimN(b, 3)
 		b.clock.Advance(10 * time.Millisecond)
 		qs, err := b.s.Queues(b.ctx)
 		b.must(err, "Queues")
@@ -75,15 +57,17 @@ func rateLimitCases(t *testing.T, setup setupFunc) {
 		if i < 0 || qs[i].RateLimit.PerSecond != 100 {
 			t.Fatalf("Queues does not show q's rate limit: %+v", qs)
 		}
-		tokens(t, "Queues 10 ms after taking 3", qs[i], 3)
+		rlTokens(t, "Queues 10 ms after taking 3", qs[i], 3)
 	})
+}
 
+func rateLimitCasesRateLimitBurstIsHonoured(t *testing.T, setup setupFunc) {
 	t.Run("RateLimitBurstIsHonoured", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
-		set(b, norn.RateLimit{PerSecond: 1, Burst: 3})
-		tasks(b, 10)
-		eqStrings(t, "first claim", claimN(b, 10), []string{"t00", "t01", "t02"})
+		rlSet(b, norn.RateLimit{PerSecond: 1, Burst: 3})
+		rlTasks(b, 10)
+		eqStrings(t, "first claim", rlClaimN(b, 10), []string{"t00", "t01", "t02"})
 		b.claimNone("q")
 		// Other queues are not held back.
 		b.submit(norn.NewTask{ID: "other", Queue: "free"})
@@ -91,14 +75,16 @@ func rateLimitCases(t *testing.T, setup setupFunc) {
 			t.Fatalf("claim over q and free: %v, want only the free queue's task", got)
 		}
 	})
+}
 
+func rateLimitCasesRateLimitTokensRefillOverTime(t *testing.T, setup setupFunc) {
 	t.Run("RateLimitTokensRefillOverTime", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
-		set(b, norn.RateLimit{PerSecond: 2, Burst: 3})
-		tasks(b, 20)
-		if n := len(claimN(b, 10)); n != 3 {
-			t.Fatalf("first claim: %d tasks, want the burst of 3", n)
+		rlSet(b, norn.RateLimit{PerSecond: 2, Burst: 3})
+		rlTasks(b, 20)
+		if n := len(rlClaimN(b, 10)); n != 3 {
+			t.Fatalf("first claim: %d rlTasks, want the burst of 3", n)
 		}
 		steps := []struct {
 			after time.Duration
@@ -114,48 +100,54 @@ func rateLimitCases(t *testing.T, setup setupFunc) {
 		}
 		for i, s := range steps {
 			b.clock.Advance(s.after)
-			if n := len(claimN(b, 10)); n != s.want {
+			if n := len(rlClaimN(b, 10)); n != s.want {
 				t.Fatalf("step %d (+%v): claimed %d, want %d", i, s.after, n, s.want)
 			}
 		}
 	})
+}
 
+func rateLimitCasesRateLimitLongPollWakesWhenATokenComes(t *testing.T, setup setupFunc) {
 	t.Run("RateLimitLongPollWakesWhenATokenComes", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
-		set(b, norn.RateLimit{PerSecond: 10, Burst: 1})
-		tasks(b, 2)
-		eqStrings(t, "first claim", claimN(b, 5), []string{"t00"})
+		rlSet(b, norn.RateLimit{PerSecond: 10, Burst: 1})
+		rlTasks(b, 2)
+		eqStrings(t, "first claim", rlClaimN(b, 5), []string{"t00"})
 		got := b.longPoll("q", 5)
 		stillWaiting(t, got, 300*time.Millisecond, "the bucket was empty")
 		b.clock.Advance(100 * time.Millisecond) // one token; nothing else happens in the store
 		eqStrings(t, "long poll", ids(woken(t, got, "a token came")), []string{"t01"})
 	})
+}
 
+func rateLimitCasesRateLimitRemovedReleasesEverything(t *testing.T, setup setupFunc) {
 	t.Run("RateLimitRemovedReleasesEverything", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
-		set(b, norn.RateLimit{PerSecond: 0.01, Burst: 1})
-		tasks(b, 4)
-		eqStrings(t, "first claim", claimN(b, 5), []string{"t00"})
+		rlSet(b, norn.RateLimit{PerSecond: 0.01, Burst: 1})
+		rlTasks(b, 4)
+		eqStrings(t, "first claim", rlClaimN(b, 5), []string{"t00"})
 		got := b.longPoll("q", 5)
 		stillWaiting(t, got, 200*time.Millisecond, "the bucket was empty")
-		qi := set(b, norn.RateLimit{})
+		qi := rlSet(b, norn.RateLimit{})
 		if !qi.RateLimit.IsZero() || qi.RateTokens != nil {
-			t.Fatalf("after removal: rate_limit %+v, tokens %v", qi.RateLimit, qi.RateTokens)
+			t.Fatalf("after removal: rate_limit %+v, rlTokens %v", qi.RateLimit, qi.RateTokens)
 		}
 		eqStrings(t, "long poll after removal", ids(woken(t, got, "the rate limit was removed")), []string{"t01", "t02", "t03"})
 		// Set again later, the bucket starts full.
 		tasks2 := []norn.NewTask{{ID: "u1", Queue: "q"}, {ID: "u2", Queue: "q"}, {ID: "u3", Queue: "q"}}
 		b.submit(tasks2...)
-		tokens(t, "set again", set(b, norn.RateLimit{PerSecond: 0.01, Burst: 2}), 2)
-		eqStrings(t, "claim after setting it again", claimN(b, 5), []string{"u1", "u2"})
+		rlTokens(t, "rlSet again", rlSet(b, norn.RateLimit{PerSecond: 0.01, Burst: 2}), 2)
+		eqStrings(t, "claim after setting it again", rlClaimN(b, 5), []string{"u1", "u2"})
 	})
+}
 
+func rateLimitCasesRateLimitBadInputChangesNothing(t *testing.T, setup setupFunc) {
 	t.Run("RateLimitBadInputChangesNothing", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
-		set(b, norn.RateLimit{PerSecond: 5, Burst: 2})
+		rlSet(b, norn.RateLimit{PerSecond: 5, Burst: 2})
 		before, err := s.Queue(b.ctx, "q")
 		b.must(err, "Queue")
 		for _, c := range []struct {
@@ -184,7 +176,9 @@ func rateLimitCases(t *testing.T, setup setupFunc) {
 			})
 		}
 	})
+}
 
+func rateLimitCasesRateLimitHeldBackIsCounted(t *testing.T, setup setupFunc) {
 	t.Run("RateLimitHeldBackIsCounted", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
@@ -192,14 +186,14 @@ func rateLimitCases(t *testing.T, setup setupFunc) {
 		if !ok {
 			t.Skip("the store does not report flow figures (the server reports its own store's)")
 		}
-		set(b, norn.RateLimit{PerSecond: 1, Burst: 2})
+		rlSet(b, norn.RateLimit{PerSecond: 1, Burst: 2})
 		_, err := s.UpdateQueue(b.ctx, "k", norn.QueueUpdate{MaxRunning: ptr(3), KeyLimit: ptr(1)})
 		b.must(err, "UpdateQueue(k)")
-		tasks(b, 5)
+		rlTasks(b, 5)
 		b.submit(norn.NewTask{ID: "a1", Queue: "k", ConcurrencyKey: "a"}, norn.NewTask{ID: "a2", Queue: "k", ConcurrencyKey: "a"},
 			norn.NewTask{ID: "b1", Queue: "k", ConcurrencyKey: "b"}, norn.NewTask{ID: "n1", Queue: "k"}, norn.NewTask{ID: "n2", Queue: "k"})
-		claimN(b, 4) // 2 taken, 2 held by the rate limit
-		claimN(b, 4) // 0 taken, 3 ready: 3 held
+		rlClaimN(b, 4) // 2 taken, 2 held by the rate limit
+		rlClaimN(b, 4) // 0 taken, 3 ready: 3 held
 		// k: 5 ready, max_running room 3, a2 blocked by its key: a1, b1, n1.
 		if got := ids(b.claimReq(norn.ClaimRequest{Worker: "w", Queues: []string{"k"}, N: 10})); len(got) != 3 {
 			t.Fatalf("claim of k: %v", got)
@@ -214,12 +208,46 @@ func rateLimitCases(t *testing.T, setup setupFunc) {
 			t.Fatalf("FlowStats %+v, want %+v", stats, want)
 		}
 	})
+}
 
+func rateLimitCasesRateLimitHoldsUnderConcurrentClaimers(t *testing.T, setup setupFunc) {
 	t.Run("RateLimitHoldsUnderConcurrentClaimers", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
 		ConcurrentRate(t, []norn.Store{s}, b.clock, b.ctx)
 	})
+}
+
+func rlSet(b *testBundle, rl norn.RateLimit) norn.QueueInfo {
+	b.t.Helper()
+	qi, err := b.s.UpdateQueue(b.ctx, "q", norn.QueueUpdate{RateLimit: &rl})
+	b.must(err, "UpdateQueue(rate_limit %+v)", rl)
+	return qi
+}
+
+func rlClaimN(b *testBundle, n int) []string {
+	b.t.Helper()
+	return ids(b.claimReq(norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: n}))
+}
+
+func rlTasks(b *testBundle, n int) {
+	b.t.Helper()
+	var nts []norn.NewTask
+	for i := range n {
+		nts = append(nts, norn.NewTask{ID: fmt.Sprintf("t%02d", i), Queue: "q"})
+	}
+	b.submit(nts...)
+}
+
+func rlTokens(t *testing.T, what string, qi norn.QueueInfo, want float64) {
+	t.Helper()
+	if qi.RateTokens == nil || math.Abs(*qi.RateTokens-want) > 1e-6 {
+		got := "none"
+		if qi.RateTokens != nil {
+			got = fmt.Sprint(*qi.RateTokens)
+		}
+		t.Fatalf("%s: rate_tokens %s, want %v", what, got, want)
+	}
 }
 
 // ConcurrentRate checks that a rate limit holds with many concurrent
