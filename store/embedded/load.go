@@ -16,6 +16,20 @@ import (
 // sequence, then one pass over the tasks reading only their immutable and
 // state records (the spec bytes are skipped, not copied).
 func (s *Store) load(ctx context.Context) error {
+	if err := s.loadSettings(); err != nil {
+		return err
+	}
+	waiting, err := s.loadTasks(ctx)
+	if err != nil {
+		return err
+	}
+	s.orderIndexes()
+	return s.countDependencies(waiting)
+}
+
+// loadSettings reads queues, key settings, rate buckets, workers and
+// schedules.
+func (s *Store) loadSettings() error {
 	if err := s.loadQueues(); err != nil {
 		return err
 	}
@@ -31,29 +45,38 @@ func (s *Store) load(ctx context.Context) error {
 	if err := s.loadSchedules(); err != nil {
 		return err
 	}
+	return nil
+}
+
+// blocked is a blocked task found at open, with its dependencies.
+type blocked struct {
+	t    *task
+	deps []string
+}
+
+// loadTasks reads every task's immutable and state records into the
+// indexes (ready tasks collected unordered, timers unordered), and returns
+// the blocked ones.
+func (s *Store) loadTasks(ctx context.Context) ([]blocked, error) {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{pfxTask}, UpperBound: []byte{pfxTask + 1}})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer it.Close()
-	type blocked struct {
-		t    *task
-		deps []string
-	}
 	var waiting []blocked
 	n := 0
 	for ok := it.First(); ok; {
 		id, suf, valid := splitTaskKey(it.Key())
 		if !valid || suf[0] != sufImmutable {
-			return fmt.Errorf("task %q: records without an immutable record: %w", id, errCorrupt)
+			return nil, fmt.Errorf("task %q: records without an immutable record: %w", id, errCorrupt)
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		im, err := decodeImmutable(v, false, false)
 		if err != nil {
-			return fmt.Errorf("task %q: %w", id, err)
+			return nil, fmt.Errorf("task %q: %w", id, err)
 		}
 		if s.queue(im.queue).flow.GroupsByLabel() {
 			// Read again below for the label, after the iterator moved on:
@@ -68,10 +91,10 @@ func (s *Store) load(ctx context.Context) error {
 			}
 			v, err := it.ValueAndErr()
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if st, err = decodeState(v); err != nil {
-				return fmt.Errorf("task %q: %w", id, err)
+				return nil, fmt.Errorf("task %q: %w", id, err)
 			}
 		}
 		t := &task{id: id, q: s.queue(im.queue), st: st, created: im.created, maxAttempts: int32(im.maxAttempts),
@@ -84,7 +107,7 @@ func (s *Store) load(ctx context.Context) error {
 		t.g = t.q.group(im.key)
 		if t.q.flow.GroupsByLabel() {
 			if t.g, err = t.q.labelGroup(v); err != nil {
-				return fmt.Errorf("task %q: %w", id, err)
+				return nil, fmt.Errorf("task %q: %w", id, err)
 			}
 		}
 		t.g.tasks++
@@ -110,15 +133,21 @@ func (s *Store) load(ctx context.Context) error {
 		}
 		if n++; n%65536 == 0 {
 			if err := ctx.Err(); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		// Skip the rest of this task (errors, logs, history, result).
 		ok = skipTask(it, id, lo)
 	}
 	if err := it.Error(); err != nil {
-		return err
+		return nil, err
 	}
+	return waiting, nil
+}
+
+// orderIndexes puts the ready tasks and the timers loadTasks collected in
+// order.
+func (s *Store) orderIndexes() {
 	for _, q := range s.queues {
 		q.nokey.ready.load(q.nokey.ready.run)
 		for _, g := range q.keys {
@@ -128,6 +157,12 @@ func (s *Store) load(ctx context.Context) error {
 	}
 	heap.Init(&s.timers)
 	heap.Init(&s.leases)
+}
+
+// countDependencies sets the dependency counters of the blocked tasks, and
+// finishes what a crash left half done: dependents of a failed task are
+// aborted, tasks with every dependency met released.
+func (s *Store) countDependencies(waiting []blocked) error {
 	// Dependency counters: a dependency that is gone or completed is
 	// satisfied; a failed one means the cascade must be finished now.
 	var failed, free []*task
@@ -155,7 +190,7 @@ func (s *Store) load(ctx context.Context) error {
 		return nil
 	}
 	s.log.Warn("embedded: repairing dependency state found at open", "failed", len(failed), "released", len(free))
-	err = s.run(func(tx *txn) error {
+	return s.run(func(tx *txn) error {
 		for t := range s.tasks.all() {
 			if terminal(t.st.status) && t.st.status != stCompleted && t.hasDependents {
 				tx.failDependents(t)
@@ -171,7 +206,6 @@ func (s *Store) load(ctx context.Context) error {
 		}
 		return nil
 	})
-	return err
 }
 
 // scanKind calls fn with the key (after its kind byte) and the value of

@@ -167,18 +167,16 @@ type workerRec struct {
 
 var _ norn.Store = (*Store)(nil)
 
-// Open opens (creating if needed) the store in opts.Dir, rebuilding the
-// in-memory indexes from disk. A directory already opened by another store
-// (in this or another process) is refused with an error naming it.
-func Open(ctx context.Context, opts Options) (*Store, error) {
+// withDefaults checks opts and fills in the documented defaults.
+func (opts Options) withDefaults() (Options, error) {
 	if opts.Dir == "" {
-		return nil, norn.Invalid("dir", "data directory is required")
+		return opts, norn.Invalid("dir", "data directory is required")
 	}
 	if opts.Durability != Strict && opts.Durability != Opportunistic {
-		return nil, norn.Invalid("durability", "unknown durability %d", opts.Durability)
+		return opts, norn.Invalid("durability", "unknown durability %d", opts.Durability)
 	}
 	if opts.HistoryLimit < 0 || opts.SyncInterval < 0 || opts.EventBuffer < 0 || opts.CacheSize < 0 {
-		return nil, norn.Invalid("options", "limits must not be negative")
+		return opts, norn.Invalid("options", "limits must not be negative")
 	}
 	if opts.Clock == nil {
 		opts.Clock = norn.SystemClock{}
@@ -204,6 +202,17 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.spaceInterval == 0 {
 		opts.spaceInterval = time.Second
 	}
+	return opts, nil
+}
+
+// Open opens (creating if needed) the store in opts.Dir, rebuilding the
+// in-memory indexes from disk. A directory already opened by another store
+// (in this or another process) is refused with an error naming it.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: data directory %s: %w", opts.Dir, err)
@@ -223,29 +232,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	// 0 hits). Room for the mutable memtable and one being flushed.
 	cache := pebble.NewCache(opts.CacheSize + 2*int64(memTable))
 	defer cache.Unref()
-	popts := &pebble.Options{
-		Cache:                       cache,
-		MemTableSize:                memTable,
-		MemTableStopWritesThreshold: 4,
-		// Much of what a task queue writes is soon rewritten: a task's
-		// state record at its claim and again at its end, its history,
-		// then the whole task after its retention. Letting L0 collect 8
-		// flushed memtables before compacting them into the levels below
-		// (Pebble's default is 4) merges more of those versions in one
-		// pass, so fewer of them are rewritten level after level: a 1M
-		// burn-down spent 8% less CPU in the whole process, 3M 14% less
-		// (docs/internals/embedded-performance.md). Reads merge up to 8 L0 files; the
-		// in-memory indexes answer most lookups without Pebble.
-		L0CompactionThreshold: 8,
-		L0StopWritesThreshold: 40,
-		Logger:                newPebbleLogger(opts.Logger),
-		// WAL sync chunks record how far the log was synced, so that on
-		// replay a corrupt record followed by synced data is reported as
-		// corruption instead of being taken for a torn tail (which would
-		// silently drop every later record). Opening an older directory
-		// upgrades it.
-		FormatMajorVersion: pebble.FormatWALSyncChunks,
-	}
+	popts := pebbleOptions(opts, cache, memTable)
 	disk := newWaitFS(base,
 		func(err error) {
 			opts.Logger.Error("embedded: the disk of the data directory is full; refusing writes until space is freed",
@@ -325,6 +312,34 @@ func isLockErr(err error) bool {
 
 // pebbleLogger routes Pebble's messages to slog at debug level (info and
 // errors from Pebble are operationally interesting only when debugging).
+// pebbleOptions are the data directory's Pebble options (the file system
+// and the event listener are set by Open).
+func pebbleOptions(opts Options, cache *pebble.Cache, memTable uint64) *pebble.Options {
+	return &pebble.Options{
+		Cache:                       cache,
+		MemTableSize:                memTable,
+		MemTableStopWritesThreshold: 4,
+		// Much of what a task queue writes is soon rewritten: a task's
+		// state record at its claim and again at its end, its history,
+		// then the whole task after its retention. Letting L0 collect 8
+		// flushed memtables before compacting them into the levels below
+		// (Pebble's default is 4) merges more of those versions in one
+		// pass, so fewer of them are rewritten level after level: a 1M
+		// burn-down spent 8% less CPU in the whole process, 3M 14% less
+		// (docs/internals/embedded-performance.md). Reads merge up to 8 L0 files; the
+		// in-memory indexes answer most lookups without Pebble.
+		L0CompactionThreshold: 8,
+		L0StopWritesThreshold: 40,
+		Logger:                newPebbleLogger(opts.Logger),
+		// WAL sync chunks record how far the log was synced, so that on
+		// replay a corrupt record followed by synced data is reported as
+		// corruption instead of being taken for a torn tail (which would
+		// silently drop every later record). Opening an older directory
+		// upgrades it.
+		FormatMajorVersion: pebble.FormatWALSyncChunks,
+	}
+}
+
 // openPebble opens the data directory for writing, or, on a disk too full
 // for that (less free than Pebble allocates at once: need), read-only:
 // then noSpace says why, reads are served and every write is refused with
