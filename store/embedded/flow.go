@@ -77,11 +77,8 @@ type groupHeap []*keyGroup
 func (h groupHeap) Len() int { return len(h) }
 func (h groupHeap) Less(i, j int) bool {
 	a, b := h[i], h[j]
-	if a.head.priority != b.head.priority {
-		return a.head.priority > b.head.priority
-	}
-	if a.vt != b.vt {
-		return a.vt < b.vt
+	if c := norn.FairFirst(int64(a.head.priority), a.vt, int64(b.head.priority), b.vt); c != 0 {
+		return c < 0
 	}
 	return entLess(&a.head, &b.head)
 }

@@ -111,16 +111,8 @@ func (s *Store) pickFair(ctx context.Context, tx flowQuerier, queue string, want
 				continue
 			}
 			a, b := &fk.tasks[fk.next], &best.tasks[best.next]
-			switch {
-			case a.priority != b.priority:
-				if a.priority > b.priority {
-					best = fk
-				}
-			case fk.vt != best.vt:
-				if fk.vt < best.vt {
-					best = fk
-				}
-			case a.compare(*b) < 0:
+			c := norn.FairFirst(a.priority, fk.vt, b.priority, best.vt)
+			if c < 0 || c == 0 && a.compare(*b) < 0 {
 				best = fk
 			}
 		}
