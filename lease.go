@@ -28,15 +28,19 @@ func (op *LeaseOp) Validate() error {
 	if op.Extend < 0 {
 		return Invalid("extend", "must not be negative")
 	}
-	switch op.Op {
-	case OpComplete:
-		return ValidateJSON("result", op.Result, MaxResultBytes)
-	case OpFail, OpAbort:
-		if op.Error == nil {
-			return Invalid("error", "%s needs an error", op.Op)
+	// A result or an error is checked whenever one is given, whatever the
+	// op: a server refuses what it would not store.
+	if err := ValidateJSON("result", op.Result, MaxResultBytes); err != nil {
+		return err
+	}
+	if op.Error != nil {
+		if err := ValidateErrorInfo("error", *op.Error); err != nil {
+			return err
 		}
-		return ValidateErrorInfo("error", *op.Error)
-	case OpSnooze:
+	} else if op.Op == OpFail || op.Op == OpAbort {
+		return Invalid("error", "%s needs an error", op.Op)
+	}
+	if op.Op == OpSnooze {
 		if err := op.Snooze.Validate(); err != nil {
 			return err
 		}

@@ -317,40 +317,9 @@ func (s *Server) handleSnooze(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// validateLeaseOp checks one op of a lease batch; errors are not prefixed.
-func validateLeaseOp(op *norn.LeaseOp) error {
-	switch op.Op {
-	case norn.OpHeartbeat, norn.OpComplete, norn.OpFail, norn.OpAbort, norn.OpYield:
-	case norn.OpSnooze:
-		if err := op.Snooze.Validate(); err != nil {
-			return err
-		}
-	case "":
-		return norn.Invalid("op", "is required")
-	default:
-		return norn.Invalid("op", "must be heartbeat, complete, fail, abort, yield or snooze, got %q", wire.Trunc(string(op.Op)))
-	}
-	if err := op.LeaseRef.Validate(); err != nil {
-		return err
-	}
-	if op.Progress != nil {
-		if err := norn.ValidateProgress("progress", *op.Progress); err != nil {
-			return err
-		}
-	}
-	if err := op.ValidateRange(); err != nil {
-		return err
-	}
-	if err := norn.ValidateJSON("result", op.Result, norn.MaxResultBytes); err != nil {
-		return err
-	}
-	if op.Error != nil {
-		if err := norn.ValidateErrorInfo("error", *op.Error); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// validateLeaseOp checks one op of a lease batch (norn.LeaseOp.Validate,
+// as the stores do); errors are not prefixed.
+func validateLeaseOp(op *norn.LeaseOp) error { return op.Validate() }
 
 func (s *Server) handleLeaseBatch(w http.ResponseWriter, r *http.Request) error {
 	if err := noParams(r); err != nil {

@@ -489,30 +489,21 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 		for i, op := range ops {
 			u, e := tx.savepoint()
 			// A failed op writes nothing: every op checks before it writes.
-			var err error
-			switch op.Op {
-			case norn.OpHeartbeat:
+			err := op.Validate()
+			switch {
+			case err != nil:
+			case op.Op == norn.OpHeartbeat:
 				res[i].Deadline, err = tx.heartbeat(op.LeaseRef, op.Heartbeat)
-			case norn.OpComplete:
+			case op.Op == norn.OpComplete:
 				err = tx.complete(op.LeaseRef, op.Result)
-			case norn.OpFail:
-				if op.Error == nil {
-					err = norn.Invalid("error", "fail needs an error")
-				} else {
-					err = tx.fail(op.LeaseRef, *op.Error)
-				}
-			case norn.OpAbort:
-				if op.Error == nil {
-					err = norn.Invalid("error", "abort needs an error")
-				} else {
-					err = tx.abortTask(op.LeaseRef, *op.Error)
-				}
-			case norn.OpYield:
+			case op.Op == norn.OpFail:
+				err = tx.fail(op.LeaseRef, *op.Error)
+			case op.Op == norn.OpAbort:
+				err = tx.abortTask(op.LeaseRef, *op.Error)
+			case op.Op == norn.OpYield:
 				err = tx.yield(op.LeaseRef)
-			case norn.OpSnooze:
+			case op.Op == norn.OpSnooze:
 				err = tx.snooze(op.LeaseRef, op.Snooze)
-			default:
-				err = norn.Invalid("op", "unknown lease operation %q", op.Op)
 			}
 			if err != nil {
 				tx.rollbackTo(u, e)
