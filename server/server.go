@@ -308,7 +308,7 @@ func (s *Server) wrap(rt route) http.Handler {
 		if !rt.public {
 			if s.auth != nil {
 				if wait := s.fails.blocked(clientAddr(r)); wait > 0 {
-					w.Header().Set("Connection", "close")
+					closeNow(w)
 					s.writeError(w, r, &refusal{reason: refusedAuthFailures, err: &wire.StatusError{Status: http.StatusTooManyRequests, RetryAfter: wait,
 						Err: norn.Errorf(norn.CodeUnauthenticated, "too many failed authentications from this address; retry later")}})
 					return
@@ -320,7 +320,7 @@ func (s *Server) wrap(rt route) http.Handler {
 				s.m.authFailures.Inc()
 				// The body is not read: close the connection rather
 				// than wait for the rest of it.
-				w.Header().Set("Connection", "close")
+				closeNow(w)
 				s.writeError(w, r, err)
 				return
 			}
@@ -337,7 +337,7 @@ func (s *Server) wrap(rt route) http.Handler {
 			return
 		}
 		if err := checkContentType(r); err != nil {
-			w.Header().Set("Connection", "close")
+			closeNow(w)
 			s.writeError(w, r, err)
 			return
 		}
@@ -348,4 +348,15 @@ func (s *Server) wrap(rt route) http.Handler {
 			s.writeError(w, r, err)
 		}
 	})
+}
+
+// closeNow makes the connection of a request whose body will not be read
+// close as soon as the answer is written. Connection: close alone is not
+// enough: the server still reads what is left of a small body before it
+// closes, so a client announcing a body and never sending it held the
+// connection until the body read timeout (30 s). A read deadline in the
+// past ends that read at once.
+func closeNow(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(-time.Second))
 }
