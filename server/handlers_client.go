@@ -31,6 +31,14 @@ func (s *Server) validateNewTask(p *principal, prefix string, nt *norn.NewTask) 
 	if err := nt.Validate(); err != nil {
 		return wrap(err)
 	}
+	if nt.ID != "" {
+		// Ids of Norn's own producers (schedule ticks, the Kafka bridge)
+		// are theirs: taken first, they would suppress a tick or a
+		// message in any queue.
+		if err := norn.ValidateCallerID("id", nt.ID); err != nil {
+			return wrap(err)
+		}
+	}
 	return wrap(p.checkQueue(nt.Queue))
 }
 
