@@ -370,18 +370,26 @@ func (s *Server) handleLeaseBatch(w http.ResponseWriter, r *http.Request) error 
 	resp := wire.LeaseBatchResponse{Results: make([]wire.LeaseResult, 0, len(ops))}
 	if len(ops) > 0 {
 		p := principalFrom(r.Context())
+		var h *hidden
 		if p.scoped() {
 			ids := make([]string, len(ops))
 			for i := range ops {
 				ids[i] = ops[i].TaskID
 			}
-			if err := s.checkTasksScope(r.Context(), p, ids); err != nil {
+			if h, err = s.hideForeign(r.Context(), p, ids); err != nil {
 				return err
 			}
 		}
-		results, err := s.store.LeaseBatch(r.Context(), ops)
+		sent := ops
+		if h != nil {
+			sent = append([]norn.LeaseOp(nil), ops...)
+			for i := range sent {
+				sent[i].TaskID = h.id(sent[i].TaskID)
+			}
+		}
+		results, err := s.store.LeaseBatch(r.Context(), sent)
 		if err != nil {
-			return err
+			return h.restore(err)
 		}
 		if len(results) != len(ops) {
 			return fmt.Errorf("store returned %d results for %d lease ops", len(results), len(ops))
@@ -390,7 +398,7 @@ func (s *Server) handleLeaseBatch(w http.ResponseWriter, r *http.Request) error 
 		for i, res := range results {
 			lr := wire.LeaseResult{Deadline: res.Deadline}
 			if res.Err != nil {
-				we := wire.FromError(res.Err)
+				we := wire.FromError(h.restoreError(res.Err))
 				lr.Error = &we
 			} else {
 				s.m.finished(ops[i].Op, ops[i].TaskID, now)
