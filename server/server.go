@@ -40,6 +40,8 @@ type Server struct {
 	// authentications per address (limits.go).
 	streams *streamLimiter
 	fails   *failureLimiter
+	// patches serializes PATCHes of one queue or schedule (scope.go).
+	patches keyedMutex
 
 	// drainCtx is cancelled when shutdown starts, which ends long-poll
 	// claims and event streams so they do not hold up the drain.
