@@ -42,6 +42,10 @@ type Server struct {
 	fails   *failureLimiter
 	// patches serializes PATCHes of one queue or schedule (scope.go).
 	patches keyedMutex
+	// workers reads worker registrations to bind worker ids to tokens
+	// (identity.go); nil when the store cannot.
+	workers norn.WorkerRegistry
+	cache   workerCache
 
 	// drainCtx is cancelled when shutdown starts, which ends long-poll
 	// claims and event streams so they do not hold up the drain.
@@ -64,6 +68,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens),
 		streams: newStreamLimiter(cfg.MaxStreams, cfg.MaxStreamsPerCaller), fails: newFailureLimiter(cfg.MaxAuthFailures, time.Minute)}
+	s.workers, _ = cfg.Store.(norn.WorkerRegistry)
+	if s.workers == nil && len(cfg.Tokens) > 0 {
+		cfg.Logger.Warn("worker identity is not enforced: the store cannot read back worker registrations (norn.WorkerRegistry), so a worker token may claim and make lease calls as any worker id")
+	}
 	if cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 		if err != nil {
