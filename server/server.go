@@ -87,7 +87,7 @@ func New(cfg Config) (*Server, error) {
 				tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 			}}
 	}
-	s.m, err = newMetrics(cfg.Registry, cfg.Store)
+	s.m, err = newMetrics(cfg.Registry, cfg.Store, cfg.MetricsMaxQueues, cfg.MetricsStoreInterval)
 	if err != nil {
 		return nil, err
 	}
