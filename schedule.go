@@ -162,7 +162,7 @@ func (s *Schedule) taskTemplate() NewTask {
 // node, a restart between submit and the update of next_fire) is an
 // idempotent duplicate instead of a second task.
 func ScheduleTaskID(name string, tick time.Time) string {
-	return "schedule:" + name + ":" + tick.UTC().Format("20060102T150405Z")
+	return ScheduleIDPrefix + name + ":" + tick.UTC().Format("20060102T150405Z")
 }
 
 // TaskFor returns the submission for tick. Manual triggers pass the zero

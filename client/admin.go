@@ -50,7 +50,9 @@ func (c *Client) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdat
 		return norn.QueueInfo{}, err
 	}
 	var out wire.QueueResponse
-	if err := c.do(ctx, request{method: http.MethodPatch, path: p, body: u}, &out); err != nil {
+	// Every nested setting u carries is named whole, so it replaces the
+	// queue's as it does in process (a PATCH keeps unnamed members).
+	if err := c.do(ctx, request{method: http.MethodPatch, path: p, body: wire.FromQueueUpdate(u)}, &out); err != nil {
 		return norn.QueueInfo{}, err
 	}
 	return out.Queue, nil

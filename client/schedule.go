@@ -64,7 +64,9 @@ func (c *Client) UpdateSchedule(ctx context.Context, name string, u norn.Schedul
 		return nil, err
 	}
 	var out wire.ScheduleResponse
-	if err := c.do(ctx, request{method: http.MethodPatch, path: p, body: u}, &out); err != nil {
+	// A retry policy u carries is named whole, so it replaces the
+	// schedule's as it does in process.
+	if err := c.do(ctx, request{method: http.MethodPatch, path: p, body: wire.FromScheduleUpdate(u)}, &out); err != nil {
 		return nil, err
 	}
 	return out.Schedule, nil

@@ -48,6 +48,16 @@ type Config struct {
 	// Default false: /metrics is public (see docs/security.md for what it
 	// reveals).
 	MetricsAuth bool
+	// MetricsMaxQueues caps how many queues get series of their own in
+	// /metrics; the activity of queues past it is counted under
+	// queue="(other)". A queue's series are dropped once it holds no
+	// tasks, which frees its place. Default 1000.
+	MetricsMaxQueues int
+	// MetricsStoreInterval is how often at most /metrics reads the store's
+	// figures (task counts, workers, flow); scrapes in between show the
+	// last ones, so polling /metrics in a loop costs the store one read
+	// per interval. Default 1s.
+	MetricsStoreInterval time.Duration
 
 	// MaxBodyBytes caps every request body. Default 8 MiB.
 	MaxBodyBytes int64
@@ -115,15 +125,17 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultAddr                = "127.0.0.1:7070"
-	DefaultMaxBodyBytes        = 8 << 20
-	DefaultPingInterval        = 15 * time.Second
-	DefaultShutdownTimeout     = 30 * time.Second
-	DefaultMaxResponseBytes    = 64 << 20
-	DefaultBodyReadTimeout     = 30 * time.Second
-	DefaultMaxStreams          = 4096
-	DefaultMaxStreamsPerCaller = 256
-	DefaultMaxAuthFailures     = 30
+	DefaultAddr                 = "127.0.0.1:7070"
+	DefaultMaxBodyBytes         = 8 << 20
+	DefaultPingInterval         = 15 * time.Second
+	DefaultShutdownTimeout      = 30 * time.Second
+	DefaultMaxResponseBytes     = 64 << 20
+	DefaultBodyReadTimeout      = 30 * time.Second
+	DefaultMaxStreams           = 4096
+	DefaultMaxStreamsPerCaller  = 256
+	DefaultMaxAuthFailures      = 30
+	DefaultMetricsMaxQueues     = 1000
+	DefaultMetricsStoreInterval = time.Second
 	// DefaultMaxHeaderBytes bounds request headers (Go's default is 1 MiB).
 	DefaultMaxHeaderBytes = 64 << 10
 )
@@ -172,13 +184,19 @@ func (c Config) withDefaults() (Config, error) {
 		v    *int
 		def  int
 	}{{"MaxStreams", &c.MaxStreams, DefaultMaxStreams}, {"MaxStreamsPerCaller", &c.MaxStreamsPerCaller, DefaultMaxStreamsPerCaller},
-		{"MaxAuthFailures", &c.MaxAuthFailures, DefaultMaxAuthFailures}} {
+		{"MaxAuthFailures", &c.MaxAuthFailures, DefaultMaxAuthFailures}, {"MetricsMaxQueues", &c.MetricsMaxQueues, DefaultMetricsMaxQueues}} {
 		if *f.v == 0 {
 			*f.v = f.def
 		}
 		if *f.v < 0 {
 			return c, norn.Invalid(f.name, "must not be negative, got %d", *f.v)
 		}
+	}
+	if c.MetricsStoreInterval == 0 {
+		c.MetricsStoreInterval = DefaultMetricsStoreInterval
+	}
+	if c.MetricsStoreInterval < 0 {
+		return c, norn.Invalid("MetricsStoreInterval", "must not be negative")
 	}
 	if c.BodyReadTimeout == 0 {
 		c.BodyReadTimeout = DefaultBodyReadTimeout

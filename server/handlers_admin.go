@@ -50,12 +50,26 @@ func (s *Server) handleQueue(w http.ResponseWriter, r *http.Request) error {
 	return reply(w, wire.QueueResponse{Queue: q}, err)
 }
 
+// handleUpdateQueue changes what the body names, nested settings
+// included: members of retry, retention, rate_limit or a key's settings
+// that the body leaves out keep their values (wire.QueuePatch). Those are
+// read from the queue first; patches of one queue through this server take
+// turns, so two of them cannot both read the settings the other replaces.
 func (s *Server) handleUpdateQueue(w http.ResponseWriter, r *http.Request) error {
-	var u norn.QueueUpdate
-	name, err := pathRequest(r, pathQueue, &u, false)
+	var p wire.QueuePatch
+	name, err := pathRequest(r, pathQueue, &p, false)
 	if err != nil {
 		return err
 	}
+	var cur norn.QueueInfo
+	if p.Nested() {
+		unlock := s.patches.lock("queue:" + name)
+		defer unlock()
+		if cur, err = s.store.Queue(r.Context(), name); err != nil {
+			return err
+		}
+	}
+	u := p.Update(cur)
 	if err := u.Validate(); err != nil {
 		return err
 	}

@@ -31,6 +31,14 @@ func (s *Server) validateNewTask(p *principal, prefix string, nt *norn.NewTask) 
 	if err := nt.Validate(); err != nil {
 		return wrap(err)
 	}
+	if nt.ID != "" {
+		// Ids of Norn's own producers (schedule ticks, the Kafka bridge)
+		// are theirs: taken first, they would suppress a tick or a
+		// message in any queue.
+		if err := norn.ValidateCallerID("id", nt.ID); err != nil {
+			return wrap(err)
+		}
+	}
 	return wrap(p.checkQueue(nt.Queue))
 }
 
@@ -77,24 +85,6 @@ func (s *Server) checkTaskScope(ctx context.Context, p *principal, id string) er
 	return nil
 }
 
-// checkTasksScope is checkTaskScope for many ids; ids that do not exist are
-// left for the store to report.
-func (s *Server) checkTasksScope(ctx context.Context, p *principal, ids []string) error {
-	if !p.scoped() || len(ids) == 0 {
-		return nil
-	}
-	found, _, err := s.store.GetMany(ctx, ids)
-	if err != nil {
-		return err
-	}
-	for _, t := range found {
-		if p.checkQueue(t.Queue) != nil {
-			return norn.NotFound(t.ID)
-		}
-	}
-	return nil
-}
-
 // tooLarge is the answer for a response that would pass
 // Config.MaxResponseBytes.
 func (s *Server) tooLarge(what string) error {
@@ -110,9 +100,15 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) error {
 	if err := s.validateNewTask(p, "", &nt); err != nil {
 		return err
 	}
-	res, err := s.store.Submit(submitContext(r), nt)
+	tasks := []norn.NewTask{nt}
+	h, err := s.hideForeign(r.Context(), p, newTaskDeps(tasks))
 	if err != nil {
 		return err
+	}
+	h.hideDeps(tasks)
+	res, err := s.store.Submit(submitContext(r), tasks...)
+	if err != nil {
+		return h.restore(err)
 	}
 	if len(res) != 1 {
 		return fmt.Errorf("store returned %d results for one task", len(res))
@@ -148,9 +144,14 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request) error
 	}
 	resp := wire.BatchResponse{Tasks: make([]*norn.Task, 0, len(tasks)), Duplicates: []string{}}
 	if len(tasks) > 0 {
-		res, err := s.store.Submit(submitContext(r), tasks...)
+		h, err := s.hideForeign(r.Context(), p, newTaskDeps(tasks))
 		if err != nil {
 			return err
+		}
+		h.hideDeps(tasks)
+		res, err := s.store.Submit(submitContext(r), tasks...)
+		if err != nil {
+			return h.restore(err)
 		}
 		perQueue := map[string]int{}
 		for _, sub := range res {
@@ -512,12 +513,13 @@ func (s *Server) handleTransact(w http.ResponseWriter, r *http.Request) error {
 		}
 		ids = append(ids, req.ID)
 	}
-	if err := s.checkTasksScope(r.Context(), p, ids); err != nil {
-		return err
-	}
-	res, err := s.store.Transact(submitContext(r), tx)
+	h, err := s.hideForeign(r.Context(), p, append(ids, newTaskDeps(tx.Submit)...))
 	if err != nil {
 		return err
+	}
+	res, err := s.store.Transact(submitContext(r), h.hideTxn(tx))
+	if err != nil {
+		return h.restore(err)
 	}
 	perQueue := map[string]int{}
 	for _, sub := range res.Submitted {

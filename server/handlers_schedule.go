@@ -97,12 +97,23 @@ func (s *Server) handlePutSchedule(w http.ResponseWriter, r *http.Request) error
 	return reply(w, wire.ScheduleResponse{Schedule: sc}, err)
 }
 
+// handleUpdateSchedule changes the fields the body names; a retry policy
+// that names only some members keeps the others (wire.SchedulePatch).
 func (s *Server) handleUpdateSchedule(w http.ResponseWriter, r *http.Request) error {
-	var u norn.ScheduleUpdate
-	name, err := s.scheduleRequest(r, &u, false)
+	var p wire.SchedulePatch
+	name, err := pathRequest(r, pathSchedule, &p, false)
 	if err != nil {
 		return err
 	}
+	if p.Retry != nil {
+		unlock := s.patches.lock("schedule:" + name)
+		defer unlock()
+	}
+	cur, err := s.scopedSchedule(r, name)
+	if err != nil {
+		return err
+	}
+	u := p.Update(cur)
 	if u.Queue != nil {
 		if err := principalFrom(r.Context()).checkQueue(*u.Queue); err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/nornq/norn"
@@ -17,15 +18,16 @@ func (s *Server) handleRegisterWorker(w http.ResponseWriter, r *http.Request) er
 	if err := readRequest(r, &info, true); err != nil {
 		return err
 	}
-	// The store assigns these; a client cannot choose them.
-	info.ID, info.Registered, info.LastSeen = "", time.Time{}, time.Time{}
+	// The store assigns these; a client cannot choose them. The
+	// registrar binds the worker id to the caller's token.
+	p := principalFrom(r.Context())
+	info.ID, info.Registered, info.LastSeen, info.Registrar = "", time.Time{}, time.Time{}, s.registrar(p)
 	if len(info.Name) > 256 {
 		return norn.Invalid("name", "is longer than 256 bytes")
 	}
 	if len(info.Queues) > 1000 {
 		return norn.Invalid("queues", "has more than 1000 queues")
 	}
-	p := principalFrom(r.Context())
 	for i, q := range info.Queues {
 		f := fmt.Sprintf("queues[%d]", i)
 		if err := norn.ValidateQueue(f, q); err != nil {
@@ -118,6 +120,9 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, req norn.ClaimReq
 			return norn.WithFieldPrefix(err, fmt.Sprintf("queues[%d]", i))
 		}
 	}
+	if err := s.checkWorker(r.Context(), p, req.Worker); err != nil {
+		return err
+	}
 	if req.Wait > 0 {
 		release, err := s.streams.acquire(callerKey(p, r))
 		if err != nil {
@@ -176,7 +181,12 @@ func (s *Server) leaseRef(r *http.Request, b wire.LeaseOwner) (norn.LeaseRef, er
 	if err := ref.Validate(); err != nil {
 		return ref, err
 	}
-	return ref, s.checkTaskScope(r.Context(), principalFrom(r.Context()), ref.TaskID)
+	// The worker first: its refusal says nothing of the task.
+	p := principalFrom(r.Context())
+	if err := s.checkWorker(r.Context(), p, ref.Worker); err != nil {
+		return ref, err
+	}
+	return ref, s.checkTaskScope(r.Context(), p, ref.TaskID)
 }
 
 func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) error {
@@ -339,27 +349,74 @@ func (s *Server) handleLeaseBatch(w http.ResponseWriter, r *http.Request) error 
 	resp := wire.LeaseBatchResponse{Results: make([]wire.LeaseResult, 0, len(ops))}
 	if len(ops) > 0 {
 		p := principalFrom(r.Context())
-		if p.scoped() {
-			ids := make([]string, len(ops))
-			for i := range ops {
-				ids[i] = ops[i].TaskID
+		// Ops naming a worker the caller did not register are refused one
+		// by one, like any failing op, and never reach the store.
+		refused := map[int]error{}
+		checked := map[string]error{}
+		for i := range ops {
+			err, ok := checked[ops[i].Worker]
+			if !ok {
+				err = s.checkWorker(r.Context(), p, ops[i].Worker)
+				if err != nil && norn.CodeOf(err) != norn.CodePermissionDenied {
+					return err
+				}
+				checked[ops[i].Worker] = err
 			}
-			if err := s.checkTasksScope(r.Context(), p, ids); err != nil {
+			if err != nil {
+				refused[i] = err
+			}
+		}
+		var h *hidden
+		if p.scoped() {
+			ids := make([]string, 0, len(ops))
+			for i := range ops {
+				if refused[i] == nil {
+					ids = append(ids, ops[i].TaskID)
+				}
+			}
+			if h, err = s.hideForeign(r.Context(), p, ids); err != nil {
 				return err
 			}
 		}
-		results, err := s.store.LeaseBatch(r.Context(), ops)
-		if err != nil {
-			return err
+		sent := ops
+		if h != nil || len(refused) > 0 {
+			sent = make([]norn.LeaseOp, 0, len(ops))
+			for i := range ops {
+				if refused[i] == nil {
+					op := ops[i]
+					op.TaskID = h.id(op.TaskID)
+					sent = append(sent, op)
+				}
+			}
 		}
-		if len(results) != len(ops) {
-			return fmt.Errorf("store returned %d results for %d lease ops", len(results), len(ops))
+		var stored []norn.LeaseOpResult
+		if len(sent) > 0 {
+			if stored, err = s.store.LeaseBatch(r.Context(), sent); err != nil {
+				return h.restore(err)
+			}
+			if len(stored) != len(sent) {
+				return fmt.Errorf("store returned %d results for %d lease ops", len(stored), len(sent))
+			}
+		}
+		results := make([]norn.LeaseOpResult, len(ops))
+		for i, j := 0, 0; i < len(ops); i++ {
+			if err := refused[i]; err != nil {
+				e := norn.WithFieldPrefix(err, fmt.Sprintf("ops[%d].worker", i)).(*norn.Error)
+				results[i] = norn.LeaseOpResult{Err: e}
+				continue
+			}
+			results[i] = stored[j]
+			if results[i].Err != nil && len(refused) > 0 {
+				// The store numbered the ops it saw.
+				results[i].Err = renumber(results[i].Err, j, i)
+			}
+			j++
 		}
 		now := time.Now()
 		for i, res := range results {
 			lr := wire.LeaseResult{Deadline: res.Deadline}
 			if res.Err != nil {
-				we := wire.FromError(res.Err)
+				we := wire.FromError(h.restoreError(res.Err))
 				lr.Error = &we
 			} else {
 				s.m.finished(ops[i].Op, ops[i].TaskID, now)
@@ -369,4 +426,16 @@ func (s *Server) handleLeaseBatch(w http.ResponseWriter, r *http.Request) error 
 	}
 	writeLeaseResults(w, resp.Results)
 	return nil
+}
+
+// renumber names op i of the caller's batch in an error the store gave
+// for op j of the ops it was sent.
+func renumber(e *norn.Error, j, i int) *norn.Error {
+	from, to := fmt.Sprintf("ops[%d]", j), fmt.Sprintf("ops[%d]", i)
+	if i == j || !strings.HasPrefix(e.Field, from) {
+		return e
+	}
+	c := *e
+	c.Field = to + strings.TrimPrefix(e.Field, from)
+	return &c
 }

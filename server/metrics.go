@@ -22,6 +22,9 @@ import (
 // (claimed through another node, or before a restart).
 const unknownQueue = "(unknown)"
 
+// otherQueue labels the activity of queues past Config.MetricsMaxQueues.
+const otherQueue = "(other)"
+
 // maxTracked bounds the claims remembered for end-to-end latency and the
 // queue label of finish calls; beyond it new claims are not tracked.
 const maxTracked = 1 << 16
@@ -44,6 +47,64 @@ type metrics struct {
 
 	mu     sync.Mutex
 	claims map[string]claimInfo // task id → what finish calls need
+
+	// queues are the queues with series of their own (queueLabels).
+	queues *queueLabels
+	counts *countsCollector
+}
+
+// queueLabels bounds the queue label of every per-queue series: each queue
+// takes a place when it is first seen, while places are left; the others
+// are counted under queue="(other)". A queue's place and series go when it
+// holds no tasks (prune, at a scrape), so a store whose queues come and go
+// does not grow /metrics (and the server's memory) without end.
+type queueLabels struct {
+	mu  sync.Mutex
+	max int
+	set map[string]bool
+}
+
+func newQueueLabels(max int) *queueLabels {
+	return &queueLabels{max: max, set: map[string]bool{}}
+}
+
+// label returns the label of queue q.
+func (l *queueLabels) label(q string) string {
+	if q == unknownQueue || q == otherQueue {
+		return q
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.set[q] {
+		return q
+	}
+	if len(l.set) < l.max {
+		l.set[q] = true
+		return q
+	}
+	return otherQueue
+}
+
+// prune frees the places of the queues that hold no tasks (present says
+// which do) and returns them.
+func (l *queueLabels) prune(present map[string]bool) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var gone []string
+	for q := range l.set {
+		if !present[q] {
+			delete(l.set, q)
+			gone = append(gone, q)
+		}
+	}
+	return gone
+}
+
+// size is how many queues have places.
+func (l *queueLabels) size() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.set)
 }
 
 type claimInfo struct {
@@ -55,7 +116,10 @@ type claimInfo struct {
 // latency of delayed or retried tasks can be hours.
 var latencyBuckets = prometheus.ExponentialBuckets(0.001, 4, 13)
 
-func newMetrics(reg *prometheus.Registry, store norn.Store) (*metrics, error) {
+func newMetrics(reg *prometheus.Registry, store norn.Store, maxQueues int, storeInterval time.Duration) (*metrics, error) {
+	if maxQueues <= 0 {
+		maxQueues = DefaultMetricsMaxQueues
+	}
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -98,13 +162,15 @@ func newMetrics(reg *prometheus.Registry, store norn.Store) (*metrics, error) {
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "norn", Name: "requests_refused_total",
 			Help: "Requests refused by the server's abuse limits, by the limit that refused them."}, []string{"reason"}),
 		claims: map[string]claimInfo{},
+		queues: newQueueLabels(maxQueues),
 	}
+	m.counts = &countsCollector{store: store, m: m, every: storeInterval}
 	for _, r := range refusalReasons {
 		m.refused.WithLabelValues(r) // every reason is exported from the start, at 0
 	}
 	for _, c := range []prometheus.Collector{m.submittedTotal, m.claimedTotal, m.completedTotal, m.failedTotal,
 		m.abortedTotal, m.yieldedTotal, m.snoozedTotal, m.timedOutTotal, m.retriedTotal, m.redrivenTotal, m.claimLatency, m.endToEnd,
-		m.httpRequests, m.httpDuration, m.authFailures, m.refused, &countsCollector{store: store},
+		m.httpRequests, m.httpDuration, m.authFailures, m.refused, m.counts,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "norn", Name: "http_requests_in_flight",
 			Help: "HTTP requests being served (long polls and streams included)."},
 			func() float64 { return float64(m.inFlight.Load()) })} {
@@ -115,12 +181,38 @@ func newMetrics(reg *prometheus.Registry, store norn.Store) (*metrics, error) {
 	return m, nil
 }
 
+// handler serves /metrics: the store's figures are read (at most once per
+// interval) before anything is gathered, so a queue dropped by that read
+// has none of its series in the same answer.
 func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m.counts != nil {
+			m.counts.refresh()
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (m *metrics) submitted(queue string, n int) {
-	m.submittedTotal.WithLabelValues(queue).Add(float64(n))
+	m.submittedTotal.WithLabelValues(m.queues.label(queue)).Add(float64(n))
+}
+
+// perQueue are the vectors with a queue label, whose series a pruned queue
+// loses.
+func (m *metrics) perQueue() []interface{ DeleteLabelValues(...string) bool } {
+	return []interface{ DeleteLabelValues(...string) bool }{m.submittedTotal, m.claimedTotal, m.completedTotal,
+		m.failedTotal, m.abortedTotal, m.yieldedTotal, m.snoozedTotal, m.timedOutTotal, m.retriedTotal, m.redrivenTotal,
+		m.claimLatency, m.endToEnd}
+}
+
+// prune drops the series of the queues that hold no tasks.
+func (m *metrics) prune(present map[string]bool) {
+	for _, q := range m.queues.prune(present) {
+		for _, v := range m.perQueue() {
+			v.DeleteLabelValues(q)
+		}
+	}
 }
 
 // claimed counts claimed tasks, observes how long each waited and
@@ -132,13 +224,14 @@ func (m *metrics) claimed(tasks []*norn.Task, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, t := range tasks {
-		m.claimedTotal.WithLabelValues(t.Queue).Inc()
+		q := m.queues.label(t.Queue)
+		m.claimedTotal.WithLabelValues(q).Inc()
 		since := t.Created
 		if t.RunAt.After(since) {
 			since = t.RunAt
 		}
 		if d := now.Sub(since); d >= 0 {
-			m.claimLatency.WithLabelValues(t.Queue).Observe(d.Seconds())
+			m.claimLatency.WithLabelValues(q).Observe(d.Seconds())
 		}
 		if _, ok := m.claims[t.ID]; ok || len(m.claims) < maxTracked {
 			m.claims[t.ID] = claimInfo{queue: t.Queue, created: t.Created}
@@ -157,7 +250,7 @@ func (m *metrics) finished(op norn.LeaseOpKind, id string, now time.Time) {
 	m.mu.Unlock()
 	q := unknownQueue
 	if ok {
-		q = ci.queue
+		q = m.queues.label(ci.queue)
 	}
 	switch op {
 	case norn.OpComplete:
@@ -183,11 +276,11 @@ func (m *metrics) finished(op norn.LeaseOpKind, id string, now time.Time) {
 func (m *metrics) observeEvent(e norn.Event) {
 	switch e.Kind {
 	case norn.EventKind(norn.TaskTimeout):
-		m.timedOutTotal.WithLabelValues(e.Queue).Inc()
+		m.timedOutTotal.WithLabelValues(m.queues.label(e.Queue)).Inc()
 	case norn.EventKind(norn.TaskRetry):
-		m.retriedTotal.WithLabelValues(e.Queue).Inc()
+		m.retriedTotal.WithLabelValues(m.queues.label(e.Queue)).Inc()
 	case norn.EventKind(norn.TaskRedrive):
-		m.redrivenTotal.WithLabelValues(e.Queue).Inc()
+		m.redrivenTotal.WithLabelValues(m.queues.label(e.Queue)).Inc()
 		return
 	case norn.EventKind(norn.TaskCancel), norn.EventDeleted, norn.EventKind(norn.TaskAbort):
 	default:
@@ -292,9 +385,18 @@ func (w *statusWriter) Flush() {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // countsCollector asks the store for per queue×status counts at scrape
-// time, so the gauges are exact and cost nothing between scrapes.
+// time, at most once per interval (a scrape in between shows the last
+// figures), so the gauges are exact as of that read, cost nothing between
+// scrapes, and polling /metrics in a loop cannot load the store. Queues
+// past the label cap are summed under queue="(other)".
 type countsCollector struct {
 	store norn.Store
+	m     *metrics
+	every time.Duration
+
+	mu   sync.Mutex // one read at a time; the others wait for it
+	at   time.Time
+	last []prometheus.Metric
 }
 
 var (
@@ -311,6 +413,9 @@ var (
 	claimPathDesc = prometheus.NewDesc("norn_store_claims_total",
 		"Claims of one queue served by each claim path of the store on this node (PostgreSQL: plain, shared, rated, keyed, exclusive).",
 		[]string{"path"}, nil)
+	queuesDesc = prometheus.NewDesc("norn_metrics_queues",
+		"Queues with series of their own in /metrics; past norn_metrics_queues_max, activity is counted under queue=\"(other)\".", nil, nil)
+	queuesMaxDesc = prometheus.NewDesc("norn_metrics_queues_max", "The most queues with series of their own (Config.MetricsMaxQueues).", nil, nil)
 )
 
 func (c *countsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -321,39 +426,96 @@ func (c *countsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- heldDesc
 	ch <- flowRunningDesc
 	ch <- claimPathDesc
+	ch <- queuesDesc
+	ch <- queuesMaxDesc
+}
+
+// refresh reads the store's figures unless the last read is recent.
+func (c *countsCollector) refresh() []prometheus.Metric {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.last == nil || time.Since(c.at) >= c.every {
+		c.last, c.at = c.read(), time.Now()
+	}
+	return c.last
 }
 
 func (c *countsCollector) Collect(ch chan<- prometheus.Metric) {
+	last := c.refresh()
+	for _, m := range last {
+		ch <- m
+	}
+	ch <- prometheus.MustNewConstMetric(queuesDesc, prometheus.GaugeValue, float64(c.m.queues.size()))
+	ch <- prometheus.MustNewConstMetric(queuesMaxDesc, prometheus.GaugeValue, float64(c.m.queues.max))
+}
+
+// read reads the store's figures, and drops the series of queues that
+// hold no tasks any more.
+func (c *countsCollector) read() []prometheus.Metric {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	st, err := c.store.Stats(ctx)
 	if err != nil {
-		ch <- prometheus.MustNewConstMetric(storeUpDesc, prometheus.GaugeValue, 0)
-		return
+		return []prometheus.Metric{prometheus.MustNewConstMetric(storeUpDesc, prometheus.GaugeValue, 0)}
 	}
-	ch <- prometheus.MustNewConstMetric(storeUpDesc, prometheus.GaugeValue, 1)
+	out := []prometheus.Metric{prometheus.MustNewConstMetric(storeUpDesc, prometheus.GaugeValue, 1)}
+	present := make(map[string]bool)
+	type qs struct{ queue, status string }
+	sums := map[qs]int64{}
+	var order []qs
 	for _, g := range st.Counts {
-		ch <- prometheus.MustNewConstMetric(tasksDesc, prometheus.GaugeValue, float64(g.Count), g.Queue, string(g.Status))
+		present[g.Queue] = true
 	}
-	ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(st.Workers))
-	ch <- prometheus.MustNewConstMetric(activeDesc, prometheus.GaugeValue, float64(st.ActiveWorkers))
+	c.m.prune(present)
+	for _, g := range st.Counts {
+		k := qs{c.m.queues.label(g.Queue), string(g.Status)}
+		if _, ok := sums[k]; !ok {
+			order = append(order, k)
+		}
+		sums[k] += g.Count
+	}
+	for _, k := range order {
+		out = append(out, prometheus.MustNewConstMetric(tasksDesc, prometheus.GaugeValue, float64(sums[k]), k.queue, k.status))
+	}
+	out = append(out, prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(st.Workers)),
+		prometheus.MustNewConstMetric(activeDesc, prometheus.GaugeValue, float64(st.ActiveWorkers)))
 	if cp, ok := c.store.(norn.ClaimPathReporter); ok {
 		for _, pc := range cp.ClaimPaths() {
-			ch <- prometheus.MustNewConstMetric(claimPathDesc, prometheus.CounterValue, float64(pc.Claims), pc.Path)
+			out = append(out, prometheus.MustNewConstMetric(claimPathDesc, prometheus.CounterValue, float64(pc.Claims), pc.Path))
 		}
 	}
-	if fr, ok := c.store.(norn.FlowReporter); ok {
-		flow, err := fr.FlowStats(ctx)
-		if err != nil {
-			return // norn_store_up already said the store answered; the flow figures are just absent
+	fr, ok := c.store.(norn.FlowReporter)
+	if !ok {
+		return out
+	}
+	flow, err := fr.FlowStats(ctx)
+	if err != nil {
+		return out // norn_store_up already said the store answered; the flow figures are just absent
+	}
+	running := map[string]int64{}
+	held := map[[2]string]int64{}
+	seen := map[string]bool{}
+	var queues []string
+	for _, f := range flow {
+		q := c.m.queues.label(f.Queue)
+		if !seen[q] {
+			seen[q] = true
+			queues = append(queues, q)
 		}
-		for _, f := range flow {
-			if f.Limited {
-				ch <- prometheus.MustNewConstMetric(flowRunningDesc, prometheus.GaugeValue, float64(f.Running), f.Queue)
-			}
-			for _, r := range norn.HoldReasons {
-				ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.CounterValue, float64(f.Held.Of(r)), f.Queue, string(r))
-			}
+		if f.Limited {
+			running[q] += int64(f.Running)
+		}
+		for _, r := range norn.HoldReasons {
+			held[[2]string{q, string(r)}] += int64(f.Held.Of(r))
 		}
 	}
+	for _, q := range queues {
+		if n, ok := running[q]; ok {
+			out = append(out, prometheus.MustNewConstMetric(flowRunningDesc, prometheus.GaugeValue, float64(n), q))
+		}
+		for _, r := range norn.HoldReasons {
+			out = append(out, prometheus.MustNewConstMetric(heldDesc, prometheus.CounterValue, float64(held[[2]string{q, string(r)}]), q, string(r)))
+		}
+	}
+	return out
 }

@@ -135,7 +135,7 @@ func TestMetricsFlow(t *testing.T) {
 // TestMetricsObserveEvent covers the event-driven counters directly.
 func TestMetricsObserveEvent(t *testing.T) {
 	t.Parallel()
-	m, err := newMetrics(nil, nil)
+	m, err := newMetrics(nil, nil, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

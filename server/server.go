@@ -42,6 +42,12 @@ type Server struct {
 	// authentications per address (limits.go).
 	streams *streamLimiter
 	fails   *failureLimiter
+	// patches serializes PATCHes of one queue or schedule (scope.go).
+	patches keyedMutex
+	// workers reads worker registrations to bind worker ids to tokens
+	// (identity.go); nil when the store cannot.
+	workers norn.WorkerRegistry
+	cache   workerCache
 
 	// drainCtx is cancelled when shutdown starts, which ends long-poll
 	// claims and event streams so they do not hold up the drain.
@@ -64,6 +70,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens),
 		streams: newStreamLimiter(cfg.MaxStreams, cfg.MaxStreamsPerCaller), fails: newFailureLimiter(cfg.MaxAuthFailures, time.Minute)}
+	s.workers, _ = cfg.Store.(norn.WorkerRegistry)
+	if s.workers == nil && len(cfg.Tokens) > 0 {
+		cfg.Logger.Warn("worker identity is not enforced: the store cannot read back worker registrations (norn.WorkerRegistry), so a worker token may claim and make lease calls as any worker id")
+	}
 	if cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 		if err != nil {
@@ -79,7 +89,7 @@ func New(cfg Config) (*Server, error) {
 				tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 			}}
 	}
-	s.m, err = newMetrics(cfg.Registry, cfg.Store)
+	s.m, err = newMetrics(cfg.Registry, cfg.Store, cfg.MetricsMaxQueues, cfg.MetricsStoreInterval)
 	if err != nil {
 		return nil, err
 	}
@@ -311,7 +321,7 @@ func (s *Server) wrap(rt route) http.Handler {
 		if !rt.public {
 			if s.auth != nil {
 				if wait := s.fails.blocked(clientAddr(r)); wait > 0 {
-					w.Header().Set("Connection", "close")
+					closeNow(w)
 					s.writeError(w, r, &refusal{reason: refusedAuthFailures, err: &wire.StatusError{Status: http.StatusTooManyRequests, RetryAfter: wait,
 						Err: norn.Errorf(norn.CodeUnauthenticated, "too many failed authentications from this address; retry later")}})
 					return
@@ -323,7 +333,7 @@ func (s *Server) wrap(rt route) http.Handler {
 				s.m.authFailures.Inc()
 				// The body is not read: close the connection rather
 				// than wait for the rest of it.
-				w.Header().Set("Connection", "close")
+				closeNow(w)
 				s.writeError(w, r, err)
 				return
 			}
@@ -340,7 +350,7 @@ func (s *Server) wrap(rt route) http.Handler {
 			return
 		}
 		if err := checkContentType(r); err != nil {
-			w.Header().Set("Connection", "close")
+			closeNow(w)
 			s.writeError(w, r, err)
 			return
 		}
@@ -351,4 +361,15 @@ func (s *Server) wrap(rt route) http.Handler {
 			s.writeError(w, r, err)
 		}
 	})
+}
+
+// closeNow makes the connection of a request whose body will not be read
+// close as soon as the answer is written. Connection: close alone is not
+// enough: the server still reads what is left of a small body before it
+// closes, so a client announcing a body and never sending it held the
+// connection until the body read timeout (30 s). A read deadline in the
+// past ends that read at once.
+func closeNow(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(-time.Second))
 }

@@ -259,6 +259,9 @@ func (rf *retryFlags) policy(fs *pflag.FlagSet) (*norn.RetryPolicy, error) {
 		}
 		return nil, nil
 	}
+	if rf.retries < 0 {
+		return nil, usagef("--retry must not be negative")
+	}
 	if err := norn.ValidateCount("--retry", rf.retries); err != nil {
 		return nil, usagef("%v", err)
 	}

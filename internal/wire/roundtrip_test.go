@@ -236,12 +236,16 @@ func TestRoundTrip(t *testing.T) {
 			plainResponse(t, filled[norn.TxnResult](t))
 		},
 		"POST /v1/workers": func(t *testing.T) {
+			// The registrar is the server's: it never travels.
 			info := filled[norn.WorkerInfo](t)
+			info.Registrar = ""
 			request(t, marshalRequest(t, info), info)
 			plainResponse(t, RegisterResponse{ID: "worker-1"})
 		},
 		"GET /v1/workers": func(t *testing.T) {
-			plainResponse(t, WorkersResponse{Workers: []norn.WorkerInfo{filled[norn.WorkerInfo](t)}})
+			info := filled[norn.WorkerInfo](t)
+			info.Registrar = ""
+			plainResponse(t, WorkersResponse{Workers: []norn.WorkerInfo{info}})
 		},
 		"GET /v1/whoami": func(t *testing.T) {
 			plainResponse(t, WhoamiResponse{Role: "client", Queues: []string{"a"}, Auth: true})
@@ -320,8 +324,16 @@ func TestRoundTrip(t *testing.T) {
 			plainResponse(t, QueueResponse{Queue: filled[norn.QueueInfo](t)})
 		},
 		"PATCH /v1/queues/{queue}": func(t *testing.T) {
+			// The client names every nested member it carries, so the
+			// server's patch completes nothing from the queue's settings.
 			u := filled[norn.QueueUpdate](t)
-			request(t, marshalRequest(t, u), u)
+			var p QueuePatch
+			if err := DecodeStrict(marshalRequest(t, FromQueueUpdate(u)), &p, ""); err != nil {
+				t.Fatal(err)
+			}
+			if got := p.Update(norn.QueueInfo{}); !reflect.DeepEqual(got, u) {
+				t.Fatalf("queue update %+v, want %+v", got, u)
+			}
 			plainResponse(t, QueueResponse{Queue: filled[norn.QueueInfo](t)})
 		},
 		"GET /v1/queues/{queue}/keys/{key}": func(t *testing.T) {
@@ -350,7 +362,13 @@ func TestRoundTrip(t *testing.T) {
 		},
 		"PATCH /v1/schedules/{name}": func(t *testing.T) {
 			u := filled[norn.ScheduleUpdate](t)
-			request(t, marshalRequest(t, u), u)
+			var p SchedulePatch
+			if err := DecodeStrict(marshalRequest(t, FromScheduleUpdate(u)), &p, ""); err != nil {
+				t.Fatal(err)
+			}
+			if got := p.Update(&norn.Schedule{}); !reflect.DeepEqual(got, u) {
+				t.Fatalf("schedule update %+v, want %+v", got, u)
+			}
 			s := filled[norn.Schedule](t)
 			plainResponse(t, ScheduleResponse{Schedule: &s})
 		},
