@@ -99,13 +99,6 @@ func (r KafkaResult) pct(n int) float64 {
 	return 100 * float64(n) / float64(r.Received)
 }
 
-func (r KafkaResult) String() string {
-	return fmt.Sprintf("sent %d, received %d (dups %d) in %.1fs: %.0f msg/s; early %d (%.2f%%), over 5ms early %d (%.3f%%), "+
-		"p99.9 early %s, max early %s; lateness p50 %s p99 %s p99.9 %s max %s",
-		r.Sent, r.Received, r.Duplicates, r.Seconds, r.Throughput, r.Early, r.pct(r.Early), r.EarlyOver5ms, r.pct(r.EarlyOver5ms),
-		r.EarlyP999, r.MaxEarly, r.P50, r.P99, r.P999, r.Max)
-}
-
 var kafkaSeq atomic.Int64
 
 // seqHeader carries the message number through the bridge (it is not a

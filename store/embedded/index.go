@@ -246,14 +246,6 @@ func (h readyHeap) down(i0, n int) bool {
 	return i > i0
 }
 
-// init establishes the heap order over all entries.
-func (h readyHeap) init() {
-	n := len(h)
-	for i := n/2 - 1; i >= 0; i-- {
-		h.down(i, n)
-	}
-}
-
 // push adds e.
 func (h *readyHeap) push(e readyEnt) {
 	e.t.heapIdx = int32(len(*h))

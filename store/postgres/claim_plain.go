@@ -15,21 +15,8 @@ import (
 // yet seen limited) is claimed from its ready rows with one lease claim
 // statement (batches.go), behind the queue's gate held shared.
 
-// buildAssignSQL assigns the tasks the CTE c selects ($3 now, $4 worker,
-// $5 lease length override, $6 history cap) and returns them in claim
-// order.
-func (s *Store) buildAssignSQL(c string) string {
-	return s.buildAssignSQLUnordered(c) + claimOrder
-}
-
 // claimOrder puts an assign statement's rows in claim order.
 const claimOrder = ` ORDER BY upd.priority DESC, upd.ready_at, upd.id`
-
-// buildAssignSQLUnordered is buildAssignSQL returning the tasks in no
-// particular order: its caller sorts them (sortClaimed). The sort in the
-// statement copied every claimed row, spec included, into a tuplesort: about
-// 4% of the database's CPU in a burn-down claiming 500 at a time.
-func (s *Store) buildAssignSQLUnordered(c string) string { return s.assignSQL(c, "") }
 
 // buildAssignKeyedSQL is buildAssignSQLUnordered for the claims of the
 // keyed and exclusive flow paths: they also record the task's key in
