@@ -154,29 +154,7 @@ func (c *Command) ServeTask(ctx context.Context, t *Task) error {
 		scanStderr(errR, c.Stderr, tail, t.SetProgress)
 	}()
 
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	var werr error
-	killed := false
-	select {
-	case werr = <-waited:
-	case <-ctx.Done():
-		killed = true
-		if c.KillGrace > 0 {
-			signalGroup(cmd, sigTerm)
-			timer := time.NewTimer(c.KillGrace)
-			select {
-			case werr = <-waited:
-			case <-timer.C:
-				signalGroup(cmd, sigKill)
-				werr = <-waited
-			}
-			timer.Stop()
-		} else {
-			signalGroup(cmd, sigKill)
-			werr = <-waited
-		}
-	}
+	werr, killed := c.wait(ctx, cmd)
 	// Leftover children of the program would keep our pipes open.
 	signalGroup(cmd, sigKill)
 	_ = inW.Close()
@@ -194,42 +172,7 @@ func (c *Command) ServeTask(ctx context.Context, t *Task) error {
 	if killed {
 		return context.Cause(ctx)
 	}
-	if werr == nil {
-		if stdout.over {
-			return WithCode("result_too_large", Abort(fmt.Errorf("stdout is larger than %d bytes", norn.MaxResultBytes)))
-		}
-		if res := ParseResult(stdout.buf.Bytes()); res != nil {
-			if err := t.SetResult(res); err != nil {
-				return WithCode("invalid_result", Abort(err))
-			}
-		}
-		return nil
-	}
-	desc := tail.String()
-	var ee *exec.ExitError
-	if !errors.As(werr, &ee) {
-		return WithCode("exec_failed", fmt.Errorf("%w\n%s", werr, desc))
-	}
-	code := ee.ExitCode()
-	switch {
-	case code == ExitTempFail:
-		if stdout.over {
-			return WithCode("exit_75", fmt.Errorf("exit status 75 (temporary failure)\n%s", desc))
-		}
-		switch sn, ok, err := ParseSnooze(stdout.buf.Bytes()); {
-		case ok && err != nil:
-			return WithCode("invalid_snooze", fmt.Errorf("exit status 75 with %w\n%s", err, desc))
-		case ok && !sn.RunAt.IsZero():
-			return SnoozeUntil(sn.RunAt)
-		case ok:
-			return Snooze(sn.Delay.D())
-		}
-		return WithCode("exit_75", fmt.Errorf("exit status 75 (temporary failure)\n%s", desc))
-	case code < 0:
-		return WithCode("signal", fmt.Errorf("%s\n%s", ee.ProcessState.String(), desc))
-	default:
-		return WithCode("exit_"+strconv.Itoa(code), Abort(fmt.Errorf("exit status %d\n%s", code, desc)))
-	}
+	return outcome(t, werr, stdout, tail)
 }
 
 // ParseResult turns a command's stdout into a task result: JSON as is
@@ -370,5 +313,75 @@ func (t *tailBuffer) String() string {
 func closeAll(files ...*os.File) {
 	for _, f := range files {
 		_ = f.Close()
+	}
+}
+
+// wait waits for the program to exit; when ctx ends first it stops the
+// program's process group (SIGTERM, then SIGKILL after KillGrace) and
+// reports it killed.
+func (c *Command) wait(ctx context.Context, cmd *exec.Cmd) (werr error, killed bool) {
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case werr = <-waited:
+	case <-ctx.Done():
+		killed = true
+		if c.KillGrace > 0 {
+			signalGroup(cmd, sigTerm)
+			timer := time.NewTimer(c.KillGrace)
+			select {
+			case werr = <-waited:
+			case <-timer.C:
+				signalGroup(cmd, sigKill)
+				werr = <-waited
+			}
+			timer.Stop()
+		} else {
+			signalGroup(cmd, sigKill)
+			werr = <-waited
+		}
+	}
+	return werr, killed
+}
+
+// outcome turns how the program ended into the task's: its stdout the
+// result on exit 0, a snooze or a retried failure on exit 75, an abort
+// on any other exit.
+func outcome(t *Task, werr error, stdout *capped, tail *tailBuffer) error {
+	if werr == nil {
+		if stdout.over {
+			return WithCode("result_too_large", Abort(fmt.Errorf("stdout is larger than %d bytes", norn.MaxResultBytes)))
+		}
+		if res := ParseResult(stdout.buf.Bytes()); res != nil {
+			if err := t.SetResult(res); err != nil {
+				return WithCode("invalid_result", Abort(err))
+			}
+		}
+		return nil
+	}
+	desc := tail.String()
+	var ee *exec.ExitError
+	if !errors.As(werr, &ee) {
+		return WithCode("exec_failed", fmt.Errorf("%w\n%s", werr, desc))
+	}
+	code := ee.ExitCode()
+	switch {
+	case code == ExitTempFail:
+		if stdout.over {
+			return WithCode("exit_75", fmt.Errorf("exit status 75 (temporary failure)\n%s", desc))
+		}
+		switch sn, ok, err := ParseSnooze(stdout.buf.Bytes()); {
+		case ok && err != nil:
+			return WithCode("invalid_snooze", fmt.Errorf("exit status 75 with %w\n%s", err, desc))
+		case ok && !sn.RunAt.IsZero():
+			return SnoozeUntil(sn.RunAt)
+		case ok:
+			return Snooze(sn.Delay.D())
+		}
+		return WithCode("exit_75", fmt.Errorf("exit status 75 (temporary failure)\n%s", desc))
+	case code < 0:
+		return WithCode("signal", fmt.Errorf("%s\n%s", ee.ProcessState.String(), desc))
+	default:
+		return WithCode("exit_"+strconv.Itoa(code), Abort(fmt.Errorf("exit status %d\n%s", code, desc)))
 	}
 }
