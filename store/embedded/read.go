@@ -265,6 +265,22 @@ func (s *Store) decodeTaskIn(it *pebble.Iterator, id string, lo []byte, summary 
 		}
 		return t, it.Error()
 	}
+	if err := readTaskTail(it, id, lo, t, a); err != nil {
+		return nil, err
+	}
+	if c != nil {
+		t.History = a.appendHistory(t.History, c.hist)
+	}
+	if lim := s.opts.HistoryLimit; len(t.History) > lim {
+		t.History = append([]norn.HistoryEntry(nil), t.History[len(t.History)-lim:]...)
+	}
+	t.HistoryDropped = int(st.histNext) - len(t.History)
+	return t, nil
+}
+
+// readTaskTail reads what follows a task's core records into t: its
+// errors, history and result (logs are skipped: ReadLog reads them).
+func readTaskTail(it *pebble.Iterator, id string, lo []byte, t *norn.Task, a *taskArena) error {
 	for ok := it.Valid(); ok; {
 		k := it.Key()
 		if !bytes.HasPrefix(k, lo) || len(k) == len(lo) {
@@ -278,19 +294,19 @@ func (s *Store) decodeTaskIn(it *pebble.Iterator, id string, lo []byte, summary 
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return nil, norn.Unavailable(err)
+			return norn.Unavailable(err)
 		}
 		switch suf {
 		case sufError:
 			var e norn.ErrorInfo
 			if err := json.Unmarshal(v, &e); err != nil {
-				return nil, fmt.Errorf("embedded: task %q error record: %w", id, errCorrupt)
+				return fmt.Errorf("embedded: task %q error record: %w", id, errCorrupt)
 			}
 			t.Errors = append(t.Errors, e)
 		case sufHistory:
 			h, err := decodeHistory(v)
 			if err != nil {
-				return nil, fmt.Errorf("embedded: task %q history: %w", id, err)
+				return fmt.Errorf("embedded: task %q history: %w", id, err)
 			}
 			t.History = a.appendHistory(t.History, h)
 		case sufResult:
@@ -299,16 +315,9 @@ func (s *Store) decodeTaskIn(it *pebble.Iterator, id string, lo []byte, summary 
 		ok = it.Next()
 	}
 	if err := it.Error(); err != nil {
-		return nil, norn.Unavailable(err)
+		return norn.Unavailable(err)
 	}
-	if c != nil {
-		t.History = a.appendHistory(t.History, c.hist)
-	}
-	if lim := s.opts.HistoryLimit; len(t.History) > lim {
-		t.History = append([]norn.HistoryEntry(nil), t.History[len(t.History)-lim:]...)
-	}
-	t.HistoryDropped = int(st.histNext) - len(t.History)
-	return t, nil
+	return nil
 }
 
 // readTask reads one task, ErrNotFound when missing.
