@@ -26,30 +26,61 @@ func invalidInput(t *testing.T, setup setupFunc) {
 	run := b.claim("w", "r")
 	r := ref(run)
 	before := b.snapshot()
+	if !json.Valid(badUTF8) {
+		t.Fatal("badUTF8 must be valid JSON apart from its UTF-8")
+	}
+	var cases []invalidCase
+	for _, group := range []func(norn.Store, *testBundle, norn.LeaseRef) []invalidCase{invalidSubmits, invalidCalls, invalidSettings} {
+		cases = append(cases, group(s, b, r)...)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			if tc.field == "" {
+				wantErr(t, tc.name, err, tc.want)
+			} else {
+				wantField(t, tc.name, err, tc.want, tc.field)
+			}
+			b.with(t).unchanged(tc.name, before)
+		})
+	}
+	t.Run("RefusedCallsLeaveTheLeaseAndQueueAlone", func(t *testing.T) {
+		if _, err := s.Heartbeat(t.Context(), r, norn.Heartbeat{}); err != nil {
+			t.Fatalf("heartbeat after refused calls: %v", err)
+		}
+		qi, err := s.Queue(t.Context(), "q")
+		if err != nil || qi.Paused {
+			t.Fatalf("queue q after refused updates: %+v, %v", qi, err)
+		}
+		sameDefaults(t, "queue q after refused updates", qi.Defaults, norn.DefaultQueueDefaults())
+	})
+}
 
+// invalidCase is one refused call: the error it must get, and the field
+// it must name ("" = the contract leaves the field name open).
+type invalidCase struct {
+	name  string
+	call  func() error
+	want  *norn.Error
+	field string
+}
+
+// badUTF8 is valid JSON apart from its UTF-8.
+var badUTF8 = json.RawMessage("{\"name\":\"\xff\xfe\"}")
+
+// invalidSubmits are the refused submits.
+func invalidSubmits(s norn.Store, b *testBundle, r norn.LeaseRef) []invalidCase {
 	sub := func(nts ...norn.NewTask) func() error {
 		return func() error { _, err := s.Submit(b.ctx, nts...); return err }
 	}
 	ok := norn.NewTask{Queue: "q"}
 	bigJSON := json.RawMessage(`"` + strings.Repeat("a", norn.MaxSpecBytes) + `"`)
-	badUTF8 := json.RawMessage("{\"name\":\"\xff\xfe\"}")
-	if !json.Valid(badUTF8) {
-		t.Fatal("badUTF8 must be valid JSON apart from its UTF-8")
-	}
 	labels := map[string]string{}
 	for i := 0; i <= norn.MaxLabels; i++ {
 		labels[fmt.Sprintf("k%d", i)] = "v"
 	}
-	claim := func(req norn.ClaimRequest) func() error {
-		return func() error { _, err := s.Claim(b.ctx, req); return err }
-	}
 	inv, big := norn.ErrInvalidArgument, norn.ErrTooLarge
-	cases := []struct {
-		name  string
-		call  func() error
-		want  *norn.Error
-		field string // "" = the contract leaves the field name open
-	}{
+	return []invalidCase{
 		{"SubmitWithoutQueue", sub(norn.NewTask{}), inv, "tasks[0].queue"},
 		{"SubmitBadQueue", sub(norn.NewTask{Queue: "bad queue!"}), inv, "tasks[0].queue"},
 		{"SubmitLongQueue", sub(norn.NewTask{Queue: strings.Repeat("q", norn.MaxQueueLength+1)}), inv, "tasks[0].queue"},
@@ -74,7 +105,21 @@ func invalidInput(t *testing.T, setup setupFunc) {
 		{"SubmitUniqueForWithoutKey", sub(norn.NewTask{Queue: "q", UniqueFor: dur(time.Minute)}), inv, "tasks[0].unique_for"},
 		{"SubmitNegativeUniqueFor", sub(norn.NewTask{Queue: "q", UniqueKey: "k", UniqueFor: dur(-time.Minute)}), inv, "tasks[0].unique_for"},
 		{"SubmitMissingDependency", sub(ok, norn.NewTask{Queue: "q", DependsOn: []string{"nope"}}), inv, "tasks[1].depends_on[0]"},
+	}
+}
 
+// invalidCalls are the refused updates, claims and lease calls.
+func invalidCalls(s norn.Store, b *testBundle, r norn.LeaseRef) []invalidCase {
+	bigJSON := json.RawMessage(`"` + strings.Repeat("a", norn.MaxSpecBytes) + `"`)
+	labels := map[string]string{}
+	for i := 0; i <= norn.MaxLabels; i++ {
+		labels[fmt.Sprintf("k%d", i)] = "v"
+	}
+	claim := func(req norn.ClaimRequest) func() error {
+		return func() error { _, err := s.Claim(b.ctx, req); return err }
+	}
+	inv, big := norn.ErrInvalidArgument, norn.ErrTooLarge
+	return []invalidCase{
 		{"UpdateBadLabels", func() error {
 			_, err := s.Update(b.ctx, "ready", norn.Update{Labels: map[string]string{"": "v"}})
 			return err
@@ -161,7 +206,18 @@ func invalidInput(t *testing.T, setup setupFunc) {
 			return err
 		}, inv, "statuses[0]"},
 		{"DeleteMatchingEmptyFilter", func() error { _, err := s.DeleteMatching(b.ctx, norn.Filter{}); return err }, inv, ""},
+	}
+}
 
+// invalidSettings are the refused queue settings and transactions.
+func invalidSettings(s norn.Store, b *testBundle, r norn.LeaseRef) []invalidCase {
+	ok := norn.NewTask{Queue: "q"}
+	labels := map[string]string{}
+	for i := 0; i <= norn.MaxLabels; i++ {
+		labels[fmt.Sprintf("k%d", i)] = "v"
+	}
+	inv := norn.ErrInvalidArgument
+	return []invalidCase{
 		{"UpdateQueueBadName", func() error {
 			_, err := s.UpdateQueue(b.ctx, "bad q", norn.QueueUpdate{Paused: ptr(true)})
 			return err
@@ -192,25 +248,4 @@ func invalidInput(t *testing.T, setup setupFunc) {
 			return err
 		}, inv, "submit[1].spec"},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.call()
-			if tc.field == "" {
-				wantErr(t, tc.name, err, tc.want)
-			} else {
-				wantField(t, tc.name, err, tc.want, tc.field)
-			}
-			b.with(t).unchanged(tc.name, before)
-		})
-	}
-	t.Run("RefusedCallsLeaveTheLeaseAndQueueAlone", func(t *testing.T) {
-		if _, err := s.Heartbeat(t.Context(), r, norn.Heartbeat{}); err != nil {
-			t.Fatalf("heartbeat after refused calls: %v", err)
-		}
-		qi, err := s.Queue(t.Context(), "q")
-		if err != nil || qi.Paused {
-			t.Fatalf("queue q after refused updates: %+v, %v", qi, err)
-		}
-		sameDefaults(t, "queue q after refused updates", qi.Defaults, norn.DefaultQueueDefaults())
-	})
 }
