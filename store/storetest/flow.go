@@ -233,25 +233,18 @@ type LimitsCase struct {
 // ConcurrentLimitsCase is ConcurrentLimits with the limits, tasks and
 // claimers of c.
 func ConcurrentLimitsCase(t *testing.T, stores []norn.Store, ctx context.Context, c LimitsCase) {
-	var (
-		maxRunning = c.MaxRunning
-		keyLimit   = c.KeyLimit
-		keys       = c.Keys
-		perKey     = c.PerKey
-		workers    = c.Workers
-	)
 	var own map[string]*norn.KeySettings
 	if c.FirstKeyLimit > 0 {
 		own = map[string]*norn.KeySettings{"k0": {Limit: c.FirstKeyLimit}}
 	}
 	s0 := stores[0]
-	_, err := s0.UpdateQueue(ctx, "flow", norn.QueueUpdate{MaxRunning: ptr(maxRunning), KeyLimit: ptr(keyLimit), Keys: own})
+	_, err := s0.UpdateQueue(ctx, "flow", norn.QueueUpdate{MaxRunning: ptr(c.MaxRunning), KeyLimit: ptr(c.KeyLimit), Keys: own})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var nts []norn.NewTask
-	for i := range perKey {
-		for k := range keys {
+	for i := range c.PerKey {
+		for k := range c.Keys {
 			nts = append(nts, norn.NewTask{Queue: "flow", ConcurrencyKey: fmt.Sprintf("k%d", k), Spec: []byte(fmt.Sprint(i))})
 		}
 		nts = append(nts, norn.NewTask{Queue: "flow"})
@@ -259,112 +252,133 @@ func ConcurrentLimitsCase(t *testing.T, stores []norn.Store, ctx context.Context
 	if _, err := s0.Submit(ctx, nts...); err != nil {
 		t.Fatal(err)
 	}
-	limitOf := func(key string) int {
-		switch key {
-		case "":
-			return maxRunning
-		case "k0":
-			if c.FirstKeyLimit > 0 {
-				return c.FirstKeyLimit
-			}
-		}
-		return keyLimit
-	}
-	var (
-		mu        sync.Mutex
-		running   = map[string]int{}
-		total     int
-		completed = map[string]int{}
-		failure   error
-	)
-	fail := func(err error) {
-		mu.Lock()
-		if failure == nil {
-			failure = err
-		}
-		mu.Unlock()
-	}
+	r := &limitsRun{c: c, tasks: len(nts), running: map[string]int{}, completed: map[string]int{}}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	for w := range workers {
+	for w := range c.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s := stores[w%len(stores)]
-			rng := rand.New(rand.NewPCG(uint64(w), 7))
-			for {
-				mu.Lock()
-				finished := len(completed) == len(nts) || failure != nil
-				mu.Unlock()
-				if finished {
-					return
-				}
-				ts, err := s.Claim(ctx, norn.ClaimRequest{Worker: fmt.Sprintf("w%d", w), Queues: []string{"flow"}, N: c.N,
-					Wait: dur(50 * time.Millisecond), Timeout: dur(time.Hour)})
-				if err != nil {
-					fail(fmt.Errorf("Claim: %w", err))
-					return
-				}
-				mu.Lock()
-				for _, tk := range ts {
-					running[tk.ConcurrencyKey]++
-					total++
-					if running[tk.ConcurrencyKey] > limitOf(tk.ConcurrencyKey) || total > maxRunning {
-						failure = fmt.Errorf("over-admitted: key %q has %d running (limit %d), queue %d (max %d)",
-							tk.ConcurrencyKey, running[tk.ConcurrencyKey], limitOf(tk.ConcurrencyKey), total, maxRunning)
-					}
-				}
-				mu.Unlock()
-				time.Sleep(time.Duration(rng.IntN(c.HoldMs)) * time.Millisecond)
-				for _, tk := range ts {
-					mu.Lock()
-					running[tk.ConcurrencyKey]--
-					total--
-					completed[tk.ID]++
-					mu.Unlock()
-					if err := s.Complete(ctx, norn.LeaseRef{TaskID: tk.ID, Worker: tk.Owner, Lease: tk.Lease}, nil); err != nil {
-						fail(fmt.Errorf("Complete(%s): %w", tk.ID, err))
-						return
-					}
-				}
-			}
+			r.work(ctx, stores[w%len(stores)], w)
 		}()
 	}
-	// The store's own view, sampled meanwhile.
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			qi, err := s0.Queue(ctx, "flow")
-			if err != nil {
-				fail(err)
-				return
-			}
-			if n := qi.Counts[norn.StatusRunning]; n > int64(maxRunning) {
-				fail(fmt.Errorf("Queue shows %d running, max_running is %d", n, maxRunning))
-			}
-			for _, k := range qi.Keys {
-				if k.Running > int64(limitOf(k.Key)) {
-					fail(fmt.Errorf("Queue shows key %q with %d running, limit %d", k.Key, k.Running, limitOf(k.Key)))
-				}
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
+	go r.sample(ctx, s0, done)
 	wg.Wait()
 	close(done)
+	r.mu.Lock()
+	failure := r.failure
+	r.mu.Unlock()
 	if failure != nil {
 		t.Fatal(failure)
 	}
-	for id, n := range completed {
+	for id, n := range r.completed {
 		if n != 1 {
 			t.Fatalf("task %s was claimed %d times", id, n)
 		}
 	}
-	if len(completed) != len(nts) {
-		t.Fatalf("%d of %d tasks completed", len(completed), len(nts))
+	if len(r.completed) != len(nts) {
+		t.Fatalf("%d of %d tasks completed", len(r.completed), len(nts))
+	}
+}
+
+// limitsRun is one ConcurrentLimitsCase in progress: what its claimers
+// hold, what they completed, and the first failure.
+type limitsRun struct {
+	c         LimitsCase
+	tasks     int
+	mu        sync.Mutex
+	running   map[string]int
+	total     int
+	completed map[string]int
+	failure   error
+}
+
+// limitOf is the limit of key ("": tasks without a key, bounded by
+// max_running only).
+func (r *limitsRun) limitOf(key string) int {
+	switch key {
+	case "":
+		return r.c.MaxRunning
+	case "k0":
+		if r.c.FirstKeyLimit > 0 {
+			return r.c.FirstKeyLimit
+		}
+	}
+	return r.c.KeyLimit
+}
+
+func (r *limitsRun) fail(err error) {
+	r.mu.Lock()
+	if r.failure == nil {
+		r.failure = err
+	}
+	r.mu.Unlock()
+}
+
+// work is one claimer: it claims, checks that no limit is exceeded by
+// what the claimers hold, holds its tasks a random while, and completes
+// them, until every task completed or something failed.
+func (r *limitsRun) work(ctx context.Context, s norn.Store, w int) {
+	rng := rand.New(rand.NewPCG(uint64(w), 7))
+	for {
+		r.mu.Lock()
+		finished := len(r.completed) == r.tasks || r.failure != nil
+		r.mu.Unlock()
+		if finished {
+			return
+		}
+		ts, err := s.Claim(ctx, norn.ClaimRequest{Worker: fmt.Sprintf("w%d", w), Queues: []string{"flow"}, N: r.c.N,
+			Wait: dur(50 * time.Millisecond), Timeout: dur(time.Hour)})
+		if err != nil {
+			r.fail(fmt.Errorf("Claim: %w", err))
+			return
+		}
+		r.mu.Lock()
+		for _, tk := range ts {
+			r.running[tk.ConcurrencyKey]++
+			r.total++
+			if r.running[tk.ConcurrencyKey] > r.limitOf(tk.ConcurrencyKey) || r.total > r.c.MaxRunning {
+				r.failure = fmt.Errorf("over-admitted: key %q has %d running (limit %d), queue %d (max %d)",
+					tk.ConcurrencyKey, r.running[tk.ConcurrencyKey], r.limitOf(tk.ConcurrencyKey), r.total, r.c.MaxRunning)
+			}
+		}
+		r.mu.Unlock()
+		time.Sleep(time.Duration(rng.IntN(r.c.HoldMs)) * time.Millisecond)
+		for _, tk := range ts {
+			r.mu.Lock()
+			r.running[tk.ConcurrencyKey]--
+			r.total--
+			r.completed[tk.ID]++
+			r.mu.Unlock()
+			if err := s.Complete(ctx, norn.LeaseRef{TaskID: tk.ID, Worker: tk.Owner, Lease: tk.Lease}, nil); err != nil {
+				r.fail(fmt.Errorf("Complete(%s): %w", tk.ID, err))
+				return
+			}
+		}
+	}
+}
+
+// sample checks the store's own view of the running tasks until done.
+func (r *limitsRun) sample(ctx context.Context, s norn.Store, done <-chan struct{}) {
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		qi, err := s.Queue(ctx, "flow")
+		if err != nil {
+			r.fail(err)
+			return
+		}
+		if n := qi.Counts[norn.StatusRunning]; n > int64(r.c.MaxRunning) {
+			r.fail(fmt.Errorf("Queue shows %d running, max_running is %d", n, r.c.MaxRunning))
+		}
+		for _, k := range qi.Keys {
+			if k.Running > int64(r.limitOf(k.Key)) {
+				r.fail(fmt.Errorf("Queue shows key %q with %d running, limit %d", k.Key, k.Running, r.limitOf(k.Key)))
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }
