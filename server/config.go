@@ -145,7 +145,7 @@ const (
 	DefaultMaxEventStreams          = 256
 	DefaultMaxEventStreamsPerCaller = 16
 	DefaultMetricsMaxQueues         = 1000
-	DefaultMetricsInterval     = time.Second
+	DefaultMetricsInterval          = time.Second
 	// DefaultMaxHeaderBytes bounds request headers (Go's default is 1 MiB).
 	DefaultMaxHeaderBytes = 64 << 10
 )
