@@ -129,3 +129,15 @@ func (op *LeaseOp) ValidateRange() error {
 func (o RetryOptions) Validate() error {
 	return ValidateTime("run_at", o.RunAt)
 }
+
+// ValidateRange checks a log append's sequence number against what the
+// stores hold.
+func (l LogAppend) ValidateRange() error {
+	return ValidateSeq("seq", l.Seq)
+}
+
+// ValidateRange checks a requirement's version against what the stores
+// hold; field names the requirement ("require[2]").
+func (r Requirement) ValidateRange(field string) error {
+	return ValidateSeq(field+".version", r.Version)
+}

@@ -53,11 +53,12 @@ type Config struct {
 	// queue="(other)". A queue's series are dropped once it holds no
 	// tasks, which frees its place. Default 1000.
 	MetricsMaxQueues int
-	// MetricsStoreInterval is how often at most /metrics reads the store's
-	// figures (task counts, workers, flow); scrapes in between show the
-	// last ones, so polling /metrics in a loop costs the store one read
-	// per interval. Default 1s.
-	MetricsStoreInterval time.Duration
+	// MetricsInterval is how often at most /metrics is computed (the
+	// store's figures read, every series gathered, the answer encoded);
+	// scrapes in between get the last answer, so polling /metrics in a
+	// loop costs the server and the store one answer per interval.
+	// Default 1s, well below any scrape interval.
+	MetricsInterval time.Duration
 
 	// MaxBodyBytes caps every request body. Default 8 MiB.
 	MaxBodyBytes int64
@@ -84,6 +85,13 @@ type Config struct {
 	// MaxStreamsPerCaller is MaxStreams for one token (or, without
 	// tokens, one client address). Default 256.
 	MaxStreamsPerCaller int
+	// MaxEventStreams caps the event streams (GET /v1/events) open at
+	// once, within MaxStreams: every stream receives every event it
+	// follows, so their number multiplies the server's output. Default 256.
+	MaxEventStreams int
+	// MaxEventStreamsPerCaller is MaxEventStreams for one token (or,
+	// without tokens, one client address). Default 16.
+	MaxEventStreamsPerCaller int
 	// MaxAuthFailures is how many failed authentications one client
 	// address may make per minute; past it its requests are refused with
 	// 429 until the minute is over. Default 30.
@@ -125,17 +133,19 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultAddr                 = "127.0.0.1:7070"
-	DefaultMaxBodyBytes         = 8 << 20
-	DefaultPingInterval         = 15 * time.Second
-	DefaultShutdownTimeout      = 30 * time.Second
-	DefaultMaxResponseBytes     = 64 << 20
-	DefaultBodyReadTimeout      = 30 * time.Second
-	DefaultMaxStreams           = 4096
-	DefaultMaxStreamsPerCaller  = 256
-	DefaultMaxAuthFailures      = 30
-	DefaultMetricsMaxQueues     = 1000
-	DefaultMetricsStoreInterval = time.Second
+	DefaultAddr                     = "127.0.0.1:7070"
+	DefaultMaxBodyBytes             = 8 << 20
+	DefaultPingInterval             = 15 * time.Second
+	DefaultShutdownTimeout          = 30 * time.Second
+	DefaultMaxResponseBytes         = 64 << 20
+	DefaultBodyReadTimeout          = 30 * time.Second
+	DefaultMaxStreams               = 4096
+	DefaultMaxStreamsPerCaller      = 256
+	DefaultMaxAuthFailures          = 30
+	DefaultMaxEventStreams          = 256
+	DefaultMaxEventStreamsPerCaller = 16
+	DefaultMetricsMaxQueues         = 1000
+	DefaultMetricsInterval          = time.Second
 	// DefaultMaxHeaderBytes bounds request headers (Go's default is 1 MiB).
 	DefaultMaxHeaderBytes = 64 << 10
 )
@@ -184,7 +194,9 @@ func (c Config) withDefaults() (Config, error) {
 		v    *int
 		def  int
 	}{{"MaxStreams", &c.MaxStreams, DefaultMaxStreams}, {"MaxStreamsPerCaller", &c.MaxStreamsPerCaller, DefaultMaxStreamsPerCaller},
-		{"MaxAuthFailures", &c.MaxAuthFailures, DefaultMaxAuthFailures}, {"MetricsMaxQueues", &c.MetricsMaxQueues, DefaultMetricsMaxQueues}} {
+		{"MaxAuthFailures", &c.MaxAuthFailures, DefaultMaxAuthFailures}, {"MetricsMaxQueues", &c.MetricsMaxQueues, DefaultMetricsMaxQueues},
+		{"MaxEventStreams", &c.MaxEventStreams, DefaultMaxEventStreams},
+		{"MaxEventStreamsPerCaller", &c.MaxEventStreamsPerCaller, DefaultMaxEventStreamsPerCaller}} {
 		if *f.v == 0 {
 			*f.v = f.def
 		}
@@ -192,11 +204,11 @@ func (c Config) withDefaults() (Config, error) {
 			return c, norn.Invalid(f.name, "must not be negative, got %d", *f.v)
 		}
 	}
-	if c.MetricsStoreInterval == 0 {
-		c.MetricsStoreInterval = DefaultMetricsStoreInterval
+	if c.MetricsInterval == 0 {
+		c.MetricsInterval = DefaultMetricsInterval
 	}
-	if c.MetricsStoreInterval < 0 {
-		return c, norn.Invalid("MetricsStoreInterval", "must not be negative")
+	if c.MetricsInterval < 0 {
+		return c, norn.Invalid("MetricsInterval", "must not be negative")
 	}
 	if c.BodyReadTimeout == 0 {
 		c.BodyReadTimeout = DefaultBodyReadTimeout

@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	_ "embed"
-	"encoding/json"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -121,9 +119,10 @@ func (s *Server) handleSweep(w http.ResponseWriter, r *http.Request) error {
 }
 
 // handleEvents streams task state changes as server-sent events until the
-// client goes away or the server shuts down. The subscription is made
-// before the headers are sent, so a client that has the response headers
-// will see every later change.
+// client goes away or the server shuts down. The stream joins the hub
+// (events.go) before the headers are sent, so a client that has the
+// response headers will see every later change, or a Lagged event saying
+// how many it missed.
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	f, err := wire.ParseEventFilter(r.URL.Query())
 	if err != nil {
@@ -133,35 +132,24 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	if f.Queues, err = p.scopeQueues(f.Queues); err != nil {
 		return err
 	}
-	release, err := s.streams.acquire(callerKey(p, r))
+	caller := callerKey(p, r)
+	release, err := s.eventStreams.acquire(caller)
 	if err != nil {
 		return err
 	}
 	defer release()
-	rc := http.NewResponseController(w)
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	stop := context.AfterFunc(s.drainCtx, cancel)
-	defer stop()
-	stream, err := s.store.Subscribe(ctx, f)
+	releaseAll, err := s.streams.acquire(caller)
 	if err != nil {
 		return err
 	}
-	defer stream.Close()
+	defer releaseAll()
+	sub, err := s.events.subscribe(f)
+	if err != nil {
+		return err
+	}
+	defer s.events.unsubscribe(sub)
 
-	// Next blocks, so a goroutine feeds events to the loop that also pings.
-	events := make(chan norn.Event)
-	go func() {
-		defer close(events)
-		for stream.Next() {
-			select {
-			case events <- stream.Item():
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-
+	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -172,28 +160,32 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	ping := time.NewTicker(s.cfg.PingInterval)
 	defer ping.Stop()
+	var buf []byte
 	for {
+		var ended bool
 		select {
-		case <-ctx.Done():
+		case <-r.Context().Done():
+			return nil
+		case <-s.drainCtx.Done():
 			return nil
 		case <-ping.C:
-			if _, err := fmt.Fprint(w, ": ping\n\n"); err != nil {
+			buf = append(buf[:0], ": ping\n\n"...)
+		case <-sub.wake:
+			buf, ended = sub.take(buf[:0], time.Now())
+		}
+		if len(buf) > 0 {
+			if _, err := w.Write(buf); err != nil {
 				return nil
 			}
-		case e, ok := <-events:
-			if !ok {
-				return nil
-			}
-			data, err := json.Marshal(e)
-			if err != nil {
-				return nil
-			}
-			if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", e.Kind, data); err != nil {
+			if rc.Flush() != nil {
 				return nil
 			}
 		}
-		if rc.Flush() != nil {
+		if ended {
 			return nil
+		}
+		if cap(buf) > maxPendingBytes {
+			buf = nil // a burst's buffer is not kept for the stream's life
 		}
 	}
 }

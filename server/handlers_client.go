@@ -508,7 +508,7 @@ func (s *Server) handleTransact(w http.ResponseWriter, r *http.Request) error {
 		if err := norn.ValidateID(fmt.Sprintf("require[%d].id", i), req.ID); err != nil {
 			return err
 		}
-		if err := norn.ValidateSeq(fmt.Sprintf("require[%d].version", i), req.Version); err != nil {
+		if err := req.ValidateRange(fmt.Sprintf("require[%d]", i)); err != nil {
 			return err
 		}
 		ids = append(ids, req.ID)

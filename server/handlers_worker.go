@@ -218,7 +218,7 @@ func (s *Server) handleAppendLog(w http.ResponseWriter, r *http.Request) error {
 	if err := norn.ValidateJSON("data", b.Data, norn.MaxLogBytes); err != nil {
 		return err
 	}
-	if err := norn.ValidateSeq("seq", b.Seq); err != nil {
+	if err := (norn.LogAppend{Seq: b.Seq}).ValidateRange(); err != nil {
 		return err
 	}
 	ref, err := s.leaseRef(r, b.LeaseOwner)

@@ -26,9 +26,14 @@ const (
 	refusedStreams          = "streams"            // the server's MaxStreams long polls and streams are open (429)
 	refusedStreamsPerCaller = "streams_per_caller" // the caller's MaxStreamsPerCaller are open (429)
 	refusedAuthFailures     = "auth_failures"      // the address failed authentication MaxAuthFailures times (429)
+	// the server's MaxEventStreams, or the caller's
+	// MaxEventStreamsPerCaller, event streams are open (429)
+	refusedEventStreams          = "event_streams"
+	refusedEventStreamsPerCaller = "event_streams_per_caller"
 )
 
-var refusalReasons = []string{refusedBodyTooLarge, refusedBodyTimeout, refusedStreams, refusedStreamsPerCaller, refusedAuthFailures}
+var refusalReasons = []string{refusedBodyTooLarge, refusedBodyTimeout, refusedStreams, refusedStreamsPerCaller, refusedAuthFailures,
+	refusedEventStreams, refusedEventStreamsPerCaller}
 
 // refusal marks the error of a request one of the limits refused, so that
 // writeError counts it by reason; the error it wraps is what the client sees.
@@ -61,10 +66,19 @@ type streamLimiter struct {
 	perCaller        map[string]int
 	total            int
 	maxTotal, maxPer int
+	// what the limiter counts and the reasons of its refusals.
+	what                 string
+	reasonAll, reasonOne string
 }
 
 func newStreamLimiter(maxTotal, maxPer int) *streamLimiter {
-	return &streamLimiter{perCaller: map[string]int{}, maxTotal: maxTotal, maxPer: maxPer}
+	return &streamLimiter{perCaller: map[string]int{}, maxTotal: maxTotal, maxPer: maxPer,
+		what: "long polls and streams", reasonAll: refusedStreams, reasonOne: refusedStreamsPerCaller}
+}
+
+func newEventStreamLimiter(maxTotal, maxPer int) *streamLimiter {
+	return &streamLimiter{perCaller: map[string]int{}, maxTotal: maxTotal, maxPer: maxPer,
+		what: "event streams", reasonAll: refusedEventStreams, reasonOne: refusedEventStreamsPerCaller}
 }
 
 // acquire takes a slot for caller, or refuses with 429.
@@ -72,12 +86,12 @@ func (l *streamLimiter) acquire(caller string) (release func(), err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.total >= l.maxTotal {
-		return nil, &refusal{reason: refusedStreams, err: &wire.StatusError{Status: http.StatusTooManyRequests, RetryAfter: time.Second,
-			Err: norn.Errorf(norn.CodeUnavailable, "the server has %d long polls and streams open, its limit; retry later", l.total)}}
+		return nil, &refusal{reason: l.reasonAll, err: &wire.StatusError{Status: http.StatusTooManyRequests, RetryAfter: time.Second,
+			Err: norn.Errorf(norn.CodeUnavailable, "the server has %d %s open, its limit; retry later", l.total, l.what)}}
 	}
 	if l.perCaller[caller] >= l.maxPer {
-		return nil, &refusal{reason: refusedStreamsPerCaller, err: &wire.StatusError{Status: http.StatusTooManyRequests, RetryAfter: time.Second,
-			Err: norn.Errorf(norn.CodeUnavailable, "this caller has %d long polls and streams open, its limit; retry later", l.perCaller[caller])}}
+		return nil, &refusal{reason: l.reasonOne, err: &wire.StatusError{Status: http.StatusTooManyRequests, RetryAfter: time.Second,
+			Err: norn.Errorf(norn.CodeUnavailable, "this caller has %d %s open, its limit; retry later", l.perCaller[caller], l.what)}}
 	}
 	l.total++
 	l.perCaller[caller]++

@@ -181,17 +181,63 @@ func newMetrics(reg *prometheus.Registry, store norn.Store, maxQueues int, store
 	return m, nil
 }
 
-// handler serves /metrics: the store's figures are read (at most once per
-// interval) before anything is gathered, so a queue dropped by that read
-// has none of its series in the same answer.
+// handler serves /metrics, computed at most once per interval: scrapes
+// in between are answered with the bytes of the last answer (one per
+// encoding the scrapers ask for). The store's figures are read before
+// anything is gathered, so a queue dropped by that read has none of its
+// series in the same answer.
 func (m *metrics) handler() http.Handler {
 	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	type answer struct {
+		at     time.Time
+		code   int
+		header http.Header
+		body   []byte
+	}
+	var mu sync.Mutex // one computation at a time; the others wait for it
+	last := map[string]*answer{}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if m.counts != nil {
+		key := r.Header.Get("Accept") + "\x00" + r.Header.Get("Accept-Encoding")
+		mu.Lock()
+		a := last[key]
+		if a == nil || time.Since(a.at) >= m.counts.every {
 			m.counts.refresh()
+			rec := &answerRecorder{h: http.Header{}}
+			h.ServeHTTP(rec, r)
+			a = &answer{at: time.Now(), code: rec.code, header: rec.h, body: rec.body}
+			if len(last) > 8 {
+				clear(last)
+			}
+			last[key] = a
 		}
-		h.ServeHTTP(w, r)
+		mu.Unlock()
+		for k, v := range a.header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(a.code)
+		_, _ = w.Write(a.body)
 	})
+}
+
+// answerRecorder keeps an answer to serve it again.
+type answerRecorder struct {
+	h    http.Header
+	code int
+	body []byte
+}
+
+func (r *answerRecorder) Header() http.Header { return r.h }
+func (r *answerRecorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+}
+func (r *answerRecorder) Write(b []byte) (int, error) {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+	r.body = append(r.body, b...)
+	return len(b), nil
 }
 
 func (m *metrics) submitted(queue string, n int) {

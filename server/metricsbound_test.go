@@ -39,7 +39,7 @@ func queueSeries(text, name string) (queues map[string]bool, sum float64) {
 // deleted).
 func TestMetricsSeriesBounded(t *testing.T) {
 	t.Parallel()
-	e := startServer(t, func(c *Config) { c.MetricsMaxQueues = 5; c.MetricsStoreInterval = time.Nanosecond })
+	e := startServer(t, func(c *Config) { c.MetricsMaxQueues = 5; c.MetricsInterval = time.Nanosecond })
 	scrape := func() string { return string(e.must(200, "GET", "/metrics", "").body) }
 	for i := range 20 {
 		e.must(201, "POST", "/v1/tasks", fmt.Sprintf(`{"id":"t%d","queue":"q%02d"}`, i, i))
@@ -74,7 +74,7 @@ func TestMetricsSeriesBounded(t *testing.T) {
 }
 
 // TestMetricsStoreReadsAreSpaced: scrapes closer together than
-// MetricsStoreInterval share one read of the store, so polling /metrics
+// MetricsInterval share one read of the store, so polling /metrics
 // in a loop cannot load the store.
 func TestMetricsStoreReadsAreSpaced(t *testing.T) {
 	t.Parallel()
@@ -82,7 +82,7 @@ func TestMetricsStoreReadsAreSpaced(t *testing.T) {
 	e := startServer(t, func(c *Config) {
 		stats.Store = c.Store
 		c.Store = &stats
-		c.MetricsStoreInterval = time.Hour
+		c.MetricsInterval = time.Hour
 	})
 	for range 20 {
 		e.must(200, "GET", "/metrics", "")

@@ -42,6 +42,10 @@ type Server struct {
 	// authentications per address (limits.go).
 	streams *streamLimiter
 	fails   *failureLimiter
+	// eventStreams caps event streams apart (limits.go); events fans the
+	// store's events out to them (events.go).
+	eventStreams *streamLimiter
+	events       *eventHub
 	// patches serializes PATCHes of one queue or schedule (scope.go).
 	patches keyedMutex
 	// workers reads worker registrations to bind worker ids to tokens
@@ -89,11 +93,13 @@ func New(cfg Config) (*Server, error) {
 				tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 			}}
 	}
-	s.m, err = newMetrics(cfg.Registry, cfg.Store, cfg.MetricsMaxQueues, cfg.MetricsStoreInterval)
+	s.m, err = newMetrics(cfg.Registry, cfg.Store, cfg.MetricsMaxQueues, cfg.MetricsInterval)
 	if err != nil {
 		return nil, err
 	}
 	s.drainCtx, s.startDrain = context.WithCancel(context.Background())
+	s.eventStreams = newEventStreamLimiter(cfg.MaxEventStreams, cfg.MaxEventStreamsPerCaller)
+	s.events = newEventHub(cfg.Store, cfg.Logger, s.drainCtx)
 	// The history counts from here: subscribing now, not in Run, means an
 	// event stored after New returns is counted.
 	s.tp = newThroughput(time.Now)
@@ -291,8 +297,9 @@ func (s *Server) routes() {
 	}
 	metricsHandler := s.m.handler()
 	if s.cfg.MetricsAuth {
+		open := metricsHandler
 		metricsHandler = s.wrap(route{pattern: "GET /metrics", roles: anyRole, h: func(w http.ResponseWriter, r *http.Request) error {
-			s.m.handler().ServeHTTP(w, r)
+			open.ServeHTTP(w, r)
 			return nil
 		}})
 	}

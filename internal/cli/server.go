@@ -48,6 +48,7 @@ var serverEnv = map[string]string{
 	"cors-origin":           "NORN_CORS_ORIGINS",
 	"allowed-host":          "NORN_ALLOWED_HOSTS",
 	"metrics-auth":          "NORN_METRICS_AUTH",
+	"metrics-max-queues":    "NORN_METRICS_MAX_QUEUES",
 }
 
 // applyEnv sets every flag not given on the command line from its
@@ -94,6 +95,7 @@ type serverFlags struct {
 	corsOrigins             []string
 	allowedHosts            []string
 	metricsAuth             bool
+	metricsMaxQueues        int
 	schema                  string
 	migrate                 bool
 	// kafka configures the optional Kafka delay bridge run beside the API
@@ -195,6 +197,7 @@ flight (up to --shutdown-timeout) and closes the store.`,
 		fs.StringArrayVar(&sf.corsOrigins, "cors-origin", nil, "web origin (https://app.example.com, or *) whose pages may call the API from a browser (repeatable); other origins are refused")
 		fs.StringArrayVar(&sf.allowedHosts, "allowed-host", nil, "extra Host name a server without tokens answers besides localhost, IP addresses and --addr's host (repeatable)")
 		fs.BoolVar(&sf.metricsAuth, "metrics-auth", false, "require a token (any role) for /metrics")
+		fs.IntVar(&sf.metricsMaxQueues, "metrics-max-queues", server.DefaultMetricsMaxQueues, `queues with series of their own in /metrics; the others are counted under queue="(other)"`)
 		fs.VisitAll(func(f *pflag.Flag) {
 			if env, ok := serverEnv[f.Name]; ok {
 				f.Usage += " [" + env + "]"
@@ -265,7 +268,8 @@ func runServer(cmd *cobra.Command, sf *serverFlags) error {
 		TLSCert: sf.tlsCert, TLSKey: sf.tlsKey, MaxBodyBytes: sf.maxBody, MaxSpecBytes: sf.maxSpec,
 		MaxBatch: sf.maxBatch, MaxLabels: sf.maxLabels, ShutdownTimeout: sf.shutdownTimeout, Logger: log,
 		Registry: reg, CORSOrigins: sf.corsOrigins, AllowedHosts: sf.allowedHosts, MetricsAuth: sf.metricsAuth,
-		TracerProvider: tp.TracerProvider(),
+		MetricsMaxQueues: sf.metricsMaxQueues,
+		TracerProvider:   tp.TracerProvider(),
 	}
 	if sf.dashboard {
 		cfg.Dashboard = dashboard.Handler()

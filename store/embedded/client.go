@@ -433,6 +433,9 @@ func (s *Store) Transact(ctx context.Context, t norn.Txn) (*norn.TxnResult, erro
 		if err := norn.ValidateID(fmt.Sprintf("require[%d].id", i), r.ID); err != nil {
 			return nil, err
 		}
+		if err := r.ValidateRange(fmt.Sprintf("require[%d]", i)); err != nil {
+			return nil, err
+		}
 	}
 	res := &norn.TxnResult{Submitted: []norn.Submitted{}, Updated: []*norn.Task{}, Cancelled: []*norn.Task{}}
 	err := s.run(func(tx *txn) error {

@@ -296,6 +296,9 @@ func (s *Store) AppendLog(ctx context.Context, ref norn.LeaseRef, entry norn.Log
 	if err := norn.ValidateJSON("data", entry.Data, norn.MaxLogBytes); err != nil {
 		return norn.LogEntry{}, err
 	}
+	if err := entry.ValidateRange(); err != nil {
+		return norn.LogEntry{}, err
+	}
 	if len(entry.Data) == 0 {
 		return norn.LogEntry{}, norn.Invalid("data", "log data is required")
 	}

@@ -102,6 +102,14 @@ func ranges(t *testing.T, setup setupFunc) {
 			_, err := s.Transact(b.ctx, norn.Txn{Update: []norn.TxnUpdate{{ID: "ready", Update: norn.Update{RunAt: &late}}}})
 			return err
 		}, "update[0].run_at"},
+		{"TransactionRequireVersionOver63Bits", func() error {
+			_, err := s.Transact(b.ctx, norn.Txn{Require: []norn.Requirement{{ID: "ready", Version: math.MaxInt64 + 1}}})
+			return err
+		}, "require[0].version"},
+		{"LogSeqOver63Bits", func() error {
+			_, err := s.AppendLog(b.ctx, r, norn.LogAppend{Seq: math.MaxInt64 + 1, Data: []byte(`1`)})
+			return err
+		}, "seq"},
 		{"UpdateRunAtAfterMaxTime", func() error { _, err := s.Update(b.ctx, "ready", norn.Update{RunAt: &late}); return err }, "run_at"},
 		{"UpdateRunAtBeforeMinTime", func() error { _, err := s.Update(b.ctx, "ready", norn.Update{RunAt: &early}); return err }, "run_at"},
 		{"UpdateIfVersionOver63Bits", func() error {

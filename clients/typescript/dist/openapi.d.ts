@@ -1049,9 +1049,9 @@ export interface components {
         QueueUpdate: {
             paused?: boolean;
             timeout?: components["schemas"]["Duration"];
-            retry?: components["schemas"]["RetryPolicy"];
+            retry?: components["schemas"]["RetryPolicyPatch"];
             max_attempts?: number;
-            retention?: components["schemas"]["Retention"];
+            retention?: components["schemas"]["RetentionPatch"];
             /** @description Default runtime limit of tasks submitted later (0s removes it). */
             max_runtime?: components["schemas"]["Duration"];
             /** @description At most this many running tasks in the queue, across the cluster; 0 removes the limit. */
@@ -1059,12 +1059,12 @@ export interface components {
             /** @description At most this many running tasks per concurrency_key; 0 removes the limit. */
             key_limit?: number;
             /** @description Rate limit of claims, across the cluster; per_second 0 removes it. */
-            rate_limit?: components["schemas"]["RateLimit"];
+            rate_limit?: components["schemas"]["RateLimitPatch"];
             /** @description Rotate claims across the values of "concurrency_key" or "label:NAME", weighted by the keys' weights; "" turns fair claiming off. A queue fair by a label cannot have key limits. */
             fair_by?: string;
             /** @description Concurrency keys' own settings; null removes a key's settings. */
             keys?: {
-                [key: string]: components["schemas"]["KeySettings"] | null;
+                [key: string]: components["schemas"]["KeySettingsPatch"] | null;
             };
         };
         GroupCount: {
@@ -1099,6 +1099,8 @@ export interface components {
             version?: number;
             /** Format: date-time */
             time: string;
+            /** @description For a Lagged event of one stream: how many events it missed. For a counted event (Go EventFilter.Counts): how many tasks it stands for. */
+            count?: number;
         };
         TaskResponse: {
             task: components["schemas"]["Task"];
@@ -1235,7 +1237,7 @@ export interface components {
                 [key: string]: string;
             };
             timeout?: components["schemas"]["Duration"];
-            retry?: components["schemas"]["RetryPolicy"];
+            retry?: components["schemas"]["RetryPolicyPatch"];
             max_attempts?: number;
             max_runtime?: components["schemas"]["Duration"];
             /** @enum {string} */
@@ -1332,6 +1334,32 @@ export interface components {
                 started: string;
                 took: components["schemas"]["Duration"];
             };
+        };
+        /** @description In a PATCH: the members given change, the others keep their values. */
+        RetentionPatch: {
+            completed?: components["schemas"]["Duration"];
+            aborted?: components["schemas"]["Duration"];
+            cancelled?: components["schemas"]["Duration"];
+        };
+        /** @description In a PATCH: the members given change, the others keep their values; {"max_retries":0} alone removes the policy. */
+        RetryPolicyPatch: {
+            max_retries?: number;
+            base?: components["schemas"]["Duration"];
+            max?: components["schemas"]["Duration"];
+        };
+        /** @description In a PATCH: the members given change, the others keep their values; {"per_second":0} removes the limit. */
+        RateLimitPatch: {
+            /** @description Sustained rate: tasks claimed per second across the cluster (below 1 is fine: 0.5 is one task every 2 s). In an update, 0 removes the rate limit. */
+            per_second?: number;
+            /** @description Bucket size: tasks claims may take at once after a quiet spell. Absent or 0 in an update: per_second rounded up (one second's worth). */
+            burst?: number;
+        };
+        /** @description In a PATCH: the members given change, the others keep their values. */
+        KeySettingsPatch: {
+            /** @description At most this many running tasks with this key; overrides the queue's key_limit (0: the queue's applies). */
+            limit?: number;
+            /** @description The key's share of claims in a queue with fair_by: weight 3 gets three claims for each one of a weight-1 key while both have ready tasks (0: 1). */
+            weight?: number;
         };
     };
     responses: {

@@ -1,0 +1,224 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nornq/norn/store/embedded"
+)
+
+// BenchmarkNormalClientUnderAbuse measures what an ordinary client's
+// requests (GET /v1/tasks/{id} with a token, on a kept-alive connection)
+// take while another caller abuses the server the way docs/security.md
+// bounds, on a real server over loopback with the embedded store:
+//
+//   - queues-100k-metrics-polled: 100,000 queues of one task each exist
+//     and four loops scrape /metrics without a token;
+//   - sse-256-batches-2000: one token asks for 256 event streams (the
+//     server lets it hold MaxEventStreamsPerCaller of them; accepted-streams
+//     says how many), drains them, and submits batches of 2,000 tasks in
+//     a loop;
+//   - sse-256-allowed-batches-2000: the same with the limit raised so all
+//     256 streams are open, which measures the event hub rather than the
+//     limit;
+//   - batches-2000-no-streams: the batches alone, the control that tells
+//     the streams' cost from the submissions'.
+//
+// The abuse runs for half a second before the ordinary client starts.
+// Each iteration is two seconds of that client: a request every 5 ms
+// (about 400); p50-ms, p99-ms and max-ms are over all of them.
+// abuse-batches/s and scrapes/s are the abuser's rates while measured. Run it alone on a quiet machine, for example
+//
+//	go test -run '^$' -bench NormalClientUnderAbuse -benchtime 5x ./server/
+func BenchmarkNormalClientUnderAbuse(b *testing.B) {
+	b.Run("queues-100k-metrics-polled", func(b *testing.B) {
+		base, client, stop := abuseServer(b, nil)
+		defer stop()
+		const queues, batch = 100_000, 10_000
+		for start := 0; start < queues; start += batch {
+			var sb strings.Builder
+			sb.WriteString(`{"tasks":[`)
+			for i := start; i < start+batch; i++ {
+				if i > start {
+					sb.WriteByte(',')
+				}
+				fmt.Fprintf(&sb, `{"queue":"abuse-%06d"}`, i)
+			}
+			sb.WriteString(`]}`)
+			mustDo(b, client, "POST", base+"/v1/tasks/batch", "abuse", sb.String(), 200)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		var scrapes atomic.Int64
+		start := time.Now()
+		for range 4 {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					req, _ := http.NewRequestWithContext(ctx, "GET", base+"/metrics", nil)
+					if resp, err := client.Do(req); err == nil {
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						scrapes.Add(1)
+					}
+				}
+			})
+		}
+		normalClient(b, base)
+		rate := float64(scrapes.Load()) / time.Since(start).Seconds()
+		cancel()
+		wg.Wait()
+		b.ReportMetric(rate, "scrapes/s")
+	})
+	for _, c := range []struct {
+		name    string
+		streams int // asked for
+		allowed int // MaxEventStreamsPerCaller (0: the default)
+	}{{"batches-2000-no-streams", 0, 0}, {"sse-256-batches-2000", 256, 0}, {"sse-256-allowed-batches-2000", 256, 256}} {
+		b.Run(c.name, func(b *testing.B) {
+			base, client, stop := abuseServer(b, func(cfg *Config) {
+				if c.allowed > 0 {
+					cfg.MaxEventStreamsPerCaller = c.allowed
+				}
+			})
+			defer stop()
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			accepted := 0
+			for range c.streams {
+				req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/events", nil)
+				req.Header.Set("Authorization", "Bearer abuse")
+				resp, err := client.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if resp.StatusCode != 200 {
+					resp.Body.Close()
+					continue
+				}
+				accepted++
+				wg.Go(func() {
+					defer resp.Body.Close()
+					_, _ = io.Copy(io.Discard, resp.Body)
+				})
+			}
+			var batches atomic.Int64
+			var sb strings.Builder
+			sb.WriteString(`{"tasks":[`)
+			for i := range 2000 {
+				if i > 0 {
+					sb.WriteByte(',')
+				}
+				sb.WriteString(`{"queue":"abuse","spec":{"n":1}}`)
+			}
+			sb.WriteString(`]}`)
+			body := sb.String()
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/tasks/batch", strings.NewReader(body))
+					req.Header.Set("Authorization", "Bearer abuse")
+					req.Header.Set("Content-Type", "application/json")
+					if resp, err := client.Do(req); err == nil {
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						batches.Add(1)
+					}
+				}
+			})
+			start := time.Now()
+			normalClient(b, base)
+			rate := float64(batches.Load()) / time.Since(start).Seconds()
+			cancel()
+			wg.Wait()
+			b.ReportMetric(float64(accepted), "accepted-streams")
+			b.ReportMetric(rate, "abuse-batches/s")
+		})
+	}
+}
+
+// abuseServer runs a server with an ordinary client token "ok" and an
+// abusing one "abuse" on loopback, over an embedded store with the default
+// durability, and returns its base URL and an HTTP client with enough
+// connections for both.
+func abuseServer(b *testing.B, mod func(*Config)) (string, *http.Client, func()) {
+	b.Helper()
+	st, err := embedded.Open(context.Background(), embedded.Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := Config{Addr: "127.0.0.1:0", Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Tokens: []Token{{Token: "ok", Role: RoleClient}, {Token: "abuse", Role: RoleClient}}}
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 0}}
+	return s.URL(), client, func() {
+		cancel()
+		<-done
+		st.Close()
+	}
+}
+
+// normalClient is the ordinary client: GET /v1/tasks/{id} with the "ok"
+// token every 5 ms for two seconds per iteration; it reports the latency
+// percentiles.
+func normalClient(b *testing.B, base string) {
+	b.Helper()
+	// Its own connection, as a separate client would have.
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	defer client.CloseIdleConnections()
+	mustDo(b, client, "POST", base+"/v1/tasks", "ok", `{"id":"normal","queue":"normal"}`, 201)
+	time.Sleep(500 * time.Millisecond) // the abuse reaches its pace
+	var lat []time.Duration
+	for b.Loop() {
+		tick := time.NewTicker(5 * time.Millisecond)
+		for end := time.Now().Add(2 * time.Second); time.Now().Before(end); <-tick.C {
+			start := time.Now()
+			mustDo(b, client, "GET", base+"/v1/tasks/normal", "ok", "", 200)
+			lat = append(lat, time.Since(start))
+		}
+		tick.Stop()
+	}
+	slices.Sort(lat)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
+	b.ReportMetric(ms(lat[len(lat)*99/100]), "p99-ms")
+	b.ReportMetric(ms(lat[len(lat)-1]), "max-ms")
+}
+
+func mustDo(b *testing.B, client *http.Client, method, url, tok, body string, want int) {
+	b.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, url, rd)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		b.Fatalf("%s %s: %d %s", method, url, resp.StatusCode, msg)
+	}
+}
