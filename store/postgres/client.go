@@ -808,6 +808,9 @@ func validateTxn(txn *norn.Txn) error {
 		if err := norn.ValidateID(fmt.Sprintf("require[%d].id", i), r.ID); err != nil {
 			return err
 		}
+		if err := r.ValidateRange(fmt.Sprintf("require[%d]", i)); err != nil {
+			return err
+		}
 	}
 	if n := len(txn.Submit) + len(txn.Update) + len(txn.Cancel) + len(txn.Delete) + len(txn.Require); n > norn.MaxBatch {
 		return norn.TooLarge("txn", "transaction has %d operations, more than the limit of %d", n, norn.MaxBatch)

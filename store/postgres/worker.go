@@ -511,13 +511,16 @@ func (s *Store) AppendLog(ctx context.Context, ref norn.LeaseRef, entry norn.Log
 	if err := norn.ValidateJSON("data", entry.Data, norn.MaxLogBytes); err != nil {
 		return norn.LogEntry{}, err
 	}
+	if err := entry.ValidateRange(); err != nil {
+		return norn.LogEntry{}, err
+	}
 	var out norn.LogEntry
 	err := s.withConn(ctx, func(conn *pgx.Conn) error {
 		var seq int64
 		var at time.Time
 		err := conn.QueryRow(ctx, s.q(`WITH n AS (SELECT coalesce($5::timestamptz, clock_timestamp()) AS now),
 t AS (UPDATE {s}.tasks SET log_seq = log_seq + 1
-	WHERE id = $1 AND status = 'running' AND lease = $2 AND owner = $3 AND ($4 = 0 OR log_seq + 1 = $4)
+	WHERE id = $1 AND status = 'running' AND lease = $2 AND owner = $3 AND ($4::bigint = 0 OR log_seq + 1 = $4::bigint)
 	RETURNING id, log_seq),
 i AS (INSERT INTO {s}.task_log (task_id, seq, lease, time, data) SELECT t.id, t.log_seq, $2, n.now, $6 FROM t, n)
 SELECT t.log_seq, n.now FROM t, n`), ref.TaskID, int64(ref.Lease), ref.Worker, int64(entry.Seq), s.clockNow(), []byte(entry.Data)).Scan(&seq, &at)
