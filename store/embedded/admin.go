@@ -255,10 +255,9 @@ func (tx *txn) due(t *task) {
 			Started: fromNanos(t.st.started), MaxRuntime: norn.Duration(t.maxRuntime)}
 		o := norn.AfterTimeout(view, fromNanos(tx.now))
 		h := norn.HistoryEntry{Type: o.History, Worker: t.st.owner, Lease: t.st.lease, Progress: t.st.progress}
-		tx.report.TimedOut++
+		tx.report.CountTimeout(o)
 		if o.Status == norn.StatusAborted {
 			tx.finishTask(t, stAborted, h, &o.Error)
-			tx.report.Aborted++
 			return
 		}
 		tx.requeue(t, o, h)
