@@ -320,11 +320,11 @@ func (s *Store) AppendLog(ctx context.Context, ref norn.LeaseRef, entry norn.Log
 		return norn.LogEntry{}, err
 	}
 	defer s.exit()
-	if err := norn.ValidateJSON("data", entry.Data, norn.MaxLogBytes); err != nil {
+	if err := ref.Validate(); err != nil {
 		return norn.LogEntry{}, err
 	}
-	if len(entry.Data) == 0 {
-		return norn.LogEntry{}, norn.Invalid("data", "log data is required")
+	if err := entry.Validate(); err != nil {
+		return norn.LogEntry{}, err
 	}
 	var out norn.LogEntry
 	err := s.run(func(tx *txn) error {
@@ -348,9 +348,8 @@ func (s *Store) AppendLog(ctx context.Context, ref norn.LeaseRef, entry norn.Log
 		if ns.logNext == 0 {
 			ns.logNext = 1
 		}
-		if entry.Seq != 0 && entry.Seq != ns.logNext {
-			return &norn.Error{Code: norn.CodeConflict, Field: "seq",
-				Message: fmt.Sprintf("task %q: next log sequence is %d, not %d", ref.TaskID, ns.logNext, entry.Seq)}
+		if err := entry.CheckSeq(ref.TaskID, ns.logNext); err != nil {
+			return err
 		}
 		out = norn.LogEntry{Seq: ns.logNext, Lease: ref.Lease, Time: fromNanos(tx.now),
 			Data: append(json.RawMessage(nil), entry.Data...)}

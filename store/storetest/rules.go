@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -10,7 +11,7 @@ import (
 // The cases below check rules decided once in package norn that the stores
 // once applied each in their own way (norn.Outcome.KeepsOwner,
 // norn.CancelEntry, norn.Update.Check, norn.MoveRunAt,
-// norn.Requirement.Check). Each operation's group calls its function, so
+// norn.Requirement.Check, norn.LogAppend.Validate and CheckSeq). Each operation's group calls its function, so
 // the cases sit beside the others of that operation.
 
 // failRules: a failed attempt that will be retried leaves no owner, like a
@@ -124,5 +125,26 @@ func transactRules(t *testing.T, setup setupFunc) {
 		})
 		wantField(t, "Transact requiring a missing task", err, norn.ErrConflict, "require[1].id")
 		b.status("a", norn.StatusReady)
+	})
+}
+
+// logRules: an append needs data, and one naming a sequence number that is
+// not next is a conflict naming "seq" (norn.LogAppend.Validate, CheckSeq).
+func logRules(t *testing.T, setup setupFunc) {
+	t.Run("RefusesAnEntryWithoutData", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		c := logLogged(b)
+		_, err := s.AppendLog(b.ctx, ref(c), norn.LogAppend{})
+		wantField(t, "AppendLog without data", err, norn.ErrInvalidArgument, "data")
+		b.logLen("l", 3)
+	})
+
+	t.Run("SeqThatIsNotNextNamesTheField", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		c := logLogged(b)
+		_, err := s.AppendLog(b.ctx, ref(c), norn.LogAppend{Seq: 9, Data: json.RawMessage(`1`)})
+		wantField(t, "AppendLog with seq 9 when 4 is next", err, norn.ErrConflict, "seq")
 	})
 }

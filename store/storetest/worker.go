@@ -123,6 +123,7 @@ func exerciseLog(t *testing.T, setup setupFunc) {
 		t.Parallel()
 		exerciseLogPart1(t, setup)
 		exerciseLogPart2(t, setup)
+		logRules(t, setup)
 	})
 }
 
