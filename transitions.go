@@ -66,6 +66,31 @@ func AfterTimeout(t *Task, now time.Time) Outcome {
 	return Outcome{Status: StatusReady, RunAt: now, History: TaskTimeout, Error: e}
 }
 
+// KeepsOwner says whether the task keeps its worker as its owner after the
+// outcome. A task that ends keeps its last owner, and so does a snoozed one
+// (the snooze is the worker's own plan for it); a task that goes back to the
+// queue because its worker failed it, gave it up (yield) or lost its lease
+// (timeout) has none until the next claim names one.
+func (o Outcome) KeepsOwner() bool {
+	return o.Status == StatusAborted || o.History == TaskSnooze
+}
+
+// GivesAttemptBack says whether the outcome returns the attempt the claim
+// counted (Attempts - 1): a yield or a snooze is not a failed attempt.
+func (o Outcome) GivesAttemptBack() bool {
+	return o.History == TaskYield || o.History == TaskSnooze
+}
+
+// CountTimeout counts in r what the monitor did to one task whose lease
+// expired: every expired lease is timed out, and one that aborted the
+// task (attempts_exhausted) is also aborted.
+func (r *SweepReport) CountTimeout(o Outcome) {
+	r.TimedOut++
+	if o.Status == StatusAborted {
+		r.Aborted++
+	}
+}
+
 func describe(s string) string {
 	if s == "" {
 		return ""

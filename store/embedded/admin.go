@@ -94,25 +94,8 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 		if !q.paused && q.claimable() {
 			tx.wake = append(tx.wake, q)
 		}
-		if u.Timeout != nil {
-			q.defaults.Timeout = *u.Timeout
-		}
-		if u.Retry != nil {
-			r := *u.Retry
-			if r.MaxRetries == 0 && r.Base == 0 && r.Max == 0 {
-				q.defaults.Retry = nil
-			} else {
-				q.defaults.Retry = &r
-			}
-		}
-		if u.MaxAttempts != nil {
-			q.defaults.MaxAttempts = *u.MaxAttempts
-		}
-		if u.MaxRuntime != nil {
-			q.defaults.MaxRuntime = *u.MaxRuntime
-		}
+		u.ApplyDefaults(&q.defaults)
 		if u.Retention != nil {
-			q.defaults.Retention = *u.Retention
 			// Retention is measured with the current setting: re-arm the
 			// expiry of the queue's terminal tasks.
 			for t := range s.tasks.all() {
@@ -255,10 +238,9 @@ func (tx *txn) due(t *task) {
 			Started: fromNanos(t.st.started), MaxRuntime: norn.Duration(t.maxRuntime)}
 		o := norn.AfterTimeout(view, fromNanos(tx.now))
 		h := norn.HistoryEntry{Type: o.History, Worker: t.st.owner, Lease: t.st.lease, Progress: t.st.progress}
-		tx.report.TimedOut++
+		tx.report.CountTimeout(o)
 		if o.Status == norn.StatusAborted {
 			tx.finishTask(t, stAborted, h, &o.Error)
-			tx.report.Aborted++
 			return
 		}
 		tx.requeue(t, o, h)

@@ -256,12 +256,13 @@ func (tx *txn) cancel(id string) (*norn.Task, error) {
 	if t == nil {
 		return nil, norn.NotFound(id)
 	}
-	switch t.st.status {
-	case stCancelled:
-	case stCompleted, stAborted:
-		return nil, norn.Errorf(norn.CodeConflict, "task %q is %s and cannot be cancelled", id, statusOf(t.st.status))
-	default:
-		tx.finishTask(t, stCancelled, norn.HistoryEntry{Type: norn.TaskCancel, Worker: t.st.owner, Lease: t.st.lease}, nil)
+	status := statusOf(t.st.status)
+	already, err := norn.CheckCancel(id, status)
+	if err != nil {
+		return nil, err
+	}
+	if !already {
+		tx.finishTask(t, stCancelled, norn.CancelEntry(status, t.st.owner, t.st.lease), nil)
 	}
 	return tx.readAfter(id), nil
 }
@@ -292,36 +293,23 @@ func (tx *txn) update(id string, u norn.Update) (*norn.Task, error) {
 	if t == nil {
 		return nil, norn.NotFound(id)
 	}
-	if u.IfVersion != 0 && u.IfVersion != t.st.version {
-		return nil, &norn.Error{Code: norn.CodeConflict, Field: "if_version",
-			Message: fmt.Sprintf("task %q is at version %d, not %d", id, t.st.version, u.IfVersion)}
-	}
-	switch t.st.status {
-	case stScheduled, stBlocked, stReady:
-	default:
-		return nil, norn.Errorf(norn.CodeConflict, "task %q is %s and cannot be updated", id, statusOf(t.st.status))
+	if err := u.Check(id, t.st.version, statusOf(t.st.status)); err != nil {
+		return nil, err
 	}
 	ns := tx.touch(t)
 	if u.Priority != nil {
 		ns.priority = *u.Priority
 	}
 	if u.RunAt != nil {
-		ra := nanos(*u.RunAt)
-		if ra == 0 || ra <= tx.now {
-			ns.runAt = tx.now
-			if !u.RunAt.IsZero() {
-				ns.runAt = ra
-			}
-			if ns.status == stScheduled {
-				ns.status = stReady
-				ns.readyAt = tx.now
-			}
-		} else {
-			ns.runAt = ra
-			if ns.status == stReady {
-				ns.status = stScheduled
-				ns.readyAt = 0
-			}
+		status, at := norn.MoveRunAt(statusOf(ns.status), *u.RunAt, fromNanos(tx.now))
+		ns.runAt = nanos(at)
+		switch {
+		case status == norn.StatusReady && ns.status == stScheduled:
+			ns.status = stReady
+			ns.readyAt = tx.now
+		case status == norn.StatusScheduled && ns.status == stReady:
+			ns.status = stScheduled
+			ns.readyAt = 0
 		}
 	}
 	if u.Labels != nil {
@@ -440,15 +428,13 @@ func (s *Store) Transact(ctx context.Context, t norn.Txn) (*norn.TxnResult, erro
 	res := &norn.TxnResult{Submitted: []norn.Submitted{}, Updated: []*norn.Task{}, Cancelled: []*norn.Task{}}
 	err := s.run(func(tx *txn) error {
 		for i, r := range t.Require {
+			var version uint64
 			cur := s.tasks.get(r.ID)
-			if cur == nil {
-				e := norn.NotFound(r.ID)
-				e.Field = fmt.Sprintf("require[%d].id", i)
-				return e
+			if cur != nil {
+				version = cur.st.version
 			}
-			if r.Version != 0 && cur.st.version != r.Version {
-				return &norn.Error{Code: norn.CodeConflict, Field: fmt.Sprintf("require[%d].version", i),
-					Message: fmt.Sprintf("task %q is at version %d, not %d", r.ID, cur.st.version, r.Version)}
+			if err := r.Check(cur != nil, version); err != nil {
+				return withField(err, fmt.Sprintf("require[%d]", i))
 			}
 		}
 		if len(t.Submit) > 0 {

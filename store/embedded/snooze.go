@@ -14,7 +14,7 @@ func (s *Store) Snooze(ctx context.Context, ref norn.LeaseRef, sn norn.Snooze) (
 	defer s.exit()
 	var out *norn.Task
 	err := s.run(func(tx *txn) error {
-		if err := tx.snooze(ref, sn); err != nil {
+		if _, err := tx.leaseOp(&norn.LeaseOp{Op: norn.OpSnooze, LeaseRef: ref, Snooze: sn}); err != nil {
 			return err
 		}
 		out = tx.readAfter(ref.TaskID)
@@ -23,34 +23,13 @@ func (s *Store) Snooze(ctx context.Context, ref norn.LeaseRef, sn norn.Snooze) (
 	return out, err
 }
 
-func (tx *txn) snooze(ref norn.LeaseRef, sn norn.Snooze) error {
-	if err := sn.Validate(); err != nil {
-		return err
-	}
-	if err := sn.ValidateRange(); err != nil {
-		return err
-	}
-	t, err := tx.leased(ref)
+// snooze keeps the owner as the last owner and the lease number: the next
+// claim increments it.
+func (tx *txn) snooze(op *norn.LeaseOp) error {
+	t, err := tx.leased(op.LeaseRef)
 	if err != nil {
 		return err
 	}
-	o := norn.AfterSnooze(fromNanos(tx.now), sn)
-	ns := tx.touch(t)
-	ns.deadline = 0
-	ns.progress = 0
-	if ns.attempts > 0 {
-		ns.attempts--
-	}
-	if o.Status == norn.StatusScheduled {
-		ns.status = stScheduled
-		ns.runAt = nanos(o.RunAt)
-	} else {
-		ns.status = stReady
-		ns.runAt = tx.now
-		ns.readyAt = tx.now
-	}
-	tx.history(t, &ns, norn.HistoryEntry{Type: norn.TaskSnooze, Worker: ref.Worker, Lease: ref.Lease, Progress: t.st.progress})
-	tx.set(t, ns)
-	tx.event(norn.EventKind(norn.TaskSnooze), t)
+	tx.giveBack(t, norn.AfterSnooze(fromNanos(tx.now), op.Snooze), op.LeaseRef)
 	return nil
 }

@@ -248,6 +248,11 @@ func (tx *txn) finishing(op *norn.LeaseOp) (*task, error) {
 
 // Heartbeat extends the lease and optionally records progress.
 func (s *Store) Heartbeat(ctx context.Context, ref norn.LeaseRef, hb norn.Heartbeat) (time.Time, error) {
+	return s.single(&norn.LeaseOp{Op: norn.OpHeartbeat, LeaseRef: ref, Heartbeat: hb})
+}
+
+// single applies one lease operation in its own transaction.
+func (s *Store) single(op *norn.LeaseOp) (time.Time, error) {
 	if err := s.enter(); err != nil {
 		return time.Time{}, err
 	}
@@ -255,16 +260,38 @@ func (s *Store) Heartbeat(ctx context.Context, ref norn.LeaseRef, hb norn.Heartb
 	var dl time.Time
 	err := s.run(func(tx *txn) error {
 		var err error
-		dl, err = tx.heartbeat(ref, hb)
+		dl, err = tx.leaseOp(op)
 		return err
 	})
 	return dl, err
 }
 
-func (tx *txn) heartbeat(ref norn.LeaseRef, hb norn.Heartbeat) (time.Time, error) {
-	if err := hb.Validate(); err != nil {
+// leaseOp checks a lease operation the way every store does
+// (norn.LeaseOp.Validate) and applies it; the single calls and LeaseBatch
+// both come here. A failed op writes nothing: every op checks before it
+// writes.
+func (tx *txn) leaseOp(op *norn.LeaseOp) (deadline time.Time, err error) {
+	if err := op.Validate(); err != nil {
 		return time.Time{}, err
 	}
+	switch op.Op {
+	case norn.OpHeartbeat:
+		return tx.heartbeat(op.LeaseRef, op.Heartbeat)
+	case norn.OpComplete:
+		return time.Time{}, tx.complete(op)
+	case norn.OpFail:
+		return time.Time{}, tx.fail(op)
+	case norn.OpAbort:
+		return time.Time{}, tx.abortTask(op)
+	case norn.OpYield:
+		return time.Time{}, tx.yield(op)
+	case norn.OpSnooze:
+		return time.Time{}, tx.snooze(op)
+	}
+	return time.Time{}, norn.Invalid("op", "unknown operation %q", op.Op)
+}
+
+func (tx *txn) heartbeat(ref norn.LeaseRef, hb norn.Heartbeat) (time.Time, error) {
 	t, err := tx.leased(ref)
 	if err != nil {
 		return time.Time{}, err
@@ -293,14 +320,14 @@ func (s *Store) AppendLog(ctx context.Context, ref norn.LeaseRef, entry norn.Log
 		return norn.LogEntry{}, err
 	}
 	defer s.exit()
-	if err := norn.ValidateJSON("data", entry.Data, norn.MaxLogBytes); err != nil {
+	if err := ref.Validate(); err != nil {
+		return norn.LogEntry{}, err
+	}
+	if err := entry.Validate(); err != nil {
 		return norn.LogEntry{}, err
 	}
 	if err := entry.ValidateRange(); err != nil {
 		return norn.LogEntry{}, err
-	}
-	if len(entry.Data) == 0 {
-		return norn.LogEntry{}, norn.Invalid("data", "log data is required")
 	}
 	var out norn.LogEntry
 	err := s.run(func(tx *txn) error {
@@ -324,9 +351,8 @@ func (s *Store) AppendLog(ctx context.Context, ref norn.LeaseRef, entry norn.Log
 		if ns.logNext == 0 {
 			ns.logNext = 1
 		}
-		if entry.Seq != 0 && entry.Seq != ns.logNext {
-			return &norn.Error{Code: norn.CodeConflict, Field: "seq",
-				Message: fmt.Sprintf("task %q: next log sequence is %d, not %d", ref.TaskID, ns.logNext, entry.Seq)}
+		if err := entry.CheckSeq(ref.TaskID, ns.logNext); err != nil {
+			return err
 		}
 		out = norn.LogEntry{Seq: ns.logNext, Lease: ref.Lease, Time: fromNanos(tx.now),
 			Data: append(json.RawMessage(nil), entry.Data...)}
@@ -340,19 +366,12 @@ func (s *Store) AppendLog(ctx context.Context, ref norn.LeaseRef, entry norn.Log
 
 // Complete finishes the task successfully.
 func (s *Store) Complete(ctx context.Context, ref norn.LeaseRef, result json.RawMessage) error {
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.exit()
-	err := s.run(func(tx *txn) error { return tx.complete(ref, result) })
+	_, err := s.single(&norn.LeaseOp{Op: norn.OpComplete, LeaseRef: ref, Result: result})
 	return err
 }
 
-func (tx *txn) complete(ref norn.LeaseRef, result json.RawMessage) error {
-	if err := norn.ValidateJSON("result", result, norn.MaxResultBytes); err != nil {
-		return err
-	}
-	t, err := tx.finishing(&norn.LeaseOp{Op: norn.OpComplete, LeaseRef: ref})
+func (tx *txn) complete(op *norn.LeaseOp) error {
+	t, err := tx.finishing(op)
 	if t == nil {
 		return err
 	}
@@ -362,35 +381,28 @@ func (tx *txn) complete(ref norn.LeaseRef, result json.RawMessage) error {
 	t.st = t2 // progress recorded through finishTask's touch
 	// A state undo step (not a closure, which allocated on every complete).
 	tx.undo = append(tx.undo, undoStep{t: t, old: old})
-	tx.finishTask(t, stCompleted, norn.HistoryEntry{Type: norn.TaskComplete, Worker: ref.Worker, Lease: ref.Lease, Progress: 1}, nil)
-	if len(result) > 0 {
+	tx.finishTask(t, stCompleted, norn.HistoryEntry{Type: norn.TaskComplete, Worker: op.Worker, Lease: op.Lease, Progress: 1}, nil)
+	if len(op.Result) > 0 {
 		// After the state and history keys, which sort before it.
-		tx.b.Set(tx.key(t.id, sufResult), result, nil)
+		tx.b.Set(tx.key(t.id, sufResult), op.Result, nil)
 	}
 	return nil
 }
 
 // Fail records an error and retries with backoff or aborts.
 func (s *Store) Fail(ctx context.Context, ref norn.LeaseRef, e norn.ErrorInfo) error {
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.exit()
-	err := s.run(func(tx *txn) error { return tx.fail(ref, e) })
+	_, err := s.single(&norn.LeaseOp{Op: norn.OpFail, LeaseRef: ref, Error: &e})
 	return err
 }
 
-func (tx *txn) fail(ref norn.LeaseRef, e norn.ErrorInfo) error {
-	if err := norn.ValidateErrorInfo("error", e); err != nil {
-		return err
-	}
-	t, err := tx.finishing(&norn.LeaseOp{Op: norn.OpFail, LeaseRef: ref, Error: &e})
+func (tx *txn) fail(op *norn.LeaseOp) error {
+	t, err := tx.finishing(op)
 	if t == nil {
 		return err
 	}
 	view := &norn.Task{Attempts: int(t.st.attempts), MaxAttempts: int(t.maxAttempts), Retry: t.retry}
-	o := norn.AfterFailure(view, fromNanos(tx.now), e)
-	h := norn.HistoryEntry{Type: o.History, Worker: ref.Worker, Lease: ref.Lease, Progress: t.st.progress}
+	o := norn.AfterFailure(view, fromNanos(tx.now), *op.Error)
+	h := norn.HistoryEntry{Type: o.History, Worker: op.Worker, Lease: op.Lease, Progress: t.st.progress}
 	if o.Status == norn.StatusAborted {
 		tx.finishTask(t, stAborted, h, &o.Error)
 		return nil
@@ -402,20 +414,7 @@ func (tx *txn) fail(ref norn.LeaseRef, e norn.ErrorInfo) error {
 // requeue moves a running task back to ready or scheduled after a retry or
 // a timeout.
 func (tx *txn) requeue(t *task, o norn.Outcome, h norn.HistoryEntry) {
-	ns := tx.touch(t)
-	ns.deadline = 0
-	ns.progress = 0
-	if o.History == norn.TaskTimeout {
-		ns.owner = ""
-	}
-	if o.Status == norn.StatusScheduled && nanos(o.RunAt) > tx.now {
-		ns.status = stScheduled
-		ns.runAt = nanos(o.RunAt)
-	} else {
-		ns.status = stReady
-		ns.runAt = tx.now
-		ns.readyAt = tx.now
-	}
+	ns := tx.leaveRunning(t, o)
 	e := o.Error
 	h.Error = &e
 	tx.recordError(t, &ns, e)
@@ -424,57 +423,74 @@ func (tx *txn) requeue(t *task, o norn.Outcome, h norn.HistoryEntry) {
 	tx.event(norn.EventKind(o.History), t)
 }
 
+// leaveRunning starts the state of a running task that an outcome sends
+// back to the queue (retry, timeout, yield, snooze): no deadline or
+// progress, the owner and attempt as the outcome says, and ready now or
+// scheduled until the outcome's run_at. The lease number stays, so the
+// next claim still fences out the last worker.
+func (tx *txn) leaveRunning(t *task, o norn.Outcome) state {
+	ns := tx.touch(t)
+	ns.deadline = 0
+	ns.progress = 0
+	if !o.KeepsOwner() {
+		ns.owner = ""
+	}
+	if o.GivesAttemptBack() && ns.attempts > 0 {
+		ns.attempts--
+	}
+	at := tx.now
+	if !o.RunAt.IsZero() {
+		at = nanos(o.RunAt)
+	}
+	if o.Status == norn.StatusScheduled && at > tx.now {
+		ns.status = stScheduled
+		ns.runAt = at
+	} else {
+		ns.status = stReady
+		ns.runAt = min(at, tx.now)
+		ns.readyAt = tx.now
+	}
+	return ns
+}
+
 // Abort finishes the task unsuccessfully for good.
 func (s *Store) Abort(ctx context.Context, ref norn.LeaseRef, e norn.ErrorInfo) error {
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.exit()
-	err := s.run(func(tx *txn) error { return tx.abortTask(ref, e) })
+	_, err := s.single(&norn.LeaseOp{Op: norn.OpAbort, LeaseRef: ref, Error: &e})
 	return err
 }
 
-func (tx *txn) abortTask(ref norn.LeaseRef, e norn.ErrorInfo) error {
-	if err := norn.ValidateErrorInfo("error", e); err != nil {
-		return err
-	}
-	t, err := tx.finishing(&norn.LeaseOp{Op: norn.OpAbort, LeaseRef: ref, Error: &e})
+func (tx *txn) abortTask(op *norn.LeaseOp) error {
+	t, err := tx.finishing(op)
 	if t == nil {
 		return err
 	}
-	tx.finishTask(t, stAborted, norn.HistoryEntry{Type: norn.TaskAbort, Worker: ref.Worker, Lease: ref.Lease, Progress: t.st.progress}, &e)
+	e := *op.Error
+	tx.finishTask(t, stAborted, norn.HistoryEntry{Type: norn.TaskAbort, Worker: op.Worker, Lease: op.Lease, Progress: t.st.progress}, &e)
 	return nil
 }
 
 // Yield gives the task back: ready now, and the attempt does not count.
 func (s *Store) Yield(ctx context.Context, ref norn.LeaseRef) error {
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.exit()
-	err := s.run(func(tx *txn) error { return tx.yield(ref) })
+	_, err := s.single(&norn.LeaseOp{Op: norn.OpYield, LeaseRef: ref})
 	return err
 }
 
-func (tx *txn) yield(ref norn.LeaseRef) error {
-	t, err := tx.finishing(&norn.LeaseOp{Op: norn.OpYield, LeaseRef: ref})
+func (tx *txn) yield(op *norn.LeaseOp) error {
+	t, err := tx.finishing(op)
 	if t == nil {
 		return err
 	}
-	ns := tx.touch(t)
-	ns.status = stReady
-	ns.readyAt = tx.now
-	ns.runAt = tx.now
-	ns.deadline = 0
-	ns.owner = ""
-	ns.progress = 0
-	if ns.attempts > 0 {
-		ns.attempts--
-	}
-	tx.history(t, &ns, norn.HistoryEntry{Type: norn.TaskYield, Worker: ref.Worker, Lease: ref.Lease, Progress: t.st.progress})
-	tx.set(t, ns)
-	tx.event(norn.EventKind(norn.TaskYield), t)
+	tx.giveBack(t, norn.AfterYield(fromNanos(tx.now)), op.LeaseRef)
 	return nil
+}
+
+// giveBack returns a running task to the queue at its worker's request
+// (yield, snooze): no error is recorded and the attempt does not count.
+func (tx *txn) giveBack(t *task, o norn.Outcome, ref norn.LeaseRef) {
+	ns := tx.leaveRunning(t, o)
+	tx.history(t, &ns, norn.HistoryEntry{Type: o.History, Worker: ref.Worker, Lease: ref.Lease, Progress: t.st.progress})
+	tx.set(t, ns)
+	tx.event(norn.EventKind(o.History), t)
 }
 
 // LeaseBatch applies many lease operations in one transaction; each op
@@ -489,25 +505,10 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 	}
 	res := make([]norn.LeaseOpResult, len(ops))
 	err := s.run(func(tx *txn) error {
-		for i, op := range ops {
+		for i := range ops {
 			u, e := tx.savepoint()
-			// A failed op writes nothing: every op checks before it writes.
-			err := op.Validate()
-			switch {
-			case err != nil:
-			case op.Op == norn.OpHeartbeat:
-				res[i].Deadline, err = tx.heartbeat(op.LeaseRef, op.Heartbeat)
-			case op.Op == norn.OpComplete:
-				err = tx.complete(op.LeaseRef, op.Result)
-			case op.Op == norn.OpFail:
-				err = tx.fail(op.LeaseRef, *op.Error)
-			case op.Op == norn.OpAbort:
-				err = tx.abortTask(op.LeaseRef, *op.Error)
-			case op.Op == norn.OpYield:
-				err = tx.yield(op.LeaseRef)
-			case op.Op == norn.OpSnooze:
-				err = tx.snooze(op.LeaseRef, op.Snooze)
-			}
+			var err error
+			res[i].Deadline, err = tx.leaseOp(&ops[i])
 			if err != nil {
 				tx.rollbackTo(u, e)
 				ne, ok := err.(*norn.Error)

@@ -301,6 +301,7 @@ func exerciseCancel(t *testing.T, setup setupFunc) {
 		t.Parallel()
 		exerciseCancelPart1(t, setup)
 		exerciseCancelPart2(t, setup)
+		cancelRules(t, setup)
 	})
 }
 
@@ -449,6 +450,7 @@ func exerciseUpdate(t *testing.T, setup setupFunc) {
 		t.Parallel()
 		exerciseUpdatePart1(t, setup)
 		exerciseUpdatePart2(t, setup)
+		updateRules(t, setup)
 	})
 }
 
@@ -773,6 +775,7 @@ func exerciseTransact(t *testing.T, setup setupFunc) {
 		t.Parallel()
 		exerciseTransactPart1(t, setup)
 		exerciseTransactPart2(t, setup)
+		transactRules(t, setup)
 	})
 }
 
@@ -865,7 +868,7 @@ func exerciseTransactPart2(t *testing.T, setup setupFunc) {
 			{"InvalidSubmit", good(norn.Txn{Submit: []norn.NewTask{{ID: "n3", Queue: "bad queue"}}}), []*norn.Error{norn.ErrInvalidArgument}},
 			{"SubmitWithAMissingDependency", good(norn.Txn{Submit: []norn.NewTask{{ID: "n3", Queue: "q", DependsOn: []string{"nope"}}}}), []*norn.Error{norn.ErrInvalidArgument}},
 			{"RequirementAtAWrongVersion", good(norn.Txn{Require: []norn.Requirement{{ID: "a", Version: a.Version + 1}}}), []*norn.Error{norn.ErrConflict}},
-			{"RequirementOfAMissingTask", good(norn.Txn{Require: []norn.Requirement{{ID: "nope"}}}), []*norn.Error{norn.ErrConflict, norn.ErrNotFound}},
+			{"RequirementOfAMissingTask", good(norn.Txn{Require: []norn.Requirement{{ID: "nope"}}}), []*norn.Error{norn.ErrConflict}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				b := b.with(t)

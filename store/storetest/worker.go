@@ -123,6 +123,7 @@ func exerciseLog(t *testing.T, setup setupFunc) {
 		t.Parallel()
 		exerciseLogPart1(t, setup)
 		exerciseLogPart2(t, setup)
+		logRules(t, setup)
 	})
 }
 
@@ -249,16 +250,10 @@ func logLogged(b *testBundle) *norn.Task {
 }
 
 func exerciseFinish(t *testing.T, setup setupFunc) {
-	exerciseFinishPart1(t, setup)
 	exerciseFinishComplete(t, setup)
 	exerciseFinishFail(t, setup)
 	exerciseFinishAbort(t, setup)
 	exerciseFinishYield(t, setup)
-}
-
-func exerciseFinishPart1(t *testing.T, setup setupFunc) {
-	// finishCompleted claims a task with progress 0.3 and completes it a second
-	// later with a result; it returns the claim and the task before.
 }
 
 func exerciseFinishComplete(t *testing.T, setup setupFunc) {
@@ -407,6 +402,8 @@ func exerciseFinishFail(t *testing.T, setup setupFunc) {
 			lastError(t, g, "nope")
 			lastHistory(t, g, norn.TaskAbort, b.now())
 		})
+
+		failRules(t, setup)
 	})
 }
 
@@ -510,6 +507,8 @@ func exerciseFinishYield(t *testing.T, setup setupFunc) {
 	})
 }
 
+// finishCompleted claims a task with progress 0.3 and completes it a second
+// later with a result; it returns the claim and the task before.
 func finishCompleted(b *testBundle) (c, before *norn.Task) {
 	c = b.claimed("w1", norn.NewTask{ID: "c", Queue: "q", Retry: &norn.RetryPolicy{MaxRetries: 3}})
 	b.heartbeat(c, norn.Heartbeat{Progress: ptr(0.3)})

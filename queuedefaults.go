@@ -1,0 +1,26 @@
+package norn
+
+// ApplyDefaults applies the task defaults u sets to d, leaving the others
+// as they are (ApplyFlow does the flow settings). A retry policy of all
+// zeros removes the queue's policy: its tasks are not retried.
+func (u *QueueUpdate) ApplyDefaults(d *QueueDefaults) {
+	if u.Timeout != nil {
+		d.Timeout = *u.Timeout
+	}
+	if u.Retry != nil {
+		r := *u.Retry
+		d.Retry = &r
+		if r == (RetryPolicy{}) {
+			d.Retry = nil
+		}
+	}
+	if u.MaxAttempts != nil {
+		d.MaxAttempts = *u.MaxAttempts
+	}
+	if u.MaxRuntime != nil {
+		d.MaxRuntime = *u.MaxRuntime
+	}
+	if u.Retention != nil {
+		d.Retention = *u.Retention
+	}
+}
