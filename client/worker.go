@@ -63,13 +63,12 @@ func (c *Client) AppendLog(ctx context.Context, ref norn.LeaseRef, entry norn.Lo
 	if err := checkRaw("data", entry.Data); err != nil {
 		return norn.LogEntry{}, err
 	}
-	data := entry.Data
-	if data == nil {
-		// "data" is required on the wire; an absent value is JSON null.
-		data = json.RawMessage("null")
+	// Refused here as every store refuses it: a log entry needs data.
+	if err := entry.Validate(); err != nil {
+		return norn.LogEntry{}, err
 	}
 	var out wire.EntryResponse
-	body := wire.AppendLogRequest{LeaseOwner: owner(ref), Seq: entry.Seq, Data: data}
+	body := wire.AppendLogRequest{LeaseOwner: owner(ref), Seq: entry.Seq, Data: entry.Data}
 	if err := c.do(ctx, request{method: http.MethodPost, path: taskPath(ref.TaskID, "/log"), body: body}, &out); err != nil {
 		return norn.LogEntry{}, err
 	}

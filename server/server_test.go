@@ -278,7 +278,7 @@ func TestLifecycle(t *testing.T) {
 	if len(txr.Submitted) != 2 || len(txr.Cancelled) != 1 {
 		t.Fatalf("txn %+v", txr)
 	}
-	e.must(404, "POST", "/v1/transactions", `{"submit":[{"id":"x3","queue":"q"}],"require":[{"id":"missing"}]}`)
+	e.must(409, "POST", "/v1/transactions", `{"submit":[{"id":"x3","queue":"q"}],"require":[{"id":"missing"}]}`)
 	e.must(404, "GET", "/v1/tasks/x3", "")
 
 	// Queues, stats, workers, sweep.

@@ -625,15 +625,12 @@ func txnIDs(txn norn.Txn) []string {
 func checkRequirements(req []norn.Requirement, recs map[string]*rec) error {
 	for i, r := range req {
 		got := recs[r.ID]
-		if got == nil {
-			e := norn.Errorf(norn.CodeConflict, "required task %q does not exist", r.ID)
-			e.Field = fmt.Sprintf("require[%d].id", i)
-			return e
+		var version uint64
+		if got != nil {
+			version = got.Version
 		}
-		if r.Version != 0 && got.Version != r.Version {
-			e := norn.Errorf(norn.CodeConflict, "required task %q is at version %d, not %d", r.ID, got.Version, r.Version)
-			e.Field = fmt.Sprintf("require[%d].version", i)
-			return e
+		if err := r.Check(got != nil, version); err != nil {
+			return fieldErr(fmt.Sprintf("require[%d]", i), err)
 		}
 	}
 	return nil
@@ -694,17 +691,18 @@ func (p *txnPlan) decide(txn norn.Txn, now time.Time, w *wakes) error {
 		if r == nil {
 			return fieldErr(field, norn.NotFound(id))
 		}
-		switch r.Status {
-		case norn.StatusCancelled:
+		already, err := norn.CheckCancel(id, r.Status)
+		if err != nil {
+			return fieldErr(field, err)
+		}
+		if already {
 			p.cancelled = append(p.cancelled, r)
 			continue
-		case norn.StatusCompleted, norn.StatusAborted:
-			e := norn.Errorf(norn.CodeConflict, "task %q is already %s", id, r.Status)
-			e.Field = field
-			return e
 		}
+		h := norn.CancelEntry(r.Status, r.Owner, r.Lease)
+		h.Time = now
 		r.Status, r.Deadline, r.endedAt, r.pendingDeps = norn.StatusCancelled, time.Time{}, now, 0
-		p.record(r, norn.EventKind(norn.TaskCancel), &norn.HistoryEntry{Type: norn.TaskCancel, Time: now})
+		p.record(r, norn.EventKind(norn.TaskCancel), &h)
 		p.cancelled = append(p.cancelled, r)
 	}
 	for i, id := range txn.Delete {
@@ -820,13 +818,8 @@ func validateTxn(txn *norn.Txn) error {
 
 // applyUpdate changes priority, run_at and labels of a not-running task.
 func applyUpdate(r *rec, u norn.Update, now time.Time) error {
-	if u.IfVersion != 0 && u.IfVersion != r.Version {
-		return norn.Errorf(norn.CodeConflict, "task %q is at version %d, not %d", r.ID, r.Version, u.IfVersion)
-	}
-	switch r.Status {
-	case norn.StatusScheduled, norn.StatusBlocked, norn.StatusReady:
-	default:
-		return norn.Errorf(norn.CodeConflict, "task %q is %s; only scheduled, blocked or ready tasks can be updated", r.ID, r.Status)
+	if err := u.Check(r.ID, r.Version, r.Status); err != nil {
+		return err
 	}
 	if u.Priority != nil {
 		r.Priority = *u.Priority
@@ -838,16 +831,10 @@ func applyUpdate(r *rec, u norn.Update, now time.Time) error {
 		}
 	}
 	if u.RunAt != nil {
-		at := micro(*u.RunAt)
-		if u.RunAt.IsZero() || !at.After(now) {
-			at = now
-		}
-		r.RunAt = at
-		switch {
-		case r.Status == norn.StatusScheduled && !at.After(now):
-			r.Status, r.readyAt = norn.StatusReady, now
-		case r.Status == norn.StatusReady && at.After(now):
-			r.Status = norn.StatusScheduled
+		was := r.Status
+		r.Status, r.RunAt = norn.MoveRunAt(r.Status, micro(*u.RunAt), now)
+		if was != norn.StatusReady && r.Status == norn.StatusReady {
+			r.readyAt = now
 		}
 	}
 	return nil

@@ -508,10 +508,7 @@ func (s *Store) AppendLog(ctx context.Context, ref norn.LeaseRef, entry norn.Log
 	if err := ref.Validate(); err != nil {
 		return norn.LogEntry{}, err
 	}
-	if err := norn.ValidateJSON("data", entry.Data, norn.MaxLogBytes); err != nil {
-		return norn.LogEntry{}, err
-	}
-	if err := entry.ValidateRange(); err != nil {
+	if err := entry.Validate(); err != nil {
 		return norn.LogEntry{}, err
 	}
 	var out norn.LogEntry
@@ -548,7 +545,7 @@ SELECT t.log_seq, n.now FROM t, n`), ref.TaskID, int64(ref.Lease), ref.Worker, i
 			if err := checkLease(r, ref); err != nil {
 				return err
 			}
-			return norn.Errorf(norn.CodeConflict, "task %q: log sequence %d is not the next one (%d)", ref.TaskID, entry.Seq, r.logSeq+1)
+			return entry.CheckSeq(ref.TaskID, r.logSeq+1)
 		}
 		if err != nil {
 			return err
