@@ -30,6 +30,27 @@ func exerciseRanges(t *testing.T, setup setupFunc) {
 	})
 }
 
+// rangeCase is one value out of range: the call and the field its
+// invalid_argument must name.
+type rangeCase struct {
+	name  string
+	call  func() error
+	field string
+}
+
+// rangeFixture is the store the range cases share and the values just
+// outside what a store holds.
+type rangeFixture struct {
+	s           norn.Store
+	b           *testBundle
+	r           norn.LeaseRef // the lease of the running task "run"
+	late, early time.Time     // after MaxTime, before MinTime
+	epoch       time.Time     // 1970, before MinTime too
+	huge        norn.Duration // the largest whole number of hours a time.Duration holds
+	over        norn.Duration // just over MaxDuration
+	big         int           // MaxCount + 1
+}
+
 func ranges(t *testing.T, setup setupFunc) {
 	s, b := setup(t)
 	b.submit(norn.NewTask{ID: "ready", Queue: "q"}, norn.NewTask{ID: "run", Queue: "r"}, norn.NewTask{ID: "run2", Queue: "r"},
@@ -37,150 +58,24 @@ func ranges(t *testing.T, setup setupFunc) {
 	run := b.claim("w", "r")
 	run2 := b.claim("w", "r")
 	b.abort(b.claim("w", "e"), "no")
-	r := ref(run)
 	before := b.snapshot()
 
-	late := time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)
-	early := time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC)
-	epoch := time.Unix(0, 0).UTC()
-	// 2562047h is the largest whole number of hours a time.Duration holds.
-	huge := dur(2562047 * time.Hour)
-	over := dur(norn.MaxDuration + time.Second)
 	var big64 int64 = norn.MaxCount + 1
-	big := int(big64)
-	if int64(big) != big64 {
+	f := &rangeFixture{s: s, b: b, r: ref(run),
+		late:  time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC),
+		early: time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC),
+		epoch: time.Unix(0, 0).UTC(),
+		huge:  dur(2562047 * time.Hour),
+		over:  dur(norn.MaxDuration + time.Second),
+		big:   int(big64)}
+	if int64(f.big) != big64 {
 		t.Skip("int is 32 bits here: no count can exceed MaxCount")
 	}
-	sub := func(nt norn.NewTask) func() error {
-		return func() error { _, err := s.Submit(b.ctx, nt); return err }
-	}
-	uq := func(u norn.QueueUpdate) func() error {
-		return func() error { _, err := s.UpdateQueue(b.ctx, "q", u); return err }
-	}
-	filter := func(f norn.Filter) []func() error {
-		return []func() error{
-			func() error { _, err := s.List(b.ctx, norn.Query{Filter: f}); return err },
-			func() error { _, err := s.Count(b.ctx, f); return err },
-			func() error { _, err := s.CountGrouped(b.ctx, f); return err },
-			func() error { _, err := s.DeleteMatching(b.ctx, f); return err },
-			func() error { _, err := s.RetryMatching(b.ctx, f); return err },
-			func() error {
-				it, err := s.Stream(b.ctx, norn.Query{Filter: f})
-				if err == nil {
-					for it.Next() {
-					}
-					err = it.Err()
-					it.Close()
-				}
-				return err
-			},
-		}
-	}
-	type rangeCase struct {
-		name  string
-		call  func() error
-		field string
-	}
-	cases := []rangeCase{
-		{"SubmitRunAtAfterMaxTime", sub(norn.NewTask{Queue: "q", RunAt: late}), "tasks[0].run_at"},
-		{"SubmitRunAtBeforeMinTime", sub(norn.NewTask{Queue: "q", RunAt: early}), "tasks[0].run_at"},
-		{"SubmitRunAtAtTheEpoch", sub(norn.NewTask{Queue: "q", RunAt: epoch}), "tasks[0].run_at"},
-		{"SubmitHugeDelay", sub(norn.NewTask{Queue: "q", Delay: huge}), "tasks[0].delay"},
-		{"SubmitDelayOverMaxDuration", sub(norn.NewTask{Queue: "q", Delay: over}), "tasks[0].delay"},
-		{"SubmitHugeTimeout", sub(norn.NewTask{Queue: "q", Timeout: huge}), "tasks[0].timeout"},
-		{"SubmitHugeMaxRuntime", sub(norn.NewTask{Queue: "q", MaxRuntime: huge}), "tasks[0].max_runtime"},
-		{"SubmitHugeUniqueFor", sub(norn.NewTask{Queue: "q", UniqueKey: "k", UniqueFor: huge}), "tasks[0].unique_for"},
-		{"SubmitMaxAttemptsOver32Bits", sub(norn.NewTask{Queue: "q", MaxAttempts: ptr(big)}), "tasks[0].max_attempts"},
-		{"SubmitMaxRetriesOver32Bits", sub(norn.NewTask{Queue: "q", Retry: &norn.RetryPolicy{MaxRetries: big}}), "tasks[0].retry.max_retries"},
-		{"SubmitHugeBackoff", sub(norn.NewTask{Queue: "q", Retry: &norn.RetryPolicy{MaxRetries: 1, Base: huge}}), "tasks[0].retry.base"},
-		{"SubmitHugeBackoffCap", sub(norn.NewTask{Queue: "q", Retry: &norn.RetryPolicy{MaxRetries: 1, Base: dur(time.Second), Max: huge}}), "tasks[0].retry.max"},
-		{"TransactionSubmitRunAt", func() error {
-			_, err := s.Transact(b.ctx, norn.Txn{Submit: []norn.NewTask{{Queue: "q", RunAt: late}}})
-			return err
-		}, "submit[0].run_at"},
-		{"TransactionUpdateRunAt", func() error {
-			_, err := s.Transact(b.ctx, norn.Txn{Update: []norn.TxnUpdate{{ID: "ready", Update: norn.Update{RunAt: &late}}}})
-			return err
-		}, "update[0].run_at"},
-		{"TransactionRequireVersionOver63Bits", func() error {
-			_, err := s.Transact(b.ctx, norn.Txn{Require: []norn.Requirement{{ID: "ready", Version: math.MaxInt64 + 1}}})
-			return err
-		}, "require[0].version"},
-		{"LogSeqOver63Bits", func() error {
-			_, err := s.AppendLog(b.ctx, r, norn.LogAppend{Seq: math.MaxInt64 + 1, Data: []byte(`1`)})
-			return err
-		}, "seq"},
-		{"UpdateRunAtAfterMaxTime", func() error { _, err := s.Update(b.ctx, "ready", norn.Update{RunAt: &late}); return err }, "run_at"},
-		{"UpdateRunAtBeforeMinTime", func() error { _, err := s.Update(b.ctx, "ready", norn.Update{RunAt: &early}); return err }, "run_at"},
-		{"UpdateIfVersionOver63Bits", func() error {
-			_, err := s.Update(b.ctx, "ready", norn.Update{Priority: ptr(uint32(1)), IfVersion: math.MaxInt64 + 1})
-			return err
-		}, "if_version"},
-		{"ClaimHugeTimeout", func() error {
-			_, err := s.Claim(b.ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, Timeout: huge})
-			return err
-		}, "timeout"},
-		{"HeartbeatHugeExtend", func() error { _, err := s.Heartbeat(b.ctx, r, norn.Heartbeat{Extend: huge}); return err }, "extend"},
-		{"HeartbeatLeaseOver63Bits", func() error {
-			_, err := s.Heartbeat(b.ctx, norn.LeaseRef{TaskID: "run", Worker: "w", Lease: math.MaxInt64 + 1}, norn.Heartbeat{})
-			return err
-		}, "lease"},
-		{"LeaseBatchHugeExtend", func() error {
-			// Refused whole or for its one op: either way naming the op
-			// ("ops[0].extend") or not.
-			res, err := s.LeaseBatch(b.ctx, []norn.LeaseOp{{Op: norn.OpHeartbeat, LeaseRef: r, Heartbeat: norn.Heartbeat{Extend: huge}}})
-			var e *norn.Error
-			switch {
-			case err != nil && errors.As(err, &e):
-			case err != nil:
-				return err
-			case res[0].Err == nil:
-				return nil
-			default:
-				e = res[0].Err
-			}
-			c := *e
-			c.Field = strings.TrimPrefix(c.Field, "ops[0].")
-			return &c
-		}, "extend"},
-		{"SnoozeHugeDelay", func() error { _, err := s.Snooze(b.ctx, r, norn.Snooze{Delay: huge}); return err }, "delay"},
-		{"SnoozeRunAtAfterMaxTime", func() error { _, err := s.Snooze(b.ctx, r, norn.Snooze{RunAt: late}); return err }, "run_at"},
-		{"RetryRunAtAfterMaxTime", func() error {
-			_, err := s.Retry(b.ctx, "ended", norn.RetryOptions{RunAt: late})
-			return err
-		}, "run_at"},
-		{"UpdateQueueHugeTimeout", uq(norn.QueueUpdate{Timeout: &huge}), "timeout"},
-		{"UpdateQueueHugeMaxRuntime", uq(norn.QueueUpdate{MaxRuntime: &huge}), "max_runtime"},
-		{"UpdateQueueMaxAttemptsOver32Bits", uq(norn.QueueUpdate{MaxAttempts: ptr(big)}), "max_attempts"},
-		{"UpdateQueueMaxRetriesOver32Bits", uq(norn.QueueUpdate{Retry: &norn.RetryPolicy{MaxRetries: big}}), "retry.max_retries"},
-		{"UpdateQueueHugeRetention", uq(norn.QueueUpdate{Retention: &norn.Retention{Completed: dur(time.Hour), Aborted: huge, Cancelled: dur(time.Hour)}}), "retention.aborted"},
-		{"UpdateQueueMaxRunningOver32Bits", uq(norn.QueueUpdate{MaxRunning: ptr(big)}), "max_running"},
-		{"UpdateQueueKeyLimitOver32Bits", uq(norn.QueueUpdate{KeyLimit: ptr(big)}), "key_limit"},
-		{"UpdateQueueKeyOwnLimitOver32Bits", uq(norn.QueueUpdate{Keys: map[string]*norn.KeySettings{"k": {Limit: big}}}), `keys["k"].limit`},
-		{"PutScheduleMaxAttemptsOver32Bits", func() error {
-			_, err := s.PutSchedule(b.ctx, norn.Schedule{Name: "s", Queue: "q", Cron: "@hourly", MaxAttempts: ptr(big)})
-			return err
-		}, "max_attempts"},
-		{"PutScheduleHugeTimeout", func() error {
-			_, err := s.PutSchedule(b.ctx, norn.Schedule{Name: "s", Queue: "q", Cron: "@hourly", Timeout: huge})
-			return err
-		}, "timeout"},
-	}
-	for _, tf := range []struct {
-		name string
-		f    norn.Filter
-	}{
-		{"CreatedAfterAfterMaxTime", norn.Filter{Queues: []string{"r"}, CreatedAfter: late}},
-		{"CreatedBeforeBeforeMinTime", norn.Filter{Queues: []string{"r"}, CreatedBefore: early}},
-		{"UpdatedAfterAfterMaxTime", norn.Filter{Queues: []string{"r"}, UpdatedAfter: late}},
-		{"UpdatedBeforeBeforeMinTime", norn.Filter{Queues: []string{"r"}, UpdatedBefore: early}},
+	var cases []rangeCase
+	for _, group := range []func(*rangeFixture) []rangeCase{
+		rangeClientCases, rangeWorkerCases, rangeAdminCases, rangeFilterCases,
 	} {
-		field := map[string]string{"CreatedAfterAfterMaxTime": "created_after", "CreatedBeforeBeforeMinTime": "created_before",
-			"UpdatedAfterAfterMaxTime": "updated_after", "UpdatedBeforeBeforeMinTime": "updated_before"}[tf.name]
-		for i, call := range filter(tf.f) {
-			op := []string{"List", "Count", "CountGrouped", "DeleteMatching", "RetryMatching", "Stream"}[i]
-			cases = append(cases, rangeCase{op + tf.name, call, field})
-		}
+		cases = append(cases, group(f)...)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -219,6 +114,159 @@ func ranges(t *testing.T, setup setupFunc) {
 		sameTask(t, "submitted at the edges", got, back)
 		bt.delete("edge")
 	})
+}
+
+// rangeClientCases are the out-of-range values of Submit, Update, Transact and AppendLog.
+func rangeClientCases(f *rangeFixture) []rangeCase {
+	s, b, r, late, early, epoch, huge, over, big := f.s, f.b, f.r, f.late, f.early, f.epoch, f.huge, f.over, f.big
+	sub := func(nt norn.NewTask) func() error {
+		return func() error { _, err := s.Submit(b.ctx, nt); return err }
+	}
+	return []rangeCase{
+		{"SubmitRunAtAfterMaxTime", sub(norn.NewTask{Queue: "q", RunAt: late}), "tasks[0].run_at"},
+		{"SubmitRunAtBeforeMinTime", sub(norn.NewTask{Queue: "q", RunAt: early}), "tasks[0].run_at"},
+		{"SubmitRunAtAtTheEpoch", sub(norn.NewTask{Queue: "q", RunAt: epoch}), "tasks[0].run_at"},
+		{"SubmitHugeDelay", sub(norn.NewTask{Queue: "q", Delay: huge}), "tasks[0].delay"},
+		{"SubmitDelayOverMaxDuration", sub(norn.NewTask{Queue: "q", Delay: over}), "tasks[0].delay"},
+		{"SubmitHugeTimeout", sub(norn.NewTask{Queue: "q", Timeout: huge}), "tasks[0].timeout"},
+		{"SubmitHugeMaxRuntime", sub(norn.NewTask{Queue: "q", MaxRuntime: huge}), "tasks[0].max_runtime"},
+		{"SubmitHugeUniqueFor", sub(norn.NewTask{Queue: "q", UniqueKey: "k", UniqueFor: huge}), "tasks[0].unique_for"},
+		{"SubmitMaxAttemptsOver32Bits", sub(norn.NewTask{Queue: "q", MaxAttempts: ptr(big)}), "tasks[0].max_attempts"},
+		{"SubmitMaxRetriesOver32Bits", sub(norn.NewTask{Queue: "q", Retry: &norn.RetryPolicy{MaxRetries: big}}), "tasks[0].retry.max_retries"},
+		{"SubmitHugeBackoff", sub(norn.NewTask{Queue: "q", Retry: &norn.RetryPolicy{MaxRetries: 1, Base: huge}}), "tasks[0].retry.base"},
+		{"SubmitHugeBackoffCap", sub(norn.NewTask{Queue: "q", Retry: &norn.RetryPolicy{MaxRetries: 1, Base: dur(time.Second), Max: huge}}), "tasks[0].retry.max"},
+		{"TransactionSubmitRunAt", func() error {
+			_, err := s.Transact(b.ctx, norn.Txn{Submit: []norn.NewTask{{Queue: "q", RunAt: late}}})
+			return err
+		}, "submit[0].run_at"},
+		{"TransactionUpdateRunAt", func() error {
+			_, err := s.Transact(b.ctx, norn.Txn{Update: []norn.TxnUpdate{{ID: "ready", Update: norn.Update{RunAt: &late}}}})
+			return err
+		}, "update[0].run_at"},
+		{"TransactionRequireVersionOver63Bits", func() error {
+			_, err := s.Transact(b.ctx, norn.Txn{Require: []norn.Requirement{{ID: "ready", Version: math.MaxInt64 + 1}}})
+			return err
+		}, "require[0].version"},
+		{"LogSeqOver63Bits", func() error {
+			_, err := s.AppendLog(b.ctx, r, norn.LogAppend{Seq: math.MaxInt64 + 1, Data: []byte(`1`)})
+			return err
+		}, "seq"},
+		{"UpdateRunAtAfterMaxTime", func() error { _, err := s.Update(b.ctx, "ready", norn.Update{RunAt: &late}); return err }, "run_at"},
+		{"UpdateRunAtBeforeMinTime", func() error { _, err := s.Update(b.ctx, "ready", norn.Update{RunAt: &early}); return err }, "run_at"},
+		{"UpdateIfVersionOver63Bits", func() error {
+			_, err := s.Update(b.ctx, "ready", norn.Update{Priority: ptr(uint32(1)), IfVersion: math.MaxInt64 + 1})
+			return err
+		}, "if_version"},
+	}
+}
+
+// rangeWorkerCases are the out-of-range values of Claim and the lease holder's other calls.
+func rangeWorkerCases(f *rangeFixture) []rangeCase {
+	s, b, r, late, huge := f.s, f.b, f.r, f.late, f.huge
+	return []rangeCase{
+		{"ClaimHugeTimeout", func() error {
+			_, err := s.Claim(b.ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, Timeout: huge})
+			return err
+		}, "timeout"},
+		{"HeartbeatHugeExtend", func() error { _, err := s.Heartbeat(b.ctx, r, norn.Heartbeat{Extend: huge}); return err }, "extend"},
+		{"HeartbeatLeaseOver63Bits", func() error {
+			_, err := s.Heartbeat(b.ctx, norn.LeaseRef{TaskID: "run", Worker: "w", Lease: math.MaxInt64 + 1}, norn.Heartbeat{})
+			return err
+		}, "lease"},
+		{"LeaseBatchHugeExtend", func() error {
+			// Refused whole or for its one op: either way naming the op
+			// ("ops[0].extend") or not.
+			res, err := s.LeaseBatch(b.ctx, []norn.LeaseOp{{Op: norn.OpHeartbeat, LeaseRef: r, Heartbeat: norn.Heartbeat{Extend: huge}}})
+			var e *norn.Error
+			switch {
+			case err != nil && errors.As(err, &e):
+			case err != nil:
+				return err
+			case res[0].Err == nil:
+				return nil
+			default:
+				e = res[0].Err
+			}
+			c := *e
+			c.Field = strings.TrimPrefix(c.Field, "ops[0].")
+			return &c
+		}, "extend"},
+		{"SnoozeHugeDelay", func() error { _, err := s.Snooze(b.ctx, r, norn.Snooze{Delay: huge}); return err }, "delay"},
+		{"SnoozeRunAtAfterMaxTime", func() error { _, err := s.Snooze(b.ctx, r, norn.Snooze{RunAt: late}); return err }, "run_at"},
+	}
+}
+
+// rangeAdminCases are the out-of-range values of Retry, UpdateQueue and PutSchedule.
+func rangeAdminCases(f *rangeFixture) []rangeCase {
+	s, b, late, huge, big := f.s, f.b, f.late, f.huge, f.big
+	uq := func(u norn.QueueUpdate) func() error {
+		return func() error { _, err := s.UpdateQueue(b.ctx, "q", u); return err }
+	}
+	return []rangeCase{
+		{"RetryRunAtAfterMaxTime", func() error {
+			_, err := s.Retry(b.ctx, "ended", norn.RetryOptions{RunAt: late})
+			return err
+		}, "run_at"},
+		{"UpdateQueueHugeTimeout", uq(norn.QueueUpdate{Timeout: &huge}), "timeout"},
+		{"UpdateQueueHugeMaxRuntime", uq(norn.QueueUpdate{MaxRuntime: &huge}), "max_runtime"},
+		{"UpdateQueueMaxAttemptsOver32Bits", uq(norn.QueueUpdate{MaxAttempts: ptr(big)}), "max_attempts"},
+		{"UpdateQueueMaxRetriesOver32Bits", uq(norn.QueueUpdate{Retry: &norn.RetryPolicy{MaxRetries: big}}), "retry.max_retries"},
+		{"UpdateQueueHugeRetention", uq(norn.QueueUpdate{Retention: &norn.Retention{Completed: dur(time.Hour), Aborted: huge, Cancelled: dur(time.Hour)}}), "retention.aborted"},
+		{"UpdateQueueMaxRunningOver32Bits", uq(norn.QueueUpdate{MaxRunning: ptr(big)}), "max_running"},
+		{"UpdateQueueKeyLimitOver32Bits", uq(norn.QueueUpdate{KeyLimit: ptr(big)}), "key_limit"},
+		{"UpdateQueueKeyOwnLimitOver32Bits", uq(norn.QueueUpdate{Keys: map[string]*norn.KeySettings{"k": {Limit: big}}}), `keys["k"].limit`},
+		{"PutScheduleMaxAttemptsOver32Bits", func() error {
+			_, err := s.PutSchedule(b.ctx, norn.Schedule{Name: "s", Queue: "q", Cron: "@hourly", MaxAttempts: ptr(big)})
+			return err
+		}, "max_attempts"},
+		{"PutScheduleHugeTimeout", func() error {
+			_, err := s.PutSchedule(b.ctx, norn.Schedule{Name: "s", Queue: "q", Cron: "@hourly", Timeout: huge})
+			return err
+		}, "timeout"},
+	}
+}
+
+// rangeFilterCases are out-of-range times in a filter, given to every call
+// that takes one.
+func rangeFilterCases(f *rangeFixture) []rangeCase {
+	s, b, late, early := f.s, f.b, f.late, f.early
+	var cases []rangeCase
+	filter := func(flt norn.Filter) []func() error {
+		return []func() error{
+			func() error { _, err := s.List(b.ctx, norn.Query{Filter: flt}); return err },
+			func() error { _, err := s.Count(b.ctx, flt); return err },
+			func() error { _, err := s.CountGrouped(b.ctx, flt); return err },
+			func() error { _, err := s.DeleteMatching(b.ctx, flt); return err },
+			func() error { _, err := s.RetryMatching(b.ctx, flt); return err },
+			func() error {
+				it, err := s.Stream(b.ctx, norn.Query{Filter: flt})
+				if err == nil {
+					for it.Next() {
+					}
+					err = it.Err()
+					it.Close()
+				}
+				return err
+			},
+		}
+	}
+	for _, tf := range []struct {
+		name string
+		f    norn.Filter
+	}{
+		{"CreatedAfterAfterMaxTime", norn.Filter{Queues: []string{"r"}, CreatedAfter: late}},
+		{"CreatedBeforeBeforeMinTime", norn.Filter{Queues: []string{"r"}, CreatedBefore: early}},
+		{"UpdatedAfterAfterMaxTime", norn.Filter{Queues: []string{"r"}, UpdatedAfter: late}},
+		{"UpdatedBeforeBeforeMinTime", norn.Filter{Queues: []string{"r"}, UpdatedBefore: early}},
+	} {
+		field := map[string]string{"CreatedAfterAfterMaxTime": "created_after", "CreatedBeforeBeforeMinTime": "created_before",
+			"UpdatedAfterAfterMaxTime": "updated_after", "UpdatedBeforeBeforeMinTime": "updated_before"}[tf.name]
+		for i, call := range filter(tf.f) {
+			op := []string{"List", "Count", "CountGrouped", "DeleteMatching", "RetryMatching", "Stream"}[i]
+			cases = append(cases, rangeCase{op + tf.name, call, field})
+		}
+	}
+	return cases
 }
 
 // characters: ids refuse characters that show nothing or reorder the text
