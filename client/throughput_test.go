@@ -2,11 +2,13 @@ package client_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/client"
+	"github.com/nornq/norn/internal/await"
 )
 
 func TestThroughput(t *testing.T) {
@@ -21,20 +23,13 @@ func TestThroughput(t *testing.T) {
 		}
 		return n
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	await.Check(t, 10*time.Second, "the history to count both submits", func() (string, error) {
 		h, err := c.Throughput(ctx, time.Time{})
-		if err != nil {
-			t.Fatal(err)
+		if err != nil || sum(h) == 2 {
+			return "", err
 		}
-		if sum(h) == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("history %+v never counted both submits", h)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Sprintf("history %+v", h), nil
+	})
 	h, err := c.Throughput(ctx, time.Now().Add(-time.Hour), "a")
 	if err != nil || sum(h) != 1 || len(h.Queues) != 1 || h.Queues[0] != "a" || h.Since.Before(time.Now().Add(-61*time.Minute)) {
 		t.Fatalf("queue a for the last hour: %+v, %v", h, err)

@@ -3,11 +3,14 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/await"
 	"github.com/nornq/norn/store/embedded"
 	"github.com/nornq/norn/worker"
 )
@@ -150,23 +153,18 @@ func newWorker(t *testing.T, api worker.API, cfg worker.Config) *worker.Worker {
 func waitStatus(t *testing.T, api norn.ClientAPI, id string, timeout time.Duration, want ...norn.Status) *norn.Task {
 	t.Helper()
 	var last *norn.Task
-	deadline := time.Now().Add(timeout)
-	for {
+	await.Check(t, timeout, fmt.Sprintf("task %s to be %v", id, want), func() (string, error) {
 		tk, err := api.Get(context.Background(), id)
 		if err != nil {
-			t.Fatalf("get %s: %v", id, err)
+			return "", fmt.Errorf("get %s: %w", id, err)
 		}
 		last = tk
-		for _, s := range want {
-			if tk.Status == s {
-				return tk
-			}
+		if slices.Contains(want, tk.Status) {
+			return "", nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task %s: status %s after %s, want %v", id, last.Status, timeout, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return "status " + string(tk.Status), nil
+	})
+	return last
 }
 
 // submit submits one task and returns its id.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/await"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -51,19 +52,14 @@ func (kc *cluster) start() {
 	if kc.dir != "" {
 		opts = append(opts, kfake.DataDir(kc.dir))
 	}
-	var err error
 	// The port of a stopped cluster may take a moment to be free again.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		kc.c, err = kfake.NewCluster(opts...)
-		if err == nil || time.Now().After(deadline) {
-			break
+	await.Check(kc.t, 10*time.Second, "kfake to start", func() (string, error) {
+		var err error
+		if kc.c, err = kfake.NewCluster(opts...); err != nil {
+			return err.Error(), nil
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err != nil {
-		kc.t.Fatalf("starting kfake: %v", err)
-	}
+		return "", nil
+	})
 	if kc.port == 0 {
 		var p int
 		if _, err := fmt.Sscanf(portOf(kc.c.ListenAddrs()[0]), "%d", &p); err != nil {
@@ -280,20 +276,11 @@ func (c *collector) waitAll(t *testing.T, ids []string, within time.Duration) {
 	})
 }
 
-// waitFor polls cond until it returns "" or within passes.
+// waitFor waits until cond returns "" (otherwise it says what is still
+// missing) or within passes.
 func waitFor(t *testing.T, within time.Duration, cond func() string) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		msg := cond()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s: %s", within, msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	await.Check(t, within, "the condition", func() (string, error) { return cond(), nil })
 }
 
 // storeKind names the store a test runs on.

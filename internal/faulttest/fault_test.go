@@ -16,6 +16,7 @@ import (
 
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/client"
+	"github.com/nornq/norn/internal/await"
 	"github.com/nornq/norn/internal/nornbin"
 	"github.com/nornq/norn/internal/pgtest"
 )
@@ -79,13 +80,7 @@ func run(t testing.TB, nodes []*Node, lease time.Duration, faults []Fault, nm *N
 	defer func() { stopProducers(); stopWorkers(); pwg.Wait(); wwg.Wait() }()
 
 	// Let the load settle before the first fault.
-	deadline := time.Now().Add(60 * time.Second)
-	for w.Ops.Completes.Load() < 100 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no load after a minute: %d completions", w.Ops.Completes.Load())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	await.Until(t, time.Minute, "100 completions under load", func() bool { return w.Ops.Completes.Load() >= 100 })
 	start := time.Now()
 	nctx, stopNemesis := context.WithCancel(ctx)
 	if length > 0 {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nornq/norn/internal/await"
 )
 
 func TestPercent(t *testing.T) {
@@ -48,15 +50,15 @@ func gogc() int {
 func TestStartRaisesTheGoalAfterACollection(t *testing.T) {
 	base := gogc()
 	stop := Start(1 << 30)
-	deadline := time.Now().Add(10 * time.Second)
-	for gogc() != maxPercent {
-		if time.Now().After(deadline) {
-			stop()
-			t.Fatalf("GOGC is %d after collections, want %d", gogc(), maxPercent)
+	t.Cleanup(stop) // also when the wait fails; a second stop does nothing
+	// The finalizer goroutine raises the goal after a collection.
+	await.Check(t, 10*time.Second, "collections to raise GOGC", func() (string, error) {
+		if got := gogc(); got != maxPercent {
+			runtime.GC()
+			return fmt.Sprintf("GOGC is %d, want %d", got, maxPercent), nil
 		}
-		runtime.GC()
-		time.Sleep(time.Millisecond) // the finalizer goroutine runs after the collection
-	}
+		return "", nil
+	})
 	stop()
 	if got := gogc(); got != base {
 		t.Fatalf("GOGC after stop = %d, want %d", got, base)

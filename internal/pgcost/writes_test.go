@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/nornq/norn/internal/await"
 	"github.com/nornq/norn/internal/pgtest"
 	"github.com/nornq/norn/store/postgres"
 )
@@ -102,17 +104,20 @@ func TestWritePatterns(t *testing.T) {
 				// workers' sessions report their counts when they end.
 				pool.Close()
 				var hot, upd int64
-				deadline := time.Now().Add(20 * time.Second)
-				for upd < 2*n && time.Now().Before(deadline) {
+				await.Check(t, 20*time.Second, "the workers' update counts", func() (string, error) {
+					// A fresh snapshot of the statistics on every read.
+					if _, err := c.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
+						return "", err
+					}
 					if err := c.QueryRow(ctx, `SELECT pg_stat_get_tuples_hot_updated($1::regclass), pg_stat_get_tuples_updated($1::regclass)`,
 						tq).Scan(&hot, &upd); err != nil {
-						t.Fatal(err)
+						return "", err
 					}
 					if upd < 2*n {
-						time.Sleep(50 * time.Millisecond)
-						_, _ = c.Exec(ctx, `SELECT pg_stat_clear_snapshot()`)
+						return fmt.Sprintf("%d updates reported, want %d", upd, 2*n), nil
 					}
-				}
+					return "", nil
+				})
 				if upd < 2*n || hot == 0 {
 					t.Fatalf("%d updates reported, %d of them HOT; want %d and some HOT", upd, hot, 2*n)
 				}
