@@ -63,3 +63,41 @@ func Example() {
 	// hello-ada completed {"greeting":"Hello, Ada!"}
 	// hello-nobody aborted
 }
+
+// A handler that finds it cannot work yet (a resource is busy, a partner
+// says come back later) snoozes the task instead of failing it: the task
+// waits, no error is recorded and the attempt does not count, so it does
+// not spend a retry.
+func ExampleSnooze() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir, _ := os.MkdirTemp("", "norn-example-")
+	defer os.RemoveAll(dir)
+	st, err := embedded.Open(ctx, embedded.Options{Dir: dir})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close()
+
+	served := make(chan struct{}, 1)
+	w, err := worker.New(st, worker.Config{Queues: []string{"reports"}, Concurrency: 1, Wait: 100 * time.Millisecond,
+		Handler: worker.HandlerFunc(func(ctx context.Context, t *worker.Task) error {
+			defer func() { served <- struct{}{} }()
+			return worker.Snooze(time.Hour) // the data for the report is not in yet
+		})})
+	if err != nil {
+		panic(err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Run(ctx) }()
+	_, _ = st.Submit(ctx, norn.NewTask{ID: "daily-report", Queue: "reports"})
+	<-served
+	_ = w.Shutdown(context.Background())
+	<-stopped
+
+	t, _ := st.Get(ctx, "daily-report")
+	last := t.History[len(t.History)-1]
+	fmt.Println(t.Status, "for", t.RunAt.Sub(last.Time), "attempts", t.Attempts, "errors", len(t.Errors), last.Type)
+	// Output:
+	// scheduled for 1h0m0s attempts 0 errors 0 TaskSnooze
+}
