@@ -633,114 +633,132 @@ func Delay(ctx context.Context, st norn.Store, env Env, cfg Config) (Result, err
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	var mu sync.Mutex
-	lat := make([]time.Duration, 0, n)
-	var got atomic.Int64
-	errc := make(chan error, cfg.Workers+max(4, cfg.Workers)+1) // claimers + submitters, so no send blocks
-	var wg sync.WaitGroup
+	d := &delayRun{st: st, cfg: cfg, q: q, n: n, lat: make([]time.Duration, 0, n),
+		errc: make(chan error, cfg.Workers+max(4, cfg.Workers)+1)} // claimers + submitters, so no send blocks
 	for w := 0; w < cfg.Workers; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			worker := "bench-delay-" + strconv.Itoa(w)
-			for got.Load() < int64(n) && ctx.Err() == nil {
-				ts, err := st.Claim(ctx, norn.ClaimRequest{Worker: worker, Queues: []string{q}, N: cfg.ClaimBatch, Wait: norn.Duration(time.Second)})
-				at := time.Now()
-				if err != nil {
-					if ctx.Err() == nil {
-						errc <- fmt.Errorf("claim: %w", err)
-					}
-					return
-				}
-				if len(ts) == 0 {
-					continue
-				}
-				ops := make([]norn.LeaseOp, 0, len(ts))
-				mu.Lock()
-				for _, t := range ts {
-					lat = append(lat, at.Sub(t.RunAt))
-					ops = append(ops, norn.LeaseOp{Op: norn.OpComplete, LeaseRef: norn.LeaseRef{TaskID: t.ID, Worker: worker, Lease: t.Lease}})
-				}
-				mu.Unlock()
-				if _, err := st.LeaseBatch(ctx, ops); err != nil && ctx.Err() == nil {
-					errc <- fmt.Errorf("complete: %w", err)
-					return
-				}
-				report(cfg, "delay", got.Add(int64(len(ts))), int64(n))
-			}
-		}(w)
+		d.claimers.Add(1)
+		go d.claim(ctx, w)
 	}
+	tm := startTiming(cfg)
+	start := tm.wall
+	if err := d.submit(ctx, start); err != nil {
+		return Result{}, err
+	}
+	r := env.result("delay")
+	r.Rate = float64(n) / time.Since(start).Seconds()
+	waitDone := make(chan struct{})
+	go func() { d.claimers.Wait(); close(waitDone) }()
+	select {
+	case <-waitDone:
+	case err := <-d.errc:
+		return Result{}, err
+	case <-time.After(cfg.Delay + 60*time.Second):
+		return Result{}, fmt.Errorf("only %d of %d delayed tasks fired within %s", d.got.Load(), n, cfg.Delay+60*time.Second)
+	}
+	tm.finish(&r, n, time.Time{})
+	r.Workers = cfg.Workers
+	setPercentiles(&r, d.lat)
+	return r, nil
+}
 
-	// Submit in small time slices so the offered rate is smooth. Several
-	// submitters share the slices: one synced submit per 10 ms slice would
-	// cap the rate at the store's (or the network's) round-trip time.
-	body := spec(cfg.SpecBytes)
+// delayRun is one run of Delay: its claimers, what they measured, and the
+// first error of a claimer or submitter.
+type delayRun struct {
+	st       norn.Store
+	cfg      Config
+	q        string
+	n        int
+	claimers sync.WaitGroup
+	mu       sync.Mutex
+	lat      []time.Duration // claim time − run_at, per task
+	got      atomic.Int64
+	errc     chan error
+}
+
+// claim is claimer w: it claims and completes until every task fired.
+func (d *delayRun) claim(ctx context.Context, w int) {
+	defer d.claimers.Done()
+	worker := "bench-delay-" + strconv.Itoa(w)
+	for d.got.Load() < int64(d.n) && ctx.Err() == nil {
+		ts, err := d.st.Claim(ctx, norn.ClaimRequest{Worker: worker, Queues: []string{d.q}, N: d.cfg.ClaimBatch, Wait: norn.Duration(time.Second)})
+		at := time.Now()
+		if err != nil {
+			if ctx.Err() == nil {
+				d.errc <- fmt.Errorf("claim: %w", err)
+			}
+			return
+		}
+		if len(ts) == 0 {
+			continue
+		}
+		ops := make([]norn.LeaseOp, 0, len(ts))
+		d.mu.Lock()
+		for _, t := range ts {
+			d.lat = append(d.lat, at.Sub(t.RunAt))
+			ops = append(ops, norn.LeaseOp{Op: norn.OpComplete, LeaseRef: norn.LeaseRef{TaskID: t.ID, Worker: worker, Lease: t.Lease}})
+		}
+		d.mu.Unlock()
+		if _, err := d.st.LeaseBatch(ctx, ops); err != nil && ctx.Err() == nil {
+			d.errc <- fmt.Errorf("complete: %w", err)
+			return
+		}
+		report(d.cfg, "delay", d.got.Add(int64(len(ts))), int64(d.n))
+	}
+}
+
+// submit offers the tasks at cfg.Rate from start, in small time slices so
+// the offered rate is smooth. Several submitters share the slices: one
+// synced submit per 10 ms slice would cap the rate at the store's (or the
+// network's) round-trip time.
+func (d *delayRun) submit(ctx context.Context, start time.Time) error {
+	body := spec(d.cfg.SpecBytes)
 	batches := make(chan []norn.NewTask, 64)
 	var subWG sync.WaitGroup
-	for range max(4, cfg.Workers) {
+	for range max(4, d.cfg.Workers) {
 		subWG.Add(1)
 		go func() {
 			defer subWG.Done()
 			for batch := range batches {
-				if _, err := st.Submit(ctx, batch...); err != nil {
+				if _, err := d.st.Submit(ctx, batch...); err != nil {
 					if ctx.Err() == nil {
-						errc <- fmt.Errorf("submit: %w", err)
+						d.errc <- fmt.Errorf("submit: %w", err)
 					}
 					return
 				}
 			}
 		}()
 	}
-	tm := startTiming(cfg)
-	start := tm.wall
 	const slice = 10 * time.Millisecond
 	const maxChunk = 1000
-	perSlice := cfg.Rate * slice.Seconds()
-	sent := 0
+	perSlice := d.cfg.Rate * slice.Seconds()
+	n, sent := d.n, 0
 	var submitErr error
 pace:
 	for sent < n && ctx.Err() == nil {
 		due := int(math.Min(float64(n), perSlice*float64(time.Since(start)/slice+1)))
-		runAt := time.Now().Add(cfg.Delay)
+		runAt := time.Now().Add(d.cfg.Delay)
 		for sent < due {
 			end := min(due, sent+maxChunk)
 			batch := make([]norn.NewTask, 0, end-sent)
 			for i := sent; i < end; i++ {
-				batch = append(batch, norn.NewTask{Queue: q, Spec: body, RunAt: runAt})
+				batch = append(batch, norn.NewTask{Queue: d.q, Spec: body, RunAt: runAt})
 			}
 			select {
 			case batches <- batch:
-			case submitErr = <-errc:
+			case submitErr = <-d.errc:
 				break pace
 			}
 			sent = end
 		}
 		select {
-		case submitErr = <-errc:
+		case submitErr = <-d.errc:
 			break pace
 		case <-time.After(time.Until(start.Add(slice * (time.Since(start)/slice + 1)))):
 		}
 	}
 	close(batches)
 	subWG.Wait()
-	if submitErr != nil {
-		return Result{}, submitErr
-	}
-	r := env.result("delay")
-	r.Rate = float64(n) / time.Since(start).Seconds()
-	waitDone := make(chan struct{})
-	go func() { wg.Wait(); close(waitDone) }()
-	select {
-	case <-waitDone:
-	case err := <-errc:
-		return Result{}, err
-	case <-time.After(cfg.Delay + 60*time.Second):
-		return Result{}, fmt.Errorf("only %d of %d delayed tasks fired within %s", got.Load(), n, cfg.Delay+60*time.Second)
-	}
-	tm.finish(&r, n, time.Time{})
-	r.Workers = cfg.Workers
-	setPercentiles(&r, lat)
-	return r, nil
+	return submitErr
 }
 
 // Scale measures work throughput with different backlogs: the same number

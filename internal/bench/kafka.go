@@ -110,24 +110,7 @@ const seqHeader = "norn-bench-seq"
 // consumer of the output topic (this includes the consumer's own fetch
 // latency).
 func KafkaRun(ctx context.Context, st norn.Store, cfg KafkaConfig) (KafkaResult, error) {
-	if cfg.Rate <= 0 {
-		cfg.Rate = 1000
-	}
-	if cfg.Delay <= 0 {
-		cfg.Delay = 3 * time.Second
-	}
-	if cfg.N <= 0 {
-		cfg.N = int(cfg.Rate * 10)
-	}
-	if cfg.Nodes <= 0 {
-		cfg.Nodes = 1
-	}
-	if cfg.Partitions <= 0 {
-		cfg.Partitions = 4
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.defaults()
 	run := strconv.FormatInt(time.Now().UnixNano()%1_000_000_000, 10) + "-" + strconv.FormatInt(kafkaSeq.Add(1), 10)
 	in, out := "norn-bench-in-"+run, "norn-bench-out-"+run
 	brokers := cfg.Brokers
@@ -183,49 +166,123 @@ func KafkaRun(ctx context.Context, st norn.Store, cfg KafkaConfig) (KafkaResult,
 	}
 	defer nodes.Wait()
 	defer cancel()
+	return measureKafka(ctx, cancel, cl, cfg, in, run)
+}
 
-	deadlines := make([]time.Time, cfg.N)
-	var dmu sync.Mutex
-	late := make([]time.Duration, 0, cfg.N)
-	seen := make([]bool, cfg.N)
+// defaults fills in the settings left zero.
+func (cfg *KafkaConfig) defaults() {
+	if cfg.Rate <= 0 {
+		cfg.Rate = 1000
+	}
+	if cfg.Delay <= 0 {
+		cfg.Delay = 3 * time.Second
+	}
+	if cfg.N <= 0 {
+		cfg.N = int(cfg.Rate * 10)
+	}
+	if cfg.Nodes <= 0 {
+		cfg.Nodes = 1
+	}
+	if cfg.Partitions <= 0 {
+		cfg.Partitions = 4
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// kafkaMeasure is what the consumer of the output topic saw: each
+// message's deadline as sent, whether it arrived, and how late.
+type kafkaMeasure struct {
+	n                   int
+	mu                  sync.Mutex
+	deadlines           []time.Time
+	seen                []bool
+	late                []time.Duration
+	duplicates          int
+	firstRecv, lastRecv time.Time
+	received            atomic.Int64
+}
+
+// measureKafka sends cfg.N messages to topic in through cl and receives
+// them from the output topic, with the bridge nodes running.
+func measureKafka(ctx context.Context, cancel context.CancelFunc, cl *kgo.Client, cfg KafkaConfig, in, run string) (KafkaResult, error) {
+	m := &kafkaMeasure{n: cfg.N, deadlines: make([]time.Time, cfg.N), seen: make([]bool, cfg.N),
+		late: make([]time.Duration, 0, cfg.N)}
 	res := KafkaResult{Nodes: cfg.Nodes, Rate: cfg.Rate}
-	var firstRecv, lastRecv time.Time
-	var received atomic.Int64
 	recvDone := make(chan struct{})
 	go func() {
 		defer close(recvDone)
-		for received.Load() < int64(cfg.N) && ctx.Err() == nil {
-			fs := cl.PollFetches(ctx)
-			now := time.Now()
-			fs.EachRecord(func(r *kgo.Record) {
-				seq := -1
-				for _, h := range r.Headers {
-					if h.Key == seqHeader && len(h.Value) == 8 {
-						seq = int(binary.BigEndian.Uint64(h.Value))
-					}
-				}
-				if seq < 0 || seq >= cfg.N {
-					return
-				}
-				dmu.Lock()
-				defer dmu.Unlock()
-				if seen[seq] {
-					res.Duplicates++
-					return
-				}
-				seen[seq] = true
-				late = append(late, now.Sub(deadlines[seq]))
-				if firstRecv.IsZero() {
-					firstRecv = now
-				}
-				lastRecv = now
-				received.Add(1)
-			})
-		}
+		m.receive(ctx, cl)
 	}()
-
-	// Send in 10ms slices so the offered rate is smooth.
 	start := time.Now()
+	sent, err := m.send(ctx, cl, cfg, in, run, start)
+	if err != nil {
+		return KafkaResult{}, err
+	}
+	res.Sent = sent
+	wait := cfg.Delay + 60*time.Second
+	select {
+	case <-recvDone:
+	case <-time.After(time.Until(start.Add(time.Duration(float64(cfg.N)/cfg.Rate*float64(time.Second)) + wait))):
+		cancel()
+		<-recvDone
+	case <-ctx.Done():
+		<-recvDone
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	res.Duplicates = m.duplicates
+	res.Received = len(m.late)
+	if res.Received < cfg.N {
+		return res, fmt.Errorf("only %d of %d messages came out within %s of their deadline", res.Received, cfg.N, wait)
+	}
+	res.Seconds = m.lastRecv.Sub(start).Seconds()
+	if win := m.lastRecv.Sub(m.firstRecv).Seconds(); win > 0 {
+		res.Throughput = float64(res.Received) / win
+	} else if res.Seconds > 0 {
+		res.Throughput = float64(res.Received) / res.Seconds
+	}
+	res.lateness(m.late)
+	return res, nil
+}
+
+// receive consumes the output topic until every message arrived or ctx
+// ends.
+func (m *kafkaMeasure) receive(ctx context.Context, cl *kgo.Client) {
+	for m.received.Load() < int64(m.n) && ctx.Err() == nil {
+		fs := cl.PollFetches(ctx)
+		now := time.Now()
+		fs.EachRecord(func(r *kgo.Record) {
+			seq := -1
+			for _, h := range r.Headers {
+				if h.Key == seqHeader && len(h.Value) == 8 {
+					seq = int(binary.BigEndian.Uint64(h.Value))
+				}
+			}
+			if seq < 0 || seq >= m.n {
+				return
+			}
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if m.seen[seq] {
+				m.duplicates++
+				return
+			}
+			m.seen[seq] = true
+			m.late = append(m.late, now.Sub(m.deadlines[seq]))
+			if m.firstRecv.IsZero() {
+				m.firstRecv = now
+			}
+			m.lastRecv = now
+			m.received.Add(1)
+		})
+	}
+}
+
+// send produces the messages at cfg.Rate from start, in 10ms slices so the
+// offered rate is smooth, and returns how many it sent.
+func (m *kafkaMeasure) send(ctx context.Context, cl *kgo.Client, cfg KafkaConfig, in, run string, start time.Time) (int, error) {
 	const slice = 10 * time.Millisecond
 	var produceErr atomic.Value
 	sent := 0
@@ -235,9 +292,9 @@ func KafkaRun(ctx context.Context, st norn.Store, cfg KafkaConfig) (KafkaResult,
 		for ; sent < due; sent++ {
 			now := time.Now()
 			dl := now.Add(cfg.Delay)
-			dmu.Lock()
-			deadlines[sent] = dl
-			dmu.Unlock()
+			m.mu.Lock()
+			m.deadlines[sent] = dl
+			m.mu.Unlock()
 			seq := make([]byte, 8)
 			binary.BigEndian.PutUint64(seq, uint64(sent))
 			cl.Produce(ctx, &kgo.Record{Topic: in, Key: seq, Value: value, Headers: []kgo.RecordHeader{
@@ -251,37 +308,14 @@ func KafkaRun(ctx context.Context, st norn.Store, cfg KafkaConfig) (KafkaResult,
 			})
 		}
 		if v := produceErr.Load(); v != nil {
-			return KafkaResult{}, fmt.Errorf("producing input: %w", v.(error))
+			return sent, fmt.Errorf("producing input: %w", v.(error))
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(slice):
 		}
 	}
-	res.Sent = sent
-	wait := cfg.Delay + 60*time.Second
-	select {
-	case <-recvDone:
-	case <-time.After(time.Until(start.Add(time.Duration(float64(cfg.N)/cfg.Rate*float64(time.Second)) + wait))):
-		cancel()
-		<-recvDone
-	case <-ctx.Done():
-		<-recvDone
-	}
-	dmu.Lock()
-	defer dmu.Unlock()
-	res.Received = len(late)
-	if res.Received < cfg.N {
-		return res, fmt.Errorf("only %d of %d messages came out within %s of their deadline", res.Received, cfg.N, wait)
-	}
-	res.Seconds = lastRecv.Sub(start).Seconds()
-	if win := lastRecv.Sub(firstRecv).Seconds(); win > 0 {
-		res.Throughput = float64(res.Received) / win
-	} else if res.Seconds > 0 {
-		res.Throughput = float64(res.Received) / res.Seconds
-	}
-	res.lateness(late)
-	return res, nil
+	return sent, nil
 }
 
 // lateness fills the percentiles and the early figures from the measured
