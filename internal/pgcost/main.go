@@ -143,29 +143,45 @@ func must(err error) {
 	}
 }
 
+// flags are the command line's settings.
+type flags struct {
+	url                    string
+	n, pm, workers, claim  int
+	batch, specB           int
+	limits, rate, fair     bool
+	writes                 string
+	fillfactor, writesSpec int
+}
+
+func parseFlags() flags {
+	var f flags
+	flag.StringVar(&f.url, "url", "", "")
+	flag.IntVar(&f.n, "n", 50000, "")
+	flag.IntVar(&f.pm, "pm", 0, "postmaster pid")
+	flag.IntVar(&f.workers, "workers", 4, "")
+	flag.IntVar(&f.claim, "claim", 100, "")
+	flag.IntVar(&f.batch, "batch", 1000, "")
+	flag.IntVar(&f.specB, "spec", 200, "")
+	flag.BoolVar(&f.limits, "limits", false, "max_running and key_limit that cannot bind, tasks over 1,000 concurrency keys (as bench work --limits)")
+	flag.BoolVar(&f.rate, "rate", false, "a rate limit that cannot bind (as bench work --rate-limit)")
+	flag.BoolVar(&f.fair, "fair", false, "fair_by concurrency_key, tasks over 1,000 concurrency keys")
+	flag.StringVar(&f.writes, "writes", "", "instead of the store's burn-down, one by SQL on a copy of its task table for each write pattern listed (rows, ready, lease, side-spec, hot-done; comma-separated, or all): see writes.go")
+	flag.IntVar(&f.fillfactor, "fillfactor", 100, "the task table's fillfactor in -writes")
+	flag.IntVar(&f.writesSpec, "writes-spec", 2, "each task's spec size in bytes in -writes (2: {}; -spec is the store's burn-down's)")
+	flag.Parse()
+	return f
+}
+
 func main() {
 	gcfloor.FromEnv() // as the norn binary runs
-	url := flag.String("url", "", "")
-	n := flag.Int("n", 50000, "")
-	pm := flag.Int("pm", 0, "postmaster pid")
-	workers := flag.Int("workers", 4, "")
-	claim := flag.Int("claim", 100, "")
-	batch := flag.Int("batch", 1000, "")
-	specB := flag.Int("spec", 200, "")
-	limits := flag.Bool("limits", false, "max_running and key_limit that cannot bind, tasks over 1,000 concurrency keys (as bench work --limits)")
-	rate := flag.Bool("rate", false, "a rate limit that cannot bind (as bench work --rate-limit)")
-	fair := flag.Bool("fair", false, "fair_by concurrency_key, tasks over 1,000 concurrency keys")
-	writes := flag.String("writes", "", "instead of the store's burn-down, one by SQL on a copy of its task table for each write pattern listed (rows, ready, lease, side-spec, hot-done; comma-separated, or all): see writes.go")
-	fillfactor := flag.Int("fillfactor", 100, "the task table's fillfactor in -writes")
-	writesSpec := flag.Int("writes-spec", 2, "each task's spec size in bytes in -writes (2: {}; -spec is the store's burn-down's)")
-	flag.Parse()
+	f := parseFlags()
 	ctx := context.Background()
-	st, err := postgres.Open(ctx, postgres.Config{URL: *url, Migrate: true})
+	st, err := postgres.Open(ctx, postgres.Config{URL: f.url, Migrate: true})
 	must(err)
 	defer st.Close()
-	if *writes != "" {
-		patterns := strings.Split(*writes, ",")
-		if *writes == "all" {
+	if f.writes != "" {
+		patterns := strings.Split(f.writes, ",")
+		if f.writes == "all" {
 			patterns = writePatterns
 		}
 		for _, p := range patterns {
@@ -174,54 +190,93 @@ func main() {
 				os.Exit(2)
 			}
 		}
-		runWrites(ctx, *url, *pm, patterns, *n, *workers, *claim, *fillfactor, *writesSpec)
+		runWrites(ctx, f.url, f.pm, patterns, f.n, f.workers, f.claim, f.fillfactor, f.writesSpec)
 		return
 	}
-	c, err := pgx.Connect(ctx, *url)
+	c, err := pgx.Connect(ctx, f.url)
 	must(err)
 	_, err = c.Exec(ctx, `SELECT pg_stat_statements_reset(); `)
 	must(err)
 	q := fmt.Sprintf("cost-%d", time.Now().UnixNano())
-	body := json.RawMessage(`{"x":"` + strings.Repeat("a", *specB-8) + `"}`)
+	keyed := setQueue(ctx, st, q, f)
+
+	a := begin(ctx, c, f.pm)
+	if pf := os.Getenv("CPUPROF"); pf != "" {
+		out, _ := os.Create(pf)
+		pprof.StartCPUProfile(out)
+	}
+	submitAll(ctx, st, q, keyed, f)
+	b := take(ctx, c, f.pm)
+	if os.Getenv("CPUPROF") != "" {
+		pprof.StopCPUProfile()
+	}
+	stats(ctx, c, &b)
+	report("submit", a, b, f.n, nil)
+	if os.Getenv("STMTS") != "" {
+		_, err = c.Exec(ctx, `SELECT pg_stat_statements_reset()`)
+		must(err)
+	}
+	a = begin(ctx, c, f.pm)
+	burnDown(ctx, st, q, f)
+	b = take(ctx, c, f.pm)
+	stats(ctx, c, &b)
+	report("work", a, b, f.n, nil)
+	if os.Getenv("STMTS") != "" {
+		printStatements(ctx, c, f.n)
+	}
+	_, _ = c.Exec(ctx, `DELETE FROM norn.tasks WHERE queue = $1`, q)
+	_, _ = c.Exec(ctx, `VACUUM norn.tasks`)
+}
+
+// begin takes the snapshot a phase's figures are measured from.
+func begin(ctx context.Context, c *pgx.Conn, pm int) snap {
+	var a snap
+	stats(ctx, c, &a)
+	a0 := take(ctx, c, pm)
+	a.db, a.cl, a.lsn, a.t = a0.db, a0.cl, a0.lsn, a0.t
+	return a
+}
+
+// setQueue gives queue q the flow settings the flags ask for and says
+// whether its tasks get concurrency keys.
+func setQueue(ctx context.Context, st *postgres.Store, q string, f flags) (keyed bool) {
 	var u norn.QueueUpdate
 	far := 1 << 30
-	if *limits {
+	if f.limits {
 		u.MaxRunning, u.KeyLimit = &far, &far
 	}
-	if *rate {
+	if f.rate {
 		u.RateLimit = &norn.RateLimit{PerSecond: norn.MaxRatePerSecond, Burst: norn.MaxRateBurst}
 	}
-	if *fair {
+	if f.fair {
 		by := norn.FairByConcurrencyKey
 		u.FairBy = &by
 	}
-	keyed := *limits || *fair
-	if *limits || *rate || *fair {
+	if f.limits || f.rate || f.fair {
 		_, err := st.UpdateQueue(ctx, q, u)
 		must(err)
 	}
-	var a snap
-	stats(ctx, c, &a)
-	a0 := take(ctx, c, *pm)
-	a.db, a.cl, a.lsn, a.t = a0.db, a0.cl, a0.lsn, a0.t
-	if f := os.Getenv("CPUPROF"); f != "" {
-		pf, _ := os.Create(f)
-		pprof.StartCPUProfile(pf)
-	}
+	return f.limits || f.fair
+}
+
+// submitAll submits f.n tasks to q in batches of f.batch from f.workers
+// goroutines.
+func submitAll(ctx context.Context, st *postgres.Store, q string, keyed bool, f flags) {
+	body := json.RawMessage(`{"x":"` + strings.Repeat("a", f.specB-8) + `"}`)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for w := 0; w < *workers; w++ {
+	for w := 0; w < f.workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			bt := make([]norn.NewTask, 0, *batch)
+			bt := make([]norn.NewTask, 0, f.batch)
 			for {
-				k := next.Add(int64(*batch))
-				if k-int64(*batch) >= int64(*n) {
+				k := next.Add(int64(f.batch))
+				if k-int64(f.batch) >= int64(f.n) {
 					return
 				}
 				bt = bt[:0]
-				for i := k - int64(*batch); i < k && i < int64(*n); i++ {
+				for i := k - int64(f.batch); i < k && i < int64(f.n); i++ {
 					t := norn.NewTask{Queue: q, Spec: body}
 					if keyed {
 						t.ConcurrencyKey = "k" + strconv.FormatInt(i%1000, 10)
@@ -234,55 +289,42 @@ func main() {
 		}()
 	}
 	wg.Wait()
-	b := take(ctx, c, *pm)
-	if os.Getenv("CPUPROF") != "" {
-		pprof.StopCPUProfile()
-	}
-	stats(ctx, c, &b)
-	report("submit", a, b, *n, nil)
-	if os.Getenv("STMTS") != "" {
-		_, err = c.Exec(ctx, `SELECT pg_stat_statements_reset()`)
-		must(err)
-	}
-	a = snap{}
-	stats(ctx, c, &a)
-	a0 = take(ctx, c, *pm)
-	a.db, a.cl, a.lsn, a.t = a0.db, a0.cl, a0.lsn, a0.t
+}
+
+// burnDown claims and completes the f.n tasks of q with f.workers workers.
+func burnDown(ctx context.Context, st *postgres.Store, q string, f flags) {
 	var done atomic.Int64
-	for w := 0; w < *workers; w++ {
+	var wg sync.WaitGroup
+	for w := 0; w < f.workers; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
 			worker := "bench-" + strconv.Itoa(w)
-			for done.Load() < int64(*n) {
-				k, err := bench.ClaimRound(ctx, st, worker, q, *claim, nil)
+			for done.Load() < int64(f.n) {
+				k, err := bench.ClaimRound(ctx, st, worker, q, f.claim, nil)
 				must(err)
 				done.Add(int64(k))
 			}
 		}(w)
 	}
 	wg.Wait()
-	b = take(ctx, c, *pm)
-	stats(ctx, c, &b)
-	report("work", a, b, *n, nil)
-	if os.Getenv("STMTS") != "" {
-		// The work phase's statements alone (reset before it), per task:
-		// execution time, calls, rows, shared buffers touched, WAL records
-		// and bytes.
-		fmt.Println("work statements, per task: exec µs, calls, rows, shared blks, WAL records, WAL bytes; query")
-		rows, err := c.Query(ctx, `SELECT total_exec_time*1000/$1, calls::float8/$1, rows::float8/$1,
-			(shared_blks_hit+shared_blks_read+shared_blks_dirtied)::float8/$1, wal_records::float8/$1, wal_bytes::float8/$1,
-			left(regexp_replace(query, '\s+', ' ', 'g'), 110)
-			FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-			ORDER BY total_exec_time DESC LIMIT 14`, float64(*n))
-		must(err)
-		for rows.Next() {
-			var t, calls, rws, blks, wr, wb float64
-			var qq string
-			must(rows.Scan(&t, &calls, &rws, &blks, &wr, &wb, &qq))
-			fmt.Printf("%7.2f %7.4f %6.3f %6.2f %6.2f %7.1f  %s\n", t, calls, rws, blks, wr, wb, qq)
-		}
+}
+
+// printStatements prints the work phase's statements alone (reset before
+// it), per task: execution time, calls, rows, shared buffers touched, WAL
+// records and bytes.
+func printStatements(ctx context.Context, c *pgx.Conn, n int) {
+	fmt.Println("work statements, per task: exec µs, calls, rows, shared blks, WAL records, WAL bytes; query")
+	rows, err := c.Query(ctx, `SELECT total_exec_time*1000/$1, calls::float8/$1, rows::float8/$1,
+		(shared_blks_hit+shared_blks_read+shared_blks_dirtied)::float8/$1, wal_records::float8/$1, wal_bytes::float8/$1,
+		left(regexp_replace(query, '\s+', ' ', 'g'), 110)
+		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		ORDER BY total_exec_time DESC LIMIT 14`, float64(n))
+	must(err)
+	for rows.Next() {
+		var t, calls, rws, blks, wr, wb float64
+		var qq string
+		must(rows.Scan(&t, &calls, &rws, &blks, &wr, &wb, &qq))
+		fmt.Printf("%7.2f %7.4f %6.3f %6.2f %6.2f %7.1f  %s\n", t, calls, rws, blks, wr, wb, qq)
 	}
-	_, _ = c.Exec(ctx, `DELETE FROM norn.tasks WHERE queue = $1`, q)
-	_, _ = c.Exec(ctx, `VACUUM norn.tasks`)
 }
