@@ -345,12 +345,12 @@ func wantEvent(t *testing.T, what string, ch <-chan norn.Event, kind norn.EventK
 func exerciseSubscribe(t *testing.T, setup setupFunc) {
 	t.Run("Subscribe", func(t *testing.T) {
 		t.Parallel()
-		exerciseSubscribePart1(t, setup)
-		exerciseSubscribePart2(t, setup)
+		exerciseSubscribeEvents(t, setup)
+		exerciseSubscribeMonitorEvents(t, setup)
 	})
 }
 
-func exerciseSubscribePart1(t *testing.T, setup setupFunc) {
+func exerciseSubscribeEvents(t *testing.T, setup setupFunc) {
 	t.Run("DeliversSubmitClaimAndCompleteInOrder", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -435,7 +435,7 @@ func exerciseSubscribePart1(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseSubscribePart2(t *testing.T, setup setupFunc) {
+func exerciseSubscribeMonitorEvents(t *testing.T, setup setupFunc) {
 	t.Run("DeliversMonitorDrivenChanges", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)

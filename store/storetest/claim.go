@@ -139,14 +139,14 @@ type claimResult struct {
 func exerciseClaim(t *testing.T, setup setupFunc) {
 	t.Run("Claim", func(t *testing.T) {
 		t.Parallel()
-		exerciseClaimPart1(t, setup)
-		exerciseClaimPart2(t, setup)
-		exerciseClaimPart3(t, setup)
-		exerciseClaimPart4(t, setup)
+		exerciseClaimLeases(t, setup)
+		exerciseClaimWaitAndOrder(t, setup)
+		exerciseClaimOrderAtScale(t, setup)
+		exerciseClaimConcurrently(t, setup)
 	})
 }
 
-func exerciseClaimPart1(t *testing.T, setup setupFunc) {
+func exerciseClaimLeases(t *testing.T, setup setupFunc) {
 	t.Run("TakesALeaseAndCountsAnAttempt", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -235,7 +235,7 @@ func exerciseClaimPart1(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseClaimPart2(t *testing.T, setup setupFunc) {
+func exerciseClaimWaitAndOrder(t *testing.T, setup setupFunc) {
 	t.Run("WaitReturnsEmptyWhenNothingArrives", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -324,7 +324,7 @@ func exerciseClaimPart2(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseClaimPart3(t *testing.T, setup setupFunc) {
+func exerciseClaimOrderAtScale(t *testing.T, setup setupFunc) {
 	t.Run("Orders10kTasksByPriorityThenFIFO", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -367,7 +367,7 @@ func exerciseClaimPart3(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseClaimPart4(t *testing.T, setup setupFunc) {
+func exerciseClaimConcurrently(t *testing.T, setup setupFunc) {
 	t.Run("ConcurrentClaimsTakeEveryTaskExactlyOnce", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)

@@ -19,13 +19,13 @@ func exerciseSubmit(t *testing.T, setup setupFunc) {
 func exerciseSubmitSubmit(t *testing.T, setup setupFunc) {
 	t.Run("Submit", func(t *testing.T) {
 		t.Parallel()
-		exerciseSubmitSubmitPart1(t, setup)
-		exerciseSubmitSubmitPart2(t, setup)
-		exerciseSubmitSubmitPart3(t, setup)
+		exerciseSubmitStores(t, setup)
+		exerciseSubmitDuplicatesAndRunAt(t, setup)
+		exerciseSubmitOrderAndIDs(t, setup)
 	})
 }
 
-func exerciseSubmitSubmitPart1(t *testing.T, setup setupFunc) {
+func exerciseSubmitStores(t *testing.T, setup setupFunc) {
 	t.Run("StoresAReadyTaskWithEveryDefault", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -112,7 +112,7 @@ func exerciseSubmitSubmitPart1(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseSubmitSubmitPart2(t *testing.T, setup setupFunc) {
+func exerciseSubmitDuplicatesAndRunAt(t *testing.T, setup setupFunc) {
 	t.Run("BatchWithADuplicateStoresOnlyTheNewTasks", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
@@ -195,7 +195,7 @@ func exerciseSubmitSubmitPart2(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseSubmitSubmitPart3(t *testing.T, setup setupFunc) {
+func exerciseSubmitOrderAndIDs(t *testing.T, setup setupFunc) {
 	t.Run("DelayedTaskIsClaimedAfterOnesReadyBeforeIt", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -299,13 +299,13 @@ func batchOf(ids ...string) []norn.NewTask {
 func exerciseCancel(t *testing.T, setup setupFunc) {
 	t.Run("Cancel", func(t *testing.T) {
 		t.Parallel()
-		exerciseCancelPart1(t, setup)
-		exerciseCancelPart2(t, setup)
+		exerciseCancelWaiting(t, setup)
+		exerciseCancelRunning(t, setup)
 		cancelRules(t, setup)
 	})
 }
 
-func exerciseCancelPart1(t *testing.T, setup setupFunc) {
+func exerciseCancelWaiting(t *testing.T, setup setupFunc) {
 	for _, id := range []string{"ready", "scheduled", "blocked"} {
 		t.Run("CancelsA"+title(id)+"Task", func(t *testing.T) {
 			t.Parallel()
@@ -391,7 +391,7 @@ func exerciseCancelPart1(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseCancelPart2(t *testing.T, setup setupFunc) {
+func exerciseCancelRunning(t *testing.T, setup setupFunc) {
 	t.Run("OwnerOfACancelledTaskGetsCancelledOnEveryCall", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
@@ -448,13 +448,13 @@ func cancelPending(b *testBundle) {
 func exerciseUpdate(t *testing.T, setup setupFunc) {
 	t.Run("Update", func(t *testing.T) {
 		t.Parallel()
-		exerciseUpdatePart1(t, setup)
-		exerciseUpdatePart2(t, setup)
+		exerciseUpdateFields(t, setup)
+		exerciseUpdateStatusAndRunAt(t, setup)
 		updateRules(t, setup)
 	})
 }
 
-func exerciseUpdatePart1(t *testing.T, setup setupFunc) {
+func exerciseUpdateFields(t *testing.T, setup setupFunc) {
 	t.Run("ChangesPriorityAndKeepsTheRest", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
@@ -532,7 +532,7 @@ func exerciseUpdatePart1(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseUpdatePart2(t *testing.T, setup setupFunc) {
+func exerciseUpdateStatusAndRunAt(t *testing.T, setup setupFunc) {
 	for _, tc := range []struct {
 		name    string
 		arrange func(b *testBundle)
@@ -603,7 +603,6 @@ func updateDelayed(b *testBundle) time.Time {
 
 func exerciseDelete(t *testing.T, setup setupFunc) {
 	exerciseDeleteDelete(t, setup)
-	exerciseDeletePart2(t, setup)
 	exerciseDeleteDeleteMatching(t, setup)
 }
 
@@ -661,11 +660,6 @@ func exerciseDeleteDelete(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseDeletePart2(t *testing.T, setup setupFunc) {
-	// delLabelled submits tasks in two queues, some delLabelled k=v, and
-	// completes a1.
-}
-
 func exerciseDeleteDeleteMatching(t *testing.T, setup setupFunc) {
 	t.Run("DeleteMatching", func(t *testing.T) {
 		t.Parallel()
@@ -716,6 +710,8 @@ func exerciseDeleteDeleteMatching(t *testing.T, setup setupFunc) {
 	})
 }
 
+// delLabelled submits tasks in two queues, some labelled k=v, and
+// completes a1.
 func delLabelled(b *testBundle) {
 	b.submit(norn.NewTask{ID: "a1", Queue: "qa", Labels: map[string]string{"k": "v"}},
 		norn.NewTask{ID: "a2", Queue: "qa"},
@@ -773,13 +769,13 @@ func exerciseUnknownTask(t *testing.T, setup setupFunc) {
 func exerciseTransact(t *testing.T, setup setupFunc) {
 	t.Run("Transact", func(t *testing.T) {
 		t.Parallel()
-		exerciseTransactPart1(t, setup)
-		exerciseTransactPart2(t, setup)
+		exerciseTransactApplies(t, setup)
+		exerciseTransactRollsBack(t, setup)
 		transactRules(t, setup)
 	})
 }
 
-func exerciseTransactPart1(t *testing.T, setup setupFunc) {
+func exerciseTransactApplies(t *testing.T, setup setupFunc) {
 	t.Run("AppliesEveryKindOfOperationAndRequirement", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
@@ -835,7 +831,7 @@ func exerciseTransactPart1(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseTransactPart2(t *testing.T, setup setupFunc) {
+func exerciseTransactRollsBack(t *testing.T, setup setupFunc) {
 	t.Run("RollsBackEveryOperationWhenOneFails", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)

@@ -12,13 +12,13 @@ import (
 func exerciseDependencies(t *testing.T, setup setupFunc) {
 	t.Run("Dependencies", func(t *testing.T) {
 		t.Parallel()
-		exerciseDependenciesPart1(t, setup)
-		exerciseDependenciesPart2(t, setup)
-		exerciseDependenciesPart3(t, setup)
+		exerciseDependenciesRelease(t, setup)
+		exerciseDependenciesFailure(t, setup)
+		exerciseDependenciesErrorsAndDelays(t, setup)
 	})
 }
 
-func exerciseDependenciesPart1(t *testing.T, setup setupFunc) {
+func exerciseDependenciesRelease(t *testing.T, setup setupFunc) {
 	t.Run("ChainReleasesOneTaskAtATime", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -94,7 +94,7 @@ func exerciseDependenciesPart1(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseDependenciesPart2(t *testing.T, setup setupFunc) {
+func exerciseDependenciesFailure(t *testing.T, setup setupFunc) {
 	for _, tc := range []struct {
 		name  string
 		batch []norn.NewTask
@@ -168,7 +168,7 @@ func exerciseDependenciesPart2(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseDependenciesPart3(t *testing.T, setup setupFunc) {
+func exerciseDependenciesErrorsAndDelays(t *testing.T, setup setupFunc) {
 	t.Run("FailureNamesTheDependencyAndItsFate", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)

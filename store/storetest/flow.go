@@ -20,13 +20,13 @@ func exerciseFlow(t *testing.T, setup setupFunc) {
 func exerciseFlowFlow(t *testing.T, setup setupFunc) {
 	t.Run("Flow", func(t *testing.T) {
 		t.Parallel()
-		exerciseFlowFlowPart1(t, setup)
-		exerciseFlowFlowPart2(t, setup)
-		exerciseFlowFlowPart3(t, setup)
+		exerciseFlowLimits(t, setup)
+		exerciseFlowKeys(t, setup)
+		exerciseFlowConcurrently(t, setup)
 	})
 }
 
-func exerciseFlowFlowPart1(t *testing.T, setup setupFunc) {
+func exerciseFlowLimits(t *testing.T, setup setupFunc) {
 	t.Run("ConcurrencyKeyIsStoredAndReturned", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -91,7 +91,7 @@ func exerciseFlowFlowPart1(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseFlowFlowPart2(t *testing.T, setup setupFunc) {
+func exerciseFlowKeys(t *testing.T, setup setupFunc) {
 	t.Run("KeyOwnLimitOverridesKeyLimit", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -184,7 +184,7 @@ func exerciseFlowFlowPart2(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseFlowFlowPart3(t *testing.T, setup setupFunc) {
+func exerciseFlowConcurrently(t *testing.T, setup setupFunc) {
 	t.Run("LimitsHoldUnderConcurrentClaimers", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)

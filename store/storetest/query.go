@@ -197,12 +197,12 @@ func statuses(t *testing.T, s string) []norn.Status {
 func exerciseFilter(t *testing.T, setup setupFunc) {
 	t.Run("Filter", func(t *testing.T) {
 		t.Parallel()
-		exerciseFilterPart1(t, setup)
-		exerciseFilterPart2(t, setup)
+		exerciseFilterFields(t, setup)
+		exerciseFilterAgreement(t, setup)
 	})
 }
 
-func exerciseFilterPart1(t *testing.T, setup setupFunc) {
+func exerciseFilterFields(t *testing.T, setup setupFunc) {
 	// Each row is checked through List (paged), Stream and Count.
 	t.Run("SelectsByEveryField", func(t *testing.T) {
 		t.Parallel()
@@ -256,7 +256,7 @@ func exerciseFilterPart1(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseFilterPart2(t *testing.T, setup setupFunc) {
+func exerciseFilterAgreement(t *testing.T, setup setupFunc) {
 	// Random tasks in every status; each row checks List, Stream, Count
 	// and CountGrouped against norn.Filter.Match over everything stored.
 	t.Run("ListStreamCountAndCountGroupedAgreeWithMatch", func(t *testing.T) {

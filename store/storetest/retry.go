@@ -12,15 +12,15 @@ import (
 func exerciseRetry(t *testing.T, setup setupFunc) {
 	t.Run("Retry", func(t *testing.T) {
 		t.Parallel()
-		exerciseRetryPart1(t, setup)
-		exerciseRetryPart2(t, setup)
-		exerciseRetryPart3(t, setup)
-		exerciseRetryPart4(t, setup)
-		exerciseRetryPart5(t, setup)
+		exerciseRetryStatuses(t, setup)
+		exerciseRetryLeasesAndDependencies(t, setup)
+		exerciseRetryDependents(t, setup)
+		exerciseRetryMatchingAndUniqueKeys(t, setup)
+		exerciseRetryHeldKeysAndBatches(t, setup)
 	})
 }
 
-func exerciseRetryPart1(t *testing.T, setup setupFunc) {
+func exerciseRetryStatuses(t *testing.T, setup setupFunc) {
 	t.Run("RetriesAnAbortedTask", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -113,7 +113,7 @@ func exerciseRetryPart1(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseRetryPart2(t *testing.T, setup setupFunc) {
+func exerciseRetryLeasesAndDependencies(t *testing.T, setup setupFunc) {
 	t.Run("LeaseKeepsIncreasing", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
@@ -193,7 +193,7 @@ func exerciseRetryPart2(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseRetryPart3(t *testing.T, setup setupFunc) {
+func exerciseRetryDependents(t *testing.T, setup setupFunc) {
 	t.Run("WithDependentsBringsBackBlockedDependents", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -270,7 +270,7 @@ func exerciseRetryPart3(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseRetryPart4(t *testing.T, setup setupFunc) {
+func exerciseRetryMatchingAndUniqueKeys(t *testing.T, setup setupFunc) {
 	t.Run("RetryMatchingSkipsOthers", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
@@ -359,7 +359,7 @@ func exerciseRetryPart4(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseRetryPart5(t *testing.T, setup setupFunc) {
+func exerciseRetryHeldKeysAndBatches(t *testing.T, setup setupFunc) {
 	t.Run("WithDependentsLeavesADependentWhoseKeyIsHeld", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)

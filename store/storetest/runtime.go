@@ -10,13 +10,13 @@ import (
 func exerciseMaxRuntime(t *testing.T, setup setupFunc) {
 	t.Run("MaxRuntime", func(t *testing.T) {
 		t.Parallel()
-		exerciseMaxRuntimePart1(t, setup)
-		exerciseMaxRuntimePart2(t, setup)
-		exerciseMaxRuntimePart3(t, setup)
+		exerciseMaxRuntimeLease(t, setup)
+		exerciseMaxRuntimeAttempts(t, setup)
+		exerciseMaxRuntimeInput(t, setup)
 	})
 }
 
-func exerciseMaxRuntimePart1(t *testing.T, setup setupFunc) {
+func exerciseMaxRuntimeLease(t *testing.T, setup setupFunc) {
 	t.Run("ClaimRecordsStartedAndCapsTheLease", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -101,7 +101,7 @@ func exerciseMaxRuntimePart1(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseMaxRuntimePart2(t *testing.T, setup setupFunc) {
+func exerciseMaxRuntimeAttempts(t *testing.T, setup setupFunc) {
 	t.Run("NextAttemptGetsItsOwnRuntime", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -189,7 +189,7 @@ func exerciseMaxRuntimePart2(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseMaxRuntimePart3(t *testing.T, setup setupFunc) {
+func exerciseMaxRuntimeInput(t *testing.T, setup setupFunc) {
 	t.Run("NegativeIsRefused", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)

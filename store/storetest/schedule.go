@@ -74,14 +74,14 @@ func firstTick(b *testBundle) time.Time { return b.now().Truncate(time.Minute).A
 func exerciseSchedules(t *testing.T, setup setupFunc) {
 	t.Run("Schedule", func(t *testing.T) {
 		t.Parallel()
-		exerciseSchedulesPart1(t, setup)
-		exerciseSchedulesPart2(t, setup)
-		exerciseSchedulesPart3(t, setup)
-		exerciseSchedulesPart4(t, setup)
+		exerciseSchedulesPut(t, setup)
+		exerciseSchedulesManageAndFire(t, setup)
+		exerciseSchedulesSweepsAndCatchUp(t, setup)
+		exerciseSchedulesOverlapPauseAndZones(t, setup)
 	})
 }
 
-func exerciseSchedulesPart1(t *testing.T, setup setupFunc) {
+func exerciseSchedulesPut(t *testing.T, setup setupFunc) {
 	t.Run("PutCreatesWithDefaultsAndNextFire", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -171,7 +171,7 @@ func exerciseSchedulesPart1(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseSchedulesPart2(t *testing.T, setup setupFunc) {
+func exerciseSchedulesManageAndFire(t *testing.T, setup setupFunc) {
 	t.Run("ListIsSortedByName", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
@@ -257,7 +257,7 @@ func exerciseSchedulesPart2(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseSchedulesPart3(t *testing.T, setup setupFunc) {
+func exerciseSchedulesSweepsAndCatchUp(t *testing.T, setup setupFunc) {
 	t.Run("SweepingTwiceAtOneInstantFiresOnce", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -333,7 +333,7 @@ func exerciseSchedulesPart3(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseSchedulesPart4(t *testing.T, setup setupFunc) {
+func exerciseSchedulesOverlapPauseAndZones(t *testing.T, setup setupFunc) {
 	t.Run("OverlapSkipWaitsForThePreviousTask", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)

@@ -10,12 +10,12 @@ import (
 func exerciseSnooze(t *testing.T, setup setupFunc) {
 	t.Run("Snooze", func(t *testing.T) {
 		t.Parallel()
-		exerciseSnoozePart1(t, setup)
-		exerciseSnoozePart2(t, setup)
+		exerciseSnoozeScheduling(t, setup)
+		exerciseSnoozeInputAndBatches(t, setup)
 	})
 }
 
-func exerciseSnoozePart1(t *testing.T, setup setupFunc) {
+func exerciseSnoozeScheduling(t *testing.T, setup setupFunc) {
 	t.Run("DelayMakesItScheduledAndGivesTheAttemptBack", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -94,7 +94,7 @@ func exerciseSnoozePart1(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseSnoozePart2(t *testing.T, setup setupFunc) {
+func exerciseSnoozeInputAndBatches(t *testing.T, setup setupFunc) {
 	t.Run("NeedsExactlyOneOfDelayAndRunAt", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)

@@ -11,13 +11,13 @@ import (
 func exerciseUnique(t *testing.T, setup setupFunc) {
 	t.Run("Unique", func(t *testing.T) {
 		t.Parallel()
-		exerciseUniquePart1(t, setup)
-		exerciseUniquePart2(t, setup)
-		exerciseUniquePart3(t, setup)
+		exerciseUniqueHolders(t, setup)
+		exerciseUniqueBatchesAndIDs(t, setup)
+		exerciseUniqueDeletesAndConcurrency(t, setup)
 	})
 }
 
-func exerciseUniquePart1(t *testing.T, setup setupFunc) {
+func exerciseUniqueHolders(t *testing.T, setup setupFunc) {
 	t.Run("SecondSubmitReturnsTheLiveTask", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -105,7 +105,7 @@ func exerciseUniquePart1(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseUniquePart2(t *testing.T, setup setupFunc) {
+func exerciseUniqueBatchesAndIDs(t *testing.T, setup setupFunc) {
 	t.Run("WithoutUniqueForAnEndedTaskDoesNotHold", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -193,7 +193,7 @@ func exerciseUniquePart2(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseUniquePart3(t *testing.T, setup setupFunc) {
+func exerciseUniqueDeletesAndConcurrency(t *testing.T, setup setupFunc) {
 	t.Run("DeletedHolderFreesTheKey", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)

@@ -13,11 +13,11 @@ import (
 func exerciseHeartbeat(t *testing.T, setup setupFunc) {
 	t.Run("Heartbeat", func(t *testing.T) {
 		t.Parallel()
-		exerciseHeartbeatPart1(t, setup)
+		exerciseHeartbeatDeadline(t, setup)
 	})
 }
 
-func exerciseHeartbeatPart1(t *testing.T, setup setupFunc) {
+func exerciseHeartbeatDeadline(t *testing.T, setup setupFunc) {
 	t.Run("ExtendsTheDeadlineAndRecordsProgress", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
@@ -121,13 +121,13 @@ func hbBeating(b *testBundle) *norn.Task {
 func exerciseLog(t *testing.T, setup setupFunc) {
 	t.Run("Log", func(t *testing.T) {
 		t.Parallel()
-		exerciseLogPart1(t, setup)
-		exerciseLogPart2(t, setup)
+		exerciseLogAppendAndRead(t, setup)
+		exerciseLogRepeats(t, setup)
 		logRules(t, setup)
 	})
 }
 
-func exerciseLogPart1(t *testing.T, setup setupFunc) {
+func exerciseLogAppendAndRead(t *testing.T, setup setupFunc) {
 	t.Run("AppendNumbersEntriesFromOne", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
@@ -210,7 +210,7 @@ func exerciseLogPart1(t *testing.T, setup setupFunc) {
 	})
 }
 
-func exerciseLogPart2(t *testing.T, setup setupFunc) {
+func exerciseLogRepeats(t *testing.T, setup setupFunc) {
 	t.Run("RepeatedAppendReturnsTheStoredEntry", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
