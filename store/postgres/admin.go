@@ -203,25 +203,7 @@ func applyQueueUpdate(d *queueDefaults, u *norn.QueueUpdate) {
 	if u.Paused != nil {
 		d.paused = *u.Paused
 	}
-	if u.Timeout != nil {
-		d.Timeout = *u.Timeout
-	}
-	if u.Retry != nil {
-		r := *u.Retry
-		d.Retry = &r
-		if r == (norn.RetryPolicy{}) {
-			d.Retry = nil
-		}
-	}
-	if u.MaxAttempts != nil {
-		d.MaxAttempts = *u.MaxAttempts
-	}
-	if u.MaxRuntime != nil {
-		d.MaxRuntime = *u.MaxRuntime
-	}
-	if u.Retention != nil {
-		d.Retention = *u.Retention
-	}
+	u.ApplyDefaults(&d.QueueDefaults)
 	u.ApplyFlow(&d.flow)
 }
 
