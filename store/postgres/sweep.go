@@ -142,11 +142,7 @@ func (s *Store) sweepTimeouts(ctx context.Context, rep *norn.SweepReport) error 
 				if !res.ok[c.cur.ID] {
 					continue // a heartbeat, completion or reclaim won the race
 				}
-				if c.cur.Status == norn.StatusReady {
-					rep.TimedOut++
-				} else {
-					rep.Aborted++
-				}
+				rep.CountTimeout(norn.Outcome{Status: c.cur.Status})
 			}
 			rep.Aborted += len(res.aborted)
 			if len(res.ok) > 0 {
