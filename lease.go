@@ -37,6 +37,9 @@ func (op *LeaseOp) Validate() error {
 		if err := ValidateErrorInfo("error", *op.Error); err != nil {
 			return err
 		}
+		if op.Error.RetryIn > 0 && op.Op != OpFail {
+			return Invalid("error.retry_in", "only a fail asks for a retry wait, not %s", op.Op)
+		}
 	} else if op.Op == OpFail || op.Op == OpAbort {
 		return Invalid("error", "%s needs an error", op.Op)
 	}

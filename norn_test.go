@@ -185,6 +185,7 @@ func TestNewTaskValidate(t *testing.T) {
 		{"self dependency", NewTask{ID: "a", Queue: "q", DependsOn: []string{"a"}}, "depends_on[0]", CodeInvalidArgument},
 		{"duplicate dependency", NewTask{Queue: "q", DependsOn: []string{"x", "x"}}, "depends_on[1]", CodeInvalidArgument},
 		{"retry base above max", NewTask{Queue: "q", Retry: &RetryPolicy{MaxRetries: 1, Base: Duration(time.Hour), Max: Duration(time.Second)}}, "retry.base", CodeInvalidArgument},
+		{"unknown retry jitter", NewTask{Queue: "q", Retry: &RetryPolicy{MaxRetries: 1, Jitter: "random"}}, "retry.jitter", CodeInvalidArgument},
 		{"label key with colon", NewTask{Queue: "q", Labels: map[string]string{"a:b": "c"}}, "labels", CodeInvalidArgument},
 	}
 	for _, c := range cases {

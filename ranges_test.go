@@ -53,6 +53,8 @@ func TestRanges(t *testing.T) {
 		{"snooze run_at", Snooze{RunAt: late}.ValidateRange(), "run_at"},
 		{"lease op extend", (&LeaseOp{Op: OpHeartbeat, Heartbeat: Heartbeat{Extend: huge}}).ValidateRange(), "extend"},
 		{"lease op snooze", (&LeaseOp{Op: OpSnooze, Snooze: Snooze{RunAt: late}}).ValidateRange(), "run_at"},
+		{"fail retry_in", (&LeaseOp{Op: OpFail, LeaseRef: LeaseRef{TaskID: "a", Worker: "w", Lease: 1}, Error: &ErrorInfo{Code: "x", RetryIn: huge}}).Validate(), "error.retry_in"},
+		{"abort retry_in", (&LeaseOp{Op: OpAbort, LeaseRef: LeaseRef{TaskID: "a", Worker: "w", Lease: 1}, Error: &ErrorInfo{Code: "x", RetryIn: Duration(time.Second)}}).Validate(), "error.retry_in"},
 		{"retry run_at", RetryOptions{RunAt: late}.Validate(), "run_at"},
 		{"queue timeout", (&QueueUpdate{Timeout: &huge}).Validate(), "timeout"},
 		{"queue retention", (&QueueUpdate{Retention: &Retention{Cancelled: huge}}).Validate(), "retention.cancelled"},

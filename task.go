@@ -11,6 +11,7 @@ package norn
 import (
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"time"
@@ -89,6 +90,12 @@ type ErrorInfo struct {
 	Code        string         `json:"code"`
 	Description string         `json:"description,omitempty"`
 	Args        map[string]any `json:"args,omitempty"`
+	// RetryIn, on a fail, is the wait the worker asks for before the retry
+	// (it knows best: a 429's Retry-After). It replaces the policy's backoff
+	// and jitter, is capped by the policy's max, and never adds a retry the
+	// policy does not allow. It is a request, not part of the error: the
+	// recorded error and history leave it out.
+	RetryIn Duration `json:"retry_in,omitzero"`
 }
 
 // Error codes the store itself writes into ErrorInfo.Code.
@@ -136,11 +143,47 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 }
 
 // RetryPolicy says how a failed task is retried: the n-th retry (0-based)
-// waits Base·2^n, capped at Max. The zero value means "never retry".
+// waits Base·2^n, capped at Max, then spread by Jitter. The zero value means
+// "never retry".
 type RetryPolicy struct {
 	MaxRetries int      `json:"max_retries"`
 	Base       Duration `json:"base,omitzero"`
 	Max        Duration `json:"max,omitzero"`
+	// Jitter spreads the waits of tasks that failed together, so they do not
+	// come back together: "" or "none" waits exactly; "full" waits a
+	// uniform share of the whole wait (0 to w); "equal" waits half of it
+	// plus a uniform share of the other half (w/2 to w).
+	Jitter string `json:"jitter,omitempty"`
+}
+
+// Jitter modes of a RetryPolicy.
+const (
+	JitterNone  = "none"
+	JitterFull  = "full"
+	JitterEqual = "equal"
+)
+
+// jittered spreads w by the policy's jitter mode. The share is drawn from a
+// hash of the task id and its attempt rather than a random source, so every
+// store (and every node of a cluster) decides the same wait for the same
+// failure, and a replayed fail lands where the first one did.
+func (r RetryPolicy) jittered(w time.Duration, id string, attempt int) time.Duration {
+	if w <= 0 {
+		return w
+	}
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	h.Write([]byte{byte(attempt), byte(attempt >> 8), byte(attempt >> 16), byte(attempt >> 24)})
+	// A fraction in [0, 1] with 2^-53 steps; uint64→float64 keeps w's scale
+	// without overflowing the product.
+	frac := float64(h.Sum64()>>11) / float64(uint64(1)<<53)
+	switch r.Jitter {
+	case JitterFull:
+		return time.Duration(frac * float64(w))
+	case JitterEqual:
+		return w/2 + time.Duration(frac*float64(w-w/2))
+	}
+	return w
 }
 
 // backoff returns the wait before retry number n (0-based): Base·2^n capped at
@@ -169,6 +212,19 @@ func (r RetryPolicy) backoff(n int) time.Duration {
 		d = r.Max.D()
 	}
 	return d
+}
+
+// retryWait is the wait before retry number n (0-based) of task id after
+// its attempt-th attempt failed: the worker's asked wait when it gave one,
+// else the jittered backoff; never beyond Max (or MaxDuration).
+func (r RetryPolicy) retryWait(n int, id string, attempt int, asked time.Duration) time.Duration {
+	if asked > 0 {
+		if r.Max > 0 && asked > r.Max.D() {
+			return r.Max.D()
+		}
+		return min(asked, MaxDuration)
+	}
+	return r.jittered(r.backoff(n), id, attempt)
 }
 
 // DefaultTimeout is the lease length a task gets when neither it nor its

@@ -22,9 +22,11 @@ type Outcome struct {
 // AfterFailure decides what Fail does to a running task whose Attempts
 // already counts the failed attempt: abort with attempts_exhausted when
 // MaxAttempts is reached; otherwise retry (scheduled at now + backoff(k),
-// k = Attempts-1 retries used so far) while the retry policy allows; else
-// abort with the worker's error.
+// k = Attempts-1 retries used so far, spread by the policy's jitter, or
+// the worker's RetryIn capped by the policy's max) while the retry policy
+// allows; else abort with the worker's error.
 func AfterFailure(t *Task, now time.Time, e ErrorInfo) Outcome {
+	asked := e.RetryIn.D()
 	if t.MaxAttempts > 0 && t.Attempts >= t.MaxAttempts {
 		return Outcome{Status: StatusAborted, History: TaskAbort, Error: ErrorInfo{
 			Code:        CodeAttemptsExhausted,
@@ -35,8 +37,9 @@ func AfterFailure(t *Task, now time.Time, e ErrorInfo) Outcome {
 	if used < 0 {
 		used = 0
 	}
+	e.RetryIn = 0
 	if t.Retry != nil && used < t.Retry.MaxRetries {
-		wait := t.Retry.backoff(used)
+		wait := t.Retry.retryWait(used, t.ID, t.Attempts, asked)
 		o := Outcome{Status: StatusScheduled, RunAt: now.Add(wait), History: TaskRetry, Error: e}
 		if wait <= 0 {
 			o.Status, o.RunAt = StatusReady, now

@@ -215,6 +215,11 @@ func ValidateRetry(field string, r *RetryPolicy) error {
 	if r.Max > 0 && r.Base > r.Max {
 		return Invalid(field+".base", "base %s is larger than max %s", r.Base, r.Max)
 	}
+	switch r.Jitter {
+	case "", JitterNone, JitterFull, JitterEqual:
+	default:
+		return Invalid(field+".jitter", "unknown jitter %q: use \"none\", \"full\" or \"equal\"", r.Jitter)
+	}
 	return nil
 }
 
@@ -334,7 +339,7 @@ func ValidateErrorInfo(field string, e ErrorInfo) error {
 	if len(e.Code)+len(e.Description) > MaxErrorBytes {
 		return TooLarge(field, "error is larger than %d bytes", MaxErrorBytes)
 	}
-	return nil
+	return ValidateDuration(field+".retry_in", e.RetryIn)
 }
 
 // Validate checks the shape of a claim request and fills defaults (N=1).

@@ -261,6 +261,27 @@ func WithCode(code string, err error) error {
 	return &codedError{code: code, err: err}
 }
 
+// retryInError asks for the retry's wait.
+type retryInError struct {
+	d   time.Duration
+	err error
+}
+
+func (e *retryInError) Error() string { return e.err.Error() }
+func (e *retryInError) Unwrap() error { return e.err }
+
+// RetryIn fails the attempt like err and asks for the retry d from now
+// instead of the policy's backoff (the handler knows best: a 429's
+// Retry-After, a maintenance window). The policy still decides whether
+// there is a retry at all, and caps d at its max. It composes with WithCode
+// in either order; RetryIn(d, nil) returns nil.
+func RetryIn(d time.Duration, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &retryInError{d: d, err: err}
+}
+
 // DefaultErrorCode is the ErrorInfo.Code recorded for a handler error that
 // carries no code of its own.
 const DefaultErrorCode = "handler_error"
@@ -272,7 +293,12 @@ func errorInfo(err error) norn.ErrorInfo {
 	if errors.As(err, &c) && c.code != "" {
 		code = c.code
 	}
-	return norn.ErrorInfo{Code: code, Description: truncateUTF8(err.Error(), maxDescription)}
+	info := norn.ErrorInfo{Code: code, Description: truncateUTF8(err.Error(), maxDescription)}
+	var r *retryInError
+	if errors.As(err, &r) && r.d > 0 {
+		info.RetryIn = norn.Duration(min(r.d, norn.MaxDuration))
+	}
+	return info
 }
 
 // maxDescription keeps recorded errors well inside norn.MaxErrorBytes.

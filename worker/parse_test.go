@@ -2,6 +2,7 @@ package worker
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -99,6 +100,33 @@ func TestErrorInfoTruncates(t *testing.T) {
 	info := errorInfo(WithCode("big", errStr(strings.Repeat("é", maxDescription))))
 	if info.Code != "big" || len(info.Description) > maxDescription || !utf8.ValidString(info.Description) {
 		t.Errorf("code %q, %d bytes, valid %v", info.Code, len(info.Description), utf8.ValidString(info.Description))
+	}
+}
+
+func TestErrorInfoRetryIn(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		err  error
+		code string
+		in   time.Duration
+	}{
+		{"plain error", errStr("x"), DefaultErrorCode, 0},
+		{"retry in", RetryIn(time.Minute, errStr("x")), DefaultErrorCode, time.Minute},
+		{"coded inside", RetryIn(time.Minute, WithCode("rate_limited", errStr("x"))), "rate_limited", time.Minute},
+		{"coded outside", WithCode("rate_limited", RetryIn(time.Minute, errStr("x"))), "rate_limited", time.Minute},
+		{"wrapped", fmt.Errorf("call: %w", RetryIn(time.Second, errStr("x"))), DefaultErrorCode, time.Second},
+		{"beyond what a store holds", RetryIn(1<<62, errStr("x")), DefaultErrorCode, norn.MaxDuration},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			info := errorInfo(c.err)
+			if info.Code != c.code || info.RetryIn.D() != c.in {
+				t.Errorf("code %q retry_in %s, want %q %s", info.Code, info.RetryIn.D(), c.code, c.in)
+			}
+		})
+	}
+	if RetryIn(time.Second, nil) != nil {
+		t.Error("RetryIn(d, nil) is not nil")
 	}
 }
 

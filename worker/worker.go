@@ -501,6 +501,7 @@ func (w *Worker) finish(r *run, err error, panicInfo *norn.ErrorInfo) {
 		log.Debug("task snoozed by its handler", "delay", sn.Delay.D())
 	case IsAbort(err):
 		op, info = norn.OpAbort, errorInfo(err)
+		info.RetryIn = 0
 		log.Info("task aborted by its handler", "err", err)
 	default:
 		op, info = norn.OpFail, errorInfo(err)

@@ -18,6 +18,7 @@ type RetryPatch struct {
 	MaxRetries *int           `json:"max_retries,omitempty"`
 	Base       *norn.Duration `json:"base,omitempty"`
 	Max        *norn.Duration `json:"max,omitempty"`
+	Jitter     *string        `json:"jitter,omitempty"`
 }
 
 // RetentionPatch is a retention of which only the named members change.
@@ -70,7 +71,7 @@ func (p *QueuePatch) Update(cur norn.QueueInfo) norn.QueueUpdate {
 		MaxRunning: p.MaxRunning, KeyLimit: p.KeyLimit, FairBy: p.FairBy}
 	if p.Retry != nil {
 		r := p.Retry.merge(cur.Defaults.Retry)
-		if rp := p.Retry; rp.MaxRetries != nil && *rp.MaxRetries == 0 && rp.Base == nil && rp.Max == nil {
+		if rp := p.Retry; rp.MaxRetries != nil && *rp.MaxRetries == 0 && rp.Base == nil && rp.Max == nil && rp.Jitter == nil {
 			// {"max_retries":0} alone removes the policy, backoffs and all.
 			r = norn.RetryPolicy{}
 		}
@@ -121,6 +122,7 @@ func (p *RetryPatch) merge(cur *norn.RetryPolicy) norn.RetryPolicy {
 	set(&r.MaxRetries, p.MaxRetries)
 	set(&r.Base, p.Base)
 	set(&r.Max, p.Max)
+	set(&r.Jitter, p.Jitter)
 	return r
 }
 
@@ -136,7 +138,7 @@ func FromQueueUpdate(u norn.QueueUpdate) QueuePatch {
 	p := QueuePatch{Paused: u.Paused, Timeout: u.Timeout, MaxAttempts: u.MaxAttempts, MaxRuntime: u.MaxRuntime,
 		MaxRunning: u.MaxRunning, KeyLimit: u.KeyLimit, FairBy: u.FairBy}
 	if r := u.Retry; r != nil {
-		p.Retry = &RetryPatch{MaxRetries: &r.MaxRetries, Base: &r.Base, Max: &r.Max}
+		p.Retry = &RetryPatch{MaxRetries: &r.MaxRetries, Base: &r.Base, Max: &r.Max, Jitter: &r.Jitter}
 	}
 	if r := u.Retention; r != nil {
 		p.Retention = &RetentionPatch{Completed: &r.Completed, Aborted: &r.Aborted, Cancelled: &r.Cancelled}
@@ -181,7 +183,7 @@ func (p *SchedulePatch) Update(cur *norn.Schedule) norn.ScheduleUpdate {
 func FromScheduleUpdate(u norn.ScheduleUpdate) SchedulePatch {
 	p := SchedulePatch{ScheduleUpdate: u}
 	if r := u.Retry; r != nil {
-		p.Retry = &RetryPatch{MaxRetries: &r.MaxRetries, Base: &r.Base, Max: &r.Max}
+		p.Retry = &RetryPatch{MaxRetries: &r.MaxRetries, Base: &r.Base, Max: &r.Max, Jitter: &r.Jitter}
 		p.ScheduleUpdate.Retry = nil
 	}
 	return p

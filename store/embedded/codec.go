@@ -266,6 +266,8 @@ const immVersion = 6
 const (
 	optTraceparent = 1
 	optTracestate  = 2
+	// optRetryJitter is the retry policy's jitter mode (only with a policy).
+	optRetryJitter = 3
 )
 
 func (im *immutable) encode(buf []byte) []byte {
@@ -386,6 +388,10 @@ func (im *immutable) appendOptional(e *enc) {
 	if im.tracestate != "" {
 		n++
 	}
+	jitter := im.retry != nil && im.retry.Jitter != ""
+	if jitter {
+		n++
+	}
 	e.u(uint64(n))
 	if im.traceparent != "" {
 		e.u(optTraceparent)
@@ -395,15 +401,25 @@ func (im *immutable) appendOptional(e *enc) {
 		e.u(optTracestate)
 		e.s(im.tracestate)
 	}
+	if jitter {
+		e.u(optRetryJitter)
+		e.s(im.retry.Jitter)
+	}
 }
 
 // decodeOptional reads the optional fields; keep false skips them without
-// copying (recovery reads every task at open and needs none of them).
+// copying (recovery reads every task at open and needs none of them), all
+// but the retry jitter, which the in-memory task keeps for its next fail.
 func (im *immutable) decodeOptional(d *dec, keep bool) {
 	n := d.u()
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		tag := d.u()
 		switch {
+		case tag == optRetryJitter:
+			j := d.s()
+			if im.retry != nil {
+				im.retry.Jitter = j
+			}
 		case !keep:
 			d.by()
 		case tag == optTraceparent:

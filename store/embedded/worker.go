@@ -400,7 +400,7 @@ func (tx *txn) fail(op *norn.LeaseOp) error {
 	if t == nil {
 		return err
 	}
-	view := &norn.Task{Attempts: int(t.st.attempts), MaxAttempts: int(t.maxAttempts), Retry: t.retry}
+	view := &norn.Task{ID: op.TaskID, Attempts: int(t.st.attempts), MaxAttempts: int(t.maxAttempts), Retry: t.retry}
 	o := norn.AfterFailure(view, fromNanos(tx.now), *op.Error)
 	h := norn.HistoryEntry{Type: o.History, Worker: op.Worker, Lease: op.Lease, Progress: t.st.progress}
 	if o.Status == norn.StatusAborted {

@@ -403,6 +403,70 @@ func exerciseFinishFail(t *testing.T, setup setupFunc) {
 			lastHistory(t, g, norn.TaskAbort, b.now())
 		})
 
+		t.Run("RetryInReplacesTheBackoffWithinMax", func(t *testing.T) {
+			t.Parallel()
+			s, b := setup(t)
+			pol := norn.RetryPolicy{MaxRetries: 3, Base: dur(time.Second), Max: dur(time.Hour), Jitter: norn.JitterFull}
+			c := b.claimed("w", norn.NewTask{ID: "r", Queue: "q", Retry: &pol})
+			if err := s.Fail(b.ctx, ref(c), norn.ErrorInfo{Code: "rate_limited", RetryIn: dur(90 * time.Second)}); err != nil {
+				t.Fatal(err)
+			}
+			g := b.status("r", norn.StatusScheduled)
+			eqTime(t, "run_at after retry_in 90s", g.RunAt, b.now().Add(90*time.Second))
+			if g.Retry == nil || g.Retry.Jitter != norn.JitterFull {
+				t.Fatalf("retry policy read back as %+v, want jitter full", g.Retry)
+			}
+			if e := g.Errors[len(g.Errors)-1]; e.Code != "rate_limited" || e.RetryIn != 0 {
+				t.Fatalf("recorded error %+v: want the code without retry_in", e)
+			}
+			b.advance(90 * time.Second)
+			c = b.claim("w", "q")
+			// Through a lease batch, and past the policy's max: capped at max.
+			res, err := s.LeaseBatch(b.ctx, []norn.LeaseOp{{Op: norn.OpFail, LeaseRef: ref(c), Error: &norn.ErrorInfo{Code: "later", RetryIn: dur(30 * time.Hour)}}})
+			if err != nil || res[0].Err != nil {
+				t.Fatalf("LeaseBatch fail: %v %+v", err, res)
+			}
+			eqTime(t, "run_at after retry_in beyond max", b.status("r", norn.StatusScheduled).RunAt, b.now().Add(time.Hour))
+		})
+
+		t.Run("RetryInAddsNoRetry", func(t *testing.T) {
+			t.Parallel()
+			s, b := setup(t)
+			c := b.claimed("w", norn.NewTask{ID: "n", Queue: "q"})
+			if err := s.Fail(b.ctx, ref(c), norn.ErrorInfo{Code: "x", RetryIn: dur(time.Minute)}); err != nil {
+				t.Fatal(err)
+			}
+			b.status("n", norn.StatusAborted)
+		})
+
+		t.Run("RetryInOnAbortIsRefused", func(t *testing.T) {
+			t.Parallel()
+			s, b := setup(t)
+			c := b.claimed("w", norn.NewTask{ID: "a", Queue: "q", Retry: &norn.RetryPolicy{MaxRetries: 1}})
+			before := b.snapshot()
+			wantField(t, "Abort with retry_in", s.Abort(b.ctx, ref(c), norn.ErrorInfo{Code: "x", RetryIn: dur(time.Minute)}), norn.ErrInvalidArgument, "error.retry_in")
+			b.unchanged("refused abort", before)
+		})
+
+		t.Run("JitterSpreadsWaitsWithinTheBackoff", func(t *testing.T) {
+			t.Parallel()
+			_, b := setup(t)
+			pol := norn.RetryPolicy{MaxRetries: 1, Base: dur(time.Hour), Jitter: norn.JitterEqual}
+			waits := map[time.Duration]bool{}
+			for i := range 8 {
+				c := b.claimed("w", norn.NewTask{ID: fmt.Sprint("j", i), Queue: "q", Retry: &pol})
+				b.fail(c, "x")
+				w := b.status(c.ID, norn.StatusScheduled).RunAt.Sub(b.now())
+				if w < 30*time.Minute-time.Millisecond || w > time.Hour {
+					t.Fatalf("%s: equal jitter waited %s, want 30m to 1h", c.ID, w)
+				}
+				waits[w.Round(time.Second)] = true
+			}
+			if len(waits) < 4 {
+				t.Fatalf("8 failures drew only %d distinct waits", len(waits))
+			}
+		})
+
 		failRules(t, setup)
 	})
 }

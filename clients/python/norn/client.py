@@ -874,10 +874,16 @@ class Client:
             body["result"] = result
         self._call("POST", "/v1/tasks/" + _seg(id) + "/complete", body=body)
 
-    def fail(self, id: str, worker: str, lease: int, code: str, description: str = "", args: Optional[Mapping[str, Any]] = None) -> None:
+    def fail(self, id: str, worker: str, lease: int, code: str, description: str = "", args: Optional[Mapping[str, Any]] = None,
+             *, retry_in: Optional[Duration] = None) -> None:
         """Records a failed attempt: the task is retried per its policy, or
-        aborted when none remains."""
-        self._call("POST", "/v1/tasks/" + _seg(id) + "/fail", body=_finish_body(worker, lease, code, description, args))
+        aborted when none remains. ``retry_in`` (seconds, timedelta or a
+        duration string) asks for that wait instead of the policy's backoff,
+        capped by the policy's max; it never adds a retry."""
+        body = _finish_body(worker, lease, code, description, args)
+        if retry_in is not None:
+            body["error"]["retry_in"] = format_duration(retry_in, "retry_in")
+        self._call("POST", "/v1/tasks/" + _seg(id) + "/fail", body=body)
 
     def abort(self, id: str, worker: str, lease: int, code: str, description: str = "", args: Optional[Mapping[str, Any]] = None) -> None:
         """Finishes a task unsuccessfully for good."""

@@ -75,12 +75,18 @@ class Abort(Exception):
 class Fail(Exception):
     """Raise it from a handler to fail the attempt with a code of your own
     (``norn.Fail("rate limited", code="rate_limited")``): the task is
-    retried per its policy, as for any other exception."""
+    retried per its policy, as for any other exception. ``retry_in``
+    (seconds, timedelta or a duration string; a 429's Retry-After) asks for
+    that wait instead of the policy's backoff, capped by its max."""
 
-    def __init__(self, message: str = "", *, code: Optional[str] = None, details: Optional[Mapping[str, Any]] = None) -> None:
+    def __init__(self, message: str = "", *, code: Optional[str] = None, details: Optional[Mapping[str, Any]] = None,
+                 retry_in: Optional[Any] = None) -> None:
+        if retry_in is not None:
+            format_duration(retry_in, "retry_in")  # refuses a bad value here, in the handler
         super().__init__(message)
         self.code = code
         self.details = details
+        self.retry_in = retry_in
 
 
 class Snooze(Exception):
@@ -759,7 +765,7 @@ class Worker:
             self.log.info("norn task %s: %s", run.id, details)
         elif op != "complete":
             self.log.info("norn task %s: %s (%s): %s", run.id, op, code, desc.splitlines()[0] if desc else "")
-        err = self._report(run, op, result, code, desc, details)
+        err = self._report(run, op, result, code, desc, details, exc)
         if err is not None and op == "complete" and not _gone(err) and not _transient(err):
             # The server refused the result itself (too large): the handler
             # would produce it again, so give up for good.
@@ -772,7 +778,8 @@ class Worker:
         else:
             self.log.error("norn task %s: could not report %s; the task runs again when its lease expires: %s", run.id, op, err)
 
-    def _report(self, run: _Run, op: str, result: Any, code: str, desc: str, details: Any) -> Optional[NornError]:
+    def _report(self, run: _Run, op: str, result: Any, code: str, desc: str, details: Any,
+                exc: Optional[BaseException] = None) -> Optional[NornError]:
         c = self.client
         delay = 0.1
         give_up = time.monotonic() + max(run.lease_len, 10.0)
@@ -781,7 +788,7 @@ class Worker:
                 if op == "complete":
                     c.complete(run.id, run.worker, run.lease, result)
                 elif op == "fail":
-                    c.fail(run.id, run.worker, run.lease, code, desc, details)
+                    c.fail(run.id, run.worker, run.lease, code, desc, details, retry_in=exc.retry_in if isinstance(exc, Fail) else None)
                 elif op == "snooze":
                     c.snooze(run.id, run.worker, run.lease, delay=details.delay, run_at=details.run_at)
                 else:

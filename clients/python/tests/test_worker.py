@@ -107,6 +107,25 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual((done["nojson"].status, done["nojson"].errors[-1]["code"]), ("aborted", "invalid_result"))
         self.assertEqual((done["none"].status, done["none"].get("result")), ("completed", None))
 
+    def test_fail_retry_in(self) -> None:
+        # The policy would wait an hour; the handler asks for 1 ms, and the
+        # jitter mode travels with the policy.
+        queue = q("retryin")
+
+        def handle(task: norn.ActiveTask):
+            if task.attempts == 1:
+                raise norn.Fail("busy", code="rate_limited", retry_in="1ms")
+            return "done"
+
+        t = self.c.submit(queue, None, retry={"max_retries": 2, "base": "1h", "jitter": "full"})
+        with running(norn.Worker(self.c, {queue: handle}, concurrency=1, wait=1)):
+            done = self.status_is(t.id, "completed", "aborted")
+        self.assertEqual((done.status, done.attempts, done.result), ("completed", 2, "done"))
+        self.assertEqual(done.errors, [{"code": "rate_limited", "description": "busy"}])
+        self.assertEqual(done.retry["jitter"], "full")
+        with self.assertRaises(norn.InvalidArgument):
+            norn.Fail("x", retry_in="soon")
+
     def test_snooze(self) -> None:
         queue = q("snooze")
         seen = []

@@ -114,6 +114,12 @@ export interface TaskError {
     code: string;
     description?: string;
     args?: Record<string, unknown>;
+    /**
+     * On a fail only: the wait asked for before the retry (ms or a Go duration
+     * string; a 429's Retry-After), instead of the policy's backoff, capped by
+     * its max. It never adds a retry the policy does not allow.
+     */
+    retry_in?: Duration;
 }
 /** One operation of a lease batch. */
 export type LeaseOp = {

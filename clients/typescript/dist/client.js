@@ -494,7 +494,8 @@ export class Client {
     }
     /** Fails the attempt: retried per the task's policy, else aborted. */
     async fail(id, worker, lease, error, opts = {}) {
-        await this.#call("POST", `/v1/tasks/${taskID(id)}/fail`, { body: { worker, lease, error }, signal: opts.signal });
+        const e = error.retry_in === undefined ? error : { ...error, retry_in: formatDuration(error.retry_in, "retry_in") };
+        await this.#call("POST", `/v1/tasks/${taskID(id)}/fail`, { body: { worker, lease, error: e }, signal: opts.signal });
     }
     /** Aborts the task for good. */
     async abort(id, worker, lease, error, opts = {}) {

@@ -770,11 +770,18 @@ export interface components {
             args?: {
                 [key: string]: unknown;
             };
+            /** @description On a fail only: the wait the worker asks for before the retry, instead of the policy's backoff and jitter; capped by the policy's max, and never a retry the policy does not allow. Not recorded with the error. */
+            retry_in?: components["schemas"]["Duration"];
         };
         RetryPolicy: {
             max_retries: number;
             base?: components["schemas"]["Duration"];
             max?: components["schemas"]["Duration"];
+            /**
+             * @description Spreads the waits of tasks that failed together: none (default) waits the backoff w exactly, full waits 0 to w, equal waits w/2 to w.
+             * @enum {string}
+             */
+            jitter?: "none" | "full" | "equal";
         };
         HistoryEntry: {
             /** @enum {string} */
@@ -1346,6 +1353,11 @@ export interface components {
             max_retries?: number;
             base?: components["schemas"]["Duration"];
             max?: components["schemas"]["Duration"];
+            /**
+             * @description Spreads the waits of tasks that failed together: none (default) waits the backoff w exactly, full waits 0 to w, equal waits w/2 to w.
+             * @enum {string}
+             */
+            jitter?: "none" | "full" | "equal";
         };
         /** @description In a PATCH: the members given change, the others keep their values; {"per_second":0} removes the limit. */
         RateLimitPatch: {

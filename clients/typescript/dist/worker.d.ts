@@ -1,6 +1,7 @@
 import { Client, type LogEntry, type SnoozeUntil, type Task } from "./client.js";
 import { NornError } from "./errors.js";
 import { type OtelSpan, type OtelTracer } from "./tracing.js";
+import { type Duration } from "./wire.js";
 /**
  * Runs one task. What it does decides the outcome: resolving completes the
  * task with the value as its result (JSON; undefined: no result), throwing
@@ -87,12 +88,19 @@ export declare class Abort extends HandlerOutcome {
         cause?: unknown;
     });
 }
-/** Throw it from a handler to fail the attempt with a code of your own; the task is retried per its policy. */
+/**
+ * Throw it from a handler to fail the attempt with a code of your own; the
+ * task is retried per its policy. `retry_in` (ms or a Go duration string; a
+ * 429's Retry-After) asks for that wait instead of the policy's backoff,
+ * capped by its max; a bad value is refused here, in the handler.
+ */
 export declare class Fail extends HandlerOutcome {
+    readonly retry_in: Duration | undefined;
     constructor(message?: string, opts?: {
         code?: string;
         details?: Record<string, unknown>;
         cause?: unknown;
+        retry_in?: Duration;
     });
 }
 /**

@@ -22,10 +22,19 @@ export class Abort extends HandlerOutcome {
         super(message, opts);
     }
 }
-/** Throw it from a handler to fail the attempt with a code of your own; the task is retried per its policy. */
+/**
+ * Throw it from a handler to fail the attempt with a code of your own; the
+ * task is retried per its policy. `retry_in` (ms or a Go duration string; a
+ * 429's Retry-After) asks for that wait instead of the policy's backoff,
+ * capped by its max; a bad value is refused here, in the handler.
+ */
 export class Fail extends HandlerOutcome {
+    retry_in;
     constructor(message = "", opts = {}) {
+        if (opts.retry_in !== undefined)
+            formatDuration(opts.retry_in, "retry_in");
         super(message, opts);
+        this.retry_in = opts.retry_in;
     }
 }
 /**
@@ -688,7 +697,8 @@ export class Worker {
             this.#log.info?.(`norn task ${run.id}: ${desc}`);
         else if (op !== "complete")
             this.#log.info?.(`norn task ${run.id}: ${op} (${code}): ${desc.split("\n")[0]}`);
-        let err = await this.#report(run, op, result, code, desc, details);
+        const retryIn = thrown instanceof Fail ? thrown.retry_in : undefined;
+        let err = await this.#report(run, op, result, code, desc, details, retryIn);
         if (err && op === "complete" && !isGone(err) && !isTransient(err)) {
             // The server refused the result itself (too large): the handler would
             // produce it again, so give up for good.
@@ -703,7 +713,7 @@ export class Worker {
             this.#log.error?.(`norn task ${run.id}: could not report ${op}; the task runs again when its lease expires: ${String(err)}`);
     }
     // result is the snooze's SnoozeUntil for op "snooze".
-    async #report(run, op, result, code, desc, details) {
+    async #report(run, op, result, code, desc, details, retryIn) {
         const c = this.client;
         let delay = 100;
         const giveUp = now() + Math.max(run.leaseLen, 10_000);
@@ -713,7 +723,7 @@ export class Worker {
                 if (op === "complete")
                     await c.complete(run.id, run.worker, run.lease, result);
                 else if (op === "fail")
-                    await c.fail(run.id, run.worker, run.lease, error);
+                    await c.fail(run.id, run.worker, run.lease, retryIn === undefined ? error : { ...error, retry_in: retryIn });
                 else if (op === "snooze")
                     await c.snooze(run.id, run.worker, run.lease, result);
                 else

@@ -109,6 +109,12 @@ export interface TaskError {
   code: string;
   description?: string;
   args?: Record<string, unknown>;
+  /**
+   * On a fail only: the wait asked for before the retry (ms or a Go duration
+   * string; a 429's Retry-After), instead of the policy's backoff, capped by
+   * its max. It never adds a retry the policy does not allow.
+   */
+  retry_in?: Duration;
 }
 
 /** One operation of a lease batch. */
@@ -660,7 +666,8 @@ export class Client {
 
   /** Fails the attempt: retried per the task's policy, else aborted. */
   async fail(id: string, worker: string, lease: number, error: TaskError, opts: CallOptions = {}): Promise<void> {
-    await this.#call("POST", `/v1/tasks/${taskID(id)}/fail`, { body: { worker, lease, error }, signal: opts.signal });
+    const e = error.retry_in === undefined ? error : { ...error, retry_in: formatDuration(error.retry_in, "retry_in") };
+    await this.#call("POST", `/v1/tasks/${taskID(id)}/fail`, { body: { worker, lease, error: e }, signal: opts.signal });
   }
 
   /** Aborts the task for good. */

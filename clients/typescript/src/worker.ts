@@ -108,10 +108,18 @@ export class Abort extends HandlerOutcome {
   }
 }
 
-/** Throw it from a handler to fail the attempt with a code of your own; the task is retried per its policy. */
+/**
+ * Throw it from a handler to fail the attempt with a code of your own; the
+ * task is retried per its policy. `retry_in` (ms or a Go duration string; a
+ * 429's Retry-After) asks for that wait instead of the policy's backoff,
+ * capped by its max; a bad value is refused here, in the handler.
+ */
 export class Fail extends HandlerOutcome {
-  constructor(message = "", opts: { code?: string; details?: Record<string, unknown>; cause?: unknown } = {}) {
+  readonly retry_in: Duration | undefined;
+  constructor(message = "", opts: { code?: string; details?: Record<string, unknown>; cause?: unknown; retry_in?: Duration } = {}) {
+    if (opts.retry_in !== undefined) formatDuration(opts.retry_in, "retry_in");
     super(message, opts);
+    this.retry_in = opts.retry_in;
   }
 }
 
@@ -764,7 +772,8 @@ export class Worker {
     this.#traceOutcome(run, op, code, desc, thrown);
     if (op === "snooze") this.#log.info?.(`norn task ${run.id}: ${desc}`);
     else if (op !== "complete") this.#log.info?.(`norn task ${run.id}: ${op} (${code}): ${desc.split("\n")[0]}`);
-    let err = await this.#report(run, op, result, code, desc, details);
+    const retryIn = thrown instanceof Fail ? thrown.retry_in : undefined;
+    let err = await this.#report(run, op, result, code, desc, details, retryIn);
     if (err && op === "complete" && !isGone(err) && !isTransient(err)) {
       // The server refused the result itself (too large): the handler would
       // produce it again, so give up for good.
@@ -777,7 +786,7 @@ export class Worker {
   }
 
   // result is the snooze's SnoozeUntil for op "snooze".
-  async #report(run: Run, op: Outcome, result: unknown, code: string, desc: string, details?: Record<string, unknown>): Promise<NornError | undefined> {
+  async #report(run: Run, op: Outcome, result: unknown, code: string, desc: string, details?: Record<string, unknown>, retryIn?: Duration): Promise<NornError | undefined> {
     const c = this.client;
     let delay = 100;
     const giveUp = now() + Math.max(run.leaseLen, 10_000);
@@ -785,7 +794,7 @@ export class Worker {
       try {
         const error = { code, ...(desc ? { description: desc } : {}), ...(details ? { args: details } : {}) };
         if (op === "complete") await c.complete(run.id, run.worker, run.lease, result);
-        else if (op === "fail") await c.fail(run.id, run.worker, run.lease, error);
+        else if (op === "fail") await c.fail(run.id, run.worker, run.lease, retryIn === undefined ? error : { ...error, retry_in: retryIn });
         else if (op === "snooze") await c.snooze(run.id, run.worker, run.lease, result as SnoozeUntil);
         else await c.abort(run.id, run.worker, run.lease, error);
         return undefined;

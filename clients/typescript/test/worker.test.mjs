@@ -93,6 +93,27 @@ describe("worker", () => {
     }
   });
 
+  test("Fail's retry_in replaces the policy's backoff; jitter travels with the policy", async () => {
+    const { w, done } = startWorker({
+      rin: async (task) => {
+        if (task.attempts === 1) throw new Fail("busy", { code: "rate_limited", retry_in: "1ms" });
+        return "done";
+      },
+    });
+    try {
+      await c.submitBatch([{ id: "rin-1", queue: "rin", retry: { max_retries: 2, base: "1h", jitter: "full" } }]);
+      const t = await finished("rin-1");
+      assert.equal(t.status, "completed");
+      assert.equal(t.attempts, 2);
+      assert.deepEqual(t.errors, [{ code: "rate_limited", description: "busy" }]);
+      assert.equal(t.retry.jitter, "full");
+      assert.throws(() => new Fail("x", { retry_in: "soon" }), (e) => e.field === "retry_in");
+    } finally {
+      await w.stop();
+      await done;
+    }
+  });
+
   test("heartbeats keep a lease past three lease lengths; progress rides on them", async () => {
     let observed;
     const { w, done } = startWorker({
