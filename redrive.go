@@ -146,6 +146,31 @@ func CheckRetryFilter(f *Filter) error {
 	return nil
 }
 
+// CancelFilter narrows f to what CancelMatching cancels: its pending
+// matches. ok is false when f asks only for ended statuses, so nothing is.
+func CancelFilter(f Filter) (g Filter, ok bool) {
+	g = f
+	g.Statuses = nil
+	for _, s := range AllStatuses {
+		if s.Pending() && (len(f.Statuses) == 0 || slices.Contains(f.Statuses, s)) {
+			g.Statuses = append(g.Statuses, s)
+		}
+	}
+	return g, len(g.Statuses) > 0
+}
+
+// CheckCancelFilter validates the filter of CancelMatching: valid, and not
+// empty, so nobody cancels a whole store by accident.
+func CheckCancelFilter(f *Filter) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	if f.Empty() {
+		return Invalid("filter", "an empty filter would cancel every pending task; give at least one condition")
+	}
+	return nil
+}
+
 // RetryBatch is how many tasks RetryMatching retries per write, so memory
 // stays constant whatever the number of matches.
 const RetryBatch = 500

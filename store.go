@@ -81,6 +81,13 @@ type ClientAPI interface {
 	// Other matches are skipped, as are tasks whose dependencies failed. An
 	// empty filter is refused (invalid_argument), as for DeleteMatching.
 	RetryMatching(ctx context.Context, f Filter) (int64, error)
+	// CancelMatching cancels every pending task (scheduled, blocked, ready
+	// or running) matching f, in batches (not atomically, in constant
+	// memory), and returns how many. Ended matches are skipped. Each cancel
+	// is the one Cancel makes (a running attempt ends, dependents abort
+	// with dependency_failed). An empty filter is refused, as for
+	// DeleteMatching.
+	CancelMatching(ctx context.Context, f Filter) (int64, error)
 	// ReadLog returns log entries with Seq > after, in order, at most limit (0 = all).
 	ReadLog(ctx context.Context, id string, after uint64, limit int) ([]LogEntry, error)
 	// Transact applies a transaction all or nothing.

@@ -218,6 +218,19 @@ func (c *Client) RetryMatching(ctx context.Context, f norn.Filter) (int64, error
 	return out.Retried, nil
 }
 
+// CancelMatching cancels every pending task matching a non-empty filter
+// (POST /v1/tasks/cancel?<filter>) and returns how many.
+func (c *Client) CancelMatching(ctx context.Context, f norn.Filter) (int64, error) {
+	if err := norn.CheckCancelFilter(&f); err != nil {
+		return 0, err
+	}
+	var out wire.CancelledResponse
+	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/tasks/cancel", query: FilterValues(f), body: wire.Empty{}}, &out); err != nil {
+		return 0, err
+	}
+	return out.Cancelled, nil
+}
+
 // Update changes a task that is not running (PATCH /v1/tasks/{id}).
 func (c *Client) Update(ctx context.Context, id string, u norn.Update) (*norn.Task, error) {
 	if err := checkID("id", id); err != nil {

@@ -70,6 +70,7 @@ func TestAuthMatrix(t *testing.T) {
 		"POST /v1/tasks/{id}/cancel":           {"POST", "/v1/tasks/c1/cancel", "", true},
 		"POST /v1/tasks/{id}/retry":            {"POST", "/v1/tasks/c1/retry", "", true},
 		"POST /v1/tasks/retry":                 {"POST", "/v1/tasks/retry?queue=q&label=k:none", "", true},
+		"POST /v1/tasks/cancel":                {"POST", "/v1/tasks/cancel?queue=q&label=k:none", "", true},
 		"GET /v1/tasks/{id}/log":               {"GET", "/v1/tasks/run/log", "", true},
 		"POST /v1/transactions":                {"POST", "/v1/transactions", `{"submit":[{"queue":"q"}]}`, true},
 		"POST /v1/workers":                     {"POST", "/v1/workers", `{"name":"n","queues":["q"]}`, true},

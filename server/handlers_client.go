@@ -433,6 +433,18 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) error {
 	return reply(w, wire.TaskResponse{Task: t}, err)
 }
 
+// handleCancelMatching cancels every pending task matching the filter of
+// the query string, which must name at least one condition (as for DELETE
+// /v1/tasks). A queue-scoped token cancels within its queues.
+func (s *Server) handleCancelMatching(w http.ResponseWriter, r *http.Request) error {
+	f, err := s.matchingRequest(r, "cancel", &wire.Empty{})
+	if err != nil {
+		return err
+	}
+	n, err := s.store.CancelMatching(r.Context(), f)
+	return reply(w, wire.CancelledResponse{Cancelled: n}, err)
+}
+
 func (s *Server) handleReadLog(w http.ResponseWriter, r *http.Request) error {
 	after, limit, err := wire.ParseLogParams(r.URL.Query())
 	if err != nil {

@@ -274,6 +274,8 @@ func TestOpenAPIResponses(t *testing.T) {
 	call(200, "POST", "/v1/tasks/c/cancel", "")
 	call(200, "POST", "/v1/tasks/retry?queue=q&status=aborted", "")
 	call(400, "POST", "/v1/tasks/retry", "")
+	call(200, "POST", "/v1/tasks/cancel?queue=q&status=scheduled", "")
+	call(400, "POST", "/v1/tasks/cancel", "")
 	call(200, "POST", "/v1/transactions", `{"submit":[{"id":"t1","queue":"q2"}],"update":[{"id":"t1","priority":2}],"require":[{"id":"a"}]}`)
 	call(200, "DELETE", "/v1/tasks/t1", "")
 	call(200, "DELETE", "/v1/tasks?status=cancelled", "")

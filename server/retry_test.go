@@ -68,3 +68,48 @@ func TestRetryRoutes(t *testing.T) {
 			metricLine(text, "norn_tasks_redriven_total", `queue="b"`) == "2"
 	})
 }
+
+// TestCancelMatchingRoute: cancel by filter needs a condition, keeps a
+// scoped token inside its queues, counts only pending tasks and refuses
+// unknown parameters and bodies.
+func TestCancelMatchingRoute(t *testing.T) {
+	t.Parallel()
+	e := startServer(t, func(c *Config) {
+		c.Tokens = []Token{{Token: "admin", Role: RoleAdmin}, {Token: "a", Role: RoleClient, Queues: []string{"a"}}}
+	})
+	admin, scoped := withToken("admin"), withToken("a")
+	e.must(200, "POST", "/v1/tasks/batch", `{"tasks":[{"id":"a1","queue":"a"},{"id":"a2","queue":"a","delay":"1h"},
+		{"id":"a3","queue":"a","depends_on":["a1"]},{"id":"b1","queue":"b"},{"id":"b2","queue":"b","labels":{"k":"v"}}]}`, admin)
+
+	if c, f := e.must(400, "POST", "/v1/tasks/cancel", "", admin).errorOf(t); c != norn.CodeInvalidArgument || f != "filter" {
+		t.Fatalf("empty filter: %s %s", c, f)
+	}
+	e.must(400, "POST", "/v1/tasks/cancel?queue=b&limit=3", "", admin)
+	e.must(400, "POST", "/v1/tasks/cancel?queue=b", `{"all":true}`, admin)
+	e.must(403, "POST", "/v1/tasks/cancel?queue=b", "", scoped)
+	var cr wire.CancelledResponse
+	e.must(200, "POST", "/v1/tasks/cancel?status=ready,scheduled,blocked", "", scoped).decode(t, &cr)
+	// a3 waits for a1: cancelling a1 aborts it (dependency_failed) before
+	// the filter reaches it, so it is not counted as cancelled.
+	if cr.Cancelled != 2 {
+		t.Fatalf("scoped cancel by filter cancelled %d, want a1 and a2", cr.Cancelled)
+	}
+	var a3 wire.TaskResponse
+	e.must(200, "GET", "/v1/tasks/a3", "", admin).decode(t, &a3)
+	if a3.Task.Status != norn.StatusAborted || a3.Task.Errors[0].Code != norn.CodeDependencyFailed {
+		t.Fatalf("a3 after its dependency was cancelled: %s %+v", a3.Task.Status, a3.Task.Errors)
+	}
+	e.must(200, "POST", "/v1/tasks/cancel?queue=a&status=cancelled", "{}", admin).decode(t, &cr)
+	if cr.Cancelled != 0 {
+		t.Fatalf("cancelling cancelled tasks counted %d", cr.Cancelled)
+	}
+	e.must(200, "POST", "/v1/tasks/cancel?label=k:v", "", admin).decode(t, &cr)
+	if cr.Cancelled != 1 {
+		t.Fatalf("cancel by label cancelled %d, want 1", cr.Cancelled)
+	}
+	var tr wire.TaskResponse
+	e.must(200, "GET", "/v1/tasks/b1", "", admin).decode(t, &tr)
+	if tr.Task.Status != norn.StatusReady {
+		t.Fatalf("b1 outside every filter is %s", tr.Task.Status)
+	}
+}

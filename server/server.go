@@ -253,6 +253,7 @@ func (s *Server) apiRoutes() []route {
 		{pattern: "POST /v1/tasks/{id}/cancel", roles: clientOnly, h: s.handleCancel},
 		{pattern: "POST /v1/tasks/{id}/retry", roles: clientOnly, h: s.handleRetry},
 		{pattern: "POST /v1/tasks/retry", roles: clientOnly, h: s.handleRetryMatching},
+		{pattern: "POST /v1/tasks/cancel", roles: clientOnly, h: s.handleCancelMatching},
 		{pattern: "GET /v1/tasks/{id}/log", roles: clientWorker, h: s.handleReadLog},
 		{pattern: "POST /v1/transactions", roles: clientOnly, h: s.handleTransact},
 		{pattern: "POST /v1/workers", roles: workerOnly, h: s.handleRegisterWorker},

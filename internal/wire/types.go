@@ -75,6 +75,11 @@ type RetriedResponse struct {
 	Retried int64 `json:"retried"`
 }
 
+// CancelledResponse is the body of POST /v1/tasks/cancel (cancel by filter).
+type CancelledResponse struct {
+	Cancelled int64 `json:"cancelled"`
+}
+
 // Update is norn.Update on the wire (PATCH /v1/tasks/{id}). Labels is a
 // pointer so that an empty, non-nil map (which clears the labels) is sent as
 // {} instead of being dropped by omitempty, which would leave them alone.

@@ -113,6 +113,51 @@ func (s *Store) RetryMatching(ctx context.Context, f norn.Filter) (int64, error)
 	}
 }
 
+// CancelMatching cancels the pending tasks matching f, one page of ids at
+// a time (by id, so memory stays constant).
+func (s *Store) CancelMatching(ctx context.Context, f norn.Filter) (int64, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.exit()
+	if err := norn.CheckCancelFilter(&f); err != nil {
+		return 0, err
+	}
+	g, ok := norn.CancelFilter(f)
+	if !ok {
+		return 0, nil
+	}
+	q := norn.Query{Filter: g, Summary: true}
+	var n int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		p, err := s.page(ctx, q, norn.RetryBatch)
+		if err != nil {
+			return n, err
+		}
+		err = s.run(func(tx *txn) error {
+			for _, pt := range p.Tasks {
+				// A task changed since the page was read is judged as it
+				// is now: one that ended meanwhile is skipped.
+				t := s.tasks.get(pt.ID)
+				if t == nil || !matchMem(&g, t) {
+					continue
+				}
+				status := statusOf(t.st.status)
+				tx.finishTask(t, stCancelled, norn.CancelEntry(status, t.st.owner, t.st.lease), nil)
+				n++
+			}
+			return nil
+		})
+		if err != nil || p.NextCursor == "" {
+			return n, err
+		}
+		q.Cursor = p.NextCursor
+	}
+}
+
 // holdersOf returns the tasks holding t's unique key (none without one).
 func (s *Store) holdersOf(t *norn.Task) []norn.UniqueHolder {
 	if t.UniqueKey == "" {

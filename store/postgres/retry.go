@@ -346,3 +346,49 @@ WHERE t.depends_on && $1::text[] AND t.status = 'aborted' ORDER BY t.id FOR UPDA
 	}
 	return out, nil
 }
+
+// CancelMatching cancels the pending tasks matching f, one transaction per
+// batch in id order (keyset), so memory stays constant. Each batch is one
+// Transact of cancels, so a bulk cancel does exactly what single ones do.
+func (s *Store) CancelMatching(ctx context.Context, f norn.Filter) (int64, error) {
+	if err := norn.CheckCancelFilter(&f); err != nil {
+		return 0, err
+	}
+	g, ok := norn.CancelFilter(f)
+	if !ok {
+		return 0, nil
+	}
+	var total int64
+	after := ""
+	for {
+		var ids []string
+		var w wakes
+		err := s.withTx(ctx, func(tx pgx.Tx) error {
+			// Claims not yet written to their rows count as running.
+			if err := s.settleLeases(ctx, tx, ""); err != nil {
+				return err
+			}
+			cond, args := where(g, nil)
+			args = append(args, after, norn.RetryBatch)
+			rows, err := tx.Query(ctx, s.q(fmt.Sprintf(`SELECT t.id FROM {s}.tasks t WHERE %s AND t.id > $%d
+ORDER BY t.id LIMIT $%d FOR UPDATE`, cond, len(args)-1, len(args))), args...)
+			if err != nil {
+				return err
+			}
+			if ids, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || len(ids) == 0 {
+				return err
+			}
+			_, w, err = s.transactIn(ctx, tx, norn.Txn{Cancel: ids})
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		total += int64(len(ids))
+		w.fire(s)
+		if len(ids) < norn.RetryBatch {
+			return total, nil
+		}
+		after = ids[len(ids)-1]
+	}
+}

@@ -34,7 +34,7 @@ func RunWith(t *testing.T, f Factory, o Options) {
 	setup := newSetup(f)
 	exerciseStream(t, setup, o.StreamTasks)
 	for _, exercise := range []func(*testing.T, setupFunc){
-		exerciseSubmit, exerciseCancel, exerciseUpdate, exerciseDelete, exerciseUnknownTask, exerciseTransact,
+		exerciseSubmit, exerciseCancel, exerciseCancelMatching, exerciseUpdate, exerciseDelete, exerciseUnknownTask, exerciseTransact,
 		exerciseDependencies, exerciseUnique,
 		exerciseList, exerciseFilter, exerciseDependsOnFilter,
 		exerciseRegisterWorker, exerciseClaim, exerciseHeartbeat, exerciseLog, exerciseFinish, exerciseTimeout,

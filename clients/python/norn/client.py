@@ -599,6 +599,16 @@ class Client:
         out = self._call("POST", "/v1/tasks/retry", query=q, body={})
         return int(out["retried"])
 
+    def cancel_matching(self, **filters: Any) -> int:
+        """Cancels every pending task matching the filters of :meth:`list`
+        (at least one is required) and returns how many; each cancel is
+        what :meth:`cancel` does (dependents abort)."""
+        q = self._filters(**filters)
+        if not q:
+            raise InvalidArgument("cancelling by filter needs at least one filter", field="filter")
+        out = self._call("POST", "/v1/tasks/cancel", query=q, body={})
+        return int(out["cancelled"])
+
     def update(
         self,
         id: str,

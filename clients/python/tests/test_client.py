@@ -403,6 +403,11 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(norn.InvalidArgument) as cm:
             self.c.retry_matching()
         self.assertEqual(cm.exception.field, "filter")
+        self.assertEqual(self.c.cancel_matching(queue=queue, status="ready,scheduled"), 2)
+        self.assertEqual((self.c.get(c1.id).status, self.c.get(c2.id).status), ("cancelled", "cancelled"))
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.cancel_matching()
+        self.assertEqual(cm.exception.field, "filter")
 
     def test_snooze(self) -> None:
         queue = q("snooze")

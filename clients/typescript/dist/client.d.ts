@@ -220,6 +220,8 @@ export declare class Client {
     } & CallOptions): Promise<Task>;
     /** Retries every aborted or cancelled task matching the filter (at least one condition); returns how many. */
     retryMatching(filter: Filter & CallOptions): Promise<number>;
+    /** Cancels every pending task matching the filter (at least one condition), as cancel does each; returns how many. */
+    cancelMatching(filter: Filter & CallOptions): Promise<number>;
     /** The task's update log after sequence number `after` (at most `limit` entries, 0: all). */
     readLog(id: string, opts?: {
         after?: number;

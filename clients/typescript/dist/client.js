@@ -268,6 +268,14 @@ export class Client {
         const r = await this.#call("POST", "/v1/tasks/retry", { query, body: {}, signal: filter.signal });
         return r.retried;
     }
+    /** Cancels every pending task matching the filter (at least one condition), as cancel does each; returns how many. */
+    async cancelMatching(filter) {
+        const query = filterQuery(filter);
+        if ([...query.keys()].length === 0)
+            throw new InvalidArgument("cancelling by filter needs at least one condition", { field: "filter" });
+        const r = await this.#call("POST", "/v1/tasks/cancel", { query, body: {}, signal: filter.signal });
+        return r.cancelled;
+    }
     /** The task's update log after sequence number `after` (at most `limit` entries, 0: all). */
     async readLog(id, opts = {}) {
         const q = new URLSearchParams();

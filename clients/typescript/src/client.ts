@@ -419,6 +419,14 @@ export class Client {
     return r.retried;
   }
 
+  /** Cancels every pending task matching the filter (at least one condition), as cancel does each; returns how many. */
+  async cancelMatching(filter: Filter & CallOptions): Promise<number> {
+    const query = filterQuery(filter);
+    if ([...query.keys()].length === 0) throw new InvalidArgument("cancelling by filter needs at least one condition", { field: "filter" });
+    const r = await this.#call<{ cancelled: number }>("POST", "/v1/tasks/cancel", { query, body: {}, signal: filter.signal });
+    return r.cancelled;
+  }
+
   /** The task's update log after sequence number `after` (at most `limit` entries, 0: all). */
   async readLog(id: string, opts: { after?: number; limit?: number } & CallOptions = {}): Promise<LogEntry[]> {
     const q = new URLSearchParams();

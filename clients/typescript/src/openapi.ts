@@ -160,6 +160,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tasks/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel every pending task matching the filters (at least one required)
+         * @description Roles: client, admin. Each cancel is the one POST /v1/tasks/{id}/cancel makes: a running attempt ends, dependents abort with dependency_failed. Ended matches are skipped. In batches of 500, not atomically, in constant memory. A queue-scoped token cancels within its queues.
+         */
+        post: operations["cancelMatching"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tasks/{id}/log": {
         parameters: {
             query?: never;
@@ -1374,6 +1394,9 @@ export interface components {
             /** @description The key's share of claims in a queue with fair_by: weight 3 gets three claims for each one of a weight-1 key while both have ready tasks (0: 1). */
             weight?: number;
         };
+        CancelledResponse: {
+            cancelled: number;
+        };
     };
     responses: {
         /** @description Invalid input (malformed JSON, unknown field, wrong type, out-of-range value, bad query parameter); `field` names it. Nothing was written. */
@@ -1970,6 +1993,62 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RetriedResponse"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            408: components["responses"]["E408"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+        };
+    };
+    cancelMatching: {
+        parameters: {
+            query?: {
+                /** @description Queue name; repeat or comma-separate for several. */
+                queue?: string[];
+                /** @description Comma list of statuses or aliases (pending, succeeded, failed, terminal). */
+                status?: string;
+                /** @description key:value; repeat for several (all must match). */
+                label?: string[];
+                /** @description Current or last owner (worker id). */
+                owner?: string;
+                /** @description Substring of the id. */
+                id_contains?: string;
+                /** @description Tasks that list this task id among their dependencies. */
+                depends_on?: string;
+                /** @description Tasks submitted with this unique key. */
+                unique_key?: string;
+                /** @description RFC 3339, exclusive. */
+                created_after?: string;
+                /** @description RFC 3339, exclusive. */
+                created_before?: string;
+                /** @description RFC 3339, exclusive. */
+                updated_after?: string;
+                /** @description RFC 3339, exclusive. */
+                updated_before?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["Empty"];
+            };
+        };
+        responses: {
+            /** @description How many tasks were cancelled. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CancelledResponse"];
                 };
             };
             400: components["responses"]["E400"];

@@ -146,6 +146,9 @@ describe("lifecycle", () => {
     assert.equal(await c.retryMatching({ queue: "rq2", status: "cancelled" }), 1);
     assert.equal((await c.get("r-3")).status, "ready");
     await assert.rejects(c.retryMatching({}), (e) => e instanceof InvalidArgument && e.field === "filter");
+    assert.equal(await c.cancelMatching({ queue: "rq2", status: ["ready", "scheduled"] }), 2);
+    assert.deepEqual([(await c.get("r-2")).status, (await c.get("r-3")).status], ["cancelled", "cancelled"]);
+    await assert.rejects(c.cancelMatching({}), (e) => e instanceof InvalidArgument && e.field === "filter");
   });
 
   test("max_runtime: on a task and as a queue default; a handler running past it is stopped", async () => {
