@@ -42,7 +42,7 @@ func RunWith(t *testing.T, f Factory, o Options) {
 		exerciseMaxRuntime,
 		exerciseQueues, exerciseSubscribe, exerciseInvalidInput, exerciseClose,
 		exerciseSchedules, exerciseReadLog, exerciseFlow, exerciseTrace,
-		exerciseRanges,
+		exerciseRanges, exerciseThroughput,
 	} {
 		exercise(t, setup)
 	}
