@@ -6,11 +6,13 @@ import (
 	"time"
 )
 
-// ThroughputWindow is how far back a server's throughput history reaches:
-// GET /v1/stats/throughput answers at most this much, one point per minute.
+// ThroughputWindow is how far back a server's memory of throughput reaches,
+// and the window GET /v1/stats/throughput answers by default. A store that
+// keeps history (ThroughputStore) answers back to ThroughputKeepHourly.
 const ThroughputWindow = 24 * time.Hour
 
-// ThroughputPoint counts the task state changes of one minute.
+// ThroughputPoint counts the task state changes of one minute (or one hour,
+// see Throughput.Step).
 type ThroughputPoint struct {
 	// Minute is the start of the minute (UTC, whole minute).
 	Minute time.Time `json:"t"`
@@ -33,8 +35,14 @@ type Throughput struct {
 	// (its point, if any, is still growing).
 	Since time.Time `json:"since"`
 	Until time.Time `json:"until"`
-	// RecordingSince is when this server started recording: minutes
-	// before it are unknown to it, not idle.
+	// Step is what a point counts: one minute, or one hour when Since is
+	// more than ThroughputKeep ago (points are then hours, Minute their
+	// start).
+	Step Duration `json:"step"`
+	// RecordingSince is when recording started: minutes before it are
+	// unknown, not idle. With a store that keeps history it is the first
+	// minute stored in the window (or this server's start, if earlier);
+	// otherwise this server's start.
 	RecordingSince time.Time `json:"recording_since"`
 	// Points are the minutes with any activity, oldest first; a minute
 	// between Since and Until that has no point had none.

@@ -36,7 +36,8 @@ type Server struct {
 	root  http.Handler // mux behind guard
 	m     *metrics
 	tp    *throughput // throughput.go
-	// tpDone is closed when the throughput recorder has stopped.
+	// tpDone is closed when the throughput recorder and its keeper have
+	// stopped (the keeper's last write done).
 	tpDone chan struct{}
 	// streams caps long polls and streams; fails limits failed
 	// authentications per address (limits.go).
@@ -111,9 +112,22 @@ func New(cfg Config) (*Server, error) {
 		sub = nil
 	}
 	s.tpDone = make(chan struct{})
+	var tpWG sync.WaitGroup
+	tpWG.Add(1)
 	go func() {
-		defer close(s.tpDone)
+		defer tpWG.Done()
 		s.tp.follow(s.drainCtx, cfg.Store, sub, cfg.Logger)
+	}()
+	if ts, ok := cfg.Store.(norn.ThroughputStore); ok {
+		tpWG.Add(1)
+		go func() {
+			defer tpWG.Done()
+			s.tp.keep(s.drainCtx, ts, cfg.Logger)
+		}()
+	}
+	go func() {
+		tpWG.Wait()
+		close(s.tpDone)
 	}()
 	s.mux = http.NewServeMux()
 	s.routes()
@@ -217,6 +231,9 @@ func (s *Server) Close() error {
 		if cerr := s.ln.Close(); cerr != nil && err == nil && !errors.Is(cerr, net.ErrClosed) {
 			err = cerr
 		}
+		// The keeper writes the last minutes while the store, which the
+		// caller closes after this, is still open.
+		<-s.tpDone
 	})
 	return err
 }

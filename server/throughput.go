@@ -24,8 +24,10 @@ import (
 //
 // The events come from the store, not from this server's requests, so on
 // PostgreSQL (whose events travel by NOTIFY to every node) each node counts
-// the whole cluster's activity. Nothing is persisted: a restarted server
-// starts an empty history (Throughput.RecordingSince says from when).
+// the whole cluster's activity. A store that keeps history
+// (norn.ThroughputStore; both of Norn's do) gets the closed minutes from
+// throughputkeeper.go, and reads older than what memory holds, or from
+// before a restart, come from it (storedHistory).
 
 const (
 	throughputMinutes   = int(norn.ThroughputWindow / time.Minute)
@@ -158,39 +160,64 @@ func (tp *throughput) claimRing(now uint32) *ring {
 	return nil
 }
 
-// history answers the minutes from since (clamped to the window; a time
-// ahead of now means the minute under way) to now for the given queues
-// (nil: all of them).
-func (tp *throughput) history(queues []string, since time.Time) norn.Throughput {
-	now := tp.now()
-	to := unixMinute(now)
-	from := to - uint32(throughputMinutes) + 1
+// window is the minutes a history from since covers, up to now: clamped to
+// the memory's window (a time ahead of now means the minute under way).
+func (tp *throughput) window(since, now time.Time, keep time.Duration) (from, to uint32) {
+	to = unixMinute(now)
+	from = to - uint32(keep/time.Minute) + 1
 	if since.After(now) {
 		from = to
 	} else if since.After(minuteTime(from)) {
 		from = unixMinute(since)
 	}
+	return from, to
+}
+
+// counts returns the memory's counts of minutes [from, to] for the queues
+// (nil: all together): acc[i] is minute from+i. Minutes before the
+// memory's window read as zero.
+func (tp *throughput) counts(queues []string, from, to uint32) [][seriesCount]int64 {
 	acc := make([][seriesCount]int64, to-from+1)
+	lo := from
+	if oldest := to - uint32(throughputMinutes) + 1; lo < oldest {
+		lo = oldest
+	}
+	if lo > to {
+		return acc
+	}
+	part := acc[lo-from:]
 	tp.mu.Lock()
+	defer tp.mu.Unlock()
 	if queues == nil {
-		tp.total.sumInto(acc, from)
-	} else {
-		for _, q := range queues {
-			if r := tp.queues[q]; r != nil {
-				r.sumInto(acc, from)
-			}
+		tp.total.sumInto(part, lo)
+		return acc
+	}
+	for _, q := range queues {
+		if r := tp.queues[q]; r != nil {
+			r.sumInto(part, lo)
 		}
 	}
-	tp.mu.Unlock()
+	return acc
+}
+
+// history answers from memory alone: the minutes from since (clamped to
+// the window) to now for the given queues (nil: all of them).
+func (tp *throughput) history(queues []string, since time.Time) norn.Throughput {
+	now := tp.now()
+	from, to := tp.window(since, now, norn.ThroughputWindow)
+	acc := tp.counts(queues, from, to)
 	out := norn.Throughput{Queues: queues, Since: minuteTime(from), Until: minuteTime(to),
-		RecordingSince: tp.start, Points: []norn.ThroughputPoint{}}
+		Step: norn.Duration(time.Minute), RecordingSince: tp.start, Points: []norn.ThroughputPoint{}}
 	for i, c := range acc {
 		if c != [seriesCount]int64{} {
-			out.Points = append(out.Points, norn.ThroughputPoint{Minute: minuteTime(from + uint32(i)),
-				Submitted: c[seriesSubmitted], Completed: c[seriesCompleted], Failed: c[seriesFailed]})
+			out.Points = append(out.Points, point(minuteTime(from+uint32(i)), c))
 		}
 	}
 	return out
+}
+
+func point(at time.Time, c [seriesCount]int64) norn.ThroughputPoint {
+	return norn.ThroughputPoint{Minute: at, Submitted: c[seriesSubmitted], Completed: c[seriesCompleted], Failed: c[seriesFailed]}
 }
 
 func minuteTime(m uint32) time.Time { return time.Unix(int64(m)*60, 0).UTC() }
@@ -241,6 +268,11 @@ func (s *Server) handleThroughput(w http.ResponseWriter, r *http.Request) error 
 	if queues, err = p.scopeQueues(queues); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, s.tp.history(queues, since))
-	return nil
+	ts, ok := s.store.(norn.ThroughputStore)
+	if !ok {
+		writeJSON(w, http.StatusOK, s.tp.history(queues, since))
+		return nil
+	}
+	h, err := storedHistory(r.Context(), s.tp, ts, queues, since)
+	return reply(w, h, err)
 }

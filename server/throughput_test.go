@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/store/embedded"
 )
 
 // fakeClock is a settable clock for the recorder.
@@ -221,5 +222,136 @@ func TestThroughputHTTP(t *testing.T) {
 		if _, field := r.errorOf(t); r.status != tc.status || field != tc.field {
 			t.Errorf("%s as %s: %d field %q, want %d %q", tc.path, tc.tok, r.status, field, tc.status, tc.field)
 		}
+	}
+}
+
+// TestThroughputSurvivesRestart: the keeper writes what a server counted
+// when it closes, and the next server on the same store answers it.
+func TestThroughputSurvivesRestart(t *testing.T) {
+	ctx := context.Background()
+	st, err := embedded.Open(ctx, embedded.Options{Dir: t.TempDir(), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	useStore := func(c *Config) { c.Store = st }
+	first := startServer(t, useStore)
+	for _, q := range []string{"a", "a", "b"} {
+		if _, err := st.Submit(ctx, norn.NewTask{Queue: q}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submitted := func(e *env, path string) (int64, norn.Throughput) {
+		var h norn.Throughput
+		e.must(200, "GET", path, "").decode(t, &h)
+		var n int64
+		for _, p := range h.Points {
+			n += p.Submitted
+		}
+		return n, h
+	}
+	waitFor(t, func() bool { n, _ := submitted(first, "/v1/stats/throughput"); return n == 3 })
+	if err := first.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	second := startServer(t, useStore)
+	n, h := submitted(second, "/v1/stats/throughput")
+	if n != 3 {
+		t.Fatalf("after a restart the history counts %d submits, want 3: %+v", n, h)
+	}
+	if h.RecordingSince.After(time.Now().Add(-time.Second)) && h.RecordingSince.After(h.Points[0].Minute) {
+		t.Fatalf("recording_since %s is after the first stored minute %s", h.RecordingSince, h.Points[0].Minute)
+	}
+	if n, _ := submitted(second, "/v1/stats/throughput?queue=a"); n != 2 {
+		t.Fatalf("queue a after a restart: %d submits, want 2", n)
+	}
+}
+
+// TestThroughputFromStoredHistory: minutes older than memory come from the
+// store; a window older than norn.ThroughputKeep is answered in hours.
+func TestThroughputFromStoredHistory(t *testing.T) {
+	e := startServer(t, nil)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Minute)
+	threeDays, tenDays := now.Add(-72*time.Hour), now.Add(-240*time.Hour).Add(17*time.Minute)
+	recs := []norn.ThroughputRecord{
+		{Queue: "", Step: time.Minute, At: threeDays, Completed: 7},
+		{Queue: "a", Step: time.Minute, At: threeDays, Completed: 5},
+		{Queue: "", Step: time.Minute, At: tenDays, Failed: 2},
+		{Queue: "", Step: time.Minute, At: tenDays.Add(time.Minute), Failed: 3},
+	}
+	if err := e.store.(norn.ThroughputStore).SaveThroughput(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	var h norn.Throughput
+	e.must(200, "GET", "/v1/stats/throughput?since=96h", "").decode(t, &h)
+	if h.Step.D() != time.Minute || len(h.Points) != 1 || !h.Points[0].Minute.Equal(threeDays) || h.Points[0].Completed != 7 {
+		t.Fatalf("4 days by the minute: step %s points %+v", h.Step, h.Points)
+	}
+	if !h.RecordingSince.Equal(threeDays) {
+		t.Fatalf("recording_since %s, want the first stored minute %s", h.RecordingSince, threeDays)
+	}
+	e.must(200, "GET", "/v1/stats/throughput?since=96h&queue=a", "").decode(t, &h)
+	if len(h.Points) != 1 || h.Points[0].Completed != 5 {
+		t.Fatalf("queue a: %+v", h.Points)
+	}
+	e.must(200, "GET", "/v1/stats/throughput?since=720h", "").decode(t, &h)
+	if h.Step.D() != time.Hour || len(h.Points) != 2 {
+		t.Fatalf("30 days by the hour: step %s points %+v", h.Step, h.Points)
+	}
+	if p := h.Points[0]; !p.Minute.Equal(tenDays.Truncate(time.Hour)) || p.Failed != 5 {
+		t.Fatalf("the hour ten days ago: %+v, want 5 failed at %s", p, tenDays.Truncate(time.Hour))
+	}
+	// Compacted into hours, the same answer.
+	if err := e.store.(norn.ThroughputStore).CompactThroughput(ctx, now.Add(-norn.ThroughputKeep), now.Add(-norn.ThroughputKeepHourly)); err != nil {
+		t.Fatal(err)
+	}
+	var again norn.Throughput
+	e.must(200, "GET", "/v1/stats/throughput?since=720h", "").decode(t, &again)
+	if len(again.Points) != 2 || again.Points[0] != h.Points[0] || again.Points[1] != h.Points[1] {
+		t.Fatalf("after compaction %+v, before %+v", again.Points, h.Points)
+	}
+}
+
+// TestThroughputKeeperSaves: a save writes the closed minutes since the
+// recorder started (the total always, a queue where it counted), and a
+// node that counted less lowers nothing.
+func TestThroughputKeeperSaves(t *testing.T) {
+	ctx := context.Background()
+	st, err := embedded.Open(ctx, embedded.Options{Dir: t.TempDir(), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	t0 := time.Date(2030, 3, 4, 10, 0, 30, 0, time.UTC)
+	m0 := t0.Truncate(time.Minute)
+	clk := &fakeClock{t0}
+	tp := newThroughput(clk.now)
+	tp.observe(ev(norn.EventSubmitted, "a", t0))
+	tp.observe(ev(norn.EventSubmitted, "a", t0))
+	clk.t = t0.Add(time.Minute) // minute m0 closed, m0+1 under way
+	tp.observe(ev(norn.EventSubmitted, "b", clk.t))
+	if err := tp.save(ctx, st, false); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.LoadThroughput(ctx, nil, m0.Add(-time.Hour), m0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []norn.ThroughputRecord{{Queue: "", Step: time.Minute, At: m0, Submitted: 2}, {Queue: "a", Step: time.Minute, At: m0, Submitted: 2}}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("saved %+v, want %+v (the minute under way is not saved yet)", got, want)
+	}
+	// Another node started late: it saw one submit of m0, and b's.
+	late := newThroughput(clk.now)
+	late.start = t0
+	late.observe(ev(norn.EventSubmitted, "a", t0))
+	late.observe(ev(norn.EventSubmitted, "b", clk.t))
+	if err := late.save(ctx, st, true); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = st.LoadThroughput(ctx, []string{"a", "b"}, m0.Add(-time.Hour), m0.Add(time.Hour))
+	if len(got) != 2 || got[0].Submitted != 2 || got[1].Queue != "b" || !got[1].At.Equal(m0.Add(time.Minute)) {
+		t.Fatalf("after the late node's final save: %+v", got)
 	}
 }

@@ -23,6 +23,7 @@ var Routes = []string{
 	"POST /v1/tasks/{id}/cancel",
 	"POST /v1/tasks/{id}/retry",
 	"POST /v1/tasks/retry",
+	"POST /v1/tasks/cancel",
 	"GET /v1/tasks/{id}/log",
 	"POST /v1/transactions",
 	"POST /v1/workers",

@@ -463,8 +463,9 @@ func ParseRawQuery(raw string) (url.Values, error) {
 // ParseThroughputParams reads GET /v1/stats/throughput's parameters:
 // queue (repeatable or comma-separated; none means all) and since, an RFC
 // 3339 time or a duration such as 90m meaning that long before now. A
-// missing since, or one further back than norn.ThroughputWindow, is the
-// start of the window.
+// missing since is norn.ThroughputWindow before now; one further back than
+// norn.ThroughputKeepHourly is that far back (the server clamps further to
+// what it holds).
 func ParseThroughputParams(v url.Values, now time.Time) (queues []string, since time.Time, err error) {
 	if err := CheckParams(v, []string{"queue", "since"}); err != nil {
 		return nil, time.Time{}, err
@@ -476,22 +477,21 @@ func ParseThroughputParams(v url.Values, now time.Time) (queues []string, since 
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	start := now.Add(-norn.ThroughputWindow)
-	since = start
+	since = now.Add(-norn.ThroughputWindow)
+	start := now.Add(-norn.ThroughputKeepHourly)
 	if s != "" {
 		if d, derr := time.ParseDuration(s); derr == nil {
 			if d < 0 {
 				return nil, time.Time{}, norn.Invalid("since", "a duration must not be negative, got %q", Trunc(s))
 			}
-			if d < norn.ThroughputWindow {
-				since = now.Add(-d)
-			}
+			since = now.Add(-min(d, norn.ThroughputKeepHourly))
 		} else if t, terr := time.Parse(time.RFC3339Nano, s); terr == nil {
 			if err := norn.ValidateTime("since", t); err != nil {
 				return nil, time.Time{}, err
 			}
-			if t.After(start) {
-				since = t.UTC()
+			since = t.UTC()
+			if since.Before(start) {
+				since = start
 			}
 		} else {
 			return nil, time.Time{}, norn.Invalid("since", "must be an RFC 3339 time such as 2030-01-02T03:04:05Z or a duration such as 90m, got %q", Trunc(s))

@@ -220,6 +220,16 @@ func TestRoundTrip(t *testing.T) {
 			}
 			plainResponse(t, RetriedResponse{Retried: 12})
 		},
+		"POST /v1/tasks/cancel": func(t *testing.T) {
+			v := queryString(t, FilterValues(filter))
+			if err := CheckParams(v, FilterParams); err != nil {
+				t.Fatal(err)
+			}
+			if f, err := ParseFilter(v, norn.MaxLabels); err != nil || !reflect.DeepEqual(f, filter) {
+				t.Fatalf("filter %+v, %v", f, err)
+			}
+			plainResponse(t, CancelledResponse{Cancelled: 12})
+		},
 		"GET /v1/tasks/{id}/log": func(t *testing.T) {
 			after, limit, err := ParseLogParams(queryString(t, LogValues(9, 4)))
 			if err != nil || after != 9 || limit != 4 {

@@ -13,6 +13,7 @@ import (
 func TestParseThroughputParams(t *testing.T) {
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	start := now.Add(-norn.ThroughputWindow)
+	oldest := now.Add(-norn.ThroughputKeepHourly)
 	for _, tc := range []struct {
 		query  string
 		queues []string
@@ -22,9 +23,11 @@ func TestParseThroughputParams(t *testing.T) {
 		{query: "", since: start},
 		{query: "since=90m", since: now.Add(-90 * time.Minute)},
 		{query: "since=0s", since: now},
-		{query: "since=48h", since: start},
+		{query: "since=48h", since: now.Add(-48 * time.Hour)},
+		{query: "since=2400h", since: oldest},
 		{query: "since=2030-01-02T02:00:00Z", since: time.Date(2030, 1, 2, 2, 0, 0, 0, time.UTC)},
-		{query: "since=2029-01-01T00:00:00Z", since: start},
+		{query: "since=2029-12-01T00:00:00Z", since: time.Date(2029, 12, 1, 0, 0, 0, 0, time.UTC)},
+		{query: "since=2029-01-01T00:00:00Z", since: oldest},
 		{query: "queue=a&queue=b,c", queues: []string{"a", "b", "c"}, since: start},
 		{query: "since=-1m", field: "since"},
 		{query: "since=yesterday", field: "since"},

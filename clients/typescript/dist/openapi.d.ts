@@ -528,7 +528,7 @@ export interface paths {
         };
         /**
          * Per-minute history of submitted, completed and failed tasks
-         * @description Roles: client, admin. Counted by this server from the store's events since it started (RecordingSince), at most the last 24 hours; on PostgreSQL every node counts the whole cluster's events. A token scoped to some queues sees the sum of its queues.
+         * @description Roles: client, admin. Counted by the servers from the store's events and kept by the store: 7 days by the minute, then 90 days by the hour, shared by every node of a cluster and kept across restarts. A token scoped to some queues sees the sum of its queues.
          */
         get: operations["throughput"];
         put?: never;
@@ -1292,12 +1292,14 @@ export interface components {
              * @description The minute under way.
              */
             until: string;
+            /** @description What a point counts: 1m0s, or 1h0m0s when since is more than 7 days ago (points are then hours). */
+            step: components["schemas"]["Duration"];
             /**
              * Format: date-time
-             * @description When this server started recording; earlier minutes are unknown to it, not idle.
+             * @description The first minute recorded in the window (stored, or this server's start if earlier); earlier minutes are unknown, not idle.
              */
             recording_since: string;
-            /** @description Minutes with any activity, oldest first; a minute without a point had none. */
+            /** @description Steps with any activity, oldest first; a step without a point had none. */
             points: components["schemas"]["ThroughputPoint"][];
         };
         ThroughputPoint: {
@@ -2810,7 +2812,7 @@ export interface operations {
             query?: {
                 /** @description Queue; repeat or comma-separate. Several are summed; none means all. */
                 queue?: string[];
-                /** @description First minute wanted: an RFC 3339 time or a duration such as 90m meaning that long ago. Default and limit: 24 hours ago. */
+                /** @description First minute wanted: an RFC 3339 time or a duration such as 90m meaning that long ago. Default 24 hours ago; at most 90 days (clamped). More than 7 days ago answers in hours. */
                 since?: string;
             };
             header?: never;
