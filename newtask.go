@@ -20,7 +20,7 @@ type Initial struct {
 	Timeout     Duration
 	MaxRuntime  Duration
 	MaxAttempts int
-	// Retry is a copy the store may keep (nil: never retried).
+	// Retry is a copy the store may keep (nil: DefaultRetry applies).
 	Retry *RetryPolicy
 	// PendingDeps counts the dependencies that have not completed yet; the
 	// task is blocked until they have.

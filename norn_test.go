@@ -52,7 +52,7 @@ func TestAfterFailure(t *testing.T) {
 		history HistoryType
 		code    string
 	}{
-		{"no retry policy aborts", Task{Attempts: 1}, StatusAborted, time.Time{}, TaskAbort, "boom"},
+		{"a zero retry policy aborts", Task{Attempts: 1, Retry: &RetryPolicy{}}, StatusAborted, time.Time{}, TaskAbort, "boom"},
 		{"first failure retries after base", Task{Attempts: 1, Retry: retry}, StatusScheduled, now.Add(10 * time.Second), TaskRetry, "boom"},
 		{"second failure backoff capped", Task{Attempts: 2, Retry: retry}, StatusScheduled, now.Add(15 * time.Second), TaskRetry, "boom"},
 		{"retries used up aborts", Task{Attempts: 3, Retry: retry}, StatusAborted, time.Time{}, TaskAbort, "boom"},

@@ -2,7 +2,8 @@ package norn
 
 // ApplyDefaults applies the task defaults u sets to d, leaving the others
 // as they are (ApplyFlow does the flow settings). A retry policy of all
-// zeros removes the queue's policy: its tasks are not retried.
+// zeros is kept: the queue's tasks are not retried (without a policy they
+// would follow DefaultRetry).
 func (u *QueueUpdate) ApplyDefaults(d *QueueDefaults) {
 	if u.Timeout != nil {
 		d.Timeout = *u.Timeout
@@ -10,9 +11,6 @@ func (u *QueueUpdate) ApplyDefaults(d *QueueDefaults) {
 	if u.Retry != nil {
 		r := *u.Retry
 		d.Retry = &r
-		if r == (RetryPolicy{}) {
-			d.Retry = nil
-		}
 	}
 	if u.MaxAttempts != nil {
 		d.MaxAttempts = *u.MaxAttempts

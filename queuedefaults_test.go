@@ -24,7 +24,7 @@ func TestQueueUpdateApplyDefaults(t *testing.T) {
 		{"nothing set changes nothing", QueueUpdate{}, func(*QueueDefaults) {}},
 		{"timeout", QueueUpdate{Timeout: sec(30)}, func(d *QueueDefaults) { d.Timeout = *sec(30) }},
 		{"retry", QueueUpdate{Retry: &pol}, func(d *QueueDefaults) { d.Retry = &pol }},
-		{"a zero retry policy removes it", QueueUpdate{Retry: &RetryPolicy{}}, func(d *QueueDefaults) { d.Retry = nil }},
+		{"a zero retry policy is kept: never retry", QueueUpdate{Retry: &RetryPolicy{}}, func(d *QueueDefaults) { d.Retry = &RetryPolicy{} }},
 		{"max attempts", QueueUpdate{MaxAttempts: &three}, func(d *QueueDefaults) { d.MaxAttempts = 3 }},
 		{"max runtime", QueueUpdate{MaxRuntime: sec(60)}, func(d *QueueDefaults) { d.MaxRuntime = *sec(60) }},
 		{"retention", QueueUpdate{Retention: &Retention{Completed: *sec(5)}}, func(d *QueueDefaults) { d.Retention = Retention{Completed: *sec(5)} }},

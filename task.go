@@ -144,7 +144,8 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 // RetryPolicy says how a failed task is retried: the n-th retry (0-based)
 // waits Base·2^n, capped at Max, then spread by Jitter. The zero value means
-// "never retry".
+// "never retry"; a task whose task and queue give no policy at all follows
+// DefaultRetry.
 type RetryPolicy struct {
 	MaxRetries int      `json:"max_retries"`
 	Base       Duration `json:"base,omitzero"`
@@ -155,6 +156,14 @@ type RetryPolicy struct {
 	// plus a uniform share of the other half (w/2 to w).
 	Jitter string `json:"jitter,omitempty"`
 }
+
+// DefaultRetry is the policy of a task when neither it nor its queue gives
+// one, as River, Sidekiq and Asynq retry by default: 24 retries (25
+// attempts), waiting 1 s, 2 s, 4 s … doubling up to an hour, each spread by
+// equal jitter — about 13 hours from the first failure to the last retry.
+// It is decided at each failure, not stored with the task, so a task's
+// retry reads null while it follows it.
+var DefaultRetry = RetryPolicy{MaxRetries: 24, Base: Duration(time.Second), Max: Duration(time.Hour), Jitter: JitterEqual}
 
 // Jitter modes of a RetryPolicy.
 const (

@@ -24,7 +24,8 @@ type Outcome struct {
 // MaxAttempts is reached; otherwise retry (scheduled at now + backoff(k),
 // k = Attempts-1 retries used so far, spread by the policy's jitter, or
 // the worker's RetryIn capped by the policy's max) while the retry policy
-// allows; else abort with the worker's error.
+// (DefaultRetry when the task has none) allows; else abort with the
+// worker's error.
 func AfterFailure(t *Task, now time.Time, e ErrorInfo) Outcome {
 	asked := e.RetryIn.D()
 	if t.MaxAttempts > 0 && t.Attempts >= t.MaxAttempts {
@@ -38,8 +39,12 @@ func AfterFailure(t *Task, now time.Time, e ErrorInfo) Outcome {
 		used = 0
 	}
 	e.RetryIn = 0
-	if t.Retry != nil && used < t.Retry.MaxRetries {
-		wait := t.Retry.retryWait(used, t.ID, t.Attempts, asked)
+	pol := t.Retry
+	if pol == nil {
+		pol = &DefaultRetry
+	}
+	if used < pol.MaxRetries {
+		wait := pol.retryWait(used, t.ID, t.Attempts, asked)
 		o := Outcome{Status: StatusScheduled, RunAt: now.Add(wait), History: TaskRetry, Error: e}
 		if wait <= 0 {
 			o.Status, o.RunAt = StatusReady, now

@@ -31,7 +31,7 @@ func TestOutcomeOwnerAndAttempt(t *testing.T) {
 		{"snooze ready at once", AfterSnooze(now, Snooze{RunAt: now}), true, true, TaskSnooze},
 		{"failure retried later", AfterFailure(&Task{Attempts: 1, Retry: retry}, now, ErrorInfo{Code: "e"}), false, false, TaskRetry},
 		{"failure retried at once", AfterFailure(&Task{Attempts: 1, Retry: &RetryPolicy{MaxRetries: 1}}, now, ErrorInfo{Code: "e"}), false, false, TaskRetry},
-		{"failure that aborts", AfterFailure(&Task{Attempts: 1}, now, ErrorInfo{Code: "e"}), true, false, TaskAbort},
+		{"failure that aborts", AfterFailure(&Task{Attempts: 1, Retry: &RetryPolicy{}}, now, ErrorInfo{Code: "e"}), true, false, TaskAbort},
 		{"timeout back to ready", AfterTimeout(&Task{Attempts: 1}, now), false, false, TaskTimeout},
 		{"timeout that aborts", AfterTimeout(&Task{Attempts: 2, MaxAttempts: 2}, now), true, false, TaskAbort},
 	} {
@@ -79,7 +79,10 @@ func TestAfterFailureRetryWait(t *testing.T) {
 		{"equal jitter keeps half", Task{ID: "a", Attempts: 3, Retry: policy(JitterEqual)}, ErrorInfo{}, 2 * time.Minute, 4 * time.Minute, StatusScheduled},
 		{"retry_in replaces the backoff", Task{ID: "a", Attempts: 3, Retry: policy(JitterFull)}, ErrorInfo{RetryIn: Duration(90 * time.Second)}, 90 * time.Second, 90 * time.Second, StatusScheduled},
 		{"retry_in is capped by max", Task{ID: "a", Attempts: 1, Retry: policy("")}, ErrorInfo{RetryIn: Duration(5 * time.Hour)}, time.Hour, time.Hour, StatusScheduled},
-		{"retry_in adds no retry", Task{ID: "a", Attempts: 1}, ErrorInfo{RetryIn: Duration(time.Minute)}, 0, 0, StatusAborted},
+		{"retry_in adds no retry", Task{ID: "a", Attempts: 1, Retry: &RetryPolicy{}}, ErrorInfo{RetryIn: Duration(time.Minute)}, 0, 0, StatusAborted},
+		{"no policy follows the default", Task{ID: "a", Attempts: 1}, ErrorInfo{}, DefaultRetry.Base.D() / 2, DefaultRetry.Base.D(), StatusScheduled},
+		{"the default's last retry", Task{ID: "a", Attempts: DefaultRetry.MaxRetries}, ErrorInfo{}, DefaultRetry.Max.D() / 2, DefaultRetry.Max.D(), StatusScheduled},
+		{"the default's retries used up", Task{ID: "a", Attempts: DefaultRetry.MaxRetries + 1}, ErrorInfo{}, 0, 0, StatusAborted},
 		{"retry_in adds no attempt", Task{ID: "a", Attempts: 2, MaxAttempts: 2, Retry: policy("")}, ErrorInfo{RetryIn: Duration(time.Minute)}, 0, 0, StatusAborted},
 	} {
 		t.Run(c.name, func(t *testing.T) {

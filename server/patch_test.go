@@ -39,8 +39,8 @@ func TestPatchChangesOnlyWhatItNames(t *testing.T) {
 	if r := q.Defaults.Retry; r == nil || r.MaxRetries != 3 || r.Base != norn.Duration(5*time.Second) || r.Max != norn.Duration(time.Minute) {
 		t.Errorf("retry after naming base only: %+v", r)
 	}
-	if q = queue(`{"retry":{"max_retries":0}}`); q.Defaults.Retry != nil {
-		t.Errorf("retry after max_retries 0: %+v, want none", q.Defaults.Retry)
+	if q = queue(`{"retry":{"max_retries":0}}`); q.Defaults.Retry == nil || *q.Defaults.Retry != (norn.RetryPolicy{}) {
+		t.Errorf("retry after max_retries 0: %+v, want a policy of no retries", q.Defaults.Retry)
 	}
 
 	queue(`{"rate_limit":{"per_second":10,"burst":5}}`)

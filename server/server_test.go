@@ -164,7 +164,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal("resubmit not flagged duplicate")
 	}
 	var batch wire.BatchResponse
-	e.must(200, "POST", "/v1/tasks/batch", `{"tasks":[{"id":"t1","queue":"emails"},{"id":"t2","queue":"emails","depends_on":["t1"]},{"id":"t3","queue":"sms","delay":"1h"}]}`).decode(t, &batch)
+	e.must(200, "POST", "/v1/tasks/batch", `{"tasks":[{"id":"t1","queue":"emails"},{"id":"t2","queue":"emails","depends_on":["t1"],"retry":{"max_retries":0}},{"id":"t3","queue":"sms","delay":"1h"}]}`).decode(t, &batch)
 	if len(batch.Tasks) != 3 || len(batch.Duplicates) != 1 || batch.Duplicates[0] != "t1" ||
 		batch.Tasks[1].Status != norn.StatusBlocked || batch.Tasks[2].Status != norn.StatusScheduled {
 		t.Fatalf("batch %+v", batch)

@@ -49,7 +49,7 @@ func TestOutcomes(t *testing.T) {
 	retry := &norn.RetryPolicy{MaxRetries: 3}
 	okID := submit(t, st, norn.NewTask{Queue: "ok", Spec: json.RawMessage(`{"n":21}`)})
 	flakyID := submit(t, st, norn.NewTask{Queue: "flaky", Retry: retry})
-	failID := submit(t, st, norn.NewTask{Queue: "fail"})
+	failID := submit(t, st, norn.NewTask{Queue: "fail", Retry: &norn.RetryPolicy{}})
 	abortID := submit(t, st, norn.NewTask{Queue: "abort", Retry: retry})
 	panicID := submit(t, st, norn.NewTask{Queue: "panic", Retry: retry})
 

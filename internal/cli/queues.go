@@ -56,7 +56,8 @@ func printQueues(w io.Writer, format string, qs []norn.QueueInfo) error {
 	tab := newTable(w, header...)
 	for _, q := range qs {
 		row := append([]string{q.Name, yesNo(q.Paused)}, statusCounts(q.Counts)...)
-		retries := "-"
+		// No policy: the tasks follow norn.DefaultRetry.
+		retries := fmt.Sprintf("%d (default)", norn.DefaultRetry.MaxRetries)
 		if q.Defaults.Retry != nil {
 			retries = fmt.Sprint(q.Defaults.Retry.MaxRetries)
 		}

@@ -503,8 +503,11 @@ func TestQueuePage(t *testing.T) {
 		t.Error("resume did not reach the store")
 	}
 
-	// Defaults.
+	// Defaults: without a policy the queue shows the default retries.
 	e.click(`#defaults-card summary`)
+	if got := e.text("#def-retry"); !strings.HasPrefix(got, "default: 24× backoff 1s") {
+		t.Errorf("retry shown %q for a queue without a policy, want the default", got)
+	}
 	e.click("#edit-defaults")
 	e.do(chromedp.SetValue(chromedp.CSS("#timeout"), "45s"), chromedp.SetValue(chromedp.CSS("#max_retries"), "2"), chromedp.SetValue(chromedp.CSS("#retry_base"), "5s"),
 		chromedp.SetValue(chromedp.CSS("#max_runtime"), "10m"), chromedp.SetValue(chromedp.CSS("#fair_by"), "label:tenant"),

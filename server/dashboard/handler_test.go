@@ -5,8 +5,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nornq/norn"
 )
 
 func get(t *testing.T, h http.Handler, method, path string, hdr map[string]string) *httptest.ResponseRecorder {
@@ -142,5 +146,26 @@ func TestAssetsFollowTheRules(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDefaultRetryMatchesTheServer: the queue page shows and edits the
+// default retry policy from a copy in queue.js, which must say what
+// norn.DefaultRetry does.
+func TestDefaultRetryMatchesTheServer(t *testing.T) {
+	t.Parallel()
+	js, err := fs.ReadFile(files, "assets/js/queue.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`const DEFAULT_RETRY = \{ max_retries: (\d+), base: "([^"]+)", max: "([^"]+)", jitter: "([^"]+)" \};`).FindSubmatch(js)
+	if m == nil {
+		t.Fatal("queue.js has no DEFAULT_RETRY")
+	}
+	base, err1 := time.ParseDuration(string(m[2]))
+	max, err2 := time.ParseDuration(string(m[3]))
+	d := norn.DefaultRetry
+	if string(m[1]) != strconv.Itoa(d.MaxRetries) || err1 != nil || base != d.Base.D() || err2 != nil || max != d.Max.D() || string(m[4]) != d.Jitter {
+		t.Fatalf("queue.js's DEFAULT_RETRY %q does not match norn.DefaultRetry %+v", m[0], d)
 	}
 }

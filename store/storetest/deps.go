@@ -247,7 +247,7 @@ func depsFailing(b *testBundle) {
 		norn.NewTask{ID: "c3", Queue: "q", DependsOn: []string{"c2"}},
 		norn.NewTask{ID: "d1", Queue: "qd"},
 		norn.NewTask{ID: "d2", Queue: "q", DependsOn: []string{"d1"}},
-		norn.NewTask{ID: "f1", Queue: "qf"},
+		norn.NewTask{ID: "f1", Queue: "qf", Retry: noRetry},
 		norn.NewTask{ID: "f2", Queue: "q", DependsOn: []string{"f1"}},
 	)
 	b.abort(b.claim("w", "qa"), "boom")

@@ -573,3 +573,7 @@ func title(s string) string { return strings.ToUpper(s[:1]) + s[1:] }
 func ptr[T any](v T) *T { return &v }
 
 func dur(d time.Duration) norn.Duration { return norn.Duration(d) }
+
+// noRetry is the policy of a task that must not be retried: without one,
+// a task follows norn.DefaultRetry.
+var noRetry = &norn.RetryPolicy{}

@@ -42,7 +42,7 @@ func failRules(t *testing.T, setup setupFunc) {
 	t.Run("FailureThatAbortsKeepsTheLastOwner", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
-		b.fail(b.claimed("w1", norn.NewTask{ID: "f", Queue: "q"}), "boom")
+		b.fail(b.claimed("w1", norn.NewTask{ID: "f", Queue: "q", Retry: noRetry}), "boom")
 		if g := b.status("f", norn.StatusAborted); g.Owner != "w1" {
 			t.Fatalf("aborted task: owner %q, want w1", g.Owner)
 		}

@@ -391,10 +391,34 @@ func exerciseFinishFail(t *testing.T, setup setupFunc) {
 			}
 		})
 
-		t.Run("WithoutARetryPolicyAborts", func(t *testing.T) {
+		t.Run("WithoutARetryPolicyFollowsTheDefault", func(t *testing.T) {
+			t.Parallel()
+			_, b := setup(t)
+			c := b.claimed("w", norn.NewTask{ID: "d", Queue: "q2"})
+			b.fail(c, "boom")
+			g := b.status("d", norn.StatusScheduled)
+			if g.Retry != nil {
+				t.Fatalf("the default policy was stored with the task: %+v", g.Retry)
+			}
+			// Retry 0 of DefaultRetry: its base, spread by equal jitter.
+			w := g.RunAt.Sub(b.now())
+			if base := norn.DefaultRetry.Base.D(); w < base/2-time.Millisecond || w > base {
+				t.Fatalf("first default retry waits %s, want %s to %s", w, base/2, base)
+			}
+			// The last retry the default allows, then an abort.
+			for range norn.DefaultRetry.MaxRetries {
+				b.advance(time.Hour)
+				b.fail(b.claim("w", "q2"), "boom")
+			}
+			if g := b.status("d", norn.StatusAborted); g.Attempts != norn.DefaultRetry.MaxRetries+1 {
+				t.Fatalf("aborted after %d attempts, want %d", g.Attempts, norn.DefaultRetry.MaxRetries+1)
+			}
+		})
+
+		t.Run("AZeroRetryPolicyAborts", func(t *testing.T) {
 			t.Parallel()
 			s, b := setup(t)
-			n := b.claimed("w", norn.NewTask{ID: "n", Queue: "q2"})
+			n := b.claimed("w", norn.NewTask{ID: "n", Queue: "q2", Retry: noRetry})
 			if err := s.Fail(b.ctx, ref(n), norn.ErrorInfo{Code: "nope", Description: "d"}); err != nil {
 				t.Fatal(err)
 			}
@@ -432,7 +456,7 @@ func exerciseFinishFail(t *testing.T, setup setupFunc) {
 		t.Run("RetryInAddsNoRetry", func(t *testing.T) {
 			t.Parallel()
 			s, b := setup(t)
-			c := b.claimed("w", norn.NewTask{ID: "n", Queue: "q"})
+			c := b.claimed("w", norn.NewTask{ID: "n", Queue: "q", Retry: noRetry})
 			if err := s.Fail(b.ctx, ref(c), norn.ErrorInfo{Code: "x", RetryIn: dur(time.Minute)}); err != nil {
 				t.Fatal(err)
 			}
@@ -683,7 +707,7 @@ func exerciseLeaseBatch(t *testing.T, setup setupFunc) {
 	batch := func(b *testBundle) ([]*norn.Task, []norn.LeaseOp, []norn.LeaseOpResult) {
 		var nts []norn.NewTask
 		for i := 0; i < 5; i++ {
-			nts = append(nts, norn.NewTask{ID: fmt.Sprintf("b%d", i), Queue: "q"})
+			nts = append(nts, norn.NewTask{ID: fmt.Sprintf("b%d", i), Queue: "q", Retry: noRetry})
 		}
 		b.submit(nts...)
 		ts := b.claimReq(norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: 5})

@@ -87,7 +87,7 @@ class WorkerTest(unittest.TestCase):
 
         ids = {}
         for kind in ("ok", "flaky", "abort", "fail", "nojson", "none"):
-            ids[kind] = self.c.submit(queue, {"kind": kind}, retry={"max_retries": 1, "base": "1ms"} if kind == "flaky" else None).id
+            ids[kind] = self.c.submit(queue, {"kind": kind}, retry={"max_retries": 1, "base": "1ms"} if kind == "flaky" else {"max_retries": 0}).id
         w = norn.Worker(self.c, {queue: handle}, concurrency=4, wait=1)
         with running(w):
             done = {k: self.status_is(i, "completed", "aborted") for k, i in ids.items()}

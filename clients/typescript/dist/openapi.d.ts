@@ -793,6 +793,7 @@ export interface components {
             /** @description On a fail only: the wait the worker asks for before the retry, instead of the policy's backoff and jitter; capped by the policy's max, and never a retry the policy does not allow. Not recorded with the error. */
             retry_in?: components["schemas"]["Duration"];
         };
+        /** @description How a failed task is retried: retry n (from 0) waits base·2ⁿ capped at max, spread by jitter. {"max_retries":0} turns retries off. Without a policy on the task or its queue, a task follows the default: 24 retries, 1s doubling to 1h, equal jitter. */
         RetryPolicy: {
             max_retries: number;
             base?: components["schemas"]["Duration"];

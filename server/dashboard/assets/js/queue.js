@@ -10,6 +10,8 @@ import {
 
 const ORDERS = [["newest", "Newest first"], ["priority", "Highest priority"], ["oldest", "Oldest first"]];
 const SIZES = [25, 50, 100, 200];
+// The policy of a queue's tasks when the queue gives none (norn.DefaultRetry).
+const DEFAULT_RETRY = { max_retries: 24, base: "1s", max: "1h", jitter: "equal" };
 
 export function render(ctx, name) {
   const { main, bus, session, signal, params } = ctx;
@@ -145,6 +147,11 @@ export function render(ctx, name) {
     }
   });
 
+  function retryText(r) {
+    if (!r) return `default: ${DEFAULT_RETRY.max_retries}× backoff ${DEFAULT_RETRY.base} (max ${DEFAULT_RETRY.max}), ${DEFAULT_RETRY.jitter} jitter`;
+    if (!r.max_retries) return "none";
+    return `${r.max_retries}× backoff ${r.base || "0s"}${r.max ? " (max " + r.max + ")" : ""}${r.jitter && r.jitter !== "none" ? ", " + r.jitter + " jitter" : ""}`;
+  }
   function renderDefaults() {
     if (!info) return;
     const d = info.defaults || {};
@@ -156,7 +163,7 @@ export function render(ctx, name) {
         h("dt", {}, "Timeout"), h("dd", { id: "def-timeout" }, d.timeout || "—"),
         h("dt", {}, "Max runtime"), h("dd", { id: "def-max-runtime" }, d.max_runtime && d.max_runtime !== "0s" ? d.max_runtime : "none"),
         h("dt", {}, "Max attempts"), h("dd", { id: "def-max-attempts" }, d.max_attempts ? String(d.max_attempts) : "unlimited"),
-        h("dt", {}, "Retry"), h("dd", { id: "def-retry" }, r && r.max_retries ? `${r.max_retries}× backoff ${r.base || "0s"}${r.max ? " (max " + r.max + ")" : ""}` : "none"),
+        h("dt", {}, "Retry"), h("dd", { id: "def-retry" }, retryText(r)),
         h("dt", {}, "Keep completed"), h("dd", {}, forever(ret.completed)),
         h("dt", {}, "Keep aborted"), h("dd", {}, forever(ret.aborted)),
         h("dt", {}, "Keep cancelled"), h("dd", {}, forever(ret.cancelled)),
@@ -184,7 +191,9 @@ export function render(ctx, name) {
   }
   function editDefaults() {
     const d = info.defaults || {};
-    const r = d.retry || {};
+    // Without a policy the queue's tasks follow the server's default; the
+    // form shows it, and sends a retry policy only when one is changed.
+    const r = d.retry || DEFAULT_RETRY;
     const ret = d.retention || {};
     const rl = info.rate_limit || {};
     defaultsBox.dataset.editing = "1";
@@ -195,7 +204,7 @@ export function render(ctx, name) {
       field("timeout", "Timeout", d.timeout, "Go duration, e.g. 30s"),
       field("max_runtime", "Max runtime", d.max_runtime || "0s", "per attempt, even while heartbeating; 0s = none"),
       field("max_attempts", "Max attempts", d.max_attempts || 0, "0 = unlimited"),
-      field("max_retries", "Retries", r.max_retries || 0, "0 = never retry"),
+      field("max_retries", "Retries", r.max_retries || 0, d.retry ? "0 = never retry" : "the default; 0 = never retry"),
       field("retry_base", "Retry backoff base", r.base || "0s"),
       field("retry_max", "Retry backoff cap", r.max || "0s", "0s = no cap"),
       field("ret_completed", "Keep completed", ret.completed || "0s", "0s = forever"),
@@ -224,12 +233,14 @@ export function render(ctx, name) {
       const body = {
         timeout: v("timeout"),
         max_attempts: Number(v("max_attempts")),
-        retry: { max_retries: Number(v("max_retries")), base: v("retry_base"), max: v("retry_max") },
         retention: { completed: v("ret_completed"), aborted: v("ret_aborted"), cancelled: v("ret_cancelled") },
       };
       // Sent only when changed, so a server without runtime limits is not
       // sent a setting it does not know.
       if (v("max_runtime") !== (d.max_runtime || "0s")) body.max_runtime = v("max_runtime");
+      if (Number(v("max_retries")) !== (r.max_retries || 0) || v("retry_base") !== (r.base || "0s") || v("retry_max") !== (r.max || "0s")) {
+        body.retry = { max_retries: Number(v("max_retries")), base: v("retry_base"), max: v("retry_max") };
+      }
       for (const id of ["max_running", "key_limit"]) if (Number(v(id)) !== (info[id] || 0)) body[id] = Number(v(id));
       if (v("fair_by") !== (info.fair_by || "")) body.fair_by = v("fair_by");
       const rate = Number(v("rate_per_second")), burst = Number(v("rate_burst"));
