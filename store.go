@@ -360,8 +360,15 @@ type WorkerInfo struct {
 // ClaimRequest asks for up to N tasks.
 type ClaimRequest struct {
 	Worker string `json:"worker"`
-	// Queues in preference order.
+	// Queues in preference order (strict: a queue is tried only when the
+	// ones before it have nothing ready), unless Weights are given.
 	Queues []string `json:"queues"`
+	// Weights, when given, replace the strict order: each claim tries the
+	// queues in a random order in which a queue comes first with a
+	// probability proportional to its weight (1 to MaxWeight; a queue of
+	// Queues without one weighs 1). Over many claims each queue gets its
+	// share while it has work, and a queue with work is never starved.
+	Weights map[string]int `json:"weights,omitempty"`
 	// N tasks at most (default 1, max 1000).
 	N int `json:"n,omitempty"`
 	// Timeout overrides the tasks' own timeout as the lease length when > 0.

@@ -28,9 +28,11 @@ const (
 	MaxBatch                = 10000
 	MaxClaim                = 1000
 	MaxClaimWait            = 5 * time.Minute
-	MaxListLimit            = 1000
-	DefaultListLimit        = 100
-	MaxErrorBytes           = 64 << 10
+	// MaxWeight bounds a queue's weight in ClaimRequest.Weights.
+	MaxWeight        = 1000
+	MaxListLimit     = 1000
+	DefaultListLimit = 100
+	MaxErrorBytes    = 64 << 10
 	// MaxWorkerNameLength and MaxWorkerQueues bound a worker registration.
 	MaxWorkerNameLength = 256
 	MaxWorkerQueues     = 1000
@@ -353,6 +355,14 @@ func (r *ClaimRequest) Validate() error {
 	for i, q := range r.Queues {
 		if err := ValidateQueue(fmt.Sprintf("queues[%d]", i), q); err != nil {
 			return err
+		}
+	}
+	for q, w := range r.Weights {
+		if !slices.Contains(r.Queues, q) {
+			return Invalid(fmt.Sprintf("weights[%q]", truncate(q, 40)), "names a queue the claim does not list in queues")
+		}
+		if w < 1 || w > MaxWeight {
+			return Invalid(fmt.Sprintf("weights[%q]", q), "must be between 1 and %d, got %d", MaxWeight, w)
 		}
 	}
 	if r.N == 0 {

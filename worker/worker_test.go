@@ -423,6 +423,8 @@ func TestNewValidatesConfig(t *testing.T) {
 		{worker.Config{Handler: mux, Lease: time.Second, HeartbeatInterval: time.Second}, "HeartbeatInterval"},
 		{worker.Config{Handler: mux, ClaimBatch: norn.MaxClaim + 1}, "ClaimBatch"},
 		{worker.Config{Handler: mux, Wait: time.Hour}, "Wait"},
+		{worker.Config{Handler: mux, Weights: map[string]int{"b": 2}}, `Weights["b"]`},
+		{worker.Config{Handler: mux, Weights: map[string]int{"a": 0}}, `Weights["a"]`},
 	}
 	for _, c := range cases {
 		_, err := worker.New(st, c.cfg)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/nornq/norn"
@@ -75,8 +76,11 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 		var w *waiter
 		var r *reader
 		var tokenIn time.Duration
+		// Weighted queues: a fresh order for every attempt.
+		attempt := req
+		attempt.Queues = req.ClaimOrder(rand.Float64)
 		err := s.run(func(tx *txn) error {
-			claimed = tx.claim(&req)
+			claimed = tx.claim(&attempt)
 			tokenIn = tx.tokenIn
 			if len(claimed) > 0 {
 				// A view of the database before this claim's batch is

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,7 +81,7 @@ func (s *Store) claimOnce(ctx context.Context, req norn.ClaimRequest) ([]*norn.T
 	}
 	err := s.withConn(ctx, func(conn *pgx.Conn) error {
 		out = out[:0]
-		for _, queue := range req.Queues {
+		for _, queue := range req.ClaimOrder(rand.Float64) {
 			want := req.N - len(out)
 			if want <= 0 {
 				break

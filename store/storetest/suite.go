@@ -37,7 +37,7 @@ func RunWith(t *testing.T, f Factory, o Options) {
 		exerciseSubmit, exerciseCancel, exerciseCancelMatching, exerciseUpdate, exerciseDelete, exerciseUnknownTask, exerciseTransact,
 		exerciseDependencies, exerciseUnique,
 		exerciseList, exerciseFilter, exerciseDependsOnFilter,
-		exerciseRegisterWorker, exerciseClaim, exerciseHeartbeat, exerciseLog, exerciseFinish, exerciseTimeout,
+		exerciseRegisterWorker, exerciseClaim, exerciseClaimWeights, exerciseHeartbeat, exerciseLog, exerciseFinish, exerciseTimeout,
 		exerciseLeaseBatch, exerciseFencing, exerciseRepeatedCall, exerciseSnooze, exerciseRetry,
 		exerciseMaxRuntime,
 		exerciseQueues, exerciseSubscribe, exerciseInvalidInput, exerciseClose,

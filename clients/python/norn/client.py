@@ -835,12 +835,17 @@ class Client:
         n: int = 1,
         timeout: Optional[Duration] = None,
         wait: Optional[Duration] = None,
+        weights: Optional[Mapping[str, int]] = None,
         _abort: Optional[_Abort] = None,
     ) -> List[Task]:
         """Leases up to ``n`` ready tasks from ``queues`` (in preference
         order) for ``worker``. ``timeout`` overrides the lease length;
-        ``wait`` long-polls when nothing is ready (max 5 minutes)."""
+        ``wait`` long-polls when nothing is ready (max 5 minutes).
+        ``weights`` (``{"emails": 3, "reports": 1}``) shares claims between
+        the queues by weight instead of their order."""
         body: Dict[str, Any] = {"worker": worker, "queues": [queues] if isinstance(queues, str) else list(queues), "n": n}
+        if weights:
+            body["weights"] = dict(weights)
         if timeout is not None:
             body["timeout"] = format_duration(timeout, "timeout")
         sock_timeout = self._timeout

@@ -416,6 +416,7 @@ class Worker:
         *,
         concurrency: Optional[int] = None,
         queues: Optional[Sequence[str]] = None,
+        weights: Optional[Mapping[str, int]] = None,
         lease: Optional[float] = None,
         heartbeat_interval: Optional[float] = None,
         claim_batch: int = 10,
@@ -443,6 +444,13 @@ class Worker:
         for i, q in enumerate(queues):
             if q not in handlers:
                 raise InvalidArgument(f"no handler for queue {q!r}", field=f"queues[{i}]")
+        weights = dict(weights or {})
+        for q, w in weights.items():
+            if q not in queues:
+                raise InvalidArgument(f"{q!r} is not a queue the worker claims from", field=f"weights[{q!r}]")
+            if not isinstance(w, int) or isinstance(w, bool) or not 1 <= w <= 1000:
+                raise InvalidArgument("must be an integer between 1 and 1000", field=f"weights[{q!r}]")
+        self.weights = weights
         if concurrency is None:
             concurrency = os.cpu_count() or 1
         if not isinstance(concurrency, int) or concurrency < 1:
@@ -623,6 +631,7 @@ class Worker:
                     n=min(free, self.claim_batch),
                     timeout=self._lease_wire,
                     wait=self.wait if self.wait > 0 else None,
+                    weights=self.weights or None,
                     _abort=abort,
                 )
             except (errors.InvalidArgument, errors.Unauthenticated, errors.PermissionDenied):

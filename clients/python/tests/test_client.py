@@ -559,6 +559,20 @@ class ClientTest(unittest.TestCase):
         self.assertEqual((done.status, done.result, done.progress), ("completed", {"ok": True}, 1))
         self.assertTrue(done.terminal)
 
+    def test_claim_weights(self) -> None:
+        a, b = q("wa"), q("wb")
+        self.c.submit_batch([{"queue": a} for _ in range(30)] + [{"queue": b} for _ in range(30)])
+        wid = self.c.register_worker("weighted", [a, b])
+        got = [self.c.claim(wid, [a, b], weights={b: 1000})[0].queue for _ in range(20)]
+        # b first with probability 1000/1001 per claim, though a is listed first.
+        self.assertGreaterEqual(got.count(b), 18)
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.claim(wid, [a], weights={b: 2})
+        self.assertEqual(cm.exception.field, f'weights["{b}"]')
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            norn.Worker(self.c, {a: lambda t: None}, weights={a: 0})
+        self.assertEqual(cm.exception.field, f"weights[{a!r}]")
+
     def test_claim_long_poll_wakes_on_submit(self) -> None:
         queue = q("poll")
         wid = self.c.register_worker("poller", [queue])

@@ -307,6 +307,7 @@ export declare class Client {
         n?: number;
         timeout?: Duration;
         wait?: Duration;
+        weights?: Record<string, number>;
     } & CallOptions): Promise<Task[]>;
     /** Extends the lease (by `extend`, else the task's timeout) and records progress; the new deadline. */
     heartbeat(id: string, worker: string, lease: number, opts?: {

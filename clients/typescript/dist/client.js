@@ -463,6 +463,9 @@ export class Client {
      */
     async claim(worker, queues, opts = {}) {
         const body = { worker, queues: typeof queues === "string" ? [queues] : [...queues] };
+        // Shares claims between the queues by weight instead of their order.
+        if (opts.weights !== undefined)
+            body["weights"] = { ...opts.weights };
         if (opts.n !== undefined)
             body["n"] = opts.n;
         if (opts.timeout !== undefined)

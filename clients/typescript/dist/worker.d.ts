@@ -29,6 +29,12 @@ export interface WorkerOptions {
     handlers: Record<string, Handler>;
     /** Claim preference order; default the handlers' queues in their order. */
     queues?: readonly string[];
+    /**
+     * Shares claims between the queues by weight instead of their order
+     * (`{ emails: 3, reports: 1 }`: emails about three claims in four while
+     * both have work); a queue without a weight weighs 1.
+     */
+    weights?: Readonly<Record<string, number>>;
     /** Most tasks running (and leased) at once; default the number of CPUs. */
     concurrency?: number;
     /** Lease length in ms asked for on claim and heartbeat; default each task's own timeout (its queue's default, 10 s unless set). */

@@ -279,6 +279,7 @@ export class Worker {
     #leaseWire;
     #interval;
     #claimBatch;
+    #weights;
     #wait;
     #poll;
     #grace;
@@ -356,6 +357,13 @@ export class Worker {
         this.#tracer = opts.tracer;
         this.#handlers = { ...handlers };
         this.queues = queues;
+        for (const [q, w] of Object.entries(opts.weights ?? {})) {
+            if (!queues.includes(q))
+                throw new InvalidArgument(`${JSON.stringify(q)} is not a queue the worker claims from`, { field: `weights[${JSON.stringify(q)}]` });
+            if (!Number.isInteger(w) || w < 1 || w > 1000)
+                throw new InvalidArgument("must be an integer between 1 and 1000", { field: `weights[${JSON.stringify(q)}]` });
+        }
+        this.#weights = opts.weights ? { ...opts.weights } : undefined;
         this.concurrency = concurrency;
         this.#lease = opts.lease;
         this.#leaseWire = opts.lease === undefined ? undefined : formatDuration(opts.lease, "lease");
@@ -513,6 +521,7 @@ export class Worker {
                     n: Math.min(free, this.#claimBatch),
                     ...(this.#leaseWire !== undefined ? { timeout: this.#leaseWire } : {}),
                     ...(this.#wait > 0 ? { wait: this.#wait } : {}),
+                    ...(this.#weights ? { weights: this.#weights } : {}),
                     signal: this.#stopCtl.signal,
                 });
             }

@@ -629,9 +629,11 @@ export class Client {
   async claim(
     worker: string,
     queues: string | readonly string[],
-    opts: { n?: number; timeout?: Duration; wait?: Duration } & CallOptions = {},
+    opts: { n?: number; timeout?: Duration; wait?: Duration; weights?: Record<string, number> } & CallOptions = {},
   ): Promise<Task[]> {
     const body: Record<string, unknown> = { worker, queues: typeof queues === "string" ? [queues] : [...queues] };
+    // Shares claims between the queues by weight instead of their order.
+    if (opts.weights !== undefined) body["weights"] = { ...opts.weights };
     if (opts.n !== undefined) body["n"] = opts.n;
     if (opts.timeout !== undefined) body["timeout"] = formatDuration(opts.timeout, "timeout");
     let limit = this.#timeout;

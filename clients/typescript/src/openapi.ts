@@ -964,6 +964,10 @@ export interface components {
             n?: number;
             timeout?: components["schemas"]["Duration"];
             wait?: components["schemas"]["Duration"];
+            /** @description Share claims between the queues by weight instead of their order: each claim tries them in a random order in which a queue comes first with a probability proportional to its weight (a listed queue without one weighs 1). Every key must be one of queues. */
+            weights?: {
+                [key: string]: number;
+            };
         };
         QueueClaimRequest: {
             worker: string;

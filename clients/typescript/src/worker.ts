@@ -47,6 +47,12 @@ export interface WorkerOptions {
   handlers: Record<string, Handler>;
   /** Claim preference order; default the handlers' queues in their order. */
   queues?: readonly string[];
+  /**
+   * Shares claims between the queues by weight instead of their order
+   * (`{ emails: 3, reports: 1 }`: emails about three claims in four while
+   * both have work); a queue without a weight weighs 1.
+   */
+  weights?: Readonly<Record<string, number>>;
   /** Most tasks running (and leased) at once; default the number of CPUs. */
   concurrency?: number;
   /** Lease length in ms asked for on claim and heartbeat; default each task's own timeout (its queue's default, 10 s unless set). */
@@ -382,6 +388,7 @@ export class Worker {
   readonly #leaseWire: string | undefined;
   readonly #interval: number | undefined;
   readonly #claimBatch: number;
+  readonly #weights: Readonly<Record<string, number>> | undefined;
   readonly #wait: number;
   readonly #poll: number;
   readonly #grace: number;
@@ -451,6 +458,11 @@ export class Worker {
     this.#tracer = opts.tracer;
     this.#handlers = { ...handlers };
     this.queues = queues;
+    for (const [q, w] of Object.entries(opts.weights ?? {})) {
+      if (!queues.includes(q)) throw new InvalidArgument(`${JSON.stringify(q)} is not a queue the worker claims from`, { field: `weights[${JSON.stringify(q)}]` });
+      if (!Number.isInteger(w) || w < 1 || w > 1000) throw new InvalidArgument("must be an integer between 1 and 1000", { field: `weights[${JSON.stringify(q)}]` });
+    }
+    this.#weights = opts.weights ? { ...opts.weights } : undefined;
     this.concurrency = concurrency;
     this.#lease = opts.lease;
     this.#leaseWire = opts.lease === undefined ? undefined : formatDuration(opts.lease, "lease");
@@ -600,6 +612,7 @@ export class Worker {
           n: Math.min(free, this.#claimBatch),
           ...(this.#leaseWire !== undefined ? { timeout: this.#leaseWire } : {}),
           ...(this.#wait > 0 ? { wait: this.#wait } : {}),
+          ...(this.#weights ? { weights: this.#weights } : {}),
           signal: this.#stopCtl.signal,
         });
       } catch (e) {

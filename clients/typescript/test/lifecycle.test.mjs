@@ -126,6 +126,15 @@ describe("lifecycle", () => {
     assert.deepEqual(await ids({ unique_key: "uk-f" }), ["f-k2"]);
   });
 
+  test("claim weights share claims between queues by weight", async () => {
+    await c.submitBatch([...Array(30)].flatMap(() => [{ queue: "wa" }, { queue: "wb" }]));
+    const wid = await c.registerWorker("w", ["wa", "wb"]);
+    let b = 0;
+    for (let i = 0; i < 20; i++) if ((await c.claim(wid, ["wa", "wb"], { weights: { wb: 1000 } }))[0].queue === "wb") b++;
+    assert.ok(b >= 18, `wb got ${b} of 20 claims at weight 1000 against 1`);
+    await assert.rejects(c.claim(wid, ["wa"], { weights: { wb: 2 } }), (e) => e instanceof InvalidArgument && e.field === 'weights["wb"]');
+  });
+
   test("retry: an aborted or cancelled task runs again, by id or by filter", async () => {
     await c.submit("rq", null, { id: "r-1" });
     const wid = await c.registerWorker("w", ["rq"]);
