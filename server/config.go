@@ -159,62 +159,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Addr == "" {
 		c.Addr = DefaultAddr
 	}
-	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
+	if err := c.sizeDefaults(); err != nil {
+		return c, err
 	}
-	if c.MaxBodyBytes < 1024 {
-		return c, norn.Invalid("MaxBodyBytes", "must be at least 1024, got %d", c.MaxBodyBytes)
-	}
-	if c.MaxSpecBytes == 0 {
-		c.MaxSpecBytes = norn.MaxSpecBytes
-	}
-	if c.MaxSpecBytes < 0 || c.MaxSpecBytes > norn.MaxSpecBytes {
-		return c, norn.Invalid("MaxSpecBytes", "must be between 1 and %d, got %d", norn.MaxSpecBytes, c.MaxSpecBytes)
-	}
-	if c.MaxBatch == 0 {
-		c.MaxBatch = norn.MaxBatch
-	}
-	if c.MaxBatch < 0 || c.MaxBatch > norn.MaxBatch {
-		return c, norn.Invalid("MaxBatch", "must be between 1 and %d, got %d", norn.MaxBatch, c.MaxBatch)
-	}
-	if c.MaxLabels == 0 {
-		c.MaxLabels = norn.MaxLabels
-	}
-	if c.MaxLabels < 0 || c.MaxLabels > norn.MaxLabels {
-		return c, norn.Invalid("MaxLabels", "must be between 1 and %d, got %d", norn.MaxLabels, c.MaxLabels)
-	}
-	if c.MaxResponseBytes == 0 {
-		c.MaxResponseBytes = DefaultMaxResponseBytes
-	}
-	if c.MaxResponseBytes < 4<<20 {
-		return c, norn.Invalid("MaxResponseBytes", "must be at least %d, got %d", 4<<20, c.MaxResponseBytes)
-	}
-	for _, f := range []struct {
-		name string
-		v    *int
-		def  int
-	}{{"MaxStreams", &c.MaxStreams, DefaultMaxStreams}, {"MaxStreamsPerCaller", &c.MaxStreamsPerCaller, DefaultMaxStreamsPerCaller},
-		{"MaxAuthFailures", &c.MaxAuthFailures, DefaultMaxAuthFailures}, {"MetricsMaxQueues", &c.MetricsMaxQueues, DefaultMetricsMaxQueues},
-		{"MaxEventStreams", &c.MaxEventStreams, DefaultMaxEventStreams},
-		{"MaxEventStreamsPerCaller", &c.MaxEventStreamsPerCaller, DefaultMaxEventStreamsPerCaller}} {
-		if *f.v == 0 {
-			*f.v = f.def
-		}
-		if *f.v < 0 {
-			return c, norn.Invalid(f.name, "must not be negative, got %d", *f.v)
-		}
-	}
-	if c.MetricsInterval == 0 {
-		c.MetricsInterval = DefaultMetricsInterval
-	}
-	if c.MetricsInterval < 0 {
-		return c, norn.Invalid("MetricsInterval", "must not be negative")
-	}
-	if c.BodyReadTimeout == 0 {
-		c.BodyReadTimeout = DefaultBodyReadTimeout
-	}
-	if c.BodyReadTimeout < 0 {
-		return c, norn.Invalid("BodyReadTimeout", "must not be negative")
+	if err := c.timeDefaults(); err != nil {
+		return c, err
 	}
 	for i, o := range c.CORSOrigins {
 		if o == "*" {
@@ -224,18 +173,6 @@ func (c Config) withDefaults() (Config, error) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" {
 			return c, norn.Invalid(fmt.Sprintf("CORSOrigins[%d]", i), "must be an origin such as https://app.example.com, got %q", o)
 		}
-	}
-	if c.PingInterval == 0 {
-		c.PingInterval = DefaultPingInterval
-	}
-	if c.PingInterval < 0 {
-		return c, norn.Invalid("PingInterval", "must not be negative")
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if c.ShutdownTimeout < 0 {
-		return c, norn.Invalid("ShutdownTimeout", "must not be negative")
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		if c.TLSCert == "" {
@@ -252,6 +189,78 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.Default()
 	}
 	return c, nil
+}
+
+// sizeDefaults fills and checks the limits on sizes and counts.
+func (c *Config) sizeDefaults() error {
+	bounded := []struct {
+		name          string
+		v             *int
+		def, min, max int
+	}{
+		{"MaxSpecBytes", &c.MaxSpecBytes, norn.MaxSpecBytes, 1, norn.MaxSpecBytes},
+		{"MaxBatch", &c.MaxBatch, norn.MaxBatch, 1, norn.MaxBatch},
+		{"MaxLabels", &c.MaxLabels, norn.MaxLabels, 1, norn.MaxLabels},
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxBodyBytes < 1024 {
+		return norn.Invalid("MaxBodyBytes", "must be at least 1024, got %d", c.MaxBodyBytes)
+	}
+	for _, f := range bounded {
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+		if *f.v < f.min || *f.v > f.max {
+			return norn.Invalid(f.name, "must be between %d and %d, got %d", f.min, f.max, *f.v)
+		}
+	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if c.MaxResponseBytes < 4<<20 {
+		return norn.Invalid("MaxResponseBytes", "must be at least %d, got %d", 4<<20, c.MaxResponseBytes)
+	}
+	for _, f := range []struct {
+		name string
+		v    *int
+		def  int
+	}{{"MaxStreams", &c.MaxStreams, DefaultMaxStreams}, {"MaxStreamsPerCaller", &c.MaxStreamsPerCaller, DefaultMaxStreamsPerCaller},
+		{"MaxAuthFailures", &c.MaxAuthFailures, DefaultMaxAuthFailures}, {"MetricsMaxQueues", &c.MetricsMaxQueues, DefaultMetricsMaxQueues},
+		{"MaxEventStreams", &c.MaxEventStreams, DefaultMaxEventStreams},
+		{"MaxEventStreamsPerCaller", &c.MaxEventStreamsPerCaller, DefaultMaxEventStreamsPerCaller}} {
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+		if *f.v < 0 {
+			return norn.Invalid(f.name, "must not be negative, got %d", *f.v)
+		}
+	}
+	return nil
+}
+
+// timeDefaults fills and checks the intervals and timeouts: zero is the
+// default, negative an error naming the field.
+func (c *Config) timeDefaults() error {
+	for _, f := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"MetricsInterval", &c.MetricsInterval, DefaultMetricsInterval},
+		{"BodyReadTimeout", &c.BodyReadTimeout, DefaultBodyReadTimeout},
+		{"PingInterval", &c.PingInterval, DefaultPingInterval},
+		{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout},
+	} {
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+		if *f.v < 0 {
+			return norn.Invalid(f.name, "must not be negative")
+		}
+	}
+	return nil
 }
 
 // isLoopback reports whether addr ("host:port") only listens on loopback.

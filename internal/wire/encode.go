@@ -69,6 +69,25 @@ func AppendTask(b []byte, t *norn.Task) ([]byte, error) {
 	if t == nil {
 		return append(b, "null"...), nil
 	}
+	b, err := appendTaskWhat(b, t)
+	if err != nil {
+		return nil, err
+	}
+	if b, err = appendTaskLease(b, t); err != nil {
+		return nil, err
+	}
+	if b, err = appendTaskOutcome(b, t); err != nil {
+		return nil, err
+	}
+	b = append(b, `,"version":`...)
+	b = strconv.AppendUint(b, t.Version, 10)
+	return append(b, '}'), nil
+}
+
+// appendTaskWhat opens the task's object with what it is and where it
+// stands: id, queue, spec, priority, status, progress, labels, trace
+// context, times and dependencies.
+func appendTaskWhat(b []byte, t *norn.Task) ([]byte, error) {
 	var err error
 	b = append(b, `{"id":`...)
 	b = jsonString(b, t.ID)
@@ -111,6 +130,14 @@ func AppendTask(b []byte, t *norn.Task) ([]byte, error) {
 		}
 		b = append(b, ']')
 	}
+	return b, nil
+}
+
+// appendTaskLease writes the lease and the policies an attempt runs
+// under: owner, deadline, lease, attempts, retry, timeout, keys, runtime
+// limit and start.
+func appendTaskLease(b []byte, t *norn.Task) ([]byte, error) {
+	var err error
 	if t.Owner != "" {
 		b = append(b, `,"owner":`...)
 		b = jsonString(b, t.Owner)
@@ -150,6 +177,13 @@ func AppendTask(b []byte, t *norn.Task) ([]byte, error) {
 			return nil, err
 		}
 	}
+	return b, nil
+}
+
+// appendTaskOutcome writes what the attempts left: result, errors and
+// history.
+func appendTaskOutcome(b []byte, t *norn.Task) ([]byte, error) {
+	var err error
 	if len(t.Result) > 0 {
 		b = append(b, `,"result":`...)
 		b = append(b, t.Result...)
@@ -168,9 +202,7 @@ func AppendTask(b []byte, t *norn.Task) ([]byte, error) {
 		b = append(b, `,"history_dropped":`...)
 		b = strconv.AppendInt(b, int64(t.HistoryDropped), 10)
 	}
-	b = append(b, `,"version":`...)
-	b = strconv.AppendUint(b, t.Version, 10)
-	return append(b, '}'), nil
+	return b, nil
 }
 
 // appendTrace writes the trace context members, omitted when empty.
