@@ -22,6 +22,8 @@ type Initial struct {
 	MaxAttempts int
 	// Retry is a copy the store may keep (nil: DefaultRetry applies).
 	Retry *RetryPolicy
+	// ExpiresAt is the task's expiry (zero: none).
+	ExpiresAt time.Time
 	// PendingDeps counts the dependencies that have not completed yet; the
 	// task is blocked until they have.
 	PendingDeps int
@@ -65,6 +67,7 @@ func (n *NewTask) Initial(now time.Time, qd *QueueDefaults, dep func(id string) 
 	default:
 		in.RunAt = now
 	}
+	in.ExpiresAt = n.expiry(now)
 	for _, d := range n.DependsOn {
 		switch st := dep(d); st {
 		case StatusCompleted:

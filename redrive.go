@@ -60,6 +60,10 @@ func DecideRetry(t *Task, now time.Time, o RetryOptions, depStatus func(id strin
 	if runAt.IsZero() || !runAt.After(now) {
 		runAt = now
 	}
+	if Expired(t.ExpiresAt, runAt) {
+		return Redrive{}, Errorf(CodeConflict, "task %q expires at %s: retried, it would expire again at once; resubmit it instead",
+			t.ID, t.ExpiresAt.UTC().Format(time.RFC3339Nano))
+	}
 	r, failed, fate := redrive(t.DependsOn, runAt, now, depStatus)
 	if failed != "" {
 		return Redrive{}, Errorf(CodeConflict, "task %q depends on %q, which is %s; retry that task with with_dependents instead",

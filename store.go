@@ -208,6 +208,13 @@ type NewTask struct {
 	// MaxRuntime even while its worker heartbeats. 0 = queue default
 	// (whose 0 is no limit).
 	MaxRuntime Duration `json:"max_runtime,omitzero"`
+	// ExpiresAt, or ExpireIn from the time the task may first run (RunAt,
+	// or submission), is the deadline by which it must have started: past
+	// it a task not running ends aborted with CodeExpired, a claim never
+	// hands it out, and no retry is scheduled at or past it (see Expiry).
+	// Give one of the two; zero means no expiry.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	ExpireIn  Duration  `json:"expire_in,omitzero"`
 }
 
 // Submitted is one result of Submit.
@@ -541,6 +548,9 @@ type SweepReport struct {
 	Purged   int `json:"purged"`
 	// Fired counts tasks submitted by schedules.
 	Fired int `json:"fired"`
+	// Expired counts tasks aborted because they reached their expiry
+	// without running.
+	Expired int `json:"expired"`
 }
 
 // EventKind names a task state change.
@@ -554,6 +564,9 @@ const (
 	EventProgress  EventKind = "TaskProgress"
 	// EventLagged: the subscriber fell behind and events were dropped.
 	EventLagged EventKind = "Lagged"
+	// EventExpired: a task reached its expiry without running and was
+	// aborted (its history entry is a TaskAbort with CodeExpired).
+	EventExpired EventKind = "TaskExpire"
 )
 
 // Event is a task state change, or (Count above 0) several of them.

@@ -107,6 +107,9 @@ const (
 	// CodeMaxRuntime: the monitor stopped an attempt that reached the
 	// task's max_runtime (see RuntimeLimit).
 	CodeMaxRuntime = "max_runtime"
+	// CodeExpired: the task reached its expires_at without running, or a
+	// retry would have been scheduled at or past it.
+	CodeExpired = "expired"
 )
 
 // Duration is a time.Duration that reads and writes JSON as a Go duration
@@ -283,6 +286,9 @@ type Task struct {
 	// MaxRuntime bounds one attempt: its lease never runs past Started +
 	// MaxRuntime, however often the worker heartbeats (0: no limit).
 	MaxRuntime Duration `json:"max_runtime,omitzero"`
+	// ExpiresAt is when the task expires if it is not running then (zero:
+	// never); see NewTask.ExpiresAt.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	// Started is when the current (or last) attempt was claimed.
 	Started time.Time       `json:"started,omitzero"`
 	Result  json.RawMessage `json:"result,omitempty"`

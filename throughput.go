@@ -21,7 +21,8 @@ type ThroughputPoint struct {
 	// Completed counts completions (TaskComplete).
 	Completed int64 `json:"completed"`
 	// Failed counts failed attempts: a failure scheduled for retry
-	// (TaskRetry), a timeout (TaskTimeout) and an abort (TaskAbort).
+	// (TaskRetry), a timeout (TaskTimeout), an abort (TaskAbort) and an
+	// expiry (TaskExpire).
 	Failed int64 `json:"failed"`
 }
 

@@ -49,7 +49,7 @@ func AfterFailure(t *Task, now time.Time, e ErrorInfo) Outcome {
 		if wait <= 0 {
 			o.Status, o.RunAt = StatusReady, now
 		}
-		return o
+		return expireRetry(t, now, o)
 	}
 	return Outcome{Status: StatusAborted, History: TaskAbort, Error: e}
 }
@@ -71,7 +71,7 @@ func AfterTimeout(t *Task, now time.Time) Outcome {
 		return Outcome{Status: StatusAborted, History: TaskAbort, Error: ErrorInfo{
 			Code: CodeAttemptsExhausted, Description: "max_attempts reached; " + last}}
 	}
-	return Outcome{Status: StatusReady, RunAt: now, History: TaskTimeout, Error: e}
+	return expireRetry(t, now, Outcome{Status: StatusReady, RunAt: now, History: TaskTimeout, Error: e})
 }
 
 // KeepsOwner says whether the task keeps its worker as its owner after the

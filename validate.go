@@ -259,10 +259,16 @@ func (n *NewTask) Validate() error {
 	if err := ValidateTime("run_at", n.RunAt); err != nil {
 		return err
 	}
+	if err := ValidateTime("expires_at", n.ExpiresAt); err != nil {
+		return err
+	}
+	if !n.ExpiresAt.IsZero() && n.ExpireIn != 0 {
+		return Invalid("expire_in", "give expires_at or expire_in, not both")
+	}
 	for _, d := range []struct {
 		field string
 		d     Duration
-	}{{"delay", n.Delay}, {"timeout", n.Timeout}, {"max_runtime", n.MaxRuntime}} {
+	}{{"delay", n.Delay}, {"timeout", n.Timeout}, {"max_runtime", n.MaxRuntime}, {"expire_in", n.ExpireIn}} {
 		if err := ValidateDuration(d.field, d.d); err != nil {
 			return err
 		}

@@ -40,6 +40,7 @@ type metrics struct {
 
 	submittedTotal, claimedTotal, completedTotal, failedTotal, abortedTotal *prometheus.CounterVec
 	yieldedTotal, snoozedTotal, timedOutTotal, retriedTotal, redrivenTotal  *prometheus.CounterVec
+	expiredTotal                                                            *prometheus.CounterVec
 	claimLatency, endToEnd                                                  *prometheus.HistogramVec
 	httpRequests                                                            *prometheus.CounterVec
 	httpDuration                                                            *prometheus.HistogramVec
@@ -146,6 +147,7 @@ func newMetrics(reg *prometheus.Registry, store norn.Store, maxQueues int, store
 		snoozedTotal:   counter("tasks_snoozed_total", "Successful snooze calls through this server (the task waits, its attempt given back)."),
 		timedOutTotal:  counter("tasks_timed_out_total", "Leases that expired (from the store's events)."),
 		retriedTotal:   counter("tasks_retried_total", "Failures scheduled for a retry (from the store's events)."),
+		expiredTotal:   counter("tasks_expired_total", "Tasks aborted because they reached their expires_at without running (from the store's events)."),
 		redrivenTotal: counter("tasks_redriven_total",
 			"Ended (aborted or cancelled) tasks a client ran again with retry, dependents included (from the store's events)."),
 		claimLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "norn", Name: "claim_latency_seconds",
@@ -169,8 +171,8 @@ func newMetrics(reg *prometheus.Registry, store norn.Store, maxQueues int, store
 		m.refused.WithLabelValues(r) // every reason is exported from the start, at 0
 	}
 	for _, c := range []prometheus.Collector{m.submittedTotal, m.claimedTotal, m.completedTotal, m.failedTotal,
-		m.abortedTotal, m.yieldedTotal, m.snoozedTotal, m.timedOutTotal, m.retriedTotal, m.redrivenTotal, m.claimLatency, m.endToEnd,
-		m.httpRequests, m.httpDuration, m.authFailures, m.refused, m.counts,
+		m.abortedTotal, m.yieldedTotal, m.snoozedTotal, m.timedOutTotal, m.retriedTotal, m.redrivenTotal, m.expiredTotal,
+		m.claimLatency, m.endToEnd, m.httpRequests, m.httpDuration, m.authFailures, m.refused, m.counts,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "norn", Name: "http_requests_in_flight",
 			Help: "HTTP requests being served (long polls and streams included)."},
 			func() float64 { return float64(m.inFlight.Load()) })} {
@@ -249,7 +251,7 @@ func (m *metrics) submitted(queue string, n int) {
 func (m *metrics) perQueue() []interface{ DeleteLabelValues(...string) bool } {
 	return []interface{ DeleteLabelValues(...string) bool }{m.submittedTotal, m.claimedTotal, m.completedTotal,
 		m.failedTotal, m.abortedTotal, m.yieldedTotal, m.snoozedTotal, m.timedOutTotal, m.retriedTotal, m.redrivenTotal,
-		m.claimLatency, m.endToEnd}
+		m.expiredTotal, m.claimLatency, m.endToEnd}
 }
 
 // prune drops the series of the queues that hold no tasks.
@@ -327,6 +329,9 @@ func (m *metrics) observeEvent(e norn.Event) {
 		m.retriedTotal.WithLabelValues(m.queues.label(e.Queue)).Inc()
 	case norn.EventKind(norn.TaskRedrive):
 		m.redrivenTotal.WithLabelValues(m.queues.label(e.Queue)).Inc()
+		return
+	case norn.EventExpired:
+		m.expiredTotal.WithLabelValues(m.queues.label(e.Queue)).Add(float64(e.Tasks()))
 		return
 	case norn.EventKind(norn.TaskCancel), norn.EventDeleted, norn.EventKind(norn.TaskAbort):
 	default:

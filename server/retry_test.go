@@ -113,3 +113,29 @@ func TestCancelMatchingRoute(t *testing.T) {
 		t.Fatalf("b1 outside every filter is %s", tr.Task.Status)
 	}
 }
+
+// TestExpiryOverHTTP: expires_at and expire_in over the API, the error
+// naming the field, the sweep's count and the expired counter.
+func TestExpiryOverHTTP(t *testing.T) {
+	t.Parallel()
+	e := startServer(t, nil)
+	var sub wire.TaskResponse
+	e.must(201, "POST", "/v1/tasks", `{"id":"x1","queue":"exp","expire_in":"50ms"}`).decode(t, &sub)
+	if sub.Task.ExpiresAt.IsZero() {
+		t.Fatalf("submitted task has no expires_at: %+v", sub.Task)
+	}
+	if c, f := e.must(400, "POST", "/v1/tasks", `{"queue":"exp","expires_at":"2001-01-01T00:00:00Z"}`).errorOf(t); c != norn.CodeInvalidArgument || f != "tasks[0].expires_at" {
+		t.Fatalf("an expiry in the past: %s %s", c, f)
+	}
+	if c, f := e.must(400, "POST", "/v1/tasks", `{"queue":"exp","expire_in":"1m","expires_at":"2100-01-01T00:00:00Z"}`).errorOf(t); c != norn.CodeInvalidArgument || f != "expire_in" {
+		t.Fatalf("both forms: %s %s", c, f)
+	}
+	waitFor(t, func() bool {
+		var tr wire.TaskResponse
+		e.must(200, "GET", "/v1/tasks/x1", "").decode(t, &tr)
+		return tr.Task.Status == norn.StatusAborted && tr.Task.Errors[0].Code == norn.CodeExpired
+	})
+	waitFor(t, func() bool {
+		return metricLine(string(e.must(200, "GET", "/metrics", "").body), "norn_tasks_expired_total", `queue="exp"`) == "1"
+	})
+}

@@ -50,7 +50,7 @@ func seriesOf(k norn.EventKind) int {
 		return seriesSubmitted
 	case norn.EventKind(norn.TaskComplete):
 		return seriesCompleted
-	case norn.EventKind(norn.TaskRetry), norn.EventKind(norn.TaskTimeout), norn.EventKind(norn.TaskAbort):
+	case norn.EventKind(norn.TaskRetry), norn.EventKind(norn.TaskTimeout), norn.EventKind(norn.TaskAbort), norn.EventExpired:
 		return seriesFailed
 	}
 	return -1

@@ -172,6 +172,11 @@ func appendTaskLease(b []byte, t *norn.Task) ([]byte, error) {
 	if t.MaxRuntime != 0 {
 		b = jsonDuration(b, `,"max_runtime":`, t.MaxRuntime)
 	}
+	if !t.ExpiresAt.IsZero() {
+		if b, err = jsonTime(b, `,"expires_at":`, t.ExpiresAt); err != nil {
+			return nil, err
+		}
+	}
 	if !t.Started.IsZero() {
 		if b, err = jsonTime(b, `,"started":`, t.Started); err != nil {
 			return nil, err
@@ -342,6 +347,15 @@ func AppendNewTask(b []byte, nt *norn.NewTask) ([]byte, error) {
 	}
 	if nt.MaxRuntime != 0 {
 		b = jsonDuration(b, `,"max_runtime":`, nt.MaxRuntime)
+	}
+	if !nt.ExpiresAt.IsZero() {
+		var err error
+		if b, err = jsonTime(b, `,"expires_at":`, nt.ExpiresAt); err != nil {
+			return nil, err
+		}
+	}
+	if nt.ExpireIn != 0 {
+		b = jsonDuration(b, `,"expire_in":`, nt.ExpireIn)
 	}
 	return append(b, '}'), nil
 }

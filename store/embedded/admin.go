@@ -213,6 +213,7 @@ func (s *Store) sweep(ctx context.Context) (norn.SweepReport, error) {
 		rep.Released += part.Released
 		rep.Aborted += part.Aborted
 		rep.Purged += part.Purged
+		rep.Expired += part.Expired
 		if !more {
 			n, err := s.fireSchedules(ctx)
 			rep.Fired += n
@@ -224,6 +225,10 @@ func (s *Store) sweep(ctx context.Context) (norn.SweepReport, error) {
 // due performs the duty of a task whose timer has fired; every branch
 // moves the task's timer (or removes it), so sweeping always progresses.
 func (tx *txn) due(t *task) {
+	if t.st.status != stRunning && !terminal(t.st.status) && norn.Expired(fromNanos(t.expires), fromNanos(tx.now)) {
+		tx.expire(t)
+		return
+	}
 	switch t.st.status {
 	case stScheduled:
 		ns := tx.touch(t)
@@ -235,7 +240,7 @@ func (tx *txn) due(t *task) {
 		tx.report.Released++
 	case stRunning:
 		view := &norn.Task{Attempts: int(t.st.attempts), MaxAttempts: int(t.maxAttempts), Deadline: fromNanos(t.st.deadline),
-			Started: fromNanos(t.st.started), MaxRuntime: norn.Duration(t.maxRuntime)}
+			Started: fromNanos(t.st.started), MaxRuntime: norn.Duration(t.maxRuntime), ExpiresAt: fromNanos(t.expires)}
 		o := norn.AfterTimeout(view, fromNanos(tx.now))
 		h := norn.HistoryEntry{Type: o.History, Worker: t.st.owner, Lease: t.st.lease, Progress: t.st.progress}
 		tx.report.CountTimeout(o)
@@ -250,6 +255,14 @@ func (tx *txn) due(t *task) {
 	default:
 		tx.s.setTimer(t, 0)
 	}
+}
+
+// expire aborts a task that is not running and reached its expiry, as
+// norn.Expire decides; its dependents follow as for any abort.
+func (tx *txn) expire(t *task) {
+	o := norn.Expire(fromNanos(t.expires))
+	tx.finishTaskAs(t, stAborted, norn.HistoryEntry{Type: o.History}, &o.Error, norn.EventExpired)
+	tx.report.Expired++
 }
 
 // kickMonitor wakes the monitor to re-arm (called under s.mu).

@@ -50,6 +50,9 @@ func batchSizeHint(tasks []norn.NewTask) int {
 // submit inserts a validated batch. Field names in errors start with prefix.
 func (tx *txn) submit(prefix string, tasks []norn.NewTask) ([]norn.Submitted, error) {
 	s := tx.s
+	if err := norn.CheckExpiries(prefix, tasks, fromNanos(tx.now)); err != nil {
+		return nil, err
+	}
 	ids := make([]string, len(tasks))
 	out := make([]norn.Submitted, len(tasks))
 	// Existing ids are duplicates: returned as they are, never changed.
@@ -130,7 +133,7 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 	in := n.Initial(fromNanos(now), &q.defaults, func(d string) norn.Status { return statusOf(s.tasks.get(d).st.status) })
 	t := &task{id: id, q: q, created: now, heapIdx: -1, timerIdx: -1,
 		timeout: int64(in.Timeout), maxRuntime: int64(in.MaxRuntime), maxAttempts: int32(in.MaxAttempts), retry: in.Retry,
-		g: q.group(q.groupKey(n))}
+		expires: nanos(in.ExpiresAt), g: q.group(q.groupKey(n))}
 	st := state{status: statusCode(in.Status), priority: n.Priority, updated: now, runAt: nanos(in.RunAt),
 		version: 1, logNext: 1}
 	switch in.Status {
@@ -151,7 +154,7 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 		}
 	}
 	im := immutable{queue: q.name, created: now, maxAttempts: int64(t.maxAttempts), timeout: t.timeout,
-		maxRuntime: t.maxRuntime, retry: t.retry, uniqueKey: n.UniqueKey, deps: n.DependsOn, spec: n.Spec, key: n.ConcurrencyKey,
+		maxRuntime: t.maxRuntime, retry: t.retry, expires: t.expires, uniqueKey: n.UniqueKey, deps: n.DependsOn, spec: n.Spec, key: n.ConcurrencyKey,
 		labels: n.Labels, st: st, traceparent: n.Traceparent, tracestate: n.Tracestate}
 	tx.buf = im.encode(tx.buf[:0])
 	tx.b.Set(tx.key(id, sufImmutable), tx.buf, nil)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/nornq/norn"
@@ -237,6 +238,8 @@ type immutable struct {
 	timeout     int64
 	maxRuntime  int64
 	retry       *norn.RetryPolicy
+	// expires is the task's expiry in nanoseconds (0: none).
+	expires int64
 	// uniqueKey is the task's unique key ("" when none).
 	uniqueKey string
 	deps      []string
@@ -268,6 +271,9 @@ const (
 	optTracestate  = 2
 	// optRetryJitter is the retry policy's jitter mode (only with a policy).
 	optRetryJitter = 3
+	// optExpires is the task's expiry (nanoseconds, as a string of
+	// decimal digits so that every optional field is bytes).
+	optExpires = 4
 )
 
 func (im *immutable) encode(buf []byte) []byte {
@@ -392,6 +398,9 @@ func (im *immutable) appendOptional(e *enc) {
 	if jitter {
 		n++
 	}
+	if im.expires != 0 {
+		n++
+	}
 	e.u(uint64(n))
 	if im.traceparent != "" {
 		e.u(optTraceparent)
@@ -404,6 +413,10 @@ func (im *immutable) appendOptional(e *enc) {
 	if jitter {
 		e.u(optRetryJitter)
 		e.s(im.retry.Jitter)
+	}
+	if im.expires != 0 {
+		e.u(optExpires)
+		e.s(strconv.FormatInt(im.expires, 10))
 	}
 }
 
@@ -420,6 +433,13 @@ func (im *immutable) decodeOptional(d *dec, keep bool) {
 			if im.retry != nil {
 				im.retry.Jitter = j
 			}
+		case tag == optExpires:
+			// Kept by recovery too: the in-memory task's timer needs it.
+			v, err := strconv.ParseInt(d.s(), 10, 64)
+			if err != nil && d.err == nil {
+				d.err = errCorrupt
+			}
+			im.expires = v
 		case !keep:
 			d.by()
 		case tag == optTraceparent:

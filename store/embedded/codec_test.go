@@ -38,7 +38,7 @@ func TestRecordsRoundTrip(t *testing.T) {
 		t.Fatalf("state round trip: %+v, %v", got, err)
 	}
 	im := immutable{queue: "q", created: 99, maxAttempts: 3, timeout: int64(time.Second), maxRuntime: int64(time.Minute),
-		retry: &norn.RetryPolicy{MaxRetries: 2, Base: norn.Duration(time.Second), Jitter: norn.JitterFull}, uniqueKey: "user-42",
+		retry: &norn.RetryPolicy{MaxRetries: 2, Base: norn.Duration(time.Second), Jitter: norn.JitterFull}, expires: 1_900_000_000_123_456_789, uniqueKey: "user-42",
 		deps: []string{"a", "b"}, spec: []byte(`{"x":1}`), key: "tenant-7", labels: map[string]string{"k": "v"}, st: st,
 		traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", tracestate: "congo=t61rcWkgMzE"}
 	gim, err := decodeImmutable(im.encode(nil), true, true)
@@ -49,7 +49,7 @@ func TestRecordsRoundTrip(t *testing.T) {
 	// Recovery keeps the retry policy whole: the in-memory task decides
 	// the next fail's wait from it.
 	if err != nil || min.spec != nil || min.labels != nil || min.traceparent != "" || min.st != st || min.queue != "q" ||
-		!reflect.DeepEqual(min.retry, im.retry) {
+		!reflect.DeepEqual(min.retry, im.retry) || min.expires != im.expires {
 		t.Fatalf("minimal decode: %+v %v", min, err)
 	}
 	h := norn.HistoryEntry{Type: norn.TaskAbort, Time: time.Unix(5, 6).UTC(), Worker: "w", Lease: 2, Progress: 0.5,

@@ -36,7 +36,10 @@ type task struct {
 	// maxRuntime bounds every attempt (0: no limit); see norn.RuntimeLimit.
 	maxRuntime int64
 	retry      *norn.RetryPolicy
-	timerAt    int64 // when the timer fires
+	// expires is the task's expiry in nanoseconds (0: none); see
+	// norn.NewTask.ExpiresAt.
+	expires int64
+	timerAt int64 // when the timer fires
 
 	heapIdx     int32 // position in g.ready (readyQueue), -1 when absent
 	timerIdx    int32 // position in the timer heap, -1 when absent
@@ -305,7 +308,12 @@ func (h *timerHeap) Pop() any {
 func timerFor(t *task) int64 {
 	switch t.st.status {
 	case stScheduled:
+		if t.expires != 0 && t.expires < t.st.runAt {
+			return t.expires
+		}
 		return t.st.runAt
+	case stReady, stBlocked:
+		return t.expires // 0: none
 	case stRunning:
 		return t.st.deadline
 	case stCompleted, stAborted, stCancelled:
@@ -457,6 +465,7 @@ func (t *task) toTask() *norn.Task {
 		Timeout:     norn.Duration(t.timeout),
 		MaxRuntime:  norn.Duration(t.maxRuntime),
 		Started:     fromNanos(t.st.started),
+		ExpiresAt:   fromNanos(t.expires),
 		Version:     t.st.version,
 	}
 	if t.retry != nil {

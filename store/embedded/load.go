@@ -98,7 +98,7 @@ func (s *Store) loadTasks(ctx context.Context) ([]blocked, error) {
 			}
 		}
 		t := &task{id: id, q: s.queue(im.queue), st: st, created: im.created, maxAttempts: int32(im.maxAttempts),
-			timeout: im.timeout, maxRuntime: im.maxRuntime, retry: im.retry, heapIdx: -1, timerIdx: -1}
+			timeout: im.timeout, maxRuntime: im.maxRuntime, retry: im.retry, expires: im.expires, heapIdx: -1, timerIdx: -1}
 		s.tasks.put(t)
 		if im.uniqueKey != "" {
 			s.addUnique(t, im.uniqueKey)

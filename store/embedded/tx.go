@@ -377,6 +377,11 @@ func (tx *txn) touch(t *task) state {
 // finishTask moves t to a terminal status with a history entry (and an
 // error for aborts), then settles its dependents.
 func (tx *txn) finishTask(t *task, status uint8, h norn.HistoryEntry, e *norn.ErrorInfo) {
+	tx.finishTaskAs(t, status, h, e, norn.EventKind(h.Type))
+}
+
+// finishTaskAs is finishTask announcing the change as kind.
+func (tx *txn) finishTaskAs(t *task, status uint8, h norn.HistoryEntry, e *norn.ErrorInfo, kind norn.EventKind) {
 	ns := tx.touch(t)
 	ns.status = status
 	ns.deadline = 0
@@ -388,7 +393,7 @@ func (tx *txn) finishTask(t *task, status uint8, h norn.HistoryEntry, e *norn.Er
 	seq := nextHistory(&ns)
 	tx.set(t, ns)
 	tx.writeHistory(t, seq, h)
-	tx.event(norn.EventKind(h.Type), t)
+	tx.event(kind, t)
 	if status == stCompleted {
 		tx.releaseDependents(t)
 	} else {

@@ -179,6 +179,11 @@ func (tx *txn) claim(req *norn.ClaimRequest) []*task {
 		n0 := len(out)
 		for len(out) < req.N && q.claimable() && (p.tokens < 0 || len(out)-n0 < p.tokens) {
 			t := q.top[0].ready.first().t
+			if t.expires != 0 && t.expires <= tx.now {
+				// Expired before the monitor came by: never handed out.
+				tx.expire(t)
+				continue
+			}
 			tx.chargeFair(t.g)
 			ns := tx.touch(t)
 			ns.status = stRunning
@@ -404,7 +409,8 @@ func (tx *txn) fail(op *norn.LeaseOp) error {
 	if t == nil {
 		return err
 	}
-	view := &norn.Task{ID: op.TaskID, Attempts: int(t.st.attempts), MaxAttempts: int(t.maxAttempts), Retry: t.retry}
+	view := &norn.Task{ID: op.TaskID, Attempts: int(t.st.attempts), MaxAttempts: int(t.maxAttempts), Retry: t.retry,
+		ExpiresAt: fromNanos(t.expires)}
 	o := norn.AfterFailure(view, fromNanos(tx.now), *op.Error)
 	h := norn.HistoryEntry{Type: o.History, Worker: op.Worker, Lease: op.Lease, Progress: t.st.progress}
 	if o.Status == norn.StatusAborted {

@@ -112,7 +112,10 @@ func (s *Store) batchReady(ctx context.Context, q querier, p *submitPlan) (*read
 	groups := map[group][]*rec{}
 	var order []group
 	for _, r := range p.recs {
-		if r == nil || r.Status != norn.StatusReady {
+		// A task with an expiry stays an ordinary row: claims from ready
+		// rows do not read task rows, so they could not skip it once
+		// expired.
+		if r == nil || r.Status != norn.StatusReady || !r.ExpiresAt.IsZero() {
 			continue
 		}
 		if d, ok := p.defaults[r.Queue]; ok && d.flow.FairBy != "" {

@@ -36,7 +36,7 @@ upd AS (UPDATE {s}.tasks t SET status = 'running', owner = $4, lease = t.lease +
 	deadline = ` + leasedDeadline("n.now", "$5::bigint") + `,
 	updated = n.now, version = t.version + 1, history_count = t.history_count + 1,
 	assign_seq = t.history_count + 1, claimed_at = n.now` + set + `
-	FROM n WHERE t.id = ANY (ARRAY(SELECT c.id FROM c))
+	FROM n WHERE t.id = ANY (ARRAY(SELECT c.id FROM c)) AND (t.expires_at IS NULL OR t.expires_at > n.now)
 	RETURNING ` + colsClaim + `)` +
 		replaceHL(trimHistory, "$6") + `,
 w AS (UPDATE {s}.workers w SET last_seen = n.now FROM n WHERE w.id = $4 AND w.last_seen < n.now - interval '1 second')` +

@@ -21,7 +21,7 @@ import (
 // writes them in COPY's binary format, so it must follow their types: a
 // type changed by a migration makes every plain submit fail until it does.
 var copyColumns = []string{"id", "queue", "spec", "priority", "status", "labels", "created", "updated", "run_at",
-	"ready_at", "max_attempts", "retry", "timeout_ns", "concurrency_key", "max_runtime_ns", "traceparent", "tracestate", "fair_key", "ready_batch"}
+	"ready_at", "max_attempts", "retry", "timeout_ns", "concurrency_key", "max_runtime_ns", "traceparent", "tracestate", "fair_key", "ready_batch", "expires_at"}
 
 // copyHeader starts a binary COPY stream: the signature, no flags, no
 // header extension.
@@ -42,7 +42,7 @@ func appendCopyRows(b []byte, recs []*rec, now time.Time) []byte {
 	size := 0
 	for _, r := range recs {
 		if r != nil {
-			// The fixed part: field count, 19 lengths, 7 int64s and an int32;
+			// The fixed part: field count, 20 lengths, 7 int64s and an int32;
 			// labels and retry policies are rare and may grow the buffer.
 			size += 2 + 4*len(copyColumns) + 7*8 + 4 + len(r.ID) + len(r.Queue) + len(r.Spec) + len(r.Status) +
 				len(r.ConcurrencyKey) + len(r.Traceparent) + len(r.Tracestate)
@@ -87,6 +87,11 @@ func appendCopyRows(b []byte, recs []*rec, now time.Time) []byte {
 		}
 		if r.batch != 0 {
 			b = copyInt64(b, r.batch)
+		} else {
+			b = copyNull(b)
+		}
+		if !r.ExpiresAt.IsZero() {
+			b = copyInt64(b, r.ExpiresAt.UnixMicro()-pgEpochMicros)
 		} else {
 			b = copyNull(b)
 		}

@@ -297,6 +297,8 @@ const nextDueSQL = `SELECT extract(epoch FROM least(
 	(SELECT min(run_at) FROM {s}.tasks WHERE status = 'scheduled' AND run_at < ` + dueBound + `),
 	(SELECT min(deadline) FROM {s}.tasks WHERE status = 'running' AND deadline < ` + dueBound + `),
 	(SELECT min(deadline) FROM {s}.leases WHERE deadline < ` + dueBound + `),
+	(SELECT min(expires_at) FROM {s}.tasks WHERE expires_at IS NOT NULL AND status IN ('scheduled', 'blocked', 'ready')
+		AND expires_at < ` + dueBound + `),
 	(SELECT min(next_fire) FROM {s}.schedules WHERE NOT paused)) - clock_timestamp())`
 
 // dueBound is nextDueSQL's bound: statement_timestamp() rather than

@@ -120,15 +120,15 @@ func (s *Store) buildInsertSQL(onConflict bool) string {
 	}
 	return s.q(`WITH ins AS (INSERT INTO {s}.tasks (id, queue, spec, priority, status, labels, created, updated, run_at,
 	ready_at, ended_at, depends_on, pending_deps, max_attempts, retry, timeout_ns, errors, history_count, version,
-	concurrency_key, max_runtime_ns, unique_key, traceparent, tracestate, fair_key)
+	concurrency_key, max_runtime_ns, unique_key, traceparent, tracestate, fair_key, expires_at)
 SELECT u.id, u.queue, u.spec, u.priority, u.status, u.labels::jsonb, $16, $16, u.run_at, $16, u.ended_at,
 	string_to_array(u.deps, ','), u.pending, u.max_attempts, u.retry::jsonb, u.timeout_ns, u.errors::jsonb, u.hcount, 1,
-	u.ckey, u.max_runtime_ns, u.ukey, u.tparent, u.tstate, u.fkey
+	u.ckey, u.max_runtime_ns, u.ukey, u.tparent, u.tstate, u.fkey, u.expires_at
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::text[], $6::text[], $7::timestamptz[],
 	$8::timestamptz[], $9::text[], $10::int[], $11::int[], $12::text[], $13::bigint[], $14::text[], $15::int[],
-	$19::text[], $20::bigint[], $21::text[], $22::text[], $23::text[], $24::text[])
+	$19::text[], $20::bigint[], $21::text[], $22::text[], $23::text[], $24::text[], $25::timestamptz[])
 	AS u(id, queue, spec, priority, status, labels, run_at, ended_at, deps, pending, max_attempts, retry,
-	timeout_ns, errors, hcount, ckey, max_runtime_ns, ukey, tparent, tstate, fkey)
+	timeout_ns, errors, hcount, ckey, max_runtime_ns, ukey, tparent, tstate, fkey, expires_at)
 ` + conflict + `
 RETURNING id, queue, status, version, 'TaskSubmit'::text AS kind, created AS time),
 h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time, error)
@@ -387,6 +387,9 @@ func (p *submitPlan) uniqueRefs() []norn.UniqueRef {
 // duplicates, the rest are new and get their first state, in the order
 // norn.OrderBatch gives.
 func (p *submitPlan) decide() error {
+	if err := norn.CheckExpiries(p.prefix, p.tasks, p.now); err != nil {
+		return err
+	}
 	ids := make([]string, len(p.tasks))
 	for i := range p.tasks {
 		ids[i] = p.tasks[i].ID
@@ -472,6 +475,9 @@ func newRec(nt *norn.NewTask, in norn.Initial, now time.Time) *rec {
 	}
 	r.Timeout, r.MaxAttempts, r.Retry, r.pendingDeps = in.Timeout, in.MaxAttempts, in.Retry, in.PendingDeps
 	r.MaxRuntime = in.MaxRuntime
+	if !in.ExpiresAt.IsZero() {
+		r.ExpiresAt = micro(in.ExpiresAt)
+	}
 	r.Version = 1
 	if in.Error != nil {
 		r.endedAt = now
@@ -491,7 +497,7 @@ type insertArgs struct {
 	specs                       [][]byte
 	prio, timeouts, maxRuntimes []int64
 	runAt                       []time.Time
-	ended                       []*time.Time
+	ended, expires              []*time.Time
 	pending, maxAtt, hcount     []int32
 	abortIDs, abortErrs         []string
 }
@@ -505,6 +511,7 @@ func (a *insertArgs) add(r *rec) {
 	a.labels = append(a.labels, labelsJSON(r.Labels))
 	a.runAt = append(a.runAt, r.RunAt)
 	a.ended = append(a.ended, timePtr(r.endedAt))
+	a.expires = append(a.expires, timePtr(r.ExpiresAt))
 	var deps *string
 	if len(r.DependsOn) > 0 {
 		d := strings.Join(r.DependsOn, ",")
@@ -544,7 +551,7 @@ func (s *Store) insertRecs(ctx context.Context, q querier, p *submitPlan) (map[s
 	}
 	rows, err := q.Query(ctx, s.insertSQL(p.clientIDs || p.keys), a.ids, a.qs, a.specs, a.prio, a.status, a.labels,
 		a.runAt, a.ended, a.deps, a.pending, a.maxAtt, a.retries, a.timeouts, a.errs, a.hcount, p.now,
-		a.abortIDs, a.abortErrs, a.ckeys, a.maxRuntimes, a.keys, a.tparents, a.tstates, a.fkeys)
+		a.abortIDs, a.abortErrs, a.ckeys, a.maxRuntimes, a.keys, a.tparents, a.tstates, a.fkeys, a.expires)
 	if err != nil {
 		return nil, err
 	}

@@ -28,6 +28,11 @@ func (s *Store) Sweep(ctx context.Context) (norn.SweepReport, error) {
 	if err := s.sweepTimeouts(ctx, &rep); err != nil {
 		return rep, err
 	}
+	// Before the delays: a task whose expiry comes no later than its
+	// run_at expires instead of becoming ready.
+	if err := s.sweepExpiries(ctx, &rep); err != nil {
+		return rep, err
+	}
 	if err := s.sweepDelays(ctx, &rep); err != nil {
 		return rep, err
 	}
@@ -148,6 +153,45 @@ func (s *Store) sweepTimeouts(ctx context.Context, rep *norn.SweepReport) error 
 			if len(res.ok) > 0 {
 				s.wake.fire()
 			}
+			return nil
+		})
+		if err != nil || n < sweepBatch {
+			return err
+		}
+	}
+}
+
+// expiryCond and expiryOrder select waiting tasks past their expiry
+// (tasks_expiry), oldest first.
+const expiryCond, expiryOrder = `t.expires_at <= $1 AND t.expires_at IS NOT NULL AND t.status IN ('scheduled', 'blocked', 'ready')`, `t.expires_at`
+
+// sweepExpiries aborts the waiting tasks past their expiry (norn.Expire),
+// with compare-and-set like the timeouts: a claim or a cancel that got
+// there first wins. Their dependents follow as for any abort.
+func (s *Store) sweepExpiries(ctx context.Context, rep *norn.SweepReport) error {
+	for {
+		var n int
+		err := s.withConn(ctx, func(conn *pgx.Conn) error {
+			now, cands, err := s.sweepCandidates(ctx, conn, expiryCond, expiryOrder)
+			if err != nil {
+				return err
+			}
+			n = len(cands)
+			changes := make([]*change, 0, n)
+			for _, o := range cands {
+				r := o.clone()
+				out := norn.Expire(r.ExpiresAt)
+				r.Errors = append(r.Errors, out.Error)
+				r.Status, r.endedAt = out.Status, now
+				h := norn.HistoryEntry{Type: out.History, Time: now, Error: &out.Error}
+				changes = append(changes, &change{old: o, cur: r, hist: []norn.HistoryEntry{h}, kind: norn.EventExpired})
+			}
+			res, err := s.apply(ctx, conn, false, now, changes)
+			if err != nil {
+				return err
+			}
+			rep.Expired += len(res.ok)
+			rep.Aborted += len(res.aborted)
 			return nil
 		})
 		if err != nil || n < sweepBatch {

@@ -39,7 +39,7 @@ func RunWith(t *testing.T, f Factory, o Options) {
 		exerciseList, exerciseFilter, exerciseDependsOnFilter,
 		exerciseRegisterWorker, exerciseClaim, exerciseClaimWeights, exerciseHeartbeat, exerciseLog, exerciseFinish, exerciseTimeout,
 		exerciseLeaseBatch, exerciseFencing, exerciseRepeatedCall, exerciseSnooze, exerciseRetry,
-		exerciseMaxRuntime,
+		exerciseMaxRuntime, exerciseExpiry,
 		exerciseQueues, exerciseSubscribe, exerciseInvalidInput, exerciseClose,
 		exerciseSchedules, exerciseReadLog, exerciseFlow, exerciseTrace,
 		exerciseRanges, exerciseThroughput,

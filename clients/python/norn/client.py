@@ -360,9 +360,9 @@ class Client:
         for key, value in options.items():
             if value is None:
                 continue
-            if key in ("delay", "timeout", "max_runtime", "unique_for"):
+            if key in ("delay", "timeout", "max_runtime", "unique_for", "expire_in"):
                 value = format_duration(value, prefix + key)
-            elif key == "run_at":
+            elif key in ("run_at", "expires_at"):
                 value = format_time(value, prefix + key)
             elif key == "retry":
                 value = retry_policy(value, prefix + key)
@@ -394,7 +394,11 @@ class Client:
         submit idempotent), ``priority``, ``labels`` (dict of strings),
         ``run_at`` (datetime or RFC 3339) or ``delay``, ``depends_on`` (task
         ids), ``max_attempts``, ``retry`` (``{"max_retries": 5, "base": 20,
-        "max": 3600}``), ``timeout`` (lease length), ``traceparent`` and
+        "max": 3600, "jitter": "full"}``; without one the task follows the
+        queue's policy or the server's default of 24 retries),
+        ``expires_at`` or ``expire_in`` (the deadline by which it must have
+        started, else it ends aborted with code ``expired``), ``timeout``
+        (lease length), ``traceparent`` and
         ``tracestate`` (the W3C trace context to store with the task, see
         :mod:`norn.tracing`). Durations are seconds, timedeltas or Go
         duration strings (``"1h30m"``).

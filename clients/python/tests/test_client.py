@@ -559,6 +559,16 @@ class ClientTest(unittest.TestCase):
         self.assertEqual((done.status, done.result, done.progress), ("completed", {"ok": True}, 1))
         self.assertTrue(done.terminal)
 
+    def test_expiry(self) -> None:
+        queue = q("expiry")
+        t = self.c.submit(queue, None, expire_in=0.05)
+        self.assertIsNotNone(t.get("expires_at"))
+        done = wait_for(lambda: (lambda g: g if g.status == "aborted" else None)(self.c.get(t.id)), what="the task to expire")
+        self.assertEqual(done.errors[-1]["code"], "expired")
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.submit(queue, None, expires_at="2001-01-01T00:00:00Z")
+        self.assertEqual(cm.exception.field, "tasks[0].expires_at")
+
     def test_claim_weights(self) -> None:
         a, b = q("wa"), q("wb")
         self.c.submit_batch([{"queue": a} for _ in range(30)] + [{"queue": b} for _ in range(30)])

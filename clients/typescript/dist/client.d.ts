@@ -35,7 +35,7 @@ export interface CallOptions {
     signal?: AbortSignal;
 }
 /** The options of a new task, named as in the API. */
-export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" | "delay" | "timeout" | "retry" | "unique_for" | "max_runtime"> & {
+export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" | "delay" | "timeout" | "retry" | "unique_for" | "max_runtime" | "expires_at" | "expire_in"> & {
     /** When it becomes ready (at most one of run_at and delay). */
     run_at?: Time;
     /** How long after submission it becomes ready. */
@@ -47,6 +47,10 @@ export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" |
     unique_for?: Duration;
     /** Runtime limit of each attempt, however often the worker heartbeats (the queue's default otherwise). */
     max_runtime?: Duration;
+    /** The deadline by which it must have started, else it ends aborted with code expired (one of expires_at and expire_in). */
+    expires_at?: Time;
+    /** expires_at as a duration from when the task may first run. */
+    expire_in?: Duration;
 };
 /** A task to submit in a batch or a transaction. */
 export type NewTask = TaskOptions & {

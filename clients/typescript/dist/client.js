@@ -608,9 +608,9 @@ function newTask(t, prefix) {
     for (const [k, v] of Object.entries(t)) {
         if (v === undefined)
             continue;
-        if (k === "run_at")
+        if (k === "run_at" || k === "expires_at")
             out[k] = formatTime(v, prefix + k);
-        else if (k === "delay" || k === "timeout" || k === "unique_for" || k === "max_runtime")
+        else if (k === "delay" || k === "timeout" || k === "unique_for" || k === "max_runtime" || k === "expire_in")
             out[k] = formatDuration(v, prefix + k);
         else if (k === "retry")
             out[k] = retryPolicy(v, prefix + k);

@@ -36,7 +36,10 @@ export interface CallOptions {
 }
 
 /** The options of a new task, named as in the API. */
-export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" | "delay" | "timeout" | "retry" | "unique_for" | "max_runtime"> & {
+export type TaskOptions = Omit<
+  Schemas["NewTask"],
+  "queue" | "spec" | "run_at" | "delay" | "timeout" | "retry" | "unique_for" | "max_runtime" | "expires_at" | "expire_in"
+> & {
   /** When it becomes ready (at most one of run_at and delay). */
   run_at?: Time;
   /** How long after submission it becomes ready. */
@@ -48,6 +51,10 @@ export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" |
   unique_for?: Duration;
   /** Runtime limit of each attempt, however often the worker heartbeats (the queue's default otherwise). */
   max_runtime?: Duration;
+  /** The deadline by which it must have started, else it ends aborted with code expired (one of expires_at and expire_in). */
+  expires_at?: Time;
+  /** expires_at as a duration from when the task may first run. */
+  expire_in?: Duration;
 };
 
 /** A task to submit in a batch or a transaction. */
@@ -779,8 +786,9 @@ function newTask(t: NewTask, prefix: string): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(t)) {
     if (v === undefined) continue;
-    if (k === "run_at") out[k] = formatTime(v as Time, prefix + k);
-    else if (k === "delay" || k === "timeout" || k === "unique_for" || k === "max_runtime") out[k] = formatDuration(v as Duration, prefix + k);
+    if (k === "run_at" || k === "expires_at") out[k] = formatTime(v as Time, prefix + k);
+    else if (k === "delay" || k === "timeout" || k === "unique_for" || k === "max_runtime" || k === "expire_in")
+      out[k] = formatDuration(v as Duration, prefix + k);
     else if (k === "retry") out[k] = retryPolicy(v as RetryOptions, prefix + k);
     else out[k] = v;
   }

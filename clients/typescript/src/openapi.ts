@@ -852,6 +852,11 @@ export interface components {
             max_runtime?: components["schemas"]["Duration"];
             /**
              * Format: date-time
+             * @description When the task expires if it is not running then; absent: never.
+             */
+            expires_at?: string;
+            /**
+             * Format: date-time
              * @description When the current (or last) attempt was claimed.
              */
             started?: string;
@@ -889,6 +894,13 @@ export interface components {
             concurrency_key?: string;
             /** @description Runtime limit of each attempt (absent or 0s: the queue's default, whose 0s is no limit). */
             max_runtime?: components["schemas"]["Duration"];
+            /**
+             * Format: date-time
+             * @description The deadline by which the task must have started: past it a task not running ends aborted with error code expired (its dependents follow), a claim never hands it out, and no retry is scheduled at or past it. Must be after now and after run_at. Give expires_at or expire_in, not both.
+             */
+            expires_at?: string;
+            /** @description expires_at as a duration from the time the task may first run (run_at, or submission plus delay). */
+            expire_in?: components["schemas"]["Duration"];
         };
         /**
          * @description W3C traceparent (https://www.w3.org/TR/trace-context/): the trace context the task was submitted in. A worker's span for an attempt is its child. On submit, when absent, the server takes the request's traceparent header (or its own span for the call when tracing is on). Trace and parent ids must not be all zeros; version ff is invalid.
@@ -1122,9 +1134,11 @@ export interface components {
             purged: number;
             /** @description Tasks submitted by schedules. */
             fired: number;
+            /** @description Tasks aborted because they reached their expires_at without running. */
+            expired: number;
         };
         Event: {
-            /** @description A history type (TaskAssignment, …) or TaskSubmit, TaskUpdate, TaskDelete, TaskProgress, Lagged. */
+            /** @description A history type (TaskAssignment, …) or TaskSubmit, TaskUpdate, TaskDelete, TaskProgress, TaskExpire (a task reached its expires_at without running and was aborted), Lagged. */
             kind: string;
             task_id?: string;
             queue?: string;

@@ -126,6 +126,18 @@ describe("lifecycle", () => {
     assert.deepEqual(await ids({ unique_key: "uk-f" }), ["f-k2"]);
   });
 
+  test("a task not started by its expires_at ends aborted, expired", async () => {
+    const t = await c.submit("exq", null, { expire_in: 50 });
+    assert.ok(t.expires_at, "expires_at is set");
+    for (let i = 0; i < 200; i++) {
+      if ((await c.get(t.id)).status === "aborted") break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const g = await c.get(t.id);
+    assert.deepEqual([g.status, g.errors.at(-1).code], ["aborted", "expired"]);
+    await assert.rejects(c.submit("exq", null, { expires_at: "2001-01-01T00:00:00Z" }), (e) => e instanceof InvalidArgument && e.field === "tasks[0].expires_at");
+  });
+
   test("claim weights share claims between queues by weight", async () => {
     await c.submitBatch([...Array(30)].flatMap(() => [{ queue: "wa" }, { queue: "wb" }]));
     const wid = await c.registerWorker("w", ["wa", "wb"]);

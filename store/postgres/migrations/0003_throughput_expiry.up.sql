@@ -11,3 +11,10 @@ CREATE TABLE {{schema}}.throughput (
     failed    bigint      NOT NULL DEFAULT 0,
     PRIMARY KEY (queue, step, at)
 );
+
+-- A task's expiry: past it, a task not running ends aborted (expired).
+-- The index holds only the waiting tasks that have one, so the monitor
+-- finds the next due without reading anything else.
+ALTER TABLE {{schema}}.tasks ADD COLUMN expires_at timestamptz;
+CREATE INDEX tasks_expiry ON {{schema}}.tasks (expires_at)
+    WHERE expires_at IS NOT NULL AND status IN ('scheduled', 'blocked', 'ready');

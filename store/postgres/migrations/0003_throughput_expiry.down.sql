@@ -1,0 +1,3 @@
+DROP INDEX IF EXISTS {{schema}}.tasks_expiry;
+ALTER TABLE {{schema}}.tasks DROP COLUMN IF EXISTS expires_at;
+DROP TABLE IF EXISTS {{schema}}.throughput;
