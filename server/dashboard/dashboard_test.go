@@ -705,7 +705,7 @@ func TestTaskPage(t *testing.T) {
 func TestTaskPageNewerFields(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
-	if _, err := e.st.Submit(ctx, norn.NewTask{ID: "invoice", Queue: "bills", UniqueKey: "invoice-7"}); err != nil {
+	if _, err := e.st.Submit(ctx, norn.NewTask{ID: "invoice", Queue: "bills", UniqueKey: "invoice-7", ExpireIn: norn.Duration(3 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	w, err := e.st.RegisterWorker(ctx, norn.WorkerInfo{Name: "w", Queues: []string{"bills"}})
@@ -724,6 +724,9 @@ func TestTaskPageNewerFields(t *testing.T) {
 	e.wait(`/Snoozed/.test((document.querySelector('li[data-type="TaskSnooze"]') || {}).textContent)`)
 	if got := evalAs[bool](e, `!!document.querySelector('#concurrency-key')`); got {
 		t.Error("a concurrency key row for a task without one")
+	}
+	if got := e.text("#expires-at"); !strings.Contains(got, "in ") && !strings.Contains(got, "from now") {
+		t.Errorf("expires shown as %q, want a time ahead", got)
 	}
 }
 

@@ -89,7 +89,10 @@ export function render(ctx, id) {
   function renderFields() {
     const t = task;
     const row = (k, v, idAttr) => [h("dt", {}, k), h("dd", idAttr ? { id: idAttr } : {}, v)];
-    const retry = t.retry && t.retry.max_retries ? `${t.retry.max_retries}× backoff ${t.retry.base || "0s"}${t.retry.max ? " (max " + t.retry.max + ")" : ""}` : "none";
+    // No policy: the queue's, or the server's default (24 retries).
+    const retry = !t.retry ? "queue's policy, or the default" : t.retry.max_retries
+      ? `${t.retry.max_retries}× backoff ${t.retry.base || "0s"}${t.retry.max ? " (max " + t.retry.max + ")" : ""}${t.retry.jitter && t.retry.jitter !== "none" ? ", " + t.retry.jitter + " jitter" : ""}`
+      : "none";
     fill(fieldsBody,
       row("Queue", h("a", { href: "#/queues/" + enc(t.queue) }, t.queue)),
       row("Status", statusBadge(t.status)),
@@ -109,6 +112,7 @@ export function render(ctx, id) {
       t.unique_key ? row("Unique key", h("code", {}, t.unique_key), "unique-key") : null,
       t.concurrency_key ? row("Concurrency key", h("code", {}, t.concurrency_key), "concurrency-key") : null,
       isZeroTime(t.started) ? null : row("Started", h("span", {}, timeEl(t.started), " · " + absTime(t.started)), "started"),
+      isZeroTime(t.expires_at) ? null : row("Expires", h("span", {}, timeEl(t.expires_at), " · " + absTime(t.expires_at)), "expires-at"),
       row("Retry", retry),
       row("Version", String(t.version)));
   }
