@@ -68,6 +68,9 @@ func (n *NewTask) Initial(now time.Time, qd *QueueDefaults, dep func(id string) 
 		in.RunAt = now
 	}
 	in.ExpiresAt = n.expiry(now)
+	if in.ExpiresAt.IsZero() && qd.ExpireIn > 0 {
+		in.ExpiresAt = in.RunAt.Add(qd.ExpireIn.D()).UTC()
+	}
 	for _, d := range n.DependsOn {
 		switch st := dep(d); st {
 		case StatusCompleted:

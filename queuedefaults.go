@@ -18,6 +18,9 @@ func (u *QueueUpdate) ApplyDefaults(d *QueueDefaults) {
 	if u.MaxRuntime != nil {
 		d.MaxRuntime = *u.MaxRuntime
 	}
+	if u.ExpireIn != nil {
+		d.ExpireIn = *u.ExpireIn
+	}
 	if u.Retention != nil {
 		d.Retention = *u.Retention
 	}

@@ -480,6 +480,10 @@ type QueueDefaults struct {
 	Retention Retention `json:"retention"`
 	// MaxRuntime: default 0 (no limit on how long one attempt may run).
 	MaxRuntime Duration `json:"max_runtime"`
+	// ExpireIn is the expire_in of the queue's tasks that give neither
+	// expires_at nor expire_in (counted from when each may first run).
+	// Default 0: no expiry.
+	ExpireIn Duration `json:"expire_in,omitzero"`
 }
 
 // DefaultQueueDefaults returns the defaults of a queue nobody configured.
@@ -516,6 +520,8 @@ type QueueUpdate struct {
 	Retention   *Retention   `json:"retention,omitempty"`
 	// MaxRuntime 0 removes the limit.
 	MaxRuntime *Duration `json:"max_runtime,omitempty"`
+	// ExpireIn sets QueueDefaults.ExpireIn; 0 removes it.
+	ExpireIn *Duration `json:"expire_in,omitempty"`
 	// MaxRunning and KeyLimit set the queue's flow limits (0 removes one).
 	MaxRunning *int `json:"max_running,omitempty"`
 	KeyLimit   *int `json:"key_limit,omitempty"`

@@ -438,6 +438,11 @@ func (u *QueueUpdate) Validate() error {
 			return err
 		}
 	}
+	if u.ExpireIn != nil {
+		if err := ValidateDuration("expire_in", *u.ExpireIn); err != nil {
+			return err
+		}
+	}
 	if err := ValidateRetry("retry", u.Retry); err != nil {
 		return err
 	}

@@ -50,6 +50,7 @@ type QueuePatch struct {
 	MaxAttempts *int            `json:"max_attempts,omitempty"`
 	Retention   *RetentionPatch `json:"retention,omitempty"`
 	MaxRuntime  *norn.Duration  `json:"max_runtime,omitempty"`
+	ExpireIn    *norn.Duration  `json:"expire_in,omitempty"`
 	MaxRunning  *int            `json:"max_running,omitempty"`
 	KeyLimit    *int            `json:"key_limit,omitempty"`
 	FairBy      *string         `json:"fair_by,omitempty"`
@@ -67,7 +68,7 @@ func (p *QueuePatch) Nested() bool {
 // Update completes the patch with cur, the queue's settings now, into the
 // update to apply.
 func (p *QueuePatch) Update(cur norn.QueueInfo) norn.QueueUpdate {
-	u := norn.QueueUpdate{Paused: p.Paused, Timeout: p.Timeout, MaxAttempts: p.MaxAttempts, MaxRuntime: p.MaxRuntime,
+	u := norn.QueueUpdate{Paused: p.Paused, Timeout: p.Timeout, MaxAttempts: p.MaxAttempts, MaxRuntime: p.MaxRuntime, ExpireIn: p.ExpireIn,
 		MaxRunning: p.MaxRunning, KeyLimit: p.KeyLimit, FairBy: p.FairBy}
 	if p.Retry != nil {
 		r := p.Retry.merge(cur.Defaults.Retry)
@@ -135,7 +136,7 @@ func set[T any](dst *T, v *T) {
 // FromQueueUpdate converts a domain update for the wire: every nested
 // setting it carries is named whole.
 func FromQueueUpdate(u norn.QueueUpdate) QueuePatch {
-	p := QueuePatch{Paused: u.Paused, Timeout: u.Timeout, MaxAttempts: u.MaxAttempts, MaxRuntime: u.MaxRuntime,
+	p := QueuePatch{Paused: u.Paused, Timeout: u.Timeout, MaxAttempts: u.MaxAttempts, MaxRuntime: u.MaxRuntime, ExpireIn: u.ExpireIn,
 		MaxRunning: u.MaxRunning, KeyLimit: u.KeyLimit, FairBy: u.FairBy}
 	if r := u.Retry; r != nil {
 		p.Retry = &RetryPatch{MaxRetries: &r.MaxRetries, Base: &r.Base, Max: &r.Max, Jitter: &r.Jitter}

@@ -648,7 +648,7 @@ func scanQueue(row pgx.Row) (queueDefaults, error) {
 	var (
 		d                      queueDefaults
 		timeout, rc, ra, rcanc int64
-		maxRuntime             int64
+		maxRuntime, expireIn   int64
 		retry                  []byte
 		maxAtt                 int32
 	)
@@ -656,10 +656,10 @@ func scanQueue(row pgx.Row) (queueDefaults, error) {
 	var fairBy string
 	var ratePerSecond float64
 	if err := row.Scan(&d.name, &d.paused, &timeout, &retry, &maxAtt, &rc, &ra, &rcanc, &maxRuntime, &maxRunning, &keyLimit,
-		&fairBy, &ratePerSecond, &rateBurst); err != nil {
+		&fairBy, &ratePerSecond, &rateBurst, &expireIn); err != nil {
 		return d, err
 	}
-	d.Timeout, d.MaxRuntime = norn.Duration(timeout), norn.Duration(maxRuntime)
+	d.Timeout, d.MaxRuntime, d.ExpireIn = norn.Duration(timeout), norn.Duration(maxRuntime), norn.Duration(expireIn)
 	d.MaxAttempts = int(maxAtt)
 	d.flow = norn.QueueFlow{MaxRunning: int(maxRunning), KeyLimit: int(keyLimit), FairBy: fairBy,
 		RateLimit: norn.RateLimit{PerSecond: ratePerSecond, Burst: int(rateBurst)}}

@@ -55,6 +55,38 @@ func exerciseExpiry(t *testing.T, setup setupFunc) {
 			b.status("ready", norn.StatusAborted)
 		})
 
+		t.Run("AQueueDefaultAppliesToTasksWithoutOne", func(t *testing.T) {
+			t.Parallel()
+			s, b := setup(t)
+			ten := dur(10 * time.Minute)
+			q, err := s.UpdateQueue(b.ctx, "dq", norn.QueueUpdate{ExpireIn: &ten})
+			b.must(err, "UpdateQueue")
+			if q.Defaults.ExpireIn != ten {
+				t.Fatalf("queue defaults %+v, want expire_in 10m", q.Defaults)
+			}
+			b.submit(
+				norn.NewTask{ID: "default", Queue: "dq"},
+				norn.NewTask{ID: "delayed", Queue: "dq", Delay: dur(time.Hour)},
+				norn.NewTask{ID: "own", Queue: "dq", ExpireIn: dur(time.Minute)},
+			)
+			for id, want := range map[string]time.Time{
+				"default": b.now().Add(10 * time.Minute),
+				"delayed": b.now().Add(70 * time.Minute),
+				"own":     b.now().Add(time.Minute),
+			} {
+				if g := b.get(id); !g.ExpiresAt.Equal(want) {
+					t.Errorf("%s: expires_at %v, want %v", id, g.ExpiresAt, want)
+				}
+			}
+			zero := dur(0)
+			_, err = s.UpdateQueue(b.ctx, "dq", norn.QueueUpdate{ExpireIn: &zero})
+			b.must(err, "UpdateQueue")
+			b.submit(norn.NewTask{ID: "after", Queue: "dq"})
+			if g := b.get("after"); !g.ExpiresAt.IsZero() {
+				t.Fatalf("expires_at %v after the default was removed", g.ExpiresAt)
+			}
+		})
+
 		t.Run("AClaimNeverHandsOutAnExpiredTask", func(t *testing.T) {
 			t.Parallel()
 			_, b := setup(t)

@@ -18,3 +18,6 @@ CREATE TABLE {{schema}}.throughput (
 ALTER TABLE {{schema}}.tasks ADD COLUMN expires_at timestamptz;
 CREATE INDEX tasks_expiry ON {{schema}}.tasks (expires_at)
     WHERE expires_at IS NOT NULL AND status IN ('scheduled', 'blocked', 'ready');
+
+-- A queue's default expire_in for tasks that give none (0: none).
+ALTER TABLE {{schema}}.queues ADD COLUMN expire_in_ns bigint NOT NULL DEFAULT 0;
