@@ -273,7 +273,7 @@ func TestThroughputFromStoredHistory(t *testing.T) {
 	e := startServer(t, nil)
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Minute)
-	threeDays, tenDays := now.Add(-72*time.Hour), now.Add(-240*time.Hour).Add(17*time.Minute)
+	threeDays, tenDays := now.Add(-72*time.Hour), now.Truncate(time.Hour).Add(-240*time.Hour).Add(17*time.Minute)
 	recs := []norn.ThroughputRecord{
 		{Queue: "", Step: time.Minute, At: threeDays, Completed: 7},
 		{Queue: "a", Step: time.Minute, At: threeDays, Completed: 5},
