@@ -132,6 +132,9 @@ func New(cfg Config) (*Server, error) {
 	s.mux = http.NewServeMux()
 	s.routes()
 	s.root = s.guard(s.mux)
+	if cfg.WrapHandler != nil {
+		s.root = cfg.WrapHandler(s.root)
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		s.startDrain()
