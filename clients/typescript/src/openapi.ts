@@ -1385,10 +1385,10 @@ export interface components {
             base?: components["schemas"]["Duration"] | null;
             max?: components["schemas"]["Duration"] | null;
             /**
-             * @description Spreads the waits of tasks that failed together: none (default) waits the backoff w exactly, full waits 0 to w, equal waits w/2 to w.
+             * @description Spreads the waits of tasks that failed together: none (default) waits the backoff w exactly, full waits 0 to w, equal waits w/2 to w. In a patch "" is the same as none.
              * @enum {string|null}
              */
-            jitter?: "none" | "full" | "equal" | null;
+            jitter?: "" | "none" | "full" | "equal" | null;
         };
         /** @description In a PATCH: the members given change, the others (absent or null) keep their values; {"per_second":0} removes the limit. */
         RateLimitPatch: {
