@@ -16,6 +16,18 @@ func schedulePath(name, suffix string) (string, error) {
 	return "/v1/schedules/" + url.PathEscape(name) + suffix, nil
 }
 
+// schedulePut is a schedule as PUT sends it: without the fields the server
+// sets (the document marks them read-only), which the struct{} fields,
+// always zero, shadow.
+type schedulePut struct {
+	norn.Schedule
+	NextFire struct{} `json:"next_fire,omitzero"`
+	LastFire struct{} `json:"last_fire,omitzero"`
+	LastTask struct{} `json:"last_task,omitzero"`
+	Created  struct{} `json:"created,omitzero"`
+	Updated  struct{} `json:"updated,omitzero"`
+}
+
 // PutSchedule creates or replaces a schedule (PUT /v1/schedules/{name}).
 func (c *Client) PutSchedule(ctx context.Context, s norn.Schedule) (*norn.Schedule, error) {
 	if _, err := s.Validate(); err != nil {
@@ -26,7 +38,7 @@ func (c *Client) PutSchedule(ctx context.Context, s norn.Schedule) (*norn.Schedu
 		return nil, err
 	}
 	var out wire.ScheduleResponse
-	if err := c.do(ctx, request{method: http.MethodPut, path: p, body: s}, &out); err != nil {
+	if err := c.do(ctx, request{method: http.MethodPut, path: p, body: schedulePut{Schedule: s}}, &out); err != nil {
 		return nil, err
 	}
 	return out.Schedule, nil

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/oacheck"
 	"github.com/nornq/norn/internal/wire"
 	"github.com/nornq/norn/store/embedded"
 )
@@ -267,7 +268,7 @@ func TestWhoami(t *testing.T) {
 		{"scoped client", []Token{{Token: "c", Role: RoleClient, Queues: []string{"q1", "q2"}}}, "c", `{"role":"client","queues":["q1","q2"],"auth":true}`},
 		{"worker", []Token{{Token: "w", Role: RoleWorker}}, "w", `{"role":"worker","auth":true}`},
 	} {
-		srv, err := New(Config{Addr: "127.0.0.1:0", Store: st, Tokens: tc.tokens})
+		srv, err := New(Config{Addr: "127.0.0.1:0", Store: st, Tokens: tc.tokens, WrapHandler: oacheck.ForTest(t, openapiDoc)})
 		if err != nil {
 			t.Fatal(err)
 		}

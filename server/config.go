@@ -129,6 +129,11 @@ type Config struct {
 	HealthCheck func(ctx context.Context) error
 	// Dashboard, when non-nil, is mounted at "/" (package server/dashboard).
 	Dashboard http.Handler
+	// WrapHandler, when set, wraps the server's whole handler: every
+	// request passes through it before the Host and Origin checks. Tests
+	// use it to check each request and response against the OpenAPI
+	// document (see OpenAPI); a deployment has no need for it.
+	WrapHandler func(http.Handler) http.Handler
 }
 
 // Defaults of Config.

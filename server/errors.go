@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/internal/wire"
@@ -34,12 +35,26 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Int("status", status), slog.Any("error", err))
 	}
+	var mna *methodNotAllowed
+	if errors.As(err, &mna) {
+		w.Header().Set("Allow", strings.Join(mna.allow, ", "))
+	}
 	if ne.Code == norn.CodeUnauthenticated {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="norn"`)
 	}
 	we := wire.FromError(ne)
 	writeJSON(w, status, wire.ErrorBody{Error: &we})
 }
+
+// methodNotAllowed is a request whose path is served, but not with its
+// method; allow lists the methods that are.
+type methodNotAllowed struct {
+	allow []string
+	err   error
+}
+
+func (e *methodNotAllowed) Error() string { return e.err.Error() }
+func (e *methodNotAllowed) Unwrap() error { return e.err }
 
 // writeJSON writes v as the JSON response body with status.
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -193,6 +193,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 //go:embed openapi.json
 var openapiDoc []byte
 
+// OpenAPI returns the OpenAPI 3.1 document of the API, the one
+// GET /v1/openapi.json serves. The caller must not modify it.
+func OpenAPI() []byte { return openapiDoc }
+
 func (s *Server) handleOpenAPI(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "public, max-age=300")

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/oacheck"
 	"github.com/nornq/norn/internal/wire"
 )
 
@@ -70,7 +71,7 @@ func TestWorkerIdentityBoundToToken(t *testing.T) {
 	}
 
 	// A second server on the same store knows the binding.
-	srv2, err := New(Config{Addr: "127.0.0.1:0", Store: e.store, Tokens: tokens, Logger: quietLogger()})
+	srv2, err := New(Config{Addr: "127.0.0.1:0", Store: e.store, Tokens: tokens, Logger: quietLogger(), WrapHandler: oacheck.ForTest(t, openapiDoc)})
 	if err != nil {
 		t.Fatal(err)
 	}

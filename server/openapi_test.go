@@ -7,108 +7,32 @@ import (
 	"net/http"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
-	"github.com/getkin/kin-openapi/routers"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/oacheck"
 	"github.com/nornq/norn/internal/wire"
 )
 
-func loadOpenAPI(t *testing.T) *openapi3.T {
+// loadOpenAPI loads the document the way every checked test does
+// (internal/oacheck): valid, OpenAPI 3.1.
+func loadOpenAPI(t *testing.T) *oacheck.Checker {
 	t.Helper()
-	doc, err := openapi3.NewLoader().LoadFromData(openapiDoc)
+	c, err := oacheck.New(openapiDoc)
 	if err != nil {
-		t.Fatalf("loading openapi.json: %v", err)
+		t.Fatal(err)
 	}
-	if err := doc.Validate(context.Background()); err != nil {
-		t.Fatalf("openapi.json is not a valid OpenAPI 3 document: %v", err)
-	}
-	if !doc.IsOpenAPI31OrLater() {
-		t.Fatalf("openapi.json declares OpenAPI %s; the any-JSON fields need 3.1's JSON Schema", doc.OpenAPI)
-	}
-	// In OpenAPI 3.1 the empty schema {} accepts every JSON value, null
-	// included. kin-openapi validates schemas holding $refs with its 3.0
-	// validator, which refuses null there; the boolean schema true means
-	// exactly the same as {} and that validator honours it.
-	seen := map[*openapi3.Schema]bool{}
-	var walk func(*openapi3.SchemaRef)
-	walk = func(ref *openapi3.SchemaRef) {
-		if ref == nil || ref.Value == nil || seen[ref.Value] {
-			return
-		}
-		s := ref.Value
-		seen[s] = true
-		if s.Always == nil && s.IsEmpty() {
-			always := true
-			s.Always = &always
-			return
-		}
-		for _, p := range s.Properties {
-			walk(p)
-		}
-		walk(s.Items)
-		walk(s.AdditionalProperties.Schema)
-		for _, group := range []openapi3.SchemaRefs{s.AllOf, s.AnyOf, s.OneOf} {
-			for _, r := range group {
-				walk(r)
-			}
-		}
-	}
-	for _, ref := range doc.Components.Schemas {
-		walk(ref)
-	}
-	return doc
+	return c
 }
-
-// findRoute matches a concrete path against the document's path templates,
-// preferring the template with the most literal segments (/v1/tasks/count
-// over /v1/tasks/{id}), as the server's mux does.
-func findRoute(doc *openapi3.T, method, path string) (*routers.Route, map[string]string) {
-	segs := strings.Split(strings.Trim(path, "/"), "/")
-	var best *routers.Route
-	var bestParams map[string]string
-	bestLiterals := -1
-	for tmpl, item := range doc.Paths.Map() {
-		tsegs := strings.Split(strings.Trim(tmpl, "/"), "/")
-		if len(tsegs) != len(segs) {
-			continue
-		}
-		params := map[string]string{}
-		literals := 0
-		ok := true
-		for i, ts := range tsegs {
-			if strings.HasPrefix(ts, "{") {
-				params[strings.Trim(ts, "{}")] = segs[i]
-				continue
-			}
-			if ts != segs[i] {
-				ok = false
-				break
-			}
-			literals++
-		}
-		op := item.GetOperation(method)
-		if !ok || op == nil || literals <= bestLiterals {
-			continue
-		}
-		best = &routers.Route{Spec: doc, Path: tmpl, PathItem: item, Method: method, Operation: op}
-		bestParams, bestLiterals = params, literals
-	}
-	return best, bestParams
-}
-
-var registerDecoders sync.Once
 
 // TestOpenAPIDocument checks the document is valid and describes exactly
 // the server's routes.
 func TestOpenAPIDocument(t *testing.T) {
 	t.Parallel()
-	doc := loadOpenAPI(t)
+	doc := loadOpenAPI(t).Doc()
 	var documented []string
 	for tmpl, item := range doc.Paths.Map() {
 		for method := range item.Operations() {
@@ -131,11 +55,8 @@ func TestOpenAPIDocument(t *testing.T) {
 // each response (status, content type, body schema) against the document.
 func TestOpenAPIResponses(t *testing.T) {
 	t.Parallel()
-	registerDecoders.Do(func() {
-		openapi3filter.RegisterBodyDecoder("application/x-ndjson", openapi3filter.FileBodyDecoder)
-		openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.FileBodyDecoder)
-	})
-	doc := loadOpenAPI(t)
+	checker := loadOpenAPI(t)
+	doc := checker.Doc()
 	e := startServer(t, func(c *Config) {
 		c.Tokens = []Token{{Token: "admin", Role: RoleAdmin}}
 	})
@@ -144,7 +65,7 @@ func TestOpenAPIResponses(t *testing.T) {
 
 	check := func(method, path string, status int, header http.Header, body []byte) error {
 		req, _ := http.NewRequest(method, e.base+path, nil)
-		route, params := findRoute(doc, method, req.URL.Path)
+		route, params := checker.Route(method, req.URL.Path)
 		if route == nil {
 			return errors.New("no documented route")
 		}
@@ -284,6 +205,7 @@ func TestOpenAPIResponses(t *testing.T) {
 	call(200, "GET", "/v1/queues/q", "")
 	call(200, "PATCH", "/v1/queues/q", `{"paused":true,"timeout":"20s","retry":{"max_retries":2,"base":"1s","max":"10s"},"retention":{"completed":"1h","aborted":"2h","cancelled":"0s"}}`)
 	call(200, "PATCH", "/v1/queues/q", `{"paused":false,"max_running":5,"key_limit":2,"keys":{"acme":{"limit":3},"old":null}}`)
+	call(200, "PATCH", "/v1/queues/q", `{"retention":{"completed":"2h"},"retry":{"max":null}}`)
 	call(200, "PUT", "/v1/queues/q/keys/acme", `{"limit":4}`)
 	call(200, "GET", "/v1/queues/q/keys/acme", "")
 	call(200, "GET", "/v1/queues/q", "")
@@ -293,6 +215,7 @@ func TestOpenAPIResponses(t *testing.T) {
 	call(200, "GET", "/v1/stats/throughput?queue=q&since=1h", "")
 	call(400, "GET", "/v1/stats/throughput?since=soon", "")
 	call(200, "POST", "/v1/sweep", "")
+	call(200, "POST", "/v1/sweep", "{}")
 	backups := t.TempDir()
 	call(200, "POST", "/v1/backup", `{"dir":"`+backups+`/b1"}`)
 	call(400, "POST", "/v1/backup", `{"dir":"`+backups+`/b1"}`)

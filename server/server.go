@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -132,6 +133,9 @@ func New(cfg Config) (*Server, error) {
 	s.mux = http.NewServeMux()
 	s.routes()
 	s.root = s.guard(s.mux)
+	if cfg.WrapHandler != nil {
+		s.root = cfg.WrapHandler(s.root)
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		s.startDrain()
@@ -322,13 +326,35 @@ func (s *Server) routes() {
 		}})
 	}
 	s.mux.Handle("GET /metrics", s.m.instrument("GET /metrics", metricsHandler))
-	// Unknown API paths get a JSON 404 rather than the mux's text page.
-	s.mux.Handle("/v1/", s.m.instrument("/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, norn.Errorf(norn.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
-	})))
+	// Unknown API paths get a JSON 404 rather than the mux's text page,
+	// and a known path asked with a method it does not serve a JSON 405.
+	s.mux.Handle("/v1/", s.m.instrument("/v1/", http.HandlerFunc(s.noRoute)))
+	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+		// Without these the dashboard at "/" would answer a POST /healthz.
+		s.mux.Handle(p, s.m.instrument(p, http.HandlerFunc(s.noRoute)))
+	}
 	if s.cfg.Dashboard != nil {
 		s.mux.Handle("/", s.m.instrument("/", s.cfg.Dashboard))
 	}
+}
+
+// noRoute answers a request no route took: 405 naming the methods the
+// path serves, else 404.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	probe := *r
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe.Method = m
+		if _, pattern := s.mux.Handler(&probe); strings.Contains(pattern, " ") {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		s.writeError(w, r, &methodNotAllowed{allow: allow,
+			err: wire.WithStatus(http.StatusMethodNotAllowed, norn.Errorf(norn.CodeInvalidArgument, "%s %s is not served; this path takes %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))})
+		return
+	}
+	s.writeError(w, r, norn.Errorf(norn.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
 }
 
 // wrap authenticates and authorizes the request, limits the body and turns

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/oacheck"
 	"github.com/nornq/norn/internal/wire"
 	"github.com/nornq/norn/store/embedded"
 )
@@ -40,7 +41,8 @@ func startServer(t *testing.T, mod func(*Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Addr: "127.0.0.1:0", Store: st, Logger: quietLogger(), PingInterval: time.Hour}
+	cfg := Config{Addr: "127.0.0.1:0", Store: st, Logger: quietLogger(), PingInterval: time.Hour,
+		WrapHandler: oacheck.ForTest(t, openapiDoc)}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nornq/norn/internal/oacheck"
 	"github.com/nornq/norn/server"
 )
 
 // Start runs a server with cfg until the test ends. Addr defaults to
 // 127.0.0.1:0 (a free port), Logger to one that discards everything and
-// ShutdownTimeout to 5 s. The server stops in a cleanup registered here, so
+// ShutdownTimeout to 5 s, and WrapHandler to a check of every request and
+// response against the OpenAPI document that fails t on a mismatch. The server stops in a cleanup registered here, so
 // it stops before whatever earlier cleanups close (register the store's
 // Close before calling Start). An error from Run fails the test.
 func Start(t testing.TB, cfg server.Config) *server.Server {
@@ -29,6 +31,9 @@ func Start(t testing.TB, cfg server.Config) *server.Server {
 	}
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 5 * time.Second
+	}
+	if cfg.WrapHandler == nil {
+		cfg.WrapHandler = oacheck.ForTest(t, server.OpenAPI())
 	}
 	srv, err := server.New(cfg)
 	if err != nil {

@@ -5,6 +5,12 @@ the repository with `go build ./cmd/norn` into a temporary directory, once
 per test run. Each server gets a fresh data directory and a free port on
 127.0.0.1 (--addr 127.0.0.1:0; the address is read from the line
 "norn: listening on URL" the server prints).
+
+When $NORN_OAPROXY_BIN names the oaproxy binary (internal/oaproxy), every
+plain-HTTP server is reached through it: the proxy checks each request and
+response against server/openapi.json, and stop() fails with the mismatches
+it logged. $NORN_OAPROXY_LOG, when set, also receives them (CI checks it is
+empty after the run).
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ class Server:
 
     def __init__(self, *args: str) -> None:
         self.dir = tempfile.mkdtemp(prefix="norn-py-data-")
+        self.proxy: Optional[subprocess.Popen] = None
+        self.proxy_log = ""
         cmd = [norn_binary(), "server", "--addr", "127.0.0.1:0", "--store", "embedded:" + os.path.join(self.dir, "data"),
                "--dashboard=false", "--log-level", "warn", *args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -80,9 +88,48 @@ class Server:
                 self.url = line.split("listening on ", 1)[1].split()[0]
         # Drain stderr so the server never blocks on a full pipe.
         threading.Thread(target=lambda: self.proc.stderr and self.proc.stderr.read(), daemon=True).start()
+        self.upstream = self.url
+        proxy_bin = os.environ.get("NORN_OAPROXY_BIN")
+        if proxy_bin and self.url.startswith("http://"):
+            self.proxy_log = os.path.join(self.dir, "oaproxy.log")
+            self.proxy = subprocess.Popen([proxy_bin, "-upstream", self.url, "-log", self.proxy_log],
+                                          stdout=subprocess.PIPE, text=True)
+            assert self.proxy.stdout is not None
+            line = self.proxy.stdout.readline()
+            if "listening on " not in line:
+                self.stop()
+                raise RuntimeError(f"oaproxy did not start: {line!r}")
+            self.url = line.split("listening on ", 1)[1].split()[0]
         atexit.register(self.stop)
 
     def stop(self) -> None:
+        """Stops the server (and its proxy); fails with the proxy's
+        mismatches between the traffic and the OpenAPI document."""
+        self._stop_server()
+        proxy, self.proxy = self.proxy, None
+        mismatches = ""
+        if proxy is not None:
+            if proxy.poll() is None:
+                proxy.send_signal(signal.SIGTERM)
+                try:
+                    proxy.wait(30)
+                except subprocess.TimeoutExpired:
+                    proxy.kill()
+                    proxy.wait()
+            if proxy.stdout is not None:
+                proxy.stdout.close()
+            if os.path.exists(self.proxy_log):
+                with open(self.proxy_log, encoding="utf-8") as f:
+                    mismatches = f.read()
+            shared = os.environ.get("NORN_OAPROXY_LOG")
+            if mismatches and shared:
+                with open(shared, "a", encoding="utf-8") as f:
+                    f.write(mismatches)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        if mismatches:
+            raise AssertionError("the traffic does not match server/openapi.json:\n" + mismatches)
+
+    def _stop_server(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -96,7 +143,6 @@ class Server:
                     f.close()
                 except ValueError:
                     pass  # a reader thread is still in it; the process is gone
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def wait_for(cond: Callable[[], object], timeout: float = 60.0, what: str = "condition") -> object:

@@ -709,7 +709,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Prometheus metrics */
+        /**
+         * Prometheus metrics
+         * @description Public unless the server runs with --metrics-auth: then any valid token.
+         */
         get: operations["metrics"];
         put?: never;
         post?: never;
@@ -761,7 +764,7 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         /**
-         * @description Go duration string, e.g. "10s", "1h30m"
+         * @description Go duration string: a sequence of decimal numbers, each with a unit (ns, us, µs, ms, s, m, h), e.g. "10s", "1h30m", "1.5s"; at most 100 years (876000h), never negative.
          * @example 10s
          * @example 1h30m
          */
@@ -1383,39 +1386,80 @@ export interface components {
                 took: components["schemas"]["Duration"];
             };
         };
-        /** @description In a PATCH: the members given change, the others keep their values. */
+        /** @description In a PATCH: the members given change, the others (absent or null) keep their values. */
         RetentionPatch: {
-            completed?: components["schemas"]["Duration"];
-            aborted?: components["schemas"]["Duration"];
-            cancelled?: components["schemas"]["Duration"];
+            completed?: components["schemas"]["Duration"] | null;
+            aborted?: components["schemas"]["Duration"] | null;
+            cancelled?: components["schemas"]["Duration"] | null;
         };
-        /** @description In a PATCH: the members given change, the others keep their values; {"max_retries":0} alone removes the policy. */
+        /** @description In a PATCH: the members given change, the others (absent or null) keep their values; {"max_retries":0} alone removes the policy. */
         RetryPolicyPatch: {
-            max_retries?: number;
-            base?: components["schemas"]["Duration"];
-            max?: components["schemas"]["Duration"];
+            max_retries?: number | null;
+            base?: components["schemas"]["Duration"] | null;
+            max?: components["schemas"]["Duration"] | null;
             /**
-             * @description Spreads the waits of tasks that failed together: none (default) waits the backoff w exactly, full waits 0 to w, equal waits w/2 to w.
-             * @enum {string}
+             * @description Spreads the waits of tasks that failed together: none (default) waits the backoff w exactly, full waits 0 to w, equal waits w/2 to w. In a patch "" is the same as none.
+             * @enum {string|null}
              */
-            jitter?: "none" | "full" | "equal";
+            jitter?: "" | "none" | "full" | "equal" | null;
         };
-        /** @description In a PATCH: the members given change, the others keep their values; {"per_second":0} removes the limit. */
+        /** @description In a PATCH: the members given change, the others (absent or null) keep their values; {"per_second":0} removes the limit. */
         RateLimitPatch: {
             /** @description Sustained rate: tasks claimed per second across the cluster (below 1 is fine: 0.5 is one task every 2 s). In an update, 0 removes the rate limit. */
-            per_second?: number;
+            per_second?: number | null;
             /** @description Bucket size: tasks claims may take at once after a quiet spell. Absent or 0 in an update: per_second rounded up (one second's worth). */
-            burst?: number;
+            burst?: number | null;
         };
-        /** @description In a PATCH: the members given change, the others keep their values. */
+        /** @description In a PATCH: the members given change, the others (absent or null) keep their values. */
         KeySettingsPatch: {
             /** @description At most this many running tasks with this key; overrides the queue's key_limit (0: the queue's applies). */
-            limit?: number;
+            limit?: number | null;
             /** @description The key's share of claims in a queue with fair_by: weight 3 gets three claims for each one of a weight-1 key while both have ready tasks (0: 1). */
-            weight?: number;
+            weight?: number | null;
         };
         CancelledResponse: {
             cancelled: number;
+        };
+        /** @description The body of PUT /v1/schedules/{name}: a schedule, named by the path. */
+        SchedulePut: {
+            /** @description Optional: the path names the schedule; a name given here must be the same. */
+            name?: string;
+            queue: string;
+            /** @description Any JSON value: the spec of every task the schedule submits. */
+            spec?: unknown;
+            /**
+             * @description 5-field cron, 6-field with seconds, or a descriptor (@hourly, @daily, @every 30s).
+             * @example *\/5 * * * *
+             * @example @every 30s
+             */
+            cron: string;
+            /**
+             * @description IANA time zone the expression is read in; empty means UTC.
+             * @example Europe/Berlin
+             */
+            timezone?: string;
+            priority?: number;
+            labels?: {
+                [key: string]: string;
+            };
+            timeout?: components["schemas"]["Duration"];
+            retry?: components["schemas"]["RetryPolicy"];
+            max_attempts?: number;
+            max_runtime?: components["schemas"]["Duration"];
+            /** @enum {string} */
+            overlap?: "allow" | "skip";
+            /** @enum {string} */
+            catch_up?: "one" | "all" | "none";
+            paused?: boolean;
+            /** Format: date-time */
+            readonly next_fire?: string;
+            /** Format: date-time */
+            readonly last_fire?: string;
+            readonly last_task?: string;
+            /** Format: date-time */
+            readonly created?: string;
+            /** Format: date-time */
+            readonly updated?: string;
         };
     };
     responses: {
@@ -1599,6 +1643,7 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            413: components["responses"]["E413"];
             421: components["responses"]["E421"];
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
@@ -1641,6 +1686,7 @@ export interface operations {
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
             408: components["responses"]["E408"];
+            409: components["responses"]["E409"];
             413: components["responses"]["E413"];
             415: components["responses"]["E415"];
             421: components["responses"]["E421"];
@@ -1728,6 +1774,7 @@ export interface operations {
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
             408: components["responses"]["E408"];
+            409: components["responses"]["E409"];
             413: components["responses"]["E413"];
             415: components["responses"]["E415"];
             421: components["responses"]["E421"];
@@ -1794,8 +1841,8 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Task id. */
-                id: string;
+                /** @description Task id, or several separated by commas. */
+                id: string[];
             };
             cookie?: never;
         };
@@ -2387,8 +2434,12 @@ export interface operations {
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
             409: components["responses"]["E409"];
             413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
             507: components["responses"]["E507"];
@@ -2865,7 +2916,11 @@ export interface operations {
             path?: never;
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["Empty"];
+            };
+        };
         responses: {
             /** @description What the pass did. */
             200: {
@@ -2879,6 +2934,9 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            408: components["responses"]["E408"];
+            413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
             421: components["responses"]["E421"];
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
@@ -2988,7 +3046,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["Schedule"];
+                "application/json": components["schemas"]["SchedulePut"];
             };
         };
         responses: {
@@ -3143,6 +3201,8 @@ export interface operations {
                     "application/json": Record<string, never>;
                 };
             };
+            400: components["responses"]["E400"];
+            421: components["responses"]["E421"];
         };
     };
     healthz: {
@@ -3163,6 +3223,8 @@ export interface operations {
                     "application/json": components["schemas"]["StatusResponse"];
                 };
             };
+            400: components["responses"]["E400"];
+            421: components["responses"]["E421"];
             503: components["responses"]["E503"];
         };
     };
@@ -3184,6 +3246,8 @@ export interface operations {
                     "application/json": components["schemas"]["StatusResponse"];
                 };
             };
+            400: components["responses"]["E400"];
+            421: components["responses"]["E421"];
             503: components["responses"]["E503"];
         };
     };
@@ -3205,6 +3269,10 @@ export interface operations {
                     "text/plain": string;
                 };
             };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
         };
     };
     whoami: {
@@ -3225,9 +3293,11 @@ export interface operations {
                     "application/json": components["schemas"]["WhoamiResponse"];
                 };
             };
+            400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             421: components["responses"]["E421"];
             429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
         };
     };
     backup: {

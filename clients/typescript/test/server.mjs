@@ -1,8 +1,14 @@
 // Starts real norn servers for the tests: each on a free port of 127.0.0.1
 // with a fresh data directory. The binary is $NORN_BIN, else built once from
 // the repository with `go build ./cmd/norn`.
+//
+// When $NORN_OAPROXY_BIN names the oaproxy binary (internal/oaproxy), every
+// plain-HTTP server is reached through it: the proxy checks each request and
+// response against server/openapi.json, and stop() throws the mismatches it
+// logged. $NORN_OAPROXY_LOG, when set, also receives them (CI checks it is
+// empty after the run).
 import { execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { appendFileSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -54,15 +60,56 @@ export async function startServer(args = [], { dir } = {}) {
     proc.once("exit", (code) => reject(new Error(`norn server exited (${code}) before listening:\n${stderr}`)));
   });
   proc.stdout.resume();
+  let proxy;
+  let proxyLog;
+  let reached = url;
+  if (process.env.NORN_OAPROXY_BIN && url.startsWith("http://")) {
+    const logDir = mkdtempSync(path.join(os.tmpdir(), "norn-ts-oaproxy-"));
+    proxyLog = path.join(logDir, "oaproxy.log");
+    proxy = spawn(process.env.NORN_OAPROXY_BIN, ["-upstream", url, "-log", proxyLog], { stdio: ["ignore", "pipe", "inherit"] });
+    reached = await listening(proxy, /oaproxy: listening on (\S+)/, () => "");
+  }
   const stop = async () => {
-    if (proc.exitCode === null && proc.signalCode === null) {
-      const exited = new Promise((r) => proc.once("exit", r));
-      proc.kill("SIGTERM");
-      await exited;
-    }
+    await kill(proc);
     if (!dir) rmSync(data, { recursive: true, force: true });
+    if (!proxy) return;
+    const p = proxy;
+    proxy = undefined;
+    await kill(p);
+    const mismatches = existsSync(proxyLog) ? readFileSync(proxyLog, "utf8") : "";
+    rmSync(path.dirname(proxyLog), { recursive: true, force: true });
+    if (mismatches) {
+      if (process.env.NORN_OAPROXY_LOG) appendFileSync(process.env.NORN_OAPROXY_LOG, mismatches);
+      throw new Error(`the traffic does not match server/openapi.json:\n${mismatches}`);
+    }
   };
-  return { url, dir: data, proc, stop, stderr: () => stderr };
+  return { url: reached, upstream: url, dir: data, proc, stop, stderr: () => stderr };
+}
+
+/** Resolves to the URL a child process prints with re, once it has. */
+function listening(child, re, stderr) {
+  return new Promise((resolve, reject) => {
+    let out = "";
+    const onData = (b) => {
+      out += b;
+      const m = re.exec(out);
+      if (m) {
+        child.stdout.off("data", onData);
+        child.stdout.resume();
+        resolve(m[1]);
+      }
+    };
+    child.stdout.on("data", onData);
+    child.once("exit", (code) => reject(new Error(`${path.basename(child.spawnfile)} exited (${code}) before listening:\n${stderr()}`)));
+  });
+}
+
+async function kill(child) {
+  if (child.exitCode === null && child.signalCode === null) {
+    const exited = new Promise((r) => child.once("exit", r));
+    child.kill("SIGTERM");
+    await exited;
+  }
 }
 
 /** Polls cond every 20 ms until it returns a truthy value (returned) or ms pass. */

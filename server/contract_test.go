@@ -1,0 +1,99 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/nornq/norn"
+)
+
+// TestDurationPatternMatchesTheParser feeds one table of strings to the
+// Duration pattern of openapi.json and to norn.Duration's parser: a client
+// that checks its input against the document must accept exactly what the
+// server does.
+func TestDurationPatternMatchesTheParser(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Pattern string `json:"pattern"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openapiDoc, &doc); err != nil {
+		t.Fatal(err)
+	}
+	pattern := doc.Components.Schemas["Duration"].Pattern
+	if pattern == "" {
+		t.Fatal("Duration has no pattern")
+	}
+	re := regexp.MustCompile(pattern)
+	for _, c := range []struct {
+		in string
+		// outOfRange: well formed, but larger than a duration holds; the
+		// pattern says what is well formed, the description the range.
+		outOfRange bool
+	}{
+		{in: "0"}, {in: "+0"}, {in: "-0"}, {in: "0s"}, {in: "-0s"}, {in: "-0.0h"}, {in: "-.0m"},
+		{in: "10s"}, {in: "+10s"}, {in: "1h30m"}, {in: "1h30m15s"}, {in: "1.5s"}, {in: ".5s"}, {in: "1.s"},
+		{in: "300ms"}, {in: "2us"}, {in: "2µs"}, {in: "2μs"}, {in: "7ns"}, {in: "1m1m"}, {in: "0001h"}, {in: "876000h"},
+		{in: ""}, {in: "s"}, {in: "."}, {in: ".s"}, {in: "5"}, {in: "00"}, {in: "-1s"}, {in: "-0.1s"}, {in: "--1s"},
+		{in: "+-1s"}, {in: "5 minutes"}, {in: "5m "}, {in: " 5m"}, {in: "5min"}, {in: "5sec"}, {in: "1d"}, {in: "1H"},
+		{in: "1h30"}, {in: "1e3s"}, {in: "1,5s"}, {in: "1..5s"}, {in: "0x10s"}, {in: "P1D"}, {in: "1h-30m"}, {in: "ms"},
+		{in: "9223372036854775808ns", outOfRange: true}, {in: "3000000h", outOfRange: true},
+	} {
+		var d norn.Duration
+		parsed := d.UnmarshalJSON([]byte(strconv.Quote(c.in))) == nil
+		matched := re.MatchString(c.in)
+		if matched != (parsed || c.outOfRange) {
+			t.Errorf("%q: pattern matches %v, the parser accepts %v", c.in, matched, parsed)
+		}
+		if c.outOfRange && parsed {
+			t.Errorf("%q: the parser accepts a duration out of range", c.in)
+		}
+	}
+}
+
+// TestWrongMethodIs405 checks a known path asked with a method it does not
+// serve answers 405 with Allow and the JSON error body, and an unknown path
+// still 404.
+func TestWrongMethodIs405(t *testing.T) {
+	t.Parallel()
+	e := startServer(t, func(c *Config) {
+		c.Dashboard = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	})
+	for _, c := range []struct {
+		method, path, allow string
+	}{
+		{"PUT", "/v1/tasks", "GET, HEAD, POST, DELETE"},
+		{"POST", "/v1/tasks/a", "GET, HEAD, PATCH, DELETE"},
+		{"GET", "/v1/tasks/a/cancel", "POST"},
+		{"GET", "/v1/sweep", "POST"},
+		{"DELETE", "/v1/queues/q", "GET, HEAD, PATCH"},
+		{"POST", "/v1/openapi.json", "GET, HEAD"},
+		{"POST", "/healthz", "GET, HEAD"},
+		{"DELETE", "/readyz", "GET, HEAD"},
+		{"PUT", "/metrics", "GET, HEAD"},
+	} {
+		r := e.do(c.method, c.path, "")
+		if r.status != http.StatusMethodNotAllowed {
+			t.Errorf("%s %s: %d %s", c.method, c.path, r.status, r.body)
+			continue
+		}
+		if got := r.header.Get("Allow"); got != c.allow {
+			t.Errorf("%s %s: Allow %q, want %q", c.method, c.path, got, c.allow)
+		}
+		var body struct {
+			Error struct{ Code, Message string }
+		}
+		if err := json.Unmarshal(r.body, &body); err != nil || body.Error.Code != string(norn.CodeInvalidArgument) || body.Error.Message == "" {
+			t.Errorf("%s %s: body %s", c.method, c.path, r.body)
+		}
+	}
+	e.must(http.StatusNotFound, "GET", "/v1/nothing-here", "")
+	e.must(http.StatusNotFound, "POST", "/v1/tasks/a/nothing", "")
+	e.must(http.StatusTeapot, "POST", "/dashboard-page", "")
+}
