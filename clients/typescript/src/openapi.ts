@@ -1066,6 +1066,8 @@ export interface components {
             retention: components["schemas"]["Retention"];
             /** @description Runtime limit of tasks submitted without their own (0s: none). */
             max_runtime: components["schemas"]["Duration"];
+            /** @description The expire_in of the queue's tasks that give no expiry of their own, counted from when each may first run; 0s (or absent) for none. */
+            expire_in?: components["schemas"]["Duration"];
         };
         QueueInfo: {
             name: string;
@@ -1114,6 +1116,8 @@ export interface components {
             keys?: {
                 [key: string]: components["schemas"]["KeySettingsPatch"] | null;
             };
+            /** @description The expire_in of the queue's tasks that give no expiry of their own, counted from when each may first run; 0s (or absent) for none. */
+            expire_in?: components["schemas"]["Duration"];
         };
         GroupCount: {
             queue: string;
