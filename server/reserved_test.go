@@ -45,8 +45,9 @@ func TestReservedIDsRefused(t *testing.T) {
 			t.Errorf("POST %s %s: %d %s, want 400 naming %s", c.path, c.body, r.status, r.body, c.field)
 		}
 	}
-	if n := e.count(norn.Filter{}); n != 0 {
-		t.Fatalf("%d tasks after refused submissions", n)
+	// Only qa: the schedule may already have fired a tick into qb.
+	if n := e.count(norn.Filter{Queues: []string{"qa"}}); n != 0 {
+		t.Fatalf("%d tasks in qa after refused submissions", n)
 	}
 	// Ids that merely look alike stay the callers'.
 	for _, id := range []string{"~home", "schedule-report", "Norn:x", "a:schedule:b"} {
