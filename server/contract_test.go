@@ -150,3 +150,21 @@ func FuzzDurationPattern(f *testing.F) {
 		}
 	})
 }
+
+// TestPreflightAllowsEveryMethodOfTheAPI checks a CORS preflight names
+// every method a route of the API is served with: an allowed origin can
+// make every call (PUT a schedule or a key's settings included).
+func TestPreflightAllowsEveryMethodOfTheAPI(t *testing.T) {
+	t.Parallel()
+	e := startServer(t, func(c *Config) { c.CORSOrigins = []string{"https://app.example.com"} })
+	r := e.must(204, "OPTIONS", "/v1/schedules/s", "", withHeader("Origin", "https://app.example.com"), withHeader("Access-Control-Request-Method", "PUT"))
+	allowed := map[string]bool{}
+	for _, m := range strings.Split(r.header.Get("Access-Control-Allow-Methods"), ",") {
+		allowed[strings.TrimSpace(m)] = true
+	}
+	for _, rt := range (&Server{}).apiRoutes() {
+		if m, _, _ := strings.Cut(rt.pattern, " "); !allowed[m] {
+			t.Errorf("%s: the preflight does not allow %s (it allows %q)", rt.pattern, m, r.header.Get("Access-Control-Allow-Methods"))
+		}
+	}
+}
