@@ -2,9 +2,11 @@ package server
 
 import (
 	"encoding/json"
+	"math/big"
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/nornq/norn"
@@ -96,4 +98,73 @@ func TestWrongMethodIs405(t *testing.T) {
 	e.must(http.StatusNotFound, "GET", "/v1/nothing-here", "")
 	e.must(http.StatusNotFound, "POST", "/v1/tasks/a/nothing", "")
 	e.must(http.StatusTeapot, "POST", "/dashboard-page", "")
+}
+
+// FuzzDurationPattern holds the pattern to the parser on any string: what
+// the parser accepts the pattern matches, and what the pattern matches the
+// parser accepts unless it is too large for a duration.
+func FuzzDurationPattern(f *testing.F) {
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Pattern string `json:"pattern"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openapiDoc, &doc); err != nil {
+		f.Fatal(err)
+	}
+	re := regexp.MustCompile(doc.Components.Schemas["Duration"].Pattern)
+	for _, s := range []string{"0", "-0s", "1h30m", ".5µs", "1.s", "5 minutes", "1d", "9223372036854775807ns", "2562048h"} {
+		f.Add(s)
+	}
+	component := regexp.MustCompile(`([0-9]*(?:\.[0-9]*)?)(ns|us|µs|μs|ms|s|m|h)`)
+	unitNs := map[string]int64{"ns": 1, "us": 1e3, "µs": 1e3, "μs": 1e3, "ms": 1e6, "s": 1e9, "m": 60e9, "h": 3600e9}
+	f.Fuzz(func(t *testing.T, s string) {
+		var d norn.Duration
+		parsed := d.UnmarshalJSON([]byte(strconv.Quote(s))) == nil
+		matched := re.MatchString(s)
+		if parsed && !matched {
+			t.Fatalf("%q: the parser accepts it, the pattern does not", s)
+		}
+		if matched && !parsed {
+			// Only a value beyond what a duration holds may be refused.
+			sum := new(big.Rat)
+			for _, m := range component.FindAllStringSubmatch(s, -1) {
+				num := m[1]
+				if strings.HasPrefix(num, ".") {
+					num = "0" + num
+				}
+				if strings.HasSuffix(num, ".") {
+					num += "0"
+				}
+				v, ok := new(big.Rat).SetString(num)
+				if !ok {
+					t.Fatalf("%q: component %q", s, m[0])
+				}
+				sum.Add(sum, v.Mul(v, big.NewRat(unitNs[m[2]], 1)))
+			}
+			if sum.Cmp(new(big.Rat).SetInt64(1<<62)) < 0 {
+				t.Fatalf("%q: the pattern matches it, the parser refuses it (%s ns)", s, sum.FloatString(0))
+			}
+		}
+	})
+}
+
+// TestPreflightAllowsEveryMethodOfTheAPI checks a CORS preflight names
+// every method a route of the API is served with: an allowed origin can
+// make every call (PUT a schedule or a key's settings included).
+func TestPreflightAllowsEveryMethodOfTheAPI(t *testing.T) {
+	t.Parallel()
+	e := startServer(t, func(c *Config) { c.CORSOrigins = []string{"https://app.example.com"} })
+	r := e.must(204, "OPTIONS", "/v1/schedules/s", "", withHeader("Origin", "https://app.example.com"), withHeader("Access-Control-Request-Method", "PUT"))
+	allowed := map[string]bool{}
+	for _, m := range strings.Split(r.header.Get("Access-Control-Allow-Methods"), ",") {
+		allowed[strings.TrimSpace(m)] = true
+	}
+	for _, rt := range (&Server{}).apiRoutes() {
+		if m, _, _ := strings.Cut(rt.pattern, " "); !allowed[m] {
+			t.Errorf("%s: the preflight does not allow %s (it allows %q)", rt.pattern, m, r.header.Get("Access-Control-Allow-Methods"))
+		}
+	}
 }

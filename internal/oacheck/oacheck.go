@@ -8,12 +8,14 @@
 //   - a response whose status, content type or body the document does not
 //     allow for that operation;
 //   - a request the document refuses (body, path or query parameters) that
-//     the server nonetheless answered with a success status.
+//     the server nonetheless answered with a success status;
+//   - a success to a method the document does not list for a path it
+//     describes.
 //
 // A request the document allows but the server refuses with 4XX is not a
 // mismatch: the server checks more than a schema can say (ranges, states).
-// Paths and methods the document does not describe (the dashboard, probes of
-// unknown routes) are not checked.
+// Paths the document does not describe (the dashboard, probes of unknown
+// routes) are not checked.
 package oacheck
 
 import (
@@ -145,12 +147,12 @@ type Exchange struct {
 }
 
 // Check returns the exchange's mismatches with the document, nil when it
-// matches or the document does not describe the operation.
+// matches or the document does not describe the path.
 func (c *Checker) Check(x Exchange) error {
 	r := x.Request
 	route, params := c.Route(r.Method, r.URL.Path)
 	if route == nil {
-		return nil
+		return c.checkUndocumented(x)
 	}
 	req := r.Clone(context.Background())
 	req.Body = io.NopCloser(bytes.NewReader(x.RequestBody))
@@ -193,6 +195,22 @@ func (c *Checker) Check(x Exchange) error {
 	}
 	return fmt.Errorf("%s %s (%s %s) → %d %s\nrequest body: %s\n%w",
 		r.Method, r.URL.RequestURI(), route.Method, route.Path, x.Status, trunc(x.Body), trunc(x.RequestBody), errors.Join(errs...))
+}
+
+// checkUndocumented checks an exchange whose method the document does not
+// list: on a documented path it must not succeed (HEAD, which GET routes
+// serve, and CORS preflights aside).
+func (c *Checker) checkUndocumented(x Exchange) error {
+	r := x.Request
+	if r.Method == http.MethodHead || r.Method == http.MethodOptions || x.Status >= 400 {
+		return nil
+	}
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if route, _ := c.Route(m, r.URL.Path); route != nil {
+			return fmt.Errorf("%s %s → %d: the document does not list %s for %s", r.Method, r.URL.RequestURI(), x.Status, r.Method, route.Path)
+		}
+	}
+	return nil
 }
 
 func trunc(b []byte) string {

@@ -43,6 +43,8 @@ func TestMiddlewareReportsMismatches(t *testing.T) {
 			answer(400, `{"error":{"code":"invalid_argument","message":"m","field":"delay"}}`), false},
 		{"a body where none is documented", "GET", "/v1/stats", `{}`, answer(200, `{}`), true},
 		{"an undocumented path", "GET", "/somewhere", "", answer(418, "x"), false},
+		{"an undocumented method served", "PUT", "/v1/stats", "", answer(200, `{}`), true},
+		{"an undocumented method refused", "PUT", "/v1/stats", "", answer(405, `{"error":{"code":"invalid_argument","message":"m"}}`), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []error

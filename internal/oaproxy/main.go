@@ -57,29 +57,20 @@ func run(upstream, addr, logPath string) error {
 		defer f.Close()
 		out = f
 	}
-	checker, err := oacheck.New(server.OpenAPI())
-	if err != nil {
-		return err
-	}
 	var mu sync.Mutex
-	report := func(err error) {
+	h, err := handler(target, func(err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Fprintf(out, "MISMATCH %v\n\n", err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	proxy.FlushInterval = -1 // streams and long polls reach the client as written
-	proxy.ErrorLog = log.New(os.Stderr, "oaproxy: ", 0)
-	proxy.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
-		// A 502 of the proxy's own would be a status the server never
-		// sends; the client sees what it would see without the proxy.
-		panic(http.ErrAbortHandler)
+	})
+	if err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: checker.Middleware(proxy, report), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Printf("oaproxy: listening on http://%s\n", ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -96,4 +87,21 @@ func run(upstream, addr, logPath string) error {
 		return err
 	}
 	return nil
+}
+
+// handler proxies to target and reports each mismatch with the document.
+func handler(target *url.URL, report func(error)) (http.Handler, error) {
+	checker, err := oacheck.New(server.OpenAPI())
+	if err != nil {
+		return nil, err
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.FlushInterval = -1 // streams and long polls reach the client as written
+	proxy.ErrorLog = log.New(os.Stderr, "oaproxy: ", 0)
+	proxy.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		// A 502 of the proxy's own would be a status the server never
+		// sends; the client sees what it would see without the proxy.
+		panic(http.ErrAbortHandler)
+	}
+	return checker.Middleware(proxy, report), nil
 }
