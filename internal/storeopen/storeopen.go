@@ -44,6 +44,10 @@ type Options struct {
 	// lateness); nil means none. server.NewStoreObserver makes one that
 	// feeds Prometheus.
 	Observer norn.Observer
+	// NoMonitor opens the store without its monitor: nothing times out,
+	// falls due or fires unless Sweep is called (norn copy reads and writes
+	// stores that must not change meanwhile).
+	NoMonitor bool
 }
 
 // opener opens one kind of store; rest is the spec after "scheme:" (for
@@ -110,7 +114,7 @@ func openEmbedded(ctx context.Context, spec, dir string, opts Options) (norn.Sto
 	}
 	st, err := embedded.Open(ctx, embedded.Options{
 		Dir: dir, Durability: d, MinFreeBytes: opts.MinFreeBytes, Clock: opts.Clock, HistoryLimit: opts.HistoryLimit, Logger: opts.Logger,
-		Observer: opts.Observer,
+		Observer: opts.Observer, ManualSweep: opts.NoMonitor,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", spec, err)
@@ -121,7 +125,7 @@ func openEmbedded(ctx context.Context, spec, dir string, opts Options) (norn.Sto
 func openPostgres(ctx context.Context, spec, _ string, opts Options) (norn.Store, error) {
 	st, err := postgres.Open(ctx, postgres.Config{
 		URL: spec, Schema: opts.Schema, Migrate: opts.Migrate, Clock: opts.Clock,
-		HistoryLimit: opts.HistoryLimit, Logger: opts.Logger, Observer: opts.Observer,
+		HistoryLimit: opts.HistoryLimit, Logger: opts.Logger, Observer: opts.Observer, DisableMonitor: opts.NoMonitor,
 	})
 	if err != nil {
 		// The URL may hold a password: name the store by its kind only.

@@ -1,0 +1,30 @@
+package norn
+
+import "context"
+
+// Moving a store's contents to another (norn copy): the source is read
+// through the Store interface; the destination takes tasks as they are
+// through TaskImporter.
+
+// TaskRecord is a task as it is stored, to be written elsewhere as it is:
+// status, lease, attempts, history, errors, result and version included,
+// with its update log.
+type TaskRecord struct {
+	Task *Task      `json:"task"`
+	Log  []LogEntry `json:"log,omitempty"`
+}
+
+// TaskImporter is implemented by the stores that can take tasks as they
+// are (the PostgreSQL store). Imports are idempotent per task, so a copy
+// interrupted and run again adds no duplicate: a task whose id exists with
+// the same version is skipped, one with another version is ErrConflict
+// naming it.
+type TaskImporter interface {
+	// ImportTasks writes recs and returns how many it wrote (skipped ones
+	// not counted). Nothing is published and no claim wakes: the copy's
+	// destination is not serving yet.
+	ImportTasks(ctx context.Context, recs []TaskRecord) (int, error)
+	// FinishImport settles what depends on every task being there: the
+	// dependency counts of blocked tasks whose dependencies came later.
+	FinishImport(ctx context.Context) error
+}

@@ -1,0 +1,214 @@
+package storecopy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/pgtest"
+	"github.com/nornq/norn/store/embedded"
+	"github.com/nornq/norn/store/postgres"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func openPostgres(t *testing.T) *postgres.Store {
+	t.Helper()
+	dbURL, schema := pgtest.Schema(t)
+	st, err := postgres.Open(context.Background(), postgres.Config{URL: dbURL, Schema: schema, Migrate: true, DisableMonitor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func openEmbedded(t *testing.T) *embedded.Store {
+	t.Helper()
+	st, err := embedded.Open(context.Background(), embedded.Options{Dir: t.TempDir(), ManualSweep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// seed gives src tasks in every status, with labels, logs, results,
+// errors, a lease held, dependencies, unique keys, queue and key settings
+// and a schedule.
+func seed(t *testing.T, src norn.Store) {
+	t.Helper()
+	ctx := context.Background()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	two, ten := 2, norn.Duration(10*time.Minute)
+	_, err := src.UpdateQueue(ctx, "mail", norn.QueueUpdate{MaxAttempts: &two, ExpireIn: &ten, KeyLimit: &two,
+		Retry: &norn.RetryPolicy{MaxRetries: 3, Base: norn.Duration(time.Second), Jitter: norn.JitterFull},
+		Keys: map[string]*norn.KeySettings{"acme": {Limit: 1}}})
+	must(err)
+	var nts []norn.NewTask
+	for i := range 40 {
+		nts = append(nts, norn.NewTask{ID: fmt.Sprintf("bulk-%03d", i), Queue: "bulk", Spec: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)),
+			Labels: map[string]string{"batch": "1"}, Priority: uint32(i % 3)})
+	}
+	nts = append(nts,
+		norn.NewTask{ID: "later", Queue: "mail", Delay: norn.Duration(time.Hour), UniqueKey: "welcome-7"},
+		norn.NewTask{ID: "parent", Queue: "mail", ConcurrencyKey: "acme"},
+		norn.NewTask{ID: "child", Queue: "mail", DependsOn: []string{"parent"}},
+		norn.NewTask{ID: "done", Queue: "mail"},
+		norn.NewTask{ID: "broken", Queue: "mail", Retry: &norn.RetryPolicy{}},
+		norn.NewTask{ID: "gone", Queue: "mail"},
+	)
+	_, err = src.Submit(ctx, nts...)
+	must(err)
+	w, err := src.RegisterWorker(ctx, norn.WorkerInfo{Name: "w", Queues: []string{"mail"}})
+	must(err)
+	claim := func(id string) norn.LeaseRef {
+		t.Helper()
+		for range 10 {
+			ts, err := src.Claim(ctx, norn.ClaimRequest{Worker: w, Queues: []string{"mail"}, N: 1, Timeout: norn.Duration(time.Hour)})
+			must(err)
+			if len(ts) == 1 && ts[0].ID == id {
+				return norn.LeaseRef{TaskID: id, Worker: w, Lease: ts[0].Lease}
+			}
+			if len(ts) == 1 {
+				must(src.Yield(ctx, norn.LeaseRef{TaskID: ts[0].ID, Worker: w, Lease: ts[0].Lease}))
+			}
+		}
+		t.Fatalf("could not claim %s", id)
+		return norn.LeaseRef{}
+	}
+	for _, id := range []string{"gone", "done", "broken"} {
+		if _, err := src.Update(ctx, id, norn.Update{Priority: ptr(uint32(9))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := claim("done")
+	_, err = src.AppendLog(ctx, r, norn.LogAppend{Data: json.RawMessage(`{"step":1}`)})
+	must(err)
+	must(src.Complete(ctx, r, json.RawMessage(`{"sent":true}`)))
+	must(src.Fail(ctx, claim("broken"), norn.ErrorInfo{Code: "smtp", Description: "550"}))
+	_, err = src.Cancel(ctx, "gone")
+	must(err)
+	// parent stays running with its lease; child blocked on it.
+	r = claim("parent")
+	p := 0.5
+	_, err = src.Heartbeat(ctx, r, norn.Heartbeat{Progress: &p})
+	must(err)
+	if sa, ok := src.(norn.ScheduleAPI); ok {
+		_, err = sa.PutSchedule(ctx, norn.Schedule{Name: "nightly", Queue: "mail", Cron: "0 3 * * *"})
+		must(err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestCopyEmbeddedToPostgres(t *testing.T) {
+	ctx := context.Background()
+	src := openEmbedded(t)
+	seed(t, src)
+	dst := openPostgres(t)
+	var progress []int64
+	rep, err := Copy(ctx, src, dst, Options{Batch: 7, Progress: func(done, total int64) { progress = append(progress, done) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Check.Same || rep.Tasks != 46 || rep.Imported != 46 || rep.Schedules != 1 || rep.Queues < 2 {
+		t.Fatalf("report %+v", rep)
+	}
+	if len(progress) != 7 || progress[len(progress)-1] != 46 {
+		t.Fatalf("progress %v, want 7 batches up to 46", progress)
+	}
+	// The copy is a working store: the lease held goes on, the child is
+	// still blocked on its parent, settings and the unique key hold.
+	got, err := dst.Get(ctx, "parent")
+	if err != nil || got.Status != norn.StatusRunning || got.Progress != 0.5 {
+		t.Fatalf("parent %+v %v", got, err)
+	}
+	ref := norn.LeaseRef{TaskID: "parent", Worker: got.Owner, Lease: got.Lease}
+	if err := dst.Complete(ctx, ref, nil); err != nil {
+		t.Fatalf("completing the copied lease: %v", err)
+	}
+	if c, _ := dst.Get(ctx, "child"); c.Status != norn.StatusReady {
+		t.Fatalf("child after its parent completed in the copy: %s", c.Status)
+	}
+	if log, err := dst.ReadLog(ctx, "done", 0, 0); err != nil || len(log) != 1 || string(log[0].Data) != `{"step":1}` {
+		t.Fatalf("log of done: %+v %v", log, err)
+	}
+	subs, err := dst.Submit(ctx, norn.NewTask{Queue: "mail", UniqueKey: "welcome-7"})
+	if err != nil || !subs[0].Duplicate || subs[0].Task.ID != "later" {
+		t.Fatalf("unique key in the copy: %+v %v", subs, err)
+	}
+	q, err := dst.Queue(ctx, "mail")
+	if err != nil || q.Defaults.MaxAttempts != 2 || q.Defaults.Retry == nil || q.Defaults.Retry.Jitter != norn.JitterFull ||
+		q.KeyLimit != 2 || q.Defaults.ExpireIn.D() != 10*time.Minute {
+		t.Fatalf("queue settings in the copy: %+v %v", q, err)
+	}
+	if sc, err := dst.GetSchedule(ctx, "nightly"); err != nil || sc.Cron != "0 3 * * *" {
+		t.Fatalf("schedule in the copy: %+v %v", sc, err)
+	}
+}
+
+func TestCopyRefusesANonEmptyDestinationAndResumes(t *testing.T) {
+	ctx := context.Background()
+	src := openEmbedded(t)
+	seed(t, src)
+	dst := openPostgres(t)
+	// An interrupted copy: the context ends after the second batch.
+	cctx, cancel := context.WithCancel(ctx)
+	_, err := Copy(cctx, src, dst, Options{Batch: 10, Progress: func(done, _ int64) {
+		if done >= 20 {
+			cancel()
+		}
+	}})
+	if err == nil {
+		t.Fatal("an interrupted copy reported success")
+	}
+	_, err = Copy(ctx, src, dst, Options{})
+	if err == nil || !strings.Contains(err.Error(), "--resume") {
+		t.Fatalf("a non-empty destination without --resume: %v", err)
+	}
+	rep, err := Copy(ctx, src, dst, Options{Resume: true, Batch: 10})
+	if err != nil || !rep.Check.Same || rep.Tasks != 46 || rep.Imported != 26 {
+		t.Fatalf("resumed copy: %+v %v (want 26 imported: 20 were there)", rep, err)
+	}
+	// Different data under one id is a conflict, not an overwrite.
+	if _, err := src.Update(ctx, "later", norn.Update{Priority: ptr(uint32(5))}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Copy(ctx, src, dst, Options{Resume: true}); norn.CodeOf(err) != norn.CodeConflict {
+		t.Fatalf("a changed source task over a copied one: %v", err)
+	}
+}
+
+func TestVerifyFindsADifference(t *testing.T) {
+	ctx := context.Background()
+	src := openEmbedded(t)
+	seed(t, src)
+	dst := openPostgres(t)
+	if _, err := Copy(ctx, src, dst, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.Update(ctx, "bulk-007", norn.Update{Labels: map[string]string{"batch": "2"}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Verify(ctx, src, dst)
+	if err != nil || c.Same || !strings.Contains(strings.Join(c.Differences, " "), "bulk-007") {
+		t.Fatalf("verify after a change: %+v %v", c, err)
+	}
+	if err := dst.Delete(ctx, "bulk-008"); err != nil {
+		t.Fatal(err)
+	}
+	c, _ = Verify(ctx, src, dst)
+	if c.Same || !strings.Contains(c.Differences[0], "counts") {
+		t.Fatalf("verify after a deletion: %+v", c)
+	}
+}
