@@ -52,7 +52,7 @@ func seed(t *testing.T, src norn.Store) {
 	two, ten := 2, norn.Duration(10*time.Minute)
 	_, err := src.UpdateQueue(ctx, "mail", norn.QueueUpdate{MaxAttempts: &two, ExpireIn: &ten, KeyLimit: &two,
 		Retry: &norn.RetryPolicy{MaxRetries: 3, Base: norn.Duration(time.Second), Jitter: norn.JitterFull},
-		Keys: map[string]*norn.KeySettings{"acme": {Limit: 1}}})
+		Keys:  map[string]*norn.KeySettings{"acme": {Limit: 1}}})
 	must(err)
 	var nts []norn.NewTask
 	for i := range 40 {
