@@ -1,28 +1,85 @@
 package cli
 
 import (
+	"fmt"
+	"time"
+
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/client"
 	"github.com/spf13/cobra"
 )
 
+// cancelOutput is the JSON form of `norn cancel` by filter.
+type cancelOutput struct {
+	Cancelled int64 `json:"cancelled"`
+	// DryRun is set when nothing was cancelled and Cancelled is how many
+	// pending tasks the filters match.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
 func init() {
 	register(func(g *Globals) *cobra.Command {
+		var (
+			dryRun bool
+			ff     *filterFlags
+		)
 		cmd := &cobra.Command{
-			Use:   "cancel ID...",
-			Short: "Cancel tasks (scheduled, blocked, ready or running)",
-			Long: `Cancel each task. A running task's worker learns of it on its next
-heartbeat. Cancelling a cancelled task is not an error; a completed or
-aborted task cannot be cancelled. Every id is tried; the exit code is 1 if
-any failed.`,
-			Example: `  norn cancel job-1 job-2`,
-			Args:    cobra.MinimumNArgs(1),
-			RunE: clientRun(g, func(cmd *cobra.Command, args []string, format string, c *client.Client) error {
-				return perTask(cmd, format, "cancel", args, func(id string) (*norn.Task, error) {
-					return c.Cancel(cmd.Context(), id)
+			Use:   "cancel [ID...]",
+			Short: "Cancel tasks (scheduled, blocked, ready or running), by id or every one matching filters",
+			Long: `Cancel each task, or, with filter flags and no ids, every pending task
+(scheduled, blocked, ready or running) matching the filters; ended matches
+are skipped. A running task's worker learns of it on its next heartbeat; a
+cancelled task's dependents abort. Cancelling a cancelled task is not an
+error; a completed or aborted task cannot be cancelled. A filter is required
+so nobody cancels a whole store by accident; --dry-run prints how many tasks
+the filters would cancel. Every id is tried; the exit code is 1 if any failed.`,
+			Example: `  norn cancel job-1 job-2
+  norn cancel -q emails -l campaign=spring --dry-run
+  norn cancel -q emails -l campaign=spring`,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				format, err := outputFormat(g)
+				if err != nil {
+					return err
+				}
+				f, err := ff.filter(time.Now())
+				if err != nil {
+					return err
+				}
+				if err := idsOrFilter("cancel", args, &f, dryRun); err != nil {
+					return err
+				}
+				return withClient(g, func(c *client.Client) error {
+					if len(args) > 0 {
+						return perTask(cmd, format, "cancel", args, func(id string) (*norn.Task, error) {
+							return c.Cancel(cmd.Context(), id)
+						})
+					}
+					var out cancelOutput
+					if dryRun {
+						out.DryRun = true
+						if cf, ok := norn.CancelFilter(f); ok {
+							if out.Cancelled, err = c.Count(cmd.Context(), cf); err != nil {
+								return err
+							}
+						}
+					} else if out.Cancelled, err = c.CancelMatching(cmd.Context(), f); err != nil {
+						return err
+					}
+					w := cmd.OutOrStdout()
+					switch {
+					case format != outTable:
+						return emit(w, format, out)
+					case dryRun:
+						fmt.Fprintf(w, "would cancel %d tasks\n", out.Cancelled)
+					default:
+						fmt.Fprintf(w, "cancelled %d tasks\n", out.Cancelled)
+					}
+					return nil
 				})
-			}),
+			},
 		}
+		ff = addFilterFlags(cmd.Flags())
+		cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only count the pending tasks the filters match")
 		return clientCommand(cmd)
 	})
 }

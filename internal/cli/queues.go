@@ -173,7 +173,7 @@ func queuePauseCmd(g *Globals, pause bool) *cobra.Command {
 }
 
 func queueSetCmd(g *Globals) *cobra.Command {
-	var timeout, maxRuntime, retCompleted, retAborted, retCancelled time.Duration
+	var timeout, maxRuntime, expireIn, retCompleted, retAborted, retCancelled time.Duration
 	var maxAttempts, maxRunning, keyLimit, burst int
 	var rateLimit string
 	var retry retryFlags
@@ -218,12 +218,12 @@ least 1).`,
 			}
 			fl := cmd.Flags()
 			var u norn.QueueUpdate
-			for _, d := range []time.Duration{timeout, maxRuntime, retry.base, retry.max, retCompleted, retAborted, retCancelled} {
+			for _, d := range []time.Duration{timeout, maxRuntime, expireIn, retry.base, retry.max, retCompleted, retAborted, retCancelled} {
 				if d < 0 {
 					return usagef("durations must not be negative")
 				}
 			}
-			if err := checkDurations(durationFlag{"timeout", timeout}, durationFlag{"max-runtime", maxRuntime},
+			if err := checkDurations(durationFlag{"timeout", timeout}, durationFlag{"max-runtime", maxRuntime}, durationFlag{"expire-in", expireIn},
 				durationFlag{"retention-completed", retCompleted}, durationFlag{"retention-aborted", retAborted},
 				durationFlag{"retention-cancelled", retCancelled}); err != nil {
 				return err
@@ -249,6 +249,10 @@ least 1).`,
 			if fl.Changed("max-runtime") {
 				d := norn.Duration(maxRuntime)
 				u.MaxRuntime = &d
+			}
+			if fl.Changed("expire-in") {
+				d := norn.Duration(expireIn)
+				u.ExpireIn = &d
 			}
 			if fl.Changed("max-running") {
 				u.MaxRunning = &maxRunning
@@ -365,6 +369,7 @@ least 1).`,
 	fs := cmd.Flags()
 	fs.DurationVar(&timeout, "timeout", 0, "default lease length")
 	fs.DurationVar(&maxRuntime, "max-runtime", 0, "default runtime limit of one attempt (0 = none)")
+	fs.DurationVar(&expireIn, "expire-in", 0, "default expiry of tasks that give none: aborted if not started this long after they may run (0 = none)")
 	fs.IntVar(&maxRunning, "max-running", 0, "at most this many running tasks in the queue (0 = unlimited)")
 	fs.IntVar(&keyLimit, "key-limit", 0, "at most this many running tasks per concurrency key (0 = unlimited)")
 	fs.StringVar(&rateLimit, "rate-limit", "", "claims hand out at most this many tasks: 100/s, 30/m, 5/h (off = no limit)")

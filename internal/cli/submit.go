@@ -88,6 +88,8 @@ type submitFlags struct {
 	maxRuntime  time.Duration
 	uniqueKey   string
 	uniqueFor   time.Duration
+	expireIn    time.Duration
+	expiresAt   string
 	batch       string
 	chunk       int
 }
@@ -117,6 +119,7 @@ than that long ago): the task holding the key is reported instead.`,
   echo '{"n":1}' | norn submit numbers --delay 5m --retry 3
   norn submit reports '{"month":"2026-10"}' --timeout 30s --max-runtime 10m
   norn submit reports '{"user":42}' --unique-key report-user-42 --unique-for 1h
+  norn submit otp '{"to":"+4512345678"}' --expire-in 5m --retry 3 --retry-jitter full
   norn submit --batch tasks.ndjson`,
 			Args: cobra.RangeArgs(0, 2),
 			RunE: func(cmd *cobra.Command, args []string) error {
@@ -150,6 +153,8 @@ than that long ago): the task holding the key is reported instead.`,
 		fs.DurationVar(&sf.maxRuntime, "max-runtime", 0, "stop an attempt after this long even while it heartbeats (default: the queue's, none)")
 		fs.StringVar(&sf.uniqueKey, "unique-key", "", "submit nothing while a task of the queue with this key is not terminal")
 		fs.DurationVar(&sf.uniqueFor, "unique-for", 0, "with --unique-key: also while one ended less than this long ago")
+		fs.DurationVar(&sf.expireIn, "expire-in", 0, "abort the task (expired) if it has not started this long after it may first run (e.g. 5m)")
+		fs.StringVar(&sf.expiresAt, "expires-at", "", "abort the task (expired) if it has not started by this time (RFC 3339)")
 		fs.StringVar(&sf.batch, "batch", "", "submit every task of this NDJSON file (- for stdin)")
 		fs.IntVar(&sf.chunk, "chunk", 1000, "tasks per request with --batch (1..10000)")
 		return clientCommand(cmd)
@@ -160,7 +165,7 @@ than that long ago): the task holding the key is reported instead.`,
 func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reader, stdinPiped bool) (norn.NewTask, error) {
 	nt := norn.NewTask{ID: sf.id, Queue: args[0], Priority: sf.priority, DependsOn: sf.dependsOn,
 		Delay: norn.Duration(sf.delay), Timeout: norn.Duration(sf.timeout), MaxRuntime: norn.Duration(sf.maxRuntime),
-		UniqueKey: sf.uniqueKey, UniqueFor: norn.Duration(sf.uniqueFor)}
+		UniqueKey: sf.uniqueKey, UniqueFor: norn.Duration(sf.uniqueFor), ExpireIn: norn.Duration(sf.expireIn)}
 	var spec []byte
 	switch {
 	case len(args) == 2:
@@ -211,11 +216,25 @@ func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reade
 			return nt, err
 		}
 	}
-	if sf.delay < 0 || sf.timeout < 0 || sf.maxRuntime < 0 || sf.retry.base < 0 || sf.retry.max < 0 || sf.uniqueFor < 0 {
+	if sf.expiresAt != "" {
+		if sf.expireIn != 0 {
+			return nt, usagef("give --expire-in or --expires-at, not both")
+		}
+		t, err := time.Parse(time.RFC3339Nano, sf.expiresAt)
+		if err != nil {
+			return nt, usagef("--expires-at: %q is not an RFC 3339 time (like 2030-01-02T15:04:05Z)", sf.expiresAt)
+		}
+		nt.ExpiresAt = t.UTC()
+		if err := checkTime("expires-at", nt.ExpiresAt); err != nil {
+			return nt, err
+		}
+	}
+	if sf.delay < 0 || sf.timeout < 0 || sf.maxRuntime < 0 || sf.retry.base < 0 || sf.retry.max < 0 || sf.uniqueFor < 0 || sf.expireIn < 0 {
 		return nt, usagef("durations must not be negative")
 	}
 	if err := checkDurations(durationFlag{"delay", sf.delay}, durationFlag{"timeout", sf.timeout}, durationFlag{"max-runtime", sf.maxRuntime},
-		durationFlag{"retry-base", sf.retry.base}, durationFlag{"retry-max", sf.retry.max}, durationFlag{"unique-for", sf.uniqueFor}); err != nil {
+		durationFlag{"retry-base", sf.retry.base}, durationFlag{"retry-max", sf.retry.max}, durationFlag{"unique-for", sf.uniqueFor},
+		durationFlag{"expire-in", sf.expireIn}); err != nil {
 		return nt, err
 	}
 	if sf.uniqueFor > 0 && sf.uniqueKey == "" {
@@ -241,6 +260,7 @@ func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reade
 type retryFlags struct {
 	retries   int
 	base, max time.Duration
+	jitter    string
 }
 
 // add defines the flags; help is --retry's.
@@ -248,14 +268,15 @@ func (rf *retryFlags) add(fs *pflag.FlagSet, help string) {
 	fs.IntVar(&rf.retries, "retry", 0, help)
 	fs.DurationVar(&rf.base, "retry-base", time.Second, "first retry backoff, doubled each retry (with --retry)")
 	fs.DurationVar(&rf.max, "retry-max", time.Hour, "backoff cap (with --retry; 0 = no cap)")
+	fs.StringVar(&rf.jitter, "retry-jitter", "", "spread the backoffs: none, full (0 to the backoff) or equal (half to all of it) (with --retry)")
 }
 
 // policy is the policy the flags give, nil without --retry. --retry-base or
 // --retry-max without --retry is a usage error, as it would change nothing.
 func (rf *retryFlags) policy(fs *pflag.FlagSet) (*norn.RetryPolicy, error) {
 	if !fs.Changed("retry") {
-		if fs.Changed("retry-base") || fs.Changed("retry-max") {
-			return nil, usagef("--retry-base and --retry-max need --retry")
+		if fs.Changed("retry-base") || fs.Changed("retry-max") || fs.Changed("retry-jitter") {
+			return nil, usagef("--retry-base, --retry-max and --retry-jitter need --retry, e.g. --retry 5 --retry-jitter full")
 		}
 		return nil, nil
 	}
@@ -268,7 +289,11 @@ func (rf *retryFlags) policy(fs *pflag.FlagSet) (*norn.RetryPolicy, error) {
 	if err := checkDurations(durationFlag{"retry-base", rf.base}, durationFlag{"retry-max", rf.max}); err != nil {
 		return nil, err
 	}
-	return &norn.RetryPolicy{MaxRetries: rf.retries, Base: norn.Duration(rf.base), Max: norn.Duration(rf.max)}, nil
+	p := &norn.RetryPolicy{MaxRetries: rf.retries, Base: norn.Duration(rf.base), Max: norn.Duration(rf.max), Jitter: rf.jitter}
+	if err := norn.ValidateRetry("retry", p); err != nil {
+		return nil, usagef("--retry-jitter: %q is not a jitter mode: use none, full or equal", rf.jitter)
+	}
+	return p, nil
 }
 
 // givenCount is an int flag that may be left out: nil when it was not

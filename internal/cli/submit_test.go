@@ -125,8 +125,11 @@ func TestRetryFlags(t *testing.T) {
 		{args: nil},
 		{args: []string{"--retry", "3"}, want: &norn.RetryPolicy{MaxRetries: 3, Base: norn.Duration(time.Second), Max: norn.Duration(time.Hour)}},
 		{args: []string{"--retry", "0", "--retry-base", "5s", "--retry-max", "0"}, want: &norn.RetryPolicy{Base: norn.Duration(5 * time.Second)}},
-		{args: []string{"--retry-base", "5s"}, wantErr: "--retry-base and --retry-max need --retry"},
-		{args: []string{"--retry-max", "1m"}, wantErr: "--retry-base and --retry-max need --retry"},
+		{args: []string{"--retry", "2", "--retry-jitter", "equal"}, want: &norn.RetryPolicy{MaxRetries: 2, Base: norn.Duration(time.Second), Max: norn.Duration(time.Hour), Jitter: norn.JitterEqual}},
+		{args: []string{"--retry-base", "5s"}, wantErr: "--retry-base, --retry-max and --retry-jitter need --retry, e.g. --retry 5 --retry-jitter full"},
+		{args: []string{"--retry-max", "1m"}, wantErr: "--retry-base, --retry-max and --retry-jitter need --retry, e.g. --retry 5 --retry-jitter full"},
+		{args: []string{"--retry-jitter", "full"}, wantErr: "--retry-base, --retry-max and --retry-jitter need --retry, e.g. --retry 5 --retry-jitter full"},
+		{args: []string{"--retry", "2", "--retry-jitter", "random"}, wantErr: `--retry-jitter: "random" is not a jitter mode: use none, full or equal`},
 		{args: []string{"--retry", "-1"}, wantErr: "--retry must not be negative"},
 	}
 	for _, tc := range tests {

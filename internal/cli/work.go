@@ -3,8 +3,11 @@ package cli
 import (
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/nornq/norn"
 	"github.com/nornq/norn/client"
 	"github.com/nornq/norn/worker"
 	"github.com/spf13/cobra"
@@ -80,6 +83,10 @@ it is optional but clearer.`,
 						return usagef("%v", err)
 					}
 					defer stopTracing()
+					queues, weights, err := parseWeightedQueues(o.queues)
+					if err != nil {
+						return err
+					}
 					cfg := worker.Config{
 						Handler: &worker.Command{
 							Path:      args[0],
@@ -88,7 +95,8 @@ it is optional but clearer.`,
 							Stderr:    cmd.ErrOrStderr(),
 							KillGrace: o.killGrace,
 						},
-						Queues:            o.queues,
+						Queues:            queues,
+						Weights:           weights,
 						Concurrency:       o.concurrency,
 						Lease:             o.timeout,
 						HeartbeatInterval: o.heartbeat,
@@ -124,7 +132,7 @@ it is optional but clearer.`,
 		f := cmd.Flags()
 		// Everything from COMMAND on is COMMAND's, e.g. `norn work -q x sh -c ...`.
 		f.SetInterspersed(false)
-		f.StringArrayVarP(&o.queues, "queue", "q", nil, "queue to claim from (repeatable; earlier queues are preferred)")
+		f.StringArrayVarP(&o.queues, "queue", "q", nil, "queue to claim from (repeatable; earlier queues are preferred, or QUEUE=WEIGHT to share claims by weight)")
 		f.IntVarP(&o.concurrency, "concurrency", "c", 1, "most commands running at once")
 		f.DurationVar(&o.timeout, "timeout", 0, "lease length requested per claim and heartbeat (0 = each task's own timeout)")
 		f.DurationVar(&o.heartbeat, "heartbeat", 0, "heartbeat interval (0 = a third of the lease)")
@@ -138,4 +146,26 @@ it is optional but clearer.`,
 		f.BoolVarP(&o.verbose, "verbose", "v", false, "log every task outcome")
 		return clientCommand(cmd)
 	})
+}
+
+// parseWeightedQueues reads -q values: QUEUE, or QUEUE=WEIGHT to share
+// claims by weight instead of the strict order (a queue without a weight
+// then weighs 1). weights is nil when no value gives one.
+func parseWeightedQueues(vals []string) (queues []string, weights map[string]int, err error) {
+	for _, v := range vals {
+		name, w, ok := strings.Cut(v, "=")
+		queues = append(queues, name)
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(w)
+		if err != nil || n < 1 || n > norn.MaxWeight {
+			return nil, nil, usagef("-q %s: the weight must be a whole number from 1 to %d, e.g. -q emails=3 -q reports=1", v, norn.MaxWeight)
+		}
+		if weights == nil {
+			weights = map[string]int{}
+		}
+		weights[name] = n
+	}
+	return queues, weights, nil
 }

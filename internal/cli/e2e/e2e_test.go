@@ -302,6 +302,21 @@ func TestCLI(t *testing.T) {
 	mustContain(t, "retry by filter", s.ok(t, "retry", "-q", "emails", "-s", "terminal"), "retried 1 tasks")
 	mustContain(t, "retried by filter", s.ok(t, "get", "job-1"), "ready")
 	s.ok(t, "cancel", "job-1") // as the checks below expect
+	// cancel by filter: a count first, then the cancel; ids and filters
+	// together are refused.
+	s.ok(t, "submit", "sweepme", "{}")
+	s.ok(t, "submit", "sweepme", "{}", "--delay", "1h")
+	mustContain(t, "cancel dry run", s.ok(t, "cancel", "-q", "sweepme", "--dry-run"), "would cancel 2 tasks")
+	mustContain(t, "cancel by filter", s.ok(t, "cancel", "-q", "sweepme"), "cancelled 2 tasks")
+	mustContain(t, "cancelled by filter", s.ok(t, "count", "-q", "sweepme", "-s", "cancelled"), "2")
+	s.fails(t, 2, "not both", "cancel", "job-1", "-q", "sweepme")
+	s.fails(t, 2, "at least one filter", "cancel")
+	mustContain(t, "clean up", s.ok(t, "delete", "-q", "sweepme"), "deleted 2 tasks")
+	// expiry and retry jitter on submit.
+	mustContain(t, "submit with an expiry", s.ok(t, "-o", "json", "submit", "otp", "{}", "--expire-in", "5m", "--retry", "2", "--retry-jitter", "full"),
+		`"expires_at"`, `"jitter": "full"`)
+	s.fails(t, 2, "not both", "submit", "otp", "--expire-in", "5m", "--expires-at", "2100-01-01T00:00:00Z")
+	mustContain(t, "clean up", s.ok(t, "delete", "-q", "otp"), "deleted 1 tasks")
 
 	// queues.
 	mustContain(t, "pause", s.ok(t, "queues", "pause", "emails"), "emails paused")
