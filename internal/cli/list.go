@@ -16,7 +16,7 @@ import (
 // filterFlags are the task filters shared by list, count and delete.
 type filterFlags struct {
 	queues        []string
-	status        string
+	status        []string
 	labels        []string
 	owner         string
 	idContains    string
@@ -31,7 +31,7 @@ type filterFlags struct {
 func addFilterFlags(fs *pflag.FlagSet) *filterFlags {
 	f := &filterFlags{}
 	fs.StringSliceVarP(&f.queues, "queue", "q", nil, "only these queues (repeatable or comma-separated)")
-	fs.StringVarP(&f.status, "status", "s", "", "only these statuses, comma-separated (scheduled, blocked, ready, running, completed, aborted, cancelled, or pending, succeeded, failed, terminal)")
+	fs.StringSliceVarP(&f.status, "status", "s", nil, "only these statuses (repeatable or comma-separated: scheduled, blocked, ready, running, completed, aborted, cancelled, or pending, succeeded, failed, terminal)")
 	fs.StringArrayVarP(&f.labels, "label", "l", nil, "only tasks with label key=value (repeatable; all must match)")
 	fs.StringVar(&f.owner, "owner", "", "only tasks owned (now or last) by this worker id")
 	fs.StringVar(&f.idContains, "id-contains", "", "only ids containing this text")
@@ -52,7 +52,7 @@ func (f *filterFlags) filter(now time.Time) (norn.Filter, error) {
 			out.Queues = append(out.Queues, q)
 		}
 	}
-	st, err := norn.ParseStatuses(f.status)
+	st, err := norn.ParseStatuses(strings.Join(f.status, ","))
 	if err != nil {
 		return out, usagef("--status: %v", messageOf(err))
 	}

@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"sort"
 	"strings"
@@ -66,9 +68,17 @@ func clientCommand(cmd *cobra.Command) *cobra.Command {
 	return cmd
 }
 
+// serverURL is --server, with http:// put in front of a bare host:port.
+func (g *Globals) serverURL() string {
+	if s := strings.TrimSpace(g.Server); s != "" && !strings.Contains(s, "://") {
+		return "http://" + s
+	}
+	return g.Server
+}
+
 // newClient connects to --server with --token.
 func newClient(g *Globals) (*client.Client, error) {
-	c, err := client.New(g.Server, client.WithToken(g.bearerToken()), client.WithUserAgent("norn-cli/1"))
+	c, err := client.New(g.serverURL(), client.WithToken(g.bearerToken()), client.WithUserAgent("norn-cli/1"))
 	if err != nil {
 		return nil, usagef("--server: %v", err)
 	}
@@ -82,7 +92,40 @@ func withClient(g *Globals, do func(c *client.Client) error) error {
 		return err
 	}
 	defer c.Close()
-	return do(c)
+	return explain(g, do(c))
+}
+
+// hintedError is an error with advice for the person at the terminal; it
+// unwraps to the original, so exit codes and errors.Is still see it.
+type hintedError struct {
+	err error
+	msg string
+}
+
+func (e *hintedError) Error() string { return e.msg }
+func (e *hintedError) Unwrap() error { return e.err }
+
+// explain turns the errors a new user meets first into what to do: no
+// server at the URL, no token, a token that may not do this.
+func explain(g *Globals, err error) error {
+	if err == nil {
+		return nil
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return &hintedError{err, fmt.Sprintf("no norn server answers at %s (%v): start one with 'norn server', or point --server (or NORN_SERVER) at one",
+			g.serverURL(), op.Err)}
+	}
+	switch norn.CodeOf(err) {
+	case norn.CodeUnauthenticated:
+		if g.bearerToken() == "" {
+			return &hintedError{err, err.Error() + ": this server wants a token; give it with --token or NORN_TOKEN"}
+		}
+		return &hintedError{err, err.Error() + ": the token given (--token or NORN_TOKEN) is not one this server knows"}
+	case norn.CodePermissionDenied:
+		return &hintedError{err, err.Error() + ": the token's role or queues do not allow this; an admin's token (--token or NORN_TOKEN) does"}
+	}
+	return err
 }
 
 // clientRun is the RunE of a client command with nothing of its own to

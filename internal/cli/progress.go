@@ -97,6 +97,9 @@ func (p *Progress) Clear() {
 
 const barWidth = 30
 
+// minRateWindow is the least elapsed time a rate is shown over.
+const minRateWindow = 250 * time.Millisecond
+
 // render formats the current state (without the leading carriage return).
 func (p *Progress) render(now time.Time) string {
 	var b strings.Builder
@@ -119,7 +122,9 @@ func (p *Progress) render(now time.Time) string {
 		fmt.Fprintf(&b, "] %3d%%", int(frac*100))
 	}
 	fmt.Fprintf(&b, " %d %s", p.items, p.Unit)
-	if el := now.Sub(p.start); el > 0 {
+	// A rate over less than a quarter second is noise (the first frame,
+	// a few microseconds in, read as billions a second): none is shown.
+	if el := now.Sub(p.start); el >= minRateWindow {
 		rate := float64(p.items) / el.Seconds()
 		fmt.Fprintf(&b, " %.0f/s", rate)
 		if p.total > 0 && p.done > 0 && p.done < p.total {

@@ -47,3 +47,20 @@ func TestProgressSilentWhenNotATerminal(t *testing.T) {
 		t.Fatalf("wrote %q to a non-terminal", buf.String())
 	}
 }
+
+// TestProgressFirstFrameHasNoRate: a frame drawn microseconds after the
+// start shows counts but no rate (it would read as billions a second).
+func TestProgressFirstFrameHasNoRate(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	var buf strings.Builder
+	p := newProgress(&buf, "copying", "tasks", 100, true)
+	p.start = start
+	if got := p.render(start.Add(7 * time.Microsecond)); strings.Contains(got, "/s") || !strings.Contains(got, "0 tasks") {
+		t.Fatalf("first frame %q", got)
+	}
+	p.items = 50
+	if got := p.render(start.Add(500 * time.Millisecond)); !strings.Contains(got, "100/s") {
+		t.Fatalf("frame after half a second %q", got)
+	}
+}

@@ -309,6 +309,10 @@ func TestCLI(t *testing.T) {
 	mustContain(t, "cancel dry run", s.ok(t, "cancel", "-q", "sweepme", "--dry-run"), "would cancel 2 tasks")
 	mustContain(t, "cancel by filter", s.ok(t, "cancel", "-q", "sweepme"), "cancelled 2 tasks")
 	mustContain(t, "cancelled by filter", s.ok(t, "count", "-q", "sweepme", "-s", "cancelled"), "2")
+	// A repeated -s adds statuses, as a comma list does.
+	if a, b := s.ok(t, "count", "-s", "ready", "-s", "cancelled"), s.ok(t, "count", "-s", "ready,cancelled"); a != b || strings.TrimSpace(a) == "0" {
+		t.Fatalf("-s ready -s cancelled counts %q, -s ready,cancelled %q", a, b)
+	}
 	s.fails(t, 2, "not both", "cancel", "job-1", "-q", "sweepme")
 	s.fails(t, 2, "at least one filter", "cancel")
 	mustContain(t, "clean up", s.ok(t, "delete", "-q", "sweepme"), "deleted 2 tasks")
@@ -558,7 +562,7 @@ func TestServerSettings(t *testing.T) {
 
 	// An unreachable server is a clear, non-zero failure.
 	off := &server{url: "http://127.0.0.1:1"}
-	off.fails(t, 1, "unavailable", "stats")
+	off.fails(t, 1, "no norn server answers at http://127.0.0.1:1", "stats")
 }
 
 // TestScheduleCommands: norn schedule against a real server process.
