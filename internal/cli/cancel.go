@@ -70,9 +70,9 @@ the filters would cancel. Every id is tried; the exit code is 1 if any failed.`,
 					case format != outTable:
 						return emit(w, format, out)
 					case dryRun:
-						fmt.Fprintf(w, "would cancel %d tasks\n", out.Cancelled)
+						fmt.Fprintf(w, "would cancel %s\n", nTasks(out.Cancelled))
 					default:
-						fmt.Fprintf(w, "cancelled %d tasks\n", out.Cancelled)
+						fmt.Fprintf(w, "cancelled %s\n", nTasks(out.Cancelled))
 					}
 					return nil
 				})

@@ -70,9 +70,9 @@ a pending task that others depend on aborts the dependents.`,
 							return err
 						}
 					} else if dryRun {
-						fmt.Fprintf(w, "would delete %d tasks\n", out.Deleted)
+						fmt.Fprintf(w, "would delete %s\n", nTasks(out.Deleted))
 					} else {
-						fmt.Fprintf(w, "deleted %d tasks\n", out.Deleted)
+						fmt.Fprintf(w, "deleted %s\n", nTasks(out.Deleted))
 					}
 					if failed > 0 {
 						return fmt.Errorf("%d of %d tasks could not be deleted", failed, len(args))

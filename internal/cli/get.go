@@ -104,6 +104,9 @@ func describeTask(w io.Writer, t *norn.Task, now time.Time) {
 	if t.UniqueKey != "" {
 		kv("unique_key", t.UniqueKey)
 	}
+	if !t.ExpiresAt.IsZero() {
+		kv("expires_at", stamp(t.ExpiresAt, now))
+	}
 	kv("version", fmt.Sprint(t.Version))
 	kv("spec", compactJSON(t.Spec))
 	if len(t.Result) > 0 {
@@ -112,8 +115,11 @@ func describeTask(w io.Writer, t *norn.Task, now time.Time) {
 	for i, e := range t.Errors {
 		kv(fmt.Sprintf("error[%d]", i), errorText(e))
 	}
-	if t.HistoryDropped > 0 {
+	switch {
+	case t.HistoryDropped > 0:
 		kv("history", fmt.Sprintf("(%d older entries dropped)", t.HistoryDropped))
+	case len(t.History) > 0:
+		kv("history", "")
 	}
 	for _, h := range t.History {
 		line := string(h.Type)

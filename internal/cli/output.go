@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -43,19 +45,102 @@ func usagef(format string, args ...any) error {
 }
 
 // usageArgs wraps a cobra positional-argument check so that its failure
-// exits with code 2 like every other usage error.
+// exits with code 2 like every other usage error, and says what the
+// command takes with an example instead of cobra's "requires at least 1
+// arg(s)".
 func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
-		if err := check(cmd, args); err != nil {
-			return &usageError{msg: err.Error()}
+		err := check(cmd, args)
+		if err == nil {
+			return nil
 		}
-		return nil
+		var ue *usageError
+		if errors.As(err, &ue) {
+			return err
+		}
+		name := strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+		msg := err.Error()
+		if m := cobraArgs.FindStringSubmatch(msg); m != nil {
+			verb := map[string]string{"requires at least": "needs at least", "accepts at most": "takes at most",
+				"accepts between": "takes between", "accepts": "takes"}[m[1]]
+			msg = fmt.Sprintf("%s %s %s argument%s, got %s", name, verb, m[2], plural(m[2]), m[3])
+		} else if strings.HasPrefix(msg, "unknown command") {
+			msg = fmt.Sprintf("%s takes no arguments, got %q", name, strings.Join(args, " "))
+		}
+		return usagef("%s; usage: %s%s", msg, cmd.UseLine(), example(cmd))
 	}
 }
 
-// flagUsageError turns flag parse errors into usage errors (exit code 2).
+// cobraArgs matches cobra's argument-count messages ("requires at least 1
+// arg(s), only received 0", "accepts 1 arg(s), received 2").
+var cobraArgs = regexp.MustCompile(`(requires at least|accepts at most|accepts between|accepts) ([0-9 and]+) arg\(s\), (?:only )?received (\d+)`)
+
+func plural(n string) string {
+	if n == "1" {
+		return ""
+	}
+	return "s"
+}
+
+// example is the command's first example, as " (e.g. …)".
+func example(cmd *cobra.Command) string {
+	first, _, _ := strings.Cut(strings.TrimSpace(cmd.Example), "\n")
+	if first == "" {
+		return ""
+	}
+	return " (e.g. " + strings.TrimSpace(first) + ")"
+}
+
+// pflagInvalid matches pflag's message for a value a flag cannot parse.
+var pflagInvalid = regexp.MustCompile(`^invalid argument "(.*)" for "(?:-\w, )?(--[\w-]+)" flag: (.*)$`)
+
+// flagUsageError turns flag parse errors into usage errors (exit code 2)
+// that name the flag, say what it wants and show an example, instead of
+// strconv's or time's wording.
 func flagUsageError(cmd *cobra.Command, err error) error {
-	return &usageError{msg: err.Error()}
+	m := pflagInvalid.FindStringSubmatch(err.Error())
+	if m == nil {
+		return &usageError{msg: err.Error()}
+	}
+	val, flag, why := m[1], m[2], m[3]
+	switch {
+	case strings.Contains(why, "ParseUint"):
+		return usagef("%s: %q is not a whole number of 0 or more (e.g. %s 10)", flag, val, flag)
+	case strings.Contains(why, "ParseInt"):
+		return usagef("%s: %q is not a whole number (e.g. %s 3)", flag, val, flag)
+	case strings.Contains(why, "ParseFloat"):
+		return usagef("%s: %q is not a number (e.g. %s 2.5)", flag, val, flag)
+	case strings.Contains(why, "ParseBool"):
+		return usagef("%s: %q is not true or false", flag, val)
+	case strings.HasPrefix(why, "time: "):
+		return usagef("%s: %q is not a duration: durations look like 30s, 5m, 1h30m%s", flag, val, didYouMean(val))
+	}
+	return usagef("%s: %q: %s", flag, val, why)
+}
+
+// durationWords reads a spelled-out duration ("5 minutes", "2 hours").
+var durationWords = regexp.MustCompile(`^\s*(\d+)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?|d|days?)\s*$`)
+
+// didYouMean suggests the duration a spelled-out one means.
+func didYouMean(v string) string {
+	m := durationWords.FindStringSubmatch(strings.ToLower(v))
+	if m == nil {
+		return ""
+	}
+	n, _ := strconv.Atoi(m[1])
+	unit := m[2]
+	switch {
+	case strings.HasPrefix(unit, "ms") || strings.HasPrefix(unit, "milli"):
+		return fmt.Sprintf("; did you mean %dms?", n)
+	case strings.HasPrefix(unit, "s"):
+		return fmt.Sprintf("; did you mean %ds?", n)
+	case strings.HasPrefix(unit, "m"):
+		return fmt.Sprintf("; did you mean %dm?", n)
+	case strings.HasPrefix(unit, "h"):
+		return fmt.Sprintf("; did you mean %dh?", n)
+	default: // days: Go durations stop at hours
+		return fmt.Sprintf("; did you mean %dh?", n*24)
+	}
 }
 
 // clientCommand finishes a client-side subcommand: usage-error exit codes
@@ -360,4 +445,12 @@ func pauseCommand[T any](g *Globals, kind string, pause bool, use, short string,
 			return nil
 		}),
 	}
+}
+
+// nTasks is "1 task" or "N tasks".
+func nTasks(n int64) string {
+	if n == 1 {
+		return "1 task"
+	}
+	return fmt.Sprintf("%d tasks", n)
 }

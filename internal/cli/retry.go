@@ -100,9 +100,9 @@ exit code is 1 if any failed.`,
 					case format != outTable:
 						return emit(w, format, out)
 					case dryRun:
-						fmt.Fprintf(w, "would retry %d tasks\n", out.Retried)
+						fmt.Fprintf(w, "would retry %s\n", nTasks(out.Retried))
 					default:
-						fmt.Fprintf(w, "retried %d tasks\n", out.Retried)
+						fmt.Fprintf(w, "retried %s\n", nTasks(out.Retried))
 					}
 					return nil
 				})

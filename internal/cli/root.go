@@ -67,6 +67,7 @@ func NewRoot() *cobra.Command {
 	}
 	sort.Slice(cmds, func(i, j int) bool { return cmds[i].Name() < cmds[j].Name() })
 	root.AddCommand(cmds...)
+	plainUsageErrors(root)
 	return root
 }
 
@@ -99,4 +100,16 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// plainUsageErrors gives every command the usage errors of usageArgs and
+// flagUsageError: exit code 2, the flag or argument named, an example.
+func plainUsageErrors(cmd *cobra.Command) {
+	cmd.SetFlagErrorFunc(flagUsageError)
+	if cmd.Args != nil {
+		cmd.Args = usageArgs(cmd.Args)
+	}
+	for _, c := range cmd.Commands() {
+		plainUsageErrors(c)
+	}
 }

@@ -194,8 +194,8 @@ func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reade
 	}
 	spec = bytes.TrimSpace(spec)
 	if len(spec) > 0 {
-		if !json.Valid(spec) {
-			return nt, usagef("the spec is not valid JSON (a text spec needs quotes: '\"hello\"')")
+		if err := specError(spec); err != nil {
+			return nt, err
 		}
 		nt.Spec = spec
 	}
@@ -512,4 +512,29 @@ func checkTime(flag string, t time.Time) error {
 		return usagef("%v", err)
 	}
 	return nil
+}
+
+// specError says where a spec stops being JSON and what to do about it.
+func specError(spec []byte) error {
+	var v any
+	err := json.Unmarshal(spec, &v)
+	if err == nil {
+		return nil
+	}
+	if !strings.ContainsRune(`{["-0123456789tfn`, rune(spec[0])) {
+		return usagef("the spec is not JSON: a text spec needs quotes, e.g. norn submit q '\"hello\"' (or a JSON object: '{\"to\":\"a@example.com\"}')")
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		line, col := 1, 1
+		for _, c := range spec[:min(int(se.Offset), len(spec))] {
+			if c == '\n' {
+				line, col = line+1, 1
+			} else {
+				col++
+			}
+		}
+		return usagef("the spec is not valid JSON at line %d, column %d: %v", line, max(col-1, 1), se)
+	}
+	return usagef("the spec is not valid JSON: %v", err)
 }

@@ -285,7 +285,7 @@ func TestCLI(t *testing.T) {
 	mustContain(t, "cancel again", s.ok(t, "cancel", "job-1"), "job-1 cancelled")
 	s.fails(t, 1, "not found", "cancel", "nope")
 	mustContain(t, "after cancel", s.ok(t, "get", "job-1"), "cancelled", "TaskCancel")
-	mustContain(t, "delete", s.ok(t, "delete", "job-2"), "deleted 1 tasks")
+	mustContain(t, "delete", s.ok(t, "delete", "job-2"), "deleted 1 task\n")
 	s.fails(t, 2, "at least one filter", "delete")
 	mustContain(t, "dry run", s.ok(t, "delete", "-q", "batch", "--dry-run"), "would delete 2500 tasks")
 	mustContain(t, "delete by filter", s.ok(t, "delete", "-q", "batch", "-s", "ready"), "deleted 2500 tasks")
@@ -298,8 +298,8 @@ func TestCLI(t *testing.T) {
 	s.fails(t, 2, "task ids only", "retry", "-q", "emails", "--with-dependents")
 	mustContain(t, "after retry", s.ok(t, "get", "job-1"), "ready", "TaskRedrive")
 	s.ok(t, "cancel", "job-1")
-	mustContain(t, "retry dry run", s.ok(t, "retry", "-q", "emails", "-s", "terminal", "--dry-run"), "would retry 1 tasks")
-	mustContain(t, "retry by filter", s.ok(t, "retry", "-q", "emails", "-s", "terminal"), "retried 1 tasks")
+	mustContain(t, "retry dry run", s.ok(t, "retry", "-q", "emails", "-s", "terminal", "--dry-run"), "would retry 1 task\n")
+	mustContain(t, "retry by filter", s.ok(t, "retry", "-q", "emails", "-s", "terminal"), "retried 1 task\n")
 	mustContain(t, "retried by filter", s.ok(t, "get", "job-1"), "ready")
 	s.ok(t, "cancel", "job-1") // as the checks below expect
 	// cancel by filter: a count first, then the cancel; ids and filters
@@ -320,7 +320,7 @@ func TestCLI(t *testing.T) {
 	mustContain(t, "submit with an expiry", s.ok(t, "-o", "json", "submit", "otp", "{}", "--expire-in", "5m", "--retry", "2", "--retry-jitter", "full"),
 		`"expires_at"`, `"jitter": "full"`)
 	s.fails(t, 2, "not both", "submit", "otp", "--expire-in", "5m", "--expires-at", "2100-01-01T00:00:00Z")
-	mustContain(t, "clean up", s.ok(t, "delete", "-q", "otp"), "deleted 1 tasks")
+	mustContain(t, "clean up", s.ok(t, "delete", "-q", "otp"), "deleted 1 task\n")
 
 	// queues.
 	mustContain(t, "pause", s.ok(t, "queues", "pause", "emails"), "emails paused")
