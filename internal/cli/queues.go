@@ -166,10 +166,39 @@ func queuePauseCmd(g *Globals, pause bool) *cobra.Command {
 	if pause {
 		use, short = "pause QUEUE...", "Pause claiming from queues (everything else keeps working)"
 	}
-	return pauseCommand(g, "queue", pause, use, short,
+	var create bool
+	cmd := pauseCommand(g, "queue", pause, use, short,
 		func(ctx context.Context, c *client.Client, name string, paused bool) (norn.QueueInfo, error) {
+			if !create {
+				if err := queueExists(ctx, c, name); err != nil {
+					return norn.QueueInfo{}, err
+				}
+			}
 			return c.UpdateQueue(ctx, name, norn.QueueUpdate{Paused: &paused})
 		})
+	cmd.Flags().BoolVar(&create, "create", false, "also for a queue that has no tasks and no settings yet (it is created paused)")
+	return cmd
+}
+
+// queueExists refuses a queue name that has no tasks and no settings: a
+// typo would otherwise create a queue nobody uses, silently.
+func queueExists(ctx context.Context, c *client.Client, name string) error {
+	qs, err := c.Queues(ctx)
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(qs))
+	for _, q := range qs {
+		if q.Name == name {
+			return nil
+		}
+		names = append(names, q.Name)
+	}
+	known := "there are no queues yet"
+	if len(names) > 0 {
+		known = "queues: " + strings.Join(names, ", ")
+	}
+	return usagef("queue %q has no tasks and no settings (%s); give --create to create it", name, known)
 }
 
 func queueSetCmd(g *Globals) *cobra.Command {

@@ -323,7 +323,7 @@ func runSubmit(cmd *cobra.Command, g *Globals, sf *submitFlags, args []string) e
 	return withClient(g, func(c *client.Client) error {
 		subs, err := c.Submit(cmd.Context(), nt)
 		if err != nil {
-			return err
+			return singleSubmitError(err)
 		}
 		s := subs[0]
 		if format != outTable {
@@ -338,8 +338,25 @@ func runSubmit(cmd *cobra.Command, g *Globals, sf *submitFlags, args []string) e
 			return nil
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "%s submitted to %s (%s)\n", s.Task.ID, s.Task.Queue, s.Task.Status)
+		// A paused queue takes tasks but hands none out: say so, once, at
+		// the cost of one read (a single submit is interactive).
+		if q, err := c.Queue(cmd.Context(), s.Task.Queue); err == nil && q.Paused {
+			fmt.Fprintf(cmd.ErrOrStderr(), "note: queue %s is paused: its tasks wait until 'norn queues resume %s'\n", q.Name, q.Name)
+		}
 		return nil
 	})
+}
+
+// singleSubmitError speaks of what the user gave: the batch position a
+// one-task submit travels in ("tasks[0].queue") is left out.
+func singleSubmitError(err error) error {
+	var ne *norn.Error
+	if !errors.As(err, &ne) || !strings.HasPrefix(ne.Field, "tasks[0]") {
+		return err
+	}
+	c := *ne
+	c.Field = strings.TrimPrefix(strings.TrimPrefix(c.Field, "tasks[0]"), ".")
+	return &c
 }
 
 // batchResult summarises a batch submit.

@@ -324,6 +324,16 @@ func TestCLI(t *testing.T) {
 
 	// queues.
 	mustContain(t, "pause", s.ok(t, "queues", "pause", "emails"), "emails paused")
+	// A submit to a paused queue says so; pausing a name nobody uses needs
+	// --create; a one-task submit's error speaks of the queue, not tasks[0].
+	if r := s.norn(t, "", "submit", "emails", "{}"); r.code != 0 || !strings.Contains(r.err, "note: queue emails is paused") {
+		t.Fatalf("submit to a paused queue: exit %d, stderr %q", r.code, r.err)
+	} else {
+		s.ok(t, "delete", strings.Fields(r.out)[0])
+	}
+	s.fails(t, 2, `queue "emials" has no tasks and no settings`, "queues", "pause", "emials")
+	mustContain(t, "pause --create", s.ok(t, "queues", "pause", "emials", "--create"), "emials paused")
+	s.fails(t, 1, `queue: queue name "bad queue"`, "submit", "bad queue", "{}")
 	type queue struct {
 		Name     string
 		Paused   bool
