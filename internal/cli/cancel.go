@@ -20,8 +20,8 @@ type cancelOutput struct {
 func init() {
 	register(func(g *Globals) *cobra.Command {
 		var (
-			dryRun bool
-			ff     *filterFlags
+			dryRun, yes bool
+			ff          *filterFlags
 		)
 		cmd := &cobra.Command{
 			Use:   "cancel [ID...]",
@@ -35,7 +35,7 @@ so nobody cancels a whole store by accident; --dry-run prints how many tasks
 the filters would cancel. Every id is tried; the exit code is 1 if any failed.`,
 			Example: `  norn cancel job-1 job-2
   norn cancel -q emails -l campaign=spring --dry-run
-  norn cancel -q emails -l campaign=spring`,
+  norn cancel -q emails -l campaign=spring --yes`,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				format, err := outputFormat(g)
 				if err != nil {
@@ -62,8 +62,19 @@ the filters would cancel. Every id is tried; the exit code is 1 if any failed.`,
 								return err
 							}
 						}
-					} else if out.Cancelled, err = c.CancelMatching(cmd.Context(), f); err != nil {
-						return err
+					} else {
+						var n int64
+						if cf, ok := norn.CancelFilter(f); ok {
+							if n, err = c.Count(cmd.Context(), cf); err != nil {
+								return err
+							}
+						}
+						if err := confirmBulk(cmd.InOrStdin(), cmd.ErrOrStderr(), "cancel", n, yes); err != nil {
+							return err
+						}
+						if out.Cancelled, err = c.CancelMatching(cmd.Context(), f); err != nil {
+							return err
+						}
 					}
 					w := cmd.OutOrStdout()
 					switch {
@@ -80,6 +91,7 @@ the filters would cancel. Every id is tried; the exit code is 1 if any failed.`,
 		}
 		ff = addFilterFlags(cmd.Flags())
 		cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only count the pending tasks the filters match")
+		cmd.Flags().BoolVarP(&yes, "yes", "y", false, "cancel by filter without asking (required without a terminal)")
 		return clientCommand(cmd)
 	})
 }

@@ -17,18 +17,20 @@ type deleteOutput struct {
 
 func init() {
 	register(func(g *Globals) *cobra.Command {
-		var dryRun bool
+		var dryRun, yes bool
 		var ff *filterFlags
 		cmd := &cobra.Command{
 			Use:   "delete [ID...]",
 			Short: "Delete tasks by id, or every task matching filters",
 			Long: `Delete the given tasks, or, with filter flags and no ids, every task matching
 the filters. A filter is required so a store is never wiped by accident;
---dry-run prints how many tasks the filters match without deleting. Deleting
+--dry-run prints how many tasks the filters match without deleting. By filter,
+the command asks on a terminal with the count first; --yes skips the question,
+and is required where there is no terminal (scripts). Deleting
 a pending task that others depend on aborts the dependents.`,
 			Example: `  norn delete job-1 job-2
   norn delete -q emails -s terminal --dry-run
-  norn delete -s failed --created-before 720h`,
+  norn delete -s failed --created-before 720h --yes`,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				format, err := outputFormat(g)
 				if err != nil {
@@ -60,6 +62,13 @@ a pending task that others depend on aborts the dependents.`,
 							out.Deleted++
 						}
 					default:
+						n, err := c.Count(cmd.Context(), f)
+						if err != nil {
+							return err
+						}
+						if err := confirmBulk(cmd.InOrStdin(), cmd.ErrOrStderr(), "delete", n, yes); err != nil {
+							return err
+						}
 						if out.Deleted, err = c.DeleteMatching(cmd.Context(), f); err != nil {
 							return err
 						}
@@ -83,6 +92,7 @@ a pending task that others depend on aborts the dependents.`,
 		}
 		ff = addFilterFlags(cmd.Flags())
 		cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only count what the filters match")
+		cmd.Flags().BoolVarP(&yes, "yes", "y", false, "delete by filter without asking (required without a terminal)")
 		return clientCommand(cmd)
 	})
 }

@@ -20,7 +20,7 @@ type retryOutput struct {
 func init() {
 	register(func(g *Globals) *cobra.Command {
 		var (
-			dryRun, withDeps bool
+			dryRun, withDeps, yes bool
 			delay            time.Duration
 			runAt            string
 			ff               *filterFlags
@@ -41,7 +41,7 @@ exit code is 1 if any failed.`,
 			Example: `  norn retry job-1 job-2
   norn retry job-1 --with-dependents --delay 10m
   norn retry -q emails -s failed --dry-run
-  norn retry -q emails -s failed`,
+  norn retry -q emails -s failed --yes`,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				format, err := outputFormat(g)
 				if err != nil {
@@ -93,8 +93,19 @@ exit code is 1 if any failed.`,
 								return err
 							}
 						}
-					} else if out.Retried, err = c.RetryMatching(cmd.Context(), f); err != nil {
-						return err
+					} else {
+						var n int64
+						if rf, ok := norn.RetryFilter(f); ok {
+							if n, err = c.Count(cmd.Context(), rf); err != nil {
+								return err
+							}
+						}
+						if err := confirmBulk(cmd.InOrStdin(), cmd.ErrOrStderr(), "retry", n, yes); err != nil {
+							return err
+						}
+						if out.Retried, err = c.RetryMatching(cmd.Context(), f); err != nil {
+							return err
+						}
 					}
 					switch {
 					case format != outTable:
@@ -110,6 +121,7 @@ exit code is 1 if any failed.`,
 		}
 		ff = addFilterFlags(cmd.Flags())
 		cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only count the aborted and cancelled tasks the filters match")
+		cmd.Flags().BoolVarP(&yes, "yes", "y", false, "retry by filter without asking (required without a terminal)")
 		cmd.Flags().BoolVar(&withDeps, "with-dependents", false, "also bring back the tasks aborted because these failed")
 		cmd.Flags().DurationVar(&delay, "delay", 0, "run no earlier than this long from now (e.g. 30s, 5m)")
 		cmd.Flags().StringVar(&runAt, "run-at", "", "run no earlier than this time (RFC 3339)")

@@ -288,7 +288,9 @@ func TestCLI(t *testing.T) {
 	mustContain(t, "delete", s.ok(t, "delete", "job-2"), "deleted 1 task\n")
 	s.fails(t, 2, "at least one filter", "delete")
 	mustContain(t, "dry run", s.ok(t, "delete", "-q", "batch", "--dry-run"), "would delete 2500 tasks")
-	mustContain(t, "delete by filter", s.ok(t, "delete", "-q", "batch", "-s", "ready"), "deleted 2500 tasks")
+	// By filter without a terminal: refused without --yes, with the count.
+	s.fails(t, 2, "this would delete 2500 tasks: give --yes", "delete", "-q", "batch", "-s", "ready")
+	mustContain(t, "delete by filter", s.ok(t, "delete", "-q", "batch", "-s", "ready", "--yes"), "deleted 2500 tasks")
 	mustContain(t, "dependent aborted", s.ok(t, "get", "b-dep"), "aborted", "dependency_failed")
 
 	// retry: by id, and by filter after counting what it would retry.
@@ -299,7 +301,7 @@ func TestCLI(t *testing.T) {
 	mustContain(t, "after retry", s.ok(t, "get", "job-1"), "ready", "TaskRedrive")
 	s.ok(t, "cancel", "job-1")
 	mustContain(t, "retry dry run", s.ok(t, "retry", "-q", "emails", "-s", "terminal", "--dry-run"), "would retry 1 task\n")
-	mustContain(t, "retry by filter", s.ok(t, "retry", "-q", "emails", "-s", "terminal"), "retried 1 task\n")
+	mustContain(t, "retry by filter", s.ok(t, "retry", "-q", "emails", "-s", "terminal", "-y"), "retried 1 task\n")
 	mustContain(t, "retried by filter", s.ok(t, "get", "job-1"), "ready")
 	s.ok(t, "cancel", "job-1") // as the checks below expect
 	// cancel by filter: a count first, then the cancel; ids and filters
@@ -307,7 +309,7 @@ func TestCLI(t *testing.T) {
 	s.ok(t, "submit", "sweepme", "{}")
 	s.ok(t, "submit", "sweepme", "{}", "--delay", "1h")
 	mustContain(t, "cancel dry run", s.ok(t, "cancel", "-q", "sweepme", "--dry-run"), "would cancel 2 tasks")
-	mustContain(t, "cancel by filter", s.ok(t, "cancel", "-q", "sweepme"), "cancelled 2 tasks")
+	mustContain(t, "cancel by filter", s.ok(t, "cancel", "-q", "sweepme", "--yes"), "cancelled 2 tasks")
 	mustContain(t, "cancelled by filter", s.ok(t, "count", "-q", "sweepme", "-s", "cancelled"), "2")
 	// A repeated -s adds statuses, as a comma list does.
 	if a, b := s.ok(t, "count", "-s", "ready", "-s", "cancelled"), s.ok(t, "count", "-s", "ready,cancelled"); a != b || strings.TrimSpace(a) == "0" {
@@ -315,12 +317,12 @@ func TestCLI(t *testing.T) {
 	}
 	s.fails(t, 2, "not both", "cancel", "job-1", "-q", "sweepme")
 	s.fails(t, 2, "at least one filter", "cancel")
-	mustContain(t, "clean up", s.ok(t, "delete", "-q", "sweepme"), "deleted 2 tasks")
+	mustContain(t, "clean up", s.ok(t, "delete", "-q", "sweepme", "--yes"), "deleted 2 tasks")
 	// expiry and retry jitter on submit.
 	mustContain(t, "submit with an expiry", s.ok(t, "-o", "json", "submit", "otp", "{}", "--expire-in", "5m", "--retry", "2", "--retry-jitter", "full"),
 		`"expires_at"`, `"jitter": "full"`)
 	s.fails(t, 2, "not both", "submit", "otp", "--expire-in", "5m", "--expires-at", "2100-01-01T00:00:00Z")
-	mustContain(t, "clean up", s.ok(t, "delete", "-q", "otp"), "deleted 1 task\n")
+	mustContain(t, "clean up", s.ok(t, "delete", "-q", "otp", "--yes"), "deleted 1 task\n")
 
 	// queues.
 	mustContain(t, "pause", s.ok(t, "queues", "pause", "emails"), "emails paused")
