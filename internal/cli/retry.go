@@ -21,9 +21,9 @@ func init() {
 	register(func(g *Globals) *cobra.Command {
 		var (
 			dryRun, withDeps, yes bool
-			delay            time.Duration
-			runAt            string
-			ff               *filterFlags
+			delay                 time.Duration
+			runAt                 string
+			ff                    *filterFlags
 		)
 		cmd := &cobra.Command{
 			Use:   "retry [ID...]",
