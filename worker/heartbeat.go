@@ -68,6 +68,9 @@ func (w *Worker) beat(ctx context.Context, due []*run) {
 	for i, r := range due {
 		ops[i] = norn.LeaseOp{Op: norn.OpHeartbeat, LeaseRef: r.ref,
 			Heartbeat: norn.Heartbeat{Progress: r.progress, Extend: w.extend()}}
+		if r.progress != nil {
+			r.progressSent = sent
+		}
 		r.progress = nil
 		expiry = minTime(expiry, r.lastOK.Add(r.leaseLen))
 	}

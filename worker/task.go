@@ -62,8 +62,27 @@ func (t *Task) SetProgress(p float64) {
 	r := t.r
 	r.w.mu.Lock()
 	r.progress = &p
+	// Sent soon, not only with the next heartbeat, which may be minutes
+	// away with a long lease: at most one early heartbeat per
+	// ProgressEvery.
+	soon := r.progressSent.Add(ProgressEvery)
+	if now := time.Now(); soon.Before(now) {
+		soon = now
+	}
+	early := r.state == stRunning && r.nextBeat.After(soon)
+	if early {
+		r.nextBeat = soon
+	}
 	r.w.mu.Unlock()
+	if early {
+		kick(r.w.hbKick)
+	}
 }
+
+// ProgressEvery is the least time between two heartbeats a progress
+// update brings forward: SetProgress reaches the store within about this
+// long, whatever the lease length, without a call per update.
+const ProgressEvery = time.Second
 
 // SetResult sets the result recorded when the handler returns nil. v is
 // encoded with encoding/json unless it is a json.RawMessage, which must be
@@ -245,6 +264,9 @@ type run struct {
 	nextBeat time.Time
 	inflight bool
 	progress *float64
+	// progressSent is when a heartbeat last carried progress: a new
+	// progress goes out at most ProgressEvery after it.
+	progressSent time.Time
 	result   json.RawMessage
 
 	logMu      sync.Mutex

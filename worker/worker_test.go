@@ -405,6 +405,34 @@ func TestSetProgressRidesOnHeartbeats(t *testing.T) {
 	waitStatus(t, st, id, 5*time.Second, norn.StatusCompleted)
 }
 
+// TestProgressGoesOutPromptlyWithALongLease: with an hour's lease the
+// heartbeats are twenty minutes apart, yet progress reaches the store
+// within about ProgressEvery, each update, not only the first.
+func TestProgressGoesOutPromptlyWithALongLease(t *testing.T) {
+	t.Parallel()
+	st := openStore(t)
+	step := make(chan float64)
+	h := worker.HandlerFunc(func(ctx context.Context, tk *worker.Task) error {
+		for p := range step {
+			tk.SetProgress(p)
+		}
+		return nil
+	})
+	w := newWorker(t, st, worker.Config{Handler: h, Queues: []string{"q"}, Lease: time.Hour})
+	runWorker(t, w)
+	id := submit(t, st, norn.NewTask{Queue: "q"})
+	waitStatus(t, st, id, 5*time.Second, norn.StatusRunning)
+	for _, p := range []float64{0.3, 0.6} {
+		step <- p
+		await.Until(t, 5*time.Second, fmt.Sprintf("progress %.1f stored", p), func() bool {
+			tk, err := st.Get(context.Background(), id)
+			return err == nil && tk.Progress == p
+		})
+	}
+	close(step)
+	waitStatus(t, st, id, 5*time.Second, norn.StatusCompleted)
+}
+
 func TestNewValidatesConfig(t *testing.T) {
 	t.Parallel()
 	st := openStore(t)
