@@ -15,6 +15,7 @@ import (
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/client"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func init() {
@@ -201,21 +202,26 @@ func queueExists(ctx context.Context, c *client.Client, name string) error {
 	return usagef("queue %q has no tasks and no settings (%s); give --create to create it", name, known)
 }
 
+// queueSetFlags are the flags of queues set.
+type queueSetFlags struct {
+	timeout, maxRuntime, expireIn, retCompleted, retAborted, retCancelled time.Duration
+	maxAttempts, maxRunning, keyLimit, burst                              int
+	rateLimit, fairBy                                                     string
+	retry                                                                 retryFlags
+	keys, unsetKeys, keyWeights                                           []string
+}
+
 func queueSetCmd(g *Globals) *cobra.Command {
-	var timeout, maxRuntime, expireIn, retCompleted, retAborted, retCancelled time.Duration
-	var maxAttempts, maxRunning, keyLimit, burst int
-	var rateLimit string
-	var retry retryFlags
-	var keys, unsetKeys, keyWeights []string
-	var fairBy string
+	qf := &queueSetFlags{}
 	cmd := &cobra.Command{
 		Use:   "set QUEUE",
 		Short: "Change a queue's defaults (timeout, retries, max attempts, max runtime, retention) and flow limits",
 		Long: `Change the defaults a queue applies to tasks that do not set their own, how
 long its terminal tasks are kept, and its flow limits. Only the flags given
-change. Retention 0 keeps tasks forever. --retry 0 removes the retry policy;
---max-runtime 0 removes the runtime limit. A new default applies to tasks
-submitted later.
+change. Retention 0 keeps tasks forever. --retry 0 turns retries off (a queue
+without a policy follows the default: 24 retries, 1s doubling to 1h);
+--max-runtime 0 and --expire-in 0 remove theirs. A new default applies to
+tasks submitted later.
 
 Flow limits are enforced by the store at claim time, across every worker and
 server node: --max-running caps the queue's running tasks, --key-limit the
@@ -245,147 +251,16 @@ least 1).`,
 			if err != nil {
 				return err
 			}
-			fl := cmd.Flags()
-			var u norn.QueueUpdate
-			for _, d := range []time.Duration{timeout, maxRuntime, expireIn, retry.base, retry.max, retCompleted, retAborted, retCancelled} {
-				if d < 0 {
-					return usagef("durations must not be negative")
-				}
-			}
-			if err := checkDurations(durationFlag{"timeout", timeout}, durationFlag{"max-runtime", maxRuntime}, durationFlag{"expire-in", expireIn},
-				durationFlag{"retention-completed", retCompleted}, durationFlag{"retention-aborted", retAborted},
-				durationFlag{"retention-cancelled", retCancelled}); err != nil {
-				return err
-			}
-			for _, c := range []struct {
-				name string
-				n    int
-			}{{"max-running", maxRunning}, {"key-limit", keyLimit}} {
-				if err := norn.ValidateCount("--"+c.name, c.n); fl.Changed(c.name) && err != nil {
-					return usagef("%v", err)
-				}
-			}
-			if fl.Changed("timeout") {
-				if timeout <= 0 {
-					return usagef("--timeout must be positive")
-				}
-				d := norn.Duration(timeout)
-				u.Timeout = &d
-			}
-			if u.MaxAttempts, err = givenCount(fl, "max-attempts", maxAttempts); err != nil {
-				return err
-			}
-			if fl.Changed("max-runtime") {
-				d := norn.Duration(maxRuntime)
-				u.MaxRuntime = &d
-			}
-			if fl.Changed("expire-in") {
-				d := norn.Duration(expireIn)
-				u.ExpireIn = &d
-			}
-			if fl.Changed("max-running") {
-				u.MaxRunning = &maxRunning
-			}
-			if fl.Changed("key-limit") {
-				u.KeyLimit = &keyLimit
-			}
-			if fl.Changed("rate-limit") {
-				r, err := parseRate(rateLimit)
-				if err != nil {
-					return err
-				}
-				u.RateLimit = &norn.RateLimit{PerSecond: r, Burst: burst}
-			} else if fl.Changed("burst") {
-				return usagef("--burst needs --rate-limit")
-			}
-			if fl.Changed("fair-by") {
-				u.FairBy = &fairBy
-			}
-			// A key's settings are replaced as a whole: --key and
-			// --key-weight start from the key's current ones (read below).
-			limits, weights := map[string]int{}, map[string]int{}
-			for _, kv := range keys {
-				k, v, ok := strings.Cut(kv, "=")
-				n, err := strconv.Atoi(v)
-				if !ok || err != nil {
-					return usagef("--key %q: want KEY=LIMIT", kv)
-				}
-				limits[k] = n
-			}
-			for _, kv := range keyWeights {
-				k, v, ok := strings.Cut(kv, "=")
-				n, err := strconv.Atoi(v)
-				if !ok || err != nil {
-					return usagef("--key-weight %q: want KEY=WEIGHT", kv)
-				}
-				weights[k] = n
-			}
-			for k, n := range limits {
-				if u.Keys == nil {
-					u.Keys = map[string]*norn.KeySettings{}
-				}
-				u.Keys[k] = &norn.KeySettings{Limit: n, Weight: weights[k]}
-			}
-			for k, n := range weights {
-				if u.Keys == nil {
-					u.Keys = map[string]*norn.KeySettings{}
-				}
-				if u.Keys[k] == nil {
-					u.Keys[k] = &norn.KeySettings{Weight: n}
-				}
-			}
-			for _, k := range unsetKeys {
-				if u.Keys == nil {
-					u.Keys = map[string]*norn.KeySettings{}
-				}
-				u.Keys[k] = nil
-			}
-			if err := u.Validate(); err != nil {
-				return err
-			}
-			if u.Retry, err = retry.policy(fl); err != nil {
+			u, ke, err := qf.update(cmd.Flags())
+			if err != nil {
 				return err
 			}
 			return withClient(g, func(c *client.Client) error {
-				if len(limits)+len(weights) > 0 {
-					cur, err := c.Queue(cmd.Context(), args[0])
-					if err != nil && !errors.Is(err, norn.ErrNotFound) {
-						return err
-					}
-					for _, ki := range cur.Keys {
-						ks := u.Keys[ki.Key]
-						if ks == nil {
-							continue
-						}
-						if _, ok := limits[ki.Key]; !ok {
-							ks.Limit = ki.Limit
-						}
-						if _, ok := weights[ki.Key]; !ok {
-							ks.Weight = ki.Weight
-						}
-					}
-				}
-				if fl.Changed("retention-completed") || fl.Changed("retention-aborted") || fl.Changed("retention-cancelled") {
-					// Retention is one value on the wire: start from the current
-					// setting so unchanged statuses keep theirs.
-					cur, err := c.Queue(cmd.Context(), args[0])
-					if err != nil {
-						return err
-					}
-					r := cur.Defaults.Retention
-					if fl.Changed("retention-completed") {
-						r.Completed = norn.Duration(retCompleted)
-					}
-					if fl.Changed("retention-aborted") {
-						r.Aborted = norn.Duration(retAborted)
-					}
-					if fl.Changed("retention-cancelled") {
-						r.Cancelled = norn.Duration(retCancelled)
-					}
-					u.Retention = &r
+				if err := qf.complete(cmd.Context(), c, args[0], cmd.Flags(), &u, ke); err != nil {
+					return err
 				}
 				if reflect.ValueOf(u).IsZero() {
-					return usagef("nothing to change: give at least one of --timeout, --max-attempts, --max-runtime, --retry, --retention-*, --max-running, --key-limit, --key, --unset-key, --fair-by, --key-weight, --rate-limit")
+					return usagef("nothing to change: give at least one of --timeout, --max-attempts, --max-runtime, --expire-in, --retry, --retention-*, --max-running, --key-limit, --key, --unset-key, --fair-by, --key-weight, --rate-limit")
 				}
 				q, err := c.UpdateQueue(cmd.Context(), args[0], u)
 				if err != nil {
@@ -395,22 +270,188 @@ least 1).`,
 			})
 		},
 	}
-	fs := cmd.Flags()
-	fs.DurationVar(&timeout, "timeout", 0, "default lease length")
-	fs.DurationVar(&maxRuntime, "max-runtime", 0, "default runtime limit of one attempt (0 = none)")
-	fs.DurationVar(&expireIn, "expire-in", 0, "default expiry of tasks that give none: aborted if not started this long after they may run (0 = none)")
-	fs.IntVar(&maxRunning, "max-running", 0, "at most this many running tasks in the queue (0 = unlimited)")
-	fs.IntVar(&keyLimit, "key-limit", 0, "at most this many running tasks per concurrency key (0 = unlimited)")
-	fs.StringVar(&rateLimit, "rate-limit", "", "claims hand out at most this many tasks: 100/s, 30/m, 5/h (off = no limit)")
-	fs.IntVar(&burst, "burst", 0, "with --rate-limit: how many tasks may go at once (default: one second's worth)")
-	fs.StringArrayVar(&keys, "key", nil, "KEY=LIMIT: one concurrency key's own running limit (repeatable)")
-	fs.StringArrayVar(&unsetKeys, "unset-key", nil, "remove a key's own settings (repeatable)")
-	fs.StringVar(&fairBy, "fair-by", "", `rotate claims across "concurrency_key" or "label:NAME" ("" = off)`)
-	fs.StringArrayVar(&keyWeights, "key-weight", nil, "KEY=WEIGHT: one key's share of claims under --fair-by (repeatable)")
-	fs.IntVar(&maxAttempts, "max-attempts", 0, "default max attempts (0 = unlimited)")
-	retry.add(fs, "default retries after a failure (0 = none)")
-	fs.DurationVar(&retCompleted, "retention-completed", 0, "keep completed tasks this long (0 = forever)")
-	fs.DurationVar(&retAborted, "retention-aborted", 0, "keep aborted tasks this long (0 = forever)")
-	fs.DurationVar(&retCancelled, "retention-cancelled", 0, "keep cancelled tasks this long (0 = forever)")
+	qf.add(cmd.Flags())
 	return cmd
+}
+
+func (qf *queueSetFlags) add(fs *pflag.FlagSet) {
+	fs.DurationVar(&qf.timeout, "timeout", 0, "default lease length")
+	fs.DurationVar(&qf.maxRuntime, "max-runtime", 0, "default runtime limit of one attempt (0 = none)")
+	fs.DurationVar(&qf.expireIn, "expire-in", 0, "default expiry of tasks that give none: aborted if not started this long after they may run (0 = none)")
+	fs.IntVar(&qf.maxRunning, "max-running", 0, "at most this many running tasks in the queue (0 = unlimited)")
+	fs.IntVar(&qf.keyLimit, "key-limit", 0, "at most this many running tasks per concurrency key (0 = unlimited)")
+	fs.StringVar(&qf.rateLimit, "rate-limit", "", "claims hand out at most this many tasks: 100/s, 30/m, 5/h (off = no limit)")
+	fs.IntVar(&qf.burst, "burst", 0, "with --rate-limit: how many tasks may go at once (default: one second's worth)")
+	fs.StringArrayVar(&qf.keys, "key", nil, "KEY=LIMIT: one concurrency key's own running limit (repeatable)")
+	fs.StringArrayVar(&qf.unsetKeys, "unset-key", nil, "remove a key's own settings (repeatable)")
+	fs.StringVar(&qf.fairBy, "fair-by", "", `rotate claims across "concurrency_key" or "label:NAME" ("" = off)`)
+	fs.StringArrayVar(&qf.keyWeights, "key-weight", nil, "KEY=WEIGHT: one key's share of claims under --fair-by (repeatable)")
+	fs.IntVar(&qf.maxAttempts, "max-attempts", 0, "default max attempts (0 = unlimited)")
+	qf.retry.add(fs, "default retries after a failure (0 = none)")
+	fs.DurationVar(&qf.retCompleted, "retention-completed", 0, "keep completed tasks this long (0 = forever)")
+	fs.DurationVar(&qf.retAborted, "retention-aborted", 0, "keep aborted tasks this long (0 = forever)")
+	fs.DurationVar(&qf.retCancelled, "retention-cancelled", 0, "keep cancelled tasks this long (0 = forever)")
+}
+
+// keyEdits are the --key and --key-weight values: a key's settings are
+// replaced as a whole, so complete starts from its current ones.
+type keyEdits struct{ limits, weights map[string]int }
+
+// update is the queue update the flags give without asking the server;
+// bad values are usage errors naming the flag.
+func (qf *queueSetFlags) update(fl *pflag.FlagSet) (norn.QueueUpdate, keyEdits, error) {
+	var u norn.QueueUpdate
+	ke := keyEdits{limits: map[string]int{}, weights: map[string]int{}}
+	if err := qf.checkValues(fl); err != nil {
+		return u, ke, err
+	}
+	if fl.Changed("timeout") {
+		if qf.timeout <= 0 {
+			return u, ke, usagef("--timeout must be positive")
+		}
+		u.Timeout = durPtr(qf.timeout)
+	}
+	var err error
+	if u.MaxAttempts, err = givenCount(fl, "max-attempts", qf.maxAttempts); err != nil {
+		return u, ke, err
+	}
+	if fl.Changed("max-runtime") {
+		u.MaxRuntime = durPtr(qf.maxRuntime)
+	}
+	if fl.Changed("expire-in") {
+		u.ExpireIn = durPtr(qf.expireIn)
+	}
+	if fl.Changed("max-running") {
+		u.MaxRunning = &qf.maxRunning
+	}
+	if fl.Changed("key-limit") {
+		u.KeyLimit = &qf.keyLimit
+	}
+	if fl.Changed("rate-limit") {
+		r, err := parseRate(qf.rateLimit)
+		if err != nil {
+			return u, ke, err
+		}
+		u.RateLimit = &norn.RateLimit{PerSecond: r, Burst: qf.burst}
+	} else if fl.Changed("burst") {
+		return u, ke, usagef("--burst needs --rate-limit")
+	}
+	if fl.Changed("fair-by") {
+		u.FairBy = &qf.fairBy
+	}
+	if err := qf.keySettings(&u, ke); err != nil {
+		return u, ke, err
+	}
+	if err := u.Validate(); err != nil {
+		return u, ke, err
+	}
+	u.Retry, err = qf.retry.policy(fl)
+	return u, ke, err
+}
+
+func durPtr(d time.Duration) *norn.Duration {
+	v := norn.Duration(d)
+	return &v
+}
+
+// checkValues refuses negative or too long durations and counts out of
+// range, naming the flag.
+func (qf *queueSetFlags) checkValues(fl *pflag.FlagSet) error {
+	for _, d := range []time.Duration{qf.timeout, qf.maxRuntime, qf.expireIn, qf.retry.base, qf.retry.max, qf.retCompleted, qf.retAborted, qf.retCancelled} {
+		if d < 0 {
+			return usagef("durations must not be negative")
+		}
+	}
+	if err := checkDurations(durationFlag{"timeout", qf.timeout}, durationFlag{"max-runtime", qf.maxRuntime}, durationFlag{"expire-in", qf.expireIn},
+		durationFlag{"retention-completed", qf.retCompleted}, durationFlag{"retention-aborted", qf.retAborted},
+		durationFlag{"retention-cancelled", qf.retCancelled}); err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{"max-running", qf.maxRunning}, {"key-limit", qf.keyLimit}} {
+		if err := norn.ValidateCount("--"+c.name, c.n); fl.Changed(c.name) && err != nil {
+			return usagef("%v", err)
+		}
+	}
+	return nil
+}
+
+// keySettings reads --key, --key-weight and --unset-key into u.Keys.
+func (qf *queueSetFlags) keySettings(u *norn.QueueUpdate, ke keyEdits) error {
+	for _, kv := range qf.keys {
+		k, v, ok := strings.Cut(kv, "=")
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil {
+			return usagef("--key %q: want KEY=LIMIT, e.g. --key acme=2", kv)
+		}
+		ke.limits[k] = n
+	}
+	for _, kv := range qf.keyWeights {
+		k, v, ok := strings.Cut(kv, "=")
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil {
+			return usagef("--key-weight %q: want KEY=WEIGHT, e.g. --key-weight acme=3", kv)
+		}
+		ke.weights[k] = n
+	}
+	set := func(k string, ks *norn.KeySettings) {
+		if u.Keys == nil {
+			u.Keys = map[string]*norn.KeySettings{}
+		}
+		u.Keys[k] = ks
+	}
+	for k, n := range ke.limits {
+		set(k, &norn.KeySettings{Limit: n, Weight: ke.weights[k]})
+	}
+	for k, n := range ke.weights {
+		if u.Keys[k] == nil {
+			set(k, &norn.KeySettings{Weight: n})
+		}
+	}
+	for _, k := range qf.unsetKeys {
+		set(k, nil)
+	}
+	return nil
+}
+
+// complete fills in from the queue's current settings what the flags
+// change only in part: the other member of an edited key, and the
+// retention of the statuses not named (retention is one value on the wire).
+func (qf *queueSetFlags) complete(ctx context.Context, c *client.Client, name string, fl *pflag.FlagSet, u *norn.QueueUpdate, ke keyEdits) error {
+	retention := fl.Changed("retention-completed") || fl.Changed("retention-aborted") || fl.Changed("retention-cancelled")
+	if len(ke.limits)+len(ke.weights) == 0 && !retention {
+		return nil
+	}
+	cur, err := c.Queue(ctx, name)
+	if err != nil && !errors.Is(err, norn.ErrNotFound) {
+		return err
+	}
+	for _, ki := range cur.Keys {
+		ks := u.Keys[ki.Key]
+		if ks == nil {
+			continue
+		}
+		if _, ok := ke.limits[ki.Key]; !ok {
+			ks.Limit = ki.Limit
+		}
+		if _, ok := ke.weights[ki.Key]; !ok {
+			ks.Weight = ki.Weight
+		}
+	}
+	if retention {
+		r := cur.Defaults.Retention
+		if fl.Changed("retention-completed") {
+			r.Completed = norn.Duration(qf.retCompleted)
+		}
+		if fl.Changed("retention-aborted") {
+			r.Aborted = norn.Duration(qf.retAborted)
+		}
+		if fl.Changed("retention-cancelled") {
+			r.Cancelled = norn.Duration(qf.retCancelled)
+		}
+		u.Retention = &r
+	}
+	return nil
 }
