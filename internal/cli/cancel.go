@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/nornq/norn"
@@ -54,38 +53,15 @@ the filters would cancel. Every id is tried; the exit code is 1 if any failed.`,
 							return c.Cancel(cmd.Context(), id)
 						})
 					}
-					var out cancelOutput
-					if dryRun {
-						out.DryRun = true
-						if cf, ok := norn.CancelFilter(f); ok {
-							if out.Cancelled, err = c.Count(cmd.Context(), cf); err != nil {
-								return err
+					return bulkByFilter(cmd, format, "cancel", "cancelled", dryRun, yes,
+						func() (int64, error) {
+							if cf, ok := norn.CancelFilter(f); ok {
+								return c.Count(cmd.Context(), cf)
 							}
-						}
-					} else {
-						var n int64
-						if cf, ok := norn.CancelFilter(f); ok {
-							if n, err = c.Count(cmd.Context(), cf); err != nil {
-								return err
-							}
-						}
-						if err := confirmBulk(cmd.InOrStdin(), cmd.ErrOrStderr(), "cancel", n, yes); err != nil {
-							return err
-						}
-						if out.Cancelled, err = c.CancelMatching(cmd.Context(), f); err != nil {
-							return err
-						}
-					}
-					w := cmd.OutOrStdout()
-					switch {
-					case format != outTable:
-						return emit(w, format, out)
-					case dryRun:
-						fmt.Fprintf(w, "would cancel %s\n", nTasks(out.Cancelled))
-					default:
-						fmt.Fprintf(w, "cancelled %s\n", nTasks(out.Cancelled))
-					}
-					return nil
+							return 0, nil
+						},
+						func() (int64, error) { return c.CancelMatching(cmd.Context(), f) },
+						func(n int64, dry bool) any { return cancelOutput{Cancelled: n, DryRun: dry} })
 				})
 			},
 		}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/spf13/cobra"
 )
 
 // interactive reports whether a person can answer a question: stdin and
@@ -30,4 +32,33 @@ func confirmBulk(in io.Reader, out io.Writer, what string, n int64, yes bool) er
 		return nil
 	}
 	return usagef("nothing done: not confirmed")
+}
+
+// bulkByFilter is the filter branch of retry and cancel: count what the
+// filter would change, print that for a dry run, else ask (confirmBulk)
+// and act; result builds the JSON answer from the count and dry-run flag.
+func bulkByFilter(cmd *cobra.Command, format, verb, past string, dryRun, yes bool,
+	count func() (int64, error), act func() (int64, error), result func(n int64, dry bool) any) error {
+	n, err := count()
+	if err != nil {
+		return err
+	}
+	if !dryRun {
+		if err := confirmBulk(cmd.InOrStdin(), cmd.ErrOrStderr(), verb, n, yes); err != nil {
+			return err
+		}
+		if n, err = act(); err != nil {
+			return err
+		}
+	}
+	w := cmd.OutOrStdout()
+	switch {
+	case format != outTable:
+		return emit(w, format, result(n, dryRun))
+	case dryRun:
+		fmt.Fprintf(w, "would %s %s\n", verb, nTasks(n))
+	default:
+		fmt.Fprintf(w, "%s %s\n", past, nTasks(n))
+	}
+	return nil
 }

@@ -79,43 +79,20 @@ exit code is 1 if any failed.`,
 					return usagef("--with-dependents, --delay and --run-at work with task ids only")
 				}
 				return withClient(g, func(c *client.Client) error {
-					w := cmd.OutOrStdout()
 					if len(args) > 0 {
 						return perTask(cmd, format, "retry", args, func(id string) (*norn.Task, error) {
 							return c.Retry(cmd.Context(), id, o)
 						})
 					}
-					var out retryOutput
-					if dryRun {
-						out.DryRun = true
-						if rf, ok := norn.RetryFilter(f); ok {
-							if out.Retried, err = c.Count(cmd.Context(), rf); err != nil {
-								return err
+					return bulkByFilter(cmd, format, "retry", "retried", dryRun, yes,
+						func() (int64, error) {
+							if rf, ok := norn.RetryFilter(f); ok {
+								return c.Count(cmd.Context(), rf)
 							}
-						}
-					} else {
-						var n int64
-						if rf, ok := norn.RetryFilter(f); ok {
-							if n, err = c.Count(cmd.Context(), rf); err != nil {
-								return err
-							}
-						}
-						if err := confirmBulk(cmd.InOrStdin(), cmd.ErrOrStderr(), "retry", n, yes); err != nil {
-							return err
-						}
-						if out.Retried, err = c.RetryMatching(cmd.Context(), f); err != nil {
-							return err
-						}
-					}
-					switch {
-					case format != outTable:
-						return emit(w, format, out)
-					case dryRun:
-						fmt.Fprintf(w, "would retry %s\n", nTasks(out.Retried))
-					default:
-						fmt.Fprintf(w, "retried %s\n", nTasks(out.Retried))
-					}
-					return nil
+							return 0, nil
+						},
+						func() (int64, error) { return c.RetryMatching(cmd.Context(), f) },
+						func(n int64, dry bool) any { return retryOutput{Retried: n, DryRun: dry} })
 				})
 			},
 		}

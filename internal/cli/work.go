@@ -11,6 +11,7 @@ import (
 	"github.com/nornq/norn/client"
 	"github.com/nornq/norn/worker"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // workOptions are the flags of `norn work`.
@@ -72,78 +73,10 @@ it is optional but clearer.`,
 				if o.maxLoad < 0 {
 					return usagef("--max-load must not be negative")
 				}
-				return withClient(g, func(c *client.Client) error {
-					level := slog.LevelInfo
-					if o.verbose {
-						level = slog.LevelDebug
-					}
-					logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
-					tp, stopTracing, err := startTracing(cmd.Context(), "norn-work", logger)
-					if err != nil {
-						return usagef("%v", err)
-					}
-					defer stopTracing()
-					queues, weights, err := parseWeightedQueues(o.queues)
-					if err != nil {
-						return err
-					}
-					cfg := worker.Config{
-						Handler: &worker.Command{
-							Path:      args[0],
-							Args:      args[1:],
-							Dir:       o.dir,
-							Stderr:    cmd.ErrOrStderr(),
-							KillGrace: o.killGrace,
-						},
-						Queues:            queues,
-						Weights:           weights,
-						Concurrency:       o.concurrency,
-						Lease:             o.timeout,
-						HeartbeatInterval: o.heartbeat,
-						ClaimBatch:        o.batch,
-						Wait:              o.wait,
-						ShutdownGrace:     o.grace,
-						Name:              o.name,
-						Logger:            logger,
-						TracerProvider:    tp.TracerProvider(),
-					}
-					if o.grace == 0 {
-						cfg.ShutdownGrace = -1 // --grace 0 means yield at once
-					}
-					if o.maxLoad > 0 {
-						cfg.Capacity = worker.LoadBelow(o.maxLoad)
-					}
-					w, err := worker.New(c, cfg)
-					if err != nil {
-						return usagef("%s", messageOf(err))
-					}
-					ctx := cmd.Context()
-					go func() {
-						<-ctx.Done()
-						logger.Info("shutting down: no new tasks; running commands may finish", "grace", o.grace)
-					}()
-					if err := w.Run(ctx); err != nil {
-						return fmt.Errorf("work: %w", err)
-					}
-					return nil
-				})
+				return withClient(g, func(c *client.Client) error { return runWork(cmd, c, &o, args) })
 			},
 		}
-		f := cmd.Flags()
-		// Everything from COMMAND on is COMMAND's, e.g. `norn work -q x sh -c ...`.
-		f.SetInterspersed(false)
-		f.StringArrayVarP(&o.queues, "queue", "q", nil, "queue to claim from (repeatable; earlier queues are preferred, or QUEUE=WEIGHT to share claims by weight)")
-		f.IntVarP(&o.concurrency, "concurrency", "c", 1, "most commands running at once")
-		f.DurationVar(&o.timeout, "timeout", 0, "lease length requested per claim and heartbeat (0 = each task's own timeout)")
-		f.DurationVar(&o.heartbeat, "heartbeat", 0, "heartbeat interval (0 = a third of the lease)")
-		f.IntVar(&o.batch, "batch", 0, fmt.Sprintf("most tasks per claim (0 = %d, never more than free slots)", worker.DefaultClaimBatch))
-		f.DurationVar(&o.wait, "wait", 0, fmt.Sprintf("long-poll wait per claim (0 = %s)", worker.DefaultWait))
-		f.DurationVar(&o.grace, "grace", worker.DefaultShutdownGrace, "on SIGTERM/Ctrl-C, how long running commands may finish before they are killed and their tasks yielded")
-		f.DurationVar(&o.killGrace, "kill-grace", 5*time.Second, "after SIGTERM to a cancelled command's process group, wait this long before SIGKILL (0 = SIGKILL at once)")
-		f.Float64Var(&o.maxLoad, "max-load", 0, "claim only while the 1-minute load average per CPU is below this (Linux; 0 = no limit)")
-		f.StringVar(&o.name, "name", "", "worker name shown to operators (default host:pid)")
-		f.StringVar(&o.dir, "dir", "", "working directory of the command (default the current one)")
-		f.BoolVarP(&o.verbose, "verbose", "v", false, "log every task outcome")
+		o.add(cmd.Flags())
 		return clientCommand(cmd)
 	})
 }
@@ -168,4 +101,78 @@ func parseWeightedQueues(vals []string) (queues []string, weights map[string]int
 		weights[name] = n
 	}
 	return queues, weights, nil
+}
+
+func (o *workOptions) add(f *pflag.FlagSet) {
+	// Everything from COMMAND on is COMMAND's, e.g. `norn work -q x sh -c ...`.
+	f.SetInterspersed(false)
+	f.StringArrayVarP(&o.queues, "queue", "q", nil, "queue to claim from (repeatable; earlier queues are preferred, or QUEUE=WEIGHT to share claims by weight)")
+	f.IntVarP(&o.concurrency, "concurrency", "c", 1, "most commands running at once")
+	f.DurationVar(&o.timeout, "timeout", 0, "lease length requested per claim and heartbeat (0 = each task's own timeout)")
+	f.DurationVar(&o.heartbeat, "heartbeat", 0, "heartbeat interval (0 = a third of the lease)")
+	f.IntVar(&o.batch, "batch", 0, fmt.Sprintf("most tasks per claim (0 = %d, never more than free slots)", worker.DefaultClaimBatch))
+	f.DurationVar(&o.wait, "wait", 0, fmt.Sprintf("long-poll wait per claim (0 = %s)", worker.DefaultWait))
+	f.DurationVar(&o.grace, "grace", worker.DefaultShutdownGrace, "on SIGTERM/Ctrl-C, how long running commands may finish before they are killed and their tasks yielded")
+	f.DurationVar(&o.killGrace, "kill-grace", 5*time.Second, "after SIGTERM to a cancelled command's process group, wait this long before SIGKILL (0 = SIGKILL at once)")
+	f.Float64Var(&o.maxLoad, "max-load", 0, "claim only while the 1-minute load average per CPU is below this (Linux; 0 = no limit)")
+	f.StringVar(&o.name, "name", "", "worker name shown to operators (default host:pid)")
+	f.StringVar(&o.dir, "dir", "", "working directory of the command (default the current one)")
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "log every task outcome")
+}
+
+// runWork runs the worker of norn work until the command's context ends.
+func runWork(cmd *cobra.Command, c *client.Client, o *workOptions, args []string) error {
+	level := slog.LevelInfo
+	if o.verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	tp, stopTracing, err := startTracing(cmd.Context(), "norn-work", logger)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	defer stopTracing()
+	queues, weights, err := parseWeightedQueues(o.queues)
+	if err != nil {
+		return err
+	}
+	cfg := worker.Config{
+		Handler: &worker.Command{
+			Path:      args[0],
+			Args:      args[1:],
+			Dir:       o.dir,
+			Stderr:    cmd.ErrOrStderr(),
+			KillGrace: o.killGrace,
+		},
+		Queues:            queues,
+		Weights:           weights,
+		Concurrency:       o.concurrency,
+		Lease:             o.timeout,
+		HeartbeatInterval: o.heartbeat,
+		ClaimBatch:        o.batch,
+		Wait:              o.wait,
+		ShutdownGrace:     o.grace,
+		Name:              o.name,
+		Logger:            logger,
+		TracerProvider:    tp.TracerProvider(),
+	}
+	if o.grace == 0 {
+		cfg.ShutdownGrace = -1 // --grace 0 means yield at once
+	}
+	if o.maxLoad > 0 {
+		cfg.Capacity = worker.LoadBelow(o.maxLoad)
+	}
+	w, err := worker.New(c, cfg)
+	if err != nil {
+		return usagef("%s", messageOf(err))
+	}
+	ctx := cmd.Context()
+	go func() {
+		<-ctx.Done()
+		logger.Info("shutting down: no new tasks; running commands may finish", "grace", o.grace)
+	}()
+	if err := w.Run(ctx); err != nil {
+		return fmt.Errorf("work: %w", err)
+	}
+	return nil
 }
