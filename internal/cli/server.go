@@ -216,18 +216,9 @@ func runServer(cmd *cobra.Command, sf *serverFlags) error {
 	if err != nil {
 		return err
 	}
-	var tokens []server.Token
-	if sf.tokensFile != "" {
-		if tokens, err = server.LoadTokens(sf.tokensFile); err != nil {
-			return usagef("--tokens-file: %v", err)
-		}
-	}
-	for _, s := range sf.authTokens {
-		t, err := parseAuthToken(s)
-		if err != nil {
-			return usagef("--auth-token: %v", err)
-		}
-		tokens = append(tokens, t)
+	tokens, err := sf.tokens()
+	if err != nil {
+		return err
 	}
 	ctx := cmd.Context()
 	useKafka := len(sf.kafka.Brokers) > 0
@@ -311,6 +302,25 @@ func runServer(cmd *cobra.Command, sf *serverFlags) error {
 		runErr = fmt.Errorf("kafka bridge: %w", err)
 	}
 	return runErr
+}
+
+// tokens are the tokens of --tokens-file and --auth-token.
+func (sf *serverFlags) tokens() ([]server.Token, error) {
+	var tokens []server.Token
+	if sf.tokensFile != "" {
+		var err error
+		if tokens, err = server.LoadTokens(sf.tokensFile); err != nil {
+			return nil, usagef("--tokens-file: %v", err)
+		}
+	}
+	for _, s := range sf.authTokens {
+		t, err := parseAuthToken(s)
+		if err != nil {
+			return nil, usagef("--auth-token: %v", err)
+		}
+		tokens = append(tokens, t)
+	}
+	return tokens, nil
 }
 
 // redactURL hides the password of a postgres:// store URL before it is printed.
