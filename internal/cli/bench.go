@@ -20,6 +20,7 @@ import (
 	"github.com/nornq/norn/internal/storeopen"
 	"github.com/nornq/norn/server"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // benchOptions are the flags of `norn bench`.
@@ -130,34 +131,38 @@ tasks afterwards, so runs against a persistent store do not pile up.`,
 				return runBench(cmd, g, &o, args)
 			},
 		}
-		f := cmd.Flags()
-		f.StringVar(&o.store, "store", "", "store spec: embedded:DIR or postgres://… (default: embedded store in a temporary directory)")
-		f.StringVar(&o.durability, "durability", "strict", "store durability: strict or opportunistic")
-		f.StringVar(&o.transport, "transport", transportInproc, "inproc (Go API) or http (in-process server + client); --server implies http")
-		f.IntVar(&o.tasks, "tasks", 0, "tasks per workload (default: submit/work 100000, latency 2000, delay rate×10s, scale the smallest backlog, memory 1000000)")
-		f.IntVar(&o.workers, "workers", 0, "concurrent submitters/claimers (default 2×GOMAXPROCS in-process, 32 over HTTP; work: GOMAXPROCS claimers)")
-		f.IntVar(&o.batch, "batch", 0, "submit batch size (default: submit runs 1, 100 and 1000)")
-		f.IntVar(&o.claimBatch, "claim-batch", 0, "tasks per claim (default 100; work: 2000 in flight as in River's bench, 2000÷workers, at least 100)")
-		f.Float64Var(&o.rate, "rate", 0, "delay workload submission rate in tasks/s (default 5000)")
-		f.DurationVar(&o.delay, "delay", 0, "delay workload: how far in the future run_at is (default 1s)")
-		f.IntVar(&o.specBytes, "spec-bytes", 0, "size of each task's spec in bytes (default 200)")
-		f.IntSliceVar(&o.queued, "queued", nil, "scale workload backlogs (default 10000,1000000)")
-		f.DurationVar(&o.settle, "settle", 0, "work/scale/fairness: pause between queueing the backlog and burning it down (lets flushes and compactions finish)")
-		f.IntVar(&o.runs, "runs", 1, "repeat each workload K times and report the medians")
-		f.StringSliceVar(&o.kafka, "kafka-brokers", nil, "kafka workload: brokers host:port[,…] (default: an in-process Kafka)")
-		f.IntVar(&o.kafkaNodes, "kafka-nodes", 1, "kafka workload: bridge nodes sharing the store")
-		f.DurationVar(&o.kafkaTA, "kafka-timing-advance", 0, "kafka workload: force this timing advance (default: the bridge's adaptive one)")
-		f.IntVar(&o.serverPid, "server-pid", 0, "pid of the --server process: memory reports its RSS, CPU figures include its CPU time")
-		f.IntVar(&o.backlog, "backlog", 0, "fairness workload: the large key's backlog (default 1000000)")
-		f.DurationVar(&o.window, "window", 0, "fairness workload: how long to measure (default 10s)")
-		f.BoolVar(&o.limits, "limits", false, "work workload: configure flow limits that cannot bind (measures the limited claim path)")
-		f.IntVar(&o.keyLimit, "key-limit", 0, "work workload: set key_limit to N over --keys concurrency keys (a small limit that rarely binds); fairness: add a pass with key_limit N and no fair_by")
-		f.IntVar(&o.keys, "keys", 0, "work workload with --limits or --key-limit: how many concurrency keys the tasks take in turn (default 1000)")
-		f.BoolVar(&o.rateLimit, "rate-limit", false, "work workload: configure a rate limit that cannot bind (measures the rate-limited claim path)")
-		f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
-		f.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end of the run to this file")
+		o.add(cmd.Flags())
 		return clientCommand(cmd)
 	})
+}
+
+// add defines the flags of norn bench.
+func (o *benchOptions) add(f *pflag.FlagSet) {
+	f.StringVar(&o.store, "store", "", "store spec: embedded:DIR or postgres://… (default: embedded store in a temporary directory)")
+	f.StringVar(&o.durability, "durability", "strict", "store durability: strict or opportunistic")
+	f.StringVar(&o.transport, "transport", transportInproc, "inproc (Go API) or http (in-process server + client); --server implies http")
+	f.IntVar(&o.tasks, "tasks", 0, "tasks per workload (default: submit/work 100000, latency 2000, delay rate×10s, scale the smallest backlog, memory 1000000)")
+	f.IntVar(&o.workers, "workers", 0, "concurrent submitters/claimers (default 2×GOMAXPROCS in-process, 32 over HTTP; work: GOMAXPROCS claimers)")
+	f.IntVar(&o.batch, "batch", 0, "submit batch size (default: submit runs 1, 100 and 1000)")
+	f.IntVar(&o.claimBatch, "claim-batch", 0, "tasks per claim (default 100; work: 2000 in flight as in River's bench, 2000÷workers, at least 100)")
+	f.Float64Var(&o.rate, "rate", 0, "delay workload submission rate in tasks/s (default 5000)")
+	f.DurationVar(&o.delay, "delay", 0, "delay workload: how far in the future run_at is (default 1s)")
+	f.IntVar(&o.specBytes, "spec-bytes", 0, "size of each task's spec in bytes (default 200)")
+	f.IntSliceVar(&o.queued, "queued", nil, "scale workload backlogs (default 10000,1000000)")
+	f.DurationVar(&o.settle, "settle", 0, "work/scale/fairness: pause between queueing the backlog and burning it down (lets flushes and compactions finish)")
+	f.IntVar(&o.runs, "runs", 1, "repeat each workload K times and report the medians")
+	f.StringSliceVar(&o.kafka, "kafka-brokers", nil, "kafka workload: brokers host:port[,…] (default: an in-process Kafka)")
+	f.IntVar(&o.kafkaNodes, "kafka-nodes", 1, "kafka workload: bridge nodes sharing the store")
+	f.DurationVar(&o.kafkaTA, "kafka-timing-advance", 0, "kafka workload: force this timing advance (default: the bridge's adaptive one)")
+	f.IntVar(&o.serverPid, "server-pid", 0, "pid of the --server process: memory reports its RSS, CPU figures include its CPU time")
+	f.IntVar(&o.backlog, "backlog", 0, "fairness workload: the large key's backlog (default 1000000)")
+	f.DurationVar(&o.window, "window", 0, "fairness workload: how long to measure (default 10s)")
+	f.BoolVar(&o.limits, "limits", false, "work workload: configure flow limits that cannot bind (measures the limited claim path)")
+	f.IntVar(&o.keyLimit, "key-limit", 0, "work workload: set key_limit to N over --keys concurrency keys (a small limit that rarely binds); fairness: add a pass with key_limit N and no fair_by")
+	f.IntVar(&o.keys, "keys", 0, "work workload with --limits or --key-limit: how many concurrency keys the tasks take in turn (default 1000)")
+	f.BoolVar(&o.rateLimit, "rate-limit", false, "work workload: configure a rate limit that cannot bind (measures the rate-limited claim path)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	f.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end of the run to this file")
 }
 
 // benchWorkloads expands "all" and rejects unknown names (usage error).
@@ -344,17 +349,11 @@ func runBench(cmd *cobra.Command, g *Globals, o *benchOptions, args []string) (e
 	stderr := cmd.ErrOrStderr()
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := o.startCPUProfile()
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 
 	remote := cmd.Flags().Changed("server") || o.transport == transportHTTP
 	workers := o.workers
@@ -364,57 +363,26 @@ func runBench(cmd *cobra.Command, g *Globals, o *benchOptions, args []string) (e
 		// workload claims in large batches instead, below).
 		workers = 32
 	}
-	// With the default temporary store every run gets a fresh one, so runs
-	// are independent: a run does not inherit the previous one's compaction
-	// debt, and nothing needs deleting afterwards.
-	fresh := o.store == "" && !cmd.Flags().Changed("server")
-	open := func() (*benchTarget, error) {
-		return openBenchTarget(ctx, cmd, g, o, logger, max(workers, 2*runtime.GOMAXPROCS(0)))
+	targets := &benchTargets{
+		// With the default temporary store every run gets a fresh one, so
+		// runs are independent: a run does not inherit the previous one's
+		// compaction debt, and nothing needs deleting afterwards.
+		fresh: o.store == "" && !cmd.Flags().Changed("server"),
+		open: func() (*benchTarget, error) {
+			return openBenchTarget(ctx, cmd, g, o, logger, max(workers, 2*runtime.GOMAXPROCS(0)))
+		},
 	}
-	closeTarget := func(t *benchTarget) error {
-		if cerr := t.close(); cerr != nil {
-			return fmt.Errorf("closing the store: %w", cerr)
-		}
-		return nil
+	if err := targets.start(); err != nil {
+		return err
 	}
-	var shared *benchTarget
-	if !fresh {
-		if shared, err = open(); err != nil {
-			return err
+	defer func() {
+		if cerr := targets.stop(); cerr != nil && err == nil {
+			err = cerr
 		}
-		defer func() {
-			if cerr := closeTarget(shared); cerr != nil && err == nil {
-				err = cerr
-			}
-		}()
-	}
-	// runOnce runs one workload once, on the shared target or a fresh one.
-	runOnce := func(w string, cfg bench.Config) ([]bench.Result, error) {
-		t := shared
-		if fresh {
-			var err error
-			if t, err = open(); err != nil {
-				return nil, err
-			}
-			cfg.KeepTasks = true
-		}
-		rs, err := bench.Run(ctx, w, t.store, t.env, cfg)
-		if fresh {
-			if cerr := closeTarget(t); cerr != nil && err == nil {
-				err = cerr
-			}
-		}
-		return rs, err
-	}
+	}()
 
 	bar := &benchProgress{w: stderr}
-	cfg := bench.Config{
-		Tasks: o.tasks, Workers: workers, Batch: o.batch, ClaimBatch: o.claimBatch,
-		Rate: o.rate, Delay: o.delay, SpecBytes: o.specBytes, Queued: o.queued,
-		Settle: o.settle, ServerPid: o.serverPid, Progress: bar.update,
-		KafkaBrokers: o.kafka, KafkaNodes: o.kafkaNodes, KafkaTimingAdvance: o.kafkaTA,
-		Backlog: o.backlog, Window: o.window, Limits: o.limits, KeyLimit: o.keyLimit, Keys: o.keys, RateLimit: o.rateLimit,
-	}
+	cfg := o.config(workers, bar.update)
 	out := cmd.OutOrStdout()
 	var all []bench.Result
 	defer func() {
@@ -436,7 +404,7 @@ func runBench(cmd *cobra.Command, g *Globals, o *benchOptions, args []string) (e
 				// of 100 through one server (see docs/scaling.md).
 				c.Workers = 0
 			}
-			rs, err := runOnce(w, c)
+			rs, err := targets.runOnce(ctx, w, c)
 			bar.clear()
 			if err != nil {
 				return fmt.Errorf("%s: %w", w, err)
@@ -456,16 +424,99 @@ func runBench(cmd *cobra.Command, g *Globals, o *benchOptions, args []string) (e
 			}
 		}
 	}
-	if o.memProfile != "" {
-		runtime.GC()
-		f, err := os.Create(o.memProfile)
-		if err != nil {
-			return fmt.Errorf("--memprofile: %w", err)
+	return o.writeMemProfile()
+}
+
+// config is the workloads' configuration from the flags.
+func (o *benchOptions) config(workers int, progress func(phase string, done, total int64)) bench.Config {
+	return bench.Config{
+		Tasks: o.tasks, Workers: workers, Batch: o.batch, ClaimBatch: o.claimBatch,
+		Rate: o.rate, Delay: o.delay, SpecBytes: o.specBytes, Queued: o.queued,
+		Settle: o.settle, ServerPid: o.serverPid, Progress: progress,
+		KafkaBrokers: o.kafka, KafkaNodes: o.kafkaNodes, KafkaTimingAdvance: o.kafkaTA,
+		Backlog: o.backlog, Window: o.window, Limits: o.limits, KeyLimit: o.keyLimit, Keys: o.keys, RateLimit: o.rateLimit,
+	}
+}
+
+// startCPUProfile starts --cpuprofile, if given; stop ends it.
+func (o *benchOptions) startCPUProfile() (stop func(), err error) {
+	if o.cpuProfile == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(o.cpuProfile)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// writeMemProfile writes --memprofile, if given.
+func (o *benchOptions) writeMemProfile() error {
+	if o.memProfile == "" {
+		return nil
+	}
+	runtime.GC()
+	f, err := os.Create(o.memProfile)
+	if err != nil {
+		return fmt.Errorf("--memprofile: %w", err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		return fmt.Errorf("--memprofile: %w", err)
+	}
+	return nil
+}
+
+// benchTargets gives each workload run its store: one shared for the whole
+// run, or (fresh) a new one per run, closed after it.
+type benchTargets struct {
+	fresh  bool
+	open   func() (*benchTarget, error)
+	shared *benchTarget
+}
+
+func (b *benchTargets) start() error {
+	if b.fresh {
+		return nil
+	}
+	var err error
+	b.shared, err = b.open()
+	return err
+}
+
+func (b *benchTargets) stop() error {
+	if b.shared == nil {
+		return nil
+	}
+	return closeBenchTarget(b.shared)
+}
+
+// runOnce runs one workload once, on the shared target or a fresh one.
+func (b *benchTargets) runOnce(ctx context.Context, w string, cfg bench.Config) ([]bench.Result, error) {
+	t := b.shared
+	if b.fresh {
+		var err error
+		if t, err = b.open(); err != nil {
+			return nil, err
 		}
-		defer f.Close()
-		if err := pprof.WriteHeapProfile(f); err != nil {
-			return fmt.Errorf("--memprofile: %w", err)
+		cfg.KeepTasks = true
+	}
+	rs, err := bench.Run(ctx, w, t.store, t.env, cfg)
+	if b.fresh {
+		if cerr := closeBenchTarget(t); cerr != nil && err == nil {
+			err = cerr
 		}
+	}
+	return rs, err
+}
+
+func closeBenchTarget(t *benchTarget) error {
+	if err := t.close(); err != nil {
+		return fmt.Errorf("closing the store: %w", err)
 	}
 	return nil
 }
