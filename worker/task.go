@@ -267,7 +267,7 @@ type run struct {
 	// progressSent is when a heartbeat last carried progress: a new
 	// progress goes out at most ProgressEvery after it.
 	progressSent time.Time
-	result   json.RawMessage
+	result       json.RawMessage
 
 	logMu      sync.Mutex
 	nextSeq    uint64
