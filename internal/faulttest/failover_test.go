@@ -55,10 +55,13 @@ func TestFailover(tt *testing.T) {
 		if err := primary.Stop("immediate"); err != nil {
 			return nil, "", err
 		}
+		// Taken before the promotion: a node can take the monitor lead on
+		// the new primary the moment it accepts writes, before Promote
+		// returns (on a loaded machine, well before).
+		promoted = time.Now()
 		if err := standby.Promote(); err != nil {
 			return nil, "", err
 		}
-		promoted = time.Now()
 		return nil, "postgres", nil
 	}, Recovered: func(ctx context.Context) error {
 		for _, n := range nodes {
