@@ -200,7 +200,7 @@ flight (up to --shutdown-timeout) and closes the store.`,
 		fs.IntVar(&sf.metricsMaxQueues, "metrics-max-queues", server.DefaultMetricsMaxQueues, `queues with series of their own in /metrics; the others are counted under queue="(other)"`)
 		fs.VisitAll(func(f *pflag.Flag) {
 			if env, ok := serverEnv[f.Name]; ok {
-				f.Usage += " [" + env + "]"
+				f.Usage += " (env " + env + ")" // as the bridge's and the global flags say it
 			}
 		})
 		// The bridge's flags carry their own NORN_KAFKA_* defaults.
