@@ -51,9 +51,7 @@ func exerciseImport(t *testing.T, setup setupFunc) {
 			src, _ := setup(t)
 			dst, b := setup(t)
 			running := importFill(t, src, 0)
-			if _, err := dst.(norn.TaskImporter).ImportTasks(context.Background(), importRecords(t, src)); err != nil {
-				t.Fatal(err)
-			}
+			importInto(t, dst, importRecords(t, src))
 			stale := running
 			stale.Lease++
 			if err := dst.Complete(context.Background(), stale, nil); norn.CodeOf(err) != norn.CodeLeaseLost {
@@ -71,9 +69,7 @@ func exerciseImport(t *testing.T, setup setupFunc) {
 			src, _ := setup(t)
 			dst, _ := setup(t)
 			importFill(t, src, 0)
-			if _, err := dst.(norn.TaskImporter).ImportTasks(context.Background(), importRecords(t, src)); err != nil {
-				t.Fatal(err)
-			}
+			importInto(t, dst, importRecords(t, src))
 			res, err := dst.Submit(context.Background(), norn.NewTask{Queue: "q", UniqueKey: "uc005"})
 			if err != nil || !res[0].Duplicate || res[0].Task.ID != "c005" {
 				t.Fatalf("submit with an imported task's unique key: %+v, %v", res, err)
@@ -86,12 +82,13 @@ func exerciseImport(t *testing.T, setup setupFunc) {
 			importFill(t, src, 10)
 			recs := importRecords(t, src)
 			im := dst.(norn.TaskImporter)
-			if _, err := im.ImportTasks(context.Background(), recs[:5]); err != nil {
-				t.Fatal(err)
-			}
+			importInto(t, dst, recs[:5])
 			n, err := im.ImportTasks(context.Background(), recs)
 			if err != nil || n != len(recs)-5 {
 				t.Fatalf("second import: %d, %v; want %d written", n, err, len(recs)-5)
+			}
+			if err := im.FinishImport(context.Background()); err != nil {
+				t.Fatal(err)
 			}
 			if got := importRecords(t, dst); len(got) != len(recs) {
 				t.Fatalf("%d tasks after importing twice, want %d", len(got), len(recs))
@@ -104,15 +101,16 @@ func exerciseImport(t *testing.T, setup setupFunc) {
 			importFill(t, src, 4)
 			recs := importRecords(t, src)
 			im := dst.(norn.TaskImporter)
-			if _, err := im.ImportTasks(context.Background(), recs[:1]); err != nil {
-				t.Fatal(err)
-			}
+			importInto(t, dst, recs[:1])
 			changed := append([]norn.TaskRecord(nil), recs...)
 			c := *changed[0].Task
 			c.Version++
 			changed[0].Task = &c
 			if _, err := im.ImportTasks(context.Background(), changed); norn.CodeOf(err) != norn.CodeConflict {
 				t.Fatalf("import over another version: %v, want a conflict", err)
+			}
+			if err := im.FinishImport(context.Background()); err != nil {
+				t.Fatal(err)
 			}
 			if got := importRecords(t, dst); len(got) != 1 {
 				t.Fatalf("a refused import wrote: %d tasks, want 1", len(got))
@@ -195,6 +193,19 @@ func importFill(t *testing.T, s norn.Store, n int) norn.LeaseRef {
 		t.Fatal(err)
 	}
 	return ref(3)
+}
+
+// importInto imports recs into s and finishes the import, as a copy does
+// before the destination is used.
+func importInto(t *testing.T, s norn.Store, recs []norn.TaskRecord) {
+	t.Helper()
+	im := s.(norn.TaskImporter)
+	if _, err := im.ImportTasks(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	if err := im.FinishImport(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // importRecords reads every task of s whole, with its log, in id order.
