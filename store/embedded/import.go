@@ -85,7 +85,8 @@ func (s *Store) ImportTasks(ctx context.Context, recs []norn.TaskRecord) (int, e
 // FinishImport rebuilds the in-memory indexes from what is stored, as
 // opening the store does: blocked tasks whose dependencies are all
 // completed are released, those with a failed one are aborted. It waits
-// for every call in flight and holds off new ones meanwhile.
+// for every call in flight (a claim long-polling included) and holds off
+// new ones meanwhile: it is meant for a store that is not serving yet.
 func (s *Store) FinishImport(ctx context.Context) error {
 	s.life.Lock()
 	defer s.life.Unlock()
