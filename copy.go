@@ -15,7 +15,7 @@ type TaskRecord struct {
 }
 
 // TaskImporter is implemented by the stores that can take tasks as they
-// are (the PostgreSQL store). Imports are idempotent per task, so a copy
+// are (both built-in stores). Imports are idempotent per task, so a copy
 // interrupted and run again adds no duplicate: a task whose id exists with
 // the same version is skipped, one with another version is ErrConflict
 // naming it.

@@ -21,8 +21,8 @@ func init() {
 			Long: `Copies the store --from into the store --to: queue and key settings, every task as it is stored
 (status, lease, attempts, history, errors, result, update log, version, unique key) and the schedules;
 then compares both (counts by queue and status, and a checksum over every task). A store is
-embedded:PATH or a postgres:// URL, as for 'norn server --store'. The destination must be one that
-takes tasks as they are: PostgreSQL.
+embedded:PATH or a postgres:// URL, as for 'norn server --store'. Either kind can be the
+destination: PostgreSQL for the move to a cluster, an embedded data directory for the way back.
 
 Stop every server using the source first (an embedded data directory cannot be opened while a server
 holds it), and start the servers on the destination after the copy: neither store's monitor runs
@@ -51,7 +51,7 @@ avoid that). See docs/moving.md.`,
 				defer st.Close()
 				dst, ok := st.(storecopy.Destination)
 				if !ok {
-					return norn.Invalid("to", "this kind of store cannot take tasks as they are; copy into PostgreSQL (postgres://…)")
+					return norn.Invalid("to", "this kind of store cannot take tasks as they are; copy into PostgreSQL (postgres://…) or an embedded data directory (embedded:PATH)")
 				}
 				var bar *Progress // made at the first batch, when the total is known
 				o.Progress = func(done, total int64) {
