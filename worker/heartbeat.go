@@ -100,6 +100,11 @@ func (w *Worker) beat(ctx context.Context, due []*run) {
 				r.lastOK = sent
 			}
 			r.nextBeat = sent.Add(r.interval)
+			if r.progress != nil {
+				// Progress set while this heartbeat was out goes at its
+				// own pace (SetProgress), not with the next regular one.
+				r.nextBeat = minTime(r.nextBeat, r.progressSent.Add(ProgressEvery))
+			}
 		case gone(e):
 			lost = append(lost, r)
 			lostErr = append(lostErr, e)
