@@ -171,6 +171,9 @@ func (m *monitor) lead(ctx context.Context) (wait time.Duration, ok bool) {
 		due = m.nextDue(sctx)
 	case due <= 0:
 		if err = s.sweepTimeouts(sctx, &rep); err == nil {
+			err = s.sweepExpiries(sctx, &rep) // due too (nextDueSQL counts them)
+		}
+		if err == nil {
 			err = s.sweepDelays(sctx, &rep)
 		}
 		if err == nil {
