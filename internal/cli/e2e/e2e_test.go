@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +20,8 @@ import (
 	"time"
 
 	"github.com/nornq/norn/internal/nornbin"
+	"github.com/nornq/norn/internal/oacheck"
+	nornserver "github.com/nornq/norn/server"
 )
 
 // bin is the norn binary built once for the whole test run.
@@ -79,13 +84,30 @@ func startServer(t *testing.T, dir string, extra ...string) *server {
 		if !ok {
 			t.Fatalf("server exited before listening; stderr:\n%s", errb)
 		}
-		s.url = u
+		s.url = checked(t, u)
 	case <-time.After(30 * time.Second):
 		cmd.Process.Kill()
 		t.Fatalf("server did not say where it listens; stderr:\n%s", errb)
 	}
 	t.Cleanup(func() { s.stop(t) })
 	return s
+}
+
+// checked puts a reverse proxy in front of the server at u that checks
+// every request and response against server/openapi.json and fails t on
+// a mismatch; the CLI talks to the server through it. Registered before
+// the server's stop, its cleanup runs after it: the last calls count too.
+func checked(t *testing.T, u string) string {
+	t.Helper()
+	target, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.FlushInterval = -1 // event streams pass at once
+	ps := httptest.NewServer(oacheck.ForTest(t, nornserver.OpenAPI())(rp))
+	t.Cleanup(ps.Close)
+	return ps.URL
 }
 
 // stop sends SIGTERM and expects a clean, prompt exit.
