@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
+	"sync"
 
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/client"
+	"github.com/nornq/norn/internal/oacheck"
 	"github.com/nornq/norn/server"
 	"github.com/nornq/norn/store/embedded"
 )
@@ -23,7 +26,18 @@ func startServer() (url string, stop func()) {
 	if err != nil {
 		panic(err)
 	}
-	srv, err := server.New(server.Config{Addr: "127.0.0.1:0", Store: st})
+	// The examples' traffic is checked against the OpenAPI document like
+	// every test's; an example has no t to fail, so stop panics instead.
+	chk, err := oacheck.New(server.OpenAPI())
+	if err != nil {
+		panic(err)
+	}
+	var mu sync.Mutex
+	var bad []error
+	wrap := func(h http.Handler) http.Handler {
+		return chk.Middleware(h, func(err error) { mu.Lock(); bad = append(bad, err); mu.Unlock() })
+	}
+	srv, err := server.New(server.Config{Addr: "127.0.0.1:0", Store: st, WrapHandler: wrap})
 	if err != nil {
 		panic(err)
 	}
@@ -35,6 +49,11 @@ func startServer() (url string, stop func()) {
 		<-done
 		st.Close()
 		os.RemoveAll(dir)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(bad) > 0 {
+			panic(fmt.Sprintf("the example's traffic does not match server/openapi.json: %v", bad))
+		}
 	}
 }
 

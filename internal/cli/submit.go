@@ -351,10 +351,13 @@ func runSubmit(cmd *cobra.Command, g *Globals, sf *submitFlags, args []string) e
 // one-task submit travels in ("tasks[0].queue") is left out.
 func singleSubmitError(err error) error {
 	var ne *norn.Error
-	if !errors.As(err, &ne) || !strings.HasPrefix(ne.Field, "tasks[0]") {
+	if !errors.As(err, &ne) {
 		return err
 	}
 	c := *ne
+	// The client sends even one task on the batch route: a refusal names
+	// the route the user never called.
+	c.Message = strings.ReplaceAll(c.Message, "POST /v1/tasks/batch", "submit tasks")
 	c.Field = strings.TrimPrefix(strings.TrimPrefix(c.Field, "tasks[0]"), ".")
 	return &c
 }

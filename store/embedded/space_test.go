@@ -20,6 +20,7 @@ import (
 
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/client"
+	"github.com/nornq/norn/internal/oacheck"
 	"github.com/nornq/norn/server"
 )
 
@@ -283,7 +284,7 @@ func TestDiskFullOverHTTP(t *testing.T) {
 	}
 	defer st.Close()
 	srv, err := server.New(server.Config{Addr: "127.0.0.1:0", Store: st, ShutdownTimeout: 5 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), WrapHandler: oacheck.ForTest(t, server.OpenAPI())})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -570,7 +570,7 @@ func TestServerSettings(t *testing.T) {
 	}
 
 	// Tokens: the CLI needs one, and NORN_TOKEN provides it.
-	s := startServer(t, t.TempDir(), "--auth-token", "adm1n:admin", "--auth-token", "cl1ent:client:emails")
+	s := startServer(t, t.TempDir(), "--auth-token", "adm1n:admin", "--auth-token", "cl1ent:client:emails", "--auth-token", "w0rker:worker")
 	s.fails(t, 1, "bearer token", "list")
 	r := s.norn(t, "", "--token", "cl1ent", "submit", "other")
 	if r.code != 1 || !strings.Contains(r.err, "may not use queue") {
@@ -578,6 +578,12 @@ func TestServerSettings(t *testing.T) {
 	}
 	s.ok(t, "--token", "cl1ent", "submit", "emails", "--id", "t1")
 	s.fails(t, 1, "may not call", "--token", "cl1ent", "queues", "pause", "emails")
+	// A worker's token on a submit: the refusal speaks of submitting, not of
+	// the batch route the client uses, and says what token would do.
+	if r := s.norn(t, "", "--token", "w0rker", "submit", "emails"); r.code != 1 || !strings.Contains(r.err, "may not call submit tasks") ||
+		strings.Contains(r.err, "/v1/tasks/batch") || !strings.Contains(r.err, "an admin's token") {
+		t.Fatalf("worker token on submit: %+v", r)
+	}
 	s.ok(t, "--token", "adm1n", "queues", "pause", "emails")
 
 	// A reserve larger than any disk: new tasks are refused with 507,
