@@ -588,6 +588,18 @@ func TestQueuePage(t *testing.T) {
 	}
 	e.click("#bulk-close")
 	e.wait(`document.querySelector("#no-tasks")`)
+
+	// A key with a weight of its own and no limit: its limit reads as the
+	// queue's default, in words a user reads ("queue default").
+	if _, err := e.st.UpdateQueue(ctx, "emails", norn.QueueUpdate{Keys: map[string]*norn.KeySettings{"acme": {Weight: 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	e.goHash("#/queues/emails?k=1")
+	e.click(`#defaults-card summary`)
+	e.wait(`!!document.querySelector('#flow-keys tr[data-key="acme"]')`)
+	if got := e.text(`#flow-keys tr[data-key="acme"] td[data-label="Limit"]`); got != "queue default" {
+		t.Errorf("limit of a key without one shown as %q, want \"queue default\"", got)
+	}
 }
 
 func TestTaskPage(t *testing.T) {

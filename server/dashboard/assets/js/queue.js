@@ -177,7 +177,7 @@ export function render(ctx, name) {
           h("th", { class: "num" }, "Limit"), h("th", { class: "num" }, "Weight"), h("th", { class: "num" }, "Running"))),
         h("tbody", {}, info.keys.map((k) => h("tr", { "data-key": k.key },
           h("td", { "data-label": "Key" }, h("code", {}, k.key)),
-          h("td", { class: "num", "data-label": "Limit" }, k.limit ? String(k.limit) : "queue's"),
+          h("td", { class: "num", "data-label": "Limit" }, k.limit ? String(k.limit) : "queue default"),
           h("td", { class: "num", "data-label": "Weight" }, String(k.weight || 1)),
           h("td", { class: "num", "data-label": "Running" }, num(k.running)))))) : null,
       admin ? h("button", { type: "button", id: "edit-defaults", onclick: editDefaults }, "Edit defaults") : null);
