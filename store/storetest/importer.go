@@ -75,77 +75,8 @@ func exerciseImport(t *testing.T, setup setupFunc) {
 				t.Fatalf("submit with an imported task's unique key: %+v, %v", res, err)
 			}
 		})
-		t.Run("SkipsTasksPresentAtTheSameVersion", func(t *testing.T) {
-			t.Parallel()
-			src, _ := setup(t)
-			dst, _ := setup(t)
-			importFill(t, src, 10)
-			recs := importRecords(t, src)
-			im := dst.(norn.TaskImporter)
-			importInto(t, dst, recs[:5])
-			n, err := im.ImportTasks(context.Background(), recs)
-			if err != nil || n != len(recs)-5 {
-				t.Fatalf("second import: %d, %v; want %d written", n, err, len(recs)-5)
-			}
-			if err := im.FinishImport(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			if got := importRecords(t, dst); len(got) != len(recs) {
-				t.Fatalf("%d tasks after importing twice, want %d", len(got), len(recs))
-			}
-		})
-		t.Run("AnotherVersionIsAConflictAndWritesNothing", func(t *testing.T) {
-			t.Parallel()
-			src, _ := setup(t)
-			dst, _ := setup(t)
-			importFill(t, src, 4)
-			recs := importRecords(t, src)
-			im := dst.(norn.TaskImporter)
-			importInto(t, dst, recs[:1])
-			changed := append([]norn.TaskRecord(nil), recs...)
-			c := *changed[0].Task
-			c.Version++
-			changed[0].Task = &c
-			if _, err := im.ImportTasks(context.Background(), changed); norn.CodeOf(err) != norn.CodeConflict {
-				t.Fatalf("import over another version: %v, want a conflict", err)
-			}
-			if err := im.FinishImport(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			if got := importRecords(t, dst); len(got) != 1 {
-				t.Fatalf("a refused import wrote: %d tasks, want 1", len(got))
-			}
-		})
-		t.Run("FinishReleasesBlockedTasksWhoseDependencyCameLater", func(t *testing.T) {
-			t.Parallel()
-			src, b := setup(t)
-			dst, d := setup(t)
-			ctx := context.Background()
-			if _, err := src.Submit(ctx, norn.NewTask{ID: "p", Queue: "q"}, norn.NewTask{ID: "child", Queue: "q", DependsOn: []string{"p"}}); err != nil {
-				t.Fatal(err)
-			}
-			child := importRecord(t, src, "child")
-			if child.Task.Status != norn.StatusBlocked {
-				t.Fatalf("child submitted %s", child.Task.Status)
-			}
-			w := b.registerWorker(norn.WorkerInfo{Name: "w", Queues: []string{"q"}})
-			p := b.claim(w, "q")
-			if err := src.Complete(ctx, norn.LeaseRef{TaskID: p.ID, Worker: w, Lease: p.Lease}, nil); err != nil {
-				t.Fatal(err)
-			}
-			// The child as it was before its dependency completed, then the
-			// dependency: only FinishImport sees both.
-			im := dst.(norn.TaskImporter)
-			if _, err := im.ImportTasks(ctx, []norn.TaskRecord{child, importRecord(t, src, "p")}); err != nil {
-				t.Fatal(err)
-			}
-			if err := im.FinishImport(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if got := d.get("child"); got.Status != norn.StatusReady {
-				t.Fatalf("child after FinishImport: %s, want ready", got.Status)
-			}
-		})
+
+		importRules(t, setup)
 	})
 }
 
@@ -251,4 +182,79 @@ func importJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// importRules: what an import skips, refuses and settles at its end.
+func importRules(t *testing.T, setup setupFunc) {
+	t.Run("SkipsTasksPresentAtTheSameVersion", func(t *testing.T) {
+		t.Parallel()
+		src, _ := setup(t)
+		dst, _ := setup(t)
+		importFill(t, src, 10)
+		recs := importRecords(t, src)
+		im := dst.(norn.TaskImporter)
+		importInto(t, dst, recs[:5])
+		n, err := im.ImportTasks(context.Background(), recs)
+		if err != nil || n != len(recs)-5 {
+			t.Fatalf("second import: %d, %v; want %d written", n, err, len(recs)-5)
+		}
+		if err := im.FinishImport(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := importRecords(t, dst); len(got) != len(recs) {
+			t.Fatalf("%d tasks after importing twice, want %d", len(got), len(recs))
+		}
+	})
+	t.Run("AnotherVersionIsAConflictAndWritesNothing", func(t *testing.T) {
+		t.Parallel()
+		src, _ := setup(t)
+		dst, _ := setup(t)
+		importFill(t, src, 4)
+		recs := importRecords(t, src)
+		im := dst.(norn.TaskImporter)
+		importInto(t, dst, recs[:1])
+		changed := append([]norn.TaskRecord(nil), recs...)
+		c := *changed[0].Task
+		c.Version++
+		changed[0].Task = &c
+		if _, err := im.ImportTasks(context.Background(), changed); norn.CodeOf(err) != norn.CodeConflict {
+			t.Fatalf("import over another version: %v, want a conflict", err)
+		}
+		if err := im.FinishImport(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := importRecords(t, dst); len(got) != 1 {
+			t.Fatalf("a refused import wrote: %d tasks, want 1", len(got))
+		}
+	})
+	t.Run("FinishReleasesBlockedTasksWhoseDependencyCameLater", func(t *testing.T) {
+		t.Parallel()
+		src, b := setup(t)
+		dst, d := setup(t)
+		ctx := context.Background()
+		if _, err := src.Submit(ctx, norn.NewTask{ID: "p", Queue: "q"}, norn.NewTask{ID: "child", Queue: "q", DependsOn: []string{"p"}}); err != nil {
+			t.Fatal(err)
+		}
+		child := importRecord(t, src, "child")
+		if child.Task.Status != norn.StatusBlocked {
+			t.Fatalf("child submitted %s", child.Task.Status)
+		}
+		w := b.registerWorker(norn.WorkerInfo{Name: "w", Queues: []string{"q"}})
+		p := b.claim(w, "q")
+		if err := src.Complete(ctx, norn.LeaseRef{TaskID: p.ID, Worker: w, Lease: p.Lease}, nil); err != nil {
+			t.Fatal(err)
+		}
+		// The child as it was before its dependency completed, then the
+		// dependency: only FinishImport sees both.
+		im := dst.(norn.TaskImporter)
+		if _, err := im.ImportTasks(ctx, []norn.TaskRecord{child, importRecord(t, src, "p")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := im.FinishImport(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := d.get("child"); got.Status != norn.StatusReady {
+			t.Fatalf("child after FinishImport: %s, want ready", got.Status)
+		}
+	})
 }

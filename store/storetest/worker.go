@@ -391,105 +391,9 @@ func exerciseFinishFail(t *testing.T, setup setupFunc) {
 			}
 		})
 
-		t.Run("WithoutARetryPolicyFollowsTheDefault", func(t *testing.T) {
-			t.Parallel()
-			_, b := setup(t)
-			c := b.claimed("w", norn.NewTask{ID: "d", Queue: "q2"})
-			b.fail(c, "boom")
-			g := b.status("d", norn.StatusScheduled)
-			if g.Retry != nil {
-				t.Fatalf("the default policy was stored with the task: %+v", g.Retry)
-			}
-			// Retry 0 of DefaultRetry: its base, spread by equal jitter.
-			w := g.RunAt.Sub(b.now())
-			if base := norn.DefaultRetry.Base.D(); w < base/2-time.Millisecond || w > base {
-				t.Fatalf("first default retry waits %s, want %s to %s", w, base/2, base)
-			}
-			// The last retry the default allows, then an abort.
-			for range norn.DefaultRetry.MaxRetries {
-				b.advance(time.Hour)
-				b.fail(b.claim("w", "q2"), "boom")
-			}
-			if g := b.status("d", norn.StatusAborted); g.Attempts != norn.DefaultRetry.MaxRetries+1 {
-				t.Fatalf("aborted after %d attempts, want %d", g.Attempts, norn.DefaultRetry.MaxRetries+1)
-			}
-		})
+		failDefaultRetries(t, setup)
 
-		t.Run("AZeroRetryPolicyAborts", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			n := b.claimed("w", norn.NewTask{ID: "n", Queue: "q2", Retry: noRetry})
-			if err := s.Fail(b.ctx, ref(n), norn.ErrorInfo{Code: "nope", Description: "d"}); err != nil {
-				t.Fatal(err)
-			}
-			g := b.status("n", norn.StatusAborted)
-			lastError(t, g, "nope")
-			lastHistory(t, g, norn.TaskAbort, b.now())
-		})
-
-		t.Run("RetryInReplacesTheBackoffWithinMax", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			pol := norn.RetryPolicy{MaxRetries: 3, Base: dur(time.Second), Max: dur(time.Hour), Jitter: norn.JitterFull}
-			c := b.claimed("w", norn.NewTask{ID: "r", Queue: "q", Retry: &pol})
-			if err := s.Fail(b.ctx, ref(c), norn.ErrorInfo{Code: "rate_limited", RetryIn: dur(90 * time.Second)}); err != nil {
-				t.Fatal(err)
-			}
-			g := b.status("r", norn.StatusScheduled)
-			eqTime(t, "run_at after retry_in 90s", g.RunAt, b.now().Add(90*time.Second))
-			if g.Retry == nil || g.Retry.Jitter != norn.JitterFull {
-				t.Fatalf("retry policy read back as %+v, want jitter full", g.Retry)
-			}
-			if e := g.Errors[len(g.Errors)-1]; e.Code != "rate_limited" || e.RetryIn != 0 {
-				t.Fatalf("recorded error %+v: want the code without retry_in", e)
-			}
-			b.advance(90 * time.Second)
-			c = b.claim("w", "q")
-			// Through a lease batch, and past the policy's max: capped at max.
-			res, err := s.LeaseBatch(b.ctx, []norn.LeaseOp{{Op: norn.OpFail, LeaseRef: ref(c), Error: &norn.ErrorInfo{Code: "later", RetryIn: dur(30 * time.Hour)}}})
-			if err != nil || res[0].Err != nil {
-				t.Fatalf("LeaseBatch fail: %v %+v", err, res)
-			}
-			eqTime(t, "run_at after retry_in beyond max", b.status("r", norn.StatusScheduled).RunAt, b.now().Add(time.Hour))
-		})
-
-		t.Run("RetryInAddsNoRetry", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			c := b.claimed("w", norn.NewTask{ID: "n", Queue: "q", Retry: noRetry})
-			if err := s.Fail(b.ctx, ref(c), norn.ErrorInfo{Code: "x", RetryIn: dur(time.Minute)}); err != nil {
-				t.Fatal(err)
-			}
-			b.status("n", norn.StatusAborted)
-		})
-
-		t.Run("RetryInOnAbortIsRefused", func(t *testing.T) {
-			t.Parallel()
-			s, b := setup(t)
-			c := b.claimed("w", norn.NewTask{ID: "a", Queue: "q", Retry: &norn.RetryPolicy{MaxRetries: 1}})
-			before := b.snapshot()
-			wantField(t, "Abort with retry_in", s.Abort(b.ctx, ref(c), norn.ErrorInfo{Code: "x", RetryIn: dur(time.Minute)}), norn.ErrInvalidArgument, "error.retry_in")
-			b.unchanged("refused abort", before)
-		})
-
-		t.Run("JitterSpreadsWaitsWithinTheBackoff", func(t *testing.T) {
-			t.Parallel()
-			_, b := setup(t)
-			pol := norn.RetryPolicy{MaxRetries: 1, Base: dur(time.Hour), Jitter: norn.JitterEqual}
-			waits := map[time.Duration]bool{}
-			for i := range 8 {
-				c := b.claimed("w", norn.NewTask{ID: fmt.Sprint("j", i), Queue: "q", Retry: &pol})
-				b.fail(c, "x")
-				w := b.status(c.ID, norn.StatusScheduled).RunAt.Sub(b.now())
-				if w < 30*time.Minute-time.Millisecond || w > time.Hour {
-					t.Fatalf("%s: equal jitter waited %s, want 30m to 1h", c.ID, w)
-				}
-				waits[w.Round(time.Second)] = true
-			}
-			if len(waits) < 4 {
-				t.Fatalf("8 failures drew only %d distinct waits", len(waits))
-			}
-		})
+		failRetryControl(t, setup)
 
 		failRules(t, setup)
 	})
@@ -987,5 +891,111 @@ func exerciseRepeatedCall(t *testing.T, setup setupFunc) {
 				t.Fatalf("batched Abort with another code: %v, want lease_lost", res[1].Err)
 			}
 		})
+	})
+}
+
+// failRetryControl: the wait a worker asks for (retry_in) and the policy's jitter.
+func failRetryControl(t *testing.T, setup setupFunc) {
+	t.Run("RetryInReplacesTheBackoffWithinMax", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		pol := norn.RetryPolicy{MaxRetries: 3, Base: dur(time.Second), Max: dur(time.Hour), Jitter: norn.JitterFull}
+		c := b.claimed("w", norn.NewTask{ID: "r", Queue: "q", Retry: &pol})
+		if err := s.Fail(b.ctx, ref(c), norn.ErrorInfo{Code: "rate_limited", RetryIn: dur(90 * time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+		g := b.status("r", norn.StatusScheduled)
+		eqTime(t, "run_at after retry_in 90s", g.RunAt, b.now().Add(90*time.Second))
+		if g.Retry == nil || g.Retry.Jitter != norn.JitterFull {
+			t.Fatalf("retry policy read back as %+v, want jitter full", g.Retry)
+		}
+		if e := g.Errors[len(g.Errors)-1]; e.Code != "rate_limited" || e.RetryIn != 0 {
+			t.Fatalf("recorded error %+v: want the code without retry_in", e)
+		}
+		b.advance(90 * time.Second)
+		c = b.claim("w", "q")
+		// Through a lease batch, and past the policy's max: capped at max.
+		res, err := s.LeaseBatch(b.ctx, []norn.LeaseOp{{Op: norn.OpFail, LeaseRef: ref(c), Error: &norn.ErrorInfo{Code: "later", RetryIn: dur(30 * time.Hour)}}})
+		if err != nil || res[0].Err != nil {
+			t.Fatalf("LeaseBatch fail: %v %+v", err, res)
+		}
+		eqTime(t, "run_at after retry_in beyond max", b.status("r", norn.StatusScheduled).RunAt, b.now().Add(time.Hour))
+	})
+
+	t.Run("RetryInAddsNoRetry", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		c := b.claimed("w", norn.NewTask{ID: "n", Queue: "q", Retry: noRetry})
+		if err := s.Fail(b.ctx, ref(c), norn.ErrorInfo{Code: "x", RetryIn: dur(time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		b.status("n", norn.StatusAborted)
+	})
+
+	t.Run("RetryInOnAbortIsRefused", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		c := b.claimed("w", norn.NewTask{ID: "a", Queue: "q", Retry: &norn.RetryPolicy{MaxRetries: 1}})
+		before := b.snapshot()
+		wantField(t, "Abort with retry_in", s.Abort(b.ctx, ref(c), norn.ErrorInfo{Code: "x", RetryIn: dur(time.Minute)}), norn.ErrInvalidArgument, "error.retry_in")
+		b.unchanged("refused abort", before)
+	})
+
+	t.Run("JitterSpreadsWaitsWithinTheBackoff", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		pol := norn.RetryPolicy{MaxRetries: 1, Base: dur(time.Hour), Jitter: norn.JitterEqual}
+		waits := map[time.Duration]bool{}
+		for i := range 8 {
+			c := b.claimed("w", norn.NewTask{ID: fmt.Sprint("j", i), Queue: "q", Retry: &pol})
+			b.fail(c, "x")
+			w := b.status(c.ID, norn.StatusScheduled).RunAt.Sub(b.now())
+			if w < 30*time.Minute-time.Millisecond || w > time.Hour {
+				t.Fatalf("%s: equal jitter waited %s, want 30m to 1h", c.ID, w)
+			}
+			waits[w.Round(time.Second)] = true
+		}
+		if len(waits) < 4 {
+			t.Fatalf("8 failures drew only %d distinct waits", len(waits))
+		}
+	})
+}
+
+// failDefaultRetries: a task without a policy follows norn.DefaultRetry; a zero policy never retries.
+func failDefaultRetries(t *testing.T, setup setupFunc) {
+	t.Run("WithoutARetryPolicyFollowsTheDefault", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		c := b.claimed("w", norn.NewTask{ID: "d", Queue: "q2"})
+		b.fail(c, "boom")
+		g := b.status("d", norn.StatusScheduled)
+		if g.Retry != nil {
+			t.Fatalf("the default policy was stored with the task: %+v", g.Retry)
+		}
+		// Retry 0 of DefaultRetry: its base, spread by equal jitter.
+		w := g.RunAt.Sub(b.now())
+		if base := norn.DefaultRetry.Base.D(); w < base/2-time.Millisecond || w > base {
+			t.Fatalf("first default retry waits %s, want %s to %s", w, base/2, base)
+		}
+		// The last retry the default allows, then an abort.
+		for range norn.DefaultRetry.MaxRetries {
+			b.advance(time.Hour)
+			b.fail(b.claim("w", "q2"), "boom")
+		}
+		if g := b.status("d", norn.StatusAborted); g.Attempts != norn.DefaultRetry.MaxRetries+1 {
+			t.Fatalf("aborted after %d attempts, want %d", g.Attempts, norn.DefaultRetry.MaxRetries+1)
+		}
+	})
+
+	t.Run("AZeroRetryPolicyAborts", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		n := b.claimed("w", norn.NewTask{ID: "n", Queue: "q2", Retry: noRetry})
+		if err := s.Fail(b.ctx, ref(n), norn.ErrorInfo{Code: "nope", Description: "d"}); err != nil {
+			t.Fatal(err)
+		}
+		g := b.status("n", norn.StatusAborted)
+		lastError(t, g, "nope")
+		lastHistory(t, g, norn.TaskAbort, b.now())
 	})
 }
