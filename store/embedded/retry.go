@@ -61,10 +61,6 @@ func (s *Store) Retry(ctx context.Context, id string, o norn.RetryOptions) (*nor
 // RetryMatching retries the aborted and cancelled tasks matching f, one
 // page of ids at a time (by id, so memory stays constant).
 func (s *Store) RetryMatching(ctx context.Context, f norn.Filter) (int64, error) {
-	if err := s.enter(); err != nil {
-		return 0, err
-	}
-	defer s.exit()
 	if err := norn.CheckRetryFilter(&f); err != nil {
 		return 0, err
 	}
@@ -72,54 +68,27 @@ func (s *Store) RetryMatching(ctx context.Context, f norn.Filter) (int64, error)
 	if !ok {
 		return 0, nil
 	}
-	q := norn.Query{Filter: g, Summary: true}
-	var n int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return n, err
+	return s.eachMatch(ctx, g, func(tx *txn, pt *norn.Task, t *task) bool {
+		pt.Status = statusOf(t.st.status)
+		pt.UniqueKey = s.uniqueOf[t]
+		// The index reflects the retries made so far in this batch, so two
+		// matches sharing a key bring back one; one whose dependencies
+		// failed is skipped.
+		if norn.CheckRetryUnique(pt, s.holdersOf(pt)) != nil {
+			return false
 		}
-		p, err := s.page(ctx, q, norn.RetryBatch)
+		r, err := norn.DecideRetry(pt, fromNanos(tx.now), norn.RetryOptions{}, tx.depStatus)
 		if err != nil {
-			return n, err
+			return false
 		}
-		err = s.run(func(tx *txn) error {
-			for _, pt := range p.Tasks {
-				// A task changed since the page was read is judged as it
-				// is now; one whose dependencies failed is skipped.
-				t := s.tasks.get(pt.ID)
-				if t == nil || !matchMem(&g, t) {
-					continue
-				}
-				pt.Status = statusOf(t.st.status)
-				pt.UniqueKey = s.uniqueOf[t]
-				// The index reflects the retries made so far in this
-				// batch, so two matches sharing a key bring back one.
-				if norn.CheckRetryUnique(pt, s.holdersOf(pt)) != nil {
-					continue
-				}
-				r, err := norn.DecideRetry(pt, fromNanos(tx.now), norn.RetryOptions{}, tx.depStatus)
-				if err != nil {
-					continue
-				}
-				tx.redrive(t, r, pt.DependsOn)
-				n++
-			}
-			return nil
-		})
-		if err != nil || p.NextCursor == "" {
-			return n, err
-		}
-		q.Cursor = p.NextCursor
-	}
+		tx.redrive(t, r, pt.DependsOn)
+		return true
+	})
 }
 
 // CancelMatching cancels the pending tasks matching f, one page of ids at
 // a time (by id, so memory stays constant).
 func (s *Store) CancelMatching(ctx context.Context, f norn.Filter) (int64, error) {
-	if err := s.enter(); err != nil {
-		return 0, err
-	}
-	defer s.exit()
 	if err := norn.CheckCancelFilter(&f); err != nil {
 		return 0, err
 	}
@@ -127,6 +96,21 @@ func (s *Store) CancelMatching(ctx context.Context, f norn.Filter) (int64, error
 	if !ok {
 		return 0, nil
 	}
+	return s.eachMatch(ctx, g, func(tx *txn, _ *norn.Task, t *task) bool {
+		tx.finishTask(t, stCancelled, norn.CancelEntry(statusOf(t.st.status), t.st.owner, t.st.lease), nil)
+		return true
+	})
+}
+
+// eachMatch calls apply for every task matching g, a page of
+// norn.RetryBatch ids per transaction (constant memory), and counts those
+// it applied to. A task changed since its page was read is judged as it is
+// now: one that no longer matches g is skipped.
+func (s *Store) eachMatch(ctx context.Context, g norn.Filter, apply func(tx *txn, pt *norn.Task, t *task) bool) (int64, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.exit()
 	q := norn.Query{Filter: g, Summary: true}
 	var n int64
 	for {
@@ -139,15 +123,9 @@ func (s *Store) CancelMatching(ctx context.Context, f norn.Filter) (int64, error
 		}
 		err = s.run(func(tx *txn) error {
 			for _, pt := range p.Tasks {
-				// A task changed since the page was read is judged as it
-				// is now: one that ended meanwhile is skipped.
-				t := s.tasks.get(pt.ID)
-				if t == nil || !matchMem(&g, t) {
-					continue
+				if t := s.tasks.get(pt.ID); t != nil && matchMem(&g, t) && apply(tx, pt, t) {
+					n++
 				}
-				status := statusOf(t.st.status)
-				tx.finishTask(t, stCancelled, norn.CancelEntry(status, t.st.owner, t.st.lease), nil)
-				n++
 			}
 			return nil
 		})
