@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"time"
 
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/client"
@@ -36,15 +35,8 @@ the filters would cancel. Every id is tried; the exit code is 1 if any failed.`,
   norn cancel -q emails -l campaign=spring --dry-run
   norn cancel -q emails -l campaign=spring --yes`,
 			RunE: func(cmd *cobra.Command, args []string) error {
-				format, err := outputFormat(g)
+				format, f, err := ff.idsOrFilterArgs(g, "cancel", args, dryRun)
 				if err != nil {
-					return err
-				}
-				f, err := ff.filter(time.Now())
-				if err != nil {
-					return err
-				}
-				if err := idsOrFilter("cancel", args, &f, dryRun); err != nil {
 					return err
 				}
 				return withClient(g, func(c *client.Client) error {

@@ -39,14 +39,19 @@ func confirmBulk(in io.Reader, out io.Writer, what string, n int64, yes bool) er
 // and act; result builds the JSON answer from the count and dry-run flag.
 func bulkByFilter(cmd *cobra.Command, format, verb, past string, dryRun, yes bool,
 	count func() (int64, error), act func() (int64, error), result func(n int64, dry bool) any) error {
-	n, err := count()
-	if err != nil {
-		return err
+	var n int64
+	if dryRun || !yes {
+		// Counted only to show or to ask: with --yes the action counts.
+		var err error
+		if n, err = count(); err != nil {
+			return err
+		}
 	}
 	if !dryRun {
 		if err := confirmBulk(cmd.InOrStdin(), cmd.ErrOrStderr(), verb, n, yes); err != nil {
 			return err
 		}
+		var err error
 		if n, err = act(); err != nil {
 			return err
 		}

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/nornq/norn/client"
 	"github.com/spf13/cobra"
@@ -32,54 +31,32 @@ a pending task that others depend on aborts the dependents.`,
   norn delete -q emails -s terminal --dry-run
   norn delete -s failed --created-before 720h --yes`,
 			RunE: func(cmd *cobra.Command, args []string) error {
-				format, err := outputFormat(g)
+				format, f, err := ff.idsOrFilterArgs(g, "delete", args, dryRun)
 				if err != nil {
-					return err
-				}
-				f, err := ff.filter(time.Now())
-				if err != nil {
-					return err
-				}
-				if err := idsOrFilter("delete", args, &f, dryRun); err != nil {
 					return err
 				}
 				return withClient(g, func(c *client.Client) error {
+					if len(args) == 0 {
+						return bulkByFilter(cmd, format, "delete", "deleted", dryRun, yes,
+							func() (int64, error) { return c.Count(cmd.Context(), f) },
+							func() (int64, error) { return c.DeleteMatching(cmd.Context(), f) },
+							func(n int64, dry bool) any { return deleteOutput{Deleted: n, DryRun: dry} })
+					}
 					var out deleteOutput
 					failed := 0
-					switch {
-					case dryRun:
-						out.DryRun = true
-						if out.Deleted, err = c.Count(cmd.Context(), f); err != nil {
-							return err
+					for _, id := range args {
+						if err := c.Delete(cmd.Context(), id); err != nil {
+							failed++
+							fmt.Fprintf(cmd.ErrOrStderr(), "norn: delete %s: %v\n", id, err)
+							continue
 						}
-					case len(args) > 0:
-						for _, id := range args {
-							if err := c.Delete(cmd.Context(), id); err != nil {
-								failed++
-								fmt.Fprintf(cmd.ErrOrStderr(), "norn: delete %s: %v\n", id, err)
-								continue
-							}
-							out.Deleted++
-						}
-					default:
-						n, err := c.Count(cmd.Context(), f)
-						if err != nil {
-							return err
-						}
-						if err := confirmBulk(cmd.InOrStdin(), cmd.ErrOrStderr(), "delete", n, yes); err != nil {
-							return err
-						}
-						if out.Deleted, err = c.DeleteMatching(cmd.Context(), f); err != nil {
-							return err
-						}
+						out.Deleted++
 					}
 					w := cmd.OutOrStdout()
 					if format != outTable {
 						if err := emit(w, format, out); err != nil {
 							return err
 						}
-					} else if dryRun {
-						fmt.Fprintf(w, "would delete %s\n", nTasks(out.Deleted))
 					} else {
 						fmt.Fprintf(w, "deleted %s\n", nTasks(out.Deleted))
 					}

@@ -106,6 +106,21 @@ exit code is 1 if any failed.`,
 	})
 }
 
+// idsOrFilterArgs starts a command that acts on task ids or, with none, on
+// every task matching the filter flags: the -o format, the filter, and
+// idsOrFilter's checks.
+func (ff *filterFlags) idsOrFilterArgs(g *Globals, verb string, args []string, dryRun bool) (string, norn.Filter, error) {
+	format, err := outputFormat(g)
+	if err != nil {
+		return "", norn.Filter{}, err
+	}
+	f, err := ff.filter(time.Now())
+	if err != nil {
+		return "", f, err
+	}
+	return format, f, idsOrFilter(verb, args, &f, dryRun)
+}
+
 // idsOrFilter checks the arguments of a command that acts on task ids or,
 // with none, on every task matching a filter that must not be empty.
 func idsOrFilter(verb string, args []string, f *norn.Filter, dryRun bool) error {
