@@ -1,7 +1,6 @@
 package cli
 
 import (
-
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/client"
 	"github.com/spf13/cobra"
