@@ -423,6 +423,9 @@ type Observer interface {
 	// ScheduleFired reports a task submitted for a schedule's tick and how
 	// late after the tick it was submitted.
 	ScheduleFired(name string, tick time.Time, lateness time.Duration)
+	// BatchFired reports a batch's callbacks submitted (kinds:
+	// CallbackComplete, CallbackSuccess) and whether it became done.
+	BatchFired(batch string, done bool, kinds []string)
 }
 
 func cloneLabels(m map[string]string) map[string]string {

@@ -22,6 +22,7 @@ type Store interface {
 	WorkerAPI
 	AdminAPI
 	ScheduleAPI
+	BatchAPI
 	// Close releases the store. Calls after Close fail with ErrClosed.
 	Close() error
 }
@@ -215,6 +216,9 @@ type NewTask struct {
 	// Give one of the two; zero means no expiry.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	ExpireIn  Duration  `json:"expire_in,omitzero"`
+	// Batch joins the task to this batch (see NewBatch), which must exist
+	// and not be sealed.
+	Batch string `json:"batch,omitempty"`
 }
 
 // Submitted is one result of Submit.
@@ -254,7 +258,9 @@ type Filter struct {
 	// DependsOn: tasks that list this id among their dependencies.
 	DependsOn string `json:"depends_on,omitempty"`
 	// UniqueKey: tasks submitted with this unique key (live or ended).
-	UniqueKey     string    `json:"unique_key,omitempty"`
+	UniqueKey string `json:"unique_key,omitempty"`
+	// Batch: the members of this batch.
+	Batch         string    `json:"batch,omitempty"`
 	CreatedAfter  time.Time `json:"created_after,omitzero"`
 	CreatedBefore time.Time `json:"created_before,omitzero"`
 	UpdatedAfter  time.Time `json:"updated_after,omitzero"`
@@ -557,6 +563,8 @@ type SweepReport struct {
 	// Expired counts tasks aborted because they reached their expiry
 	// without running.
 	Expired int `json:"expired"`
+	// Callbacks counts batch callbacks submitted (norn.Batch).
+	Callbacks int `json:"callbacks"`
 }
 
 // EventKind names a task state change.

@@ -289,6 +289,8 @@ type Task struct {
 	// ExpiresAt is when the task expires if it is not running then (zero:
 	// never); see NewTask.ExpiresAt.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// Batch is the batch the task joined at submit ("" for none).
+	Batch string `json:"batch,omitempty"`
 	// Started is when the current (or last) attempt was claimed.
 	Started time.Time       `json:"started,omitzero"`
 	Result  json.RawMessage `json:"result,omitempty"`

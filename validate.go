@@ -292,6 +292,11 @@ func (n *NewTask) Validate() error {
 	if n.UniqueFor > 0 && n.UniqueKey == "" {
 		return Invalid("unique_for", "needs a unique_key")
 	}
+	if n.Batch != "" {
+		if err := ValidateBatchID("batch", n.Batch); err != nil {
+			return err
+		}
+	}
 	if len(n.DependsOn) > MaxDependencies {
 		return Invalid("depends_on", "has %d ids, more than the limit of %d", len(n.DependsOn), MaxDependencies)
 	}
@@ -485,6 +490,11 @@ func (f *Filter) Validate() error {
 			return err
 		}
 	}
+	if f.Batch != "" {
+		if err := ValidateBatchID("batch", f.Batch); err != nil {
+			return err
+		}
+	}
 	for _, b := range []struct {
 		field string
 		t     time.Time
@@ -500,7 +510,7 @@ func (f *Filter) Validate() error {
 // Empty reports whether the filter matches every task.
 func (f *Filter) Empty() bool {
 	return len(f.Queues) == 0 && len(f.Statuses) == 0 && len(f.Labels) == 0 && f.Owner == "" &&
-		f.IDContains == "" && f.DependsOn == "" && f.UniqueKey == "" && f.CreatedAfter.IsZero() && f.CreatedBefore.IsZero() &&
+		f.IDContains == "" && f.DependsOn == "" && f.UniqueKey == "" && f.Batch == "" && f.CreatedAfter.IsZero() && f.CreatedBefore.IsZero() &&
 		f.UpdatedAfter.IsZero() && f.UpdatedBefore.IsZero()
 }
 
@@ -528,6 +538,9 @@ func (f *Filter) Match(t *Task) bool {
 		return false
 	}
 	if f.UniqueKey != "" && t.UniqueKey != f.UniqueKey {
+		return false
+	}
+	if f.Batch != "" && t.Batch != f.Batch {
 		return false
 	}
 	if !f.CreatedAfter.IsZero() && !t.Created.After(f.CreatedAfter) {

@@ -177,6 +177,10 @@ func appendTaskLease(b []byte, t *norn.Task) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if t.Batch != "" {
+		b = append(b, `,"batch":`...)
+		b = jsonString(b, t.Batch)
+	}
 	if !t.Started.IsZero() {
 		if b, err = jsonTime(b, `,"started":`, t.Started); err != nil {
 			return nil, err
@@ -356,6 +360,10 @@ func AppendNewTask(b []byte, nt *norn.NewTask) ([]byte, error) {
 	}
 	if nt.ExpireIn != 0 {
 		b = jsonDuration(b, `,"expire_in":`, nt.ExpireIn)
+	}
+	if nt.Batch != "" {
+		b = append(b, `,"batch":`...)
+		b = jsonString(b, nt.Batch)
 	}
 	return append(b, '}'), nil
 }

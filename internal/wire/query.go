@@ -18,7 +18,7 @@ import (
 
 // FilterParams are the parameters ParseFilter understands.
 var FilterParams = []string{"queue", "status", "label", "owner", "id_contains",
-	"depends_on", "unique_key", "created_after", "created_before", "updated_after", "updated_before"}
+	"depends_on", "unique_key", "batch", "created_after", "created_before", "updated_after", "updated_before"}
 
 // CheckParams refuses parameters outside allowed.
 func CheckParams(v url.Values, allowed ...[]string) error {
@@ -108,23 +108,7 @@ func ParseFilter(v url.Values, maxLabels int) (norn.Filter, error) {
 			return f, err
 		}
 	}
-	for _, lv := range v["label"] {
-		k, val, ok := strings.Cut(lv, ":")
-		if !ok {
-			return f, norn.Invalid("label", "must be key:value, got %q", Trunc(lv))
-		}
-		if f.Labels == nil {
-			f.Labels = map[string]string{}
-		}
-		if old, dup := f.Labels[k]; dup && old != val {
-			return f, norn.Invalid("label", "key %q is given twice with different values", Trunc(k))
-		}
-		f.Labels[k] = val
-	}
-	if len(f.Labels) > maxLabels {
-		return f, norn.Invalid("label", "has %d labels, more than the limit of %d", len(f.Labels), maxLabels)
-	}
-	if err := norn.ValidateLabels("label", f.Labels); err != nil {
+	if f.Labels, err = parseLabels(v, maxLabels); err != nil {
 		return f, err
 	}
 	if f.Owner, err = single(v, "owner"); err != nil {
@@ -149,6 +133,14 @@ func ParseFilter(v url.Values, maxLabels int) (norn.Filter, error) {
 	}
 	if f.UniqueKey != "" {
 		if err := norn.ValidateUniqueKey("unique_key", f.UniqueKey); err != nil {
+			return f, err
+		}
+	}
+	if f.Batch, err = single(v, "batch"); err != nil {
+		return f, err
+	}
+	if f.Batch != "" {
+		if err := norn.ValidateBatchID("batch", f.Batch); err != nil {
 			return f, err
 		}
 	}
@@ -338,6 +330,9 @@ func FilterValues(f norn.Filter) url.Values {
 	if f.UniqueKey != "" {
 		v.Set("unique_key", f.UniqueKey)
 	}
+	if f.Batch != "" {
+		v.Set("batch", f.Batch)
+	}
 	setTime(v, "created_after", f.CreatedAfter)
 	setTime(v, "created_before", f.CreatedBefore)
 	setTime(v, "updated_after", f.UpdatedAfter)
@@ -509,6 +504,83 @@ func ThroughputValues(queues []string, since time.Time) url.Values {
 	}
 	if !since.IsZero() {
 		v.Set("since", since.UTC().Format(time.RFC3339Nano))
+	}
+	return v
+}
+
+// parseLabels reads the repeatable label=key:value parameter.
+func parseLabels(v url.Values, maxLabels int) (map[string]string, error) {
+	var labels map[string]string
+	for _, lv := range v["label"] {
+		k, val, ok := strings.Cut(lv, ":")
+		if !ok {
+			return nil, norn.Invalid("label", "must be key:value, got %q", Trunc(lv))
+		}
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		if old, dup := labels[k]; dup && old != val {
+			return nil, norn.Invalid("label", "key %q is given twice with different values", Trunc(k))
+		}
+		labels[k] = val
+	}
+	if len(labels) > maxLabels {
+		return nil, norn.Invalid("label", "has %d labels, more than the limit of %d", len(labels), maxLabels)
+	}
+	if err := norn.ValidateLabels("label", labels); err != nil {
+		return nil, err
+	}
+	return labels, nil
+}
+
+// BatchParams are the parameters of GET /v1/batches.
+var BatchParams = []string{"state", "label", "after", "limit"}
+
+// ParseBatchQuery reads the parameters of GET /v1/batches.
+func ParseBatchQuery(v url.Values) (norn.BatchQuery, error) {
+	var q norn.BatchQuery
+	if err := CheckParams(v, BatchParams); err != nil {
+		return q, err
+	}
+	st, err := single(v, "state")
+	if err != nil {
+		return q, err
+	}
+	q.State = norn.BatchState(st)
+	if q.Labels, err = parseLabels(v, norn.MaxLabels); err != nil {
+		return q, err
+	}
+	if q.After, err = single(v, "after"); err != nil {
+		return q, err
+	}
+	if len(q.After) > norn.MaxIDLength {
+		return q, norn.Invalid("after", "is longer than %d bytes", norn.MaxIDLength)
+	}
+	if q.Limit, err = parseInt(v, "limit", 0, norn.MaxListLimit); err != nil {
+		return q, err
+	}
+	return q, q.Validate()
+}
+
+// BatchQueryValues is ParseBatchQuery's inverse.
+func BatchQueryValues(q norn.BatchQuery) url.Values {
+	v := url.Values{}
+	if q.State != "" {
+		v.Set("state", string(q.State))
+	}
+	keys := make([]string, 0, len(q.Labels))
+	for k := range q.Labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v.Add("label", k+":"+q.Labels[k])
+	}
+	if q.After != "" {
+		v.Set("after", q.After)
+	}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
 	}
 	return v
 }

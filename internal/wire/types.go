@@ -270,6 +270,21 @@ type ScheduleResponse struct {
 	Schedule *norn.Schedule `json:"schedule"`
 }
 
+// OneBatch is the body of GET /v1/batches/{id} and of a seal.
+type OneBatch struct {
+	Batch *norn.Batch `json:"batch"`
+}
+
+// BatchesResponse is the body of GET /v1/batches.
+type BatchesResponse struct {
+	Batches []*norn.Batch `json:"batches"`
+}
+
+// BatchDeleted is the body of DELETE /v1/batches/{id}.
+type BatchDeleted struct {
+	Deleted int `json:"deleted"`
+}
+
 // StatusResponse is the body of /healthz and /readyz.
 type StatusResponse struct {
 	Status string `json:"status"`

@@ -217,6 +217,11 @@ func (s *Store) sweep(ctx context.Context) (norn.SweepReport, error) {
 		if !more {
 			n, err := s.fireSchedules(ctx)
 			rep.Fired += n
+			if err != nil {
+				return rep, err
+			}
+			n, err = s.fireBatches(ctx)
+			rep.Callbacks += n
 			return rep, err
 		}
 	}

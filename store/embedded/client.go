@@ -93,6 +93,9 @@ func (tx *txn) submit(prefix string, tasks []norn.NewTask) ([]norn.Submitted, er
 	if err != nil {
 		return nil, err
 	}
+	if err := s.checkJoins(prefix, tasks, dup); err != nil {
+		return nil, err
+	}
 	var inBatch map[string]int
 	for _, i := range order {
 		out[i].Task = tx.insert(ids[i], &tasks[i])
@@ -155,7 +158,7 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 	}
 	im := immutable{queue: q.name, created: now, maxAttempts: int64(t.maxAttempts), timeout: t.timeout,
 		maxRuntime: t.maxRuntime, retry: t.retry, expires: t.expires, uniqueKey: n.UniqueKey, deps: n.DependsOn, spec: n.Spec, key: n.ConcurrencyKey,
-		labels: n.Labels, st: st, traceparent: n.Traceparent, tracestate: n.Tracestate}
+		labels: n.Labels, st: st, traceparent: n.Traceparent, tracestate: n.Tracestate, batch: n.Batch}
 	tx.buf = im.encode(tx.buf[:0])
 	tx.b.Set(tx.key(id, sufImmutable), tx.buf, nil)
 	t.st = st
@@ -168,11 +171,15 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 		s.indexDeps(t, n.DependsOn)
 		tx.onUndo(func() { s.unindexDeps(t) })
 	}
+	if n.Batch != "" {
+		tx.joinBatch(t, n.Batch)
+	}
 	tx.event(norn.EventSubmitted, t)
 	nt := t.toTask()
 	nt.UniqueKey = n.UniqueKey
 	nt.Spec = cloneBytes(n.Spec)
 	nt.ConcurrencyKey = n.ConcurrencyKey
+	nt.Batch = n.Batch
 	nt.Traceparent, nt.Tracestate = n.Traceparent, n.Tracestate
 	if len(n.Labels) > 0 {
 		nt.Labels = maps.Clone(n.Labels)

@@ -242,6 +242,8 @@ type immutable struct {
 	expires int64
 	// uniqueKey is the task's unique key ("" when none).
 	uniqueKey string
+	// batch is the batch the task joined ("" when none).
+	batch string
 	deps      []string
 	spec      []byte
 	// key is the concurrency key ("" for none).
@@ -274,6 +276,8 @@ const (
 	// optExpires is the task's expiry (nanoseconds, as a string of
 	// decimal digits so that every optional field is bytes).
 	optExpires = 4
+	// optBatch is the batch the task joined.
+	optBatch = 5
 )
 
 func (im *immutable) encode(buf []byte) []byte {
@@ -401,6 +405,9 @@ func (im *immutable) appendOptional(e *enc) {
 	if im.expires != 0 {
 		n++
 	}
+	if im.batch != "" {
+		n++
+	}
 	e.u(uint64(n))
 	if im.traceparent != "" {
 		e.u(optTraceparent)
@@ -418,11 +425,15 @@ func (im *immutable) appendOptional(e *enc) {
 		e.u(optExpires)
 		e.s(strconv.FormatInt(im.expires, 10))
 	}
+	if im.batch != "" {
+		e.u(optBatch)
+		e.s(im.batch)
+	}
 }
 
 // decodeOptional reads the optional fields; keep false skips them without
 // copying (recovery reads every task at open and needs none of them), all
-// but the retry jitter, which the in-memory task keeps for its next fail.
+// but the retry jitter, the expiry and the batch, which memory keeps.
 func (im *immutable) decodeOptional(d *dec, keep bool) {
 	n := d.u()
 	for i := uint64(0); i < n && d.err == nil; i++ {
@@ -440,6 +451,9 @@ func (im *immutable) decodeOptional(d *dec, keep bool) {
 				d.err = errCorrupt
 			}
 			im.expires = v
+		case tag == optBatch:
+			// Kept by recovery too: it rebuilds the batches' membership.
+			im.batch = d.s()
 		case !keep:
 			d.by()
 		case tag == optTraceparent:

@@ -56,9 +56,18 @@ func (s *Store) unindexDeps(t *task) []string {
 }
 
 // eachMem calls fn for every task whose in-memory fields match f (labels
-// are not checked: they live on disk), through the depends_on index when
-// f names a dependency. Callers hold s.mu.
+// are not checked: they live on disk), through the batch's members when f
+// names a batch, or the depends_on index when it names a dependency.
+// Callers hold s.mu.
 func (s *Store) eachMem(f *norn.Filter, fn func(*task)) {
+	if f.Batch != "" {
+		for t := range s.members[f.Batch] {
+			if matchMem(f, t) && (f.DependsOn == "" || slices.Contains(s.depsOf[t], f.DependsOn)) {
+				fn(t)
+			}
+		}
+		return
+	}
 	if f.DependsOn != "" {
 		for _, t := range s.byDep[f.DependsOn] {
 			if matchMem(f, t) {

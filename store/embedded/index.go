@@ -52,6 +52,8 @@ type task struct {
 	deleted       bool
 	// inLeases: the timer is in s.leases, not s.timers.
 	inLeases bool
+	// inBatch: t is a member of a batch (s.batchOf).
+	inBatch bool
 	slot     uint32 // in s.tasks
 }
 
@@ -438,6 +440,9 @@ func (s *Store) firstTimer() *task {
 
 // nextTimer returns the earliest due time, 0 when nothing is pending.
 func (s *Store) nextTimer() int64 {
+	if len(s.batchDue) > 0 {
+		return 1 // a batch's callbacks are due now
+	}
 	next := s.nextScheduleFire()
 	if t := s.firstTimer(); t != nil && (next == 0 || t.timerAt < next) {
 		next = t.timerAt

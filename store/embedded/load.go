@@ -24,6 +24,7 @@ func (s *Store) load(ctx context.Context) error {
 		return err
 	}
 	s.orderIndexes()
+	s.countBatches()
 	return s.countDependencies(waiting)
 }
 
@@ -45,7 +46,7 @@ func (s *Store) loadSettings() error {
 	if err := s.loadSchedules(); err != nil {
 		return err
 	}
-	return nil
+	return s.loadBatches()
 }
 
 // blocked is a blocked task found at open, with its dependencies.
@@ -104,6 +105,9 @@ func (s *Store) loadTasks(ctx context.Context) ([]blocked, error) {
 			s.addUnique(t, im.uniqueKey)
 		}
 		s.indexDeps(t, im.deps)
+		if im.batch != "" {
+			s.addMember(t, im.batch)
+		}
 		t.g = t.q.group(im.key)
 		if t.q.flow.GroupsByLabel() {
 			if t.g, err = t.q.labelGroup(v); err != nil {

@@ -220,7 +220,7 @@ func (s *Store) decodeTaskIn(it *pebble.Iterator, id string, lo []byte, summary 
 			*t = norn.Task{ID: id, Queue: im.queue, Created: fromNanos(im.created), MaxAttempts: int(im.maxAttempts),
 				Timeout: norn.Duration(im.timeout), MaxRuntime: norn.Duration(im.maxRuntime), Retry: im.retry, UniqueKey: im.uniqueKey,
 				DependsOn: im.deps, Spec: im.spec, Labels: im.labels, ConcurrencyKey: im.key,
-				Traceparent: im.traceparent, Tracestate: im.tracestate, ExpiresAt: fromNanos(im.expires)}
+				Traceparent: im.traceparent, Tracestate: im.tracestate, ExpiresAt: fromNanos(im.expires), Batch: im.batch}
 			st = im.st
 		case sufLabels:
 			if t == nil {
@@ -408,7 +408,7 @@ func (s *Store) page(ctx context.Context, q norn.Query, limit int) (norn.Page, e
 	if q.Order == norn.OrderPriority {
 		return s.pagePriority(ctx, q, limit, pos)
 	}
-	if q.Filter.DependsOn != "" {
+	if q.Filter.DependsOn != "" || q.Filter.Batch != "" {
 		return s.pageIndexed(ctx, q, limit, pos)
 	}
 	main, err := s.db.NewIter(&pebble.IterOptions{})
@@ -872,7 +872,7 @@ func (s *Store) CountGrouped(ctx context.Context, f norn.Filter) ([]norn.GroupCo
 // scan calls fn with the summary of every task on disk matching f: all
 // of them read, or only those the depends_on index names.
 func (s *Store) scan(ctx context.Context, f *norn.Filter, fn func(*norn.Task)) error {
-	if f.DependsOn != "" {
+	if f.DependsOn != "" || f.Batch != "" {
 		r := s.newReader()
 		defer r.close()
 		for i, id := range s.indexedIDs(f) {

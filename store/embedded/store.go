@@ -145,6 +145,13 @@ type Store struct {
 	byDep     map[string][]*task
 	depsOf    map[*task][]string
 	schedules map[string]*norn.Schedule
+	// batches are the batches by id; members and batchOf the batch
+	// membership (of tasks that name a batch, whether or not it still
+	// exists); batchDue the batches whose callbacks may fire (batch.go).
+	batches   map[string]*batchMem
+	members   map[string]map[*task]struct{}
+	batchOf   map[*task]string
+	batchDue  map[string]bool
 	workerSeq uint64
 	armedAt   int64
 	failed    error // a write failed: memory may be ahead of disk, refuse writes
@@ -272,6 +279,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		byDep:      map[string][]*task{},
 		depsOf:     map[*task][]string{},
 		schedules:  map[string]*norn.Schedule{},
+		batches:    map[string]*batchMem{},
+		members:    map[string]map[*task]struct{}{},
+		batchOf:    map[*task]string{},
+		batchDue:   map[string]bool{},
 		subs:       map[*subscription]struct{}{},
 		disk:       disk,
 		space: space{fs: base, dir: dir, reserve: opts.MinFreeBytes, ahead: pebbleAhead(memTable),

@@ -265,6 +265,9 @@ func (tx *txn) set(t *task, ns state) {
 	tx.undo = append(tx.undo, undoStep{t: t, old: old})
 	tx.buf = ns.encode(tx.buf[:0])
 	tx.b.Set(tx.key(t.id, sufState), tx.buf, nil)
+	if t.inBatch && ns.status != old.status {
+		tx.batchStatusChanged(t, old.status, ns.status)
+	}
 	if ns.status == stReady && old.status != stReady {
 		tx.wake = append(tx.wake, t.q)
 	} else if old.status == stRunning && ns.status != stRunning && t.q.flow.Limited() {
@@ -302,6 +305,9 @@ func (tx *txn) removeTask(t *task) {
 	key, unique := s.uniqueOf[t]
 	s.dropUnique(t)
 	t.deleted = true
+	if t.inBatch {
+		tx.leaveBatch(t)
+	}
 	deps := s.unindexDeps(t)
 	tx.onUndo(func() {
 		t.deleted = false
