@@ -244,8 +244,8 @@ type immutable struct {
 	uniqueKey string
 	// batch is the batch the task joined ("" when none).
 	batch string
-	deps      []string
-	spec      []byte
+	deps  []string
+	spec  []byte
 	// key is the concurrency key ("" for none).
 	key string
 	// traceparent and tracestate are the task's W3C trace context.

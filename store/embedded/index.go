@@ -54,7 +54,7 @@ type task struct {
 	inLeases bool
 	// inBatch: t is a member of a batch (s.batchOf).
 	inBatch bool
-	slot     uint32 // in s.tasks
+	slot    uint32 // in s.tasks
 }
 
 // queue holds one queue's settings, ready queues, counters and claim waiters.
