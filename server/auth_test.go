@@ -58,6 +58,9 @@ func TestAuthMatrix(t *testing.T) {
 	for _, name := range []string{"s", "sd"} {
 		e.must(200, "PUT", "/v1/schedules/"+name, `{"queue":"q","cron":"@hourly"}`, admin)
 	}
+	for _, id := range []string{"bs", "bd"} {
+		e.must(201, "POST", "/v1/batches", `{"id":"`+id+`","on_complete":{"queue":"q"}}`, admin)
+	}
 
 	cases := map[string]authCase{
 		"POST /v1/tasks":                       {"POST", "/v1/tasks", `{"queue":"q"}`, true},
@@ -106,6 +109,13 @@ func TestAuthMatrix(t *testing.T) {
 		"PATCH /v1/schedules/{name}":        {"PATCH", "/v1/schedules/s", `{"paused":true}`, false},
 		"DELETE /v1/schedules/{name}":       {"DELETE", "/v1/schedules/sd", "", false},
 		"POST /v1/schedules/{name}/trigger": {"POST", "/v1/schedules/s/trigger", "", false},
+		// Batches whose callbacks submit to other queues look like missing
+		// ones; creating one is a scope refusal.
+		"POST /v1/batches":           {"POST", "/v1/batches", `{"on_complete":{"queue":"q"}}`, true},
+		"GET /v1/batches":            {"GET", "/v1/batches", "", false},
+		"GET /v1/batches/{id}":       {"GET", "/v1/batches/bs", "", true},
+		"POST /v1/batches/{id}/seal": {"POST", "/v1/batches/bs/seal", "", true},
+		"DELETE /v1/batches/{id}":    {"DELETE", "/v1/batches/bd", "", true},
 	}
 
 	// status sends a request and returns the status and error code without

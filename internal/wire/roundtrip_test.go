@@ -94,7 +94,7 @@ func TestRoundTrip(t *testing.T) {
 	newTask := filled[norn.NewTask](t)
 	at := time.Date(2030, 1, 2, 3, 4, 5, 600, time.UTC)
 	filter := norn.Filter{Queues: []string{"a", "b"}, Statuses: []norn.Status{norn.StatusReady, norn.StatusRunning},
-		Labels: map[string]string{"k": "v:w", "tenant": "acme&co"}, Owner: "worker 1", IDContains: "0193+", DependsOn: "parent+1:x", UniqueKey: "user/42 &é",
+		Labels: map[string]string{"k": "v:w", "tenant": "acme&co"}, Owner: "worker 1", IDContains: "0193+", DependsOn: "parent+1:x", UniqueKey: "user/42 &é", Batch: "b/1 &x",
 		CreatedAfter: at, CreatedBefore: at.Add(time.Hour), UpdatedAfter: at.Add(time.Nanosecond), UpdatedBefore: at.Add(time.Minute)}
 	empty := marshalRequest(t, Empty{})
 
@@ -388,6 +388,32 @@ func TestRoundTrip(t *testing.T) {
 		"POST /v1/schedules/{name}/trigger": func(t *testing.T) {
 			request(t, empty, Empty{})
 			plainResponse(t, TaskResponse{Task: &norn.Task{ID: "schedule-task", Queue: "q", Status: norn.StatusReady, Labels: map[string]string{norn.ScheduleLabel: "s"}}})
+		},
+		"POST /v1/batches": func(t *testing.T) {
+			nb := filled[norn.NewBatch](t)
+			request(t, marshalRequest(t, nb), nb)
+			plainResponse(t, filled[norn.BatchCreated](t))
+		},
+		"GET /v1/batches": func(t *testing.T) {
+			q := norn.BatchQuery{State: norn.BatchSealed, Labels: map[string]string{"k": "v:w", "t": "a&b"}, After: "b 1/é", Limit: 7}
+			got, err := ParseBatchQuery(queryString(t, BatchQueryValues(q)))
+			if err != nil || !reflect.DeepEqual(got, q) {
+				t.Fatalf("batch query %+v, %v; want %+v", got, err, q)
+			}
+			b := filled[norn.Batch](t)
+			plainResponse(t, BatchesResponse{Batches: []*norn.Batch{&b}})
+		},
+		"GET /v1/batches/{id}": func(t *testing.T) {
+			b := filled[norn.Batch](t)
+			plainResponse(t, OneBatch{Batch: &b})
+		},
+		"POST /v1/batches/{id}/seal": func(t *testing.T) {
+			request(t, empty, Empty{})
+			b := filled[norn.Batch](t)
+			plainResponse(t, OneBatch{Batch: &b})
+		},
+		"DELETE /v1/batches/{id}": func(t *testing.T) {
+			plainResponse(t, BatchDeleted{Deleted: 3})
 		},
 		"GET /v1/stats": func(t *testing.T) {
 			plainResponse(t, filled[norn.Stats](t))

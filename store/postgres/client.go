@@ -88,6 +88,9 @@ func where(f norn.Filter, args []any) (string, []any) {
 		// @> (not = ANY) so the GIN index on depends_on serves it.
 		add("t.depends_on @> ARRAY[$?::text]", f.DependsOn)
 	}
+	if f.Batch != "" {
+		add("t.batch = $?", f.Batch)
+	}
 	if f.UniqueKey != "" {
 		add("t.unique_key = $?", f.UniqueKey)
 	}

@@ -38,7 +38,7 @@ const (
 	colsBase = `t.id, t.queue, t.priority, t.status, t.progress, t.labels, t.created, t.updated, t.run_at,
 t.ready_at, t.ended_at, t.depends_on, t.pending_deps, t.owner, t.deadline, t.lease, t.attempts,
 t.max_attempts, t.retry, t.timeout_ns, t.history_count, t.log_seq, t.version, t.assign_seq, t.done_seq, t.claimed_at,
-t.concurrency_key, t.max_runtime_ns, t.unique_key, t.traceparent, t.tracestate, t.expires_at`
+t.concurrency_key, t.max_runtime_ns, t.unique_key, t.traceparent, t.tracestate, t.expires_at, t.batch`
 	// historyAgg is the task's history: its task_history_rows plus the
 	// assignment and completion entries kept in the row, unless the history
 	// cap ({hl}) has dropped them.
@@ -72,6 +72,7 @@ type recReader struct {
 	id                            string
 	queue, status, owner, ckey    internText
 	uniqueKey, tparent, tstate    pgtype.Text
+	batch                         pgtype.Text
 	progress                      float64
 	priority                      int64
 	labels, retry, errs, hist     scratchBytes
@@ -119,7 +120,7 @@ func newRecReader() *recReader {
 	d.dest = []any{&d.id, &d.queue, &d.priority, &d.status, &d.progress, &d.labels, &d.created, &d.updated, &d.runAt,
 		&d.readyAt, &d.ended, &d.deps, &d.pending, &d.owner, &d.deadline, &d.lease, &d.attempts,
 		&d.maxAttempts, &d.retry, &d.timeoutNS, &d.hcnt, &d.logSeq, &d.version, &d.assignSeq, &d.doneSeq, &d.claimed, &d.ckey, &d.maxRuntimeNS,
-		&d.uniqueKey, &d.tparent, &d.tstate, &d.expires, &d.spec, &d.result, &d.errs, &d.hist}
+		&d.uniqueKey, &d.tparent, &d.tstate, &d.expires, &d.batch, &d.spec, &d.result, &d.errs, &d.hist}
 	return d
 }
 
@@ -159,7 +160,7 @@ func (d *recReader) read(row pgx.Row) (*rec, error) {
 	if d.ckey.valid {
 		r.ConcurrencyKey = d.ckey.s
 	}
-	r.UniqueKey, r.Traceparent, r.Tracestate = d.uniqueKey.String, d.tparent.String, d.tstate.String
+	r.UniqueKey, r.Traceparent, r.Tracestate, r.Batch = d.uniqueKey.String, d.tparent.String, d.tstate.String, d.batch.String
 	if len(d.deps) > 0 {
 		r.DependsOn = d.deps
 	}

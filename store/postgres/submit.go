@@ -39,7 +39,7 @@ func (s *Store) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Submi
 		return err
 	}
 	var err error
-	if hasDeps(tasks) || hasUniqueKeys(tasks) {
+	if hasDeps(tasks) || hasUniqueKeys(tasks) || hasBatches(tasks) {
 		err = s.withTx(ctx, func(tx pgx.Tx) error { return run(tx) })
 	} else {
 		err = s.withConn(ctx, func(conn *pgx.Conn) error { return run(conn) })
@@ -72,6 +72,15 @@ func (s *Store) SubmitTx(ctx context.Context, tx pgx.Tx, tasks ...norn.NewTask) 
 func hasDeps(tasks []norn.NewTask) bool {
 	for _, t := range tasks {
 		if len(t.DependsOn) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func hasBatches(tasks []norn.NewTask) bool {
+	for _, t := range tasks {
+		if t.Batch != "" {
 			return true
 		}
 	}
@@ -120,15 +129,15 @@ func (s *Store) buildInsertSQL(onConflict bool) string {
 	}
 	return s.q(`WITH ins AS (INSERT INTO {s}.tasks (id, queue, spec, priority, status, labels, created, updated, run_at,
 	ready_at, ended_at, depends_on, pending_deps, max_attempts, retry, timeout_ns, errors, history_count, version,
-	concurrency_key, max_runtime_ns, unique_key, traceparent, tracestate, fair_key, expires_at)
+	concurrency_key, max_runtime_ns, unique_key, traceparent, tracestate, fair_key, expires_at, batch)
 SELECT u.id, u.queue, u.spec, u.priority, u.status, u.labels::jsonb, $16, $16, u.run_at, $16, u.ended_at,
 	string_to_array(u.deps, ','), u.pending, u.max_attempts, u.retry::jsonb, u.timeout_ns, u.errors::jsonb, u.hcount, 1,
-	u.ckey, u.max_runtime_ns, u.ukey, u.tparent, u.tstate, u.fkey, u.expires_at
+	u.ckey, u.max_runtime_ns, u.ukey, u.tparent, u.tstate, u.fkey, u.expires_at, u.batch
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::text[], $6::text[], $7::timestamptz[],
 	$8::timestamptz[], $9::text[], $10::int[], $11::int[], $12::text[], $13::bigint[], $14::text[], $15::int[],
-	$19::text[], $20::bigint[], $21::text[], $22::text[], $23::text[], $24::text[], $25::timestamptz[])
+	$19::text[], $20::bigint[], $21::text[], $22::text[], $23::text[], $24::text[], $25::timestamptz[], $26::text[])
 	AS u(id, queue, spec, priority, status, labels, run_at, ended_at, deps, pending, max_attempts, retry,
-	timeout_ns, errors, hcount, ckey, max_runtime_ns, ukey, tparent, tstate, fkey, expires_at)
+	timeout_ns, errors, hcount, ckey, max_runtime_ns, ukey, tparent, tstate, fkey, expires_at, batch)
 ` + conflict + `
 RETURNING id, queue, status, version, 'TaskSubmit'::text AS kind, created AS time),
 h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time, error)
@@ -163,6 +172,10 @@ type submitPlan struct {
 	deps      bool
 	keys      bool
 	queues    []string
+	// batches are the batches members join (share-locked: the caller
+	// runs the submit in a transaction), batchState their states read.
+	batches    []string
+	batchState map[string]norn.BatchState
 
 	now      time.Time
 	events   eventLevel
@@ -197,7 +210,7 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 	if err := p.decide(); err != nil {
 		return nil, err
 	}
-	if !p.clientIDs && !p.deps && !p.keys {
+	if !p.clientIDs && !p.deps && !p.keys && len(p.batches) == 0 {
 		// Generated ids cannot exist: nothing to look for, so COPY.
 		if err := s.copyIn(ctx, q, p.recs, p.now, p.events); err != nil {
 			return nil, err
@@ -244,6 +257,9 @@ func newSubmitPlan(prefix string, in []norn.NewTask) (*submitPlan, error) {
 		queues[t.Queue] = true
 		p.keys = p.keys || t.UniqueKey != ""
 		p.deps = p.deps || len(t.DependsOn) > 0
+		if t.Batch != "" && !slices.Contains(p.batches, t.Batch) {
+			p.batches = append(p.batches, t.Batch)
+		}
 	}
 	p.clientIDs = len(p.lookup) > 0
 	for i := range p.tasks {
@@ -286,6 +302,11 @@ func (s *Store) readForSubmit(ctx context.Context, q querier, p *submitPlan) err
 		b.Queue(s.q(`SELECT id, status, queue FROM {s}.tasks WHERE id = ANY($1)`+lock), p.lookup)
 	}
 	b.Queue(s.q(`SELECT `+queueCols+` FROM {s}.queues WHERE name = ANY($1)`), p.queues)
+	if len(p.batches) > 0 {
+		// Share-locked: a seal (FOR UPDATE) waits for the joins in flight
+		// and a join after the seal reads it sealed.
+		b.Queue(s.q(`SELECT id, state FROM {s}.batches WHERE id = ANY($1) ORDER BY id FOR SHARE`), p.batches)
+	}
 	var refs []norn.UniqueRef
 	if p.keys {
 		refs = p.uniqueRefs()
@@ -335,6 +356,20 @@ UNION ALL (SELECT t.id, t.status, t.ended_at FROM {s}.tasks t WHERE t.unique_key
 	p.defaults = make(map[string]queueDefaults, len(qds))
 	for _, d := range qds {
 		p.defaults[d.name] = d
+	}
+	if len(p.batches) > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		p.batchState = map[string]norn.BatchState{}
+		var id, st string
+		if _, err := pgx.ForEachRow(rows, []any{&id, &st}, func() error {
+			p.batchState[id] = norn.BatchState(st)
+			return nil
+		}); err != nil {
+			return err
+		}
 	}
 	if p.keys {
 		if _, err := br.Exec(); err != nil {
@@ -410,6 +445,9 @@ func (p *submitPlan) decide() error {
 	if err != nil {
 		return err
 	}
+	if err := p.checkJoins(); err != nil {
+		return err
+	}
 	p.recs = make([]*rec, len(p.tasks))
 	// Statuses of the dependencies: stored ones, then new tasks as decided.
 	depStatus := make(map[string]norn.Status, len(p.existing))
@@ -430,6 +468,24 @@ func (p *submitPlan) decide() error {
 		}
 		if p.deps {
 			depStatus[nt.ID] = in.Status
+		}
+	}
+	return nil
+}
+
+// checkJoins refuses members of batches that do not exist or are sealed.
+func (p *submitPlan) checkJoins() error {
+	for i := range p.tasks {
+		id := p.tasks[i].Batch
+		if id == "" || (p.dup != nil && p.dup[i]) {
+			continue
+		}
+		field := fmt.Sprintf("%s[%d].batch", p.prefix, i)
+		switch st, ok := p.batchState[id]; {
+		case !ok:
+			return norn.BatchNotFound(field, id)
+		case st != norn.BatchOpen:
+			return norn.BatchSealedError(field, id)
 		}
 	}
 	return nil
@@ -466,7 +522,7 @@ func newRec(nt *norn.NewTask, in norn.Initial, now time.Time) *rec {
 	if len(nt.Labels) > 0 {
 		r.Labels = nt.Labels
 	}
-	r.ConcurrencyKey = nt.ConcurrencyKey
+	r.ConcurrencyKey, r.Batch = nt.ConcurrencyKey, nt.Batch
 	r.Traceparent, r.Tracestate = nt.Traceparent, nt.Tracestate
 	r.Created, r.Updated, r.readyAt = now, now, now
 	r.RunAt = micro(in.RunAt)
@@ -493,7 +549,7 @@ type insertArgs struct {
 	ids, qs, status             []string
 	labels, deps, retries, errs []*string
 	ckeys, keys, fkeys          []*string
-	tparents, tstates           []*string
+	tparents, tstates, batches  []*string
 	specs                       [][]byte
 	prio, timeouts, maxRuntimes []int64
 	runAt                       []time.Time
@@ -529,6 +585,7 @@ func (a *insertArgs) add(r *rec) {
 	a.fkeys = append(a.fkeys, r.fairKey)
 	a.keys = append(a.keys, strPtr(r.UniqueKey))
 	a.tparents, a.tstates = append(a.tparents, strPtr(r.Traceparent)), append(a.tstates, strPtr(r.Tracestate))
+	a.batches = append(a.batches, strPtr(r.Batch))
 	if r.Status == norn.StatusAborted {
 		b, _ := json.Marshal(r.Errors[0])
 		a.abortIDs, a.abortErrs = append(a.abortIDs, r.ID), append(a.abortErrs, string(b))
@@ -551,7 +608,7 @@ func (s *Store) insertRecs(ctx context.Context, q querier, p *submitPlan) (map[s
 	}
 	rows, err := q.Query(ctx, s.insertSQL(p.clientIDs || p.keys), a.ids, a.qs, a.specs, a.prio, a.status, a.labels,
 		a.runAt, a.ended, a.deps, a.pending, a.maxAtt, a.retries, a.timeouts, a.errs, a.hcount, p.now,
-		a.abortIDs, a.abortErrs, a.ckeys, a.maxRuntimes, a.keys, a.tparents, a.tstates, a.fkeys, a.expires)
+		a.abortIDs, a.abortErrs, a.ckeys, a.maxRuntimes, a.keys, a.tparents, a.tstates, a.fkeys, a.expires, a.batches)
 	if err != nil {
 		return nil, err
 	}

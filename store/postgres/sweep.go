@@ -42,6 +42,9 @@ func (s *Store) Sweep(ctx context.Context) (norn.SweepReport, error) {
 	if err := s.fireSchedules(ctx, &rep); err != nil {
 		return rep, err
 	}
+	if err := s.fireBatches(ctx, &rep); err != nil {
+		return rep, err
+	}
 	return rep, nil
 }
 

@@ -1,0 +1,17 @@
+-- Batches: the batch as one JSON document, plus its state and whether its
+-- callbacks may still fire ("waiting": sealed and not done, or done with an
+-- on_success not yet fired) as columns for the monitor's index.
+CREATE TABLE {{schema}}.batches (
+    id      text        PRIMARY KEY,
+    state   text        NOT NULL CHECK (state IN ('open', 'sealed', 'done')),
+    waiting boolean     NOT NULL DEFAULT false,
+    created timestamptz NOT NULL,
+    labels  jsonb,
+    doc     jsonb       NOT NULL
+);
+CREATE INDEX batches_waiting ON {{schema}}.batches (id) WHERE waiting;
+
+-- The batch a task joined. The index holds only members, by status, so a
+-- batch's counts and its "any member pending?" probe read only its own.
+ALTER TABLE {{schema}}.tasks ADD COLUMN batch text;
+CREATE INDEX tasks_batch ON {{schema}}.tasks (batch, status) WHERE batch IS NOT NULL;
