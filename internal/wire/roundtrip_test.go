@@ -94,7 +94,7 @@ func TestRoundTrip(t *testing.T) {
 	newTask := filled[norn.NewTask](t)
 	at := time.Date(2030, 1, 2, 3, 4, 5, 600, time.UTC)
 	filter := norn.Filter{Queues: []string{"a", "b"}, Statuses: []norn.Status{norn.StatusReady, norn.StatusRunning},
-		Labels: map[string]string{"k": "v:w", "tenant": "acme&co"}, Owner: "worker 1", IDContains: "0193+", DependsOn: "parent+1:x", UniqueKey: "user/42 &é", Batch: "b/1 &x",
+		Labels: map[string]string{"k": "v:w", "tenant": "acme&co"}, Owner: "worker 1", IDContains: "0193+", DependsOn: "parent+1:x", UniqueKey: "user/42 &é", Batch: "b+1:x&é",
 		CreatedAfter: at, CreatedBefore: at.Add(time.Hour), UpdatedAfter: at.Add(time.Nanosecond), UpdatedBefore: at.Add(time.Minute)}
 	empty := marshalRequest(t, Empty{})
 
