@@ -24,6 +24,10 @@ type TaskImporter interface {
 	// not counted). Nothing is published and no claim wakes: the copy's
 	// destination is not serving yet.
 	ImportTasks(ctx context.Context, recs []TaskRecord) (int, error)
+	// ImportBatches writes batches as they are (state, times, callbacks'
+	// ids); a batch whose id exists is skipped. It returns how many it
+	// wrote. Their members are the imported tasks that name them.
+	ImportBatches(ctx context.Context, bs []*Batch) (int, error)
 	// FinishImport settles what depends on every task being there: the
 	// dependency counts of blocked tasks whose dependencies came later.
 	FinishImport(ctx context.Context) error

@@ -75,8 +75,8 @@ avoid that). See docs/moving.md.`,
 					return writeJSON(cmd.OutOrStdout(), rep)
 				}
 				out := cmd.OutOrStdout()
-				fmt.Fprintf(out, "copied %d tasks (%d written, %d there already), %d queues, %d schedules in %s\n",
-					rep.Tasks, rep.Imported, rep.Tasks-rep.Imported, rep.Queues, rep.Schedules, rep.Took.Round(1e6))
+				fmt.Fprintf(out, "copied %d tasks (%d written, %d there already), %d queues, %d schedules, %d batches in %s\n",
+					rep.Tasks, rep.Imported, rep.Tasks-rep.Imported, rep.Queues, rep.Schedules, rep.Batches, rep.Took.Round(1e6))
 				if !rep.Check.Same {
 					for _, d := range rep.Check.Differences {
 						fmt.Fprintln(out, "difference:", d)

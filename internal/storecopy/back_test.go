@@ -21,8 +21,11 @@ func TestCopyPostgresToEmbedded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.Check.Same || rep.Tasks != 46 || rep.Imported != 46 || rep.Schedules != 1 {
+	if !rep.Check.Same || rep.Tasks != 46 || rep.Imported != 46 || rep.Schedules != 1 || rep.Batches != 1 {
 		t.Fatalf("report %+v", rep)
+	}
+	if b, err := dst.GetBatch(ctx, "wf"); err != nil || b.State != norn.BatchOpen || b.Total != 2 || b.Counts[norn.StatusRunning] != 1 {
+		t.Fatalf("batch in the copy: %+v %v", b, err)
 	}
 	got, err := dst.Get(ctx, "parent")
 	if err != nil || got.Status != norn.StatusRunning || got.Progress != 0.5 {

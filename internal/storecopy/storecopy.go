@@ -48,6 +48,7 @@ type Report struct {
 	Imported  int64         `json:"imported"`
 	Queues    int           `json:"queues"`
 	Schedules int           `json:"schedules"`
+	Batches   int           `json:"batches"`
 	Took      time.Duration `json:"took"`
 	Check     Check         `json:"check"`
 }
@@ -76,6 +77,9 @@ func Copy(ctx context.Context, src norn.Store, dst Destination, o Options) (Repo
 	}
 	if rep.Tasks, rep.Imported, err = copyTasks(ctx, src, dst, o, total); err != nil {
 		return rep, err
+	}
+	if rep.Batches, err = copyBatches(ctx, src, dst); err != nil {
+		return rep, fmt.Errorf("copying batches: %w", err)
 	}
 	if err := dst.FinishImport(ctx); err != nil {
 		return rep, fmt.Errorf("settling dependencies: %w", err)
@@ -189,6 +193,22 @@ func copyTasks(ctx context.Context, src norn.Store, dst norn.TaskImporter, o Opt
 		return read, imported, fmt.Errorf("reading the source: %w", err)
 	}
 	return read, imported, flush()
+}
+
+// copyBatches puts src's batches into dst as they are, a page at a time.
+func copyBatches(ctx context.Context, src norn.Store, dst Destination) (int, error) {
+	n, after := 0, ""
+	for {
+		bs, err := src.ListBatches(ctx, norn.BatchQuery{After: after, Limit: norn.MaxListLimit})
+		if err != nil || len(bs) == 0 {
+			return n, err
+		}
+		if _, err := dst.ImportBatches(ctx, bs); err != nil {
+			return n, err
+		}
+		n += len(bs)
+		after = bs[len(bs)-1].ID
+	}
 }
 
 // copySchedules puts src's schedules into dst when both keep schedules.

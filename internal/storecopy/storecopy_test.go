@@ -39,7 +39,7 @@ func openEmbedded(t *testing.T) *embedded.Store {
 
 // seed gives src tasks in every status, with labels, logs, results,
 // errors, a lease held, dependencies, unique keys, queue and key settings
-// and a schedule.
+// a schedule and a batch whose members are parent and child.
 func seed(t *testing.T, src norn.Store) {
 	t.Helper()
 	ctx := context.Background()
@@ -54,6 +54,8 @@ func seed(t *testing.T, src norn.Store) {
 		Retry: &norn.RetryPolicy{MaxRetries: 3, Base: norn.Duration(time.Second), Jitter: norn.JitterFull},
 		Keys:  map[string]*norn.KeySettings{"acme": {Limit: 1}}})
 	must(err)
+	_, err = src.CreateBatch(ctx, norn.NewBatch{ID: "wf", Labels: map[string]string{"k": "v"}, OnComplete: &norn.NewTask{Queue: "cbq"}})
+	must(err)
 	var nts []norn.NewTask
 	for i := range 40 {
 		nts = append(nts, norn.NewTask{ID: fmt.Sprintf("bulk-%03d", i), Queue: "bulk", Spec: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)),
@@ -61,8 +63,8 @@ func seed(t *testing.T, src norn.Store) {
 	}
 	nts = append(nts,
 		norn.NewTask{ID: "later", Queue: "mail", Delay: norn.Duration(time.Hour), UniqueKey: "welcome-7"},
-		norn.NewTask{ID: "parent", Queue: "mail", ConcurrencyKey: "acme"},
-		norn.NewTask{ID: "child", Queue: "mail", DependsOn: []string{"parent"}},
+		norn.NewTask{ID: "parent", Queue: "mail", ConcurrencyKey: "acme", Batch: "wf"},
+		norn.NewTask{ID: "child", Queue: "mail", DependsOn: []string{"parent"}, Batch: "wf"},
 		norn.NewTask{ID: "done", Queue: "mail"},
 		norn.NewTask{ID: "broken", Queue: "mail", Retry: &norn.RetryPolicy{}},
 		norn.NewTask{ID: "gone", Queue: "mail"},
@@ -121,8 +123,11 @@ func TestCopyEmbeddedToPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.Check.Same || rep.Tasks != 46 || rep.Imported != 46 || rep.Schedules != 1 || rep.Queues < 2 {
+	if !rep.Check.Same || rep.Tasks != 46 || rep.Imported != 46 || rep.Schedules != 1 || rep.Queues < 2 || rep.Batches != 1 {
 		t.Fatalf("report %+v", rep)
+	}
+	if b, err := dst.GetBatch(ctx, "wf"); err != nil || b.State != norn.BatchOpen || b.Total != 2 || b.Labels["k"] != "v" {
+		t.Fatalf("batch in the copy: %+v %v", b, err)
 	}
 	if len(progress) != 7 || progress[len(progress)-1] != 46 {
 		t.Fatalf("progress %v, want 7 batches up to 46", progress)
@@ -154,6 +159,28 @@ func TestCopyEmbeddedToPostgres(t *testing.T) {
 	}
 	if sc, err := dst.GetSchedule(ctx, "nightly"); err != nil || sc.Cron != "0 3 * * *" {
 		t.Fatalf("schedule in the copy: %+v %v", sc, err)
+	}
+	// The batch goes on in the copy: sealed and its last member done, it
+	// fires there.
+	if _, err := dst.SealBatch(ctx, "wf"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := dst.RegisterWorker(ctx, norn.WorkerInfo{Name: "w2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := dst.Claim(ctx, norn.ClaimRequest{Worker: w, Queues: []string{"mail"}, N: 1})
+	if err != nil || len(ts) != 1 || ts[0].ID != "child" {
+		t.Fatalf("claim of child in the copy: %+v %v", ts, err)
+	}
+	if err := dst.Complete(ctx, norn.LeaseRef{TaskID: "child", Worker: w, Lease: ts[0].Lease}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := dst.GetBatch(ctx, "wf"); err != nil || b.State != norn.BatchDone || b.CompleteTask == "" {
+		t.Fatalf("batch in the copy after its members ended: %+v %v", b, err)
 	}
 }
 

@@ -457,3 +457,30 @@ func (s *Store) countBatches() {
 		}
 	}
 }
+
+// ImportBatches writes batches as they are; see norn.TaskImporter. Their
+// pending counts come with FinishImport, which reloads the store.
+func (s *Store) ImportBatches(ctx context.Context, bs []*norn.Batch) (int, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.exit()
+	n := 0
+	err := s.run(func(tx *txn) error {
+		n = 0
+		for _, b := range bs {
+			if s.batches[b.ID] != nil {
+				continue
+			}
+			bm := &batchMem{}
+			s.batches[b.ID] = bm
+			tx.onUndo(func() { delete(s.batches, b.ID) })
+			if err := tx.putBatch(bm, b); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}

@@ -104,6 +104,10 @@ func (s *Store) FinishImport(ctx context.Context) error {
 	s.byDep = map[string][]*task{}
 	s.depsOf = map[*task][]string{}
 	s.schedules = map[string]*norn.Schedule{}
+	s.batches = map[string]*batchMem{}
+	s.members = map[string]map[*task]struct{}{}
+	s.batchOf = map[*task]string{}
+	s.batchDue = map[string]bool{}
 	s.armedAt = 0
 	s.mu.Unlock()
 	if err := s.load(ctx); err != nil {
@@ -136,7 +140,7 @@ func writeImported(b *pebble.Batch, r norn.TaskRecord) {
 	im := immutable{queue: t.Queue, created: nanos(t.Created), maxAttempts: int64(t.MaxAttempts),
 		timeout: int64(t.Timeout), maxRuntime: int64(t.MaxRuntime), retry: t.Retry, expires: nanos(t.ExpiresAt),
 		uniqueKey: t.UniqueKey, deps: t.DependsOn, spec: t.Spec, key: t.ConcurrencyKey,
-		traceparent: t.Traceparent, tracestate: t.Tracestate, labels: t.Labels, st: st}
+		traceparent: t.Traceparent, tracestate: t.Tracestate, labels: t.Labels, st: st, batch: t.Batch}
 	b.Set(taskKey(t.ID, sufImmutable), im.encode(nil), nil)
 	for i, e := range t.Errors {
 		j, _ := json.Marshal(e)

@@ -361,3 +361,22 @@ func (s *Store) fireBatch(ctx context.Context, id string, rep *norn.SweepReport)
 	}
 	return nil
 }
+
+// ImportBatches writes batches as they are; see norn.TaskImporter.
+func (s *Store) ImportBatches(ctx context.Context, bs []*norn.Batch) (int, error) {
+	n := 0
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		n = 0
+		for _, b := range bs {
+			created, err := s.storeBatch(ctx, tx, b, false)
+			if err != nil {
+				return err
+			}
+			if created {
+				n++
+			}
+		}
+		return nil
+	})
+	return n, mapErr(err)
+}
