@@ -5,7 +5,9 @@
 //     a spec without a name is aborted (retrying cannot fix it).
 //   - "dag-demo": the steps submitted by examples/dag; each step sleeps a
 //     little, reporting progress and checkpointing to the task log, and
-//     returns the results of its dependencies combined with its own name.
+//     returns the results of its dependencies (or, for the callback of a
+//     batch submitted by examples/fanout, of the batch's members) combined
+//     with its own name.
 //
 // Run it (with `go run ./cmd/norn server` running elsewhere):
 //
@@ -126,6 +128,16 @@ func (d *dagStep) ServeTask(ctx context.Context, t *worker.Task) error {
 		}
 		for _, dep := range deps {
 			inputs[dep.ID] = dep.Result
+		}
+	}
+	// A batch's callback (examples/fanout) merges its members' results.
+	if b := t.Labels[norn.LabelBatch]; b != "" {
+		page, err := d.store.List(ctx, norn.Query{Filter: norn.Filter{Batch: b}, Limit: norn.MaxListLimit})
+		if err != nil {
+			return err
+		}
+		for _, m := range page.Tasks {
+			inputs[m.ID] = m.Result
 		}
 	}
 	// A real step writing elsewhere would pass t.Lease along as a fencing
