@@ -308,5 +308,41 @@ class BatchTest(unittest.TestCase):
         self.assertEqual(self.c.get_batch(b.id).created, b.created)
 
 
+class ScopedBatchTest(unittest.TestCase):
+    """A queue-scoped token uses the batches whose callbacks submit to its
+    queues; the others look like batches that do not exist."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.server = Server("--auth-token", "adm1n:admin", "--auth-token", "cl1ent:client:jobs")
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.server.stop()
+
+    def test_scope(self) -> None:
+        admin = norn.Client(self.server.url, "adm1n")
+        client = norn.Client(self.server.url, "cl1ent")
+        self.addCleanup(admin.close)
+        self.addCleanup(client.close)
+        admin.create_batch(id="theirs", on_complete={"queue": "other"})
+        admin.create_batch(id="ours", on_complete={"queue": "jobs"})
+        admin.submit("other", None, batch="ours")
+
+        self.assertEqual([b.id for b in client.list_batches()], ["ours"])
+        for call in (client.get_batch, client.seal_batch, client.delete_batch):
+            with self.assertRaises(norn.NotFound):
+                call("theirs")
+        with self.assertRaises(norn.PermissionDenied) as cm:
+            client.create_batch(on_complete={"queue": "other"})
+        self.assertEqual(cm.exception.status, 403)
+        self.assertEqual(client.submit("jobs", None, batch="ours").batch, "ours")
+        self.assertEqual(client.get_batch("ours").total, 2)
+        # With members, a scoped token deletes only those of its queues.
+        self.assertEqual(client.delete_batch("ours", members=True), 1)
+        self.assertEqual(admin.count(batch="ours"), 1)
+        self.assertEqual(admin.get_batch("theirs").state, "open")
+
+
 if __name__ == "__main__":
     unittest.main()

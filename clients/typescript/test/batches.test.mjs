@@ -7,7 +7,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSyn
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { Client, Conflict, InvalidArgument, NotFound } from "../dist/index.js";
+import { Client, Conflict, InvalidArgument, NotFound, PermissionDenied } from "../dist/index.js";
 import { eventually, here, startServer } from "./server.mjs";
 
 const pkg = path.resolve(here, "..");
@@ -246,5 +246,35 @@ describe("batches", () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe("batches with a queue-scoped token", () => {
+  let auth;
+  before(async () => {
+    auth = await startServer(["--auth-token", "adm:admin", "--auth-token", "cli:client:jobs"]);
+  });
+  after(async () => {
+    await auth?.stop();
+  });
+
+  test("only the batches whose callbacks submit to its queues", async () => {
+    const admin = new Client({ url: auth.url, token: "adm" });
+    const cli = new Client({ url: auth.url, token: "cli" });
+    await admin.createBatch({ id: "theirs", on_complete: { queue: "other" } });
+    await admin.createBatch({ id: "ours", on_complete: { queue: "jobs" } });
+    await admin.submit("other", null, { batch: "ours" });
+
+    assert.deepEqual((await cli.listBatches()).map((b) => b.id), ["ours"]);
+    for (const call of [(id) => cli.getBatch(id), (id) => cli.sealBatch(id), (id) => cli.deleteBatch(id)]) {
+      await assert.rejects(call("theirs"), NotFound);
+    }
+    await assert.rejects(cli.createBatch({ on_complete: { queue: "other" } }), (e) => e instanceof PermissionDenied && e.status === 403);
+    assert.equal((await cli.submit("jobs", null, { batch: "ours" })).batch, "ours");
+    assert.equal((await cli.getBatch("ours")).total, 2);
+    // With members, a scoped token deletes only those of its queues.
+    assert.equal(await cli.deleteBatch("ours", { members: true }), 1);
+    assert.equal(await admin.count({ batch: "ours" }), 1);
+    assert.equal((await admin.getBatch("theirs")).state, "open");
   });
 });
