@@ -397,8 +397,10 @@ class Client:
         "max": 3600, "jitter": "full"}``; without one the task follows the
         queue's policy or the server's default of 24 retries),
         ``expires_at`` or ``expire_in`` (the deadline by which it must have
-        started, else it ends aborted with code ``expired``), ``timeout``
-        (lease length), ``traceparent`` and
+        started, else it ends aborted with code ``expired``), ``batch`` (joins
+        the batch of this id, see :meth:`create_batch`: NotFound if there is
+        none, Conflict once it is sealed, both with ``field`` ``"batch"``),
+        ``timeout`` (lease length), ``traceparent`` and
         ``tracestate`` (the W3C trace context to store with the task, see
         :mod:`norn.tracing`). Durations are seconds, timedeltas or Go
         duration strings (``"1h30m"``).
@@ -536,7 +538,9 @@ class Client:
         (a string, comma list or sequence; statuses also take the aliases
         ``pending``, ``succeeded``, ``failed``, ``terminal``), ``labels``
         (dict), ``owner``, ``id_contains``, ``created_after``,
-        ``created_before``, ``updated_after``, ``updated_before``.
+        ``created_before``, ``updated_after``, ``updated_before``,
+        ``depends_on`` (the tasks listing this id among their dependencies),
+        ``unique_key`` and ``batch`` (the members of this batch).
         ``limit`` caps the total (0 = all), ``order`` is ``"id"`` (oldest
         first), ``"newest"`` or ``"priority"``; ``summary=True`` omits spec,
         result, errors and history.
@@ -745,6 +749,96 @@ class Client:
         """Submits the schedule's task now, outside its cadence."""
         out = self._call("POST", "/v1/schedules/" + _seg(name) + "/trigger", body={})
         return _task(out.get("task"))
+
+    # ---- batches --------------------------------------------------------------
+
+    def create_batch(
+        self,
+        *,
+        id: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        on_success: Optional[Mapping[str, Any]] = None,
+        on_complete: Optional[Mapping[str, Any]] = None,
+        seal: bool = False,
+        tasks: Iterable[Mapping[str, Any]] = (),
+    ) -> Record:
+        """Creates a batch: tasks join it by naming it at submit
+        (``submit(queue, spec, batch=id)``) until it is sealed. Once sealed
+        and every member ended, ``on_complete`` is submitted (id
+        ``norn:batch:<id>:complete``), and ``on_success`` too when every
+        member completed; each callback carries the labels ``norn.batch``,
+        ``norn.callback``, ``norn.total``, ``norn.completed``,
+        ``norn.aborted`` and ``norn.cancelled``.
+
+        Callbacks are dicts like the tasks of :meth:`submit_batch` (``queue``,
+        ``spec`` and options), without ``id``, ``batch`` or ``depends_on``.
+        ``tasks`` are members submitted with the batch, all or nothing;
+        ``seal=True`` creates it sealed with them as its only members.
+        ``id`` is optional (the server picks one); an existing id raises
+        Conflict. Returns ``{"batch": Record, "tasks": [Task]}``, each task
+        with ``duplicate`` set when its id or unique key existed."""
+        body: Dict[str, Any] = {}
+        if id is not None:
+            body["id"] = id
+        if labels is not None:
+            body["labels"] = dict(labels)
+        for field, cb in (("on_success", on_success), ("on_complete", on_complete)):
+            if cb is None:
+                continue
+            if not isinstance(cb, Mapping):
+                raise InvalidArgument("a callback is a dict with queue, spec and options", field=field)
+            opts = dict(cb)
+            body[field] = self._new_task(opts.pop("queue", None), opts.pop("spec", None), opts, field)
+        if seal:
+            body["seal"] = True
+        members = self._new_tasks(tasks, "tasks")
+        if members:
+            body["tasks"] = members
+        out = self._call("POST", "/v1/batches", body=body)
+        return Record(
+            batch=Record(out["batch"]),
+            tasks=[_task(s.get("task"), bool(s.get("duplicate"))) for s in out.get("tasks") or ()],
+        )
+
+    def get_batch(self, id: str) -> Record:
+        """One batch: ``state`` (``open``, ``sealed`` or ``done``), ``total``
+        and ``counts`` (its members now, by status), ``final`` (the counts
+        when it became done), ``complete_task`` and ``success_task`` (the
+        callbacks' ids once submitted). Raises NotFound."""
+        return Record(self._call("GET", "/v1/batches/" + _seg(id))["batch"])
+
+    def list_batches(
+        self,
+        state: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        after: Optional[str] = None,
+        limit: Optional[int] = None,
+    ) -> List[Record]:
+        """One page of batches in id order, of ``state`` and with every
+        label of ``labels`` when given. ``limit`` is the page size (default
+        100, max 1000); pass the last id of a page as ``after`` for the
+        next."""
+        q: List[Tuple[str, str]] = []
+        if state is not None:
+            q.append(("state", state))
+        for k, v in sorted((labels or {}).items()):
+            q.append(("label", f"{k}:{v}"))
+        if after is not None:
+            q.append(("after", after))
+        if limit is not None:
+            q.append(("limit", str(limit)))
+        return [Record(b) for b in self._call("GET", "/v1/batches", query=q).get("batches") or ()]
+
+    def seal_batch(self, id: str) -> Record:
+        """Closes a batch to new members and returns it; its callbacks can
+        fire from then on. Sealing a sealed or done batch changes nothing."""
+        return Record(self._call("POST", "/v1/batches/" + _seg(id) + "/seal", body={})["batch"])
+
+    def delete_batch(self, id: str, members: bool = False) -> int:
+        """Deletes a batch; its members stay unless ``members=True``.
+        Returns how many members were deleted."""
+        q = [("members", "true")] if members else None
+        return int(self._call("DELETE", "/v1/batches/" + _seg(id), query=q)["deleted"])
 
     # ---- queues and administration ---------------------------------------
 

@@ -142,7 +142,8 @@ class ActiveTask:
 
     ``id``, ``queue``, ``spec``, ``labels``, ``priority``, ``attempts`` (1 on
     the first claim), ``lease`` (the fencing token: it grows on every claim
-    and is never reused), ``worker``, ``depends_on`` and ``traceparent``
+    and is never reused), ``worker``, ``depends_on``, ``batch`` (the batch
+    the task joined, or None) and ``traceparent``
     (the W3C trace context the task was submitted with, or None) read the
     claimed task; ``record`` is all of it. The methods talk to the server
     under the task's lease and are safe to call from the handler's threads;
@@ -163,6 +164,7 @@ class ActiveTask:
         self.lease: int = run.lease
         self.worker: str = run.worker
         self.depends_on: List[str] = list(rec.get("depends_on") or ())
+        self.batch: Optional[str] = rec.get("batch")
 
     def __repr__(self) -> str:
         return f"<norn.ActiveTask {self.id} queue={self.queue!r} lease={self.lease}>"

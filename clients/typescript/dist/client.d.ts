@@ -19,6 +19,9 @@ export type RetryPolicy = Schemas["RetryPolicy"];
 export type Retention = Schemas["Retention"];
 export type Schedule = Schemas["Schedule"];
 export type Throughput = Schemas["Throughput"];
+/** A batch: its state, callbacks and members' counts (see {@link Client.createBatch}). */
+export type Batch = Schemas["Batch"];
+export type BatchState = Schemas["BatchState"];
 export type ThroughputPoint = Schemas["ThroughputPoint"];
 /** A submitted task; `duplicate` is true when a task with its id existed. */
 export type SubmittedTask = Task & {
@@ -57,6 +60,32 @@ export type NewTask = TaskOptions & {
     queue: string;
     spec?: unknown;
 };
+/** A batch callback: a task to submit once the batch is done; its id is the server's. */
+export type BatchCallback = Omit<NewTask, "id" | "batch" | "depends_on">;
+/** A new batch (see {@link Client.createBatch}). */
+export interface NewBatch {
+    /** The server picks one when absent; an existing id is a Conflict. */
+    id?: string;
+    labels?: Record<string, string>;
+    /** Submitted once every member completed, with the id `norn:batch:<id>:success`. */
+    on_success?: BatchCallback;
+    /** Submitted once every member ended, whatever its outcome, with the id `norn:batch:<id>:complete`. */
+    on_complete?: BatchCallback;
+    /** Create the batch sealed: `tasks` are then its only members. */
+    seal?: boolean;
+    /** Members submitted with the batch, all or nothing. */
+    tasks?: readonly NewTask[];
+}
+/** Which batches listBatches returns: one page in id order. */
+export interface BatchQuery {
+    state?: BatchState;
+    /** Batches with every one of these labels. */
+    labels?: Record<string, string>;
+    /** Only batches whose id sorts after this one: the last id of the previous page. */
+    after?: string;
+    /** Page size (default 100, at most 1000). */
+    limit?: number;
+}
 /** Which tasks a list, count or delete applies to; every given filter must match. */
 export interface Filter {
     /** One queue, a comma list or an array. */
@@ -70,6 +99,8 @@ export interface Filter {
     depends_on?: string;
     /** The tasks submitted with this unique key. */
     unique_key?: string;
+    /** The members of this batch. */
+    batch?: string;
     created_after?: Time;
     created_before?: Time;
     updated_after?: Time;
@@ -283,6 +314,28 @@ export declare class Client {
     deleteSchedule(name: string, opts?: CallOptions): Promise<void>;
     /** Submits the schedule's task now, outside its cadence (role admin). */
     triggerSchedule(name: string, opts?: CallOptions): Promise<Task>;
+    /**
+     * Creates a batch. Tasks join it by naming it at submit (`{ batch: id }`)
+     * until it is sealed. Once sealed and every member ended, `on_complete` is
+     * submitted (id `norn:batch:<id>:complete`), and `on_success` too if every
+     * member completed; each carries the labels norn.batch, norn.callback,
+     * norn.total, norn.completed, norn.aborted and norn.cancelled. `tasks` are
+     * members submitted with it, all or nothing; `seal` creates it sealed.
+     */
+    createBatch(batch?: NewBatch, opts?: CallOptions): Promise<{
+        batch: Batch;
+        tasks: SubmittedTask[];
+    }>;
+    /** A batch with its members' counts; NotFound if there is none. */
+    getBatch(id: string, opts?: CallOptions): Promise<Batch>;
+    /** One page of batches in id order; pass the last id as `after` for the next. */
+    listBatches(query?: BatchQuery & CallOptions): Promise<Batch[]>;
+    /** Closes a batch to new members, so its callbacks can fire; sealing a sealed or done batch changes nothing. */
+    sealBatch(id: string, opts?: CallOptions): Promise<Batch>;
+    /** Deletes a batch; its members stay unless `members` is true. How many members were deleted. */
+    deleteBatch(id: string, opts?: {
+        members?: boolean;
+    } & CallOptions): Promise<number>;
     /**
      * Task state changes as they happen (server-sent events); stop with
      * `break` or the signal. The subscription starts with the first `next()`.

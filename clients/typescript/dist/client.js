@@ -389,6 +389,64 @@ export class Client {
     async triggerSchedule(name, opts = {}) {
         return (await this.#call("POST", `${schedulePath(name)}/trigger`, opts)).task;
     }
+    // ---- batches -------------------------------------------------------------
+    /**
+     * Creates a batch. Tasks join it by naming it at submit (`{ batch: id }`)
+     * until it is sealed. Once sealed and every member ended, `on_complete` is
+     * submitted (id `norn:batch:<id>:complete`), and `on_success` too if every
+     * member completed; each carries the labels norn.batch, norn.callback,
+     * norn.total, norn.completed, norn.aborted and norn.cancelled. `tasks` are
+     * members submitted with it, all or nothing; `seal` creates it sealed.
+     */
+    async createBatch(batch = {}, opts = {}) {
+        if (batch === null || typeof batch !== "object")
+            throw new InvalidArgument("must be a batch object", { field: "batch" });
+        const body = {};
+        for (const [k, v] of Object.entries(batch)) {
+            if (v === undefined)
+                continue;
+            if (k === "on_success" || k === "on_complete")
+                body[k] = newTask(v, `${k}.`);
+            else if (k === "tasks") {
+                if (!Array.isArray(v))
+                    throw new InvalidArgument("must be an array of tasks", { field: "tasks" });
+                body[k] = v.map((t, i) => newTask(t, `tasks[${i}].`));
+            }
+            else
+                body[k] = v;
+        }
+        const r = await this.#call("POST", "/v1/batches", { body, signal: opts.signal });
+        const tasks = (r.tasks ?? []).map((s) => (s.duplicate ? { ...s.task, duplicate: true } : s.task));
+        return { batch: r.batch, tasks };
+    }
+    /** A batch with its members' counts; NotFound if there is none. */
+    async getBatch(id, opts = {}) {
+        return (await this.#call("GET", batchPath(id), opts)).batch;
+    }
+    /** One page of batches in id order; pass the last id as `after` for the next. */
+    async listBatches(query = {}) {
+        const q = new URLSearchParams();
+        if (query.state)
+            q.set("state", query.state);
+        for (const [k, v] of Object.entries(query.labels ?? {}))
+            q.append("label", `${k}:${v}`);
+        if (query.after)
+            q.set("after", query.after);
+        if (query.limit !== undefined)
+            q.set("limit", String(query.limit));
+        return (await this.#call("GET", "/v1/batches", { query: q, signal: query.signal })).batches;
+    }
+    /** Closes a batch to new members, so its callbacks can fire; sealing a sealed or done batch changes nothing. */
+    async sealBatch(id, opts = {}) {
+        return (await this.#call("POST", `${batchPath(id)}/seal`, { body: {}, signal: opts.signal })).batch;
+    }
+    /** Deletes a batch; its members stay unless `members` is true. How many members were deleted. */
+    async deleteBatch(id, opts = {}) {
+        const q = new URLSearchParams();
+        if (opts.members)
+            q.set("members", "true");
+        return (await this.#call("DELETE", batchPath(id), { query: q, signal: opts.signal })).deleted;
+    }
     /**
      * Task state changes as they happen (server-sent events); stop with
      * `break` or the signal. The subscription starts with the first `next()`.
@@ -576,6 +634,11 @@ function sinceParam(v) {
     }
     return formatTime(v, "since");
 }
+function batchPath(id) {
+    if (typeof id !== "string" || id === "")
+        throw new InvalidArgument("must be a non-empty batch id", { field: "id" });
+    return `/v1/batches/${encodeURIComponent(id)}`;
+}
 function schedulePath(name) {
     if (typeof name !== "string" || name === "")
         throw new InvalidArgument("must be a non-empty schedule name", { field: "name" });
@@ -637,6 +700,8 @@ function filterQuery(f) {
         q.set("depends_on", f.depends_on);
     if (f.unique_key)
         q.set("unique_key", f.unique_key);
+    if (f.batch)
+        q.set("batch", f.batch);
     for (const k of ["created_after", "created_before", "updated_after", "updated_before"]) {
         const v = f[k];
         if (v !== undefined)

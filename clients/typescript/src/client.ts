@@ -21,6 +21,9 @@ export type RetryPolicy = Schemas["RetryPolicy"];
 export type Retention = Schemas["Retention"];
 export type Schedule = Schemas["Schedule"];
 export type Throughput = Schemas["Throughput"];
+/** A batch: its state, callbacks and members' counts (see {@link Client.createBatch}). */
+export type Batch = Schemas["Batch"];
+export type BatchState = Schemas["BatchState"];
 export type ThroughputPoint = Schemas["ThroughputPoint"];
 
 /** A submitted task; `duplicate` is true when a task with its id existed. */
@@ -60,6 +63,35 @@ export type TaskOptions = Omit<
 /** A task to submit in a batch or a transaction. */
 export type NewTask = TaskOptions & { queue: string; spec?: unknown };
 
+/** A batch callback: a task to submit once the batch is done; its id is the server's. */
+export type BatchCallback = Omit<NewTask, "id" | "batch" | "depends_on">;
+
+/** A new batch (see {@link Client.createBatch}). */
+export interface NewBatch {
+  /** The server picks one when absent; an existing id is a Conflict. */
+  id?: string;
+  labels?: Record<string, string>;
+  /** Submitted once every member completed, with the id `norn:batch:<id>:success`. */
+  on_success?: BatchCallback;
+  /** Submitted once every member ended, whatever its outcome, with the id `norn:batch:<id>:complete`. */
+  on_complete?: BatchCallback;
+  /** Create the batch sealed: `tasks` are then its only members. */
+  seal?: boolean;
+  /** Members submitted with the batch, all or nothing. */
+  tasks?: readonly NewTask[];
+}
+
+/** Which batches listBatches returns: one page in id order. */
+export interface BatchQuery {
+  state?: BatchState;
+  /** Batches with every one of these labels. */
+  labels?: Record<string, string>;
+  /** Only batches whose id sorts after this one: the last id of the previous page. */
+  after?: string;
+  /** Page size (default 100, at most 1000). */
+  limit?: number;
+}
+
 /** Which tasks a list, count or delete applies to; every given filter must match. */
 export interface Filter {
   /** One queue, a comma list or an array. */
@@ -73,6 +105,8 @@ export interface Filter {
   depends_on?: string;
   /** The tasks submitted with this unique key. */
   unique_key?: string;
+  /** The members of this batch. */
+  batch?: string;
   created_after?: Time;
   created_before?: Time;
   updated_after?: Time;
@@ -564,6 +598,59 @@ export class Client {
     return (await this.#call<Schemas["TaskResponse"]>("POST", `${schedulePath(name)}/trigger`, opts)).task;
   }
 
+  // ---- batches -------------------------------------------------------------
+
+  /**
+   * Creates a batch. Tasks join it by naming it at submit (`{ batch: id }`)
+   * until it is sealed. Once sealed and every member ended, `on_complete` is
+   * submitted (id `norn:batch:<id>:complete`), and `on_success` too if every
+   * member completed; each carries the labels norn.batch, norn.callback,
+   * norn.total, norn.completed, norn.aborted and norn.cancelled. `tasks` are
+   * members submitted with it, all or nothing; `seal` creates it sealed.
+   */
+  async createBatch(batch: NewBatch = {}, opts: CallOptions = {}): Promise<{ batch: Batch; tasks: SubmittedTask[] }> {
+    if (batch === null || typeof batch !== "object") throw new InvalidArgument("must be a batch object", { field: "batch" });
+    const body: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(batch)) {
+      if (v === undefined) continue;
+      if (k === "on_success" || k === "on_complete") body[k] = newTask(v as NewTask, `${k}.`);
+      else if (k === "tasks") {
+        if (!Array.isArray(v)) throw new InvalidArgument("must be an array of tasks", { field: "tasks" });
+        body[k] = (v as NewTask[]).map((t, i) => newTask(t, `tasks[${i}].`));
+      } else body[k] = v;
+    }
+    const r = await this.#call<Schemas["BatchCreated"]>("POST", "/v1/batches", { body, signal: opts.signal });
+    const tasks = (r.tasks ?? []).map((s) => (s.duplicate ? { ...s.task, duplicate: true } : s.task));
+    return { batch: r.batch, tasks };
+  }
+
+  /** A batch with its members' counts; NotFound if there is none. */
+  async getBatch(id: string, opts: CallOptions = {}): Promise<Batch> {
+    return (await this.#call<Schemas["OneBatch"]>("GET", batchPath(id), opts)).batch;
+  }
+
+  /** One page of batches in id order; pass the last id as `after` for the next. */
+  async listBatches(query: BatchQuery & CallOptions = {}): Promise<Batch[]> {
+    const q = new URLSearchParams();
+    if (query.state) q.set("state", query.state);
+    for (const [k, v] of Object.entries(query.labels ?? {})) q.append("label", `${k}:${v}`);
+    if (query.after) q.set("after", query.after);
+    if (query.limit !== undefined) q.set("limit", String(query.limit));
+    return (await this.#call<Schemas["BatchesResponse"]>("GET", "/v1/batches", { query: q, signal: query.signal })).batches;
+  }
+
+  /** Closes a batch to new members, so its callbacks can fire; sealing a sealed or done batch changes nothing. */
+  async sealBatch(id: string, opts: CallOptions = {}): Promise<Batch> {
+    return (await this.#call<Schemas["OneBatch"]>("POST", `${batchPath(id)}/seal`, { body: {}, signal: opts.signal })).batch;
+  }
+
+  /** Deletes a batch; its members stay unless `members` is true. How many members were deleted. */
+  async deleteBatch(id: string, opts: { members?: boolean } & CallOptions = {}): Promise<number> {
+    const q = new URLSearchParams();
+    if (opts.members) q.set("members", "true");
+    return (await this.#call<Schemas["BatchDeleted"]>("DELETE", batchPath(id), { query: q, signal: opts.signal })).deleted;
+  }
+
   /**
    * Task state changes as they happen (server-sent events); stop with
    * `break` or the signal. The subscription starts with the first `next()`.
@@ -758,6 +845,11 @@ function sinceParam(v: Time | Duration): string {
   return formatTime(v, "since");
 }
 
+function batchPath(id: string): string {
+  if (typeof id !== "string" || id === "") throw new InvalidArgument("must be a non-empty batch id", { field: "id" });
+  return `/v1/batches/${encodeURIComponent(id)}`;
+}
+
 function schedulePath(name: string): string {
   if (typeof name !== "string" || name === "") throw new InvalidArgument("must be a non-empty schedule name", { field: "name" });
   return `/v1/schedules/${encodeURIComponent(name)}`;
@@ -806,6 +898,7 @@ function filterQuery(f: Filter): URLSearchParams {
   if (f.id_contains) q.set("id_contains", f.id_contains);
   if (f.depends_on) q.set("depends_on", f.depends_on);
   if (f.unique_key) q.set("unique_key", f.unique_key);
+  if (f.batch) q.set("batch", f.batch);
   for (const k of ["created_after", "created_before", "updated_after", "updated_before"] as const) {
     const v = f[k];
     if (v !== undefined) q.set(k, formatTime(v, k));

@@ -760,6 +760,74 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/batches": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List batches in id order
+         * @description Roles: client, admin. A queue-scoped token may use only batches whose callbacks submit to its queues; other batches answer 404.
+         */
+        get: operations["listBatches"];
+        put?: never;
+        /**
+         * Create a batch, optionally sealed with its members
+         * @description Roles: client, admin. A queue-scoped token may use only batches whose callbacks submit to its queues; other batches answer 404.
+         */
+        post: operations["createBatch"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/batches/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A batch with its members' counts
+         * @description Roles: client, admin. A queue-scoped token may use only batches whose callbacks submit to its queues; other batches answer 404.
+         */
+        get: operations["getBatch"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a batch; its members stay unless members=true
+         * @description Roles: client, admin. A queue-scoped token may use only batches whose callbacks submit to its queues; other batches answer 404. With members=true a scoped token deletes only the members in its queues.
+         */
+        delete: operations["deleteBatch"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/batches/{id}/seal": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Close a batch to new members
+         * @description Roles: client, admin. A queue-scoped token may use only batches whose callbacks submit to its queues; other batches answer 404. Sealing a sealed or done batch changes nothing.
+         */
+        post: operations["sealBatch"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -869,6 +937,8 @@ export interface components {
             history?: components["schemas"]["HistoryEntry"][];
             history_dropped?: number;
             version: number;
+            /** @description The batch the task joined at submit. */
+            batch?: string;
         };
         NewTask: {
             /** @description Optional; makes the submission idempotent. */
@@ -904,6 +974,8 @@ export interface components {
             expires_at?: string;
             /** @description expires_at as a duration from the time the task may first run (run_at, or submission plus delay). */
             expire_in?: components["schemas"]["Duration"];
+            /** @description Joins the task to this batch, which must exist (404 naming the field) and not be sealed (409 naming the field). */
+            batch?: string;
         };
         /**
          * @description W3C traceparent (https://www.w3.org/TR/trace-context/): the trace context the task was submitted in. A worker's span for an attempt is its child. On submit, when absent, the server takes the request's traceparent header (or its own span for the call when tracing is on). Trace and parent ids must not be all zeros; version ff is invalid.
@@ -1143,6 +1215,8 @@ export interface components {
             fired: number;
             /** @description Tasks aborted because they reached their expires_at without running. */
             expired: number;
+            /** @description Batch callbacks submitted. */
+            callbacks: number;
         };
         Event: {
             /** @description A history type (TaskAssignment, …) or TaskSubmit, TaskUpdate, TaskDelete, TaskProgress, TaskExpire (a task reached its expires_at without running and was aborted), Lagged. */
@@ -1466,6 +1540,87 @@ export interface components {
             /** Format: date-time */
             readonly updated?: string;
         };
+        /**
+         * @description open: members may join; sealed: closed to new members, waiting for them to end; done: sealed and every member ended, on_complete submitted.
+         * @enum {string}
+         */
+        BatchState: "open" | "sealed" | "done";
+        /** @description A new batch: its callbacks and labels, and optionally its members, submitted with it in one transaction. */
+        NewBatch: {
+            /** @description Optional; a UUIDv7 when absent. An existing id is a conflict. */
+            id?: string;
+            labels?: {
+                [key: string]: string;
+            };
+            /** @description Submitted once every member completed (id norn:batch:<id>:success). Validated when the batch is created; no id, batch or depends_on. */
+            on_success?: components["schemas"]["NewTask"];
+            /** @description Submitted once every member ended, whatever its outcome (id norn:batch:<id>:complete). */
+            on_complete?: components["schemas"]["NewTask"];
+            /** @description Create the batch sealed: tasks are then its only members. */
+            seal?: boolean;
+            /** @description Members submitted with the batch (their batch is set to its id). */
+            tasks?: components["schemas"]["NewTask"][];
+        };
+        /** @description A batch: its state, its callbacks and its members' counts. */
+        Batch: {
+            id: string;
+            state: components["schemas"]["BatchState"];
+            labels?: {
+                [key: string]: string;
+            };
+            on_success?: components["schemas"]["NewTask"];
+            on_complete?: components["schemas"]["NewTask"];
+            /** Format: date-time */
+            created: string;
+            /** Format: date-time */
+            sealed?: string;
+            /** Format: date-time */
+            done?: string;
+            /** @description Members that exist now. */
+            total: number;
+            /** @description Members by status. */
+            counts: {
+                scheduled?: number;
+                blocked?: number;
+                ready?: number;
+                running?: number;
+                completed?: number;
+                aborted?: number;
+                cancelled?: number;
+            } & {
+                [key: string]: number;
+            };
+            /** @description Members by status when the batch became done. */
+            final?: {
+                scheduled?: number;
+                blocked?: number;
+                ready?: number;
+                running?: number;
+                completed?: number;
+                aborted?: number;
+                cancelled?: number;
+            } & {
+                [key: string]: number;
+            };
+            /** @description Id of the on_success task once submitted. */
+            success_task?: string;
+            /** @description Id of the on_complete task once submitted. */
+            complete_task?: string;
+        };
+        BatchCreated: {
+            batch: components["schemas"]["Batch"];
+            tasks?: components["schemas"]["Submitted"][];
+        };
+        OneBatch: {
+            batch: components["schemas"]["Batch"];
+        };
+        BatchesResponse: {
+            batches: components["schemas"]["Batch"][];
+        };
+        BatchDeleted: {
+            /** @description Members deleted. */
+            deleted: number;
+        };
     };
     responses: {
         /** @description Invalid input (malformed JSON, unknown field, wrong type, out-of-range value, bad query parameter); `field` names it. Nothing was written. */
@@ -1612,6 +1767,8 @@ export interface operations {
                 depends_on?: string;
                 /** @description Tasks submitted with this unique key. */
                 unique_key?: string;
+                /** @description Members of this batch. */
+                batch?: string;
                 /** @description RFC 3339, exclusive. */
                 created_after?: string;
                 /** @description RFC 3339, exclusive. */
@@ -1718,6 +1875,8 @@ export interface operations {
                 depends_on?: string;
                 /** @description Tasks submitted with this unique key. */
                 unique_key?: string;
+                /** @description Members of this batch. */
+                batch?: string;
                 /** @description RFC 3339, exclusive. */
                 created_after?: string;
                 /** @description RFC 3339, exclusive. */
@@ -1806,6 +1965,8 @@ export interface operations {
                 depends_on?: string;
                 /** @description Tasks submitted with this unique key. */
                 unique_key?: string;
+                /** @description Members of this batch. */
+                batch?: string;
                 /** @description RFC 3339, exclusive. */
                 created_after?: string;
                 /** @description RFC 3339, exclusive. */
@@ -2039,6 +2200,8 @@ export interface operations {
                 depends_on?: string;
                 /** @description Tasks submitted with this unique key. */
                 unique_key?: string;
+                /** @description Members of this batch. */
+                batch?: string;
                 /** @description RFC 3339, exclusive. */
                 created_after?: string;
                 /** @description RFC 3339, exclusive. */
@@ -2095,6 +2258,8 @@ export interface operations {
                 depends_on?: string;
                 /** @description Tasks submitted with this unique key. */
                 unique_key?: string;
+                /** @description Members of this batch. */
+                batch?: string;
                 /** @description RFC 3339, exclusive. */
                 created_after?: string;
                 /** @description RFC 3339, exclusive. */
@@ -3330,6 +3495,183 @@ export interface operations {
             400: components["responses"]["E400"];
             401: components["responses"]["E401"];
             403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
+        };
+    };
+    listBatches: {
+        parameters: {
+            query?: {
+                state?: components["schemas"]["BatchState"];
+                /** @description key:value; repeat for several (all must match). */
+                label?: string[];
+                /** @description Only batches whose id sorts after this one (the last id of the previous page). */
+                after?: string;
+                /** @description Page size (default 100, at most 1000). */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of batches. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BatchesResponse"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+        };
+    };
+    createBatch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NewBatch"];
+            };
+        };
+        responses: {
+            /** @description The batch and its members' submit results. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BatchCreated"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
+            409: components["responses"]["E409"];
+            413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
+        };
+    };
+    getBatch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Batch id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The batch. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OneBatch"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            404: components["responses"]["E404"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+        };
+    };
+    deleteBatch: {
+        parameters: {
+            query?: {
+                /** @description Delete the members too. */
+                members?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description Batch id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description How many members were deleted. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BatchDeleted"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            404: components["responses"]["E404"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
+        };
+    };
+    sealBatch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Batch id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["Empty"];
+            };
+        };
+        responses: {
+            /** @description The batch. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OneBatch"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
+            413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
             421: components["responses"]["E421"];
             429: components["responses"]["E429"];
             500: components["responses"]["E500"];
