@@ -24,9 +24,13 @@ type Initial struct {
 	Retry *RetryPolicy
 	// ExpiresAt is the task's expiry (zero: none).
 	ExpiresAt time.Time
-	// PendingDeps counts the dependencies that have not completed yet; the
-	// task is blocked until they have.
+	// PendingDeps counts the dependencies that have not ended yet
+	// (completed, or with OnDependencyFailure run ended at all); the task
+	// is blocked until they have.
 	PendingDeps int
+	// EndedDeps are the dependencies that had ended already: the store
+	// records their outcomes with the task (DependencyResult).
+	EndedDeps []string
 	// Error is set when a dependency had already failed: the task starts
 	// aborted with this error and a TaskAbort history entry carrying it.
 	Error *ErrorInfo
@@ -72,12 +76,14 @@ func (n *NewTask) Initial(now time.Time, qd *QueueDefaults, dep func(id string) 
 		in.ExpiresAt = in.RunAt.Add(qd.ExpireIn.D()).UTC()
 	}
 	for _, d := range n.DependsOn {
-		switch st := dep(d); st {
-		case StatusCompleted:
-		case StatusAborted, StatusCancelled:
+		st := dep(d)
+		switch met, fails := dependencyEnded(st, n.RunsOnFailure()); {
+		case fails:
 			e := DependencyFailed(d, st)
-			in.Status, in.PendingDeps, in.Error = StatusAborted, 0, &e
+			in.Status, in.PendingDeps, in.Error, in.EndedDeps = StatusAborted, 0, &e, nil
 			return in
+		case met:
+			in.EndedDeps = append(in.EndedDeps, d)
 		default:
 			in.PendingDeps++
 		}

@@ -64,7 +64,7 @@ func DecideRetry(t *Task, now time.Time, o RetryOptions, depStatus func(id strin
 		return Redrive{}, Errorf(CodeConflict, "task %q expires at %s: retried, it would expire again at once; resubmit it instead",
 			t.ID, t.ExpiresAt.UTC().Format(time.RFC3339Nano))
 	}
-	r, failed, fate := redrive(t.DependsOn, runAt, now, depStatus)
+	r, failed, fate := redrive(t, runAt, now, depStatus)
 	if failed != "" {
 		return Redrive{}, Errorf(CodeConflict, "task %q depends on %q, which is %s; retry that task with with_dependents instead",
 			t.ID, failed, fate)
@@ -81,20 +81,29 @@ func DecideDependentRetry(t *Task, now time.Time, depStatus func(id string) Stat
 	if !Retryable(t.Status) {
 		return Redrive{}, false
 	}
-	r, failed, _ := redrive(t.DependsOn, t.RunAt, now, depStatus)
+	r, failed, _ := redrive(t, t.RunAt, now, depStatus)
 	return r, failed == ""
 }
 
-func redrive(deps []string, runAt, now time.Time, depStatus func(id string) Status) (r Redrive, failed string, fate Status) {
+// redrive counts t's dependencies still pending. One recorded with t
+// (DependencyResults) ended once and is not counted again: it was retried
+// since, and its next ending replaces the record.
+func redrive(t *Task, runAt, now time.Time, depStatus func(id string) Status) (r Redrive, failed string, fate Status) {
 	r.RunAt = runAt
-	for _, d := range deps {
-		switch st := depStatus(d); st {
-		case StatusCompleted:
-		case "", StatusAborted, StatusCancelled:
+	run := t.OnDependencyFailure == DependencyRun
+	recorded := make(map[string]bool, len(t.DependencyResults))
+	for _, dr := range t.DependencyResults {
+		recorded[dr.ID] = true
+	}
+	for _, d := range t.DependsOn {
+		st := depStatus(d)
+		switch met, fails := dependencyEnded(st, run); {
+		case fails:
 			if st == "" {
-				st = "deleted"
+				st = DependencyDeletedStatus
 			}
 			return Redrive{}, d, st
+		case met, recorded[d]:
 		default:
 			r.PendingDeps++
 		}

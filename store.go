@@ -186,6 +186,12 @@ type NewTask struct {
 	// Delay delays the task by this long from submission (ignored if RunAt is set).
 	Delay     Duration `json:"delay,omitzero"`
 	DependsOn []string `json:"depends_on,omitempty"`
+	// OnDependencyFailure is what a dependency that fails (ends aborted or
+	// cancelled, or is deleted while pending) does to this task:
+	// DependencyAbort (the default, "") aborts it with dependency_failed;
+	// DependencyRun counts the dependency as ended, so the task becomes
+	// ready once every dependency ended, whatever the outcome.
+	OnDependencyFailure string `json:"on_dependency_failure,omitempty"`
 	// MaxAttempts nil = queue default (0 = unlimited).
 	MaxAttempts *int `json:"max_attempts,omitempty"`
 	// Retry nil = queue default (none).

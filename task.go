@@ -264,6 +264,13 @@ type Task struct {
 	// RunAt: not claimable before this time.
 	RunAt     time.Time `json:"run_at"`
 	DependsOn []string  `json:"depends_on,omitempty"`
+	// OnDependencyFailure is DependencyRun or "" (DependencyAbort); see
+	// NewTask.
+	OnDependencyFailure string `json:"on_dependency_failure,omitempty"`
+	// DependencyResults are the outcomes of the dependencies that ended,
+	// in depends_on order, kept with the task even when retention purged
+	// the dependency. A claim hands them to the worker.
+	DependencyResults []DependencyResult `json:"dependency_results,omitempty"`
 	// Owner is the worker holding (or that last held) the task.
 	Owner string `json:"owner,omitempty"`
 	// Deadline is the lease expiry while running.
@@ -306,6 +313,7 @@ type Task struct {
 func (t *Task) Summary() *Task {
 	c := *t
 	c.Spec, c.Result, c.Errors, c.History, c.HistoryDropped = nil, nil, nil, nil, 0
+	c.DependencyResults = nil
 	return &c
 }
 
@@ -328,6 +336,13 @@ func (t *Task) Clone() *Task {
 	}
 	if t.Errors != nil {
 		c.Errors = append([]ErrorInfo(nil), t.Errors...)
+	}
+	if t.DependencyResults != nil {
+		c.DependencyResults = make([]DependencyResult, len(t.DependencyResults))
+		for i, r := range t.DependencyResults {
+			c.DependencyResults[i] = r
+			c.DependencyResults[i].Result = cloneRaw(r.Result)
+		}
 	}
 	if t.History != nil {
 		c.History = append([]HistoryEntry(nil), t.History...)

@@ -297,6 +297,9 @@ func (n *NewTask) Validate() error {
 			return err
 		}
 	}
+	if err := ValidateOnDependencyFailure("on_dependency_failure", n.OnDependencyFailure); err != nil {
+		return err
+	}
 	if len(n.DependsOn) > MaxDependencies {
 		return Invalid("depends_on", "has %d ids, more than the limit of %d", len(n.DependsOn), MaxDependencies)
 	}
