@@ -147,18 +147,7 @@ func (bf *batchCreateFlags) newBatch(cmd *cobra.Command) (norn.NewBatch, error) 
 		if err != nil {
 			return nb, fmt.Errorf("--file: %w", err)
 		}
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&nb); err != nil {
-			return nb, usagef("--file: not a batch object: %v", err)
-		}
-		if _, err := dec.Token(); err != io.EOF {
-			return nb, usagef("--file: trailing data after the batch object")
-		}
-		if err := nb.Validate(); err != nil {
-			return nb, usagef("--file: %v", err)
-		}
-		return nb, nil
+		return parseBatchFile(raw)
 	}
 	nb.ID, nb.Seal = bf.id, bf.seal
 	if len(bf.labels) > 0 {
@@ -177,6 +166,25 @@ func (bf *batchCreateFlags) newBatch(cmd *cobra.Command) (norn.NewBatch, error) 
 	}
 	if err := nb.Validate(); err != nil {
 		return nb, usagef("%v", batchFlagNamed(err))
+	}
+	return nb, nil
+}
+
+// parseBatchFile decodes the JSON NewBatch of --file. Unknown fields are
+// refused (a typo must not silently drop a callback) and the batch is
+// validated, so bad input is a usage error before anything is sent.
+func parseBatchFile(raw []byte) (norn.NewBatch, error) {
+	var nb norn.NewBatch
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&nb); err != nil {
+		return nb, usagef("--file: not a batch object: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nb, usagef("--file: trailing data after the batch object")
+	}
+	if err := nb.Validate(); err != nil {
+		return nb, usagef("--file: %v", err)
 	}
 	return nb, nil
 }
