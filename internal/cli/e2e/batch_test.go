@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestBatchCommands: norn batch and the batch filters against a real
@@ -60,7 +61,9 @@ func TestBatchCommands(t *testing.T) {
 	mustContain(t, "seal", s.ok(t, "batch", "seal", "b1"), "batch b1 sealed (0 of 3 members ended)")
 	s.fails(t, 1, "sealed", "submit", "work", "--in-batch", "b1")
 	completeAll(t, s, "work", 3)
-	b = decode[batch](t, s.ok(t, "batch", "get", "b1", "-o", "json"))
+	// The store fires a batch's callbacks soon after its last member ends,
+	// not in the same call: wait for it.
+	b = awaitDone[batch](t, s, "b1")
 	if b.State != "done" || b.CompleteTask != "norn:batch:b1:complete" || b.SuccessTask != "norn:batch:b1:success" || b.Counts["completed"] != 3 {
 		t.Fatalf("batch after its members completed: %+v", b)
 	}
@@ -75,7 +78,7 @@ func TestBatchCommands(t *testing.T) {
 	mustContain(t, "create --file", s.ok(t, "batch", "create", "-f", spec), "batch b2 created (sealed) with 2 tasks (0 duplicates)")
 	mustContain(t, "cancel dry run", s.ok(t, "cancel", "--batch", "b2", "--dry-run"), "would cancel 2 tasks")
 	mustContain(t, "cancel", s.ok(t, "cancel", "--batch", "b2", "--yes"), "cancelled 2 tasks")
-	b = decode[batch](t, s.ok(t, "batch", "get", "b2", "-o", "json"))
+	b = awaitDone[batch](t, s, "b2")
 	if b.State != "done" || b.SuccessTask != "" || b.CompleteTask != "" {
 		t.Fatalf("a done batch of cancelled members without on_complete: %+v", b)
 	}
@@ -97,6 +100,19 @@ func TestBatchCommands(t *testing.T) {
 	s.fails(t, 2, "--batch", "list", "--batch", "a b")
 	s.fails(t, 2, "--in-batch", "submit", "work", "--in-batch", "a b")
 	s.fails(t, 2, "go with --members", "batch", "delete", "b1", "--yes")
+}
+
+// awaitDone reads batch id until it is done.
+func awaitDone[B any](t *testing.T, s *server, id string) B {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out := s.ok(t, "batch", "get", id, "-o", "json")
+		if decode[struct{ State string }](t, out).State == "done" || time.Now().After(deadline) {
+			return decode[B](t, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // completeAll claims n tasks of queue over HTTP and completes each.
