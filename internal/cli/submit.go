@@ -380,6 +380,9 @@ func singleSubmitError(err error) error {
 	// the route the user never called.
 	c.Message = strings.ReplaceAll(c.Message, "POST /v1/tasks/batch", "submit tasks")
 	c.Field = strings.TrimPrefix(strings.TrimPrefix(c.Field, "tasks[0]"), ".")
+	if c.Field == "batch" {
+		c.Field = "--in-batch" // the only way a single submit names a batch
+	}
 	return &c
 }
 

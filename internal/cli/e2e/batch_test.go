@@ -59,7 +59,7 @@ func TestBatchCommands(t *testing.T) {
 
 	// seal; then the members complete and both callbacks are submitted.
 	mustContain(t, "seal", s.ok(t, "batch", "seal", "b1"), "batch b1 sealed (0 of 3 members ended)")
-	s.fails(t, 1, "sealed", "submit", "work", "--in-batch", "b1")
+	s.fails(t, 1, `--in-batch: batch "b1" is sealed`, "submit", "work", "--in-batch", "b1")
 	completeAll(t, s, "work", 3)
 	// The store fires a batch's callbacks soon after its last member ends,
 	// not in the same call: wait for it.
