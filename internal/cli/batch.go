@@ -77,7 +77,8 @@ with --file (- for stdin):
    "tasks":[{"queue":"thumbnails","spec":{"image":1}}],"seal":true}
 
 --seal creates the batch sealed: with --file, its tasks are its only members;
-with flags alone it has none and is done at once, firing its callbacks.`,
+with flags alone it has none and becomes done shortly after, firing its
+callbacks.`,
 		Example: `  norn batch create --id import-42 --on-complete-queue reports --on-complete-spec '{"import":42}'
   norn batch create --label team=data --on-success-queue notify --on-success-spec '"all good"'
   norn batch create -f batch.json`,
@@ -449,11 +450,11 @@ func batchDeleteCmd(g *Globals) *cobra.Command {
 		Use:   "delete ID [--members [--yes]]",
 		Short: "Delete a batch, and with --members its member tasks",
 		Long: `Delete a batch. Its members stay (they keep naming the batch in their batch
-field) unless --members is given: then they are deleted too, whatever their
-status. With --members the command asks on a terminal with the number of
-members first; --yes skips the question, and is required where there is no
-terminal (scripts); --dry-run only counts them. Callbacks already submitted
-are ordinary tasks and stay.`,
+field, so no new batch can take its id while they exist) unless --members is
+given: then they are deleted too, whatever their status. With --members the
+command asks on a terminal with the number of members first; --yes skips the
+question, and is required where there is no terminal (scripts); --dry-run
+only counts them. Callbacks already submitted are ordinary tasks and stay.`,
 		Example: `  norn batch delete import-42
   norn batch delete import-42 --members --dry-run
   norn batch delete import-42 --members --yes`,
