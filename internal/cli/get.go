@@ -101,6 +101,9 @@ func describeTask(w io.Writer, t *norn.Task, now time.Time) {
 	if !t.Started.IsZero() {
 		kv("started", stamp(t.Started, now))
 	}
+	if t.Batch != "" {
+		kv("batch", t.Batch)
+	}
 	if t.UniqueKey != "" {
 		kv("unique_key", t.UniqueKey)
 	}

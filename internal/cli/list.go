@@ -13,7 +13,8 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// filterFlags are the task filters shared by list, count and delete.
+// filterFlags are the task filters shared by list, count, delete, cancel
+// and retry.
 type filterFlags struct {
 	queues        []string
 	status        []string
@@ -22,6 +23,7 @@ type filterFlags struct {
 	idContains    string
 	dependsOn     string
 	uniqueKey     string
+	batch         string
 	createdAfter  string
 	createdBefore string
 	updatedAfter  string
@@ -37,6 +39,7 @@ func addFilterFlags(fs *pflag.FlagSet) *filterFlags {
 	fs.StringVar(&f.idContains, "id-contains", "", "only ids containing this text")
 	fs.StringVar(&f.dependsOn, "depends-on", "", "only tasks that depend on this task id")
 	fs.StringVar(&f.uniqueKey, "unique-key", "", "only tasks submitted with this unique key")
+	fs.StringVar(&f.batch, "batch", "", "only the members of this batch")
 	fs.StringVar(&f.createdAfter, "created-after", "", "created after this time (RFC 3339, or a duration meaning that long ago: 1h)")
 	fs.StringVar(&f.createdBefore, "created-before", "", "created before this time (RFC 3339 or duration ago)")
 	fs.StringVar(&f.updatedAfter, "updated-after", "", "updated after this time (RFC 3339 or duration ago)")
@@ -46,7 +49,12 @@ func addFilterFlags(fs *pflag.FlagSet) *filterFlags {
 
 // filter builds the norn.Filter; bad values are usage errors naming the flag.
 func (f *filterFlags) filter(now time.Time) (norn.Filter, error) {
-	out := norn.Filter{Owner: f.owner, IDContains: f.idContains, DependsOn: f.dependsOn, UniqueKey: f.uniqueKey}
+	out := norn.Filter{Owner: f.owner, IDContains: f.idContains, DependsOn: f.dependsOn, UniqueKey: f.uniqueKey, Batch: f.batch}
+	if f.batch != "" {
+		if err := norn.ValidateBatchID("batch", f.batch); err != nil {
+			return out, usagef("--batch: %v", messageOf(err))
+		}
+	}
 	for _, q := range f.queues {
 		if q = strings.TrimSpace(q); q != "" {
 			out.Queues = append(out.Queues, q)

@@ -91,6 +91,7 @@ type submitFlags struct {
 	expireIn    time.Duration
 	expiresAt   string
 	batch       string
+	inBatch     string
 	chunk       int
 }
 
@@ -110,6 +111,9 @@ in lines without a queue. Lines are submitted in chunks of --chunk tasks,
 each chunk atomically, with a progress bar on stderr. Dependencies may point
 to tasks in earlier chunks or the same chunk.
 
+With --in-batch ID the task joins that batch (see 'norn batch'), which must
+exist and not be sealed; with --batch FILE it fills in lines without a batch.
+
 Submitting an id that already exists changes nothing and reports the
 existing task as a duplicate (exit code 0). So does --unique-key while a task
 of the queue with that key is not terminal (or, with --unique-for, ended less
@@ -120,7 +124,8 @@ than that long ago): the task holding the key is reported instead.`,
   norn submit reports '{"month":"2026-10"}' --timeout 30s --max-runtime 10m
   norn submit reports '{"user":42}' --unique-key report-user-42 --unique-for 1h
   norn submit otp '{"to":"+4512345678"}' --expire-in 5m --retry 3 --retry-jitter full
-  norn submit --batch tasks.ndjson`,
+  norn submit --batch tasks.ndjson
+  norn submit thumbnails '{"image":7}' --in-batch import-42`,
 			Args: cobra.RangeArgs(0, 2),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				if sf.batch != "" {
@@ -156,6 +161,7 @@ than that long ago): the task holding the key is reported instead.`,
 		fs.DurationVar(&sf.expireIn, "expire-in", 0, "abort the task (expired) if it has not started this long after it may first run (e.g. 5m)")
 		fs.StringVar(&sf.expiresAt, "expires-at", "", "abort the task (expired) if it has not started by this time (RFC 3339)")
 		fs.StringVar(&sf.batch, "batch", "", "submit every task of this NDJSON file (- for stdin)")
+		fs.StringVar(&sf.inBatch, "in-batch", "", "join this batch (norn batch create); with --batch, for lines without one")
 		fs.IntVar(&sf.chunk, "chunk", 1000, "tasks per request with --batch (1..10000)")
 		return clientCommand(cmd)
 	})
@@ -165,7 +171,11 @@ than that long ago): the task holding the key is reported instead.`,
 func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reader, stdinPiped bool) (norn.NewTask, error) {
 	nt := norn.NewTask{ID: sf.id, Queue: args[0], Priority: sf.priority, DependsOn: sf.dependsOn,
 		Delay: norn.Duration(sf.delay), Timeout: norn.Duration(sf.timeout), MaxRuntime: norn.Duration(sf.maxRuntime),
-		UniqueKey: sf.uniqueKey, UniqueFor: norn.Duration(sf.uniqueFor), ExpireIn: norn.Duration(sf.expireIn)}
+		UniqueKey: sf.uniqueKey, UniqueFor: norn.Duration(sf.uniqueFor), ExpireIn: norn.Duration(sf.expireIn),
+		Batch: sf.inBatch}
+	if err := sf.checkInBatch(); err != nil {
+		return nt, err
+	}
 	var spec []byte
 	switch {
 	case len(args) == 2:
@@ -253,6 +263,17 @@ func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reade
 		return nt, err
 	}
 	return nt, nil
+}
+
+// checkInBatch refuses a malformed --in-batch before anything is read or sent.
+func (sf *submitFlags) checkInBatch() error {
+	if sf.inBatch == "" {
+		return nil
+	}
+	if err := norn.ValidateBatchID("batch", sf.inBatch); err != nil {
+		return usagef("--in-batch: %v", messageOf(err))
+	}
+	return nil
 }
 
 // retryFlags are --retry, --retry-base and --retry-max, which together give
@@ -359,6 +380,9 @@ func singleSubmitError(err error) error {
 	// the route the user never called.
 	c.Message = strings.ReplaceAll(c.Message, "POST /v1/tasks/batch", "submit tasks")
 	c.Field = strings.TrimPrefix(strings.TrimPrefix(c.Field, "tasks[0]"), ".")
+	if c.Field == "batch" {
+		c.Field = "--in-batch" // the only way a single submit names a batch
+	}
 	return &c
 }
 
@@ -380,6 +404,9 @@ func runSubmitBatch(cmd *cobra.Command, g *Globals, sf *submitFlags, defaultQueu
 	if sf.file != "" || sf.id != "" || sf.uniqueKey != "" || sf.uniqueFor != 0 {
 		return usagef("--batch cannot be combined with --file, --id or --unique-key/--unique-for (give unique_key per line)")
 	}
+	if err := sf.checkInBatch(); err != nil {
+		return err
+	}
 	var in io.Reader = cmd.InOrStdin()
 	var total int64
 	if sf.batch != "-" {
@@ -395,7 +422,7 @@ func runSubmitBatch(cmd *cobra.Command, g *Globals, sf *submitFlags, defaultQueu
 	}
 	return withClient(g, func(c *client.Client) error {
 		bar := NewProgress(cmd.ErrOrStderr(), "submitting", "tasks", total)
-		res, err := submitBatch(cmd.Context(), c, in, defaultQueue, sf.chunk, bar)
+		res, err := submitBatch(cmd.Context(), c, in, defaultQueue, sf.inBatch, sf.chunk, bar)
 		if err != nil {
 			bar.Clear()
 			if res.Submitted > 0 {
@@ -425,8 +452,9 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 // submitBatch reads NDJSON tasks from in and submits them chunk by chunk,
-// holding one chunk in memory at a time.
-func submitBatch(ctx context.Context, c *client.Client, in io.Reader, defaultQueue string, chunk int, bar *Progress) (batchResult, error) {
+// holding one chunk in memory at a time; defaultBatch is the batch of the
+// lines that name none.
+func submitBatch(ctx context.Context, c *client.Client, in io.Reader, defaultQueue, defaultBatch string, chunk int, bar *Progress) (batchResult, error) {
 	start := time.Now()
 	var res batchResult
 	cr := &countingReader{r: in}
@@ -463,6 +491,9 @@ func submitBatch(ctx context.Context, c *client.Client, in io.Reader, defaultQue
 		nt, err := parseBatchLine(line, defaultQueue)
 		if err != nil {
 			return res, usagef("line %d: %v", lineNo, err)
+		}
+		if nt.Batch == "" {
+			nt.Batch = defaultBatch
 		}
 		buf = append(buf, nt)
 		lines = append(lines, lineNo)

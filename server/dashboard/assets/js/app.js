@@ -8,6 +8,7 @@ import * as overview from "./overview.js";
 import * as queueView from "./queue.js";
 import * as taskView from "./task.js";
 import * as schedulesView from "./schedules.js";
+import * as batchesView from "./batches.js";
 
 const main = document.getElementById("main");
 const crumbs = document.getElementById("crumbs");
@@ -79,6 +80,8 @@ function route() {
   if (parts.length === 0) cleanup = overview.render(ctx);
   else if (parts[0] === "queues" && parts[1]) cleanup = queueView.render(ctx, parts[1]);
   else if (parts[0] === "schedules") cleanup = schedulesView.render(ctx);
+  else if (parts[0] === "batches" && parts[1]) cleanup = batchesView.renderBatch(ctx, parts.slice(1).join("/"));
+  else if (parts[0] === "batches") cleanup = batchesView.renderList(ctx);
   else if (parts[0] === "tasks" && parts[1]) cleanup = taskView.render(ctx, parts.slice(1).join("/"));
   else {
     setCrumbs([{ text: "Not found" }]);

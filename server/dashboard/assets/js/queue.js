@@ -3,8 +3,9 @@
 
 import { api, get, query, enc, ApiError } from "./api.js";
 import { chartView } from "./chart.js";
+import { taskTable } from "./tasklist.js";
 import {
-  h, fill, num, STATUSES, PENDING, RETRYABLE, statusBadge, progressBar, timeEl, labelsEl, debounce, throttle, toast,
+  h, fill, num, STATUSES, PENDING, RETRYABLE, statusBadge, debounce, throttle, toast,
   confirmDialog, validDuration,
 } from "./util.js";
 
@@ -285,17 +286,7 @@ export function render(ctx, name) {
       fill(listEl, h("p", { class: "muted empty", id: "no-tasks" }, cursors.length > 1 ? "No more tasks." : "No tasks match these filters."));
       return;
     }
-    fill(listEl, h("table", { class: "grid tasks" },
-      h("thead", {}, h("tr", {}, ["ID", "Status", "Priority", "Progress", "Attempts", "Labels", "Created", "Updated"].map((x) => h("th", {}, x)))),
-      h("tbody", {}, tasks.map((t) => h("tr", { "data-id": t.id },
-        h("td", { class: "id", "data-label": "ID" }, h("a", { href: "#/tasks/" + enc(t.id) }, t.id)),
-        h("td", { "data-label": "Status", class: "status" }, statusBadge(t.status)),
-        h("td", { class: "num", "data-label": "Priority" }, String(t.priority)),
-        h("td", { "data-label": "Progress" }, progressBar(t.progress)),
-        h("td", { class: "num", "data-label": "Attempts" }, t.attempts + (t.max_attempts ? "/" + t.max_attempts : "")),
-        h("td", { "data-label": "Labels" }, labelsEl(t.labels, (k, v) => addLabel(k + ":" + v))),
-        h("td", { "data-label": "Created" }, timeEl(t.created)),
-        h("td", { "data-label": "Updated" }, timeEl(t.updated)))))));
+    fill(listEl, taskTable(tasks, { onLabel: (k, v) => addLabel(k + ":" + v) }));
   }
   async function loadCount() {
     try {

@@ -109,6 +109,7 @@ export function render(ctx, id) {
       row("Timeout", t.timeout || "—"),
       // Fields of newer features, shown only when the task has them.
       t.max_runtime ? row("Max runtime", t.max_runtime, "max-runtime") : null,
+      t.batch ? row("Batch", h("a", { href: "#/batches/" + enc(t.batch) }, t.batch), "batch") : null,
       t.unique_key ? row("Unique key", h("code", {}, t.unique_key), "unique-key") : null,
       t.concurrency_key ? row("Concurrency key", h("code", {}, t.concurrency_key), "concurrency-key") : null,
       isZeroTime(t.started) ? null : row("Started", h("span", {}, timeEl(t.started), " · " + absTime(t.started)), "started"),
