@@ -267,10 +267,6 @@ type Task struct {
 	// OnDependencyFailure is DependencyRun or "" (DependencyAbort); see
 	// NewTask.
 	OnDependencyFailure string `json:"on_dependency_failure,omitempty"`
-	// DependencyResults are the outcomes of the dependencies that ended,
-	// in depends_on order, kept with the task even when retention purged
-	// the dependency. A claim hands them to the worker.
-	DependencyResults []DependencyResult `json:"dependency_results,omitempty"`
 	// Owner is the worker holding (or that last held) the task.
 	Owner string `json:"owner,omitempty"`
 	// Deadline is the lease expiry while running.
@@ -302,7 +298,11 @@ type Task struct {
 	Started time.Time       `json:"started,omitzero"`
 	Result  json.RawMessage `json:"result,omitempty"`
 	Errors  []ErrorInfo     `json:"errors,omitempty"`
-	History []HistoryEntry  `json:"history,omitempty"`
+	// DependencyResults are the outcomes of the dependencies that ended,
+	// in depends_on order, kept with the task even when retention purged
+	// the dependency. A claim hands them to the worker.
+	DependencyResults []DependencyResult `json:"dependency_results,omitempty"`
+	History           []HistoryEntry     `json:"history,omitempty"`
 	// HistoryDropped counts the oldest history entries dropped by the cap.
 	HistoryDropped int `json:"history_dropped,omitempty"`
 	// Version is +1 on every write; use it for compare-and-set updates.

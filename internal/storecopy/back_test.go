@@ -34,8 +34,9 @@ func TestCopyPostgresToEmbedded(t *testing.T) {
 	if err := dst.Complete(ctx, norn.LeaseRef{TaskID: "parent", Worker: got.Owner, Lease: got.Lease}, nil); err != nil {
 		t.Fatalf("completing the copied lease: %v", err)
 	}
-	if c, _ := dst.Get(ctx, "child"); c.Status != norn.StatusReady {
-		t.Fatalf("child after its parent completed in the copy: %s", c.Status)
+	if c, _ := dst.Get(ctx, "child"); c.Status != norn.StatusReady || c.OnDependencyFailure != norn.DependencyRun ||
+		len(c.DependencyResults) != 2 || string(c.DependencyResults[1].Result) != `{"sent":true}` {
+		t.Fatalf("child after its parent completed in the copy: %+v", c)
 	}
 	subs, err := dst.Submit(ctx, norn.NewTask{Queue: "mail", UniqueKey: "welcome-7"})
 	if err != nil || !subs[0].Duplicate || subs[0].Task.ID != "later" {

@@ -64,7 +64,7 @@ func seed(t *testing.T, src norn.Store) {
 	nts = append(nts,
 		norn.NewTask{ID: "later", Queue: "mail", Delay: norn.Duration(time.Hour), UniqueKey: "welcome-7"},
 		norn.NewTask{ID: "parent", Queue: "mail", ConcurrencyKey: "acme", Batch: "wf"},
-		norn.NewTask{ID: "child", Queue: "mail", DependsOn: []string{"parent"}, Batch: "wf"},
+		norn.NewTask{ID: "child", Queue: "mail", DependsOn: []string{"parent", "done"}, Batch: "wf", OnDependencyFailure: norn.DependencyRun},
 		norn.NewTask{ID: "done", Queue: "mail"},
 		norn.NewTask{ID: "broken", Queue: "mail", Retry: &norn.RetryPolicy{}},
 		norn.NewTask{ID: "gone", Queue: "mail"},
@@ -142,8 +142,9 @@ func TestCopyEmbeddedToPostgres(t *testing.T) {
 	if err := dst.Complete(ctx, ref, nil); err != nil {
 		t.Fatalf("completing the copied lease: %v", err)
 	}
-	if c, _ := dst.Get(ctx, "child"); c.Status != norn.StatusReady {
-		t.Fatalf("child after its parent completed in the copy: %s", c.Status)
+	if c, _ := dst.Get(ctx, "child"); c.Status != norn.StatusReady || c.OnDependencyFailure != norn.DependencyRun ||
+		len(c.DependencyResults) != 2 || string(c.DependencyResults[1].Result) != `{"sent":true}` {
+		t.Fatalf("child after its parent completed in the copy: %+v", c)
 	}
 	if log, err := dst.ReadLog(ctx, "done", 0, 0); err != nil || len(log) != 1 || string(log[0].Data) != `{"step":1}` {
 		t.Fatalf("log of done: %+v %v", log, err)

@@ -130,6 +130,10 @@ func appendTaskWhat(b []byte, t *norn.Task) ([]byte, error) {
 		}
 		b = append(b, ']')
 	}
+	if t.OnDependencyFailure != "" {
+		b = append(b, `,"on_dependency_failure":`...)
+		b = jsonString(b, t.OnDependencyFailure)
+	}
 	return b, nil
 }
 
@@ -199,6 +203,11 @@ func appendTaskOutcome(b []byte, t *norn.Task) ([]byte, error) {
 	}
 	if len(t.Errors) > 0 {
 		if b, err = jsonMarshal(b, `,"errors":`, t.Errors); err != nil {
+			return nil, err
+		}
+	}
+	if len(t.DependencyResults) > 0 {
+		if b, err = jsonMarshal(b, `,"dependency_results":`, t.DependencyResults); err != nil {
 			return nil, err
 		}
 	}
@@ -325,6 +334,10 @@ func AppendNewTask(b []byte, nt *norn.NewTask) ([]byte, error) {
 			b = jsonString(b, id)
 		}
 		b = append(b, ']')
+	}
+	if nt.OnDependencyFailure != "" {
+		b = append(b, `,"on_dependency_failure":`...)
+		b = jsonString(b, nt.OnDependencyFailure)
 	}
 	if nt.MaxAttempts != nil {
 		b = append(b, `,"max_attempts":`...)

@@ -98,7 +98,9 @@ func (tx *txn) submit(prefix string, tasks []norn.NewTask) ([]norn.Submitted, er
 	}
 	var inBatch map[string]int
 	for _, i := range order {
-		out[i].Task = tx.insert(ids[i], &tasks[i])
+		if out[i].Task, err = tx.insert(ids[i], &tasks[i]); err != nil {
+			return nil, err
+		}
 		if len(uniq) > 0 && tasks[i].UniqueKey != "" {
 			if inBatch == nil {
 				inBatch = map[string]int{}
@@ -129,7 +131,7 @@ func (tx *txn) submit(prefix string, tasks []norn.NewTask) ([]norn.Submitted, er
 // insert creates one new task whose dependencies were checked and ordered
 // (norn.OrderBatch): the state is norn's decision, this only indexes and
 // persists it.
-func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
+func (tx *txn) insert(id string, n *norn.NewTask) (*norn.Task, error) {
 	s := tx.s
 	q := s.queue(n.Queue)
 	now := tx.now
@@ -149,7 +151,7 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 	case norn.StatusBlocked:
 		t.depsLeft = int32(in.PendingDeps)
 		for _, d := range n.DependsOn {
-			if dt := s.tasks.get(d); dt.st.status != stCompleted {
+			if dt := s.tasks.get(d); !terminal(dt.st.status) {
 				prev := s.getDependents(dt)
 				s.setDependents(dt, append(prev, t))
 				tx.onUndo(func() { s.setDependents(dt, prev) })
@@ -158,7 +160,7 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 	}
 	im := immutable{queue: q.name, created: now, maxAttempts: int64(t.maxAttempts), timeout: t.timeout,
 		maxRuntime: t.maxRuntime, retry: t.retry, expires: t.expires, uniqueKey: n.UniqueKey, deps: n.DependsOn, spec: n.Spec, key: n.ConcurrencyKey,
-		labels: n.Labels, st: st, traceparent: n.Traceparent, tracestate: n.Tracestate, batch: n.Batch}
+		labels: n.Labels, st: st, traceparent: n.Traceparent, tracestate: n.Tracestate, batch: n.Batch, depRun: n.RunsOnFailure()}
 	tx.buf = im.encode(tx.buf[:0])
 	tx.b.Set(tx.key(id, sufImmutable), tx.buf, nil)
 	t.st = st
@@ -171,6 +173,17 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 		s.indexDeps(t, n.DependsOn)
 		tx.onUndo(func() { s.unindexDeps(t) })
 	}
+	if n.RunsOnFailure() {
+		s.runOnFail[t] = struct{}{}
+		tx.onUndo(func() { delete(s.runOnFail, t) })
+	}
+	var results []norn.DependencyResult
+	if len(in.EndedDeps) > 0 {
+		var err error
+		if results, err = tx.recordEndedDeps(t, in.EndedDeps); err != nil {
+			return nil, err
+		}
+	}
 	if n.Batch != "" {
 		tx.joinBatch(t, n.Batch)
 	}
@@ -180,6 +193,10 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 	nt.Spec = cloneBytes(n.Spec)
 	nt.ConcurrencyKey = n.ConcurrencyKey
 	nt.Batch = n.Batch
+	if n.RunsOnFailure() {
+		nt.OnDependencyFailure = norn.DependencyRun
+	}
+	nt.DependencyResults = norn.SortDependencyResults(n.DependsOn, results)
 	nt.Traceparent, nt.Tracestate = n.Traceparent, n.Tracestate
 	if len(n.Labels) > 0 {
 		nt.Labels = maps.Clone(n.Labels)
@@ -191,7 +208,7 @@ func (tx *txn) insert(id string, n *norn.NewTask) *norn.Task {
 		nt.Errors = []norn.ErrorInfo{*in.Error}
 		nt.History = []norn.HistoryEntry{{Type: norn.TaskAbort, Time: fromNanos(now), Error: in.Error}}
 	}
-	return nt
+	return nt, nil
 }
 
 func cloneBytes(b []byte) []byte {

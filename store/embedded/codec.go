@@ -23,6 +23,7 @@ const (
 	sufImmutable = 'a' // written once at submit, with the initial labels and state
 	sufLabels    = 'b' // labels set by Update (supersede those in 'a')
 	sufState     = 'c' // compact state record of every later transition (supersedes 'a')
+	sufDepResult = 'd' // + be64 position in the sorted dependencies: an ended dependency's outcome
 	sufError     = 'e' // + be64 seq: one key per recorded error
 	sufLog       = 'g' // + be64 seq: update log
 	sufHistory   = 'h' // + be64 seq: history entries
@@ -244,8 +245,10 @@ type immutable struct {
 	uniqueKey string
 	// batch is the batch the task joined ("" when none).
 	batch string
-	deps  []string
-	spec  []byte
+	// depRun: on_dependency_failure run.
+	depRun bool
+	deps   []string
+	spec   []byte
 	// key is the concurrency key ("" for none).
 	key string
 	// traceparent and tracestate are the task's W3C trace context.
@@ -278,6 +281,8 @@ const (
 	optExpires = 4
 	// optBatch is the batch the task joined.
 	optBatch = 5
+	// optDepRun marks on_dependency_failure run (value "1").
+	optDepRun = 6
 )
 
 func (im *immutable) encode(buf []byte) []byte {
@@ -408,6 +413,9 @@ func (im *immutable) appendOptional(e *enc) {
 	if im.batch != "" {
 		n++
 	}
+	if im.depRun {
+		n++
+	}
 	e.u(uint64(n))
 	if im.traceparent != "" {
 		e.u(optTraceparent)
@@ -428,6 +436,10 @@ func (im *immutable) appendOptional(e *enc) {
 	if im.batch != "" {
 		e.u(optBatch)
 		e.s(im.batch)
+	}
+	if im.depRun {
+		e.u(optDepRun)
+		e.s("1")
 	}
 }
 
@@ -454,6 +466,9 @@ func (im *immutable) decodeOptional(d *dec, keep bool) {
 		case tag == optBatch:
 			// Kept by recovery too: it rebuilds the batches' membership.
 			im.batch = d.s()
+		case tag == optDepRun:
+			// Kept by recovery too: a failing dependency reads it.
+			im.depRun = d.s() == "1"
 		case !keep:
 			d.by()
 		case tag == optTraceparent:

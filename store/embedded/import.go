@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/nornq/norn"
@@ -108,6 +109,7 @@ func (s *Store) FinishImport(ctx context.Context) error {
 	s.members = map[string]map[*task]struct{}{}
 	s.batchOf = map[*task]string{}
 	s.batchDue = map[string]bool{}
+	s.runOnFail = map[*task]struct{}{}
 	s.armedAt = 0
 	s.mu.Unlock()
 	if err := s.load(ctx); err != nil {
@@ -140,7 +142,8 @@ func writeImported(b *pebble.Batch, r norn.TaskRecord) {
 	im := immutable{queue: t.Queue, created: nanos(t.Created), maxAttempts: int64(t.MaxAttempts),
 		timeout: int64(t.Timeout), maxRuntime: int64(t.MaxRuntime), retry: t.Retry, expires: nanos(t.ExpiresAt),
 		uniqueKey: t.UniqueKey, deps: t.DependsOn, spec: t.Spec, key: t.ConcurrencyKey,
-		traceparent: t.Traceparent, tracestate: t.Tracestate, labels: t.Labels, st: st, batch: t.Batch}
+		traceparent: t.Traceparent, tracestate: t.Tracestate, labels: t.Labels, st: st, batch: t.Batch,
+		depRun: t.OnDependencyFailure == norn.DependencyRun}
 	b.Set(taskKey(t.ID, sufImmutable), im.encode(nil), nil)
 	for i, e := range t.Errors {
 		j, _ := json.Marshal(e)
@@ -151,6 +154,16 @@ func writeImported(b *pebble.Batch, r norn.TaskRecord) {
 	}
 	if t.Result != nil {
 		b.Set(taskKey(t.ID, sufResult), t.Result, nil)
+	}
+	if len(t.DependencyResults) > 0 {
+		sorted := slices.Clone(t.DependsOn)
+		slices.Sort(sorted)
+		sorted = slices.Compact(sorted)
+		for _, r := range t.DependencyResults {
+			i, _ := slices.BinarySearch(sorted, r.ID)
+			j, _ := json.Marshal(r)
+			b.Set(taskSeqKey(t.ID, sufDepResult, uint64(i)), j, nil)
+		}
 	}
 	for _, l := range r.Log {
 		b.Set(taskSeqKey(t.ID, sufLog, l.Seq), encodeLog(l), nil)

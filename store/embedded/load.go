@@ -108,6 +108,9 @@ func (s *Store) loadTasks(ctx context.Context) ([]blocked, error) {
 		if im.batch != "" {
 			s.addMember(t, im.batch)
 		}
+		if im.depRun {
+			s.runOnFail[t] = struct{}{}
+		}
 		t.g = t.q.group(im.key)
 		if t.q.flow.GroupsByLabel() {
 			if t.g, err = t.q.labelGroup(v); err != nil {
@@ -177,6 +180,9 @@ func (s *Store) countDependencies(waiting []blocked) error {
 			switch {
 			case dt == nil || dt.st.status == stCompleted:
 			case dt.st.status == stAborted || dt.st.status == stCancelled:
+				if _, run := s.runOnFail[b.t]; run {
+					continue // ended: recorded with b.t when it did
+				}
 				bad = true
 				s.setDependents(dt, append(s.getDependents(dt), b.t))
 			default:
@@ -197,7 +203,7 @@ func (s *Store) countDependencies(waiting []blocked) error {
 	return s.run(func(tx *txn) error {
 		for t := range s.tasks.all() {
 			if terminal(t.st.status) && t.st.status != stCompleted && t.hasDependents {
-				tx.failDependents(t)
+				tx.failDependents(t, nil)
 			}
 		}
 		for _, t := range free {

@@ -221,6 +221,9 @@ func (s *Store) decodeTaskIn(it *pebble.Iterator, id string, lo []byte, summary 
 				Timeout: norn.Duration(im.timeout), MaxRuntime: norn.Duration(im.maxRuntime), Retry: im.retry, UniqueKey: im.uniqueKey,
 				DependsOn: im.deps, Spec: im.spec, Labels: im.labels, ConcurrencyKey: im.key,
 				Traceparent: im.traceparent, Tracestate: im.tracestate, ExpiresAt: fromNanos(im.expires), Batch: im.batch}
+			if im.depRun {
+				t.OnDependencyFailure = norn.DependencyRun
+			}
 			st = im.st
 		case sufLabels:
 			if t == nil {
@@ -268,6 +271,8 @@ func (s *Store) decodeTaskIn(it *pebble.Iterator, id string, lo []byte, summary 
 	if err := readTaskTail(it, id, lo, t, a); err != nil {
 		return nil, err
 	}
+	// Stored by position among the sorted dependencies; shown as listed.
+	t.DependencyResults = norn.SortDependencyResults(t.DependsOn, t.DependencyResults)
 	if c != nil {
 		t.History = a.appendHistory(t.History, c.hist)
 	}
@@ -311,6 +316,12 @@ func readTaskTail(it *pebble.Iterator, id string, lo []byte, t *norn.Task, a *ta
 			t.History = a.appendHistory(t.History, h)
 		case sufResult:
 			t.Result = append(json.RawMessage(nil), v...)
+		case sufDepResult:
+			var r norn.DependencyResult
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("embedded: task %q dependency result: %w", id, errCorrupt)
+			}
+			t.DependencyResults = append(t.DependencyResults, r)
 		}
 		ok = it.Next()
 	}

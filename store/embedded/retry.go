@@ -32,7 +32,10 @@ func (s *Store) Retry(ctx context.Context, id string, o norn.RetryOptions) (*nor
 		if err := norn.CheckRetry(id, statusOf(t.st.status)); err != nil {
 			return err
 		}
-		nt, err := s.readTask(id, true)
+		// A task that runs on a dependency's failure needs its recorded
+		// outcomes (norn.DecideRetry), which the summary leaves out.
+		_, run := s.runOnFail[t]
+		nt, err := s.readTask(id, !run)
 		if err != nil {
 			return err
 		}
@@ -43,7 +46,7 @@ func (s *Store) Retry(ctx context.Context, id string, o norn.RetryOptions) (*nor
 		if err != nil {
 			return err
 		}
-		tx.redrive(t, r, nt.DependsOn)
+		tx.redrive(t, r, nt)
 		if o.WithDependents {
 			if err := tx.redriveDependents(t); err != nil {
 				return err
@@ -77,11 +80,18 @@ func (s *Store) RetryMatching(ctx context.Context, f norn.Filter) (int64, error)
 		if norn.CheckRetryUnique(pt, s.holdersOf(pt)) != nil {
 			return false
 		}
+		if _, run := s.runOnFail[t]; run {
+			full, err := s.readTask(pt.ID, false)
+			if err != nil {
+				return false
+			}
+			pt.DependencyResults = full.DependencyResults
+		}
 		r, err := norn.DecideRetry(pt, fromNanos(tx.now), norn.RetryOptions{}, tx.depStatus)
 		if err != nil {
 			return false
 		}
-		tx.redrive(t, r, pt.DependsOn)
+		tx.redrive(t, r, pt)
 		return true
 	})
 }
@@ -155,7 +165,7 @@ func (tx *txn) depStatus(id string) norn.Status {
 
 // redrive persists norn's decision r for t, an aborted or cancelled task
 // whose dependencies are deps.
-func (tx *txn) redrive(t *task, r norn.Redrive, deps []string) {
+func (tx *txn) redrive(t *task, r norn.Redrive, nt *norn.Task) {
 	s := tx.s
 	ns := tx.touch(t)
 	ns.status = statusCode(r.Status)
@@ -168,9 +178,15 @@ func (tx *txn) redrive(t *task, r norn.Redrive, deps []string) {
 		old := t.depsLeft
 		t.depsLeft = int32(r.PendingDeps)
 		tx.onUndo(func() { t.depsLeft = old })
-		for _, id := range deps {
+		recorded := map[string]bool{}
+		for _, dr := range nt.DependencyResults {
+			recorded[dr.ID] = true
+		}
+		for _, id := range nt.DependsOn {
+			// Ended ones, and ones ended once and recorded, are not
+			// waited for (norn.DecideRetry did not count them).
 			dt := s.tasks.get(id)
-			if dt == nil || dt.st.status == stCompleted {
+			if dt == nil || terminal(dt.st.status) || recorded[id] {
 				continue
 			}
 			// A task that ended while blocked may still be listed (only
@@ -239,7 +255,7 @@ func (tx *txn) redriveDependents(root *task) error {
 	plan := norn.PlanDependentRetries(found, fromNanos(tx.now), tx.depStatus)
 	for _, nt := range found {
 		if d, ok := plan[nt.ID]; ok {
-			tx.redrive(s.tasks.get(nt.ID), d, nt.DependsOn)
+			tx.redrive(s.tasks.get(nt.ID), d, nt)
 		}
 	}
 	return nil

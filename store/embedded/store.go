@@ -148,10 +148,12 @@ type Store struct {
 	// batches are the batches by id; members and batchOf the batch
 	// membership (of tasks that name a batch, whether or not it still
 	// exists); batchDue the batches whose callbacks may fire (batch.go).
-	batches   map[string]*batchMem
-	members   map[string]map[*task]struct{}
-	batchOf   map[*task]string
-	batchDue  map[string]bool
+	batches  map[string]*batchMem
+	members  map[string]map[*task]struct{}
+	batchOf  map[*task]string
+	batchDue map[string]bool
+	// runOnFail holds the tasks with on_dependency_failure run.
+	runOnFail map[*task]struct{}
 	workerSeq uint64
 	armedAt   int64
 	failed    error // a write failed: memory may be ahead of disk, refuse writes
@@ -283,6 +285,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		members:    map[string]map[*task]struct{}{},
 		batchOf:    map[*task]string{},
 		batchDue:   map[string]bool{},
+		runOnFail:  map[*task]struct{}{},
 		subs:       map[*subscription]struct{}{},
 		disk:       disk,
 		space: space{fs: base, dir: dir, reserve: opts.MinFreeBytes, ahead: pebbleAhead(memTable),

@@ -37,6 +37,9 @@ type txn struct {
 	// tokenIn is, after a claim a rate limit left short, how long until
 	// its bucket has a token again (0: not short for that reason).
 	tokenIn time.Duration
+	// result is the result of the task being completed, for its
+	// dependents to record (deps.go).
+	result []byte
 }
 
 // readAfter returns a task that is filled with id's committed state once
@@ -320,8 +323,12 @@ func (tx *txn) removeTask(t *task) {
 	})
 	tx.b.DeleteRange(taskPrefix(t.id), taskEnd(t.id), nil)
 	tx.event(norn.EventDeleted, t)
+	if _, ok := s.runOnFail[t]; ok {
+		delete(s.runOnFail, t)
+		tx.onUndo(func() { s.runOnFail[t] = struct{}{} })
+	}
 	if wasPending {
-		tx.failDependents(t)
+		tx.failDependents(t, nil)
 	}
 }
 
@@ -403,72 +410,6 @@ func (tx *txn) finishTaskAs(t *task, status uint8, h norn.HistoryEntry, e *norn.
 	if status == stCompleted {
 		tx.releaseDependents(t)
 	} else {
-		tx.failDependents(t)
-	}
-}
-
-// releaseDependents counts t's completion in every dependent; those with no
-// dependency left become ready (or scheduled when run_at is in the future).
-func (tx *txn) releaseDependents(t *task) {
-	deps := tx.s.getDependents(t)
-	if len(deps) == 0 {
-		return
-	}
-	tx.s.setDependents(t, nil)
-	tx.onUndo(func() { tx.s.setDependents(t, deps) })
-	for _, d := range deps {
-		if d.deleted || d.st.status != stBlocked {
-			continue
-		}
-		d.depsLeft--
-		tx.onUndo(func() { d.depsLeft++ })
-		if d.depsLeft > 0 {
-			continue
-		}
-		ns := tx.touch(d)
-		if ns.runAt > tx.now {
-			ns.status = stScheduled
-		} else {
-			ns.status = stReady
-			ns.readyAt = tx.now
-		}
-		tx.history(d, &ns, norn.HistoryEntry{Type: norn.TaskRelease})
-		tx.set(d, ns)
-		tx.event(norn.EventKind(norn.TaskRelease), d)
-		tx.report.Released++
-	}
-}
-
-// failDependents aborts, transitively, every task still waiting for t.
-func (tx *txn) failDependents(t *task) {
-	work := []*task{t}
-	for len(work) > 0 {
-		cur := work[len(work)-1]
-		work = work[:len(work)-1]
-		deps := tx.s.getDependents(cur)
-		if len(deps) == 0 {
-			continue
-		}
-		tx.s.setDependents(cur, nil)
-		tx.onUndo(func() { tx.s.setDependents(cur, deps) })
-		for _, d := range deps {
-			if d.deleted || terminal(d.st.status) {
-				continue
-			}
-			e := norn.DependencyFailed(cur.id, statusOf(cur.st.status))
-			if cur.deleted {
-				e = norn.DependencyDeleted(cur.id)
-			}
-			ns := tx.touch(d)
-			ns.status = stAborted
-			ns.deadline = 0
-			ns.endedAt = tx.now
-			tx.recordError(d, &ns, e)
-			tx.history(d, &ns, norn.HistoryEntry{Type: norn.TaskAbort, Error: &e})
-			tx.set(d, ns)
-			tx.event(norn.EventKind(norn.TaskAbort), d)
-			tx.report.Aborted++
-			work = append(work, d)
-		}
+		tx.failDependents(t, e)
 	}
 }

@@ -390,7 +390,9 @@ func (tx *txn) complete(op *norn.LeaseOp) error {
 	t.st = t2 // progress recorded through finishTask's touch
 	// A state undo step (not a closure, which allocated on every complete).
 	tx.undo = append(tx.undo, undoStep{t: t, old: old})
+	tx.result = op.Result // what its dependents record
 	tx.finishTask(t, stCompleted, norn.HistoryEntry{Type: norn.TaskComplete, Worker: op.Worker, Lease: op.Lease, Progress: 1}, nil)
+	tx.result = nil
 	if len(op.Result) > 0 {
 		// After the state and history keys, which sort before it.
 		tx.b.Set(tx.key(t.id, sufResult), op.Result, nil)

@@ -21,7 +21,7 @@ import (
 var importColumns = []string{"id", "queue", "spec", "priority", "status", "progress", "labels", "created", "updated",
 	"run_at", "ready_at", "ended_at", "depends_on", "owner", "deadline", "lease", "attempts", "max_attempts", "retry",
 	"timeout_ns", "result", "errors", "history_count", "log_seq", "version", "claimed_at", "concurrency_key",
-	"max_runtime_ns", "unique_key", "traceparent", "tracestate", "fair_key", "running_key", "expires_at", "batch"}
+	"max_runtime_ns", "unique_key", "traceparent", "tracestate", "fair_key", "running_key", "expires_at", "batch", "dep_run", "dep_results"}
 
 // ImportTasks writes recs in one transaction; see norn.TaskImporter.
 func (s *Store) ImportTasks(ctx context.Context, recs []norn.TaskRecord) (int, error) {
@@ -168,7 +168,8 @@ func importRow(r norn.TaskRecord, flow norn.QueueFlow) []any {
 		int64(t.Lease), int32(t.Attempts), int32(t.MaxAttempts), jsonOrNil(t.Retry, t.Retry != nil), int64(t.Timeout),
 		nilBytes(t.Result), jsonOrNil(t.Errors, len(t.Errors) > 0), int32(len(t.History) + t.HistoryDropped), int64(logSeq),
 		int64(t.Version), timePtr(t.Started), strPtr(t.ConcurrencyKey), int64(t.MaxRuntime), strPtr(t.UniqueKey),
-		strPtr(t.Traceparent), strPtr(t.Tracestate), fair, running, timePtr(t.ExpiresAt), strPtr(t.Batch)}
+		strPtr(t.Traceparent), strPtr(t.Tracestate), fair, running, timePtr(t.ExpiresAt), strPtr(t.Batch),
+		t.OnDependencyFailure == norn.DependencyRun, encodeDepResults(t.DependencyResults)}
 }
 
 // importHistory is t's history as task_history_rows rows: the entries

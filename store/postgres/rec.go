@@ -38,7 +38,7 @@ const (
 	colsBase = `t.id, t.queue, t.priority, t.status, t.progress, t.labels, t.created, t.updated, t.run_at,
 t.ready_at, t.ended_at, t.depends_on, t.pending_deps, t.owner, t.deadline, t.lease, t.attempts,
 t.max_attempts, t.retry, t.timeout_ns, t.history_count, t.log_seq, t.version, t.assign_seq, t.done_seq, t.claimed_at,
-t.concurrency_key, t.max_runtime_ns, t.unique_key, t.traceparent, t.tracestate, t.expires_at, t.batch`
+t.concurrency_key, t.max_runtime_ns, t.unique_key, t.traceparent, t.tracestate, t.expires_at, t.batch, t.dep_run`
 	// historyAgg is the task's history: its task_history_rows plus the
 	// assignment and completion entries kept in the row, unless the history
 	// cap ({hl}) has dropped them.
@@ -51,16 +51,17 @@ UNION ALL SELECT t.assign_seq, jsonb_build_object('type', 'TaskAssignment', 'tim
 UNION ALL SELECT t.done_seq, jsonb_build_object('type', 'TaskComplete', 'time', t.ended_at, 'worker', t.owner,
 	'lease', t.lease, 'progress', 1) WHERE t.done_seq > greatest(t.history_count - {hl}, 0)) x)`
 	// colsFull: everything, history included.
-	colsFull = colsBase + `, t.spec, t.result, t.errors, ` + historyAgg
+	colsFull = colsBase + `, t.spec, t.result, t.errors, ` + historyAgg + `, t.dep_results`
 	// colsClaim: everything, for a task a claim just assigned (t is the new
 	// row). Its history is read only if it had any before this claim: a
 	// fresh task's history is just the assignment, which the caller adds,
 	// so the common claim reads no history rows at all.
-	colsClaim = colsBase + `, t.spec, t.result, t.errors, CASE WHEN t.history_count > 1 THEN ` + historyAgg + ` END`
-	// colsCore: what a state change needs (errors, to append to them).
-	colsCore = colsBase + `, NULL::bytea, NULL::bytea, t.errors, NULL::jsonb`
+	colsClaim = colsBase + `, t.spec, t.result, t.errors, CASE WHEN t.history_count > 1 THEN ` + historyAgg + ` END, t.dep_results`
+	// colsCore: what a state change needs (errors, to append to them;
+	// dependency results, for a retry's count of what is still pending).
+	colsCore = colsBase + `, NULL::bytea, NULL::bytea, t.errors, NULL::jsonb, t.dep_results`
 	// colsSummary: the summary view.
-	colsSummary = colsBase + `, NULL::bytea, NULL::bytea, NULL::jsonb, NULL::jsonb`
+	colsSummary = colsBase + `, NULL::bytea, NULL::bytea, NULL::jsonb, NULL::jsonb, NULL::jsonb`
 )
 
 // recReader reads task rows (any of the column lists) into recs. Its scan
@@ -73,6 +74,8 @@ type recReader struct {
 	queue, status, owner, ckey    internText
 	uniqueKey, tparent, tstate    pgtype.Text
 	batch                         pgtype.Text
+	depRun                        bool
+	depResults                    scratchBytes
 	progress                      float64
 	priority                      int64
 	labels, retry, errs, hist     scratchBytes
@@ -120,7 +123,7 @@ func newRecReader() *recReader {
 	d.dest = []any{&d.id, &d.queue, &d.priority, &d.status, &d.progress, &d.labels, &d.created, &d.updated, &d.runAt,
 		&d.readyAt, &d.ended, &d.deps, &d.pending, &d.owner, &d.deadline, &d.lease, &d.attempts,
 		&d.maxAttempts, &d.retry, &d.timeoutNS, &d.hcnt, &d.logSeq, &d.version, &d.assignSeq, &d.doneSeq, &d.claimed, &d.ckey, &d.maxRuntimeNS,
-		&d.uniqueKey, &d.tparent, &d.tstate, &d.expires, &d.batch, &d.spec, &d.result, &d.errs, &d.hist}
+		&d.uniqueKey, &d.tparent, &d.tstate, &d.expires, &d.batch, &d.depRun, &d.spec, &d.result, &d.errs, &d.hist, &d.depResults}
 	return d
 }
 
@@ -163,6 +166,15 @@ func (d *recReader) read(row pgx.Row) (*rec, error) {
 	r.UniqueKey, r.Traceparent, r.Tracestate, r.Batch = d.uniqueKey.String, d.tparent.String, d.tstate.String, d.batch.String
 	if len(d.deps) > 0 {
 		r.DependsOn = d.deps
+	}
+	if d.depRun {
+		r.OnDependencyFailure = norn.DependencyRun
+	}
+	if len(d.depResults.b) > 0 {
+		var err error
+		if r.DependencyResults, err = decodeDepResults(r.DependsOn, d.depResults.b); err != nil {
+			return nil, fmt.Errorf("task %q dependency results: %w", r.ID, err)
+		}
 	}
 	if len(d.labels.b) > 0 {
 		if err := json.Unmarshal(d.labels.b, &r.Labels); err != nil {

@@ -129,15 +129,15 @@ func (s *Store) buildInsertSQL(onConflict bool) string {
 	}
 	return s.q(`WITH ins AS (INSERT INTO {s}.tasks (id, queue, spec, priority, status, labels, created, updated, run_at,
 	ready_at, ended_at, depends_on, pending_deps, max_attempts, retry, timeout_ns, errors, history_count, version,
-	concurrency_key, max_runtime_ns, unique_key, traceparent, tracestate, fair_key, expires_at, batch)
+	concurrency_key, max_runtime_ns, unique_key, traceparent, tracestate, fair_key, expires_at, batch, dep_run, dep_results)
 SELECT u.id, u.queue, u.spec, u.priority, u.status, u.labels::jsonb, $16, $16, u.run_at, $16, u.ended_at,
 	string_to_array(u.deps, ','), u.pending, u.max_attempts, u.retry::jsonb, u.timeout_ns, u.errors::jsonb, u.hcount, 1,
-	u.ckey, u.max_runtime_ns, u.ukey, u.tparent, u.tstate, u.fkey, u.expires_at, u.batch
+	u.ckey, u.max_runtime_ns, u.ukey, u.tparent, u.tstate, u.fkey, u.expires_at, u.batch, u.dep_run, u.dep_results::jsonb
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::text[], $6::text[], $7::timestamptz[],
 	$8::timestamptz[], $9::text[], $10::int[], $11::int[], $12::text[], $13::bigint[], $14::text[], $15::int[],
-	$19::text[], $20::bigint[], $21::text[], $22::text[], $23::text[], $24::text[], $25::timestamptz[], $26::text[])
+	$19::text[], $20::bigint[], $21::text[], $22::text[], $23::text[], $24::text[], $25::timestamptz[], $26::text[], $27::boolean[], $28::text[])
 	AS u(id, queue, spec, priority, status, labels, run_at, ended_at, deps, pending, max_attempts, retry,
-	timeout_ns, errors, hcount, ckey, max_runtime_ns, ukey, tparent, tstate, fkey, expires_at, batch)
+	timeout_ns, errors, hcount, ckey, max_runtime_ns, ukey, tparent, tstate, fkey, expires_at, batch, dep_run, dep_results)
 ` + conflict + `
 RETURNING id, queue, status, version, 'TaskSubmit'::text AS kind, created AS time),
 h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time, error)
@@ -172,6 +172,10 @@ type submitPlan struct {
 	deps      bool
 	keys      bool
 	queues    []string
+	// depIDs are the dependencies outside the batch; depEnded the outcomes
+	// of those that ended, recorded with their dependents.
+	depIDs   []string
+	depEnded map[string]norn.DependencyResult
 	// batches are the batches members join (share-locked: the caller
 	// runs the submit in a transaction), batchState their states read.
 	batches    []string
@@ -256,7 +260,8 @@ func newSubmitPlan(prefix string, in []norn.NewTask) (*submitPlan, error) {
 		}
 		queues[t.Queue] = true
 		p.keys = p.keys || t.UniqueKey != ""
-		p.deps = p.deps || len(t.DependsOn) > 0
+		// A policy without dependencies is kept too, by the row path.
+		p.deps = p.deps || len(t.DependsOn) > 0 || t.OnDependencyFailure != ""
 		if t.Batch != "" && !slices.Contains(p.batches, t.Batch) {
 			p.batches = append(p.batches, t.Batch)
 		}
@@ -266,6 +271,7 @@ func newSubmitPlan(prefix string, in []norn.NewTask) (*submitPlan, error) {
 		for _, d := range p.tasks[i].DependsOn {
 			if _, ok := batch[d]; !ok {
 				p.lookup = append(p.lookup, d)
+				p.depIDs = append(p.depIDs, d)
 			}
 		}
 	}
@@ -306,6 +312,10 @@ func (s *Store) readForSubmit(ctx context.Context, q querier, p *submitPlan) err
 		// Share-locked: a seal (FOR UPDATE) waits for the joins in flight
 		// and a join after the seal reads it sealed.
 		b.Queue(s.q(`SELECT id, state FROM {s}.batches WHERE id = ANY($1) ORDER BY id FOR SHARE`), p.batches)
+	}
+	if len(p.depIDs) > 0 {
+		b.Queue(s.q(`SELECT id, status, result, errors->-1 FROM {s}.tasks
+	WHERE id = ANY($1) AND status IN ('completed', 'aborted', 'cancelled')`), p.depIDs)
 	}
 	var refs []norn.UniqueRef
 	if p.keys {
@@ -368,6 +378,11 @@ UNION ALL (SELECT t.id, t.status, t.ended_at FROM {s}.tasks t WHERE t.unique_key
 			p.batchState[id] = norn.BatchState(st)
 			return nil
 		}); err != nil {
+			return err
+		}
+	}
+	if len(p.depIDs) > 0 {
+		if err := p.readEndedDeps(br); err != nil {
 			return err
 		}
 	}
@@ -460,8 +475,10 @@ func (p *submitPlan) decide() error {
 		if !ok {
 			qd = queueDefaults{QueueDefaults: norn.DefaultQueueDefaults()}
 		}
-		in := nt.Initial(p.now, &qd.QueueDefaults, func(id string) norn.Status { return depStatus[id] })
+		status := func(id string) norn.Status { return depStatus[id] }
+		in := nt.Initial(p.now, &qd.QueueDefaults, status)
 		p.recs[i] = newRec(nt, in, p.now)
+		p.recs[i].DependencyResults = p.endedResults(nt, in, status)
 		if qd.flow.FairBy != "" {
 			k := qd.flow.FairKey(nt.ConcurrencyKey, nt.Labels)
 			p.recs[i].fairKey = &k
@@ -471,6 +488,47 @@ func (p *submitPlan) decide() error {
 		}
 	}
 	return nil
+}
+
+// readEndedDeps reads the outcomes of the dependencies that ended.
+func (p *submitPlan) readEndedDeps(br pgx.BatchResults) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	p.depEnded = map[string]norn.DependencyResult{}
+	var (
+		id, st string
+		result []byte
+		last   []byte
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &st, &result, &last}, func() error {
+		var errs []norn.ErrorInfo
+		if len(last) > 0 {
+			var e norn.ErrorInfo
+			if err := json.Unmarshal(last, &e); err != nil {
+				return err
+			}
+			errs = []norn.ErrorInfo{e}
+		}
+		p.depEnded[id] = norn.NewDependencyResult(id, norn.Status(st), append([]byte(nil), result...), errs)
+		return nil
+	})
+	return err
+}
+
+// endedResults are the records of the dependencies in.EndedDeps names:
+// read ones, or (ended in this same batch) their status alone.
+func (p *submitPlan) endedResults(nt *norn.NewTask, in norn.Initial, status func(string) norn.Status) []norn.DependencyResult {
+	var rs []norn.DependencyResult
+	for _, d := range in.EndedDeps {
+		r, ok := p.depEnded[d]
+		if !ok {
+			r = norn.NewDependencyResult(d, status(d), nil, nil)
+		}
+		rs = append(rs, r)
+	}
+	return norn.SortDependencyResults(nt.DependsOn, rs)
 }
 
 // checkJoins refuses members of batches that do not exist or are sealed.
@@ -523,6 +581,9 @@ func newRec(nt *norn.NewTask, in norn.Initial, now time.Time) *rec {
 		r.Labels = nt.Labels
 	}
 	r.ConcurrencyKey, r.Batch = nt.ConcurrencyKey, nt.Batch
+	if nt.RunsOnFailure() {
+		r.OnDependencyFailure = norn.DependencyRun
+	}
 	r.Traceparent, r.Tracestate = nt.Traceparent, nt.Tracestate
 	r.Created, r.Updated, r.readyAt = now, now, now
 	r.RunAt = micro(in.RunAt)
@@ -550,6 +611,8 @@ type insertArgs struct {
 	labels, deps, retries, errs []*string
 	ckeys, keys, fkeys          []*string
 	tparents, tstates, batches  []*string
+	depRun                      []bool
+	depResults                  []*string
 	specs                       [][]byte
 	prio, timeouts, maxRuntimes []int64
 	runAt                       []time.Time
@@ -586,6 +649,8 @@ func (a *insertArgs) add(r *rec) {
 	a.keys = append(a.keys, strPtr(r.UniqueKey))
 	a.tparents, a.tstates = append(a.tparents, strPtr(r.Traceparent)), append(a.tstates, strPtr(r.Tracestate))
 	a.batches = append(a.batches, strPtr(r.Batch))
+	a.depRun = append(a.depRun, r.OnDependencyFailure == norn.DependencyRun)
+	a.depResults = append(a.depResults, encodeDepResults(r.DependencyResults))
 	if r.Status == norn.StatusAborted {
 		b, _ := json.Marshal(r.Errors[0])
 		a.abortIDs, a.abortErrs = append(a.abortIDs, r.ID), append(a.abortErrs, string(b))
@@ -608,7 +673,7 @@ func (s *Store) insertRecs(ctx context.Context, q querier, p *submitPlan) (map[s
 	}
 	rows, err := q.Query(ctx, s.insertSQL(p.clientIDs || p.keys), a.ids, a.qs, a.specs, a.prio, a.status, a.labels,
 		a.runAt, a.ended, a.deps, a.pending, a.maxAtt, a.retries, a.timeouts, a.errs, a.hcount, p.now,
-		a.abortIDs, a.abortErrs, a.ckeys, a.maxRuntimes, a.keys, a.tparents, a.tstates, a.fkeys, a.expires, a.batches)
+		a.abortIDs, a.abortErrs, a.ckeys, a.maxRuntimes, a.keys, a.tparents, a.tstates, a.fkeys, a.expires, a.batches, a.depRun, a.depResults)
 	if err != nil {
 		return nil, err
 	}

@@ -129,17 +129,21 @@ c AS (SELECT t.id FROM {s}.tasks t JOIN unnest($1::text[], $2::bigint[]) x(id, v
 	ON t.id = x.id AND (t.version = x.v OR (x.v IS NULL AND t.xmin = pg_current_xact_id()::xid))
 	WHERE t.id = ANY ($1::text[]) AND t.status = 'completed' AND EXISTS (SELECT 1 FROM cand)),
 ca AS (SELECT array_agg(id) AS ids FROM c),
-d AS (SELECT b.id, (SELECT count(*) FROM unnest(b.depends_on) dep WHERE dep = ANY(ca.ids))::int AS n
+d AS (SELECT b.id, (SELECT count(*) FROM unnest(b.depends_on) dep WHERE dep = ANY(ca.ids)
+		AND NOT coalesce(b.dep_results ? dep, false))::int AS n,
+	(SELECT jsonb_object_agg(t.id, ` + depResultSQL + `) FROM {s}.tasks t
+		WHERE t.id = ANY(ca.ids) AND t.id = ANY(b.depends_on) AND NOT coalesce(b.dep_results ? t.id, false)) AS res
 	FROM {s}.tasks b, ca WHERE ca.ids IS NOT NULL AND b.id = ANY (ARRAY(SELECT cand.id FROM cand))
 	AND b.status = 'blocked' AND b.depends_on && ca.ids
 	ORDER BY b.id FOR UPDATE OF b),
 upd AS (UPDATE {s}.tasks b SET pending_deps = b.pending_deps - d.n,
+	dep_results = coalesce(b.dep_results, '{}'::jsonb) || d.res,
 	status = CASE WHEN b.pending_deps - d.n > 0 THEN 'blocked' WHEN b.run_at > n.now THEN 'scheduled' ELSE 'ready' END,
 	ready_at = CASE WHEN b.pending_deps - d.n <= 0 THEN n.now ELSE b.ready_at END,
 	history_count = b.history_count + CASE WHEN b.pending_deps - d.n <= 0 THEN 1 ELSE 0 END,
 	version = b.version + CASE WHEN b.pending_deps - d.n <= 0 THEN 1 ELSE 0 END,
 	updated = CASE WHEN b.pending_deps - d.n <= 0 THEN n.now ELSE b.updated END
-	FROM d, n WHERE b.id = d.id AND b.id = ANY (ARRAY(SELECT d.id FROM d)) AND b.status = 'blocked'
+	FROM d, n WHERE b.id = d.id AND b.id = ANY (ARRAY(SELECT d.id FROM d)) AND b.status = 'blocked' AND d.n > 0
 	RETURNING b.id, b.queue, b.status, b.version, b.history_count,
 	CASE WHEN b.status = 'blocked' THEN '' ELSE 'TaskRelease' END AS kind, b.updated AS time),
 h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time)
@@ -148,31 +152,49 @@ h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time)
 SELECT id, status, (SELECT count(*) FROM nt) FROM upd`)
 }
 
-// cascadeSQL aborts the blocked dependents of tasks that failed ($1 ids;
+// cascadeSQL settles the blocked dependents of tasks that failed ($1 ids;
 // where $2 holds a version the failure is checked against it, where it is
-// NULL the id is taken as failed or deleted) with the error in $5 (JSON,
-// decided by norn: norn.DependencyFailed or norn.DependencyDeleted) of
-// their first failed dependency, and returns them so the caller can
-// cascade further.
+// NULL the id is taken as failed or deleted). A dependent whose
+// on_dependency_failure is run records the failure (status and last error,
+// "deleted" for a row gone) and counts it as ended, released when it was
+// the last; the others are aborted with the error in $5 (JSON, decided by
+// norn: norn.DependencyFailed or norn.DependencyDeleted) of their first
+// failed dependency, and are returned so the caller can cascade further.
+// A failure already recorded (a dependency retried and failed again) is
+// not counted twice.
 func (s *Store) cascadeSQL() string { return s.sql.cascade }
 
 func (s *Store) buildCascadeSQL() string {
-	return s.q(`WITH f AS (SELECT x.id, x.err FROM unnest($1::text[], $2::bigint[], $5::text[]) x(id, v, err)
-	WHERE x.v IS NULL OR EXISTS
-	(SELECT 1 FROM {s}.tasks t WHERE t.id = x.id AND t.version = x.v AND t.status IN ('aborted', 'cancelled'))),
+	return s.q(`WITH f AS (SELECT x.id, x.err, coalesce(t.status, 'deleted') AS st, t.errors->-1 AS last
+	FROM unnest($1::text[], $2::bigint[], $5::text[]) x(id, v, err) LEFT JOIN {s}.tasks t ON t.id = x.id
+	WHERE x.v IS NULL OR (t.version = x.v AND t.status IN ('aborted', 'cancelled'))),
 fa AS (SELECT array_agg(id) AS ids FROM f),
-d AS (SELECT b.id, (SELECT f.err::jsonb FROM unnest(b.depends_on) WITH ORDINALITY AS dep(id, n)
-	JOIN f ON f.id = dep.id ORDER BY dep.n LIMIT 1) AS err
+d AS (SELECT b.id, b.dep_run, (SELECT f.err::jsonb FROM unnest(b.depends_on) WITH ORDINALITY AS dep(id, n)
+	JOIN f ON f.id = dep.id ORDER BY dep.n LIMIT 1) AS err,
+	(SELECT count(*) FROM f WHERE f.id = ANY(b.depends_on) AND NOT coalesce(b.dep_results ? f.id, false))::int AS n,
+	(SELECT jsonb_object_agg(f.id, jsonb_strip_nulls(jsonb_build_object('status', f.st, 'error', f.last)))
+		FROM f WHERE f.id = ANY(b.depends_on) AND NOT coalesce(b.dep_results ? f.id, false)) AS res
 	FROM {s}.tasks b, fa WHERE fa.ids IS NOT NULL AND b.status = 'blocked' AND b.depends_on && fa.ids
 	ORDER BY b.id FOR UPDATE OF b),
-upd AS (UPDATE {s}.tasks b SET status = 'aborted', ended_at = $3, updated = $3, version = b.version + 1,
-	history_count = b.history_count + 1, errors = coalesce(b.errors, '[]'::jsonb) || jsonb_build_array(d.err)
-	FROM d WHERE b.id = d.id AND b.status = 'blocked'
-	RETURNING b.id, b.queue, b.status, b.version, b.history_count, 'TaskAbort'::text AS kind, b.updated AS time, d.err),
+upd AS (UPDATE {s}.tasks b SET
+	status = CASE WHEN NOT d.dep_run THEN 'aborted' WHEN b.pending_deps - d.n > 0 THEN 'blocked'
+		WHEN b.run_at > $3 THEN 'scheduled' ELSE 'ready' END,
+	ended_at = CASE WHEN d.dep_run THEN b.ended_at ELSE $3 END,
+	ready_at = CASE WHEN d.dep_run AND b.pending_deps - d.n <= 0 THEN $3 ELSE b.ready_at END,
+	pending_deps = CASE WHEN d.dep_run THEN b.pending_deps - d.n ELSE b.pending_deps END,
+	dep_results = CASE WHEN d.dep_run THEN coalesce(b.dep_results, '{}'::jsonb) || d.res ELSE b.dep_results END,
+	errors = CASE WHEN d.dep_run THEN b.errors ELSE coalesce(b.errors, '[]'::jsonb) || jsonb_build_array(d.err) END,
+	updated = CASE WHEN d.dep_run AND b.pending_deps - d.n > 0 THEN b.updated ELSE $3 END,
+	version = b.version + CASE WHEN d.dep_run AND b.pending_deps - d.n > 0 THEN 0 ELSE 1 END,
+	history_count = b.history_count + CASE WHEN d.dep_run AND b.pending_deps - d.n > 0 THEN 0 ELSE 1 END
+	FROM d WHERE b.id = d.id AND b.status = 'blocked' AND (NOT d.dep_run OR d.n > 0)
+	RETURNING b.id, b.queue, b.status, b.version, b.history_count,
+	CASE WHEN b.status = 'blocked' THEN '' WHEN d.dep_run THEN 'TaskRelease' ELSE 'TaskAbort' END::text AS kind, b.updated AS time,
+	CASE WHEN d.dep_run THEN NULL ELSE d.err END AS err),
 h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time, error)
-	SELECT id, history_count, 'TaskAbort', time, err FROM upd)` +
+	SELECT id, history_count, kind, time, err FROM upd WHERE kind <> '')` +
 		replaceHL(trimHistory, "$4") + s.eventsCTE("upd") + `
-SELECT id, (SELECT count(*) FROM nt) FROM upd`)
+SELECT id, (SELECT count(*) FROM nt) FROM upd WHERE kind = 'TaskAbort'`)
 }
 
 // applyResult says which changes took effect.

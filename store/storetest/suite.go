@@ -35,7 +35,7 @@ func RunWith(t *testing.T, f Factory, o Options) {
 	exerciseStream(t, setup, o.StreamTasks)
 	for _, exercise := range []func(*testing.T, setupFunc){
 		exerciseSubmit, exerciseCancel, exerciseCancelMatching, exerciseUpdate, exerciseDelete, exerciseUnknownTask, exerciseTransact,
-		exerciseDependencies, exerciseUnique,
+		exerciseDependencies, exerciseDependencyResults, exerciseUnique,
 		exerciseList, exerciseFilter, exerciseDependsOnFilter,
 		exerciseRegisterWorker, exerciseClaim, exerciseClaimWeights, exerciseHeartbeat, exerciseLog, exerciseFinish, exerciseTimeout,
 		exerciseLeaseBatch, exerciseFencing, exerciseRepeatedCall, exerciseSnooze, exerciseRetry,

@@ -939,6 +939,13 @@ export interface components {
             version: number;
             /** @description The batch the task joined at submit. */
             batch?: string;
+            /**
+             * @description run when the task was submitted with on_dependency_failure run; absent for the default, abort.
+             * @enum {string}
+             */
+            on_dependency_failure?: "run";
+            /** @description Outcomes of the dependencies that ended, in depends_on order (absent in the summary view). A claim carries them to the worker. */
+            dependency_results?: components["schemas"]["DependencyResult"][];
         };
         NewTask: {
             /** @description Optional; makes the submission idempotent. */
@@ -976,6 +983,11 @@ export interface components {
             expire_in?: components["schemas"]["Duration"];
             /** @description Joins the task to this batch, which must exist (404 naming the field) and not be sealed (409 naming the field). */
             batch?: string;
+            /**
+             * @description What a dependency that fails (aborted, cancelled, or deleted while pending) does to this task: abort (default) aborts it with dependency_failed; run counts the dependency as ended, so the task becomes ready once every dependency ended, whatever the outcome.
+             * @enum {string}
+             */
+            on_dependency_failure?: "abort" | "run";
         };
         /**
          * @description W3C traceparent (https://www.w3.org/TR/trace-context/): the trace context the task was submitted in. A worker's span for an attempt is its child. On submit, when absent, the server takes the request's traceparent header (or its own span for the call when tracing is on). Trace and parent ids must not be all zeros; version ff is invalid.
@@ -1620,6 +1632,15 @@ export interface components {
         BatchDeleted: {
             /** @description Members deleted. */
             deleted: number;
+        };
+        /** @description The outcome of one dependency that ended, kept with the dependent even after the dependency is purged. */
+        DependencyResult: {
+            id: string;
+            /** @enum {string} */
+            status: "completed" | "aborted" | "cancelled" | "deleted";
+            /** @description The dependency's result (completed ones): any JSON value. */
+            result?: unknown;
+            error?: components["schemas"]["ErrorInfo"];
         };
     };
     responses: {

@@ -15,3 +15,9 @@ CREATE INDEX batches_waiting ON {{schema}}.batches (id) WHERE waiting;
 -- batch's counts and its "any member pending?" probe read only its own.
 ALTER TABLE {{schema}}.tasks ADD COLUMN batch text;
 CREATE INDEX tasks_batch ON {{schema}}.tasks (batch, status) WHERE batch IS NOT NULL;
+
+-- A dependent's policy when a dependency fails (true: run once every
+-- dependency ended), and the outcomes of its dependencies that ended, as
+-- an object by dependency id: {"status", "result" (base64), "error"}.
+ALTER TABLE {{schema}}.tasks ADD COLUMN dep_run boolean NOT NULL DEFAULT false;
+ALTER TABLE {{schema}}.tasks ADD COLUMN dep_results jsonb;
