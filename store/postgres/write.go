@@ -131,8 +131,8 @@ c AS (SELECT t.id FROM {s}.tasks t JOIN unnest($1::text[], $2::bigint[]) x(id, v
 ca AS (SELECT array_agg(id) AS ids FROM c),
 d AS (SELECT b.id, (SELECT count(*) FROM unnest(b.depends_on) dep WHERE dep = ANY(ca.ids)
 		AND NOT coalesce(b.dep_results ? dep, false))::int AS n,
-	(SELECT jsonb_object_agg(t.id, ` + depResultSQL + `) FROM {s}.tasks t
-		WHERE t.id = ANY(ca.ids) AND t.id = ANY(b.depends_on) AND NOT coalesce(b.dep_results ? t.id, false)) AS res
+	(SELECT jsonb_object_agg(dep.id, (SELECT ` + depResultSQL + ` FROM {s}.tasks t WHERE t.id = dep.id))
+		FROM unnest(b.depends_on) dep(id) WHERE dep.id = ANY(ca.ids) AND NOT coalesce(b.dep_results ? dep.id, false)) AS res
 	FROM {s}.tasks b, ca WHERE ca.ids IS NOT NULL AND b.id = ANY (ARRAY(SELECT cand.id FROM cand))
 	AND b.status = 'blocked' AND b.depends_on && ca.ids
 	ORDER BY b.id FOR UPDATE OF b),
@@ -166,7 +166,8 @@ func (s *Store) cascadeSQL() string { return s.sql.cascade }
 
 func (s *Store) buildCascadeSQL() string {
 	return s.q(`WITH f AS (SELECT x.id, x.err, coalesce(t.status, 'deleted') AS st, t.errors->-1 AS last
-	FROM unnest($1::text[], $2::bigint[], $5::text[]) x(id, v, err) LEFT JOIN {s}.tasks t ON t.id = x.id
+	FROM unnest($1::text[], $2::bigint[], $5::text[]) x(id, v, err)
+	LEFT JOIN LATERAL (SELECT t.status, t.errors, t.version FROM {s}.tasks t WHERE t.id = x.id) t ON true
 	WHERE x.v IS NULL OR (t.version = x.v AND t.status IN ('aborted', 'cancelled'))),
 fa AS (SELECT array_agg(id) AS ids FROM f),
 d AS (SELECT b.id, b.dep_run, (SELECT f.err::jsonb FROM unnest(b.depends_on) WITH ORDINALITY AS dep(id, n)
