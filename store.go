@@ -23,6 +23,7 @@ type Store interface {
 	AdminAPI
 	ScheduleAPI
 	BatchAPI
+	Awaiter
 	// Close releases the store. Calls after Close fail with ErrClosed.
 	Close() error
 }

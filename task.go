@@ -71,6 +71,9 @@ const (
 	// cancelled). Not TaskRetry, which records a failed attempt scheduled
 	// for another by the task's retry policy.
 	TaskRedrive HistoryType = "TaskRedrive"
+	// TaskAwait: its owner submitted children and the task waits for
+	// them, its attempt given back (see AwaitRequest).
+	TaskAwait HistoryType = "TaskAwait"
 )
 
 // HistoryEntry is one recorded event in a task's life.

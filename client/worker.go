@@ -125,6 +125,23 @@ func (c *Client) Snooze(ctx context.Context, ref norn.LeaseRef, s norn.Snooze) (
 	return out.Task, nil
 }
 
+// Await submits children of the running task ref holds and makes it wait
+// for them (POST /v1/tasks/{id}/await); see norn.Awaiter.
+func (c *Client) Await(ctx context.Context, ref norn.LeaseRef, req norn.AwaitRequest) (*norn.AwaitResult, error) {
+	if err := checkID("id", ref.TaskID); err != nil {
+		return nil, err
+	}
+	if err := req.Validate(0); err != nil {
+		return nil, err
+	}
+	var out norn.AwaitResult
+	body := wire.AwaitRequest{LeaseOwner: owner(ref), AwaitRequest: req}
+	if err := c.do(ctx, request{method: http.MethodPost, path: taskPath(ref.TaskID, "/await"), body: body}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // LeaseBatch applies many lease operations in one request
 // (POST /v1/leases/batch); each result carries its own error. An operation
 // of an unknown kind gets its own invalid_argument result, as in the

@@ -89,6 +89,7 @@ func TestAuthMatrix(t *testing.T) {
 		"POST /v1/tasks/{id}/abort":            {"POST", "/v1/tasks/run/abort", `{` + lease + `,"error":{"code":"x"}}`, true},
 		"POST /v1/tasks/{id}/yield":            {"POST", "/v1/tasks/run/yield", `{` + lease + `}`, true},
 		"POST /v1/tasks/{id}/snooze":           {"POST", "/v1/tasks/run/snooze", `{` + lease + `,"delay":"1s"}`, true},
+		"POST /v1/tasks/{id}/await":            {"POST", "/v1/tasks/run/await", `{` + lease + `,"tasks":[{"queue":"q"}]}`, true},
 		"POST /v1/leases/batch":                {"POST", "/v1/leases/batch", `{"ops":[{"op":"heartbeat","id":"run",` + lease + `}]}`, true},
 		"GET /v1/queues":                       {"GET", "/v1/queues", "", false},
 		"GET /v1/queues/{queue}":               {"GET", "/v1/queues/q", "", true},

@@ -298,7 +298,7 @@ func (s *Server) handleYield(w http.ResponseWriter, r *http.Request) error {
 	if err := s.store.Yield(r.Context(), ref); err != nil {
 		return err
 	}
-	s.m.finished(norn.OpYield, ref.TaskID, time.Now())
+	s.m.finished(opAwait, ref.TaskID, time.Now())
 	writeJSON(w, http.StatusOK, wire.Empty{})
 	return nil
 }
@@ -324,6 +324,46 @@ func (s *Server) handleSnooze(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.m.finished(norn.OpSnooze, ref.TaskID, time.Now())
 	writeJSON(w, http.StatusOK, wire.TaskResponse{Task: t})
+	return nil
+}
+
+// handleAwait submits a running task's children and makes it wait for
+// them. The children are submissions of the worker's: its scope applies
+// to their queues and dependencies as to a client's submit.
+func (s *Server) handleAwait(w http.ResponseWriter, r *http.Request) error {
+	var b wire.AwaitRequest
+	if err := readRequest(r, &b, false); err != nil {
+		return err
+	}
+	if err := b.AwaitRequest.Validate(0); err != nil {
+		return err
+	}
+	ref, err := s.leaseRef(r, b.LeaseOwner)
+	if err != nil {
+		return err
+	}
+	p := principalFrom(r.Context())
+	for i := range b.Tasks {
+		if err := s.validateNewTask(p, fmt.Sprintf("tasks[%d]", i), &b.Tasks[i]); err != nil {
+			return err
+		}
+	}
+	h, err := s.hideForeign(r.Context(), p, newTaskDeps(b.Tasks))
+	if err != nil {
+		return err
+	}
+	h.hideDeps(b.Tasks)
+	res, err := s.store.Await(submitContext(r), ref, b.AwaitRequest)
+	if err != nil {
+		return h.restore(err)
+	}
+	for _, c := range res.Children {
+		if !c.Duplicate {
+			s.m.submitted(c.Task.Queue, 1)
+		}
+	}
+	s.m.finished(norn.OpYield, ref.TaskID, time.Now())
+	writeJSON(w, http.StatusOK, res)
 	return nil
 }
 

@@ -40,6 +40,7 @@ type metrics struct {
 
 	submittedTotal, claimedTotal, completedTotal, failedTotal, abortedTotal *prometheus.CounterVec
 	yieldedTotal, snoozedTotal, timedOutTotal, retriedTotal, redrivenTotal  *prometheus.CounterVec
+	awaitedTotal                                                            *prometheus.CounterVec
 	expiredTotal                                                            *prometheus.CounterVec
 	claimLatency, endToEnd                                                  *prometheus.HistogramVec
 	httpRequests                                                            *prometheus.CounterVec
@@ -145,6 +146,7 @@ func newMetrics(reg *prometheus.Registry, store norn.Store, maxQueues int, store
 		abortedTotal:   counter("tasks_aborted_total", "Successful abort calls through this server."),
 		yieldedTotal:   counter("tasks_yielded_total", "Successful yield calls through this server."),
 		snoozedTotal:   counter("tasks_snoozed_total", "Successful snooze calls through this server (the task waits, its attempt given back)."),
+		awaitedTotal:   counter("tasks_awaited_total", "Successful await calls through this server (the task waits for the children it submitted, its attempt given back)."),
 		timedOutTotal:  counter("tasks_timed_out_total", "Leases that expired (from the store's events)."),
 		retriedTotal:   counter("tasks_retried_total", "Failures scheduled for a retry (from the store's events)."),
 		expiredTotal:   counter("tasks_expired_total", "Tasks aborted because they reached their expires_at without running (from the store's events)."),
@@ -171,7 +173,7 @@ func newMetrics(reg *prometheus.Registry, store norn.Store, maxQueues int, store
 		m.refused.WithLabelValues(r) // every reason is exported from the start, at 0
 	}
 	for _, c := range []prometheus.Collector{m.submittedTotal, m.claimedTotal, m.completedTotal, m.failedTotal,
-		m.abortedTotal, m.yieldedTotal, m.snoozedTotal, m.timedOutTotal, m.retriedTotal, m.redrivenTotal, m.expiredTotal,
+		m.abortedTotal, m.yieldedTotal, m.snoozedTotal, m.awaitedTotal, m.timedOutTotal, m.retriedTotal, m.redrivenTotal, m.expiredTotal,
 		m.claimLatency, m.endToEnd, m.httpRequests, m.httpDuration, m.authFailures, m.refused, m.counts,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "norn", Name: "http_requests_in_flight",
 			Help: "HTTP requests being served (long polls and streams included)."},
@@ -250,7 +252,7 @@ func (m *metrics) submitted(queue string, n int) {
 // loses.
 func (m *metrics) perQueue() []interface{ DeleteLabelValues(...string) bool } {
 	return []interface{ DeleteLabelValues(...string) bool }{m.submittedTotal, m.claimedTotal, m.completedTotal,
-		m.failedTotal, m.abortedTotal, m.yieldedTotal, m.snoozedTotal, m.timedOutTotal, m.retriedTotal, m.redrivenTotal,
+		m.failedTotal, m.abortedTotal, m.yieldedTotal, m.snoozedTotal, m.awaitedTotal, m.timedOutTotal, m.retriedTotal, m.redrivenTotal,
 		m.expiredTotal, m.claimLatency, m.endToEnd}
 }
 
@@ -316,8 +318,14 @@ func (m *metrics) finished(op norn.LeaseOpKind, id string, now time.Time) {
 		m.yieldedTotal.WithLabelValues(q).Inc()
 	case norn.OpSnooze:
 		m.snoozedTotal.WithLabelValues(q).Inc()
+	case opAwait:
+		m.awaitedTotal.WithLabelValues(q).Inc()
 	}
 }
+
+// opAwait is an await, counted with the lease operations that end an
+// attempt (it is not a lease batch operation).
+const opAwait norn.LeaseOpKind = "await"
 
 // observeEvent counts monitor decisions and forgets leases that ended
 // without a finish call.

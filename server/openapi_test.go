@@ -187,6 +187,16 @@ func TestOpenAPIResponses(t *testing.T) {
 	call(201, "POST", "/v1/tasks", `{"id":"d","queue":"q"}`)
 	call(200, "POST", "/v1/claim", `{"worker":"`+reg.ID+`","queues":["q"]}`).decode(t, &tr)
 	lease = `"worker":"` + reg.ID + `","lease":` + itoa(tr.Tasks[0].Lease)
+	call(200, "POST", "/v1/tasks/"+tr.Tasks[0].ID+"/await", `{`+lease+`,"on_child_failure":"continue","tasks":[{"id":"kid","queue":"q3"}]}`)
+	call(400, "POST", "/v1/tasks/"+tr.Tasks[0].ID+"/await", `{`+lease+`,"tasks":[]}`)
+	var kid wire.TasksResponse
+	call(200, "POST", "/v1/claim", `{"worker":"`+reg.ID+`","queues":["q3"]}`).decode(t, &kid)
+	call(200, "POST", "/v1/tasks/kid/complete", `{"worker":"`+reg.ID+`","lease":`+itoa(kid.Tasks[0].Lease)+`,"result":[1]}`)
+	call(200, "POST", "/v1/claim", `{"worker":"`+reg.ID+`","queues":["q"]}`).decode(t, &tr)
+	if len(tr.Tasks) != 1 || len(tr.Tasks[0].DependencyResults) != 1 {
+		t.Fatalf("the awaiting task's claim: %+v", tr.Tasks)
+	}
+	lease = `"worker":"` + reg.ID + `","lease":` + itoa(tr.Tasks[0].Lease)
 	call(200, "POST", "/v1/tasks/"+tr.Tasks[0].ID+"/complete", `{`+lease+`,"result":{"ok":true}}`)
 	call(200, "GET", "/v1/tasks/"+tr.Tasks[0].ID, "")
 	call(200, "POST", "/v1/tasks/c/cancel", "")

@@ -289,6 +289,7 @@ func (s *Server) apiRoutes() []route {
 		{pattern: "POST /v1/tasks/{id}/abort", roles: workerOnly, h: s.handleAbort},
 		{pattern: "POST /v1/tasks/{id}/yield", roles: workerOnly, h: s.handleYield},
 		{pattern: "POST /v1/tasks/{id}/snooze", roles: workerOnly, h: s.handleSnooze},
+		{pattern: "POST /v1/tasks/{id}/await", roles: workerOnly, h: s.handleAwait},
 		{pattern: "POST /v1/leases/batch", roles: workerOnly, h: s.handleLeaseBatch},
 		{pattern: "GET /v1/queues", roles: clientOnly, h: s.handleQueues},
 		{pattern: "GET /v1/queues/{queue}", roles: clientOnly, h: s.handleQueue},

@@ -235,6 +235,9 @@ const (
 	stGone
 	// stYielded: given back at shutdown; nothing more is sent.
 	stYielded
+	// stAwaited: the handler awaited children (Task.Await), which ended
+	// the lease; nothing more is sent.
+	stAwaited
 )
 
 // run is the worker's bookkeeping for one claimed task. Fields below mu are
@@ -273,4 +276,49 @@ type run struct {
 	nextSeq    uint64
 	prevLog    []norn.LogEntry
 	prevLoaded bool
+}
+
+// Await submits children and makes the task wait for them; the handler
+// then returns (whatever it returns is not reported): the attempt ends
+// without counting, and once every child has ended the task is claimed
+// again, its DependencyResults holding the children's outcomes. A child
+// that fails aborts the task (dependency_failed); use AwaitRequest with
+// on_child_failure continue to run it anyway. See norn.AwaitRequest.
+//
+//	if len(t.DependencyResults) == 0 {
+//		return t.Await(ctx, norn.NewTask{Queue: "resize", Spec: small}, norn.NewTask{Queue: "resize", Spec: large})
+//	}
+//	// second attempt: every child ended; t.DependencyResults has their results
+func (t *Task) Await(ctx context.Context, children ...norn.NewTask) error {
+	_, err := t.AwaitRequest(ctx, norn.AwaitRequest{Tasks: children})
+	return err
+}
+
+// AwaitRequest is Await with every option of the request, answering the
+// children's submit results.
+func (t *Task) AwaitRequest(ctx context.Context, req norn.AwaitRequest) (*norn.AwaitResult, error) {
+	r := t.r
+	w := r.w
+	w.mu.Lock()
+	if r.state != stRunning {
+		w.mu.Unlock()
+		return nil, fmt.Errorf("await: task %s is no longer running in this worker", r.ref.TaskID)
+	}
+	r.state = stFinishing // heartbeats go on while the call is in flight
+	w.mu.Unlock()
+	out, err := w.api.Await(ctx, r.ref, req)
+	w.mu.Lock()
+	if err != nil {
+		if r.state == stFinishing {
+			r.state = stRunning
+		}
+		w.mu.Unlock()
+		w.check(r, err)
+		return nil, fmt.Errorf("await: %w", err)
+	}
+	if r.state == stFinishing {
+		r.state = stAwaited
+	}
+	w.mu.Unlock()
+	return out, nil
 }

@@ -24,6 +24,7 @@ import (
 // embedded store, the Postgres store and the HTTP client alike.
 type API interface {
 	norn.WorkerAPI
+	norn.Awaiter
 	ReadLog(ctx context.Context, id string, after uint64, limit int) ([]norn.LogEntry, error)
 }
 

@@ -38,6 +38,7 @@ var Routes = []string{
 	"POST /v1/tasks/{id}/abort",
 	"POST /v1/tasks/{id}/yield",
 	"POST /v1/tasks/{id}/snooze",
+	"POST /v1/tasks/{id}/await",
 	"POST /v1/leases/batch",
 	"GET /v1/queues",
 	"GET /v1/queues/{queue}",

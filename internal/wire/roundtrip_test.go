@@ -415,6 +415,12 @@ func TestRoundTrip(t *testing.T) {
 		"DELETE /v1/batches/{id}": func(t *testing.T) {
 			plainResponse(t, BatchDeleted{Deleted: 3})
 		},
+		"POST /v1/tasks/{id}/await": func(t *testing.T) {
+			req := AwaitRequest{LeaseOwner: LeaseOwner{Worker: "w", Lease: 3},
+				AwaitRequest: norn.AwaitRequest{Tasks: []norn.NewTask{newTask}, OnChildFailure: norn.ChildFailureContinue}}
+			request(t, marshalRequest(t, req), req)
+			plainResponse(t, norn.AwaitResult{Task: tp, Children: []norn.Submitted{{Task: tp, Duplicate: true}}})
+		},
 		"GET /v1/stats": func(t *testing.T) {
 			plainResponse(t, filled[norn.Stats](t))
 		},

@@ -195,6 +195,12 @@ type SnoozeRequest struct {
 	norn.Snooze
 }
 
+// AwaitRequest is the body of POST /v1/tasks/{id}/await.
+type AwaitRequest struct {
+	LeaseOwner
+	norn.AwaitRequest
+}
+
 // DeadlineResponse is the body of a heartbeat.
 type DeadlineResponse struct {
 	Deadline time.Time `json:"deadline"`

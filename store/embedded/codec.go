@@ -23,7 +23,7 @@ const (
 	sufImmutable = 'a' // written once at submit, with the initial labels and state
 	sufLabels    = 'b' // labels set by Update (supersede those in 'a')
 	sufState     = 'c' // compact state record of every later transition (supersedes 'a')
-	sufDepResult = 'd' // + be64 position in the sorted dependencies: an ended dependency's outcome
+	sufDepResult = 'd' // + the dependency's id: an ended dependency's outcome
 	sufError     = 'e' // + be64 seq: one key per recorded error
 	sufLog       = 'g' // + be64 seq: update log
 	sufHistory   = 'h' // + be64 seq: history entries
@@ -52,6 +52,13 @@ func taskKey(id string, suf byte) []byte {
 
 func taskSeqKey(id string, suf byte, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(taskKey(id, suf), seq)
+}
+
+// depResultKey is the key of the outcome of dependency dep recorded with
+// task id. Keyed by the dependency, not by a position: an await adds
+// dependencies, and a dependency that ends again replaces its record.
+func depResultKey(id, dep string) []byte {
+	return append(taskKey(id, sufDepResult), dep...)
 }
 
 // splitTaskKey returns the id and the suffix part of a task key.

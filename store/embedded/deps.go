@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"encoding/json"
-	"slices"
 
 	"github.com/nornq/norn"
 )
@@ -15,13 +14,10 @@ import (
 // is aborted in turn. A dependent is listed once per dependency and the
 // list is emptied when the dependency ends, so an ending counts once.
 
-// recordDep writes r, the outcome of one of d's dependencies, with d:
-// keyed by its position among d's sorted dependencies, so a later ending
-// of the same dependency replaces it.
+// recordDep writes r, the outcome of one of d's dependencies, with d.
 func (tx *txn) recordDep(d *task, r norn.DependencyResult) {
-	i, _ := slices.BinarySearch(tx.s.depsOf[d], r.ID)
 	j, _ := json.Marshal(r)
-	tx.b.Set(tx.seqKey(d.id, sufDepResult, uint64(i)), j, nil)
+	tx.b.Set(depResultKey(d.id, r.ID), j, nil)
 }
 
 // countDep counts one ended dependency of d, releasing d when it was the

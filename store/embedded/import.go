@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/nornq/norn"
@@ -155,15 +154,9 @@ func writeImported(b *pebble.Batch, r norn.TaskRecord) {
 	if t.Result != nil {
 		b.Set(taskKey(t.ID, sufResult), t.Result, nil)
 	}
-	if len(t.DependencyResults) > 0 {
-		sorted := slices.Clone(t.DependsOn)
-		slices.Sort(sorted)
-		sorted = slices.Compact(sorted)
-		for _, r := range t.DependencyResults {
-			i, _ := slices.BinarySearch(sorted, r.ID)
-			j, _ := json.Marshal(r)
-			b.Set(taskSeqKey(t.ID, sufDepResult, uint64(i)), j, nil)
-		}
+	for _, r := range t.DependencyResults {
+		j, _ := json.Marshal(r)
+		b.Set(depResultKey(t.ID, r.ID), j, nil)
 	}
 	for _, l := range r.Log {
 		b.Set(taskSeqKey(t.ID, sufLog, l.Seq), encodeLog(l), nil)

@@ -828,6 +828,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tasks/{id}/await": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Submit children and wait for them (the attempt is given back)
+         * @description Roles: worker, admin. The children are submitted atomically with the change; the task becomes blocked (history TaskAwait) until every child ended, then ready, and its next claim carries their results in dependency_results. Awaiting again from a later attempt adds more children.
+         */
+        post: operations["awaitChildren"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -878,7 +898,7 @@ export interface components {
         };
         HistoryEntry: {
             /** @enum {string} */
-            type: "TaskAssignment" | "TaskTimeout" | "TaskYield" | "TaskRetry" | "TaskCancel" | "TaskComplete" | "TaskAbort" | "TaskRelease" | "TaskSnooze" | "TaskRedrive";
+            type: "TaskAssignment" | "TaskTimeout" | "TaskYield" | "TaskRetry" | "TaskCancel" | "TaskComplete" | "TaskAbort" | "TaskRelease" | "TaskSnooze" | "TaskRedrive" | "TaskAwait";
             /** Format: date-time */
             time: string;
             worker?: string;
@@ -1641,6 +1661,21 @@ export interface components {
             /** @description The dependency's result (completed ones): any JSON value. */
             result?: unknown;
             error?: components["schemas"]["ErrorInfo"];
+        };
+        /** @description Children to submit; the task waits for them, its attempt given back. */
+        AwaitRequest: {
+            worker: string;
+            lease: number;
+            tasks: components["schemas"]["NewTask"][];
+            /**
+             * @description abort (default): a failed child aborts the task with dependency_failed; continue: the task runs once every child ended, whatever the outcome.
+             * @enum {string}
+             */
+            on_child_failure?: "abort" | "continue";
+        };
+        AwaitResult: {
+            task: components["schemas"]["Task"];
+            children: components["schemas"]["Submitted"][];
         };
     };
     responses: {
@@ -3691,6 +3726,46 @@ export interface operations {
             403: components["responses"]["E403"];
             404: components["responses"]["E404"];
             408: components["responses"]["E408"];
+            413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
+        };
+    };
+    awaitChildren: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Task id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AwaitRequest"];
+            };
+        };
+        responses: {
+            /** @description The task as it now is and the children's submit results. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AwaitResult"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
+            409: components["responses"]["E409"];
             413: components["responses"]["E413"];
             415: components["responses"]["E415"];
             421: components["responses"]["E421"];
