@@ -71,3 +71,16 @@ func truncOp(s string) string {
 func AfterYield(now time.Time) Outcome {
 	return Outcome{Status: StatusReady, RunAt: now, History: TaskYield}
 }
+
+// ValidateInBatch is Validate for an operation of a lease batch, which
+// cannot wait for a signal: that snooze reads and writes the task's
+// signals, a call of its own (Snooze).
+func (op *LeaseOp) ValidateInBatch() error {
+	if err := op.Validate(); err != nil {
+		return err
+	}
+	if op.Op == OpSnooze && op.Snooze.UntilSignal != "" {
+		return Invalid("until_signal", "a wait for a signal is a snooze call of its own, not a lease batch operation")
+	}
+	return nil
+}

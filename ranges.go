@@ -106,6 +106,9 @@ func (s Snooze) ValidateRange() error {
 	if err := ValidateDuration("delay", s.Delay); err != nil {
 		return err
 	}
+	if err := ValidateDuration("timeout", s.Timeout); err != nil {
+		return err
+	}
 	return ValidateTime("run_at", s.RunAt)
 }
 

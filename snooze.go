@@ -7,11 +7,28 @@ import "time"
 type Snooze struct {
 	Delay Duration  `json:"delay,omitzero"`
 	RunAt time.Time `json:"run_at,omitzero"`
+	// UntilSignal, instead of Delay or RunAt, waits for a signal of that
+	// name (see Signal), at most Timeout (default DefaultSignalTimeout).
+	UntilSignal string   `json:"until_signal,omitempty"`
+	Timeout     Duration `json:"timeout,omitzero"`
 }
 
-// Validate checks that exactly one of Delay and RunAt is set and that
-// Delay is positive; errors name "delay" or "run_at".
+// Validate checks that exactly one of Delay, RunAt and UntilSignal is set
+// and that Delay is positive; errors name "delay", "run_at",
+// "until_signal" or "timeout".
 func (s Snooze) Validate() error {
+	if s.UntilSignal != "" {
+		switch {
+		case s.Delay != 0 || !s.RunAt.IsZero():
+			return Invalid("until_signal", "give until_signal, or delay or run_at, not both")
+		case s.Timeout < 0:
+			return Invalid("timeout", "must be positive, got %s", s.Timeout.D())
+		}
+		return validateKey("until_signal", s.UntilSignal, MaxSignalNameLength)
+	}
+	if s.Timeout != 0 {
+		return Invalid("timeout", "is the longest wait for until_signal; it needs one")
+	}
 	switch {
 	case s.Delay != 0 && !s.RunAt.IsZero():
 		return Invalid("run_at", "give either delay or run_at, not both")

@@ -24,6 +24,7 @@ type Store interface {
 	ScheduleAPI
 	BatchAPI
 	Awaiter
+	Signaler
 	// Close releases the store. Calls after Close fail with ErrClosed.
 	Close() error
 }

@@ -297,6 +297,8 @@ type Task struct {
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	// Batch is the batch the task joined at submit ("" for none).
 	Batch string `json:"batch,omitempty"`
+	// SignalWait is the task's last wait for a signal (nil: none).
+	SignalWait *SignalWait `json:"signal_wait,omitempty"`
 	// Started is when the current (or last) attempt was claimed.
 	Started time.Time       `json:"started,omitzero"`
 	Result  json.RawMessage `json:"result,omitempty"`
@@ -305,7 +307,9 @@ type Task struct {
 	// in depends_on order, kept with the task even when retention purged
 	// the dependency. A claim hands them to the worker.
 	DependencyResults []DependencyResult `json:"dependency_results,omitempty"`
-	History           []HistoryEntry     `json:"history,omitempty"`
+	// Signals are the signals the task received, in order.
+	Signals []Signal       `json:"signals,omitempty"`
+	History []HistoryEntry `json:"history,omitempty"`
 	// HistoryDropped counts the oldest history entries dropped by the cap.
 	HistoryDropped int `json:"history_dropped,omitempty"`
 	// Version is +1 on every write; use it for compare-and-set updates.
@@ -316,7 +320,7 @@ type Task struct {
 func (t *Task) Summary() *Task {
 	c := *t
 	c.Spec, c.Result, c.Errors, c.History, c.HistoryDropped = nil, nil, nil, nil, 0
-	c.DependencyResults = nil
+	c.DependencyResults, c.Signals, c.SignalWait = nil, nil, nil
 	return &c
 }
 
@@ -339,6 +343,17 @@ func (t *Task) Clone() *Task {
 	}
 	if t.Errors != nil {
 		c.Errors = append([]ErrorInfo(nil), t.Errors...)
+	}
+	if t.SignalWait != nil {
+		w := *t.SignalWait
+		c.SignalWait = &w
+	}
+	if t.Signals != nil {
+		c.Signals = make([]Signal, len(t.Signals))
+		for i, s := range t.Signals {
+			c.Signals[i] = s
+			c.Signals[i].Data = cloneRaw(s.Data)
+		}
 	}
 	if t.DependencyResults != nil {
 		c.DependencyResults = make([]DependencyResult, len(t.DependencyResults))

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/nornq/norn"
@@ -159,7 +161,12 @@ func (c *Client) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Lea
 			if ops[i].Op == norn.OpSnooze {
 				// The server refuses a whole batch with an invalid op; the
 				// stores give the op its own error, so check it here.
-				if err := ops[i].Snooze.Validate(); err != nil {
+				op := norn.LeaseOp{Op: norn.OpSnooze, Snooze: ops[i].Snooze}
+				err := ops[i].Snooze.Validate()
+				if err == nil && ops[i].UntilSignal != "" {
+					err = op.ValidateInBatch()
+				}
+				if err != nil {
 					res[i].Err = norn.WithFieldPrefix(err, fmt.Sprintf("ops[%d]", i)).(*norn.Error)
 					continue
 				}
@@ -192,4 +199,40 @@ func (c *Client) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Lea
 		}
 	}
 	return res, nil
+}
+
+// Signal sends a signal to a task (POST /v1/tasks/{id}/signals); see
+// norn.Signaler.
+func (c *Client) Signal(ctx context.Context, id string, s norn.NewSignal) (*norn.Signal, error) {
+	if err := checkID("id", id); err != nil {
+		return nil, err
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	var out wire.SignalResponse
+	if err := c.do(ctx, request{method: http.MethodPost, path: taskPath(id, "/signals"), body: s}, &out); err != nil {
+		return nil, err
+	}
+	return out.Signal, nil
+}
+
+// Signals returns a task's signals after a sequence number
+// (GET /v1/tasks/{id}/signals?after=N).
+func (c *Client) Signals(ctx context.Context, id string, after uint64) ([]norn.Signal, error) {
+	if err := checkID("id", id); err != nil {
+		return nil, err
+	}
+	var q url.Values
+	if after > 0 {
+		q = url.Values{"after": {strconv.FormatUint(after, 10)}}
+	}
+	var out wire.SignalsResponse
+	if err := c.do(ctx, request{method: http.MethodGet, path: taskPath(id, "/signals"), query: q}, &out); err != nil {
+		return nil, err
+	}
+	if out.Signals == nil {
+		out.Signals = []norn.Signal{}
+	}
+	return out.Signals, nil
 }

@@ -76,6 +76,8 @@ func TestAuthMatrix(t *testing.T) {
 		"POST /v1/tasks/retry":                 {"POST", "/v1/tasks/retry?queue=q&label=k:none", "", true},
 		"POST /v1/tasks/cancel":                {"POST", "/v1/tasks/cancel?queue=q&label=k:none", "", true},
 		"GET /v1/tasks/{id}/log":               {"GET", "/v1/tasks/run/log", "", true},
+		"POST /v1/tasks/{id}/signals":          {"POST", "/v1/tasks/u1/signals", `{"name":"go"}`, true},
+		"GET /v1/tasks/{id}/signals":           {"GET", "/v1/tasks/run/signals", "", true},
 		"POST /v1/transactions":                {"POST", "/v1/transactions", `{"submit":[{"queue":"q"}]}`, true},
 		"POST /v1/workers":                     {"POST", "/v1/workers", `{"name":"n","queues":["q"]}`, true},
 		"GET /v1/workers":                      {"GET", "/v1/workers", "", false},

@@ -202,8 +202,58 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if b.SignalsAfter != nil {
+		if err := norn.ValidateSeq("signals_after", *b.SignalsAfter); err != nil {
+			return err
+		}
+	}
 	d, err := s.store.Heartbeat(r.Context(), ref, hb)
-	return reply(w, wire.DeadlineResponse{Deadline: d}, err)
+	if err != nil || b.SignalsAfter == nil {
+		return reply(w, wire.DeadlineResponse{Deadline: d}, err)
+	}
+	// After the heartbeat proved the lease: its owner may read them.
+	sigs, err := s.store.Signals(r.Context(), ref.TaskID, *b.SignalsAfter)
+	return reply(w, wire.DeadlineResponse{Deadline: d, Signals: sigs}, err)
+}
+
+// handleSignal sends a signal to a task: any caller allowed to change it
+// (client role, queue scope applies).
+func (s *Server) handleSignal(w http.ResponseWriter, r *http.Request) error {
+	var in norn.NewSignal
+	id, err := s.taskRequest(r, &in, false)
+	if err != nil {
+		return err
+	}
+	if err := in.Validate(); err != nil {
+		return err
+	}
+	sg, err := s.store.Signal(r.Context(), id, in)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, wire.SignalResponse{Signal: sg})
+	return nil
+}
+
+// handleSignals lists a task's signals after ?after=N.
+func (s *Server) handleSignals(w http.ResponseWriter, r *http.Request) error {
+	v := r.URL.Query()
+	if err := wire.CheckParams(v, []string{"after"}); err != nil {
+		return err
+	}
+	after, err := wire.ParseAfter(v)
+	if err != nil {
+		return err
+	}
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	if err := s.checkTaskScope(r.Context(), principalFrom(r.Context()), id); err != nil {
+		return err
+	}
+	sigs, err := s.store.Signals(r.Context(), id, after)
+	return reply(w, wire.SignalsResponse{Signals: sigs}, err)
 }
 
 func (s *Server) handleAppendLog(w http.ResponseWriter, r *http.Request) error {
@@ -367,9 +417,9 @@ func (s *Server) handleAwait(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// validateLeaseOp checks one op of a lease batch (norn.LeaseOp.Validate,
+// validateLeaseOp checks one op of a lease batch (norn.LeaseOp.ValidateInBatch,
 // as the stores do); errors are not prefixed.
-func validateLeaseOp(op *norn.LeaseOp) error { return op.Validate() }
+func validateLeaseOp(op *norn.LeaseOp) error { return op.ValidateInBatch() }
 
 func (s *Server) handleLeaseBatch(w http.ResponseWriter, r *http.Request) error {
 	if err := noParams(r); err != nil {

@@ -165,6 +165,11 @@ func TestOpenAPIResponses(t *testing.T) {
 	}
 	lease := `"worker":"` + reg.ID + `","lease":` + itoa(tr.Tasks[0].Lease)
 	call(200, "POST", "/v1/tasks/a/heartbeat", `{`+lease+`,"progress":0.25}`)
+	call(201, "POST", "/v1/tasks/a/signals", `{"name":"go","data":{"ok":1}}`)
+	call(200, "POST", "/v1/tasks/a/heartbeat", `{`+lease+`,"signals_after":0}`)
+	call(200, "GET", "/v1/tasks/a/signals?after=0", "")
+	call(404, "POST", "/v1/tasks/none/signals", `{"name":"go"}`)
+	call(400, "POST", "/v1/tasks/a/signals", `{"name":""}`)
 	call(200, "POST", "/v1/tasks/a/log", `{`+lease+`,"data":{"step":1}}`)
 	call(200, "GET", "/v1/tasks/a/log?after=0&limit=10", "")
 	call(200, "POST", "/v1/tasks/a/yield", `{`+lease+`}`)

@@ -276,6 +276,8 @@ func (s *Server) apiRoutes() []route {
 		{pattern: "POST /v1/tasks/retry", roles: clientOnly, h: s.handleRetryMatching},
 		{pattern: "POST /v1/tasks/cancel", roles: clientOnly, h: s.handleCancelMatching},
 		{pattern: "GET /v1/tasks/{id}/log", roles: clientWorker, h: s.handleReadLog},
+		{pattern: "POST /v1/tasks/{id}/signals", roles: clientOnly, h: s.handleSignal},
+		{pattern: "GET /v1/tasks/{id}/signals", roles: clientWorker, h: s.handleSignals},
 		{pattern: "POST /v1/transactions", roles: clientOnly, h: s.handleTransact},
 		{pattern: "POST /v1/workers", roles: workerOnly, h: s.handleRegisterWorker},
 		{pattern: "GET /v1/workers", roles: anyRole, h: s.handleWorkers},

@@ -200,9 +200,14 @@ func IsAbort(err error) bool {
 type snoozeError struct {
 	d  time.Duration
 	at time.Time
+	// signal, when set, waits for that signal (at most d).
+	signal string
 }
 
 func (e *snoozeError) Error() string {
+	if e.signal != "" {
+		return "worker: snooze until signal " + e.signal
+	}
 	if !e.at.IsZero() {
 		return "worker: snooze until " + e.at.UTC().Format(time.RFC3339Nano)
 	}
@@ -225,11 +230,22 @@ func SnoozeUntil(t time.Time) error {
 	return &snoozeError{at: t}
 }
 
+// SnoozeUntilSignal is Snooze until a signal (norn.Signal) named name
+// arrives, at most timeout (0: norn.DefaultSignalTimeout): the task is
+// claimed again with Task.SignalWait saying whether the signal came (a
+// signal sent before counts, and makes it ready at once).
+func SnoozeUntilSignal(name string, timeout time.Duration) error {
+	return &snoozeError{signal: name, d: timeout}
+}
+
 // snoozeOf returns the snooze a handler asked for, if it did.
 func snoozeOf(err error) (norn.Snooze, bool) {
 	var s *snoozeError
 	if !errors.As(err, &s) {
 		return norn.Snooze{}, false
+	}
+	if s.signal != "" {
+		return norn.Snooze{UntilSignal: s.signal, Timeout: norn.Duration(max(s.d, 0))}, true
 	}
 	if !s.at.IsZero() {
 		return norn.Snooze{RunAt: s.at.UTC()}, true

@@ -322,3 +322,14 @@ func (t *Task) AwaitRequest(ctx context.Context, req norn.AwaitRequest) (*norn.A
 	w.mu.Unlock()
 	return out, nil
 }
+
+// NewSignals returns the signals the task received after seq (0: all), in
+// order: a long handler waiting on a person or another system can poll
+// for them (Task.Signals holds those received before the claim).
+func (t *Task) NewSignals(ctx context.Context, after uint64) ([]norn.Signal, error) {
+	sig, ok := t.r.w.api.(norn.Signaler)
+	if !ok {
+		return nil, fmt.Errorf("signals: the worker's store does not keep signals")
+	}
+	return sig.Signals(ctx, t.ID, after)
+}

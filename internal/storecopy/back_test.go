@@ -28,7 +28,7 @@ func TestCopyPostgresToEmbedded(t *testing.T) {
 		t.Fatalf("batch in the copy: %+v %v", b, err)
 	}
 	got, err := dst.Get(ctx, "parent")
-	if err != nil || got.Status != norn.StatusRunning || got.Progress != 0.5 {
+	if err != nil || got.Status != norn.StatusRunning || got.Progress != 0.5 || len(got.Signals) != 1 || string(got.Signals[0].Data) != `{"a":1}` {
 		t.Fatalf("parent %+v %v", got, err)
 	}
 	if err := dst.Complete(ctx, norn.LeaseRef{TaskID: "parent", Worker: got.Owner, Lease: got.Lease}, nil); err != nil {

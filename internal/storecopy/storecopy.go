@@ -338,6 +338,12 @@ func canonical(t *norn.Task) []byte {
 	for i := range c.History {
 		c.History[i].Time = micro(c.History[i].Time)
 	}
+	for i := range c.Signals {
+		c.Signals[i].Time = micro(c.Signals[i].Time)
+	}
+	if c.SignalWait != nil {
+		c.SignalWait.Until = micro(c.SignalWait.Until)
+	}
 	if c.Labels != nil {
 		c.Labels = maps.Clone(c.Labels)
 	}

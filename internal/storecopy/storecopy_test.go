@@ -105,6 +105,8 @@ func seed(t *testing.T, src norn.Store) {
 	p := 0.5
 	_, err = src.Heartbeat(ctx, r, norn.Heartbeat{Progress: &p})
 	must(err)
+	_, err = src.Signal(ctx, "parent", norn.NewSignal{Name: "go", Data: json.RawMessage(`{"a":1}`)})
+	must(err)
 	if sa, ok := src.(norn.ScheduleAPI); ok {
 		_, err = sa.PutSchedule(ctx, norn.Schedule{Name: "nightly", Queue: "mail", Cron: "0 3 * * *"})
 		must(err)
@@ -135,7 +137,7 @@ func TestCopyEmbeddedToPostgres(t *testing.T) {
 	// The copy is a working store: the lease held goes on, the child is
 	// still blocked on its parent, settings and the unique key hold.
 	got, err := dst.Get(ctx, "parent")
-	if err != nil || got.Status != norn.StatusRunning || got.Progress != 0.5 {
+	if err != nil || got.Status != norn.StatusRunning || got.Progress != 0.5 || len(got.Signals) != 1 || string(got.Signals[0].Data) != `{"a":1}` {
 		t.Fatalf("parent %+v %v", got, err)
 	}
 	ref := norn.LeaseRef{TaskID: "parent", Worker: got.Owner, Lease: got.Lease}

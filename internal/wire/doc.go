@@ -25,6 +25,8 @@ var Routes = []string{
 	"POST /v1/tasks/retry",
 	"POST /v1/tasks/cancel",
 	"GET /v1/tasks/{id}/log",
+	"POST /v1/tasks/{id}/signals",
+	"GET /v1/tasks/{id}/signals",
 	"POST /v1/transactions",
 	"POST /v1/workers",
 	"GET /v1/workers",

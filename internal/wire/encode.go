@@ -185,6 +185,11 @@ func appendTaskLease(b []byte, t *norn.Task) ([]byte, error) {
 		b = append(b, `,"batch":`...)
 		b = jsonString(b, t.Batch)
 	}
+	if t.SignalWait != nil {
+		if b, err = jsonMarshal(b, `,"signal_wait":`, t.SignalWait); err != nil {
+			return nil, err
+		}
+	}
 	if !t.Started.IsZero() {
 		if b, err = jsonTime(b, `,"started":`, t.Started); err != nil {
 			return nil, err
@@ -208,6 +213,11 @@ func appendTaskOutcome(b []byte, t *norn.Task) ([]byte, error) {
 	}
 	if len(t.DependencyResults) > 0 {
 		if b, err = jsonMarshal(b, `,"dependency_results":`, t.DependencyResults); err != nil {
+			return nil, err
+		}
+	}
+	if len(t.Signals) > 0 {
+		if b, err = jsonMarshal(b, `,"signals":`, t.Signals); err != nil {
 			return nil, err
 		}
 	}
@@ -415,6 +425,13 @@ func AppendLeaseOps(b []byte, ops []norn.LeaseOp) ([]byte, error) {
 			if b, err = jsonMarshal(b, `,"run_at":`, op.RunAt); err != nil {
 				return nil, err
 			}
+		}
+		if op.UntilSignal != "" {
+			b = append(b, `,"until_signal":`...)
+			b = jsonString(b, op.UntilSignal)
+		}
+		if op.Timeout != 0 {
+			b = jsonDuration(b, `,"timeout":`, op.Timeout)
 		}
 		if len(op.Result) > 0 {
 			b = append(b, `,"result":`...)

@@ -584,3 +584,17 @@ func BatchQueryValues(q norn.BatchQuery) url.Values {
 	}
 	return v
 }
+
+// ParseAfter reads the after parameter of GET /v1/tasks/{id}/signals (0
+// when absent).
+func ParseAfter(v url.Values) (uint64, error) {
+	s, err := single(v, "after")
+	if err != nil || s == "" {
+		return 0, err
+	}
+	after, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, norn.Invalid("after", "must be a non-negative integer, got %q", Trunc(s))
+	}
+	return after, norn.ValidateSeq("after", after)
+}

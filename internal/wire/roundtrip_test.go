@@ -421,6 +421,18 @@ func TestRoundTrip(t *testing.T) {
 			request(t, marshalRequest(t, req), req)
 			plainResponse(t, norn.AwaitResult{Task: tp, Children: []norn.Submitted{{Task: tp, Duplicate: true}}})
 		},
+		"POST /v1/tasks/{id}/signals": func(t *testing.T) {
+			ns := norn.NewSignal{Name: "go", Data: []byte(`{"k":[1,"v"]}`)}
+			request(t, marshalRequest(t, ns), ns)
+			plainResponse(t, SignalResponse{Signal: &norn.Signal{Seq: 1, Name: "go", Data: ns.Data, Time: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}})
+		},
+		"GET /v1/tasks/{id}/signals": func(t *testing.T) {
+			after, err := ParseAfter(queryString(t, url.Values{"after": {"7"}}))
+			if err != nil || after != 7 {
+				t.Fatalf("after %d, %v", after, err)
+			}
+			plainResponse(t, SignalsResponse{Signals: []norn.Signal{{Seq: 8, Name: "n", Time: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}}})
+		},
 		"GET /v1/stats": func(t *testing.T) {
 			plainResponse(t, filled[norn.Stats](t))
 		},

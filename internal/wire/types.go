@@ -163,6 +163,9 @@ type HeartbeatRequest struct {
 	LeaseOwner
 	Progress *float64      `json:"progress,omitempty"`
 	Extend   norn.Duration `json:"extend,omitzero"`
+	// SignalsAfter asks for the task's signals after this sequence
+	// number in the answer (absent: none are read).
+	SignalsAfter *uint64 `json:"signals_after,omitempty"`
 }
 
 // AppendLogRequest is the body of POST /v1/tasks/{id}/log. An absent or
@@ -201,9 +204,22 @@ type AwaitRequest struct {
 	norn.AwaitRequest
 }
 
+// SignalResponse is the body of POST /v1/tasks/{id}/signals.
+type SignalResponse struct {
+	Signal *norn.Signal `json:"signal"`
+}
+
+// SignalsResponse is the body of GET /v1/tasks/{id}/signals.
+type SignalsResponse struct {
+	Signals []norn.Signal `json:"signals"`
+}
+
 // DeadlineResponse is the body of a heartbeat.
 type DeadlineResponse struct {
 	Deadline time.Time `json:"deadline"`
+	// Signals are the task's signals after the heartbeat's
+	// signals_after, when it gave one.
+	Signals []norn.Signal `json:"signals,omitempty"`
 }
 
 // EntryResponse is the body of a log append.

@@ -20,14 +20,16 @@ const (
 	pfxWorker = 'w'
 	pfxMeta   = 'm'
 
-	sufImmutable = 'a' // written once at submit, with the initial labels and state
-	sufLabels    = 'b' // labels set by Update (supersede those in 'a')
-	sufState     = 'c' // compact state record of every later transition (supersedes 'a')
-	sufDepResult = 'd' // + the dependency's id: an ended dependency's outcome
-	sufError     = 'e' // + be64 seq: one key per recorded error
-	sufLog       = 'g' // + be64 seq: update log
-	sufHistory   = 'h' // + be64 seq: history entries
-	sufResult    = 'r' // result of a completed task
+	sufImmutable  = 'a' // written once at submit, with the initial labels and state
+	sufLabels     = 'b' // labels set by Update (supersede those in 'a')
+	sufState      = 'c' // compact state record of every later transition (supersedes 'a')
+	sufDepResult  = 'd' // + the dependency's id: an ended dependency's outcome
+	sufError      = 'e' // + be64 seq: one key per recorded error
+	sufLog        = 'g' // + be64 seq: update log
+	sufHistory    = 'h' // + be64 seq: history entries
+	sufSignal     = 'i' // + be64 seq: signals received
+	sufSignalWait = 'j' // the last wait for a signal
+	sufResult     = 'r' // result of a completed task
 )
 
 var errCorrupt = errors.New("embedded: corrupt record")

@@ -154,6 +154,14 @@ func writeImported(b *pebble.Batch, r norn.TaskRecord) {
 	if t.Result != nil {
 		b.Set(taskKey(t.ID, sufResult), t.Result, nil)
 	}
+	for _, sg := range t.Signals {
+		j, _ := json.Marshal(sg)
+		b.Set(taskSeqKey(t.ID, sufSignal, sg.Seq), j, nil)
+	}
+	if t.SignalWait != nil {
+		j, _ := json.Marshal(t.SignalWait)
+		b.Set(taskKey(t.ID, sufSignalWait), j, nil)
+	}
 	for _, r := range t.DependencyResults {
 		j, _ := json.Marshal(r)
 		b.Set(depResultKey(t.ID, r.ID), j, nil)

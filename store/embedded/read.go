@@ -316,6 +316,18 @@ func readTaskTail(it *pebble.Iterator, id string, lo []byte, t *norn.Task, a *ta
 			t.History = a.appendHistory(t.History, h)
 		case sufResult:
 			t.Result = append(json.RawMessage(nil), v...)
+		case sufSignal:
+			var sg norn.Signal
+			if err := json.Unmarshal(v, &sg); err != nil {
+				return fmt.Errorf("embedded: task %q signal: %w", id, errCorrupt)
+			}
+			t.Signals = append(t.Signals, sg)
+		case sufSignalWait:
+			w := new(norn.SignalWait)
+			if err := json.Unmarshal(v, w); err != nil {
+				return fmt.Errorf("embedded: task %q signal wait: %w", id, errCorrupt)
+			}
+			t.SignalWait = w
 		case sufDepResult:
 			var r norn.DependencyResult
 			if err := json.Unmarshal(v, &r); err != nil {

@@ -30,6 +30,9 @@ func (tx *txn) snooze(op *norn.LeaseOp) error {
 	if err != nil {
 		return err
 	}
+	if op.Snooze.UntilSignal != "" {
+		return tx.snoozeUntilSignal(t, op)
+	}
 	tx.giveBack(t, norn.AfterSnooze(fromNanos(tx.now), op.Snooze), op.LeaseRef)
 	return nil
 }

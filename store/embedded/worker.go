@@ -519,8 +519,10 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 	err := s.run(func(tx *txn) error {
 		for i := range ops {
 			u, e := tx.savepoint()
-			var err error
-			res[i].Deadline, err = tx.leaseOp(&ops[i])
+			err := ops[i].ValidateInBatch()
+			if err == nil {
+				res[i].Deadline, err = tx.leaseOp(&ops[i])
+			}
 			if err != nil {
 				tx.rollbackTo(u, e)
 				ne, ok := err.(*norn.Error)

@@ -559,4 +559,4 @@ var leasedCols = strings.NewReplacer(
 	"t.history_count", "t.history_count + 1",
 	"t.assign_seq", "t.history_count + 1",
 	"t.claimed_at", "n.now",
-).Replace(colsBase) + `, t.spec, t.result, t.errors, NULL::jsonb, NULL::jsonb`
+).Replace(colsBase) + `, t.spec, t.result, t.errors, NULL::jsonb, NULL::jsonb, NULL::jsonb, NULL::jsonb`

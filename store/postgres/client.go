@@ -486,7 +486,8 @@ func (s *Store) deleteIDs(ctx context.Context, q querier, now time.Time, ids []s
 	RETURNING t.id, t.queue, t.status AS old_status, 'deleted'::text AS status, t.version + 1 AS version,
 	'TaskDelete'::text AS kind, $2::timestamptz AS time),
 dh AS (DELETE FROM {s}.task_history_rows h USING d WHERE h.task_id = d.id),
-dl AS (DELETE FROM {s}.task_log l USING d WHERE l.task_id = d.id)`+s.eventsCTE("d")+`
+dl AS (DELETE FROM {s}.task_log l USING d WHERE l.task_id = d.id),
+dg AS (DELETE FROM {s}.signals g USING d WHERE g.task_id = d.id)`+s.eventsCTE("d")+`
 SELECT d.id, d.old_status FROM d WHERE (SELECT count(*) FROM nt) >= 0`), ids, now)
 	if err != nil {
 		return 0, err

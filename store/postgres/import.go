@@ -21,7 +21,7 @@ import (
 var importColumns = []string{"id", "queue", "spec", "priority", "status", "progress", "labels", "created", "updated",
 	"run_at", "ready_at", "ended_at", "depends_on", "owner", "deadline", "lease", "attempts", "max_attempts", "retry",
 	"timeout_ns", "result", "errors", "history_count", "log_seq", "version", "claimed_at", "concurrency_key",
-	"max_runtime_ns", "unique_key", "traceparent", "tracestate", "fair_key", "running_key", "expires_at", "batch", "dep_run", "dep_results"}
+	"max_runtime_ns", "unique_key", "traceparent", "tracestate", "fair_key", "running_key", "expires_at", "batch", "dep_run", "dep_results", "signal_count", "signal_wait"}
 
 // ImportTasks writes recs in one transaction; see norn.TaskImporter.
 func (s *Store) ImportTasks(ctx context.Context, recs []norn.TaskRecord) (int, error) {
@@ -45,7 +45,7 @@ func (s *Store) ImportTasks(ctx context.Context, recs []norn.TaskRecord) (int, e
 		if err != nil {
 			return err
 		}
-		var rows, hist, logs [][]any
+		var rows, hist, logs, sigs [][]any
 		for _, r := range recs {
 			if skip[r.Task.ID] {
 				continue
@@ -54,6 +54,9 @@ func (s *Store) ImportTasks(ctx context.Context, recs []norn.TaskRecord) (int, e
 			hist = append(hist, importHistory(r.Task)...)
 			for _, l := range r.Log {
 				logs = append(logs, []any{r.Task.ID, int64(l.Seq), int64(l.Lease), l.Time, []byte(l.Data)})
+			}
+			for _, g := range r.Task.Signals {
+				sigs = append(sigs, []any{r.Task.ID, int32(g.Seq), g.Name, nilBytes(g.Data), g.Time})
 			}
 		}
 		n = len(rows)
@@ -65,6 +68,7 @@ func (s *Store) ImportTasks(ctx context.Context, recs []norn.TaskRecord) (int, e
 			{"tasks", importColumns, rows},
 			{"task_history_rows", []string{"task_id", "seq", "type", "time", "worker", "lease", "progress", "error"}, hist},
 			{"task_log", []string{"task_id", "seq", "lease", "time", "data"}, logs},
+			{"signals", []string{"task_id", "seq", "name", "data", "time"}, sigs},
 		} {
 			if len(c.rows) == 0 {
 				continue
@@ -169,7 +173,8 @@ func importRow(r norn.TaskRecord, flow norn.QueueFlow) []any {
 		nilBytes(t.Result), jsonOrNil(t.Errors, len(t.Errors) > 0), int32(len(t.History) + t.HistoryDropped), int64(logSeq),
 		int64(t.Version), timePtr(t.Started), strPtr(t.ConcurrencyKey), int64(t.MaxRuntime), strPtr(t.UniqueKey),
 		strPtr(t.Traceparent), strPtr(t.Tracestate), fair, running, timePtr(t.ExpiresAt), strPtr(t.Batch),
-		t.OnDependencyFailure == norn.DependencyRun, encodeDepResults(t.DependencyResults)}
+		t.OnDependencyFailure == norn.DependencyRun, encodeDepResults(t.DependencyResults),
+		int32(len(t.Signals)), jsonOrNil(t.SignalWait, t.SignalWait != nil)}
 }
 
 // importHistory is t's history as task_history_rows rows: the entries

@@ -51,17 +51,23 @@ UNION ALL SELECT t.assign_seq, jsonb_build_object('type', 'TaskAssignment', 'tim
 UNION ALL SELECT t.done_seq, jsonb_build_object('type', 'TaskComplete', 'time', t.ended_at, 'worker', t.owner,
 	'lease', t.lease, 'progress', 1) WHERE t.done_seq > greatest(t.history_count - {hl}, 0)) x)`
 	// colsFull: everything, history included.
-	colsFull = colsBase + `, t.spec, t.result, t.errors, ` + historyAgg + `, t.dep_results`
+	colsFull = colsBase + `, t.spec, t.result, t.errors, ` + historyAgg + `, t.dep_results, t.signal_wait, ` + signalsAgg
 	// colsClaim: everything, for a task a claim just assigned (t is the new
 	// row). Its history is read only if it had any before this claim: a
 	// fresh task's history is just the assignment, which the caller adds,
 	// so the common claim reads no history rows at all.
-	colsClaim = colsBase + `, t.spec, t.result, t.errors, CASE WHEN t.history_count > 1 THEN ` + historyAgg + ` END, t.dep_results`
+	colsClaim = colsBase + `, t.spec, t.result, t.errors, CASE WHEN t.history_count > 1 THEN ` + historyAgg + ` END, t.dep_results,
+t.signal_wait, ` + signalsAgg
 	// colsCore: what a state change needs (errors, to append to them;
 	// dependency results, for a retry's count of what is still pending).
-	colsCore = colsBase + `, NULL::bytea, NULL::bytea, t.errors, NULL::jsonb, t.dep_results`
+	colsCore = colsBase + `, NULL::bytea, NULL::bytea, t.errors, NULL::jsonb, t.dep_results, NULL::jsonb, NULL::jsonb`
 	// colsSummary: the summary view.
-	colsSummary = colsBase + `, NULL::bytea, NULL::bytea, NULL::jsonb, NULL::jsonb, NULL::jsonb`
+	colsSummary = colsBase + `, NULL::bytea, NULL::bytea, NULL::jsonb, NULL::jsonb, NULL::jsonb, NULL::jsonb, NULL::jsonb`
+	// signalsAgg is the task's signals, read only for a task that has
+	// some (signal_count), so a claim of ordinary tasks reads no more.
+	signalsAgg = `CASE WHEN t.signal_count > 0 THEN (SELECT jsonb_agg(jsonb_build_object('seq', g.seq, 'name', g.name,
+	'data', translate(encode(g.data, 'base64'), E'\n', ''), 'time', g.time) ORDER BY g.seq)
+	FROM {s}.signals g WHERE g.task_id = t.id) END`
 )
 
 // recReader reads task rows (any of the column lists) into recs. Its scan
@@ -75,7 +81,7 @@ type recReader struct {
 	uniqueKey, tparent, tstate    pgtype.Text
 	batch                         pgtype.Text
 	depRun                        bool
-	depResults                    scratchBytes
+	depResults, sigWait, sigs     scratchBytes
 	progress                      float64
 	priority                      int64
 	labels, retry, errs, hist     scratchBytes
@@ -123,7 +129,7 @@ func newRecReader() *recReader {
 	d.dest = []any{&d.id, &d.queue, &d.priority, &d.status, &d.progress, &d.labels, &d.created, &d.updated, &d.runAt,
 		&d.readyAt, &d.ended, &d.deps, &d.pending, &d.owner, &d.deadline, &d.lease, &d.attempts,
 		&d.maxAttempts, &d.retry, &d.timeoutNS, &d.hcnt, &d.logSeq, &d.version, &d.assignSeq, &d.doneSeq, &d.claimed, &d.ckey, &d.maxRuntimeNS,
-		&d.uniqueKey, &d.tparent, &d.tstate, &d.expires, &d.batch, &d.depRun, &d.spec, &d.result, &d.errs, &d.hist, &d.depResults}
+		&d.uniqueKey, &d.tparent, &d.tstate, &d.expires, &d.batch, &d.depRun, &d.spec, &d.result, &d.errs, &d.hist, &d.depResults, &d.sigWait, &d.sigs}
 	return d
 }
 
@@ -175,6 +181,9 @@ func (d *recReader) read(row pgx.Row) (*rec, error) {
 		if r.DependencyResults, err = decodeDepResults(r.DependsOn, d.depResults.b); err != nil {
 			return nil, fmt.Errorf("task %q dependency results: %w", r.ID, err)
 		}
+	}
+	if err := d.readSignals(r); err != nil {
+		return nil, err
 	}
 	if len(d.labels.b) > 0 {
 		if err := json.Unmarshal(d.labels.b, &r.Labels); err != nil {

@@ -100,6 +100,16 @@ func (s *Store) Yield(ctx context.Context, ref norn.LeaseRef) error {
 
 // Snooze puts a running task back for later without counting the attempt.
 func (s *Store) Snooze(ctx context.Context, ref norn.LeaseRef, sn norn.Snooze) (*norn.Task, error) {
+	if sn.UntilSignal != "" {
+		op := norn.LeaseOp{Op: norn.OpSnooze, LeaseRef: ref, Snooze: sn}
+		if err := op.Validate(); err != nil {
+			return nil, err
+		}
+		if err := s.snoozeUntilSignal(ctx, ref, sn); err != nil {
+			return nil, err
+		}
+		return s.Get(ctx, ref.TaskID)
+	}
 	if err := s.single(ctx, norn.LeaseOp{Op: norn.OpSnooze, LeaseRef: ref, Snooze: sn}); err != nil {
 		return nil, err
 	}
@@ -127,7 +137,7 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 	results := make([]norn.LeaseOpResult, len(ops))
 	todo := make([]int, 0, len(ops))
 	for i, op := range ops {
-		if err := op.Validate(); err != nil {
+		if err := op.ValidateInBatch(); err != nil {
 			results[i].Err = asNornErr(err)
 			continue
 		}

@@ -38,7 +38,7 @@ func RunWith(t *testing.T, f Factory, o Options) {
 		exerciseDependencies, exerciseDependencyResults, exerciseUnique,
 		exerciseList, exerciseFilter, exerciseDependsOnFilter,
 		exerciseRegisterWorker, exerciseClaim, exerciseClaimWeights, exerciseHeartbeat, exerciseLog, exerciseFinish, exerciseTimeout,
-		exerciseLeaseBatch, exerciseFencing, exerciseRepeatedCall, exerciseSnooze, exerciseAwait, exerciseRetry,
+		exerciseLeaseBatch, exerciseFencing, exerciseRepeatedCall, exerciseSnooze, exerciseAwait, exerciseSignals, exerciseRetry,
 		exerciseMaxRuntime, exerciseExpiry,
 		exerciseQueues, exerciseSubscribe, exerciseInvalidInput, exerciseClose,
 		exerciseSchedules, exerciseReadLog, exerciseFlow, exerciseTrace,

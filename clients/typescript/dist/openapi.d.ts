@@ -847,6 +847,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tasks/{id}/signals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The task's signals
+         * @description Roles: client, worker, admin
+         */
+        get: operations["listSignals"];
+        put?: never;
+        /**
+         * Send a signal to a task
+         * @description Roles: client, admin. A task waiting for this name (snooze until_signal) becomes ready. 404 for a missing task, 409 for one that ended.
+         */
+        post: operations["sendSignal"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -965,6 +989,9 @@ export interface components {
             on_dependency_failure?: "run";
             /** @description Outcomes of the dependencies that ended, in depends_on order (absent in the summary view). A claim carries them to the worker. */
             dependency_results?: components["schemas"]["DependencyResult"][];
+            signal_wait?: components["schemas"]["SignalWait"];
+            /** @description Signals received, in order (absent in the summary view). */
+            signals?: components["schemas"]["Signal"][];
         };
         NewTask: {
             /** @description Optional; makes the submission idempotent. */
@@ -1102,6 +1129,8 @@ export interface components {
             lease: number;
             progress?: number;
             extend?: components["schemas"]["Duration"];
+            /** @description Answer with the task's signals after this sequence number (0: all). */
+            signals_after?: number;
         };
         LogRequest: {
             worker: string;
@@ -1121,7 +1150,7 @@ export interface components {
             lease: number;
             error?: components["schemas"]["ErrorInfo"];
         };
-        /** @description The lease and exactly one of delay and run_at. */
+        /** @description The lease and exactly one of delay, run_at and until_signal. */
         SnoozeRequest: {
             worker: string;
             lease: number;
@@ -1132,6 +1161,10 @@ export interface components {
              * @description When the task becomes ready again; a past time makes it ready at once.
              */
             run_at?: string;
+            /** @description Wait for a signal of this name (POST /v1/tasks/{id}/signals): the task stays scheduled until one arrives (then ready at once) or timeout passes (then ready, signal_wait.received false). A signal sent before counts. Not allowed in a lease batch. */
+            until_signal?: string;
+            /** @description With until_signal: the longest wait (default 24h). */
+            timeout?: components["schemas"]["Duration"];
         };
         LeaseOp: {
             worker: string;
@@ -1305,6 +1338,8 @@ export interface components {
         DeadlineResponse: {
             /** Format: date-time */
             deadline: string;
+            /** @description The signals asked for with signals_after. */
+            signals?: components["schemas"]["Signal"][];
         };
         EntryResponse: {
             entry: components["schemas"]["LogEntry"];
@@ -1675,6 +1710,33 @@ export interface components {
         AwaitResult: {
             task: components["schemas"]["Task"];
             children: components["schemas"]["Submitted"][];
+        };
+        Signal: {
+            seq: number;
+            name: string;
+            /** @description Any JSON value. */
+            data?: unknown;
+            /** Format: date-time */
+            time: string;
+        };
+        NewSignal: {
+            name: string;
+            /** @description Any JSON value (at most 64 KiB). */
+            data?: unknown;
+        };
+        /** @description The task's last wait for a signal. */
+        SignalWait: {
+            name: string;
+            /** Format: date-time */
+            until: string;
+            /** @description false on a task running again: the wait timed out. */
+            received: boolean;
+        };
+        SignalResponse: {
+            signal: components["schemas"]["Signal"];
+        };
+        SignalsResponse: {
+            signals: components["schemas"]["Signal"][];
         };
     };
     responses: {
@@ -3757,6 +3819,80 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["AwaitResult"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            404: components["responses"]["E404"];
+            408: components["responses"]["E408"];
+            409: components["responses"]["E409"];
+            413: components["responses"]["E413"];
+            415: components["responses"]["E415"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+            507: components["responses"]["E507"];
+        };
+    };
+    listSignals: {
+        parameters: {
+            query?: {
+                /** @description Return signals with seq > after. */
+                after?: number;
+            };
+            header?: never;
+            path: {
+                /** @description Task id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Signals with seq > after, in order. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignalsResponse"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            404: components["responses"]["E404"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+        };
+    };
+    sendSignal: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Task id. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NewSignal"];
+            };
+        };
+        responses: {
+            /** @description The signal as stored. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignalResponse"];
                 };
             };
             400: components["responses"]["E400"];

@@ -21,3 +21,17 @@ CREATE INDEX tasks_batch ON {{schema}}.tasks (batch, status) WHERE batch IS NOT 
 -- an object by dependency id: {"status", "result" (base64), "error"}.
 ALTER TABLE {{schema}}.tasks ADD COLUMN dep_run boolean NOT NULL DEFAULT false;
 ALTER TABLE {{schema}}.tasks ADD COLUMN dep_results jsonb;
+
+-- Signals a task received, numbered per task; a task's count of them (so
+-- a claim reads the table only for tasks that have some) and its last
+-- wait for one ({"name", "until", "received"}).
+CREATE TABLE {{schema}}.signals (
+    task_id text COLLATE "C" NOT NULL,
+    seq     integer NOT NULL,
+    name    text NOT NULL,
+    data    bytea,
+    "time"  timestamptz NOT NULL,
+    PRIMARY KEY (task_id, seq)
+);
+ALTER TABLE {{schema}}.tasks ADD COLUMN signal_count integer NOT NULL DEFAULT 0;
+ALTER TABLE {{schema}}.tasks ADD COLUMN signal_wait jsonb;
