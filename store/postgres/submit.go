@@ -317,22 +317,8 @@ func (s *Store) readForSubmit(ctx context.Context, q querier, p *submitPlan) err
 		b.Queue(s.q(`SELECT id, status, result, errors->-1 FROM {s}.tasks
 	WHERE id = ANY($1) AND status IN ('completed', 'aborted', 'cancelled')`), p.depIDs)
 	}
-	var refs []norn.UniqueRef
 	if p.keys {
-		refs = p.uniqueRefs()
-		locks := make([]int64, len(refs))
-		rq, rk := make([]string, len(refs)), make([]string, len(refs))
-		for i, r := range refs {
-			locks[i], rq[i], rk[i] = s.uniqueLockKey(r), r.Queue, r.Key
-		}
-		slices.Sort(locks)
-		b.Queue("SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k", locks)
-		// Per key: the live holder, and the holder that ended last.
-		b.Queue(s.q(`SELECT u.q, u.k, h.id, h.status, h.ended_at FROM unnest($1::text[], $2::text[]) AS u(q, k)
-CROSS JOIN LATERAL ((SELECT t.id, t.status, t.ended_at FROM {s}.tasks t WHERE t.unique_key = u.k AND t.queue = u.q
-	AND t.status IN ('scheduled', 'blocked', 'ready', 'running') LIMIT 1)
-UNION ALL (SELECT t.id, t.status, t.ended_at FROM {s}.tasks t WHERE t.unique_key = u.k AND t.queue = u.q
-	AND t.ended_at IS NOT NULL ORDER BY t.ended_at DESC LIMIT 1)) h`), rq, rk)
+		s.queueHolders(b, p.uniqueRefs())
 	}
 	br := q.SendBatch(ctx, b)
 	defer br.Close()
@@ -368,16 +354,7 @@ UNION ALL (SELECT t.id, t.status, t.ended_at FROM {s}.tasks t WHERE t.unique_key
 		p.defaults[d.name] = d
 	}
 	if len(p.batches) > 0 {
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		p.batchState = map[string]norn.BatchState{}
-		var id, st string
-		if _, err := pgx.ForEachRow(rows, []any{&id, &st}, func() error {
-			p.batchState[id] = norn.BatchState(st)
-			return nil
-		}); err != nil {
+		if err := p.readBatchStates(br); err != nil {
 			return err
 		}
 	}
@@ -387,25 +364,7 @@ UNION ALL (SELECT t.id, t.status, t.ended_at FROM {s}.tasks t WHERE t.unique_key
 		}
 	}
 	if p.keys {
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		p.holders = map[norn.UniqueRef][]norn.UniqueHolder{}
-		var ref norn.UniqueRef
-		var h norn.UniqueHolder
-		var ended *time.Time
-		if _, err := pgx.ForEachRow(rows, []any{&ref.Queue, &ref.Key, &h.ID, &h.Status, &ended}, func() error {
-			h.Ended = time.Time{}
-			if ended != nil {
-				h.Ended = ended.UTC()
-			}
-			p.holders[ref] = append(p.holders[ref], h)
-			return nil
-		}); err != nil {
+		if err := p.readHolders(br); err != nil {
 			return err
 		}
 	}
@@ -414,6 +373,63 @@ UNION ALL (SELECT t.id, t.status, t.ended_at FROM {s}.tasks t WHERE t.unique_key
 	}
 	p.now = micro(p.now)
 	return br.Close()
+}
+
+// queueHolders queues, for the unique keys refs, the advisory locks
+// (sorted, so submitters cannot deadlock) and the read of each key's live
+// holder and the holder that ended last.
+func (s *Store) queueHolders(b *pgx.Batch, refs []norn.UniqueRef) {
+	locks := make([]int64, len(refs))
+	rq, rk := make([]string, len(refs)), make([]string, len(refs))
+	for i, r := range refs {
+		locks[i], rq[i], rk[i] = s.uniqueLockKey(r), r.Queue, r.Key
+	}
+	slices.Sort(locks)
+	b.Queue("SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k", locks)
+	b.Queue(s.q(`SELECT u.q, u.k, h.id, h.status, h.ended_at FROM unnest($1::text[], $2::text[]) AS u(q, k)
+CROSS JOIN LATERAL ((SELECT t.id, t.status, t.ended_at FROM {s}.tasks t WHERE t.unique_key = u.k AND t.queue = u.q
+	AND t.status IN ('scheduled', 'blocked', 'ready', 'running') LIMIT 1)
+UNION ALL (SELECT t.id, t.status, t.ended_at FROM {s}.tasks t WHERE t.unique_key = u.k AND t.queue = u.q
+	AND t.ended_at IS NOT NULL ORDER BY t.ended_at DESC LIMIT 1)) h`), rq, rk)
+}
+
+// readHolders reads what queueHolders queued.
+func (p *submitPlan) readHolders(br pgx.BatchResults) error {
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	p.holders = map[norn.UniqueRef][]norn.UniqueHolder{}
+	var ref norn.UniqueRef
+	var h norn.UniqueHolder
+	var ended *time.Time
+	_, err = pgx.ForEachRow(rows, []any{&ref.Queue, &ref.Key, &h.ID, &h.Status, &ended}, func() error {
+		h.Ended = time.Time{}
+		if ended != nil {
+			h.Ended = ended.UTC()
+		}
+		p.holders[ref] = append(p.holders[ref], h)
+		return nil
+	})
+	return err
+}
+
+// readBatchStates reads the states of the batches members join.
+func (p *submitPlan) readBatchStates(br pgx.BatchResults) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	p.batchState = map[string]norn.BatchState{}
+	var id, st string
+	_, err = pgx.ForEachRow(rows, []any{&id, &st}, func() error {
+		p.batchState[id] = norn.BatchState(st)
+		return nil
+	})
+	return err
 }
 
 // uniqueRefs lists the batch's distinct unique keys.

@@ -14,6 +14,7 @@ func exerciseBatches(t *testing.T, setup setupFunc) {
 	t.Run("Batch", func(t *testing.T) {
 		t.Parallel()
 		batchCallbacks(t, setup)
+		batchSealing(t, setup)
 		batchJoins(t, setup)
 		batchReads(t, setup)
 	})
@@ -135,52 +136,6 @@ func batchCallbacks(t *testing.T, setup setupFunc) {
 		b.count(norn.Filter{Queues: []string{"cb"}}, 2)
 	})
 
-	t.Run("CreatedSealedWithItsMembers", func(t *testing.T) {
-		t.Parallel()
-		_, b := setup(t)
-		nb := callbacks("b3")
-		nb.Seal = true
-		nb.Tasks = []norn.NewTask{{ID: "x", Queue: "q"}, {ID: "y", Queue: "q", DependsOn: []string{"x"}}}
-		out := newBatch(b, nb)
-		if out.Batch.State != norn.BatchSealed || out.Batch.Total != 2 || len(out.Tasks) != 2 || out.Tasks[1].Task.Batch != "b3" {
-			t.Fatalf("created %+v", out)
-		}
-		_, err := b.s.Submit(b.ctx, norn.NewTask{Queue: "q", Batch: "b3"})
-		wantField(t, "join of a sealed batch", err, norn.ErrConflict, "tasks[0].batch")
-		b.complete(b.claimID("w", "x", "q"), "")
-		b.complete(b.claimID("w", "y", "q"), "")
-		b.sweep()
-		fired(b, "b3", true, true)
-	})
-
-	t.Run("AnEmptySealedBatchIsDoneAtOnce", func(t *testing.T) {
-		t.Parallel()
-		_, b := setup(t)
-		nb := callbacks("b4")
-		nb.Seal = true
-		newBatch(b, nb)
-		b.sweep()
-		fired(b, "b4", true, true)
-		if g := getBatch(b, "b4"); g.State != norn.BatchDone || g.Total != 0 {
-			t.Fatalf("empty batch %+v", g)
-		}
-	})
-
-	t.Run("DeletingAPendingMemberCountsAsItsEnd", func(t *testing.T) {
-		t.Parallel()
-		_, b := setup(t)
-		newBatch(b, callbacks("b5"))
-		b.submit(norn.NewTask{ID: "d1", Queue: "q", Batch: "b5"}, norn.NewTask{ID: "d2", Queue: "q", Batch: "b5"})
-		_, err := b.s.SealBatch(b.ctx, "b5")
-		b.must(err, "SealBatch")
-		b.complete(b.claimID("w", "d1", "q"), "")
-		b.delete("d2")
-		b.sweep()
-		fired(b, "b5", true, true)
-		if g := getBatch(b, "b5"); g.Final[norn.StatusCompleted] != 1 || g.Total != 1 {
-			t.Fatalf("batch %+v, want one completed member", g)
-		}
-	})
 }
 
 func batchJoins(t *testing.T, setup setupFunc) {
@@ -291,3 +246,53 @@ func batchReads(t *testing.T, setup setupFunc) {
 }
 
 func fmtIDs(ids []string) string { return fmt.Sprint(ids) }
+
+// batchSealing: batches created sealed, empty ones, and members deleted.
+func batchSealing(t *testing.T, setup setupFunc) {
+	t.Run("CreatedSealedWithItsMembers", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		nb := callbacks("b3")
+		nb.Seal = true
+		nb.Tasks = []norn.NewTask{{ID: "x", Queue: "q"}, {ID: "y", Queue: "q", DependsOn: []string{"x"}}}
+		out := newBatch(b, nb)
+		if out.Batch.State != norn.BatchSealed || out.Batch.Total != 2 || len(out.Tasks) != 2 || out.Tasks[1].Task.Batch != "b3" {
+			t.Fatalf("created %+v", out)
+		}
+		_, err := b.s.Submit(b.ctx, norn.NewTask{Queue: "q", Batch: "b3"})
+		wantField(t, "join of a sealed batch", err, norn.ErrConflict, "tasks[0].batch")
+		b.complete(b.claimID("w", "x", "q"), "")
+		b.complete(b.claimID("w", "y", "q"), "")
+		b.sweep()
+		fired(b, "b3", true, true)
+	})
+
+	t.Run("AnEmptySealedBatchIsDoneAtOnce", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		nb := callbacks("b4")
+		nb.Seal = true
+		newBatch(b, nb)
+		b.sweep()
+		fired(b, "b4", true, true)
+		if g := getBatch(b, "b4"); g.State != norn.BatchDone || g.Total != 0 {
+			t.Fatalf("empty batch %+v", g)
+		}
+	})
+
+	t.Run("DeletingAPendingMemberCountsAsItsEnd", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		newBatch(b, callbacks("b5"))
+		b.submit(norn.NewTask{ID: "d1", Queue: "q", Batch: "b5"}, norn.NewTask{ID: "d2", Queue: "q", Batch: "b5"})
+		_, err := b.s.SealBatch(b.ctx, "b5")
+		b.must(err, "SealBatch")
+		b.complete(b.claimID("w", "d1", "q"), "")
+		b.delete("d2")
+		b.sweep()
+		fired(b, "b5", true, true)
+		if g := getBatch(b, "b5"); g.Final[norn.StatusCompleted] != 1 || g.Total != 1 {
+			t.Fatalf("batch %+v, want one completed member", g)
+		}
+	})
+}
