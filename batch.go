@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // A batch groups tasks so that something can happen once all of them have
@@ -157,6 +159,26 @@ func ValidateBatchID(field, id string) error {
 		return Invalid(field, "batch id is %d bytes, more than the limit of %d", len(id), MaxBatchIDLength)
 	}
 	return nil
+}
+
+// Prepare validates nb, gives it a UUIDv7 id when it has none, and
+// returns its members to submit, each naming the batch.
+func (nb *NewBatch) Prepare() ([]NewTask, error) {
+	if err := nb.Validate(); err != nil {
+		return nil, err
+	}
+	if nb.ID == "" {
+		u, err := uuid.NewV7()
+		if err != nil {
+			return nil, err
+		}
+		nb.ID = u.String()
+	}
+	tasks := slices.Clone(nb.Tasks)
+	for i := range tasks {
+		tasks[i].Batch = nb.ID
+	}
+	return tasks, ValidateBatch("tasks", tasks)
 }
 
 // Validate checks a new batch without touching any store: its id, labels,

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/google/uuid"
 
 	"github.com/nornq/norn"
 )
@@ -178,25 +177,12 @@ func (s *Store) CreateBatch(ctx context.Context, nb norn.NewBatch) (*norn.BatchC
 		return nil, err
 	}
 	defer s.exit()
-	if err := nb.Validate(); err != nil {
-		return nil, err
-	}
-	if nb.ID == "" {
-		u, err := uuid.NewV7()
-		if err != nil {
-			return nil, err
-		}
-		nb.ID = u.String()
-	}
-	tasks := slices.Clone(nb.Tasks)
-	for i := range tasks {
-		tasks[i].Batch = nb.ID
-	}
-	if err := norn.ValidateBatch("tasks", tasks); err != nil {
+	tasks, err := nb.Prepare()
+	if err != nil {
 		return nil, err
 	}
 	var out norn.BatchCreated
-	err := s.run(func(tx *txn) error {
+	err = s.run(func(tx *txn) error {
 		if s.batches[nb.ID] != nil {
 			return norn.Errorf(norn.CodeConflict, "batch %q exists", nb.ID)
 		}

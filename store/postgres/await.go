@@ -48,7 +48,7 @@ func (s *Store) Await(ctx context.Context, ref norn.LeaseRef, req norn.AwaitRequ
 		if err != nil {
 			return err
 		}
-		a = norn.AfterAwait(&r.Task, ids, req.OnChildFailure, func(id string) norn.Status { return ended[id].status })
+		a = norn.AfterAwait(&r.Task, ids, req.OnChildFailure, func(id string) norn.Status { return norn.Status(ended[id].Status) })
 		now, err := s.dbNow(ctx, tx)
 		if err != nil {
 			return err
@@ -78,47 +78,24 @@ func (s *Store) Await(ctx context.Context, ref norn.LeaseRef, req norn.AwaitRequ
 	return &out, nil
 }
 
-// child is what an await needs of one child: its status, and for one that
-// ended already, its record.
-type child struct {
-	status norn.Status
-	rec    norn.DependencyResult
-}
-
-// lockChildren share-locks the children ids and reads them.
-func (s *Store) lockChildren(ctx context.Context, tx pgx.Tx, ids []string) (map[string]child, error) {
+// lockChildren share-locks the children ids and reads their outcomes
+// (a pending one's record says its status only).
+func (s *Store) lockChildren(ctx context.Context, tx pgx.Tx, ids []string) (map[string]norn.DependencyResult, error) {
 	rows, err := tx.Query(ctx, s.q(`SELECT id, status, result, errors->-1 FROM {s}.tasks WHERE id = ANY($1) ORDER BY id FOR SHARE`), ids)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]child, len(ids))
-	var (
-		id, st       string
-		result, last []byte
-	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &st, &result, &last}, func() error {
-		var errs []norn.ErrorInfo
-		if len(last) > 0 {
-			var e norn.ErrorInfo
-			if err := json.Unmarshal(last, &e); err != nil {
-				return err
-			}
-			errs = []norn.ErrorInfo{e}
-		}
-		out[id] = child{status: norn.Status(st), rec: norn.NewDependencyResult(id, norn.Status(st), append([]byte(nil), result...), errs)}
-		return nil
-	})
-	return out, err
+	return scanOutcomes(rows)
 }
 
 // writeAwait writes r, whose owner awaits children, as a decided: the
 // attempt given back, the owner and lease number kept, the children in
 // depends_on, the ones that ended recorded, and a TaskAwait entry (a
 // TaskAbort with the error when it aborts).
-func (s *Store) writeAwait(ctx context.Context, tx pgx.Tx, r *rec, ref norn.LeaseRef, a norn.Awaited, ended map[string]child, now time.Time) error {
+func (s *Store) writeAwait(ctx context.Context, tx pgx.Tx, r *rec, ref norn.LeaseRef, a norn.Awaited, ended map[string]norn.DependencyResult, now time.Time) error {
 	var recs []norn.DependencyResult
 	for _, id := range a.EndedDeps {
-		recs = append(recs, ended[id].rec)
+		recs = append(recs, ended[id])
 	}
 	kind, errs, hErr := string(norn.TaskAwait), (*string)(nil), (*string)(nil)
 	if a.Error != nil {

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nornq/norn"
@@ -103,25 +101,12 @@ func (s *Store) viewOne(ctx context.Context, q querier, b *norn.Batch) (*norn.Ba
 
 // CreateBatch creates a batch; see norn.BatchAPI.
 func (s *Store) CreateBatch(ctx context.Context, nb norn.NewBatch) (*norn.BatchCreated, error) {
-	if err := nb.Validate(); err != nil {
-		return nil, err
-	}
-	if nb.ID == "" {
-		u, err := uuid.NewV7()
-		if err != nil {
-			return nil, err
-		}
-		nb.ID = u.String()
-	}
-	tasks := slices.Clone(nb.Tasks)
-	for i := range tasks {
-		tasks[i].Batch = nb.ID
-	}
-	if err := norn.ValidateBatch("tasks", tasks); err != nil {
+	tasks, err := nb.Prepare()
+	if err != nil {
 		return nil, err
 	}
 	var out norn.BatchCreated
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
+	err = s.withTx(ctx, func(tx pgx.Tx) error {
 		out = norn.BatchCreated{}
 		var left int
 		if err := tx.QueryRow(ctx, s.q(`SELECT count(*) FROM {s}.tasks WHERE batch = $1`), nb.ID).Scan(&left); err != nil {

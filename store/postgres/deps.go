@@ -4,6 +4,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/nornq/norn"
 )
 
@@ -22,6 +24,29 @@ type depRecord struct {
 
 // depResultSQL is the dep_results entry of the task t that just completed.
 const depResultSQL = `jsonb_strip_nulls(jsonb_build_object('status', t.status, 'result', translate(encode(t.result, 'base64'), E'\n', '')))`
+
+// scanOutcomes reads rows of (id, status, result, last error) into the
+// records a dependent keeps of them.
+func scanOutcomes(rows pgx.Rows) (map[string]norn.DependencyResult, error) {
+	out := map[string]norn.DependencyResult{}
+	var (
+		id, st       string
+		result, last []byte
+	)
+	_, err := pgx.ForEachRow(rows, []any{&id, &st, &result, &last}, func() error {
+		var errs []norn.ErrorInfo
+		if len(last) > 0 {
+			var e norn.ErrorInfo
+			if err := json.Unmarshal(last, &e); err != nil {
+				return err
+			}
+			errs = []norn.ErrorInfo{e}
+		}
+		out[id] = norn.NewDependencyResult(id, norn.Status(st), append([]byte(nil), result...), errs)
+		return nil
+	})
+	return out, err
+}
 
 // decodeDepResults reads a dep_results column in deps order.
 func decodeDepResults(deps []string, raw []byte) ([]norn.DependencyResult, error) {

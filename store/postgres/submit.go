@@ -512,24 +512,7 @@ func (p *submitPlan) readEndedDeps(br pgx.BatchResults) error {
 	if err != nil {
 		return err
 	}
-	p.depEnded = map[string]norn.DependencyResult{}
-	var (
-		id, st string
-		result []byte
-		last   []byte
-	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &st, &result, &last}, func() error {
-		var errs []norn.ErrorInfo
-		if len(last) > 0 {
-			var e norn.ErrorInfo
-			if err := json.Unmarshal(last, &e); err != nil {
-				return err
-			}
-			errs = []norn.ErrorInfo{e}
-		}
-		p.depEnded[id] = norn.NewDependencyResult(id, norn.Status(st), append([]byte(nil), result...), errs)
-		return nil
-	})
+	p.depEnded, err = scanOutcomes(rows)
 	return err
 }
 
