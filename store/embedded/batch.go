@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 
-
 	"github.com/nornq/norn"
 )
 
