@@ -333,15 +333,39 @@ func FuzzDecodeBatch(f *testing.F) {
 func FuzzDecodeBodies(f *testing.F) {
 	for _, s := range []string{`{"submit":[{"queue":"q"}],"update":[{"id":"a","priority":1}],"require":[{"id":"a","version":2}]}`,
 		`{"worker":"w","queues":["a"],"n":2,"wait":"1s"}`, `{"paused":true,"retention":{"completed":"1h","aborted":"1h","cancelled":"1h"}}`,
-		`{"worker":"w","lease":1,"error":{"code":"c","args":{"x":[1]}}}`, `{"priority":1,"run_at":null,"labels":{}}`} {
+		`{"worker":"w","lease":1,"error":{"code":"c","args":{"x":[1]}}}`, `{"priority":1,"run_at":null,"labels":{}}`,
+		`{"id":"b","seal":true,"on_success":{"queue":"q"},"tasks":[{"queue":"q","batch":"b"}]}`,
+		`{"worker":"w","lease":2,"tasks":[{"queue":"q"}],"on_child_failure":"continue"}`, `{"name":"go","data":{"k":1}}`,
+		`{"worker":"w","lease":1,"until_signal":"go","timeout":"1h"}`, `{"worker":"w","lease":1,"signals_after":3}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		targets := []any{new(norn.Txn), new(norn.ClaimRequest), new(QueueClaimRequest), new(norn.QueueUpdate),
-			new(norn.Update), new(HeartbeatRequest), new(AppendLogRequest), new(CompleteRequest), new(FailRequest), new(norn.WorkerInfo)}
+			new(norn.Update), new(HeartbeatRequest), new(AppendLogRequest), new(CompleteRequest), new(FailRequest), new(norn.WorkerInfo),
+			new(norn.NewBatch), new(AwaitRequest), new(norn.NewSignal), new(SnoozeRequest)}
 		for _, v := range targets {
 			if err := DecodeStrict(b, v, ""); err != nil && norn.CodeOf(err) != norn.CodeInvalidArgument {
 				t.Fatalf("%T: error is not invalid_argument: %v", v, err)
+			}
+		}
+		// What decodes is then validated: never a panic, only
+		// invalid_argument (or too_large) naming what is wrong.
+		var nb norn.NewBatch
+		if DecodeStrict(b, &nb, "") == nil {
+			if err := nb.Validate(); err != nil && norn.CodeOf(err) != norn.CodeInvalidArgument && norn.CodeOf(err) != norn.CodeTooLarge {
+				t.Fatalf("NewBatch.Validate: %v", err)
+			}
+		}
+		var ar AwaitRequest
+		if DecodeStrict(b, &ar, "") == nil {
+			if err := ar.AwaitRequest.Validate(0); err != nil && norn.CodeOf(err) != norn.CodeInvalidArgument && norn.CodeOf(err) != norn.CodeTooLarge {
+				t.Fatalf("AwaitRequest.Validate: %v", err)
+			}
+		}
+		var ns norn.NewSignal
+		if DecodeStrict(b, &ns, "") == nil {
+			if err := ns.Validate(); err != nil && norn.CodeOf(err) != norn.CodeInvalidArgument && norn.CodeOf(err) != norn.CodeTooLarge {
+				t.Fatalf("NewSignal.Validate: %v", err)
 			}
 		}
 	})
@@ -351,7 +375,8 @@ func FuzzDecodeBodies(f *testing.F) {
 // invalid_argument.
 func FuzzParseFilter(f *testing.F) {
 	for _, s := range []string{"queue=a&status=pending&label=k:v", "created_after=2030-01-01T00:00:00Z&limit=5",
-		"order=newest&view=summary&cursor=x", "label=:", "since=90m&queue=a,b", "since=2030-01-01T00:00:00Z", "limit=99999999999999999999"} {
+		"order=newest&view=summary&cursor=x", "label=:", "since=90m&queue=a,b", "since=2030-01-01T00:00:00Z", "limit=99999999999999999999",
+		"state=sealed&label=k:v&after=b1&limit=5", "after=18446744073709551615", "batch=b1"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -370,6 +395,12 @@ func FuzzParseFilter(f *testing.F) {
 		}
 		if _, _, err := ParseThroughputParams(v, time.Now()); err != nil && norn.CodeOf(err) != norn.CodeInvalidArgument {
 			t.Fatalf("ParseThroughputParams: %v", err)
+		}
+		if _, err := ParseBatchQuery(v); err != nil && norn.CodeOf(err) != norn.CodeInvalidArgument {
+			t.Fatalf("ParseBatchQuery: %v", err)
+		}
+		if _, err := ParseAfter(v); err != nil && norn.CodeOf(err) != norn.CodeInvalidArgument {
+			t.Fatalf("ParseAfter: %v", err)
 		}
 	})
 }
