@@ -400,7 +400,11 @@ class Client:
         started, else it ends aborted with code ``expired``), ``batch`` (joins
         the batch of this id, see :meth:`create_batch`: NotFound if there is
         none, Conflict once it is sealed, both with ``field`` ``"batch"``),
-        ``timeout`` (lease length), ``traceparent`` and
+        ``on_dependency_failure`` (``"abort"``, the default: a dependency
+        that ends aborted, cancelled or deleted aborts this task with
+        ``dependency_failed``; ``"run"``: it becomes ready once every
+        dependency ended, whatever the outcome, and reads them in
+        ``dependency_results``), ``timeout`` (lease length), ``traceparent`` and
         ``tracestate`` (the W3C trace context to store with the task, see
         :mod:`norn.tracing`). Durations are seconds, timedeltas or Go
         duration strings (``"1h30m"``).
@@ -1011,6 +1015,31 @@ class Client:
         if run_at is not None:
             body["run_at"] = format_time(run_at, "run_at")
         self._call("POST", "/v1/tasks/" + _seg(id) + "/snooze", body=body)
+
+    def await_children(
+        self,
+        id: str,
+        worker: str,
+        lease: int,
+        tasks: Iterable[Mapping[str, Any]],
+        *,
+        on_child_failure: Optional[str] = None,
+    ) -> Tuple[Task, List[Task]]:
+        """Submits ``tasks`` (dicts as for :meth:`submit_batch`) as children
+        of the leased task, atomically, and makes the task wait for them:
+        its lease ends without counting an attempt, it is blocked until
+        every child ended, then ready again, and its next claim carries the
+        children's outcomes in ``dependency_results``. A failed child aborts
+        it (``dependency_failed``) unless ``on_child_failure`` is
+        ``"continue"``. Returns the task as it now is and the children in
+        request order (``duplicate`` set on those whose id existed).
+        Awaiting again from a later attempt adds more children."""
+        body: Dict[str, Any] = {"worker": worker, "lease": lease, "tasks": self._new_tasks(tasks, "tasks")}
+        if on_child_failure is not None:
+            body["on_child_failure"] = on_child_failure
+        out = self._call("POST", "/v1/tasks/" + _seg(id) + "/await", body=body)
+        children = [_task((c or {}).get("task"), bool((c or {}).get("duplicate"))) for c in out.get("children") or ()]
+        return _task(out.get("task")), children
 
     def yield_(self, id: str, worker: str, lease: int) -> None:
         """Gives a task back: ready again at once, the attempt does not count."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from ._wire import parse_duration, parse_time
 
@@ -52,6 +52,15 @@ class Task(Record):
         """The lease length granted on claim and heartbeat, in seconds."""
         t = self.get("timeout")
         return parse_duration(t) if t else None
+
+    @property
+    def dependency_results(self) -> List[Record]:
+        """The outcomes of the dependencies (and awaited children) that
+        ended, in ``depends_on`` order: records with ``id``, ``status``
+        (``completed``, ``aborted``, ``cancelled`` or ``deleted``),
+        ``result`` (completed ones) and ``error`` (failed ones). They stay
+        with the task after the dependencies are purged."""
+        return [Record(r) for r in self.get("dependency_results") or ()]
 
     @property
     def terminal(self) -> bool:

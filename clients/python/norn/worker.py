@@ -14,6 +14,10 @@ raises ``norn.Snooze``     scheduled again after the given delay, the
 raises ``norn.Fail``       failed with the given code: retried per the
                            task's retry policy, else aborted
 raises anything else       failed (code ``handler_error``), likewise
+calls ``task.await_children``  blocked until its children ended, then
+                           claimed again with their outcomes in
+                           ``dependency_results``; the attempt not
+                           counted and what the handler returns ignored
 =========================  ==========================================
 
 Python cannot stop a thread from outside, so cancellation is cooperative:
@@ -41,7 +45,7 @@ from . import errors, tracing
 from ._wire import format_duration, format_time, parse_duration
 from .client import Client, _Abort
 from .errors import Cancelled, InvalidArgument, LeaseLost, NornError, NotFound, Shutdown
-from .types import LogEntry, Task
+from .types import LogEntry, Record, Task
 
 __all__ = ["Worker", "ActiveTask", "Abort", "Fail", "Snooze", "Handler", "Middleware"]
 
@@ -111,6 +115,7 @@ _RUNNING = "running"  # the handler runs, heartbeats keep the lease
 _FINISHING = "finishing"  # the handler returned; its outcome is being reported
 _GONE = "gone"  # cancelled or lease lost: nothing more is sent
 _YIELDED = "yielded"  # given back at shutdown: nothing more is sent
+_AWAITED = "awaited"  # the handler awaited children, which ended the lease: nothing more is sent
 
 
 class _Run:
@@ -142,8 +147,11 @@ class ActiveTask:
 
     ``id``, ``queue``, ``spec``, ``labels``, ``priority``, ``attempts`` (1 on
     the first claim), ``lease`` (the fencing token: it grows on every claim
-    and is never reused), ``worker``, ``depends_on``, ``batch`` (the batch
-    the task joined, or None) and ``traceparent``
+    and is never reused), ``worker``, ``depends_on``,
+    ``dependency_results`` (the outcomes of the dependencies and awaited
+    children that ended: records with ``id``, ``status``, ``result``,
+    ``error``), ``batch`` (the batch the task joined, or None) and
+    ``traceparent``
     (the W3C trace context the task was submitted with, or None) read the
     claimed task; ``record`` is all of it. The methods talk to the server
     under the task's lease and are safe to call from the handler's threads;
@@ -165,6 +173,9 @@ class ActiveTask:
         self.worker: str = run.worker
         self.depends_on: List[str] = list(rec.get("depends_on") or ())
         self.batch: Optional[str] = rec.get("batch")
+        # Outcomes of the ended dependencies and awaited children, in
+        # depends_on order (records with id, status, result, error).
+        self.dependency_results: List[Record] = rec.dependency_results
 
     def __repr__(self) -> str:
         return f"<norn.ActiveTask {self.id} queue={self.queue!r} lease={self.lease}>"
@@ -310,6 +321,51 @@ class ActiveTask:
                 except NornError as e:
                     raise w._check(r, e)
                 attempt += 1
+
+    def await_children(self, *children: Mapping[str, Any], on_child_failure: Optional[str] = None) -> List[Task]:
+        """Submits ``children`` (dicts with ``queue``, ``spec`` and the
+        options of :meth:`Client.submit`) and makes this task wait for
+        them, atomically; then return from the handler: the attempt ends
+        without counting and nothing more is reported for it (what the
+        handler returns is ignored). Once every child ended the task is
+        claimed again, its ``dependency_results`` holding the children's
+        outcomes. A failed child aborts the task (``dependency_failed``)
+        unless ``on_child_failure`` is ``"continue"``. Returns the
+        children as submitted, in order. A later attempt may await again
+        (a fan-out in stages)::
+
+            if not task.dependency_results:
+                return task.await_children({"queue": "resize", "spec": small}, {"queue": "resize", "spec": large})
+            # claimed again: every child ended
+            return [r.result for r in task.dependency_results]
+
+        Raises ``norn.InvalidArgument`` (nothing changed, the handler goes
+        on), ``norn.LeaseLost``/``norn.Cancelled`` (the task is no longer
+        this worker's) or a transport error; the handler's outcome is then
+        reported as usual."""
+        r, w = self._r, self._w
+        with w._lock:
+            if r.state != _RUNNING:
+                if r.reason is not None:
+                    raise _fresh(r.reason)
+                raise RuntimeError(f"await: task {r.id!r} is no longer running in this worker (awaited already?)")
+            # Heartbeats go on while the call is in flight; the handler's
+            # return cannot be reported meanwhile.
+            r.state = _FINISHING
+        try:
+            _, out = w.client.await_children(r.id, r.worker, r.lease, children, on_child_failure=on_child_failure)
+        except BaseException as e:
+            with w._lock:
+                if r.state == _FINISHING:
+                    r.state = _RUNNING
+            if isinstance(e, NornError):
+                raise w._check(r, e)
+            raise
+        with w._lock:
+            if r.state == _FINISHING:
+                r.state = _AWAITED
+        w.log.info("norn task %s: awaits %d children", r.id, len(out))
+        return out
 
     def previous_log(self) -> List[LogEntry]:
         """The log entries written under earlier claims of this task, oldest

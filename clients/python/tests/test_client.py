@@ -39,6 +39,13 @@ class ClientTest(unittest.TestCase):
         self.c = norn.Client(server.url)
         self.addCleanup(self.c.close)
 
+    def status_is(self, tid: str, *statuses: str):
+        def check():
+            t = self.c.get(tid)
+            return t if t.status in statuses else None
+
+        return wait_for(check, what=f"task {tid} to be {'/'.join(statuses)}")
+
     def claim_one(self, queue: str, **kw):
         wid = self.c.register_worker("test", [queue])
         tasks = self.c.claim(wid, queue, n=1, **kw)
@@ -558,6 +565,114 @@ class ClientTest(unittest.TestCase):
         done = self.c.get(t.id)
         self.assertEqual((done.status, done.result, done.progress), ("completed", {"ok": True}, 1))
         self.assertTrue(done.terminal)
+
+    def test_on_dependency_failure_run(self) -> None:
+        # A run-policy dependent runs after one dependency completed and one
+        # failed, and reads both outcomes in depends_on order; an abort-policy
+        # dependent of the failed one is aborted.
+        deps, dependents = q("deps"), q("dependents")
+        ok = self.c.submit(deps, None)
+        bad = self.c.submit(deps, None, max_attempts=1)
+        runs = self.c.submit(dependents, None, depends_on=[ok.id, bad.id], on_dependency_failure="run")
+        aborts = self.c.submit(dependents, None, depends_on=bad.id)
+        self.assertEqual((runs.status, runs.on_dependency_failure), ("blocked", "run"))
+        wid = self.c.register_worker("test", [deps])
+        for got in self.c.claim(wid, deps, n=2):
+            if got.id == ok.id:
+                self.c.complete(got.id, wid, got.lease, {"n": 1})
+            else:
+                self.c.abort(got.id, wid, got.lease, "broken", "no luck")
+        self.assertEqual(self.status_is(aborts.id, "aborted").errors[-1]["code"], "dependency_failed")
+        _, got = self.claim_one(dependents)
+        self.assertEqual(got.id, runs.id)
+        self.assertEqual([(r.id, r.status) for r in got.dependency_results], [(ok.id, "completed"), (bad.id, "aborted")])
+        self.assertEqual(got.dependency_results[0].result, {"n": 1})
+        self.assertIsNone(got.dependency_results[0].error)
+        self.assertEqual(got.dependency_results[1].error["code"], "broken")
+        self.assertEqual(self.c.get(runs.id).dependency_results, got.dependency_results)
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.submit(dependents, None, depends_on=ok.id, on_dependency_failure="ignore")
+        self.assertEqual(cm.exception.field, "on_dependency_failure")
+
+    def test_await_children(self) -> None:
+        parents, kids = q("parents"), q("kids")
+        p = self.c.submit(parents, None)
+        wid, got = self.claim_one(parents)
+        cid = "kid-" + uuid.uuid4().hex
+        task, children = self.c.await_children(p.id, wid, got.lease, [
+            {"queue": kids, "spec": 1, "id": cid},
+            {"queue": kids, "spec": 2, "priority": 5},
+        ])
+        self.assertEqual((task.id, task.status, task.attempts), (p.id, "blocked", 0))
+        self.assertIn("TaskAwait", history_types(task))
+        self.assertEqual([c.spec for c in children], [1, 2])
+        self.assertEqual(children[0].id, cid)
+        self.assertFalse(children[0].duplicate)
+        self.assertEqual(task.depends_on, [c.id for c in children])
+        with self.assertRaises(norn.LeaseLost):
+            self.c.heartbeat(p.id, wid, got.lease)  # the await ended the lease
+        kw = self.c.register_worker("kid", [kids])
+        for k in self.c.claim(kw, kids, n=2):
+            self.c.complete(k.id, kw, k.lease, k.spec * 10)
+        self.status_is(p.id, "ready")
+        _, again = self.claim_one(parents)
+        self.assertEqual((again.id, again.attempts), (p.id, 1))
+        self.assertEqual([(r.id, r.status, r.result) for r in again.dependency_results],
+                         [(children[0].id, "completed", 10), (children[1].id, "completed", 20)])
+
+    def test_await_child_failure(self) -> None:
+        # abort (default): a failed child aborts the parent; continue: the
+        # parent runs and sees the failure.
+        parents, kids = q("parents"), q("kids")
+        aborted = self.c.submit(parents, None)
+        continued = self.c.submit(parents, None)
+        wid = self.c.register_worker("test", [parents])
+        got = {t.id: t for t in self.c.claim(wid, parents, n=2)}
+        self.c.await_children(aborted.id, wid, got[aborted.id].lease, [{"queue": kids, "max_attempts": 1}])
+        self.c.await_children(continued.id, wid, got[continued.id].lease, [{"queue": kids, "max_attempts": 1}],
+                              on_child_failure="continue")
+        kw = self.c.register_worker("kid", [kids])
+        for k in self.c.claim(kw, kids, n=2):
+            self.c.abort(k.id, kw, k.lease, "kid_broke")
+        self.assertEqual(self.status_is(aborted.id, "aborted").errors[-1]["code"], "dependency_failed")
+        _, again = self.claim_one(parents)
+        self.assertEqual(again.id, continued.id)
+        self.assertEqual([(r.status, r.error["code"]) for r in again.dependency_results], [("aborted", "kid_broke")])
+
+    def test_await_stale_lease_changes_nothing(self) -> None:
+        parents, kids = q("parents"), q("kids")
+        p = self.c.submit(parents, None)
+        wid, old = self.claim_one(parents)
+        self.c.yield_(p.id, wid, old.lease)
+        wid2, cur = self.claim_one(parents)
+        cid = "kid-" + uuid.uuid4().hex
+        with self.assertRaises(norn.LeaseLost) as cm:
+            self.c.await_children(p.id, wid, old.lease, [{"queue": kids, "id": cid}])
+        self.assertEqual((cm.exception.code, cm.exception.status), ("lease_lost", 409))
+        with self.assertRaises(norn.NotFound):
+            self.c.get(cid)
+        now = self.c.get(p.id)
+        self.assertEqual((now.status, now.lease, now.owner, now.depends_on), ("running", cur.lease, wid2, None))
+        self.assertNotIn("TaskAwait", history_types(now))
+        self.c.complete(p.id, wid2, cur.lease, "fine")
+
+    def test_await_invalid_names_the_field(self) -> None:
+        parents, kids = q("parents"), q("kids")
+        p = self.c.submit(parents, None)
+        wid, got = self.claim_one(parents)
+        cases = [
+            ({"tasks": [{"queue": kids}], "on_child_failure": "ignore"}, "on_child_failure"),
+            ({"tasks": []}, "tasks"),
+            ({"tasks": [{"queue": "bad queue"}]}, "tasks[0].queue"),
+        ]
+        for kw, field in cases:
+            with self.subTest(field=field):
+                with self.assertRaises(norn.InvalidArgument) as cm:
+                    self.c.await_children(p.id, wid, got.lease, **kw)
+                self.assertEqual(cm.exception.field, field)
+        now = self.c.get(p.id)
+        self.assertEqual((now.status, now.lease, now.depends_on), ("running", got.lease, None))
+        self.c.complete(p.id, wid, got.lease)
 
     def test_expiry(self) -> None:
         queue = q("expiry")

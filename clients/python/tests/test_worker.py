@@ -5,6 +5,7 @@ checkpoints, heartbeats, cancellation, lease loss, concurrency, shutdown
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import threading
 import unittest
 from typing import Iterator, List
+from unittest import mock
 
 import norn
 
@@ -144,6 +146,72 @@ class WorkerTest(unittest.TestCase):
             norn.Snooze()
         with self.assertRaises(norn.InvalidArgument):
             norn.Snooze(-1)
+
+    def test_await_children_in_two_stages(self) -> None:
+        # Each await ends the attempt without counting it and without a
+        # report (the handler's return is ignored), the children run, and
+        # the parent's next run sees their results, until it completes with
+        # their sum.
+        parents, kids = q("parents"), q("kids")
+        runs = []
+
+        def parent(task: norn.ActiveTask):
+            runs.append(len(task.dependency_results))
+            if not task.dependency_results:
+                task.await_children({"queue": kids, "spec": 1}, {"queue": kids, "spec": 2})
+                return "ignored"
+            if len(task.dependency_results) == 2:
+                task.await_children({"queue": kids, "spec": 3})
+                raise RuntimeError("ignored too: the attempt ended with the await")
+            if task.attempts != 1:
+                raise norn.Abort(f"attempts {task.attempts} on the last run, want 1: awaits do not count")
+            return sum(r.result for r in task.dependency_results) * 10
+
+        def kid(task: norn.ActiveTask):
+            return task.spec
+
+        reported = []
+
+        class Spy(norn.Client):
+            def complete(self, id, *a, **kw):
+                reported.append((id, "complete"))
+                return super().complete(id, *a, **kw)
+
+            def fail(self, id, *a, **kw):
+                reported.append((id, "fail"))
+                return super().fail(id, *a, **kw)
+
+            def abort(self, id, *a, **kw):
+                reported.append((id, "abort"))
+                return super().abort(id, *a, **kw)
+
+        spy = Spy(server.url)
+        self.addCleanup(spy.close)
+        t = self.c.submit(parents, None)
+        with running(norn.Worker(spy, {parents: parent, kids: kid}, concurrency=4, wait=1)):
+            done = self.status_is(t.id, "completed", "aborted")
+        self.assertEqual([op for tid, op in reported if tid == t.id], ["complete"], "only the last run is reported")
+        self.assertEqual((done.status, done.result, runs, len(done.depends_on)), ("completed", 60, [0, 2, 3], 3))
+        self.assertEqual(history_types(done).count("TaskAwait"), 2)
+        self.assertEqual(done.get("errors"), None, "no attempt was failed")
+        self.assertEqual(done.attempts, 1)
+
+    def test_await_children_refused_lets_the_handler_go_on(self) -> None:
+        queue = q("awaitbad")
+        seen = []
+
+        def handle(task: norn.ActiveTask):
+            try:
+                task.await_children({"queue": q("kids")}, on_child_failure="sometimes")
+            except norn.InvalidArgument as e:
+                seen.append(e.field)
+            return "went on"
+
+        t = self.c.submit(queue, None)
+        with running(norn.Worker(self.c, {queue: handle}, concurrency=1, wait=1)):
+            done = self.status_is(t.id, "completed", "aborted")
+        self.assertEqual((done.status, done.result, seen), ("completed", "went on", ["on_child_failure"]))
+        self.assertNotIn("TaskAwait", history_types(done))
 
     def test_middleware(self) -> None:
         queue = q("mw")
@@ -531,6 +599,54 @@ class ExampleTest(unittest.TestCase):
         # --trace: the attempt's span is logged, a child of the submitted traceparent.
         self.assertRegex(err, r"span process py-steps trace=4bf92f3577b34da6a3ce929d0e0e4736 span=[0-9a-f]{16} "
                               r"parent=00f067aa0ba902b7 outcome=complete")
+
+
+def readme_code(section: str) -> List[str]:
+    """The Python code blocks of a README section, in order."""
+    with open(os.path.join(PYTHON_ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read().split("\n### " + section + "\n", 1)[1].split("\n#", 1)[0]
+    return [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
+
+
+class ReadmeTest(unittest.TestCase):
+    """The README's examples of dependencies and awaits run as written and
+    do what it says."""
+
+    def setUp(self) -> None:
+        self.c = norn.Client(server.url)
+        self.addCleanup(self.c.close)
+
+    def run_code(self, code: str, ns: dict) -> str:
+        out = io.StringIO()
+        with mock.patch.dict(os.environ, {"NORN_SERVER": server.url}), contextlib.redirect_stdout(out):
+            exec(compile(code, "README.md", "exec"), ns)
+        self.addCleanup(ns["client"].close)
+        return out.getvalue()
+
+    def test_dependencies(self) -> None:
+        submit, handler = readme_code("Dependencies and their results")
+        ns: dict = {}
+        self.assertEqual(self.run_code(submit + handler, ns), "blocked run\n")
+
+        def fetch(task: norn.ActiveTask):
+            if task.spec["region"] == "us":
+                raise norn.Abort("us is down", code="down")
+            return task.spec["region"]
+
+        w = norn.Worker(self.c, {"fetch": fetch, "report": ns["make_report"]}, concurrency=2, wait=1)
+        with running(w):
+            done = wait_for(lambda: (lambda t: t if t.terminal else None)(self.c.get(ns["report"].id)), what="the report")
+        self.assertEqual((done.status, done.result), ("completed", {"regions": ["eu"], "missing": [ns["us"].id]}))
+        self.assertEqual(done.dependency_results[1].error["code"], "down")
+
+    def test_await(self) -> None:
+        (code,) = readme_code("Awaiting children")
+        setup, run = code.split("worker.run()", 1)
+        ns: dict = {}
+        self.run_code(setup, ns)
+        with running(ns["worker"]):
+            done = wait_for(lambda: (lambda t: t if t.terminal else None)(self.c.get(ns["job"].id)), what="the job")
+        self.assertEqual((done.status, done.result, history_types(done).count("TaskAwait")), ("completed", 5, 1))
 
 
 if __name__ == "__main__":
