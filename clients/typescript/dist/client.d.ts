@@ -23,6 +23,13 @@ export type Throughput = Schemas["Throughput"];
 export type Batch = Schemas["Batch"];
 export type BatchState = Schemas["BatchState"];
 export type ThroughputPoint = Schemas["ThroughputPoint"];
+/**
+ * The outcome of one ended dependency (or awaited child), as a task's
+ * `dependency_results` lists them in `depends_on` order: `status` is
+ * completed (with `result`), aborted or cancelled (with `error`), or deleted.
+ * Kept with the task even after the dependency is purged.
+ */
+export type DependencyResult = Schemas["DependencyResult"];
 /** A submitted task; `duplicate` is true when a task with its id existed. */
 export type SubmittedTask = Task & {
     duplicate?: boolean;
@@ -55,6 +62,13 @@ export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" |
     /** expires_at as a duration from when the task may first run. */
     expire_in?: Duration;
 };
+/** What a failed awaited child does to the task awaiting it (see {@link Client.awaitChildren}). */
+export type OnChildFailure = NonNullable<Schemas["AwaitRequest"]["on_child_failure"]>;
+/** The answer to an await: the task as it now is (blocked, or ready when every child had ended) and the children in request order. */
+export interface AwaitResult {
+    task: Task;
+    children: SubmittedTask[];
+}
 /** A task to submit in a batch or a transaction. */
 export type NewTask = TaskOptions & {
     queue: string;
@@ -383,6 +397,18 @@ export declare class Client {
     abort(id: string, worker: string, lease: number, error: TaskError, opts?: CallOptions): Promise<void>;
     /** Gives the task back: ready again at once, the attempt does not count. */
     yield(id: string, worker: string, lease: number, opts?: CallOptions): Promise<void>;
+    /**
+     * Submits `tasks` as children of the leased task, atomically, and makes
+     * the task wait for them: its lease ends without counting an attempt, it
+     * is blocked (history TaskAwait) until every child ended, then ready
+     * again, and its next claim carries the children's outcomes in
+     * `dependency_results`. A failed child aborts it with dependency_failed
+     * unless `on_child_failure` is "continue". Awaiting again from a later
+     * attempt adds more children.
+     */
+    awaitChildren(id: string, worker: string, lease: number, tasks: readonly NewTask[], opts?: {
+        on_child_failure?: OnChildFailure;
+    } & CallOptions): Promise<AwaitResult>;
     /** Puts the task back until `delay` from now (or `run_at`) without spending the attempt. */
     snooze(id: string, worker: string, lease: number, until: SnoozeUntil, opts?: CallOptions): Promise<void>;
     /** Runs lease operations in one call; each gets its own result or error, in order. */

@@ -574,6 +574,24 @@ export class Client {
     async yield(id, worker, lease, opts = {}) {
         await this.#call("POST", `/v1/tasks/${taskID(id)}/yield`, { body: { worker, lease }, signal: opts.signal });
     }
+    /**
+     * Submits `tasks` as children of the leased task, atomically, and makes
+     * the task wait for them: its lease ends without counting an attempt, it
+     * is blocked (history TaskAwait) until every child ended, then ready
+     * again, and its next claim carries the children's outcomes in
+     * `dependency_results`. A failed child aborts it with dependency_failed
+     * unless `on_child_failure` is "continue". Awaiting again from a later
+     * attempt adds more children.
+     */
+    async awaitChildren(id, worker, lease, tasks, opts = {}) {
+        if (!Array.isArray(tasks))
+            throw new InvalidArgument("must be an array of tasks", { field: "tasks" });
+        const body = { worker, lease, tasks: tasks.map((t, i) => newTask(t, `tasks[${i}].`)) };
+        if (opts.on_child_failure !== undefined)
+            body["on_child_failure"] = opts.on_child_failure;
+        const r = await this.#call("POST", `/v1/tasks/${taskID(id)}/await`, { body, signal: opts.signal });
+        return { task: r.task, children: r.children.map((c) => (c.duplicate ? { ...c.task, duplicate: true } : c.task)) };
+    }
     /** Puts the task back until `delay` from now (or `run_at`) without spending the attempt. */
     async snooze(id, worker, lease, until, opts = {}) {
         const body = { worker, lease, ...snoozeBody(until, "") };

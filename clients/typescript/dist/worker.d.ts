@@ -1,4 +1,4 @@
-import { Client, type LogEntry, type SnoozeUntil, type Task } from "./client.js";
+import { Client, type DependencyResult, type LogEntry, type NewTask, type OnChildFailure, type SnoozeUntil, type SubmittedTask, type Task } from "./client.js";
 import { NornError } from "./errors.js";
 import { type OtelSpan, type OtelTracer } from "./tracing.js";
 import { type Duration } from "./wire.js";
@@ -7,7 +7,9 @@ import { type Duration } from "./wire.js";
  * task with the value as its result (JSON; undefined: no result), throwing
  * {@link Abort} aborts it for good, throwing {@link Snooze} puts it back for
  * later without spending the attempt, throwing {@link Fail} or anything else
- * fails the attempt (retried per the task's policy, else aborted).
+ * fails the attempt (retried per the task's policy, else aborted). After
+ * {@link ActiveTask.awaitChildren} succeeded nothing is reported: the task
+ * waits for its children.
  */
 export type Handler = (task: ActiveTask) => unknown;
 /**
@@ -119,7 +121,7 @@ export declare class Snooze extends Error {
     readonly until: SnoozeUntil;
     constructor(until: SnoozeUntil);
 }
-type RunState = "running" | "finishing" | "gone" | "yielded";
+type RunState = "running" | "finishing" | "gone" | "yielded" | "awaited";
 /** The worker's bookkeeping of one claimed task. */
 declare class Run {
     readonly record: Task;
@@ -162,6 +164,12 @@ export declare class ActiveTask {
     /** The worker id holding the lease. */
     readonly worker: string;
     readonly dependsOn: string[];
+    /**
+     * The outcomes of the dependencies and awaited children that ended, in
+     * `dependsOn` order: `id`, `status` (completed, aborted, cancelled or
+     * deleted), `result` (completed ones) and `error` (failed ones).
+     */
+    readonly dependencyResults: DependencyResult[];
     /** The whole claimed task. */
     readonly record: Task;
     readonly signal: AbortSignal;
@@ -205,6 +213,31 @@ export declare class ActiveTask {
      * number it expects, so a retried append never lands twice.
      */
     log(data: unknown): Promise<LogEntry>;
+    /**
+     * Submits `children` and makes this task wait for them, atomically; then
+     * return from the handler: the attempt ends without counting and nothing
+     * more is reported for it (what the handler resolves with or throws is
+     * ignored). Once every child ended the task is claimed again, its
+     * {@link dependencyResults} holding their outcomes. A failed child aborts
+     * the task (dependency_failed) unless `on_child_failure` is "continue".
+     * Resolves with the children as submitted, in order. A later attempt may
+     * await again (a fan-out in stages):
+     *
+     * ```ts
+     * if (task.dependencyResults.length === 0) {
+     *   return task.awaitChildren([{ queue: "resize", spec: small }, { queue: "resize", spec: large }]);
+     * }
+     * // claimed again: every child ended
+     * return task.dependencyResults.map((r) => r.result);
+     * ```
+     *
+     * Rejects with InvalidArgument (nothing changed, the handler goes on),
+     * LeaseLost or Cancelled (the task is no longer this worker's), or a
+     * transport error; the handler's outcome is then reported as usual.
+     */
+    awaitChildren(children: readonly NewTask[], opts?: {
+        on_child_failure?: OnChildFailure;
+    }): Promise<SubmittedTask[]>;
     /** The log entries written under earlier claims of this task, oldest first (read once). */
     previousLog(): Promise<LogEntry[]>;
 }
@@ -237,6 +270,10 @@ export declare class Worker {
      * Resolves when run() has returned.
      */
     stop(): Promise<void>;
+    /** @internal */
+    _await(run: Run, children: readonly NewTask[], opts: {
+        on_child_failure?: OnChildFailure;
+    }): Promise<SubmittedTask[]>;
     /** @internal */
     _progress(run: Run, p: number): Promise<void>;
     /** @internal */

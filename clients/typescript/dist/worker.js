@@ -1,5 +1,5 @@
 import os from "node:os";
-import { Client } from "./client.js";
+import { Client, } from "./client.js";
 import { Cancelled, Conflict, Internal, InvalidArgument, LeaseLost, NornError, NotFound, PermissionDenied, Shutdown, Unauthenticated, Unavailable, InsufficientStorage, } from "./errors.js";
 import { loadOtelApi, parseTraceparent, spanTraceparent } from "./tracing.js";
 import { formatDuration, formatTime, parseDuration } from "./wire.js";
@@ -114,6 +114,12 @@ export class ActiveTask {
     /** The worker id holding the lease. */
     worker;
     dependsOn;
+    /**
+     * The outcomes of the dependencies and awaited children that ended, in
+     * `dependsOn` order: `id`, `status` (completed, aborted, cancelled or
+     * deleted), `result` (completed ones) and `error` (failed ones).
+     */
+    dependencyResults;
     /** The whole claimed task. */
     record;
     signal;
@@ -134,6 +140,7 @@ export class ActiveTask {
         this.lease = r.lease;
         this.worker = r.worker;
         this.dependsOn = [...(rec.depends_on ?? [])];
+        this.dependencyResults = [...(rec.dependency_results ?? [])];
         this.signal = r.ctl.signal;
     }
     /** The W3C traceparent the task carries, when the server records one. */
@@ -222,6 +229,31 @@ export class ActiveTask {
         const p = r.logQueue.then(() => this.#w._appendLog(r, data));
         r.logQueue = p.catch(() => { });
         return p;
+    }
+    /**
+     * Submits `children` and makes this task wait for them, atomically; then
+     * return from the handler: the attempt ends without counting and nothing
+     * more is reported for it (what the handler resolves with or throws is
+     * ignored). Once every child ended the task is claimed again, its
+     * {@link dependencyResults} holding their outcomes. A failed child aborts
+     * the task (dependency_failed) unless `on_child_failure` is "continue".
+     * Resolves with the children as submitted, in order. A later attempt may
+     * await again (a fan-out in stages):
+     *
+     * ```ts
+     * if (task.dependencyResults.length === 0) {
+     *   return task.awaitChildren([{ queue: "resize", spec: small }, { queue: "resize", spec: large }]);
+     * }
+     * // claimed again: every child ended
+     * return task.dependencyResults.map((r) => r.result);
+     * ```
+     *
+     * Rejects with InvalidArgument (nothing changed, the handler goes on),
+     * LeaseLost or Cancelled (the task is no longer this worker's), or a
+     * transport error; the handler's outcome is then reported as usual.
+     */
+    awaitChildren(children, opts = {}) {
+        return this.#w._await(this.#r, children, opts);
     }
     /** The log entries written under earlier claims of this task, oldest first (read once). */
     previousLog() {
@@ -749,6 +781,30 @@ export class Worker {
         }
     }
     // ---- calls a task makes ------------------------------------------------
+    /** @internal */
+    async _await(run, children, opts) {
+        if (run.state !== "running") {
+            if (run.ctl.signal.aborted)
+                throw run.ctl.signal.reason;
+            throw new Error(`await: task ${JSON.stringify(run.id)} is no longer running in this worker (awaited already?)`);
+        }
+        // Heartbeats go on while the call is in flight; the handler's outcome
+        // cannot be reported meanwhile.
+        run.state = "finishing";
+        let out;
+        try {
+            ({ children: out } = await this.client.awaitChildren(run.id, run.worker, run.lease, children, opts));
+        }
+        catch (e) {
+            if (run.state === "finishing")
+                run.state = "running";
+            throw this.#check(run, e);
+        }
+        if (run.state === "finishing")
+            run.state = "awaited";
+        this.#log.info?.(`norn task ${run.id}: awaits ${out.length} children`);
+        return out;
+    }
     /** @internal */
     async _progress(run, p) {
         const sent = now();

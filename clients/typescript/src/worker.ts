@@ -1,5 +1,15 @@
 import os from "node:os";
-import { Client, type LeaseOp, type LogEntry, type SnoozeUntil, type Task } from "./client.js";
+import {
+  Client,
+  type DependencyResult,
+  type LeaseOp,
+  type LogEntry,
+  type NewTask,
+  type OnChildFailure,
+  type SnoozeUntil,
+  type SubmittedTask,
+  type Task,
+} from "./client.js";
 import {
   Cancelled,
   Conflict,
@@ -22,7 +32,9 @@ import { type Duration, type Time, formatDuration, formatTime, parseDuration } f
  * task with the value as its result (JSON; undefined: no result), throwing
  * {@link Abort} aborts it for good, throwing {@link Snooze} puts it back for
  * later without spending the attempt, throwing {@link Fail} or anything else
- * fails the attempt (retried per the task's policy, else aborted).
+ * fails the attempt (retried per the task's policy, else aborted). After
+ * {@link ActiveTask.awaitChildren} succeeded nothing is reported: the task
+ * waits for its children.
  */
 export type Handler = (task: ActiveTask) => unknown;
 
@@ -159,7 +171,9 @@ const ABANDON_AFTER_MS = 5_000;
 // Recorded error descriptions stay well inside the server's limits.
 const MAX_DESCRIPTION = 8000;
 
-type RunState = "running" | "finishing" | "gone" | "yielded";
+// awaited: the handler awaited children, which ended the lease; nothing
+// more is sent.
+type RunState = "running" | "finishing" | "gone" | "yielded" | "awaited";
 
 /** The worker's bookkeeping of one claimed task. */
 class Run {
@@ -213,6 +227,12 @@ export class ActiveTask {
   /** The worker id holding the lease. */
   readonly worker: string;
   readonly dependsOn: string[];
+  /**
+   * The outcomes of the dependencies and awaited children that ended, in
+   * `dependsOn` order: `id`, `status` (completed, aborted, cancelled or
+   * deleted), `result` (completed ones) and `error` (failed ones).
+   */
+  readonly dependencyResults: DependencyResult[];
   /** The whole claimed task. */
   readonly record: Task;
   readonly signal: AbortSignal;
@@ -234,6 +254,7 @@ export class ActiveTask {
     this.lease = r.lease;
     this.worker = r.worker;
     this.dependsOn = [...(rec.depends_on ?? [])];
+    this.dependencyResults = [...(rec.dependency_results ?? [])];
     this.signal = r.ctl.signal;
   }
 
@@ -329,6 +350,32 @@ export class ActiveTask {
     const p = r.logQueue.then(() => this.#w._appendLog(r, data));
     r.logQueue = p.catch(() => {});
     return p;
+  }
+
+  /**
+   * Submits `children` and makes this task wait for them, atomically; then
+   * return from the handler: the attempt ends without counting and nothing
+   * more is reported for it (what the handler resolves with or throws is
+   * ignored). Once every child ended the task is claimed again, its
+   * {@link dependencyResults} holding their outcomes. A failed child aborts
+   * the task (dependency_failed) unless `on_child_failure` is "continue".
+   * Resolves with the children as submitted, in order. A later attempt may
+   * await again (a fan-out in stages):
+   *
+   * ```ts
+   * if (task.dependencyResults.length === 0) {
+   *   return task.awaitChildren([{ queue: "resize", spec: small }, { queue: "resize", spec: large }]);
+   * }
+   * // claimed again: every child ended
+   * return task.dependencyResults.map((r) => r.result);
+   * ```
+   *
+   * Rejects with InvalidArgument (nothing changed, the handler goes on),
+   * LeaseLost or Cancelled (the task is no longer this worker's), or a
+   * transport error; the handler's outcome is then reported as usual.
+   */
+  awaitChildren(children: readonly NewTask[], opts: { on_child_failure?: OnChildFailure } = {}): Promise<SubmittedTask[]> {
+    return this.#w._await(this.#r, children, opts);
   }
 
   /** The log entries written under earlier claims of this task, oldest first (read once). */
@@ -821,6 +868,27 @@ export class Worker {
   }
 
   // ---- calls a task makes ------------------------------------------------
+
+  /** @internal */
+  async _await(run: Run, children: readonly NewTask[], opts: { on_child_failure?: OnChildFailure }): Promise<SubmittedTask[]> {
+    if (run.state !== "running") {
+      if (run.ctl.signal.aborted) throw run.ctl.signal.reason;
+      throw new Error(`await: task ${JSON.stringify(run.id)} is no longer running in this worker (awaited already?)`);
+    }
+    // Heartbeats go on while the call is in flight; the handler's outcome
+    // cannot be reported meanwhile.
+    run.state = "finishing";
+    let out: SubmittedTask[];
+    try {
+      ({ children: out } = await this.client.awaitChildren(run.id, run.worker, run.lease, children, opts));
+    } catch (e) {
+      if ((run.state as RunState) === "finishing") run.state = "running";
+      throw this.#check(run, e);
+    }
+    if ((run.state as RunState) === "finishing") run.state = "awaited";
+    this.#log.info?.(`norn task ${run.id}: awaits ${out.length} children`);
+    return out;
+  }
 
   /** @internal */
   async _progress(run: Run, p: number): Promise<void> {
