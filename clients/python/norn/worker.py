@@ -14,7 +14,7 @@ raises ``norn.Snooze``     scheduled again after the given delay, the
 raises ``norn.Fail``       failed with the given code: retried per the
                            task's retry policy, else aborted
 raises anything else       failed (code ``handler_error``), likewise
-calls ``task.await_children``  blocked until its children ended, then
+calls ``await_children``   blocked until its children ended, then
                            claimed again with their outcomes in
                            ``dependency_results``; the attempt not
                            counted and what the handler returns ignored
