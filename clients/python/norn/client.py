@@ -1006,15 +1006,51 @@ class Client:
         """Finishes a task unsuccessfully for good."""
         self._call("POST", "/v1/tasks/" + _seg(id) + "/abort", body=_finish_body(worker, lease, code, description, args))
 
-    def snooze(self, id: str, worker: str, lease: int, *, delay: Optional[Duration] = None, run_at: Optional[Time] = None) -> None:
+    def snooze(
+        self,
+        id: str,
+        worker: str,
+        lease: int,
+        *,
+        delay: Optional[Duration] = None,
+        run_at: Optional[Time] = None,
+        until_signal: Optional[str] = None,
+        timeout: Optional[Duration] = None,
+    ) -> None:
         """Puts the task back until ``delay`` from now (or ``run_at``)
-        without spending an attempt."""
+        without spending an attempt. With ``until_signal`` instead it stays
+        scheduled until a signal of that name arrives (then ready at once;
+        one sent before this call counts) or ``timeout`` passes (default
+        24h; then ready with ``signal_wait.received`` False). Give exactly
+        one of ``delay``, ``run_at`` and ``until_signal``."""
         body: Dict[str, Any] = {"worker": worker, "lease": lease}
         if delay is not None:
             body["delay"] = format_duration(delay, "delay")
         if run_at is not None:
             body["run_at"] = format_time(run_at, "run_at")
+        if until_signal is not None:
+            body["until_signal"] = until_signal
+        if timeout is not None:
+            body["timeout"] = format_duration(timeout, "timeout")
         self._call("POST", "/v1/tasks/" + _seg(id) + "/snooze", body=body)
+
+    def send_signal(self, id: str, name: str, data: Any = None) -> Record:
+        """Sends the task a signal named ``name`` with optional JSON
+        ``data``; a task waiting for that name (:meth:`snooze` with
+        ``until_signal``) becomes ready. The task keeps every signal, in
+        order. Returns the signal as stored: ``seq``, ``name``, ``data``,
+        ``time``. NotFound for a missing task, Conflict for one that ended."""
+        body: Dict[str, Any] = {"name": name}
+        if data is not None:
+            body["data"] = data
+        return Record(self._call("POST", "/v1/tasks/" + _seg(id) + "/signals", body=body)["signal"])
+
+    def list_signals(self, id: str, *, after: int = 0) -> List[Record]:
+        """The task's signals with a sequence number above ``after``, in
+        order (records with ``seq``, ``name``, ``data``, ``time``)."""
+        q = [("after", str(after))] if after else []
+        out = self._call("GET", "/v1/tasks/" + _seg(id) + "/signals", query=q)
+        return [Record(x) for x in out.get("signals") or ()]
 
     def await_children(
         self,

@@ -63,6 +63,21 @@ class Task(Record):
         return [Record(r) for r in self.get("dependency_results") or ()]
 
     @property
+    def signals(self) -> List[Record]:
+        """The signals the task received, in order: records with ``seq``,
+        ``name``, ``data`` and ``time`` (empty in the summary view)."""
+        return [Record(x) for x in self.get("signals") or ()]
+
+    @property
+    def signal_wait(self) -> Optional[Record]:
+        """The task's last wait for a signal (a snooze with
+        ``until_signal``): a record with ``name``, ``until`` and
+        ``received`` (False once the task runs again: the wait timed out),
+        or None if it never waited."""
+        w = self.get("signal_wait")
+        return Record(w) if isinstance(w, dict) else None
+
+    @property
     def terminal(self) -> bool:
         """Whether the task has finished (completed, aborted or cancelled)."""
         return self.get("status") in ("completed", "aborted", "cancelled")

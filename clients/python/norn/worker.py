@@ -9,8 +9,9 @@ handler                    task becomes
 =========================  ==========================================
 returns a value            completed, the value (JSON) is its result
 raises ``norn.Abort``      aborted, never retried
-raises ``norn.Snooze``     scheduled again after the given delay, the
-                           attempt not counted
+raises ``norn.Snooze``     scheduled again after the given delay (or
+                           until a signal arrives), the attempt not
+                           counted
 raises ``norn.Fail``       failed with the given code: retried per the
                            task's retry policy, else aborted
 raises anything else       failed (code ``handler_error``), likewise
@@ -96,18 +97,38 @@ class Fail(Exception):
 class Snooze(Exception):
     """Raise it from a handler to put the task back until ``delay`` seconds
     (a number, timedelta or duration string) from now, or until ``run_at``,
-    without spending an attempt: ``raise norn.Snooze(30)``."""
+    without spending an attempt: ``raise norn.Snooze(30)``.
 
-    def __init__(self, delay: Optional[Any] = None, *, run_at: Optional[Any] = None) -> None:
-        if (delay is None) == (run_at is None):
-            raise InvalidArgument("give exactly one of delay and run_at", field="delay")
+    With ``until_signal`` the task waits for a signal of that name instead
+    (sent with :meth:`Client.send_signal`), at most ``timeout`` (default
+    24h): it is claimed again once the signal arrives (at once if one came
+    before) or the timeout passes, and ``task.signal_wait.received`` tells
+    which: ``raise norn.Snooze(until_signal="approval", timeout="24h")``."""
+
+    def __init__(self, delay: Optional[Any] = None, *, run_at: Optional[Any] = None,
+                 until_signal: Optional[str] = None, timeout: Optional[Any] = None) -> None:
+        if sum(x is not None for x in (delay, run_at, until_signal)) != 1:
+            raise InvalidArgument("give exactly one of delay, run_at and until_signal", field="delay")
+        if timeout is not None and until_signal is None:
+            raise InvalidArgument("only with until_signal", field="timeout")
         if delay is not None:
             format_duration(delay, "delay")  # refuses a bad value here, in the handler
-        else:
+        elif run_at is not None:
             format_time(run_at, "run_at")
-        super().__init__(f"snoozed until {run_at}" if run_at is not None else f"snoozed for {delay}")
+        else:
+            if not isinstance(until_signal, str) or not until_signal:
+                raise InvalidArgument("must be a non-empty string", field="until_signal")
+            if timeout is not None:
+                format_duration(timeout, "timeout")
+        if until_signal is not None:
+            msg = f"waits for signal {until_signal!r}" + (f" at most {timeout}" if timeout is not None else "")
+        else:
+            msg = f"snoozed until {run_at}" if run_at is not None else f"snoozed for {delay}"
+        super().__init__(msg)
         self.delay = delay
         self.run_at = run_at
+        self.until_signal = until_signal
+        self.timeout = timeout
 
 
 # Where a claimed task is in its life on this worker.
@@ -150,8 +171,11 @@ class ActiveTask:
     and is never reused), ``worker``, ``depends_on``,
     ``dependency_results`` (the outcomes of the dependencies and awaited
     children that ended: records with ``id``, ``status``, ``result``,
-    ``error``), ``batch`` (the batch the task joined, or None) and
-    ``traceparent``
+    ``error``), ``signals`` (the signals received before the claim:
+    records with ``seq``, ``name``, ``data``, ``time``), ``signal_wait``
+    (the last wait for a signal: ``name``, ``until``, ``received``; None
+    if the task never waited), ``batch`` (the batch the task joined, or
+    None) and ``traceparent``
     (the W3C trace context the task was submitted with, or None) read the
     claimed task; ``record`` is all of it. The methods talk to the server
     under the task's lease and are safe to call from the handler's threads;
@@ -176,6 +200,10 @@ class ActiveTask:
         # Outcomes of the ended dependencies and awaited children, in
         # depends_on order (records with id, status, result, error).
         self.dependency_results: List[Record] = rec.dependency_results
+        # The signals received before this claim, and the last wait for one
+        # (None if the task never waited; received False: it timed out).
+        self.signals: List[Record] = rec.signals
+        self.signal_wait: Optional[Record] = rec.signal_wait
 
     def __repr__(self) -> str:
         return f"<norn.ActiveTask {self.id} queue={self.queue!r} lease={self.lease}>"
@@ -366,6 +394,25 @@ class ActiveTask:
                 r.state = _AWAITED
         w.log.info("norn task %s: awaits %d children", r.id, len(out))
         return out
+
+    def new_signals(self, after: int = 0) -> List[Record]:
+        """The signals the task received after sequence number ``after``
+        (0: all), in order, read from the server now: a long handler
+        waiting on a person or another system can poll for them
+        (``signals`` holds those received before the claim)::
+
+            seen = task.signals[-1].seq if task.signals else 0
+            while not task.cancelled:
+                for s in task.new_signals(seen):
+                    seen = s.seq
+                    ...
+                task.sleep(5)"""
+        r, w = self._r, self._w
+        self.check()
+        try:
+            return w.client.list_signals(r.id, after=after)
+        except NornError as e:
+            raise w._check(r, e)
 
     def previous_log(self) -> List[LogEntry]:
         """The log entries written under earlier claims of this task, oldest
@@ -857,7 +904,8 @@ class Worker:
                 elif op == "fail":
                     c.fail(run.id, run.worker, run.lease, code, desc, details, retry_in=exc.retry_in if isinstance(exc, Fail) else None)
                 elif op == "snooze":
-                    c.snooze(run.id, run.worker, run.lease, delay=details.delay, run_at=details.run_at)
+                    c.snooze(run.id, run.worker, run.lease, delay=details.delay, run_at=details.run_at,
+                             until_signal=details.until_signal, timeout=details.timeout)
                 else:
                     c.abort(run.id, run.worker, run.lease, code, desc, details)
                 return None

@@ -428,6 +428,65 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(norn.LeaseLost):
             self.c.snooze(t.id, wid, got.lease, delay=1)
 
+    def test_signals(self) -> None:
+        queue = q("signals")
+        t = self.c.submit(queue, None)
+        first = self.c.send_signal(t.id, "approval", {"by": "ada"})
+        self.assertEqual((first.seq, first.name, first.data), (1, "approval", {"by": "ada"}))
+        self.assertIsNotNone(parse_time(first.time))
+        second = self.c.send_signal(t.id, "note")
+        self.assertEqual((second.seq, second.name, second.data), (2, "note", None))
+        self.assertEqual([(s.seq, s.name) for s in self.c.list_signals(t.id)], [(1, "approval"), (2, "note")])
+        self.assertEqual([s.seq for s in self.c.list_signals(t.id, after=1)], [2])
+        self.assertEqual(self.c.list_signals(t.id, after=2), [])
+        self.assertEqual([s.name for s in self.c.get(t.id).signals], ["approval", "note"])
+
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.send_signal(t.id, "")
+        self.assertEqual(cm.exception.field, "name")
+        with self.assertRaises(norn.NotFound):
+            self.c.send_signal("no-such-task-" + uuid.uuid4().hex, "approval")
+        with self.assertRaises(norn.NotFound):
+            self.c.list_signals("no-such-task-" + uuid.uuid4().hex)
+        self.c.cancel(t.id)
+        with self.assertRaises(norn.Conflict):
+            self.c.send_signal(t.id, "approval")
+        self.assertEqual(len(self.c.list_signals(t.id)), 2, "a refused signal changes nothing")
+
+    def test_snooze_until_signal(self) -> None:
+        queue = q("sigwait")
+        t = self.c.submit(queue, None)
+        wid, got = self.claim_one(queue)
+        self.assertIsNone(got.signal_wait)
+        for kw, field in (({"until_signal": "go", "delay": 5}, "until_signal"),
+                          ({"until_signal": "go", "timeout": -1}, "timeout"),
+                          ({"delay": 5, "timeout": "1h"}, "timeout"),
+                          ({"until_signal": "x" * 129}, "until_signal")):
+            with self.subTest(kw=kw), self.assertRaises(norn.InvalidArgument) as cm:
+                self.c.snooze(t.id, wid, got.lease, **kw)
+            self.assertEqual(cm.exception.field, field)
+        self.c.snooze(t.id, wid, got.lease, until_signal="go", timeout="1h")
+        s = self.c.get(t.id)
+        self.assertEqual((s.status, s.attempts, s.signal_wait.name, s.signal_wait.received), ("scheduled", 0, "go", False))
+        self.assertGreater((s.time("run_at") - s.time("updated")).total_seconds(), 3500)
+        self.c.send_signal(t.id, "other")
+        self.assertEqual(self.c.get(t.id).status, "scheduled", "another name does not end the wait")
+        self.c.send_signal(t.id, "go", 7)
+        self.assertEqual(self.c.get(t.id).status, "ready")
+        _, again = self.claim_one(queue)
+        self.assertEqual((again.id, again.signal_wait.name, again.signal_wait.received), (t.id, "go", True))
+        self.assertEqual([(x.name, x.data) for x in again.signals], [("other", None), ("go", 7)])
+
+    def test_snooze_until_signal_times_out(self) -> None:
+        queue = q("sigtimeout")
+        t = self.c.submit(queue, None)
+        wid, got = self.claim_one(queue)
+        self.c.snooze(t.id, wid, got.lease, until_signal="go", timeout="1s")
+        self.assertEqual(self.c.get(t.id).status, "scheduled")
+        claimed = wait_for(lambda: self.c.claim(wid, queue), what="the wait to time out")
+        self.assertEqual((claimed[0].id, claimed[0].signal_wait.name, claimed[0].signal_wait.received), (t.id, "go", False))
+        self.assertEqual(claimed[0].signals, [])
+
     def test_schedules(self) -> None:
         queue = q("sched")
         name = q("nightly")

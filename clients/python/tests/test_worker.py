@@ -213,6 +213,96 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual((done.status, done.result, seen), ("completed", "went on", ["on_child_failure"]))
         self.assertNotIn("TaskAwait", history_types(done))
 
+    def test_snooze_until_signal(self) -> None:
+        # The handler waits for "approval"; the test sends it once the task
+        # is waiting, and the next run completes with the signal's data.
+        queue = q("approve")
+        runs = []
+
+        def handle(task: norn.ActiveTask):
+            runs.append(task.signal_wait)
+            if task.signal_wait is None:
+                raise norn.Snooze(until_signal="approval", timeout="1h")
+            if not task.signal_wait.received:
+                raise norn.Abort("not approved in time")
+            return {"approved_by": [s.data for s in task.signals if s.name == "approval"][-1], "attempts": task.attempts}
+
+        t = self.c.submit(queue, None)
+        with running(norn.Worker(self.c, {queue: handle}, concurrency=1, wait=1)):
+            waiting = wait_for(lambda: (lambda x: x if x.status == "scheduled" and x.signal_wait else None)(self.c.get(t.id)),
+                               what="the task to wait for its signal")
+            self.assertEqual((waiting.signal_wait.name, waiting.signal_wait.received, waiting.attempts), ("approval", False, 0))
+            self.c.send_signal(t.id, "approval", "ada")
+            done = self.status_is(t.id, "completed", "aborted")
+        self.assertEqual((done.status, done.result), ("completed", {"approved_by": "ada", "attempts": 1}))
+        self.assertEqual(len(runs), 2)
+        self.assertEqual((done.signal_wait.name, done.signal_wait.received), ("approval", True))
+        self.assertIn("TaskSnooze", history_types(done))
+
+    def test_signal_sent_before_the_wait(self) -> None:
+        # A signal already there makes the wait end at once: with an hour's
+        # timeout, the task completes only because the signal counted.
+        queue = q("early")
+
+        def handle(task: norn.ActiveTask):
+            if task.signal_wait is None:
+                raise norn.Snooze(until_signal="go", timeout="1h")
+            return [task.signal_wait.received, [s.data for s in task.signals]]
+
+        t = self.c.submit(queue, None)
+        self.c.send_signal(t.id, "go", 42)
+        with running(norn.Worker(self.c, {queue: handle}, concurrency=1, wait=1)):
+            done = self.status_is(t.id, "completed", "aborted")
+        self.assertEqual((done.status, done.result), ("completed", [True, [42]]))
+        self.assertIn("TaskSnooze", history_types(done))
+
+    def test_signal_wait_times_out(self) -> None:
+        queue = q("late")
+
+        def handle(task: norn.ActiveTask):
+            if task.signal_wait is None:
+                raise norn.Snooze(until_signal="approval", timeout="1s")
+            return {"received": task.signal_wait.received, "signals": task.signals}
+
+        t = self.c.submit(queue, None)
+        with running(norn.Worker(self.c, {queue: handle}, concurrency=1, wait=1)):
+            done = self.status_is(t.id, "completed", "aborted")
+        self.assertEqual((done.status, done.result), ("completed", {"received": False, "signals": []}))
+
+    def test_new_signals_while_running(self) -> None:
+        # A handler that keeps running polls for signals sent meanwhile.
+        queue = q("poll")
+        started = threading.Event()
+
+        def handle(task: norn.ActiveTask):
+            started.set()
+            seen = 0
+            got = []
+            while not task.cancelled:
+                for sg in task.new_signals(seen):
+                    seen = sg.seq
+                    got.append(sg.data)
+                    if sg.name == "stop":
+                        return got
+                task.sleep(0.02)
+
+        t = self.c.submit(queue, None)
+        with running(norn.Worker(self.c, {queue: handle}, concurrency=1, wait=1)):
+            self.assertTrue(started.wait(60))
+            self.c.send_signal(t.id, "more", 1)
+            self.c.send_signal(t.id, "stop", 2)
+            done = self.status_is(t.id, "completed", "aborted")
+        self.assertEqual((done.status, done.result), ("completed", [1, 2]))
+
+    def test_snooze_until_signal_refused_locally(self) -> None:
+        for kw, field in (({"until_signal": ""}, "until_signal"),
+                          ({"until_signal": "go", "delay": 1}, "delay"),
+                          ({"delay": 1, "timeout": "1h"}, "timeout"),
+                          ({"until_signal": "go", "timeout": "soon"}, "timeout")):
+            with self.subTest(kw=kw), self.assertRaises(norn.InvalidArgument) as cm:
+                norn.Snooze(**kw)
+            self.assertEqual(cm.exception.field, field)
+
     def test_middleware(self) -> None:
         queue = q("mw")
         trace = []
@@ -647,6 +737,19 @@ class ReadmeTest(unittest.TestCase):
         with running(ns["worker"]):
             done = wait_for(lambda: (lambda t: t if t.terminal else None)(self.c.get(ns["job"].id)), what="the job")
         self.assertEqual((done.status, done.result, history_types(done).count("TaskAwait")), ("completed", 5, 1))
+
+
+    def test_signals(self) -> None:
+        (code,) = readme_code("Signals")
+        setup, rest = code.split("worker.run()", 1)
+        send = rest.split("\n", 1)[1]
+        ns: dict = {}
+        self.run_code(setup, ns)
+        with running(ns["worker"]):
+            wait_for(lambda: (lambda t: t.status == "scheduled" and t.signal_wait)(self.c.get(ns["job"].id)), what="the job to wait")
+            self.run_code(send, ns)
+            done = wait_for(lambda: (lambda t: t if t.terminal else None)(self.c.get(ns["job"].id)), what="the job")
+        self.assertEqual((done.status, done.result), ("completed", {"paid": 40, "approved_by": "ada"}))
 
 
 if __name__ == "__main__":
