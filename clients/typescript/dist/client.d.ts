@@ -30,6 +30,13 @@ export type ThroughputPoint = Schemas["ThroughputPoint"];
  * Kept with the task even after the dependency is purged.
  */
 export type DependencyResult = Schemas["DependencyResult"];
+/** A signal a task received: `seq` (1, 2, … per task), `name`, `data` (any JSON) and `time`. */
+export type Signal = Schemas["Signal"];
+/**
+ * A task's last wait for a signal: `name`, `until` (when it times out) and
+ * `received` (false on a task running again: the wait timed out).
+ */
+export type SignalWait = Schemas["SignalWait"];
 /** A submitted task; `duplicate` is true when a task with its id existed. */
 export type SubmittedTask = Task & {
     duplicate?: boolean;
@@ -151,13 +158,28 @@ export type ScheduleOptions = Omit<Schemas["ScheduleUpdate"], "timeout" | "retry
     max_runtime?: Duration;
 };
 /** When a snoozed task becomes ready again: after `delay`, or at `run_at`. */
-export type SnoozeUntil = {
+export type SnoozeTime = {
     delay: Duration;
     run_at?: undefined;
+    until_signal?: undefined;
 } | {
     run_at: Time;
     delay?: undefined;
+    until_signal?: undefined;
 };
+/**
+ * A snooze until a signal named `until_signal` arrives (ready at once; one
+ * sent before counts) or `timeout` passes (default 24h; ready, with
+ * `signal_wait.received` false).
+ */
+export type SnoozeUntilSignal = {
+    until_signal: string;
+    timeout?: Duration;
+    delay?: undefined;
+    run_at?: undefined;
+};
+/** When a snoozed task becomes ready again: after `delay`, at `run_at`, or once a signal arrives. */
+export type SnoozeUntil = SnoozeTime | SnoozeUntilSignal;
 /** What a failing or aborting worker records. */
 export interface TaskError {
     code: string;
@@ -200,7 +222,7 @@ export type LeaseOp = {
     id: string;
     worker: string;
     lease: number;
-} & SnoozeUntil);
+} & SnoozeTime);
 /** The result of one lease batch operation: its answer, or its error. */
 export type LeaseOpResult = {
     deadline?: string;
@@ -276,6 +298,17 @@ export declare class Client {
         after?: number;
         limit?: number;
     } & CallOptions): Promise<LogEntry[]>;
+    /**
+     * Sends the task a signal named `name` with optional JSON `data`; a task
+     * waiting for that name (a snooze with `until_signal`) becomes ready. The
+     * task keeps every signal, in order. Resolves with the signal as stored.
+     * NotFound for a missing task, Conflict for one that ended.
+     */
+    sendSignal(id: string, name: string, data?: unknown, opts?: CallOptions): Promise<Signal>;
+    /** The task's signals with a sequence number above `after` (default 0: all), in order. */
+    listSignals(id: string, opts?: {
+        after?: number;
+    } & CallOptions): Promise<Signal[]>;
     /** Submits, updates, cancels and deletes all or nothing, once every requirement (`{id, version}`) holds. */
     transact(txn: {
         submit?: readonly NewTask[];
@@ -409,7 +442,13 @@ export declare class Client {
     awaitChildren(id: string, worker: string, lease: number, tasks: readonly NewTask[], opts?: {
         on_child_failure?: OnChildFailure;
     } & CallOptions): Promise<AwaitResult>;
-    /** Puts the task back until `delay` from now (or `run_at`) without spending the attempt. */
+    /**
+     * Puts the task back until `delay` from now (or `run_at`) without spending
+     * the attempt. With `until_signal` it stays scheduled until a signal of
+     * that name arrives (then ready at once; one sent before counts) or
+     * `timeout` passes (default 24h; then ready with `signal_wait.received`
+     * false).
+     */
     snooze(id: string, worker: string, lease: number, until: SnoozeUntil, opts?: CallOptions): Promise<void>;
     /** Runs lease operations in one call; each gets its own result or error, in order. */
     leaseBatch(ops: readonly LeaseOp[], opts?: CallOptions): Promise<LeaseOpResult[]>;

@@ -286,6 +286,27 @@ export class Client {
         const r = await this.#call("GET", `/v1/tasks/${taskID(id)}/log`, { query: q, signal: opts.signal });
         return r.entries;
     }
+    /**
+     * Sends the task a signal named `name` with optional JSON `data`; a task
+     * waiting for that name (a snooze with `until_signal`) becomes ready. The
+     * task keeps every signal, in order. Resolves with the signal as stored.
+     * NotFound for a missing task, Conflict for one that ended.
+     */
+    async sendSignal(id, name, data, opts = {}) {
+        const body = { name };
+        if (data !== undefined)
+            body["data"] = data;
+        const r = await this.#call("POST", `/v1/tasks/${taskID(id)}/signals`, { body, signal: opts.signal });
+        return r.signal;
+    }
+    /** The task's signals with a sequence number above `after` (default 0: all), in order. */
+    async listSignals(id, opts = {}) {
+        const q = new URLSearchParams();
+        if (opts.after)
+            q.set("after", String(opts.after));
+        const r = await this.#call("GET", `/v1/tasks/${taskID(id)}/signals`, { query: q, signal: opts.signal });
+        return r.signals;
+    }
     /** Submits, updates, cancels and deletes all or nothing, once every requirement (`{id, version}`) holds. */
     async transact(txn, opts = {}) {
         const body = {};
@@ -592,7 +613,13 @@ export class Client {
         const r = await this.#call("POST", `/v1/tasks/${taskID(id)}/await`, { body, signal: opts.signal });
         return { task: r.task, children: r.children.map((c) => (c.duplicate ? { ...c.task, duplicate: true } : c.task)) };
     }
-    /** Puts the task back until `delay` from now (or `run_at`) without spending the attempt. */
+    /**
+     * Puts the task back until `delay` from now (or `run_at`) without spending
+     * the attempt. With `until_signal` it stays scheduled until a signal of
+     * that name arrives (then ready at once; one sent before counts) or
+     * `timeout` passes (default 24h; then ready with `signal_wait.received`
+     * false).
+     */
     async snooze(id, worker, lease, until, opts = {}) {
         const body = { worker, lease, ...snoozeBody(until, "") };
         await this.#call("POST", `/v1/tasks/${taskID(id)}/snooze`, { body, signal: opts.signal });
@@ -603,7 +630,7 @@ export class Client {
             if (op.op === "heartbeat" && op.extend !== undefined)
                 return { ...op, extend: formatDuration(op.extend, `ops[${i}].extend`) };
             if (op.op === "snooze") {
-                const { delay: _d, run_at: _r, ...rest } = op;
+                const { delay: _d, run_at: _r, until_signal: _s, ...rest } = op;
                 return { ...rest, ...snoozeBody(op, `ops[${i}].`) };
             }
             return op;
@@ -677,6 +704,21 @@ function scheduleBody(s) {
     return out;
 }
 function snoozeBody(u, prefix) {
+    if (u !== null && typeof u === "object" && u.until_signal !== undefined) {
+        if (u.delay !== undefined || u.run_at !== undefined) {
+            throw new InvalidArgument("give until_signal, or delay or run_at, not both", { field: prefix + "until_signal" });
+        }
+        if (typeof u.until_signal !== "string" || u.until_signal === "") {
+            throw new InvalidArgument("must be a non-empty string", { field: prefix + "until_signal" });
+        }
+        const out = { until_signal: u.until_signal };
+        if (u.timeout !== undefined)
+            out["timeout"] = formatDuration(u.timeout, prefix + "timeout");
+        return out;
+    }
+    if (u !== null && typeof u === "object" && u.timeout !== undefined) {
+        throw new InvalidArgument("is the longest wait for until_signal; it needs one", { field: prefix + "timeout" });
+    }
     if (u === null || typeof u !== "object" || (u.delay === undefined) === (u.run_at === undefined)) {
         throw new InvalidArgument("give exactly one of delay and run_at", { field: prefix + "delay" });
     }

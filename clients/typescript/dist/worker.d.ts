@@ -1,4 +1,4 @@
-import { Client, type DependencyResult, type LogEntry, type NewTask, type OnChildFailure, type SnoozeUntil, type SubmittedTask, type Task } from "./client.js";
+import { Client, type DependencyResult, type LogEntry, type NewTask, type OnChildFailure, type Signal, type SignalWait, type SnoozeUntil, type SubmittedTask, type Task } from "./client.js";
 import { NornError } from "./errors.js";
 import { type OtelSpan, type OtelTracer } from "./tracing.js";
 import { type Duration } from "./wire.js";
@@ -114,8 +114,13 @@ export declare class Fail extends HandlerOutcome {
 /**
  * Throw it from a handler to put the task back until `delay` from now (ms or
  * a Go duration string) or until `run_at`, without spending the attempt:
- * `throw new Snooze({ delay: "30s" })`. A bad value is refused here, in the
- * handler.
+ * `throw new Snooze({ delay: "30s" })`. With `until_signal` the task waits
+ * for a signal of that name instead (sent with {@link Client.sendSignal}),
+ * at most `timeout` (default 24h): it is claimed again once the signal
+ * arrives (at once if one came before) or the timeout passes, and
+ * {@link ActiveTask.signalWait}`.received` tells which:
+ * `throw new Snooze({ until_signal: "approval", timeout: "24h" })`. A bad
+ * value is refused here, in the handler.
  */
 export declare class Snooze extends Error {
     readonly until: SnoozeUntil;
@@ -170,6 +175,14 @@ export declare class ActiveTask {
      * deleted), `result` (completed ones) and `error` (failed ones).
      */
     readonly dependencyResults: DependencyResult[];
+    /** The signals the task received before this claim, in order (see {@link newSignals}). */
+    readonly signals: Signal[];
+    /**
+     * The task's last wait for a signal (`throw new Snooze({ until_signal })`):
+     * `name`, `until` and `received` (false: the wait timed out); undefined if
+     * it never waited.
+     */
+    readonly signalWait: SignalWait | undefined;
     /** The whole claimed task. */
     readonly record: Task;
     readonly signal: AbortSignal;
@@ -238,6 +251,13 @@ export declare class ActiveTask {
     awaitChildren(children: readonly NewTask[], opts?: {
         on_child_failure?: OnChildFailure;
     }): Promise<SubmittedTask[]>;
+    /**
+     * The signals the task received after sequence number `after` (0: all),
+     * in order, read from the server now: a long handler waiting on a person
+     * or another system can poll for them ({@link signals} holds those
+     * received before the claim).
+     */
+    newSignals(after?: number): Promise<Signal[]>;
     /** The log entries written under earlier claims of this task, oldest first (read once). */
     previousLog(): Promise<LogEntry[]>;
 }
@@ -274,6 +294,8 @@ export declare class Worker {
     _await(run: Run, children: readonly NewTask[], opts: {
         on_child_failure?: OnChildFailure;
     }): Promise<SubmittedTask[]>;
+    /** @internal */
+    _signals(run: Run, after: number): Promise<Signal[]>;
     /** @internal */
     _progress(run: Run, p: number): Promise<void>;
     /** @internal */

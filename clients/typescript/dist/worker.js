@@ -40,16 +40,38 @@ export class Fail extends HandlerOutcome {
 /**
  * Throw it from a handler to put the task back until `delay` from now (ms or
  * a Go duration string) or until `run_at`, without spending the attempt:
- * `throw new Snooze({ delay: "30s" })`. A bad value is refused here, in the
- * handler.
+ * `throw new Snooze({ delay: "30s" })`. With `until_signal` the task waits
+ * for a signal of that name instead (sent with {@link Client.sendSignal}),
+ * at most `timeout` (default 24h): it is claimed again once the signal
+ * arrives (at once if one came before) or the timeout passes, and
+ * {@link ActiveTask.signalWait}`.received` tells which:
+ * `throw new Snooze({ until_signal: "approval", timeout: "24h" })`. A bad
+ * value is refused here, in the handler.
  */
 export class Snooze extends Error {
     until;
     constructor(until) {
-        if (until === null || typeof until !== "object" || (until.delay === undefined) === (until.run_at === undefined)) {
-            throw new InvalidArgument("give exactly one of delay and run_at", { field: "delay" });
+        let what;
+        if (until !== null && typeof until === "object" && until.until_signal !== undefined) {
+            if (until.delay !== undefined || until.run_at !== undefined) {
+                throw new InvalidArgument("give until_signal, or delay or run_at, not both", { field: "until_signal" });
+            }
+            if (typeof until.until_signal !== "string" || until.until_signal === "") {
+                throw new InvalidArgument("must be a non-empty string", { field: "until_signal" });
+            }
+            what = `until signal ${JSON.stringify(until.until_signal)}`;
+            if (until.timeout !== undefined)
+                what += `, at most ${formatDuration(until.timeout, "timeout")}`;
         }
-        const what = until.delay !== undefined ? `for ${formatDuration(until.delay, "delay")}` : `until ${formatTime(until.run_at, "run_at")}`;
+        else {
+            if (until === null || typeof until !== "object" || (until.delay === undefined) === (until.run_at === undefined)) {
+                throw new InvalidArgument("give exactly one of delay and run_at", { field: "delay" });
+            }
+            if (until.timeout !== undefined) {
+                throw new InvalidArgument("is the longest wait for until_signal; it needs one", { field: "timeout" });
+            }
+            what = until.delay !== undefined ? `for ${formatDuration(until.delay, "delay")}` : `until ${formatTime(until.run_at, "run_at")}`;
+        }
         super(`snoozed ${what}`);
         this.name = "Snooze";
         this.until = until;
@@ -120,6 +142,14 @@ export class ActiveTask {
      * deleted), `result` (completed ones) and `error` (failed ones).
      */
     dependencyResults;
+    /** The signals the task received before this claim, in order (see {@link newSignals}). */
+    signals;
+    /**
+     * The task's last wait for a signal (`throw new Snooze({ until_signal })`):
+     * `name`, `until` and `received` (false: the wait timed out); undefined if
+     * it never waited.
+     */
+    signalWait;
     /** The whole claimed task. */
     record;
     signal;
@@ -141,6 +171,8 @@ export class ActiveTask {
         this.worker = r.worker;
         this.dependsOn = [...(rec.depends_on ?? [])];
         this.dependencyResults = [...(rec.dependency_results ?? [])];
+        this.signals = [...(rec.signals ?? [])];
+        this.signalWait = rec.signal_wait;
         this.signal = r.ctl.signal;
     }
     /** The W3C traceparent the task carries, when the server records one. */
@@ -254,6 +286,15 @@ export class ActiveTask {
      */
     awaitChildren(children, opts = {}) {
         return this.#w._await(this.#r, children, opts);
+    }
+    /**
+     * The signals the task received after sequence number `after` (0: all),
+     * in order, read from the server now: a long handler waiting on a person
+     * or another system can poll for them ({@link signals} holds those
+     * received before the claim).
+     */
+    newSignals(after = 0) {
+        return this.#w._signals(this.#r, after);
     }
     /** The log entries written under earlier claims of this task, oldest first (read once). */
     previousLog() {
@@ -804,6 +845,17 @@ export class Worker {
             run.state = "awaited";
         this.#log.info?.(`norn task ${run.id}: awaits ${out.length} children`);
         return out;
+    }
+    /** @internal */
+    async _signals(run, after) {
+        if (run.ctl.signal.aborted)
+            throw run.ctl.signal.reason;
+        try {
+            return await this.client.listSignals(run.id, { after, signal: run.ctl.signal });
+        }
+        catch (e) {
+            throw this.#check(run, e);
+        }
     }
     /** @internal */
     async _progress(run, p) {

@@ -32,6 +32,13 @@ export type ThroughputPoint = Schemas["ThroughputPoint"];
  * Kept with the task even after the dependency is purged.
  */
 export type DependencyResult = Schemas["DependencyResult"];
+/** A signal a task received: `seq` (1, 2, … per task), `name`, `data` (any JSON) and `time`. */
+export type Signal = Schemas["Signal"];
+/**
+ * A task's last wait for a signal: `name`, `until` (when it times out) and
+ * `received` (false on a task running again: the wait timed out).
+ */
+export type SignalWait = Schemas["SignalWait"];
 
 /** A submitted task; `duplicate` is true when a task with its id existed. */
 export type SubmittedTask = Task & { duplicate?: boolean };
@@ -159,7 +166,19 @@ export type ScheduleOptions = Omit<Schemas["ScheduleUpdate"], "timeout" | "retry
 };
 
 /** When a snoozed task becomes ready again: after `delay`, or at `run_at`. */
-export type SnoozeUntil = { delay: Duration; run_at?: undefined } | { run_at: Time; delay?: undefined };
+export type SnoozeTime =
+  | { delay: Duration; run_at?: undefined; until_signal?: undefined }
+  | { run_at: Time; delay?: undefined; until_signal?: undefined };
+
+/**
+ * A snooze until a signal named `until_signal` arrives (ready at once; one
+ * sent before counts) or `timeout` passes (default 24h; ready, with
+ * `signal_wait.received` false).
+ */
+export type SnoozeUntilSignal = { until_signal: string; timeout?: Duration; delay?: undefined; run_at?: undefined };
+
+/** When a snoozed task becomes ready again: after `delay`, at `run_at`, or once a signal arrives. */
+export type SnoozeUntil = SnoozeTime | SnoozeUntilSignal;
 
 /** What a failing or aborting worker records. */
 export interface TaskError {
@@ -180,7 +199,7 @@ export type LeaseOp =
   | { op: "complete"; id: string; worker: string; lease: number; result?: unknown }
   | { op: "fail" | "abort"; id: string; worker: string; lease: number; error: TaskError }
   | { op: "yield"; id: string; worker: string; lease: number }
-  | ({ op: "snooze"; id: string; worker: string; lease: number } & SnoozeUntil);
+  | ({ op: "snooze"; id: string; worker: string; lease: number } & SnoozeTime);
 
 /** The result of one lease batch operation: its answer, or its error. */
 export type LeaseOpResult = { deadline?: string } | NornError;
@@ -491,6 +510,27 @@ export class Client {
     if (opts.limit) q.set("limit", String(opts.limit));
     const r = await this.#call<Schemas["LogResponse"]>("GET", `/v1/tasks/${taskID(id)}/log`, { query: q, signal: opts.signal });
     return r.entries;
+  }
+
+  /**
+   * Sends the task a signal named `name` with optional JSON `data`; a task
+   * waiting for that name (a snooze with `until_signal`) becomes ready. The
+   * task keeps every signal, in order. Resolves with the signal as stored.
+   * NotFound for a missing task, Conflict for one that ended.
+   */
+  async sendSignal(id: string, name: string, data?: unknown, opts: CallOptions = {}): Promise<Signal> {
+    const body: Record<string, unknown> = { name };
+    if (data !== undefined) body["data"] = data;
+    const r = await this.#call<Schemas["SignalResponse"]>("POST", `/v1/tasks/${taskID(id)}/signals`, { body, signal: opts.signal });
+    return r.signal;
+  }
+
+  /** The task's signals with a sequence number above `after` (default 0: all), in order. */
+  async listSignals(id: string, opts: { after?: number } & CallOptions = {}): Promise<Signal[]> {
+    const q = new URLSearchParams();
+    if (opts.after) q.set("after", String(opts.after));
+    const r = await this.#call<Schemas["SignalsResponse"]>("GET", `/v1/tasks/${taskID(id)}/signals`, { query: q, signal: opts.signal });
+    return r.signals;
   }
 
   /** Submits, updates, cancels and deletes all or nothing, once every requirement (`{id, version}`) holds. */
@@ -823,7 +863,13 @@ export class Client {
     return { task: r.task, children: r.children.map((c) => (c.duplicate ? { ...c.task, duplicate: true } : c.task)) };
   }
 
-  /** Puts the task back until `delay` from now (or `run_at`) without spending the attempt. */
+  /**
+   * Puts the task back until `delay` from now (or `run_at`) without spending
+   * the attempt. With `until_signal` it stays scheduled until a signal of
+   * that name arrives (then ready at once; one sent before counts) or
+   * `timeout` passes (default 24h; then ready with `signal_wait.received`
+   * false).
+   */
   async snooze(id: string, worker: string, lease: number, until: SnoozeUntil, opts: CallOptions = {}): Promise<void> {
     const body = { worker, lease, ...snoozeBody(until, "") };
     await this.#call("POST", `/v1/tasks/${taskID(id)}/snooze`, { body, signal: opts.signal });
@@ -834,7 +880,7 @@ export class Client {
     const wire = ops.map((op, i) => {
       if (op.op === "heartbeat" && op.extend !== undefined) return { ...op, extend: formatDuration(op.extend, `ops[${i}].extend`) };
       if (op.op === "snooze") {
-        const { delay: _d, run_at: _r, ...rest } = op;
+        const { delay: _d, run_at: _r, until_signal: _s, ...rest } = op as typeof op & { until_signal?: string };
         return { ...rest, ...snoozeBody(op, `ops[${i}].`) };
       }
       return op;
@@ -906,6 +952,20 @@ function scheduleBody(s: ScheduleOptions): Record<string, unknown> {
 }
 
 function snoozeBody(u: SnoozeUntil, prefix: string): Record<string, string> {
+  if (u !== null && typeof u === "object" && u.until_signal !== undefined) {
+    if (u.delay !== undefined || u.run_at !== undefined) {
+      throw new InvalidArgument("give until_signal, or delay or run_at, not both", { field: prefix + "until_signal" });
+    }
+    if (typeof u.until_signal !== "string" || u.until_signal === "") {
+      throw new InvalidArgument("must be a non-empty string", { field: prefix + "until_signal" });
+    }
+    const out: Record<string, string> = { until_signal: u.until_signal };
+    if (u.timeout !== undefined) out["timeout"] = formatDuration(u.timeout, prefix + "timeout");
+    return out;
+  }
+  if (u !== null && typeof u === "object" && (u as { timeout?: unknown }).timeout !== undefined) {
+    throw new InvalidArgument("is the longest wait for until_signal; it needs one", { field: prefix + "timeout" });
+  }
   if (u === null || typeof u !== "object" || (u.delay === undefined) === (u.run_at === undefined)) {
     throw new InvalidArgument("give exactly one of delay and run_at", { field: prefix + "delay" });
   }
