@@ -107,7 +107,9 @@ class Snooze(Exception):
 
     def __init__(self, delay: Optional[Any] = None, *, run_at: Optional[Any] = None,
                  until_signal: Optional[str] = None, timeout: Optional[Any] = None) -> None:
-        if sum(x is not None for x in (delay, run_at, until_signal)) != 1:
+        if until_signal is not None and (delay is not None or run_at is not None):
+            raise InvalidArgument("give until_signal, or delay or run_at, not both", field="until_signal")
+        if until_signal is None and (delay is None) == (run_at is None):
             raise InvalidArgument("give exactly one of delay, run_at and until_signal", field="delay")
         if timeout is not None and until_signal is None:
             raise InvalidArgument("only with until_signal", field="timeout")

@@ -296,7 +296,8 @@ class WorkerTest(unittest.TestCase):
 
     def test_snooze_until_signal_refused_locally(self) -> None:
         for kw, field in (({"until_signal": ""}, "until_signal"),
-                          ({"until_signal": "go", "delay": 1}, "delay"),
+                          ({"until_signal": "go", "delay": 1}, "until_signal"),
+                          ({}, "delay"),
                           ({"delay": 1, "timeout": "1h"}, "timeout"),
                           ({"until_signal": "go", "timeout": "soon"}, "timeout")):
             with self.subTest(kw=kw), self.assertRaises(norn.InvalidArgument) as cm:
