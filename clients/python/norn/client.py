@@ -976,6 +976,27 @@ class Client:
             body["extend"] = format_duration(extend, "extend")
         return self._call("POST", "/v1/tasks/" + _seg(id) + "/heartbeat", body=body)["deadline"]
 
+    def heartbeat_signals(
+        self,
+        id: str,
+        worker: str,
+        lease: int,
+        after: int = 0,
+        *,
+        progress: Optional[float] = None,
+        extend: Optional[Duration] = None,
+    ) -> Tuple[str, List[Record]]:
+        """A :meth:`heartbeat` that also answers with the task's signals
+        after sequence number ``after`` (0: all), in order: returns the new
+        deadline and those signals."""
+        body: Dict[str, Any] = {"worker": worker, "lease": lease, "signals_after": after}
+        if progress is not None:
+            body["progress"] = progress
+        if extend is not None:
+            body["extend"] = format_duration(extend, "extend")
+        out = self._call("POST", "/v1/tasks/" + _seg(id) + "/heartbeat", body=body)
+        return out["deadline"], [Record(x) for x in out.get("signals") or ()]
+
     def append_log(self, id: str, worker: str, lease: int, data: Any, *, seq: Optional[int] = None) -> LogEntry:
         """Appends ``data`` to the task's update log; with ``seq`` the entry
         must get exactly that number (Conflict otherwise)."""

@@ -477,6 +477,19 @@ class ClientTest(unittest.TestCase):
         self.assertEqual((again.id, again.signal_wait.name, again.signal_wait.received), (t.id, "go", True))
         self.assertEqual([(x.name, x.data) for x in again.signals], [("other", None), ("go", 7)])
 
+    def test_heartbeat_signals(self) -> None:
+        queue = q("sigbeat")
+        t = self.c.submit(queue, None)
+        wid, got = self.claim_one(queue)
+        deadline, sigs = self.c.heartbeat_signals(t.id, wid, got.lease)
+        self.assertEqual(sigs, [])
+        self.assertIsNotNone(parse_time(deadline))
+        self.c.send_signal(t.id, "a", 1)
+        self.c.send_signal(t.id, "b", 2)
+        self.assertEqual([(x.seq, x.data) for x in self.c.heartbeat_signals(t.id, wid, got.lease, progress=0.5)[1]], [(1, 1), (2, 2)])
+        self.assertEqual([x.name for x in self.c.heartbeat_signals(t.id, wid, got.lease, 1)[1]], ["b"])
+        self.assertEqual(self.c.get(t.id).progress, 0.5)
+
     def test_snooze_until_signal_times_out(self) -> None:
         queue = q("sigtimeout")
         t = self.c.submit(queue, None)

@@ -418,6 +418,18 @@ export declare class Client {
         progress?: number;
         extend?: Duration;
     } & CallOptions): Promise<string>;
+    /**
+     * A {@link heartbeat} that also answers with the task's signals after
+     * sequence number `after` (0: all), in order: the new deadline and those
+     * signals.
+     */
+    heartbeatSignals(id: string, worker: string, lease: number, after?: number, opts?: {
+        progress?: number;
+        extend?: Duration;
+    } & CallOptions): Promise<{
+        deadline: string;
+        signals: Signal[];
+    }>;
     /** Appends to the task's update log; `seq`, when given, must be the next number (Conflict otherwise). */
     appendLog(id: string, worker: string, lease: number, data: unknown, opts?: {
         seq?: number;

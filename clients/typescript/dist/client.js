@@ -567,6 +567,20 @@ export class Client {
         const r = await this.#call("POST", `/v1/tasks/${taskID(id)}/heartbeat`, { body, signal: opts.signal });
         return r.deadline;
     }
+    /**
+     * A {@link heartbeat} that also answers with the task's signals after
+     * sequence number `after` (0: all), in order: the new deadline and those
+     * signals.
+     */
+    async heartbeatSignals(id, worker, lease, after = 0, opts = {}) {
+        const body = { worker, lease, signals_after: after };
+        if (opts.progress !== undefined)
+            body["progress"] = opts.progress;
+        if (opts.extend !== undefined)
+            body["extend"] = formatDuration(opts.extend, "extend");
+        const r = await this.#call("POST", `/v1/tasks/${taskID(id)}/heartbeat`, { body, signal: opts.signal });
+        return { deadline: r.deadline, signals: r.signals ?? [] };
+    }
     /** Appends to the task's update log; `seq`, when given, must be the next number (Conflict otherwise). */
     async appendLog(id, worker, lease, data, opts = {}) {
         const body = { worker, lease, data };

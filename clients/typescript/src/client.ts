@@ -809,6 +809,25 @@ export class Client {
     return r.deadline;
   }
 
+  /**
+   * A {@link heartbeat} that also answers with the task's signals after
+   * sequence number `after` (0: all), in order: the new deadline and those
+   * signals.
+   */
+  async heartbeatSignals(
+    id: string,
+    worker: string,
+    lease: number,
+    after = 0,
+    opts: { progress?: number; extend?: Duration } & CallOptions = {},
+  ): Promise<{ deadline: string; signals: Signal[] }> {
+    const body: Record<string, unknown> = { worker, lease, signals_after: after };
+    if (opts.progress !== undefined) body["progress"] = opts.progress;
+    if (opts.extend !== undefined) body["extend"] = formatDuration(opts.extend, "extend");
+    const r = await this.#call<Schemas["DeadlineResponse"]>("POST", `/v1/tasks/${taskID(id)}/heartbeat`, { body, signal: opts.signal });
+    return { deadline: r.deadline, signals: r.signals ?? [] };
+  }
+
   /** Appends to the task's update log; `seq`, when given, must be the next number (Conflict otherwise). */
   async appendLog(id: string, worker: string, lease: number, data: unknown, opts: { seq?: number } & CallOptions = {}): Promise<LogEntry> {
     const body: Record<string, unknown> = { worker, lease, data };

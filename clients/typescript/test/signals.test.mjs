@@ -97,6 +97,20 @@ describe("signals (client)", () => {
     assert.deepEqual([claimed.id, claimed.signal_wait.name, claimed.signal_wait.received], [t.id, "go", false]);
   });
 
+  test("heartbeatSignals answers with the signals after a sequence number", async () => {
+    const t = await c.submit("sg-beat", null);
+    const [wid, got] = await claimOne("sg-beat");
+    const first = await c.heartbeatSignals(t.id, wid, got.lease);
+    assert.deepEqual(first.signals, []);
+    assert.ok(!Number.isNaN(Date.parse(first.deadline)));
+    await c.sendSignal(t.id, "a", 1);
+    await c.sendSignal(t.id, "b", 2);
+    const all = await c.heartbeatSignals(t.id, wid, got.lease, 0, { progress: 0.5 });
+    assert.deepEqual(all.signals.map((x) => [x.seq, x.data]), [[1, 1], [2, 2]]);
+    assert.deepEqual((await c.heartbeatSignals(t.id, wid, got.lease, 1)).signals.map((x) => x.name), ["b"]);
+    assert.equal((await c.get(t.id)).progress, 0.5);
+  });
+
   test("a lease batch refuses until_signal", async () => {
     const t = await c.submit("sg-batch", null);
     const [wid, got] = await claimOne("sg-batch");
