@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,7 +21,13 @@ func init() {
 			Short: "Show tasks by id (details, or -o json)",
 			Long: `Show one or more tasks with their spec, result, errors and history.
 Several ids are fetched in one request. Ids that do not exist are reported on
-stderr and make the exit code 1; the tasks that exist are still printed.`,
+stderr and make the exit code 1; the tasks that exist are still printed.
+
+A task with dependencies shows the outcome recorded for each one that ended
+(completed, aborted, cancelled or deleted, with its result or error), and
+any task shows how many tasks depend on it. History entries TaskAwait mark
+the task waiting for children it submitted while running; the children are
+appended to its depends_on.`,
 			Example: `  norn get 0193b2f4-7c1e-7cc3-9a57-5d2b0c1f2e3a
   norn get job-1 job-2 -o json`,
 			Args: cobra.MinimumNArgs(1),
@@ -53,10 +60,14 @@ stderr and make the exit code 1; the tasks that exist are still printed.`,
 				default:
 					now := time.Now()
 					for i, t := range tasks {
+						deps, err := dependentsOf(cmd.Context(), c, t.ID)
+						if err != nil {
+							return err
+						}
 						if i > 0 {
 							fmt.Fprintln(w)
 						}
-						describeTask(w, t, now)
+						describeTask(w, t, deps, now)
 					}
 				}
 				if len(missing) > 0 {
@@ -69,8 +80,37 @@ stderr and make the exit code 1; the tasks that exist are still printed.`,
 	})
 }
 
+// maxDependentsShown bounds the dependent ids 'norn get' lists; the
+// count is always exact.
+const maxDependentsShown = 10
+
+// dependents are the tasks that list a task among their dependencies.
+type dependents struct {
+	count int64
+	ids   []string // the first maxDependentsShown
+}
+
+// dependentsOf asks the server for the tasks depending on id.
+func dependentsOf(ctx context.Context, c *client.Client, id string) (dependents, error) {
+	f := norn.Filter{DependsOn: id}
+	p, err := c.List(ctx, norn.Query{Filter: f, Limit: maxDependentsShown, Summary: true})
+	if err != nil {
+		return dependents{}, err
+	}
+	d := dependents{count: int64(len(p.Tasks))}
+	for _, t := range p.Tasks {
+		d.ids = append(d.ids, t.ID)
+	}
+	if p.NextCursor != "" {
+		if d.count, err = c.Count(ctx, f); err != nil {
+			return dependents{}, err
+		}
+	}
+	return d, nil
+}
+
 // describeTask prints a task as aligned "key: value" lines for people.
-func describeTask(w io.Writer, t *norn.Task, now time.Time) {
+func describeTask(w io.Writer, t *norn.Task, deps dependents, now time.Time) {
 	tab := newTable(w)
 	kv := func(k, v string) { tab.row(k+":", v) }
 	kv("id", t.ID)
@@ -84,6 +124,23 @@ func describeTask(w io.Writer, t *norn.Task, now time.Time) {
 	kv("run_at", stamp(t.RunAt, now))
 	if len(t.DependsOn) > 0 {
 		kv("depends_on", strings.Join(t.DependsOn, ", "))
+		policy := t.OnDependencyFailure
+		if policy == "" {
+			policy = norn.DependencyAbort
+		}
+		kv("on_dependency_failure", policy)
+		kv("dependency_results", fmt.Sprintf("%d of %d ended", len(t.DependencyResults), len(t.DependsOn)))
+		for _, r := range t.DependencyResults {
+			kv("  "+r.ID, dependencyOutcome(r))
+		}
+	}
+	switch {
+	case deps.count == 0:
+		kv("dependents", "none")
+	case int64(len(deps.ids)) < deps.count:
+		kv("dependents", fmt.Sprintf("%d (%s, …; norn list --depends-on %s)", deps.count, strings.Join(deps.ids, ", "), t.ID))
+	default:
+		kv("dependents", fmt.Sprintf("%d (%s)", deps.count, strings.Join(deps.ids, ", ")))
 	}
 	kv("owner", dash(t.Owner))
 	if !t.Deadline.IsZero() {
@@ -135,6 +192,9 @@ func describeTask(w io.Writer, t *norn.Task, now time.Time) {
 		if h.Error != nil {
 			line += ": " + errorText(*h.Error)
 		}
+		if h.Type == norn.TaskAwait {
+			line += " (waits for the children it submitted)"
+		}
 		kv("  "+h.Time.UTC().Format(time.RFC3339), line)
 	}
 	tab.flush()
@@ -145,6 +205,28 @@ func stamp(t, now time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format(time.RFC3339Nano) + " (" + ago(t, now) + ")"
+}
+
+// dependencyOutcome is one recorded dependency result on a line: its
+// status and a short result or error.
+func dependencyOutcome(r norn.DependencyResult) string {
+	line := r.Status
+	if len(r.Result) > 0 {
+		line += " " + shorten(compactJSON(r.Result), 80)
+	}
+	if r.Error != nil {
+		line += ": " + shorten(errorText(*r.Error), 80)
+	}
+	return line
+}
+
+// shorten cuts s to n runes, marking the cut.
+func shorten(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
 }
 
 func errorText(e norn.ErrorInfo) string {

@@ -82,6 +82,7 @@ type submitFlags struct {
 	delay       time.Duration
 	runAt       string
 	dependsOn   []string
+	onDepFail   string
 	retry       retryFlags
 	maxAttempts int
 	timeout     time.Duration
@@ -109,7 +110,12 @@ With --batch FILE.ndjson, every line of the file is a task object in the
 API's form ({"queue":"q","spec":{…},"priority":5,…}); QUEUE, if given, fills
 in lines without a queue. Lines are submitted in chunks of --chunk tasks,
 each chunk atomically, with a progress bar on stderr. Dependencies may point
-to tasks in earlier chunks or the same chunk.
+to tasks in earlier chunks or the same chunk; give depends_on and
+on_dependency_failure per line.
+
+With --on-dependency-failure run, a task with --depends-on runs once every
+dependency ended, whatever the outcome (the default, abort, aborts it when a
+dependency fails); 'norn get' shows each dependency's outcome.
 
 With --in-batch ID the task joins that batch (see 'norn batch'), which must
 exist and not be sealed; with --batch FILE it fills in lines without a batch.
@@ -124,6 +130,7 @@ than that long ago): the task holding the key is reported instead.`,
   norn submit reports '{"month":"2026-10"}' --timeout 30s --max-runtime 10m
   norn submit reports '{"user":42}' --unique-key report-user-42 --unique-for 1h
   norn submit otp '{"to":"+4512345678"}' --expire-in 5m --retry 3 --retry-jitter full
+  norn submit report '{}' --depends-on fetch-a,fetch-b --on-dependency-failure run
   norn submit --batch tasks.ndjson
   norn submit thumbnails '{"image":7}' --in-batch import-42`,
 			Args: cobra.RangeArgs(0, 2),
@@ -152,6 +159,7 @@ than that long ago): the task holding the key is reported instead.`,
 		fs.DurationVar(&sf.delay, "delay", 0, "run no earlier than this long from now (e.g. 30s, 5m)")
 		fs.StringVar(&sf.runAt, "run-at", "", "run no earlier than this time (RFC 3339)")
 		fs.StringSliceVar(&sf.dependsOn, "depends-on", nil, "ids this task waits for (repeatable or comma-separated)")
+		fs.StringVar(&sf.onDepFail, "on-dependency-failure", "", "when a dependency fails: abort (the default: abort this task too) or run (run once every dependency ended, whatever the outcome)")
 		sf.retry.add(fs, "retries after a failure (default: the queue's policy)")
 		fs.IntVar(&sf.maxAttempts, "max-attempts", 0, "abort after this many attempts (default: the queue's; 0 with the flag given = unlimited)")
 		fs.DurationVar(&sf.timeout, "timeout", 0, "lease length per attempt (default: the queue's, 10s)")
@@ -172,9 +180,15 @@ func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reade
 	nt := norn.NewTask{ID: sf.id, Queue: args[0], Priority: sf.priority, DependsOn: sf.dependsOn,
 		Delay: norn.Duration(sf.delay), Timeout: norn.Duration(sf.timeout), MaxRuntime: norn.Duration(sf.maxRuntime),
 		UniqueKey: sf.uniqueKey, UniqueFor: norn.Duration(sf.uniqueFor), ExpireIn: norn.Duration(sf.expireIn),
-		Batch: sf.inBatch}
+		Batch: sf.inBatch, OnDependencyFailure: sf.onDepFail}
 	if err := sf.checkInBatch(); err != nil {
 		return nt, err
+	}
+	if err := norn.ValidateOnDependencyFailure("on_dependency_failure", sf.onDepFail); err != nil {
+		return nt, usagef("--on-dependency-failure: %v", messageOf(err))
+	}
+	if sf.onDepFail != "" && len(sf.dependsOn) == 0 {
+		return nt, usagef("--on-dependency-failure needs --depends-on")
 	}
 	var spec []byte
 	switch {
@@ -403,6 +417,10 @@ func runSubmitBatch(cmd *cobra.Command, g *Globals, sf *submitFlags, defaultQueu
 	}
 	if sf.file != "" || sf.id != "" || sf.uniqueKey != "" || sf.uniqueFor != 0 {
 		return usagef("--batch cannot be combined with --file, --id or --unique-key/--unique-for (give unique_key per line)")
+	}
+	if len(sf.dependsOn) > 0 || sf.onDepFail != "" {
+		// Silently dropping them would submit tasks that run too early.
+		return usagef("--batch cannot be combined with --depends-on or --on-dependency-failure (give depends_on and on_dependency_failure per line)")
 	}
 	if err := sf.checkInBatch(); err != nil {
 		return err
