@@ -1,5 +1,6 @@
 // Task page: every field, spec and result, history timeline, update log,
-// dependencies both ways, and the cancel / retry / delete / resubmit actions.
+// the workflow (dependencies with their outcomes, children, dependents),
+// and the cancel / retry / delete / resubmit actions.
 
 import { api, get, query, enc, ndjson, ApiError } from "./api.js";
 import {
@@ -8,6 +9,10 @@ import {
 } from "./util.js";
 
 const LOG_PAGE = 200;
+// DEPENDENTS_PAGE: dependents listed without asking; more stream on request.
+const DEPENDENTS_PAGE = 20;
+// GRAPH_SIDE: nodes drawn on each side of the graph before "+N more".
+const GRAPH_SIDE = 6;
 
 export function render(ctx, id) {
   const { main, bus, signal } = ctx;
@@ -26,8 +31,13 @@ export function render(ctx, id) {
   const historyNote = h("p", { class: "muted", id: "history-note", hidden: true });
   const logList = h("ol", { class: "log", id: "log" });
   const logMore = h("button", { type: "button", id: "log-more", hidden: true }, "Load more");
+  const policyBox = h("p", { id: "dep-policy" });
+  const awaitNote = h("p", { class: "muted small", id: "await-note", hidden: true });
+  const graphBox = h("div", { class: "wf-graph", id: "wf-graph", hidden: true, "aria-label": "dependencies, this task and its dependents" });
+  const depsTitle = h("h3", { id: "deps-title" }, "Dependencies");
   const depsBox = h("div", { id: "deps" });
   const dependentsBox = h("div", { id: "dependents" });
+  let dependents = null; // {tasks, more} once listed
 
   fill(main, head, err,
     h("div", { class: "cols" },
@@ -35,7 +45,8 @@ export function render(ctx, id) {
         fields,
         h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", {}, "Spec")), specPre),
         h("section", { class: "card", id: "result-card" }, h("div", { class: "card-head" }, h("h2", {}, "Result")), resultPre),
-        h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", {}, "Dependencies")), depsBox, dependentsBox)),
+        h("section", { class: "card", id: "workflow" }, h("div", { class: "card-head" }, h("h2", {}, "Workflow")),
+          policyBox, awaitNote, graphBox, depsTitle, depsBox, h("h3", {}, "Dependents"), dependentsBox)),
       h("div", { class: "col" },
         h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", {}, "History")), historyNote, timeline, errorsBox),
         h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", {}, "Update log")), logList, logMore))));
@@ -56,7 +67,10 @@ export function render(ctx, id) {
       return;
     }
     err.hidden = true;
-    const depsChanged = !task || JSON.stringify(task.depends_on) !== JSON.stringify(t.depends_on);
+    // A dependency ending changes the recorded results and the status;
+    // only then are the dependencies' current statuses asked again.
+    const wf = (x) => JSON.stringify([x.depends_on, x.dependency_results, x.on_dependency_failure, x.status])
+    const depsChanged = !task || wf(task) !== wf(t);
     task = t;
     ctx.crumbs([{ text: "Overview", href: "#/" }, { text: t.queue, href: "#/queues/" + enc(t.queue) }, { text: t.id }]);
     renderHead();
@@ -64,7 +78,7 @@ export function render(ctx, id) {
     specPre.textContent = t.spec === undefined ? "(none)" : pretty(t.spec);
     resultPre.textContent = t.result === undefined ? (t.status === "completed" ? "(none)" : "(not finished)") : pretty(t.result);
     renderHistory();
-    if (depsChanged) renderDeps();
+    if (depsChanged) renderWorkflow();
   }
 
   function renderGone() {
@@ -166,37 +180,95 @@ export function render(ctx, id) {
   }
   logMore.addEventListener("click", () => loadLog(false));
 
-  async function renderDeps() {
-    const deps = task.depends_on || [];
+  // renderWorkflow shows the policy, each dependency with its current
+  // status and recorded outcome, the dependents and the graph.
+  async function renderWorkflow() {
+    const t = task;
+    const deps = t.depends_on || [];
+    const run = t.on_dependency_failure === "run";
+    fill(policyBox, "If a dependency fails: ", h("b", {}, run ? "run" : "abort"),
+      run ? " — this task runs once every dependency ended, whatever the outcome."
+        : (t.on_dependency_failure ? "" : " (the default)") + " — this task is aborted with dependency_failed.");
+    policyBox.hidden = !deps.length;
+    // Children an await added are appended to depends_on; the task records
+    // no mark of which ids came from submit, so the list is named for both.
+    const awaits = (t.history || []).filter((e) => e.type === "TaskAwait").length;
+    awaitNote.hidden = !awaits;
+    awaitNote.textContent = awaits ? "This task awaited children " + (awaits === 1 ? "once" : awaits + " times") +
+      " while running; each await appended its children to the dependencies and set the policy above from its on_child_failure." +
+      " The task does not record which dependencies came from its submit, so the list below shows both." : "";
+    depsTitle.textContent = awaits ? "Dependencies and children" : "Dependencies";
+    const recorded = new Map((t.dependency_results || []).map((r) => [r.id, r]));
     if (!deps.length) {
       fill(depsBox, h("p", { class: "muted" }, "Depends on nothing."));
     } else {
-      fill(depsBox, h("p", {}, "Depends on " + deps.length + ":"), h("ul", { class: "deps", id: "depends-on" }, deps.map((d) =>
-        h("li", { "data-id": d }, h("a", { href: "#/tasks/" + enc(d) }, d), " ", h("span", { class: "dep-status" })))));
-      try {
-        // One id uses the single-task path; the multi-get needs two or more.
-        let found = [], missing = [];
-        if (deps.length === 1) {
-          try { found = [(await get("v1/tasks/" + enc(deps[0]), { signal })).task]; } catch (e) {
-            if (e instanceof ApiError && e.status === 404) missing = [deps[0]]; else throw e;
-          }
-        } else {
-          const r = await get("v1/tasks/" + deps.map(enc).join(","), { signal });
-          found = r.tasks || []; missing = r.missing || [];
-        }
-        for (const t of found) {
-          const li = depsBox.querySelector(`li[data-id="${CSS.escape(t.id)}"] .dep-status`);
-          if (li) li.replaceChildren(statusBadge(t.status));
-        }
-        for (const m of missing) {
-          const li = depsBox.querySelector(`li[data-id="${CSS.escape(m)}"] .dep-status`);
-          if (li) li.replaceChildren(h("span", { class: "muted" }, "deleted"));
-        }
-      } catch (e) { /* the links still work without statuses */ }
+      fill(depsBox, h("p", {}, recorded.size + " of " + deps.length + " ended."), h("ul", { class: "deps", id: "depends-on" }, deps.map((d) =>
+        h("li", { "data-id": d }, h("a", { href: "#/tasks/" + enc(d) }, d), " ", h("span", { class: "dep-status" }),
+          recorded.has(d) ? outcomeEl(recorded.get(d)) : h("span", { class: "dep-outcome muted small" }, " not ended")))));
     }
-    // Dependents come from the depends_on filter (indexed by both stores),
-    // on request: most tasks have none and the page should not ask.
-    fill(dependentsBox, h("button", { type: "button", id: "find-dependents", onclick: findDependents }, "Find tasks that depend on this one"));
+    const current = new Map();
+    const lookups = [deps.length ? statuses(deps, current) : null, loadDependents()];
+    await Promise.all(lookups);
+    for (const d of deps) {
+      const el = depsBox.querySelector(`li[data-id="${CSS.escape(d)}"] .dep-status`);
+      if (!el) continue;
+      const st = current.get(d);
+      if (st) el.replaceChildren(statusBadge(st));
+      else if (st === null) {
+        // Gone from the store: what is known of it is its recorded result.
+        el.replaceChildren(h("span", { class: "muted", "data-gone": "" }, recorded.has(d) ? "no longer stored" : "not found"));
+        const a = el.parentElement.querySelector("a");
+        if (a) a.replaceWith(h("code", {}, d));
+      }
+    }
+    renderGraph(deps, current, recorded);
+  }
+
+  // statuses fills into the current status of each of ids, null for one
+  // not found; on an error it leaves them unknown (the links still work).
+  async function statuses(ids, into) {
+    try {
+      // One id uses the single-task path; the multi-get needs two or more.
+      const uniq = [...new Set(ids)];
+      for (let i = 0; i < uniq.length; i += 100) {
+        const part = uniq.slice(i, i + 100);
+        if (part.length === 1) {
+          try { into.set(part[0], (await get("v1/tasks/" + enc(part[0]), { signal })).task.status); } catch (e) {
+            if (e instanceof ApiError && e.status === 404) into.set(part[0], null); else throw e;
+          }
+          continue;
+        }
+        const r = await get("v1/tasks/" + part.map(enc).join(","), { signal });
+        for (const x of r.tasks || []) into.set(x.id, x.status);
+        for (const m of r.missing || []) into.set(m, null);
+      }
+    } catch (e) { /* statuses stay unknown */ }
+  }
+
+  // loadDependents lists the first tasks depending on this one (the
+  // depends_on filter is answered by index in both stores).
+  async function loadDependents() {
+    let r;
+    try {
+      r = await get("v1/tasks" + query({ depends_on: id, view: "summary", limit: DEPENDENTS_PAGE }), { signal });
+    } catch (e) {
+      if (e.name === "AbortError") return;
+      dependents = null;
+      fill(dependentsBox, h("p", { class: "error", id: "dependents-status" }, "Could not list them: " + (e instanceof ApiError ? e.describe() : e.message)));
+      return;
+    }
+    dependents = { tasks: r.tasks || [], more: !!r.next_cursor };
+    const list = h("ul", { class: "deps", id: "dependents-list" }, dependents.tasks.map(dependentEl));
+    const n = dependents.tasks.length;
+    fill(dependentsBox,
+      h("p", { class: "muted", id: "dependents-status" }, !n ? "No task depends on this one."
+        : dependents.more ? "The first " + n + " tasks that depend on this one:" : n + (n === 1 ? " task depends" : " tasks depend") + " on this one:"),
+      n ? list : null,
+      dependents.more ? h("button", { type: "button", id: "find-dependents", onclick: findDependents }, "List all tasks that depend on this one") : null);
+  }
+
+  function dependentEl(t) {
+    return h("li", { "data-id": t.id }, h("a", { href: "#/tasks/" + enc(t.id) }, t.id), " ", statusBadge(t.status), " ", h("span", { class: "muted" }, t.queue));
   }
 
   async function findDependents() {
@@ -207,13 +279,41 @@ export function render(ctx, id) {
     try {
       await ndjson("v1/tasks" + query({ depends_on: id, view: "summary" }), (t) => {
         found++;
-        list.append(h("li", { "data-id": t.id }, h("a", { href: "#/tasks/" + enc(t.id) }, t.id), " ", statusBadge(t.status), " ", h("span", { class: "muted" }, t.queue)));
+        list.append(dependentEl(t));
       }, signal);
-      status.textContent = found ? num(found) + " task" + (found === 1 ? " depends" : "s depend") + " on this one" : "No task depends on this one";
+      status.textContent = found ? num(found) + " task" + (found === 1 ? " depends" : "s depend") + " on this one:" : "No task depends on this one.";
     } catch (e) {
       if (e.name === "AbortError") return;
       status.textContent = "Could not list them: " + (e instanceof ApiError ? e.describe() : e.message);
     }
+  }
+
+  // renderGraph draws dependencies → this task → dependents as three
+  // columns of boxes; it is left out when the task has neither.
+  function renderGraph(deps, current, recorded) {
+    const after = dependents ? dependents.tasks : [];
+    graphBox.hidden = !deps.length && !after.length;
+    if (graphBox.hidden) { graphBox.replaceChildren(); return; }
+    const node = (nid, st, cls) => h("a", { class: "wf-node " + (cls || ""), href: "#/tasks/" + enc(nid), "data-id": nid, title: nid },
+      h("span", { class: "wf-id" }, nid), st ? statusBadge(st) : null);
+    const side = (items, extra, name) => {
+      const shown = items.slice(0, GRAPH_SIDE);
+      const more = items.length - shown.length + extra;
+      return h("div", { class: "wf-col", "data-side": name }, shown, more > 0 ? h("span", { class: "muted small wf-more" }, "+" + num(more) + " more") : null,
+        !items.length && !extra ? h("span", { class: "muted small" }, "none") : null);
+    };
+    const uniq = [...new Set(deps)];
+    fill(graphBox,
+      side(uniq.map((d) => {
+        const st = current.get(d) || (recorded.get(d) || {}).status;
+        return current.get(d) === null ? h("span", { class: "wf-node gone", "data-id": d, title: d }, h("span", { class: "wf-id" }, d),
+          h("span", { class: "muted small" }, recorded.has(d) ? recorded.get(d).status : "not found")) : node(d, st);
+      }), 0, "deps"),
+      h("span", { class: "wf-arrow", "aria-hidden": "true" }, "→"),
+      h("div", { class: "wf-col" }, h("span", { class: "wf-node self", "data-id": task.id, title: task.id }, h("span", { class: "wf-id" }, task.id), statusBadge(task.status))),
+      h("span", { class: "wf-arrow", "aria-hidden": "true" }, "→"),
+      side(after.map((x) => node(x.id, x.status)), dependents && dependents.more ? 1 : 0, "dependents"));
+    if (dependents && dependents.more) graphBox.querySelector('[data-side="dependents"] .wf-more').textContent = "and more";
   }
 
   async function cancel() {
@@ -287,10 +387,19 @@ export function render(ctx, id) {
   return () => { unsub(); refresh.cancel(); clearInterval(ticker); };
 }
 
+// outcomeEl is a dependency's recorded outcome: its status then and its
+// result or error, cut short (the dependency's own page has all of it).
+function outcomeEl(r) {
+  const short = (x) => x.length > 120 ? x.slice(0, 120) + "…" : x;
+  return h("span", { class: "dep-outcome small", "data-outcome": r.status }, " · recorded ", statusBadge(r.status),
+    r.result !== undefined ? h("code", { class: "dep-result" }, " " + short(JSON.stringify(r.result))) : null,
+    r.error ? h("span", { class: "err dep-error" }, " ", h("code", {}, r.error.code), r.error.description ? " — " + short(r.error.description) : "") : null);
+}
+
 function label(type) {
   return {
     TaskAssignment: "Assigned", TaskTimeout: "Timed out", TaskYield: "Yielded", TaskRetry: "Failed, will retry",
     TaskCancel: "Cancelled", TaskComplete: "Completed", TaskAbort: "Aborted", TaskRelease: "Released",
-    TaskSnooze: "Snoozed", TaskRedrive: "Retried by hand",
+    TaskSnooze: "Snoozed", TaskRedrive: "Retried by hand", TaskAwait: "Awaits its children",
   }[type] || type;
 }
