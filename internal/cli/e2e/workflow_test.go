@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/nornq/norn"
@@ -41,7 +43,15 @@ func TestWorkflowCommands(t *testing.T) {
 	s.fails(t, 2, `--on-dependency-failure: must be "abort"`, "submit", "report", "--depends-on", "a", "--on-dependency-failure", "skip")
 	s.fails(t, 2, "needs --depends-on", "submit", "report", "--on-dependency-failure", "run")
 
-	mustContain(t, "a before it ends", s.ok(t, "get", "a"), "dependents:", "1 (r)")
+	s.fails(t, 2, "--batch cannot be combined with --depends-on", "submit", "--batch", "-", "--on-dependency-failure", "run")
+	nd := filepath.Join(t.TempDir(), "tasks.ndjson")
+	if err := os.WriteFile(nd, []byte(`{"id":"viafile","queue":"later","depends_on":["a"],"on_dependency_failure":"run"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.ok(t, "submit", "--batch", nd)
+	mustContain(t, "NDJSON policy", s.ok(t, "get", "viafile"), "on_dependency_failure:", "run")
+
+	mustContain(t, "a before it ends", s.ok(t, "get", "a"), "dependents:", "2 (")
 	mustContain(t, "r while blocked", s.ok(t, "get", "r"), "status:", "blocked", "on_dependency_failure:", "run", "0 of 2 ended")
 	mustContain(t, "strict", s.ok(t, "get", "strict"), "on_dependency_failure:", "abort")
 
