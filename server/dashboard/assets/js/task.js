@@ -37,6 +37,12 @@ export function render(ctx, id) {
   const depsTitle = h("h3", { id: "deps-title" }, "Dependencies");
   const depsBox = h("div", { id: "deps" });
   const dependentsBox = h("div", { id: "dependents" });
+  const waitLine = h("p", { id: "signal-wait", hidden: true });
+  const signalList = h("ol", { class: "log", id: "signals" });
+  const signalName = h("input", { type: "text", id: "signal-name", placeholder: "name", "aria-label": "signal name", maxlength: "128" });
+  const signalData = h("input", { type: "text", id: "signal-data", placeholder: "data (JSON, optional)", "aria-label": "signal data" });
+  const signalSend = h("button", { type: "button", id: "signal-send", onclick: sendSignal }, "Send signal");
+  const signalForm = h("div", { class: "actions", id: "signal-form" }, signalName, signalData, signalSend);
   let dependents = null; // {tasks, more} once listed
 
   fill(main, head, err,
@@ -49,7 +55,8 @@ export function render(ctx, id) {
           policyBox, awaitNote, graphBox, depsTitle, depsBox, h("h3", {}, "Dependents"), dependentsBox)),
       h("div", { class: "col" },
         h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", {}, "History")), historyNote, timeline, errorsBox),
-        h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", {}, "Update log")), logList, logMore))));
+        h("section", { class: "card" }, h("div", { class: "card-head" }, h("h2", {}, "Update log")), logList, logMore),
+        h("section", { class: "card", id: "signals-card" }, h("div", { class: "card-head" }, h("h2", {}, "Signals")), waitLine, signalList, signalForm))));
 
   async function load() {
     let t;
@@ -78,6 +85,7 @@ export function render(ctx, id) {
     specPre.textContent = t.spec === undefined ? "(none)" : pretty(t.spec);
     resultPre.textContent = t.result === undefined ? (t.status === "completed" ? "(none)" : "(not finished)") : pretty(t.result);
     renderHistory();
+    renderSignals();
     if (depsChanged) renderWorkflow();
   }
 
@@ -314,6 +322,48 @@ export function render(ctx, id) {
       h("span", { class: "wf-arrow", "aria-hidden": "true" }, "→"),
       side(after.map((x) => node(x.id, x.status)), dependents && dependents.more ? 1 : 0, "dependents"));
     if (dependents && dependents.more) graphBox.querySelector('[data-side="dependents"] .wf-more').textContent = "and more";
+  }
+
+  // renderSignals shows the task's last wait for a signal, the signals it
+  // received, and (while it has not ended) a form to send one.
+  function renderSignals() {
+    const t = task;
+    const w = t.signal_wait;
+    waitLine.hidden = !w;
+    if (w) {
+      const waiting = !w.received && t.status === "scheduled";
+      fill(waitLine, waiting ? "Waits for the signal " : w.received ? "Received the signal it waited for: " : "Timed out waiting for the signal ",
+        h("code", {}, w.name), waiting ? h("span", {}, " until ", timeEl(w.until)) : "");
+    }
+    const sigs = t.signals || [];
+    fill(signalList, sigs.length ? sigs.map((s) => h("li", {}, h("span", { class: "muted" }, "#" + s.seq + " "), timeEl(s.time), " ",
+      h("code", {}, s.name), s.data === undefined ? "" : h("pre", {}, pretty(s.data)))) : [h("li", { class: "muted" }, "No signals.")]);
+    signalForm.hidden = !PENDING.includes(t.status);
+  }
+
+  async function sendSignal() {
+    const name = signalName.value.trim();
+    const body = { name };
+    if (signalData.value.trim() !== "") {
+      try {
+        body.data = JSON.parse(signalData.value);
+      } catch (e) {
+        toast("data must be JSON (quote a string: \"text\")", "error");
+        return;
+      }
+    }
+    signalSend.disabled = true;
+    try {
+      await api("POST", "v1/tasks/" + enc(id) + "/signals", body);
+      toast("Signal sent.");
+      signalName.value = "";
+      signalData.value = "";
+      await load();
+    } catch (e) {
+      toast(e instanceof ApiError ? e.describe() : e.message, "error");
+    } finally {
+      signalSend.disabled = false;
+    }
   }
 
   async function cancel() {
