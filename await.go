@@ -1,6 +1,10 @@
 package norn
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"maps"
+)
 
 // Await: a running task spawns children and waits for them. Its owner
 // submits the children and, in the same transaction, the task's lease
@@ -10,6 +14,10 @@ import "context"
 // is ready again and its next claim carries their results. A task may
 // await again from a later attempt (a fan-out in stages); each stage's
 // children add to the same depends_on.
+
+// LabelParent is the label Norn puts on each child of an await: the id of
+// the task that awaits it.
+const LabelParent = "norn.parent"
 
 // On child failure values.
 const (
@@ -54,7 +62,32 @@ func (a *AwaitRequest) Validate(deps int) error {
 	if deps+len(a.Tasks) > MaxDependencies {
 		return Invalid("tasks", "the task would wait for %d tasks, more than the limit of %d", deps+len(a.Tasks), MaxDependencies)
 	}
+	for i := range a.Tasks {
+		field := fmt.Sprintf("tasks[%d].labels", i)
+		if _, ok := a.Tasks[i].Labels[LabelParent]; ok {
+			return Invalid(field, "label %q is set by Norn on a child", LabelParent)
+		}
+		if len(a.Tasks[i].Labels) >= MaxLabels {
+			return Invalid(field, "has %d labels; a child may have at most %d (Norn adds %s)", len(a.Tasks[i].Labels), MaxLabels-1, LabelParent)
+		}
+	}
 	return ValidateBatch("tasks", a.Tasks)
+}
+
+// ChildTasks are the children of an await by parent as submitted: each
+// labelled with its parent (LabelParent), so a child can be told from the
+// dependencies the parent was submitted with.
+func ChildTasks(parent string, tasks []NewTask) []NewTask {
+	out := make([]NewTask, len(tasks))
+	for i, t := range tasks {
+		t.Labels = maps.Clone(t.Labels)
+		if t.Labels == nil {
+			t.Labels = map[string]string{}
+		}
+		t.Labels[LabelParent] = parent
+		out[i] = t
+	}
+	return out
 }
 
 // Awaited is the state AfterAwait decides for a task whose children were

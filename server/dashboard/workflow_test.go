@@ -67,6 +67,11 @@ func TestTaskWorkflow(t *testing.T) {
 	if got := e.text("#await-note"); !strings.Contains(got, "awaited children once") || !strings.Contains(got, "on_child_failure") {
 		t.Errorf("await note = %q", got)
 	}
+	// The child is told from the dependencies the task was submitted with.
+	e.wait(`document.querySelector('` + li("kid") + ` [data-child]')`)
+	if evalAs[bool](e, `!!document.querySelector('`+li("fetch-b")+` [data-child]')`) {
+		t.Error("a submitted dependency is marked as a child")
+	}
 	e.wait(`document.querySelector('` + li("fetch-a") + ` [data-gone]')`)
 	if got := e.text(li("fetch-a")); !strings.Contains(got, "no longer stored") || !strings.Contains(got, `{"rows":7}`) {
 		t.Errorf("deleted dependency shown as %q, want its recorded result", got)

@@ -33,7 +33,7 @@ func (s *Store) Await(ctx context.Context, ref norn.LeaseRef, req norn.AwaitRequ
 		if err := req.Validate(len(im.deps)); err != nil {
 			return err
 		}
-		if out.Children, err = tx.submit("tasks", req.Tasks); err != nil {
+		if out.Children, err = tx.submit("tasks", norn.ChildTasks(t.id, req.Tasks)); err != nil {
 			return err
 		}
 		ids := make([]string, len(out.Children))

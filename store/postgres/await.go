@@ -37,7 +37,7 @@ func (s *Store) Await(ctx context.Context, ref norn.LeaseRef, req norn.AwaitRequ
 		if err := req.Validate(len(r.DependsOn)); err != nil {
 			return err
 		}
-		if out.Children, err = s.submitIn(ctx, tx, "tasks", req.Tasks); err != nil {
+		if out.Children, err = s.submitIn(ctx, tx, "tasks", norn.ChildTasks(r.ID, req.Tasks)); err != nil {
 			return err
 		}
 		ids := make([]string, len(out.Children))

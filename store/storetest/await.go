@@ -34,6 +34,9 @@ func awaitRuns(t *testing.T, setup setupFunc) {
 			t.Fatalf("await answered %+v", out)
 		}
 		eqStrings(t, "depends_on", out.Task.DependsOn, []string{"c1", "c2"})
+		if g := b.get("c2"); g.Labels[norn.LabelParent] != "p" {
+			t.Fatalf("child labels %v, want %s=p", g.Labels, norn.LabelParent)
+		}
 		lastHistory(t, b.get("p"), norn.TaskAwait, b.now())
 		err := b.s.Complete(b.ctx, ref(p), nil)
 		wantErr(t, "Complete with the lease the await ended", err, norn.ErrLeaseLost)
@@ -127,6 +130,7 @@ func awaitRefusals(t *testing.T, setup setupFunc) {
 			{"bad child", norn.AwaitRequest{Tasks: []norn.NewTask{{ID: "c", Queue: "kids"}, {Queue: ""}}}, "tasks[1].queue"},
 			{"bad policy", norn.AwaitRequest{OnChildFailure: "ignore", Tasks: []norn.NewTask{{Queue: "kids"}}}, "on_child_failure"},
 			{"unknown dependency", norn.AwaitRequest{Tasks: []norn.NewTask{{ID: "c", Queue: "kids", DependsOn: []string{"nope"}}}}, "tasks[0].depends_on[0]"},
+			{"Norn's label", norn.AwaitRequest{Tasks: []norn.NewTask{{Queue: "kids", Labels: map[string]string{norn.LabelParent: "x"}}}}, "tasks[0].labels"},
 		} {
 			_, err := b.s.Await(b.ctx, ref(p), c.req)
 			wantField(t, c.name, err, norn.ErrInvalidArgument, c.field)

@@ -198,13 +198,12 @@ export function render(ctx, id) {
       run ? " — this task runs once every dependency ended, whatever the outcome."
         : (t.on_dependency_failure ? "" : " (the default)") + " — this task is aborted with dependency_failed.");
     policyBox.hidden = !deps.length;
-    // Children an await added are appended to depends_on; the task records
-    // no mark of which ids came from submit, so the list is named for both.
+    // Children an await added are appended to depends_on, each labelled
+    // norn.parent with this task's id (marked "child" below).
     const awaits = (t.history || []).filter((e) => e.type === "TaskAwait").length;
     awaitNote.hidden = !awaits;
     awaitNote.textContent = awaits ? "This task awaited children " + (awaits === 1 ? "once" : awaits + " times") +
-      " while running; each await appended its children to the dependencies and set the policy above from its on_child_failure." +
-      " The task does not record which dependencies came from its submit, so the list below shows both." : "";
+      " while running; each await appended its children (marked child) to the dependencies and set the policy above from its on_child_failure." : "";
     depsTitle.textContent = awaits ? "Dependencies and children" : "Dependencies";
     const recorded = new Map((t.dependency_results || []).map((r) => [r.id, r]));
     if (!deps.length) {
@@ -215,12 +214,14 @@ export function render(ctx, id) {
           recorded.has(d) ? outcomeEl(recorded.get(d)) : h("span", { class: "dep-outcome muted small" }, " not ended")))));
     }
     const current = new Map();
-    const lookups = [deps.length ? statuses(deps, current) : null, loadDependents()];
+    const children = new Set();
+    const lookups = [deps.length ? statuses(deps, current, children) : null, loadDependents()];
     await Promise.all(lookups);
     for (const d of deps) {
       const el = depsBox.querySelector(`li[data-id="${CSS.escape(d)}"] .dep-status`);
       if (!el) continue;
       const st = current.get(d);
+      if (children.has(d)) el.before(h("span", { class: "muted small", "data-child": "" }, "child "));
       if (st) el.replaceChildren(statusBadge(st));
       else if (st === null) {
         // Gone from the store: what is known of it is its recorded result.
@@ -233,21 +234,26 @@ export function render(ctx, id) {
   }
 
   // statuses fills into the current status of each of ids, null for one
-  // not found; on an error it leaves them unknown (the links still work).
-  async function statuses(ids, into) {
+  // not found, and children with those an await of this task submitted;
+  // on an error it leaves them unknown (the links still work).
+  async function statuses(ids, into, children) {
+    const note = (x) => {
+      into.set(x.id, x.status);
+      if (x.labels && x.labels["norn.parent"] === id) children.add(x.id);
+    };
     try {
       // One id uses the single-task path; the multi-get needs two or more.
       const uniq = [...new Set(ids)];
       for (let i = 0; i < uniq.length; i += 100) {
         const part = uniq.slice(i, i + 100);
         if (part.length === 1) {
-          try { into.set(part[0], (await get("v1/tasks/" + enc(part[0]), { signal })).task.status); } catch (e) {
+          try { note((await get("v1/tasks/" + enc(part[0]), { signal })).task); } catch (e) {
             if (e instanceof ApiError && e.status === 404) into.set(part[0], null); else throw e;
           }
           continue;
         }
         const r = await get("v1/tasks/" + part.map(enc).join(","), { signal });
-        for (const x of r.tasks || []) into.set(x.id, x.status);
+        for (const x of r.tasks || []) note(x);
         for (const m of r.missing || []) into.set(m, null);
       }
     } catch (e) { /* statuses stay unknown */ }
