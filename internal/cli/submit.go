@@ -190,39 +190,11 @@ func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reade
 	if sf.onDepFail != "" && len(sf.dependsOn) == 0 {
 		return nt, usagef("--on-dependency-failure needs --depends-on")
 	}
-	var spec []byte
-	switch {
-	case len(args) == 2:
-		if sf.file != "" {
-			return nt, usagef("give the spec as an argument or with --file, not both")
-		}
-		spec = []byte(args[1])
-	case sf.file == "-":
-		b, err := io.ReadAll(io.LimitReader(stdin, norn.MaxSpecBytes+1))
-		if err != nil {
-			return nt, fmt.Errorf("reading the spec from stdin: %w", err)
-		}
-		spec = b
-	case sf.file != "":
-		b, err := os.ReadFile(sf.file)
-		if err != nil {
-			return nt, fmt.Errorf("reading the spec: %w", err)
-		}
-		spec = b
-	case stdinPiped:
-		b, err := io.ReadAll(io.LimitReader(stdin, norn.MaxSpecBytes+1))
-		if err != nil {
-			return nt, fmt.Errorf("reading the spec from stdin: %w", err)
-		}
-		spec = b
+	spec, err := sf.readSpec(args, stdin, stdinPiped)
+	if err != nil {
+		return nt, err
 	}
-	spec = bytes.TrimSpace(spec)
-	if len(spec) > 0 {
-		if err := specError(spec); err != nil {
-			return nt, err
-		}
-		nt.Spec = spec
-	}
+	nt.Spec = spec
 	if len(sf.labels) > 0 {
 		l, err := parseLabels(sf.labels)
 		if err != nil {
@@ -269,7 +241,6 @@ func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reade
 			return nt, usagef("--unique-key: %v", messageOf(err))
 		}
 	}
-	var err error
 	if nt.Retry, err = sf.retry.policy(cmd.Flags()); err != nil {
 		return nt, err
 	}
@@ -277,6 +248,39 @@ func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reade
 		return nt, err
 	}
 	return nt, nil
+}
+
+// readSpec reads a single submit's spec: the argument, --file (- for
+// stdin) or piped stdin; nil when none is given.
+func (sf *submitFlags) readSpec(args []string, stdin io.Reader, stdinPiped bool) (json.RawMessage, error) {
+	var spec []byte
+	switch {
+	case len(args) == 2:
+		if sf.file != "" {
+			return nil, usagef("give the spec as an argument or with --file, not both")
+		}
+		spec = []byte(args[1])
+	case sf.file == "-" || (sf.file == "" && stdinPiped):
+		b, err := io.ReadAll(io.LimitReader(stdin, norn.MaxSpecBytes+1))
+		if err != nil {
+			return nil, fmt.Errorf("reading the spec from stdin: %w", err)
+		}
+		spec = b
+	case sf.file != "":
+		b, err := os.ReadFile(sf.file)
+		if err != nil {
+			return nil, fmt.Errorf("reading the spec: %w", err)
+		}
+		spec = b
+	}
+	spec = bytes.TrimSpace(spec)
+	if len(spec) == 0 {
+		return nil, nil
+	}
+	if err := specError(spec); err != nil {
+		return nil, err
+	}
+	return spec, nil
 }
 
 // checkInBatch refuses a malformed --in-batch before anything is read or sent.
