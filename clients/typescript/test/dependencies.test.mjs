@@ -8,7 +8,7 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Abort, Client, InvalidArgument, LeaseLost, NotFound, Worker } from "../dist/index.js";
-import { eventually, here, startServer } from "./server.mjs";
+import { claimOne as claimOneFrom, here, historyTypes, startServer, waitStatus } from "./server.mjs";
 
 const pkg = path.resolve(here, "..");
 let srv;
@@ -22,21 +22,8 @@ after(async () => {
   await srv?.stop();
 });
 
-async function claimOne(queue) {
-  const wid = await c.registerWorker("deps-test", [queue]);
-  const got = await c.claim(wid, queue, { wait: 5000 });
-  assert.equal(got.length, 1, `one task claimed from ${queue}`);
-  return [wid, got[0]];
-}
-
-async function status(id, ...want) {
-  return eventually(async () => {
-    const t = await c.get(id);
-    return want.includes(t.status) ? t : undefined;
-  }, 15_000, `task ${id} to be ${want.join("/")}`);
-}
-
-const historyTypes = (t) => (t.history ?? []).map((h) => h.type);
+const claimOne = (queue) => claimOneFrom(c, queue, "deps-test");
+const status = (id, ...want) => waitStatus(c, id, ...want);
 
 describe("dependencies", () => {
   test("on_dependency_failure run: the dependent runs after a failed dependency and reads both outcomes", async () => {

@@ -126,3 +126,22 @@ export async function eventually(cond, ms = 10_000, what = "condition") {
 export function cleanup(p) {
   rmSync(p, { recursive: true, force: true });
 }
+
+/** Registers a worker for queue and claims its one ready task: [worker id, task]. */
+export async function claimOne(c, queue, name = "test-worker") {
+  const wid = await c.registerWorker(name, [queue]);
+  const got = await c.claim(wid, queue, { wait: 5000 });
+  if (got.length !== 1) throw new Error(`claimed ${got.length} tasks from ${queue}, want one`);
+  return [wid, got[0]];
+}
+
+/** Waits until task id is in one of the statuses want, and returns it. */
+export async function waitStatus(c, id, ...want) {
+  return eventually(async () => {
+    const t = await c.get(id);
+    return want.includes(t.status) ? t : undefined;
+  }, 15_000, `task ${id} to be ${want.join("/")}`);
+}
+
+/** The types of a task's history entries, in order. */
+export const historyTypes = (t) => (t.history ?? []).map((h) => h.type);
