@@ -21,6 +21,12 @@ func (u *QueueUpdate) ApplyDefaults(d *QueueDefaults) {
 	if u.ExpireIn != nil {
 		d.ExpireIn = *u.ExpireIn
 	}
+	if u.SequenceOnFailure != nil {
+		d.SequenceOnFailure = *u.SequenceOnFailure
+		if d.SequenceOnFailure == SequenceHalt {
+			d.SequenceOnFailure = ""
+		}
+	}
 	if u.Retention != nil {
 		d.Retention = *u.Retention
 	}

@@ -25,6 +25,7 @@ type Store interface {
 	BatchAPI
 	Awaiter
 	Signaler
+	Sequencer
 	// Close releases the store. Calls after Close fail with ErrClosed.
 	Close() error
 }
@@ -227,6 +228,13 @@ type NewTask struct {
 	// Batch joins the task to this batch (see NewBatch), which must exist
 	// and not be sealed.
 	Batch string `json:"batch,omitempty"`
+	// SequenceKey puts the task in the sequence of its queue and this key:
+	// the members run one at a time, in submit order whatever their
+	// priority, and a failed head holds the sequence through its retries
+	// (see the sequence rules in sequence.go and the queue's
+	// SequenceOnFailure). A task in a sequence cannot have DependsOn: the
+	// sequence orders it.
+	SequenceKey string `json:"sequence_key,omitempty"`
 }
 
 // Submitted is one result of Submit.
@@ -498,6 +506,10 @@ type QueueDefaults struct {
 	// expires_at nor expire_in (counted from when each may first run).
 	// Default 0: no expiry.
 	ExpireIn Duration `json:"expire_in,omitzero"`
+	// SequenceOnFailure is what an aborted head does to its sequence:
+	// SequenceHalt (the default, "") halts it until the head is retried or
+	// deleted; SequenceContinue moves on to the next member.
+	SequenceOnFailure string `json:"sequence_on_failure,omitempty"`
 }
 
 // DefaultQueueDefaults returns the defaults of a queue nobody configured.
@@ -536,6 +548,9 @@ type QueueUpdate struct {
 	MaxRuntime *Duration `json:"max_runtime,omitempty"`
 	// ExpireIn sets QueueDefaults.ExpireIn; 0 removes it.
 	ExpireIn *Duration `json:"expire_in,omitempty"`
+	// SequenceOnFailure sets QueueDefaults.SequenceOnFailure ("" or
+	// "halt": the default).
+	SequenceOnFailure *string `json:"sequence_on_failure,omitempty"`
 	// MaxRunning and KeyLimit set the queue's flow limits (0 removes one).
 	MaxRunning *int `json:"max_running,omitempty"`
 	KeyLimit   *int `json:"key_limit,omitempty"`

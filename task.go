@@ -297,6 +297,9 @@ type Task struct {
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	// Batch is the batch the task joined at submit ("" for none).
 	Batch string `json:"batch,omitempty"`
+	// SequenceKey is the sequence the task joined at submit (see
+	// NewTask.SequenceKey); "" for none.
+	SequenceKey string `json:"sequence_key,omitempty"`
 	// SignalWait is the task's last wait for a signal (nil: none).
 	SignalWait *SignalWait `json:"signal_wait,omitempty"`
 	// Started is when the current (or last) attempt was claimed.

@@ -297,6 +297,14 @@ func (n *NewTask) Validate() error {
 			return err
 		}
 	}
+	if n.SequenceKey != "" {
+		if err := ValidateSequenceKey("sequence_key", n.SequenceKey); err != nil {
+			return err
+		}
+		if len(n.DependsOn) > 0 {
+			return Invalid("sequence_key", "a task in a sequence cannot have depends_on: the sequence orders it")
+		}
+	}
 	if err := ValidateOnDependencyFailure("on_dependency_failure", n.OnDependencyFailure); err != nil {
 		return err
 	}
@@ -443,6 +451,11 @@ func (u *QueueUpdate) Validate() error {
 	}
 	if u.MaxRuntime != nil {
 		if err := ValidateDuration("max_runtime", *u.MaxRuntime); err != nil {
+			return err
+		}
+	}
+	if u.SequenceOnFailure != nil {
+		if err := ValidateSequenceOnFailure("sequence_on_failure", *u.SequenceOnFailure); err != nil {
 			return err
 		}
 	}

@@ -42,6 +42,23 @@ func (c *Client) Queue(ctx context.Context, name string) (norn.QueueInfo, error)
 	return out.Queue, nil
 }
 
+// Sequence reads a sequence's state (GET
+// /v1/queues/{queue}/sequences/{key}).
+func (c *Client) Sequence(ctx context.Context, queue, key string) (norn.SequenceInfo, error) {
+	p, err := queuePath(queue)
+	if err != nil {
+		return norn.SequenceInfo{}, err
+	}
+	if err := norn.ValidateSequenceKey("key", key); err != nil {
+		return norn.SequenceInfo{}, err
+	}
+	var out wire.SequenceResponse
+	if err := c.do(ctx, request{method: http.MethodGet, path: p + "/sequences/" + url.PathEscape(key)}, &out); err != nil {
+		return norn.SequenceInfo{}, err
+	}
+	return out.Sequence, nil
+}
+
 // UpdateQueue pauses/resumes a queue or changes its defaults
 // (PATCH /v1/queues/{queue}; admin role).
 func (c *Client) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate) (norn.QueueInfo, error) {

@@ -328,6 +328,21 @@ func (s *Server) handleQueueKey(w http.ResponseWriter, r *http.Request) error {
 	return reply(w, wire.KeyResponse{Key: keyOf(q, key)}, err)
 }
 
+// handleSequence answers a sequence's state (GET
+// /v1/queues/{queue}/sequences/{key}).
+func (s *Server) handleSequence(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathRequest(r, pathQueue, nil, false)
+	if err != nil {
+		return err
+	}
+	key := r.PathValue("key")
+	if err := norn.ValidateSequenceKey("key", key); err != nil {
+		return err
+	}
+	info, err := s.store.Sequence(r.Context(), name, key)
+	return reply(w, wire.SequenceResponse{Sequence: info}, err)
+}
+
 func (s *Server) handlePutQueueKey(w http.ResponseWriter, r *http.Request) error {
 	var ks norn.KeySettings
 	return s.updateQueueKey(w, r, &ks)

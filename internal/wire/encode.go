@@ -185,6 +185,10 @@ func appendTaskLease(b []byte, t *norn.Task) ([]byte, error) {
 		b = append(b, `,"batch":`...)
 		b = jsonString(b, t.Batch)
 	}
+	if t.SequenceKey != "" {
+		b = append(b, `,"sequence_key":`...)
+		b = jsonString(b, t.SequenceKey)
+	}
 	if t.SignalWait != nil {
 		if b, err = jsonMarshal(b, `,"signal_wait":`, t.SignalWait); err != nil {
 			return nil, err
@@ -387,6 +391,10 @@ func AppendNewTask(b []byte, nt *norn.NewTask) ([]byte, error) {
 	if nt.Batch != "" {
 		b = append(b, `,"batch":`...)
 		b = jsonString(b, nt.Batch)
+	}
+	if nt.SequenceKey != "" {
+		b = append(b, `,"sequence_key":`...)
+		b = jsonString(b, nt.SequenceKey)
 	}
 	return append(b, '}'), nil
 }

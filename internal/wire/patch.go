@@ -51,10 +51,12 @@ type QueuePatch struct {
 	Retention   *RetentionPatch `json:"retention,omitempty"`
 	MaxRuntime  *norn.Duration  `json:"max_runtime,omitempty"`
 	ExpireIn    *norn.Duration  `json:"expire_in,omitempty"`
-	MaxRunning  *int            `json:"max_running,omitempty"`
-	KeyLimit    *int            `json:"key_limit,omitempty"`
-	FairBy      *string         `json:"fair_by,omitempty"`
-	RateLimit   *RateLimitPatch `json:"rate_limit,omitempty"`
+	// SequenceOnFailure: "halt" (the default) or "continue".
+	SequenceOnFailure *string         `json:"sequence_on_failure,omitempty"`
+	MaxRunning        *int            `json:"max_running,omitempty"`
+	KeyLimit          *int            `json:"key_limit,omitempty"`
+	FairBy            *string         `json:"fair_by,omitempty"`
+	RateLimit         *RateLimitPatch `json:"rate_limit,omitempty"`
 	// Keys: a null value removes the key's own settings.
 	Keys map[string]*KeyPatch `json:"keys,omitempty"`
 }
@@ -69,7 +71,7 @@ func (p *QueuePatch) Nested() bool {
 // update to apply.
 func (p *QueuePatch) Update(cur norn.QueueInfo) norn.QueueUpdate {
 	u := norn.QueueUpdate{Paused: p.Paused, Timeout: p.Timeout, MaxAttempts: p.MaxAttempts, MaxRuntime: p.MaxRuntime, ExpireIn: p.ExpireIn,
-		MaxRunning: p.MaxRunning, KeyLimit: p.KeyLimit, FairBy: p.FairBy}
+		SequenceOnFailure: p.SequenceOnFailure, MaxRunning: p.MaxRunning, KeyLimit: p.KeyLimit, FairBy: p.FairBy}
 	if p.Retry != nil {
 		r := p.Retry.merge(cur.Defaults.Retry)
 		if rp := p.Retry; rp.MaxRetries != nil && *rp.MaxRetries == 0 && rp.Base == nil && rp.Max == nil && rp.Jitter == nil {
@@ -137,7 +139,7 @@ func set[T any](dst *T, v *T) {
 // setting it carries is named whole.
 func FromQueueUpdate(u norn.QueueUpdate) QueuePatch {
 	p := QueuePatch{Paused: u.Paused, Timeout: u.Timeout, MaxAttempts: u.MaxAttempts, MaxRuntime: u.MaxRuntime, ExpireIn: u.ExpireIn,
-		MaxRunning: u.MaxRunning, KeyLimit: u.KeyLimit, FairBy: u.FairBy}
+		SequenceOnFailure: u.SequenceOnFailure, MaxRunning: u.MaxRunning, KeyLimit: u.KeyLimit, FairBy: u.FairBy}
 	if r := u.Retry; r != nil {
 		p.Retry = &RetryPatch{MaxRetries: &r.MaxRetries, Base: &r.Base, Max: &r.Max, Jitter: &r.Jitter}
 	}

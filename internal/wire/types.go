@@ -282,6 +282,11 @@ type KeyResponse struct {
 	Key norn.KeyInfo `json:"key"`
 }
 
+// SequenceResponse is the body of GET /v1/queues/{queue}/sequences/{key}.
+type SequenceResponse struct {
+	Sequence norn.SequenceInfo `json:"sequence"`
+}
+
 // SchedulesResponse is the body of GET /v1/schedules.
 type SchedulesResponse struct {
 	Schedules []*norn.Schedule `json:"schedules"`

@@ -158,7 +158,12 @@ func (tx *txn) insert(id string, n *norn.NewTask) (*norn.Task, error) {
 			}
 		}
 	}
-	im := immutable{queue: q.name, created: now, maxAttempts: int64(t.maxAttempts), timeout: t.timeout,
+	var seqNo uint64
+	if n.SequenceKey != "" {
+		t.inSeq = true
+		seqNo = tx.joinSequence(t, n.SequenceKey, &st)
+	}
+	im := immutable{seqKey: n.SequenceKey, seqNo: seqNo, queue: q.name, created: now, maxAttempts: int64(t.maxAttempts), timeout: t.timeout,
 		maxRuntime: t.maxRuntime, retry: t.retry, expires: t.expires, uniqueKey: n.UniqueKey, deps: n.DependsOn, spec: n.Spec, key: n.ConcurrencyKey,
 		labels: n.Labels, st: st, traceparent: n.Traceparent, tracestate: n.Tracestate, batch: n.Batch, depRun: n.RunsOnFailure()}
 	tx.buf = im.encode(tx.buf[:0])
@@ -193,6 +198,7 @@ func (tx *txn) insert(id string, n *norn.NewTask) (*norn.Task, error) {
 	nt.Spec = cloneBytes(n.Spec)
 	nt.ConcurrencyKey = n.ConcurrencyKey
 	nt.Batch = n.Batch
+	nt.SequenceKey = n.SequenceKey
 	if n.RunsOnFailure() {
 		nt.OnDependencyFailure = norn.DependencyRun
 	}

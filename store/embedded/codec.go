@@ -256,6 +256,10 @@ type immutable struct {
 	batch string
 	// depRun: on_dependency_failure run.
 	depRun bool
+	// seqKey is the sequence key ("" when none), seqNo the task's number
+	// in its sequence.
+	seqKey string
+	seqNo  uint64
 	deps   []string
 	spec   []byte
 	// key is the concurrency key ("" for none).
@@ -292,6 +296,10 @@ const (
 	optBatch = 5
 	// optDepRun marks on_dependency_failure run (value "1").
 	optDepRun = 6
+	// optSequence is the task's sequence key, optSequenceNo its number
+	// in the sequence (decimal digits).
+	optSequence   = 7
+	optSequenceNo = 8
 )
 
 func (im *immutable) encode(buf []byte) []byte {
@@ -425,6 +433,9 @@ func (im *immutable) appendOptional(e *enc) {
 	if im.depRun {
 		n++
 	}
+	if im.seqKey != "" {
+		n += 2
+	}
 	e.u(uint64(n))
 	if im.traceparent != "" {
 		e.u(optTraceparent)
@@ -449,6 +460,12 @@ func (im *immutable) appendOptional(e *enc) {
 	if im.depRun {
 		e.u(optDepRun)
 		e.s("1")
+	}
+	if im.seqKey != "" {
+		e.u(optSequence)
+		e.s(im.seqKey)
+		e.u(optSequenceNo)
+		e.s(strconv.FormatUint(im.seqNo, 10))
 	}
 }
 
@@ -478,6 +495,15 @@ func (im *immutable) decodeOptional(d *dec, keep bool) {
 		case tag == optDepRun:
 			// Kept by recovery too: a failing dependency reads it.
 			im.depRun = d.s() == "1"
+		case tag == optSequence:
+			// Kept by recovery too: it rebuilds the sequences.
+			im.seqKey = d.s()
+		case tag == optSequenceNo:
+			v, err := strconv.ParseUint(d.s(), 10, 64)
+			if err != nil && d.err == nil {
+				d.err = errCorrupt
+			}
+			im.seqNo = v
 		case !keep:
 			d.by()
 		case tag == optTraceparent:

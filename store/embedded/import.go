@@ -142,7 +142,7 @@ func writeImported(b *pebble.Batch, r norn.TaskRecord) {
 		timeout: int64(t.Timeout), maxRuntime: int64(t.MaxRuntime), retry: t.Retry, expires: nanos(t.ExpiresAt),
 		uniqueKey: t.UniqueKey, deps: t.DependsOn, spec: t.Spec, key: t.ConcurrencyKey,
 		traceparent: t.Traceparent, tracestate: t.Tracestate, labels: t.Labels, st: st, batch: t.Batch,
-		depRun: t.OnDependencyFailure == norn.DependencyRun}
+		depRun: t.OnDependencyFailure == norn.DependencyRun, seqKey: t.SequenceKey, seqNo: importSeqNo(t)}
 	b.Set(taskKey(t.ID, sufImmutable), im.encode(nil), nil)
 	for i, e := range t.Errors {
 		j, _ := json.Marshal(e)
@@ -169,4 +169,14 @@ func writeImported(b *pebble.Batch, r norn.TaskRecord) {
 	for _, l := range r.Log {
 		b.Set(taskSeqKey(t.ID, sufLog, l.Seq), encodeLog(l), nil)
 	}
+}
+
+// importSeqNo numbers an imported sequence member: its creation time in
+// nanoseconds keeps submit order (the source's own numbers are not part
+// of a task), and a copy writes no sequence record, so load rebuilds it.
+func importSeqNo(t *norn.Task) uint64 {
+	if t.SequenceKey == "" {
+		return 0
+	}
+	return uint64(max(nanos(t.Created), 0))
 }

@@ -54,6 +54,8 @@ type task struct {
 	inLeases bool
 	// inBatch: t is a member of a batch (s.batchOf).
 	inBatch bool
+	// inSeq: t is a member of a sequence (s.seqOf).
+	inSeq bool
 	slot    uint32 // in s.tasks
 }
 

@@ -19,12 +19,15 @@ func (s *Store) load(ctx context.Context) error {
 	if err := s.loadSettings(); err != nil {
 		return err
 	}
-	waiting, err := s.loadTasks(ctx)
+	waiting, members, err := s.loadTasks(ctx)
 	if err != nil {
 		return err
 	}
 	s.orderIndexes()
 	s.countBatches()
+	if err := s.loadSequences(members); err != nil {
+		return err
+	}
 	return s.countDependencies(waiting)
 }
 
@@ -58,26 +61,27 @@ type blocked struct {
 // loadTasks reads every task's immutable and state records into the
 // indexes (ready tasks collected unordered, timers unordered), and returns
 // the blocked ones.
-func (s *Store) loadTasks(ctx context.Context) ([]blocked, error) {
+func (s *Store) loadTasks(ctx context.Context) ([]blocked, []seqMember, error) {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{pfxTask}, UpperBound: []byte{pfxTask + 1}})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer it.Close()
 	var waiting []blocked
+	var members []seqMember
 	n := 0
 	for ok := it.First(); ok; {
 		id, suf, valid := splitTaskKey(it.Key())
 		if !valid || suf[0] != sufImmutable {
-			return nil, fmt.Errorf("task %q: records without an immutable record: %w", id, errCorrupt)
+			return nil, nil, fmt.Errorf("task %q: records without an immutable record: %w", id, errCorrupt)
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		im, err := decodeImmutable(v, false, false)
 		if err != nil {
-			return nil, fmt.Errorf("task %q: %w", id, err)
+			return nil, nil, fmt.Errorf("task %q: %w", id, err)
 		}
 		if s.queue(im.queue).flow.GroupsByLabel() {
 			// Read again below for the label, after the iterator moved on:
@@ -92,10 +96,10 @@ func (s *Store) loadTasks(ctx context.Context) ([]blocked, error) {
 			}
 			v, err := it.ValueAndErr()
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if st, err = decodeState(v); err != nil {
-				return nil, fmt.Errorf("task %q: %w", id, err)
+				return nil, nil, fmt.Errorf("task %q: %w", id, err)
 			}
 		}
 		t := &task{id: id, q: s.queue(im.queue), st: st, created: im.created, maxAttempts: int32(im.maxAttempts),
@@ -114,7 +118,7 @@ func (s *Store) loadTasks(ctx context.Context) ([]blocked, error) {
 		t.g = t.q.group(im.key)
 		if t.q.flow.GroupsByLabel() {
 			if t.g, err = t.q.labelGroup(v); err != nil {
-				return nil, fmt.Errorf("task %q: %w", id, err)
+				return nil, nil, fmt.Errorf("task %q: %w", id, err)
 			}
 		}
 		t.g.tasks++
@@ -135,21 +139,26 @@ func (s *Store) loadTasks(ctx context.Context) ([]blocked, error) {
 			t.timerIdx = int32(len(*h))
 			*h = append(*h, t)
 		}
-		if st.status == stBlocked {
+		if im.seqKey != "" {
+			members = append(members, seqMember{t, im.seqKey, im.seqNo})
+		}
+		// A member waiting for its turn is blocked by its sequence, not by
+		// dependencies (it has none; a head awaiting children has some).
+		if st.status == stBlocked && (im.seqKey == "" || len(im.deps) > 0) {
 			waiting = append(waiting, blocked{t, im.deps})
 		}
 		if n++; n%65536 == 0 {
 			if err := ctx.Err(); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		// Skip the rest of this task (errors, logs, history, result).
 		ok = skipTask(it, id, lo)
 	}
 	if err := it.Error(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return waiting, nil
+	return waiting, members, nil
 }
 
 // orderIndexes puts the ready tasks and the timers loadTasks collected in

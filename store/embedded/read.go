@@ -220,7 +220,7 @@ func (s *Store) decodeTaskIn(it *pebble.Iterator, id string, lo []byte, summary 
 			*t = norn.Task{ID: id, Queue: im.queue, Created: fromNanos(im.created), MaxAttempts: int(im.maxAttempts),
 				Timeout: norn.Duration(im.timeout), MaxRuntime: norn.Duration(im.maxRuntime), Retry: im.retry, UniqueKey: im.uniqueKey,
 				DependsOn: im.deps, Spec: im.spec, Labels: im.labels, ConcurrencyKey: im.key,
-				Traceparent: im.traceparent, Tracestate: im.tracestate, ExpiresAt: fromNanos(im.expires), Batch: im.batch}
+				Traceparent: im.traceparent, Tracestate: im.tracestate, ExpiresAt: fromNanos(im.expires), Batch: im.batch, SequenceKey: im.seqKey}
 			if im.depRun {
 				t.OnDependencyFailure = norn.DependencyRun
 			}

@@ -42,6 +42,9 @@ func (s *Store) Retry(ctx context.Context, id string, o norn.RetryOptions) (*nor
 		if err := norn.CheckRetryUnique(nt, s.holdersOf(nt)); err != nil {
 			return err
 		}
+		if err := s.checkSequenceRetry(t, nt); err != nil {
+			return err
+		}
 		r, err := norn.DecideRetry(nt, fromNanos(tx.now), o, tx.depStatus)
 		if err != nil {
 			return err
@@ -77,7 +80,7 @@ func (s *Store) RetryMatching(ctx context.Context, f norn.Filter) (int64, error)
 		// The index reflects the retries made so far in this batch, so two
 		// matches sharing a key bring back one; one whose dependencies
 		// failed is skipped.
-		if norn.CheckRetryUnique(pt, s.holdersOf(pt)) != nil {
+		if norn.CheckRetryUnique(pt, s.holdersOf(pt)) != nil || s.checkSequenceRetry(t, pt) != nil {
 			return false
 		}
 		if _, run := s.runOnFail[t]; run {

@@ -152,6 +152,10 @@ type Store struct {
 	members  map[string]map[*task]struct{}
 	batchOf  map[*task]string
 	batchDue map[string]bool
+	// seqs are the sequences by queue and key, seqOf every member's key
+	// (sequence.go).
+	seqs  map[seqRef]*seqMem
+	seqOf map[*task]string
 	// runOnFail holds the tasks with on_dependency_failure run.
 	runOnFail map[*task]struct{}
 	workerSeq uint64
@@ -286,6 +290,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		batchOf:    map[*task]string{},
 		batchDue:   map[string]bool{},
 		runOnFail:  map[*task]struct{}{},
+		seqs:       map[seqRef]*seqMem{},
+		seqOf:      map[*task]string{},
 		subs:       map[*subscription]struct{}{},
 		disk:       disk,
 		space: space{fs: base, dir: dir, reserve: opts.MinFreeBytes, ahead: pebbleAhead(memTable),

@@ -271,6 +271,9 @@ func (tx *txn) set(t *task, ns state) {
 	if t.inBatch && ns.status != old.status {
 		tx.batchStatusChanged(t, old.status, ns.status)
 	}
+	if t.inSeq && ns.status != old.status {
+		tx.seqStatusChanged(t, old.status, ns.status)
+	}
 	if ns.status == stReady && old.status != stReady {
 		tx.wake = append(tx.wake, t.q)
 	} else if old.status == stRunning && ns.status != stRunning && t.q.flow.Limited() {
@@ -310,6 +313,9 @@ func (tx *txn) removeTask(t *task) {
 	t.deleted = true
 	if t.inBatch {
 		tx.leaveBatch(t)
+	}
+	if t.inSeq {
+		tx.leaveSequence(t)
 	}
 	deps := s.unindexDeps(t)
 	tx.onUndo(func() {

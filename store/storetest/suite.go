@@ -42,7 +42,7 @@ func RunWith(t *testing.T, f Factory, o Options) {
 		exerciseMaxRuntime, exerciseExpiry,
 		exerciseQueues, exerciseSubscribe, exerciseInvalidInput, exerciseClose,
 		exerciseSchedules, exerciseReadLog, exerciseFlow, exerciseTrace,
-		exerciseRanges, exerciseThroughput, exerciseImport, exerciseBatches,
+		exerciseRanges, exerciseThroughput, exerciseImport, exerciseBatches, exerciseSequences,
 	} {
 		exercise(t, setup)
 	}
