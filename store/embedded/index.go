@@ -56,7 +56,7 @@ type task struct {
 	inBatch bool
 	// inSeq: t is a member of a sequence (s.seqOf).
 	inSeq bool
-	slot    uint32 // in s.tasks
+	slot  uint32 // in s.tasks
 }
 
 // queue holds one queue's settings, ready queues, counters and claim waiters.
