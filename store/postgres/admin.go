@@ -11,7 +11,7 @@ import (
 )
 
 const queueCols = `name, paused, timeout_ns, retry, max_attempts, retention_completed_ns, retention_aborted_ns, retention_cancelled_ns,
-max_runtime_ns, max_running, key_limit, fair_by, rate_per_second, rate_burst, expire_in_ns`
+max_runtime_ns, max_running, key_limit, fair_by, rate_per_second, rate_burst, expire_in_ns, sequence_on_failure`
 
 func emptyCounts() map[norn.Status]int64 {
 	m := make(map[norn.Status]int64, len(norn.AllStatuses))
@@ -165,7 +165,7 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 			retry = &r
 		}
 		_, err := tx.Exec(ctx, s.q(`INSERT INTO {s}.queues (`+queueCols+`, flow_limited)
-VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11, $12, $13::double precision, $14, $15,
+VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11, $12, $13::double precision, $14, $15, $16,
 	$10 > 0 OR $11 > 0 OR $12 <> '' OR $13::double precision > 0
 	OR EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0))
 ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, timeout_ns = EXCLUDED.timeout_ns, retry = EXCLUDED.retry,
@@ -174,10 +174,10 @@ ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, timeout_ns = EXCLUDED
 	max_runtime_ns = EXCLUDED.max_runtime_ns,
 	max_running = EXCLUDED.max_running, key_limit = EXCLUDED.key_limit, flow_limited = EXCLUDED.flow_limited,
 	fair_by = EXCLUDED.fair_by, rate_per_second = EXCLUDED.rate_per_second, rate_burst = EXCLUDED.rate_burst,
-	expire_in_ns = EXCLUDED.expire_in_ns`),
+	expire_in_ns = EXCLUDED.expire_in_ns, sequence_on_failure = EXCLUDED.sequence_on_failure`),
 			name, d.paused, int64(d.Timeout), retry, d.MaxAttempts, int64(d.Retention.Completed),
 			int64(d.Retention.Aborted), int64(d.Retention.Cancelled), int64(d.MaxRuntime), d.flow.MaxRunning, d.flow.KeyLimit,
-			d.flow.FairBy, d.flow.RateLimit.PerSecond, d.flow.RateLimit.Burst, int64(d.ExpireIn))
+			d.flow.FairBy, d.flow.RateLimit.PerSecond, d.flow.RateLimit.Burst, int64(d.ExpireIn), d.SequenceOnFailure)
 		if err != nil {
 			return err
 		}

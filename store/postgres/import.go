@@ -21,7 +21,8 @@ import (
 var importColumns = []string{"id", "queue", "spec", "priority", "status", "progress", "labels", "created", "updated",
 	"run_at", "ready_at", "ended_at", "depends_on", "owner", "deadline", "lease", "attempts", "max_attempts", "retry",
 	"timeout_ns", "result", "errors", "history_count", "log_seq", "version", "claimed_at", "concurrency_key",
-	"max_runtime_ns", "unique_key", "traceparent", "tracestate", "fair_key", "running_key", "expires_at", "batch", "dep_run", "dep_results", "signal_count", "signal_wait"}
+	"max_runtime_ns", "unique_key", "traceparent", "tracestate", "fair_key", "running_key", "expires_at", "batch", "dep_run", "dep_results", "signal_count", "signal_wait",
+	"sequence_key", "sequence_no"}
 
 // ImportTasks writes recs in one transaction; see norn.TaskImporter.
 func (s *Store) ImportTasks(ctx context.Context, recs []norn.TaskRecord) (int, error) {
@@ -174,7 +175,18 @@ func importRow(r norn.TaskRecord, flow norn.QueueFlow) []any {
 		int64(t.Version), timePtr(t.Started), strPtr(t.ConcurrencyKey), int64(t.MaxRuntime), strPtr(t.UniqueKey),
 		strPtr(t.Traceparent), strPtr(t.Tracestate), fair, running, timePtr(t.ExpiresAt), strPtr(t.Batch),
 		t.OnDependencyFailure == norn.DependencyRun, encodeDepResults(t.DependencyResults),
-		int32(len(t.Signals)), jsonOrNil(t.SignalWait, t.SignalWait != nil)}
+		int32(len(t.Signals)), jsonOrNil(t.SignalWait, t.SignalWait != nil), strPtr(t.SequenceKey), importSeqNo(t)}
+}
+
+// importSeqNo numbers an imported sequence member by its creation time in
+// microseconds, which keeps submit order (the source's numbers are not
+// part of a task); FinishImport rebuilds the sequences' rows.
+func importSeqNo(t *norn.Task) *int64 {
+	if t.SequenceKey == "" {
+		return nil
+	}
+	n := t.Created.UnixMicro()
+	return &n
 }
 
 // importHistory is t's history as task_history_rows rows: the entries
@@ -233,7 +245,18 @@ WHERE t.status = 'blocked'`))
 		}
 		_, err = tx.Exec(ctx, s.q(`UPDATE {s}.tasks SET status = CASE WHEN run_at > $1 THEN 'scheduled' ELSE 'ready' END,
 	ready_at = $1, updated = $1, version = version + 1
-WHERE status = 'blocked' AND pending_deps = 0`), now)
+WHERE status = 'blocked' AND pending_deps = 0 AND (sequence_key IS NULL OR depends_on IS NOT NULL)`), now)
+		if err != nil {
+			return err
+		}
+		// Sequences: rebuilt from their members, the live member that is
+		// not waiting (a head awaiting children waits on dependencies) as
+		// the head.
+		_, err = tx.Exec(ctx, s.q(`INSERT INTO {s}.sequences (queue, key, head, next_no)
+SELECT queue, sequence_key, (array_agg(id ORDER BY sequence_no) FILTER (WHERE status IN ('scheduled', 'ready', 'running')
+	OR (status = 'blocked' AND depends_on IS NOT NULL)))[1], max(sequence_no) + 1
+FROM {s}.tasks WHERE sequence_key IS NOT NULL GROUP BY queue, sequence_key
+ON CONFLICT (queue, key) DO NOTHING`))
 		return err
 	})
 }

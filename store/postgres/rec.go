@@ -26,6 +26,8 @@ type rec struct {
 	// assignment's time.
 	assignSeq, doneSeq int
 	claimedAt          time.Time
+	// seqNo is a new sequence member's number in its sequence.
+	seqNo int64
 	// fairKey is a new task's fair key when its queue has fair_by.
 	fairKey *string
 	// batch is a new task's ready row (batches.go); 0: none.
@@ -38,7 +40,7 @@ const (
 	colsBase = `t.id, t.queue, t.priority, t.status, t.progress, t.labels, t.created, t.updated, t.run_at,
 t.ready_at, t.ended_at, t.depends_on, t.pending_deps, t.owner, t.deadline, t.lease, t.attempts,
 t.max_attempts, t.retry, t.timeout_ns, t.history_count, t.log_seq, t.version, t.assign_seq, t.done_seq, t.claimed_at,
-t.concurrency_key, t.max_runtime_ns, t.unique_key, t.traceparent, t.tracestate, t.expires_at, t.batch, t.dep_run`
+t.concurrency_key, t.max_runtime_ns, t.unique_key, t.traceparent, t.tracestate, t.expires_at, t.batch, t.dep_run, t.sequence_key`
 	// historyAgg is the task's history: its task_history_rows plus the
 	// assignment and completion entries kept in the row, unless the history
 	// cap ({hl}) has dropped them.
@@ -79,7 +81,7 @@ type recReader struct {
 	id                            string
 	queue, status, owner, ckey    internText
 	uniqueKey, tparent, tstate    pgtype.Text
-	batch                         pgtype.Text
+	batch, seqKey                 pgtype.Text
 	depRun                        bool
 	depResults, sigWait, sigs     scratchBytes
 	progress                      float64
@@ -129,7 +131,7 @@ func newRecReader() *recReader {
 	d.dest = []any{&d.id, &d.queue, &d.priority, &d.status, &d.progress, &d.labels, &d.created, &d.updated, &d.runAt,
 		&d.readyAt, &d.ended, &d.deps, &d.pending, &d.owner, &d.deadline, &d.lease, &d.attempts,
 		&d.maxAttempts, &d.retry, &d.timeoutNS, &d.hcnt, &d.logSeq, &d.version, &d.assignSeq, &d.doneSeq, &d.claimed, &d.ckey, &d.maxRuntimeNS,
-		&d.uniqueKey, &d.tparent, &d.tstate, &d.expires, &d.batch, &d.depRun, &d.spec, &d.result, &d.errs, &d.hist, &d.depResults, &d.sigWait, &d.sigs}
+		&d.uniqueKey, &d.tparent, &d.tstate, &d.expires, &d.batch, &d.depRun, &d.seqKey, &d.spec, &d.result, &d.errs, &d.hist, &d.depResults, &d.sigWait, &d.sigs}
 	return d
 }
 
@@ -170,6 +172,7 @@ func (d *recReader) read(row pgx.Row) (*rec, error) {
 		r.ConcurrencyKey = d.ckey.s
 	}
 	r.UniqueKey, r.Traceparent, r.Tracestate, r.Batch = d.uniqueKey.String, d.tparent.String, d.tstate.String, d.batch.String
+	r.SequenceKey = d.seqKey.String
 	if len(d.deps) > 0 {
 		r.DependsOn = d.deps
 	}

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -33,7 +34,7 @@ func (s *Store) Retry(ctx context.Context, id string, o norn.RetryOptions) (*nor
 		if err := norn.CheckRetry(id, r.Status); err != nil {
 			return err
 		}
-		taken := map[norn.UniqueRef]bool{}
+		taken := map[takenRef]bool{}
 		if r.UniqueKey != "" {
 			h, err := s.keyHolders(ctx, tx, &r.Task)
 			if err != nil {
@@ -42,8 +43,12 @@ func (s *Store) Retry(ctx context.Context, id string, o norn.RetryOptions) (*nor
 			if err := norn.CheckRetryUnique(&r.Task, h); err != nil {
 				return err
 			}
-			taken[norn.UniqueRef{Queue: r.Queue, Key: r.UniqueKey}] = true
+			taken[takenRef{UniqueRef: norn.UniqueRef{Queue: r.Queue, Key: r.UniqueKey}}] = true
 		}
+		if err := s.checkSequenceRetry(ctx, tx, &r.Task); err != nil {
+			return err
+		}
+		taken[takenRef{true, norn.UniqueRef{Queue: r.Queue, Key: r.SequenceKey}}] = true
 		now, err := s.dbNow(ctx, tx)
 		if err != nil {
 			return err
@@ -130,7 +135,7 @@ ORDER BY t.id LIMIT $%d FOR UPDATE`, colsCore, cond, len(args)-1, len(args))), a
 			// Decided in id order: a dependency retried earlier in the
 			// batch counts as pending for the tasks after it.
 			var changes []*change
-			taken := map[norn.UniqueRef]bool{}
+			taken := map[takenRef]bool{}
 			for _, r := range recs {
 				if !norn.Retryable(r.Status) {
 					continue
@@ -192,17 +197,36 @@ func (s *Store) applyRedrives(ctx context.Context, tx pgx.Tx, now time.Time, cha
 	return nil
 }
 
+// takenRef is a unique key (seq false) or a sequence (seq true) that a
+// task brought back earlier in a retry's transaction took.
+type takenRef struct {
+	seq bool
+	norn.UniqueRef
+}
+
 // mayRetryUnique reports whether t may come back as far as its unique key
-// goes: no other task of its queue holds the key live, and no task brought
-// back earlier in this transaction took it (taken, which it then marks).
-// The key's advisory lock is taken first, as submits take it, so no submit
-// of the key slips in before the commit; the partial unique index on live
-// holders stays the last guard.
-func (s *Store) mayRetryUnique(ctx context.Context, tx pgx.Tx, t *norn.Task, taken map[norn.UniqueRef]bool) (bool, error) {
+// and its sequence go: no other task of its queue holds the key live, its
+// sequence has no other live head (norn.CheckSequenceRetry), and no task
+// brought back earlier in this transaction took either (taken, which it
+// then marks). The key's advisory lock is taken first, as submits take
+// it, so no submit of the key slips in before the commit; the partial
+// unique index on live holders stays the last guard. The sequence's row
+// is locked, as submits lock it.
+func (s *Store) mayRetryUnique(ctx context.Context, tx pgx.Tx, t *norn.Task, taken map[takenRef]bool) (bool, error) {
+	if t.SequenceKey != "" {
+		ref := takenRef{true, norn.UniqueRef{Queue: t.Queue, Key: t.SequenceKey}}
+		if taken[ref] {
+			return false, nil
+		}
+		if err := s.checkSequenceRetry(ctx, tx, t); err != nil {
+			return false, ignoreConflict(err)
+		}
+		taken[ref] = true
+	}
 	if t.UniqueKey == "" {
 		return true, nil
 	}
-	ref := norn.UniqueRef{Queue: t.Queue, Key: t.UniqueKey}
+	ref := takenRef{UniqueRef: norn.UniqueRef{Queue: t.Queue, Key: t.UniqueKey}}
 	if taken[ref] {
 		return false, nil
 	}
@@ -215,6 +239,16 @@ func (s *Store) mayRetryUnique(ctx context.Context, tx pgx.Tx, t *norn.Task, tak
 	}
 	taken[ref] = true
 	return true, nil
+}
+
+// ignoreConflict is nil for a norn conflict, which a retry of many tasks
+// skips, and err for anything else.
+func ignoreConflict(err error) error {
+	var ne *norn.Error
+	if errors.As(err, &ne) && ne.Code == norn.CodeConflict {
+		return nil
+	}
+	return err
 }
 
 // keyHolders locks t's unique key and returns its live holders.
@@ -272,7 +306,7 @@ func (s *Store) statuses(ctx context.Context, q querier, ids []string) (map[stri
 // redriveDependents finds, level by level, the tasks aborted because root
 // (now in rootStatus) failed, and returns the changes that bring back those
 // norn.PlanDependentRetries lets come back.
-func (s *Store) redriveDependents(ctx context.Context, tx pgx.Tx, root string, rootStatus norn.Status, now time.Time, taken map[norn.UniqueRef]bool) ([]*change, error) {
+func (s *Store) redriveDependents(ctx context.Context, tx pgx.Tx, root string, rootStatus norn.Status, now time.Time, taken map[takenRef]bool) ([]*change, error) {
 	seen := map[string]bool{root: true}
 	var found []*rec
 	level := []string{root}

@@ -39,7 +39,7 @@ func (s *Store) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Submi
 		return err
 	}
 	var err error
-	if hasDeps(tasks) || hasUniqueKeys(tasks) || hasBatches(tasks) {
+	if hasDeps(tasks) || hasUniqueKeys(tasks) || hasBatches(tasks) || hasSequences(tasks) {
 		err = s.withTx(ctx, func(tx pgx.Tx) error { return run(tx) })
 	} else {
 		err = s.withConn(ctx, func(conn *pgx.Conn) error { return run(conn) })
@@ -76,6 +76,10 @@ func hasDeps(tasks []norn.NewTask) bool {
 		}
 	}
 	return false
+}
+
+func hasSequences(tasks []norn.NewTask) bool {
+	return slices.ContainsFunc(tasks, func(t norn.NewTask) bool { return t.SequenceKey != "" })
 }
 
 func hasBatches(tasks []norn.NewTask) bool {
@@ -129,15 +133,18 @@ func (s *Store) buildInsertSQL(onConflict bool) string {
 	}
 	return s.q(`WITH ins AS (INSERT INTO {s}.tasks (id, queue, spec, priority, status, labels, created, updated, run_at,
 	ready_at, ended_at, depends_on, pending_deps, max_attempts, retry, timeout_ns, errors, history_count, version,
-	concurrency_key, max_runtime_ns, unique_key, traceparent, tracestate, fair_key, expires_at, batch, dep_run, dep_results)
+	concurrency_key, max_runtime_ns, unique_key, traceparent, tracestate, fair_key, expires_at, batch, dep_run, dep_results,
+	sequence_key, sequence_no)
 SELECT u.id, u.queue, u.spec, u.priority, u.status, u.labels::jsonb, $16, $16, u.run_at, $16, u.ended_at,
 	string_to_array(u.deps, ','), u.pending, u.max_attempts, u.retry::jsonb, u.timeout_ns, u.errors::jsonb, u.hcount, 1,
-	u.ckey, u.max_runtime_ns, u.ukey, u.tparent, u.tstate, u.fkey, u.expires_at, u.batch, u.dep_run, u.dep_results::jsonb
+	u.ckey, u.max_runtime_ns, u.ukey, u.tparent, u.tstate, u.fkey, u.expires_at, u.batch, u.dep_run, u.dep_results::jsonb,
+	u.seq_key, nullif(u.seq_no, -1)
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::text[], $6::text[], $7::timestamptz[],
 	$8::timestamptz[], $9::text[], $10::int[], $11::int[], $12::text[], $13::bigint[], $14::text[], $15::int[],
-	$19::text[], $20::bigint[], $21::text[], $22::text[], $23::text[], $24::text[], $25::timestamptz[], $26::text[], $27::boolean[], $28::text[])
+	$19::text[], $20::bigint[], $21::text[], $22::text[], $23::text[], $24::text[], $25::timestamptz[], $26::text[], $27::boolean[], $28::text[],
+	$29::text[], $30::bigint[])
 	AS u(id, queue, spec, priority, status, labels, run_at, ended_at, deps, pending, max_attempts, retry,
-	timeout_ns, errors, hcount, ckey, max_runtime_ns, ukey, tparent, tstate, fkey, expires_at, batch, dep_run, dep_results)
+	timeout_ns, errors, hcount, ckey, max_runtime_ns, ukey, tparent, tstate, fkey, expires_at, batch, dep_run, dep_results, seq_key, seq_no)
 ` + conflict + `
 RETURNING id, queue, status, version, 'TaskSubmit'::text AS kind, created AS time),
 h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time, error)
@@ -186,6 +193,8 @@ type submitPlan struct {
 	existing map[string]stored
 	defaults map[string]queueDefaults
 	holders  map[norn.UniqueRef][]norn.UniqueHolder
+	// seqs are the batch's sequences, locked (nil: none).
+	seqs map[norn.UniqueRef]*seqState
 
 	// dup marks tasks not inserted (id or unique-key duplicates); uniq
 	// maps those duplicating by key to the task they duplicate.
@@ -214,7 +223,7 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 	if err := p.decide(); err != nil {
 		return nil, err
 	}
-	if !p.clientIDs && !p.deps && !p.keys && len(p.batches) == 0 {
+	if !p.clientIDs && !p.deps && !p.keys && len(p.batches) == 0 && p.seqs == nil {
 		// Generated ids cannot exist: nothing to look for, so COPY.
 		if err := s.copyIn(ctx, q, p.recs, p.now, p.events); err != nil {
 			return nil, err
@@ -228,6 +237,11 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 	inserted, err := s.insertRecs(ctx, q, p)
 	if err != nil {
 		return nil, err
+	}
+	if p.seqs != nil {
+		if err := s.saveSequences(ctx, q, p); err != nil {
+			return nil, err
+		}
 	}
 	return s.answerSubmit(ctx, q, p, inserted)
 }
@@ -320,6 +334,10 @@ func (s *Store) readForSubmit(ctx context.Context, q querier, p *submitPlan) err
 	if p.keys {
 		s.queueHolders(b, p.uniqueRefs())
 	}
+	seqRefs := p.seqRefs()
+	if len(seqRefs) > 0 {
+		s.queueSeqLock(b, seqRefs)
+	}
 	br := q.SendBatch(ctx, b)
 	defer br.Close()
 	var level int
@@ -365,6 +383,11 @@ func (s *Store) readForSubmit(ctx context.Context, q querier, p *submitPlan) err
 	}
 	if p.keys {
 		if err := p.readHolders(br); err != nil {
+			return err
+		}
+	}
+	if len(seqRefs) > 0 {
+		if err := p.readSeqLock(br); err != nil {
 			return err
 		}
 	}
@@ -493,7 +516,12 @@ func (p *submitPlan) decide() error {
 		}
 		status := func(id string) norn.Status { return depStatus[id] }
 		in := nt.Initial(p.now, &qd.QueueDefaults, status)
+		var seqNo int64
+		if nt.SequenceKey != "" {
+			seqNo = p.joinSequence(nt, &in)
+		}
 		p.recs[i] = newRec(nt, in, p.now)
+		p.recs[i].seqNo = seqNo
 		p.recs[i].DependencyResults = p.endedResults(nt, in, status)
 		if qd.flow.FairBy != "" {
 			k := qd.flow.FairKey(nt.ConcurrencyKey, nt.Labels)
@@ -579,7 +607,7 @@ func newRec(nt *norn.NewTask, in norn.Initial, now time.Time) *rec {
 	if len(nt.Labels) > 0 {
 		r.Labels = nt.Labels
 	}
-	r.ConcurrencyKey, r.Batch = nt.ConcurrencyKey, nt.Batch
+	r.ConcurrencyKey, r.Batch, r.SequenceKey = nt.ConcurrencyKey, nt.Batch, nt.SequenceKey
 	if nt.RunsOnFailure() {
 		r.OnDependencyFailure = norn.DependencyRun
 	}
@@ -612,6 +640,8 @@ type insertArgs struct {
 	tparents, tstates, batches  []*string
 	depRun                      []bool
 	depResults                  []*string
+	seqKeys                     []*string
+	seqNos                      []int64
 	specs                       [][]byte
 	prio, timeouts, maxRuntimes []int64
 	runAt                       []time.Time
@@ -650,6 +680,12 @@ func (a *insertArgs) add(r *rec) {
 	a.batches = append(a.batches, strPtr(r.Batch))
 	a.depRun = append(a.depRun, r.OnDependencyFailure == norn.DependencyRun)
 	a.depResults = append(a.depResults, encodeDepResults(r.DependencyResults))
+	a.seqKeys = append(a.seqKeys, strPtr(r.SequenceKey))
+	no := int64(-1)
+	if r.SequenceKey != "" {
+		no = r.seqNo
+	}
+	a.seqNos = append(a.seqNos, no)
 	if r.Status == norn.StatusAborted {
 		b, _ := json.Marshal(r.Errors[0])
 		a.abortIDs, a.abortErrs = append(a.abortIDs, r.ID), append(a.abortErrs, string(b))
@@ -672,7 +708,7 @@ func (s *Store) insertRecs(ctx context.Context, q querier, p *submitPlan) (map[s
 	}
 	rows, err := q.Query(ctx, s.insertSQL(p.clientIDs || p.keys), a.ids, a.qs, a.specs, a.prio, a.status, a.labels,
 		a.runAt, a.ended, a.deps, a.pending, a.maxAtt, a.retries, a.timeouts, a.errs, a.hcount, p.now,
-		a.abortIDs, a.abortErrs, a.ckeys, a.maxRuntimes, a.keys, a.tparents, a.tstates, a.fkeys, a.expires, a.batches, a.depRun, a.depResults)
+		a.abortIDs, a.abortErrs, a.ckeys, a.maxRuntimes, a.keys, a.tparents, a.tstates, a.fkeys, a.expires, a.batches, a.depRun, a.depResults, a.seqKeys, a.seqNos)
 	if err != nil {
 		return nil, err
 	}
@@ -777,7 +813,7 @@ func scanQueue(row pgx.Row) (queueDefaults, error) {
 	var fairBy string
 	var ratePerSecond float64
 	if err := row.Scan(&d.name, &d.paused, &timeout, &retry, &maxAtt, &rc, &ra, &rcanc, &maxRuntime, &maxRunning, &keyLimit,
-		&fairBy, &ratePerSecond, &rateBurst, &expireIn); err != nil {
+		&fairBy, &ratePerSecond, &rateBurst, &expireIn, &d.SequenceOnFailure); err != nil {
 		return d, err
 	}
 	d.Timeout, d.MaxRuntime, d.ExpireIn = norn.Duration(timeout), norn.Duration(maxRuntime), norn.Duration(expireIn)

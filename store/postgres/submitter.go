@@ -61,7 +61,7 @@ var rowBufs sync.Pool
 // locks to take) and no unique keys (no per-key serialization).
 func mergeable(tasks []norn.NewTask) bool {
 	for i := range tasks {
-		if tasks[i].ID != "" || len(tasks[i].DependsOn) > 0 || tasks[i].UniqueKey != "" || tasks[i].Batch != "" || tasks[i].OnDependencyFailure != "" {
+		if tasks[i].ID != "" || len(tasks[i].DependsOn) > 0 || tasks[i].UniqueKey != "" || tasks[i].Batch != "" || tasks[i].OnDependencyFailure != "" || tasks[i].SequenceKey != "" {
 			return false
 		}
 	}
