@@ -349,6 +349,9 @@ func TestRoundTrip(t *testing.T) {
 		"GET /v1/queues/{queue}/keys/{key}": func(t *testing.T) {
 			plainResponse(t, KeyResponse{Key: filled[norn.KeyInfo](t)})
 		},
+		"GET /v1/queues/{queue}/sequences/{key}": func(t *testing.T) {
+			plainResponse(t, SequenceResponse{Sequence: filled[norn.SequenceInfo](t)})
+		},
 		"PUT /v1/queues/{queue}/keys/{key}": func(t *testing.T) {
 			ks := filled[norn.KeySettings](t)
 			request(t, marshalRequest(t, ks), ks)
