@@ -1,0 +1,149 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/nornq/norn"
+)
+
+// TestSequencesUnderConcurrency: submitters, claimers on several
+// connections and cancels of waiting members run at once; per key, no two
+// members ever run together and the members that ran did so in submit
+// order (the hand-over in the trigger, and its re-read when a waiting
+// member ends while it waits for that member's lock).
+func TestSequencesUnderConcurrency(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, nil, func(c *Config) { c.DisableMonitor = true })
+	const keys, per, workers = 6, 40, 4
+	w, err := s.RegisterWorker(ctx, norn.WorkerInfo{Name: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	last := map[string]string{}
+	ran := map[string][]int{}
+	cancelled := map[string]bool{}
+	var g group
+	for k := range keys {
+		g.Go(func() error {
+			for i := range per {
+				id := fmt.Sprintf("k%d-%03d", k, i)
+				if _, err := s.Submit(ctx, norn.NewTask{ID: id, Queue: "sq", SequenceKey: fmt.Sprintf("k%d", k), Priority: uint32(i % 3)}); err != nil {
+					return err
+				}
+				if i%7 == 3 { // cancel an earlier member, waiting or not
+					victim := fmt.Sprintf("k%d-%03d", k, i-1)
+					if _, err := s.Cancel(ctx, victim); err == nil {
+						mu.Lock()
+						cancelled[victim] = true
+						mu.Unlock()
+					}
+				}
+			}
+			return nil
+		})
+	}
+	done := make(chan struct{})
+	var wg group
+	for range workers {
+		wg.Go(func() error {
+			for {
+				got, err := s.Claim(ctx, norn.ClaimRequest{Worker: w, Queues: []string{"sq"}, N: 3})
+				if err != nil {
+					return err
+				}
+				if len(got) == 0 {
+					select {
+					case <-done:
+						return nil
+					default:
+						continue
+					}
+				}
+				for _, tk := range got {
+					// Every member claimed before this one of its key
+					// must have ended: otherwise two ran at once.
+					mu.Lock()
+					prev := last[tk.SequenceKey]
+					last[tk.SequenceKey] = tk.ID
+					var n int
+					fmt.Sscanf(tk.ID[len(tk.ID)-3:], "%d", &n)
+					ran[tk.SequenceKey] = append(ran[tk.SequenceKey], n)
+					mu.Unlock()
+					if prev != "" {
+						p, err := s.Get(ctx, prev)
+						if err != nil {
+							return err
+						}
+						if !p.Status.Terminal() {
+							return fmt.Errorf("%s claimed while %s of its sequence is %s", tk.ID, prev, p.Status)
+						}
+					}
+					if err := s.Complete(ctx, norn.LeaseRef{TaskID: tk.ID, Worker: w, Lease: tk.Lease}, nil); err != nil {
+						return err
+					}
+				}
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until every sequence drained, then stop the claimers.
+	for k := range keys {
+		for {
+			info, err := s.Sequence(ctx, "sq", fmt.Sprintf("k%d", k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Head == "" && info.Waiting == 0 {
+				break
+			}
+		}
+	}
+	close(done)
+	if err := wg.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for k := range keys {
+		key := fmt.Sprintf("k%d", k)
+		seq := ran[key]
+		for i := 1; i < len(seq); i++ {
+			if seq[i] <= seq[i-1] {
+				t.Fatalf("%s ran out of order: %v", key, seq)
+			}
+		}
+		want := 0
+		for i := range per {
+			if !cancelled[fmt.Sprintf("%s-%03d", key, i)] {
+				want++
+			}
+		}
+		if len(seq) != want {
+			t.Fatalf("%s: %d members ran, want %d (every one not cancelled): %v", key, len(seq), want, seq)
+		}
+	}
+}
+
+// group runs goroutines and keeps the first error, as errgroup would.
+type group struct {
+	wg   sync.WaitGroup
+	once sync.Once
+	err  error
+}
+
+func (g *group) Go(f func() error) {
+	g.wg.Go(func() {
+		if err := f(); err != nil {
+			g.once.Do(func() { g.err = err })
+		}
+	})
+}
+
+func (g *group) Wait() error {
+	g.wg.Wait()
+	return g.err
+}
