@@ -208,6 +208,15 @@ type NewTask struct {
 	// UniqueFor extends UniqueKey to tasks of the queue with the key that
 	// ended (became terminal) less than this long ago. Needs UniqueKey.
 	UniqueFor Duration `json:"unique_for,omitzero"`
+	// OnDuplicate is what a submission whose unique key is held does:
+	// DuplicateKeep (the default) answers the holder unchanged;
+	// DuplicateReplace replaces a holder that has not started, or makes
+	// this task the successor of one that has (see debounce.go).
+	OnDuplicate string `json:"on_duplicate,omitempty"`
+	// DebounceMax caps how far replacements push a holder's run time: at
+	// most this long after the holder was first submitted. Needs
+	// OnDuplicate DuplicateReplace; 0 is no cap.
+	DebounceMax Duration `json:"debounce_max,omitzero"`
 	// ConcurrencyKey groups tasks for the queue's flow control: at most
 	// key_limit (or the key's own limit) of one key run at once, and fair_by
 	// concurrency_key rotates claims across keys. Optional, at most
@@ -244,6 +253,10 @@ type Submitted struct {
 	// or another task of the queue holds the unique key. Task is then that
 	// existing task (whose id may differ from the one submitted).
 	Duplicate bool `json:"duplicate,omitempty"`
+	// Replaced is true when the submission (on_duplicate replace)
+	// replaced the holder of its unique key in place: Task is the holder
+	// as replaced (Duplicate is set too: nothing was created).
+	Replaced bool `json:"replaced,omitempty"`
 }
 
 // Order is the sort order of List and Stream.

@@ -292,6 +292,9 @@ func (n *NewTask) Validate() error {
 	if n.UniqueFor > 0 && n.UniqueKey == "" {
 		return Invalid("unique_for", "needs a unique_key")
 	}
+	if err := n.validateDebounce(); err != nil {
+		return err
+	}
 	if n.Batch != "" {
 		if err := ValidateBatchID("batch", n.Batch); err != nil {
 			return err

@@ -77,6 +77,11 @@ func (c *Client) Submit(ctx context.Context, tasks ...norn.NewTask) ([]norn.Subm
 		subs[i].Duplicate = seen[t.ID] <= dups[t.ID]
 		seen[t.ID]--
 	}
+	for _, n := range out.Replaced {
+		if n >= 0 && n < len(subs) {
+			subs[n].Replaced = true
+		}
+	}
 	return subs, nil
 }
 

@@ -86,6 +86,17 @@ func writeTasks(w http.ResponseWriter, status int, tasks []*norn.Task, dups []st
 	writeRaw(w, status, b)
 }
 
+// writeBatchResponse writes a batch submit's answer with the hand-written
+// encoder.
+func writeBatchResponse(w http.ResponseWriter, r *wire.BatchResponse) {
+	b, err := wire.AppendBatchResponse(make([]byte, 0, wire.TaskSizeHint(r.Tasks)+16*len(r.Duplicates)), r)
+	if err != nil {
+		writeRaw(w, http.StatusInternalServerError, []byte(wire.InternalErrorBody))
+		return
+	}
+	writeRaw(w, http.StatusOK, b)
+}
+
 // writeLeaseResults writes a lease batch response with the hand-written
 // encoder.
 func writeLeaseResults(w http.ResponseWriter, results []wire.LeaseResult) {

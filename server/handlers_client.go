@@ -119,7 +119,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request) error {
 	} else {
 		s.m.submitted(res[0].Task.Queue, 1)
 	}
-	writeJSON(w, status, wire.TaskResponse{Task: res[0].Task, Duplicate: res[0].Duplicate})
+	writeJSON(w, status, wire.TaskResponse{Task: res[0].Task, Duplicate: res[0].Duplicate, Replaced: res[0].Replaced})
 	return nil
 }
 
@@ -156,6 +156,9 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request) error
 		perQueue := map[string]int{}
 		for _, sub := range res {
 			resp.Tasks = append(resp.Tasks, sub.Task)
+			if sub.Replaced {
+				resp.Replaced = append(resp.Replaced, len(resp.Tasks)-1)
+			}
 			if sub.Duplicate {
 				resp.Duplicates = append(resp.Duplicates, sub.Task.ID)
 			} else {
@@ -166,7 +169,7 @@ func (s *Server) handleSubmitBatch(w http.ResponseWriter, r *http.Request) error
 			s.m.submitted(q, n)
 		}
 	}
-	writeTasks(w, http.StatusOK, resp.Tasks, resp.Duplicates)
+	writeBatchResponse(w, &resp)
 	return nil
 }
 

@@ -38,6 +38,16 @@ func TaskSizeHint(tasks []*norn.Task) int {
 // submit (BatchResponse) or a claim (TasksResponse), as json.Marshal would
 // write it. The error is json.Marshal's for a task it refuses.
 func AppendTasksBody(b []byte, tasks []*norn.Task, dups []string) ([]byte, error) {
+	return appendTasksBody(b, tasks, dups, nil)
+}
+
+// AppendBatchResponse writes r (a BatchResponse) as json.Marshal would,
+// like AppendTasksBody.
+func AppendBatchResponse(b []byte, r *BatchResponse) ([]byte, error) {
+	return appendTasksBody(b, r.Tasks, r.Duplicates, r.Replaced)
+}
+
+func appendTasksBody(b []byte, tasks []*norn.Task, dups []string, replaced []int) ([]byte, error) {
 	b = append(b, `{"tasks":[`...)
 	var err error
 	for i, t := range tasks {
@@ -56,6 +66,16 @@ func AppendTasksBody(b []byte, tasks []*norn.Task, dups []string) ([]byte, error
 				b = append(b, ',')
 			}
 			b = jsonString(b, id)
+		}
+		b = append(b, ']')
+	}
+	if len(replaced) > 0 {
+		b = append(b, `,"replaced":[`...)
+		for i, n := range replaced {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, int64(n), 10)
 		}
 		b = append(b, ']')
 	}
@@ -371,6 +391,13 @@ func AppendNewTask(b []byte, nt *norn.NewTask) ([]byte, error) {
 	}
 	if nt.UniqueFor != 0 {
 		b = jsonDuration(b, `,"unique_for":`, nt.UniqueFor)
+	}
+	if nt.OnDuplicate != "" {
+		b = append(b, `,"on_duplicate":`...)
+		b = jsonString(b, nt.OnDuplicate)
+	}
+	if nt.DebounceMax != 0 {
+		b = jsonDuration(b, `,"debounce_max":`, nt.DebounceMax)
 	}
 	if nt.ConcurrencyKey != "" {
 		b = append(b, `,"concurrency_key":`...)

@@ -20,6 +20,9 @@ type TaskResponse struct {
 	// Duplicate is true when nothing was created (the id existed, or the
 	// unique key is held); Task is then the existing task.
 	Duplicate bool `json:"duplicate,omitempty"`
+	// Replaced is true when the submission replaced the holder of its
+	// unique key in place (on_duplicate replace); Task is the holder.
+	Replaced bool `json:"replaced,omitempty"`
 }
 
 // BatchRequest is the body of POST /v1/tasks/batch. The server streams it
@@ -37,6 +40,10 @@ type BatchRequest struct {
 type BatchResponse struct {
 	Tasks      []*norn.Task `json:"tasks"`
 	Duplicates []string     `json:"duplicates"`
+	// Replaced lists the positions (in Tasks) of the results that
+	// replaced the holder of their unique key in place (on_duplicate
+	// replace); each is a duplicate too.
+	Replaced []int `json:"replaced,omitempty"`
 }
 
 // ManyResponse is the body of GET /v1/tasks/{id1},{id2},….

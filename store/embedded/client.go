@@ -82,6 +82,10 @@ func (tx *txn) submit(prefix string, tasks []norn.NewTask) ([]norn.Submitted, er
 	// A task whose unique key is held is a duplicate of the holder, found
 	// and decided under s.mu like the insert that follows.
 	uniq := norn.PlanUnique(tasks, ids, dup, fromNanos(tx.now), s.uniqueHolders)
+	tasks, replaced, err := tx.planReplaces(tasks, uniq)
+	if err != nil {
+		return nil, err
+	}
 	if len(uniq) > 0 && dup == nil {
 		dup = make([]bool, len(tasks))
 	}
@@ -108,8 +112,14 @@ func (tx *txn) submit(prefix string, tasks []norn.NewTask) ([]norn.Submitted, er
 			inBatch[ids[i]] = i
 		}
 	}
+	for i, r := range replaced {
+		if err := tx.replaceInPlace(r.holder, &tasks[i], r.rep); err != nil {
+			return nil, err
+		}
+		out[i] = norn.Submitted{Task: tx.readAfter(r.holder.id), Duplicate: true, Replaced: true}
+	}
 	for i := range ids {
-		if dup == nil || !dup[i] {
+		if dup == nil || !dup[i] || replaced[i] != nil {
 			continue
 		}
 		id, byKey := uniq[i]
