@@ -122,6 +122,9 @@ func describeTask(w io.Writer, t *norn.Task, deps dependents, now time.Time) {
 	kv("created", stamp(t.Created, now))
 	kv("updated", stamp(t.Updated, now))
 	kv("run_at", stamp(t.RunAt, now))
+	if t.SequenceKey != "" {
+		kv("sequence_key", fmt.Sprintf("%s (norn sequence %s %s)", t.SequenceKey, shellWord(t.Queue), shellWord(t.SequenceKey)))
+	}
 	if len(t.DependsOn) > 0 {
 		kv("depends_on", strings.Join(t.DependsOn, ", "))
 		policy := t.OnDependencyFailure

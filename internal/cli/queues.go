@@ -114,6 +114,11 @@ func describeQueue(w io.Writer, q norn.QueueInfo) error {
 		tab.row("fair_by:", "none (claim order)")
 	}
 	tab.row("rate_limit:", rateText(q))
+	if d.SequenceOnFailure == norn.SequenceContinue {
+		tab.row("sequence_on_failure:", "continue (an aborted head moves its sequence on)")
+	} else {
+		tab.row("sequence_on_failure:", "halt (an aborted head halts its sequence)")
+	}
 	for _, k := range q.Keys {
 		lim := "queue's"
 		if k.Limit > 0 {
@@ -206,7 +211,7 @@ func queueExists(ctx context.Context, c *client.Client, name string) error {
 type queueSetFlags struct {
 	timeout, maxRuntime, expireIn, retCompleted, retAborted, retCancelled time.Duration
 	maxAttempts, maxRunning, keyLimit, burst                              int
-	rateLimit, fairBy                                                     string
+	rateLimit, fairBy, sequenceOnFailure                                  string
 	retry                                                                 retryFlags
 	keys, unsetKeys, keyWeights                                           []string
 }
@@ -237,14 +242,20 @@ priority, so one key's backlog does not hold up another key's tasks;
 --rate-limit caps how fast claims hand out the queue's tasks, across the
 cluster (a token bucket in the store): 100/s, 30/m, 5/h, or off. --burst is how
 many may go at once after a quiet spell (default: one second's worth, at
-least 1).`,
+least 1).
+
+--sequence-on-failure says what a sequence's head that ends aborted does
+(see 'norn sequence'): halt (the default) keeps it as the head and halts the
+sequence until it is retried or deleted; continue moves on to the next
+member.`,
 		Example: `  norn queues set emails --timeout 1m --retry 5 --retry-base 10s --retry-max 10m
   norn queues set reports --max-runtime 15m
   norn queues set emails --retention-completed 1h --retention-aborted 0
   norn queues set payments --max-running 50 --key-limit 10 --key acme=2
   norn queues set reports --fair-by label:tenant --key-weight acme=3
   norn queues set emails --rate-limit 100/s --burst 10
-  norn queues set emails --rate-limit off`,
+  norn queues set emails --rate-limit off
+  norn queues set ledger --sequence-on-failure continue`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			format, err := outputFormat(g)
@@ -260,7 +271,7 @@ least 1).`,
 					return err
 				}
 				if reflect.ValueOf(u).IsZero() {
-					return usagef("nothing to change: give at least one of --timeout, --max-attempts, --max-runtime, --expire-in, --retry, --retention-*, --max-running, --key-limit, --key, --unset-key, --fair-by, --key-weight, --rate-limit")
+					return usagef("nothing to change: give at least one of --timeout, --max-attempts, --max-runtime, --expire-in, --retry, --retention-*, --max-running, --key-limit, --key, --unset-key, --fair-by, --key-weight, --rate-limit, --sequence-on-failure")
 				}
 				q, err := c.UpdateQueue(cmd.Context(), args[0], u)
 				if err != nil {
@@ -286,6 +297,7 @@ func (qf *queueSetFlags) add(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&qf.unsetKeys, "unset-key", nil, "remove a key's own settings (repeatable)")
 	fs.StringVar(&qf.fairBy, "fair-by", "", `rotate claims across "concurrency_key" or "label:NAME" ("" = off)`)
 	fs.StringArrayVar(&qf.keyWeights, "key-weight", nil, "KEY=WEIGHT: one key's share of claims under --fair-by (repeatable)")
+	fs.StringVar(&qf.sequenceOnFailure, "sequence-on-failure", "", "what an aborted sequence head does: halt (the sequence waits until it is retried or deleted) or continue")
 	fs.IntVar(&qf.maxAttempts, "max-attempts", 0, "default max attempts (0 = unlimited)")
 	qf.retry.add(fs, "default retries after a failure (0 = none)")
 	fs.DurationVar(&qf.retCompleted, "retention-completed", 0, "keep completed tasks this long (0 = forever)")
@@ -338,6 +350,12 @@ func (qf *queueSetFlags) update(fl *pflag.FlagSet) (norn.QueueUpdate, keyEdits, 
 	}
 	if fl.Changed("fair-by") {
 		u.FairBy = &qf.fairBy
+	}
+	if fl.Changed("sequence-on-failure") {
+		if err := norn.ValidateSequenceOnFailure("sequence_on_failure", qf.sequenceOnFailure); err != nil || qf.sequenceOnFailure == "" {
+			return u, ke, usagef("--sequence-on-failure must be %s or %s", norn.SequenceHalt, norn.SequenceContinue)
+		}
+		u.SequenceOnFailure = &qf.sequenceOnFailure
 	}
 	if err := qf.keySettings(&u, ke); err != nil {
 		return u, ke, err

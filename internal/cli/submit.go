@@ -91,6 +91,7 @@ type submitFlags struct {
 	uniqueFor   time.Duration
 	expireIn    time.Duration
 	expiresAt   string
+	sequenceKey string
 	batch       string
 	inBatch     string
 	chunk       int
@@ -117,6 +118,10 @@ With --on-dependency-failure run, a task with --depends-on runs once every
 dependency ended, whatever the outcome (the default, abort, aborts it when a
 dependency fails); 'norn get' shows each dependency's outcome.
 
+With --sequence-key K the task joins the sequence of QUEUE and K: its tasks
+run one at a time, in submit order whatever their priority (see 'norn
+sequence'); such a task cannot have --depends-on.
+
 With --in-batch ID the task joins that batch (see 'norn batch'), which must
 exist and not be sealed; with --batch FILE it fills in lines without a batch.
 
@@ -131,6 +136,7 @@ than that long ago): the task holding the key is reported instead.`,
   norn submit reports '{"user":42}' --unique-key report-user-42 --unique-for 1h
   norn submit otp '{"to":"+4512345678"}' --expire-in 5m --retry 3 --retry-jitter full
   norn submit report '{}' --depends-on fetch-a,fetch-b --on-dependency-failure run
+  norn submit ledger '{"op":"deposit","amount":10}' --sequence-key account-7
   norn submit --batch tasks.ndjson
   norn submit thumbnails '{"image":7}' --in-batch import-42`,
 			Args: cobra.RangeArgs(0, 2),
@@ -168,6 +174,7 @@ than that long ago): the task holding the key is reported instead.`,
 		fs.DurationVar(&sf.uniqueFor, "unique-for", 0, "with --unique-key: also while one ended less than this long ago")
 		fs.DurationVar(&sf.expireIn, "expire-in", 0, "abort the task (expired) if it has not started this long after it may first run (e.g. 5m)")
 		fs.StringVar(&sf.expiresAt, "expires-at", "", "abort the task (expired) if it has not started by this time (RFC 3339)")
+		fs.StringVar(&sf.sequenceKey, "sequence-key", "", "run one at a time, in submit order, with the queue's other tasks of this key")
 		fs.StringVar(&sf.batch, "batch", "", "submit every task of this NDJSON file (- for stdin)")
 		fs.StringVar(&sf.inBatch, "in-batch", "", "join this batch (norn batch create); with --batch, for lines without one")
 		fs.IntVar(&sf.chunk, "chunk", 1000, "tasks per request with --batch (1..10000)")
@@ -180,7 +187,7 @@ func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reade
 	nt := norn.NewTask{ID: sf.id, Queue: args[0], Priority: sf.priority, DependsOn: sf.dependsOn,
 		Delay: norn.Duration(sf.delay), Timeout: norn.Duration(sf.timeout), MaxRuntime: norn.Duration(sf.maxRuntime),
 		UniqueKey: sf.uniqueKey, UniqueFor: norn.Duration(sf.uniqueFor), ExpireIn: norn.Duration(sf.expireIn),
-		Batch: sf.inBatch, OnDependencyFailure: sf.onDepFail}
+		Batch: sf.inBatch, OnDependencyFailure: sf.onDepFail, SequenceKey: sf.sequenceKey}
 	if err := sf.checkInBatch(); err != nil {
 		return nt, err
 	}
@@ -239,6 +246,14 @@ func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reade
 	if sf.uniqueKey != "" {
 		if err := norn.ValidateUniqueKey("unique_key", sf.uniqueKey); err != nil {
 			return nt, usagef("--unique-key: %v", messageOf(err))
+		}
+	}
+	if sf.sequenceKey != "" {
+		if err := norn.ValidateSequenceKey("sequence_key", sf.sequenceKey); err != nil {
+			return nt, usagef("--sequence-key: %v", messageOf(err))
+		}
+		if len(sf.dependsOn) > 0 {
+			return nt, usagef("--sequence-key and --depends-on do not go together: the sequence orders the task")
 		}
 	}
 	if nt.Retry, err = sf.retry.policy(cmd.Flags()); err != nil {
@@ -425,6 +440,10 @@ func runSubmitBatch(cmd *cobra.Command, g *Globals, sf *submitFlags, defaultQueu
 	if len(sf.dependsOn) > 0 || sf.onDepFail != "" {
 		// Silently dropping them would submit tasks that run too early.
 		return usagef("--batch cannot be combined with --depends-on or --on-dependency-failure (give depends_on and on_dependency_failure per line)")
+	}
+	if sf.sequenceKey != "" {
+		// Dropping it would run the lines out of order.
+		return usagef("--batch cannot be combined with --sequence-key (give sequence_key per line)")
 	}
 	if err := sf.checkInBatch(); err != nil {
 		return err

@@ -404,7 +404,11 @@ class Client:
         that ends aborted, cancelled or deleted aborts this task with
         ``dependency_failed``; ``"run"``: it becomes ready once every
         dependency ended, whatever the outcome, and reads them in
-        ``dependency_results``), ``timeout`` (lease length), ``traceparent`` and
+        ``dependency_results``), ``sequence_key`` (joins the sequence of
+        the queue and this key: its members run one at a time in submit
+        order whatever their priority, later ones wait ``blocked``; it
+        cannot be combined with ``depends_on``, see :meth:`sequence`),
+        ``timeout`` (lease length), ``traceparent`` and
         ``tracestate`` (the W3C trace context to store with the task, see
         :mod:`norn.tracing`). Durations are seconds, timedeltas or Go
         duration strings (``"1h30m"``).
@@ -857,7 +861,10 @@ class Client:
     def update_queue(self, name: str, **settings: Any) -> Record:
         """Changes a queue's settings (role admin): ``paused``, ``timeout``,
         ``max_runtime``, ``retry``, ``max_attempts``, ``retention`` (``{"completed": "24h",
-        ...}``) and any setting the server has added since."""
+        ...}``), ``sequence_on_failure`` (``"halt"``, the default: an aborted
+        head halts its sequence until it is retried or deleted;
+        ``"continue"``: the sequence moves on past it) and any setting the
+        server has added since."""
         body: Dict[str, Any] = {}
         for key, value in settings.items():
             if key in ("timeout", "max_runtime") and value is not None:
@@ -868,6 +875,18 @@ class Client:
                 value = {k: format_duration(v, f"retention.{k}") for k, v in value.items()}
             body[key] = value
         return Record(self._call("PATCH", "/v1/queues/" + _seg(name), body=body)["queue"])
+
+    def sequence(self, queue: str, key: str) -> Record:
+        """The state of the sequence of ``queue`` and ``key`` (tasks submitted
+        with ``sequence_key=key``): ``head`` (the id of the one member that
+        may run now, None when there is none), ``head_status``, ``halted``
+        (the head ended aborted and the queue's ``sequence_on_failure`` is
+        ``"halt"``: retry or delete the head to go on) and ``waiting`` (the
+        members waiting their turn). A sequence nobody used reads as empty."""
+        for field, value in (("queue", queue), ("key", key)):
+            if not isinstance(value, str) or not value:
+                raise InvalidArgument(f"{field} is required", field=field)
+        return Record(self._call("GET", "/v1/queues/" + _seg(queue) + "/sequences/" + _seg(key))["sequence"])
 
     def stats(self) -> Record:
         """Counts per queue and status, totals and worker numbers."""

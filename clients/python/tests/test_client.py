@@ -528,6 +528,53 @@ class ClientTest(unittest.TestCase):
         self.assertTrue(first.id.startswith(f"schedule:{name}:"), first.id)
         self.assertEqual(first.spec, "tick")
 
+    def test_sequence(self) -> None:
+        queue = q("seq")
+        key = "account/7"  # a slash: the key is one escaped path segment
+        a = self.c.submit(queue, 1, sequence_key=key, priority=1)
+        b = self.c.submit(queue, 2, sequence_key=key, priority=9)
+        self.assertEqual((a.sequence_key, a.status), (key, "ready"))
+        self.assertEqual((b.sequence_key, b.status), (key, "blocked"))
+        seq = self.c.sequence(queue, key)
+        self.assertEqual((seq.queue, seq.key, seq.head, seq.head_status, seq.halted, seq.waiting), (queue, key, a.id, "ready", False, 1))
+        # The head runs first though the waiting member's priority is higher.
+        wid, got = self.claim_one(queue)
+        self.assertEqual(got.id, a.id)
+        self.assertEqual(self.c.claim(wid, queue, n=1), [])
+        self.c.abort(a.id, wid, got.lease, "broken")
+        seq = self.c.sequence(queue, key)
+        self.assertEqual((seq.head, seq.head_status, seq.halted, seq.waiting), (a.id, "aborted", True, 1))
+        with self.assertRaises(norn.Conflict):
+            self.c.retry(b.id)
+        self.c.delete(a.id)
+        self.assertEqual(self.status_is(b.id, "ready").sequence_key, key)
+        self.assertEqual(self.c.sequence(queue, key).head, b.id)
+        empty = self.c.sequence(queue, "never-used")
+        self.assertEqual((empty.head, empty.halted, empty.waiting), (None, False, 0))
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.submit(queue, None, sequence_key=key, depends_on=[b.id])
+        self.assertEqual(cm.exception.field, "sequence_key")
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.sequence(queue, "")
+        self.assertEqual(cm.exception.field, "key")
+
+    def test_sequence_on_failure_continue(self) -> None:
+        queue = q("seqc")
+        updated = self.c.update_queue(queue, sequence_on_failure="continue")
+        self.assertEqual(updated.defaults.get("sequence_on_failure"), "continue")
+        a = self.c.submit(queue, None, sequence_key="k")
+        b = self.c.submit(queue, None, sequence_key="k")
+        wid, got = self.claim_one(queue)
+        self.c.abort(a.id, wid, got.lease, "broken")
+        self.status_is(b.id, "ready")
+        seq = self.c.sequence(queue, "k")
+        self.assertEqual((seq.head, seq.halted, seq.waiting), (b.id, False, 0))
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.update_queue(queue, sequence_on_failure="skip")
+        self.assertEqual(cm.exception.field, "sequence_on_failure")
+        back = self.c.update_queue(queue, sequence_on_failure="halt")
+        self.assertIsNone(back.defaults.get("sequence_on_failure"), "halt is the default, shown as absent")
+
     # ---- queues and administration -----------------------------------------------
 
     def test_queues_stats_workers_whoami_sweep(self) -> None:

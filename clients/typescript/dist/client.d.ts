@@ -37,6 +37,14 @@ export type Signal = Schemas["Signal"];
  * `received` (false on a task running again: the wait timed out).
  */
 export type SignalWait = Schemas["SignalWait"];
+/**
+ * The state of one sequence (see {@link Client.sequence}): `head` (the one
+ * member that may run now; absent when there is none), `head_status`,
+ * `halted` (the head ended aborted and the queue's `sequence_on_failure` is
+ * halt: retry or delete the head to go on) and `waiting` (members waiting
+ * their turn).
+ */
+export type SequenceInfo = Schemas["SequenceInfo"];
 /** A submitted task; `duplicate` is true when a task with its id existed. */
 export type SubmittedTask = Task & {
     duplicate?: boolean;
@@ -327,6 +335,12 @@ export declare class Client {
     queue(name: string, opts?: CallOptions): Promise<QueueInfo>;
     /** Pauses or resumes a queue and sets its defaults (role admin). */
     updateQueue(name: string, settings: QueueSettings, opts?: CallOptions): Promise<QueueInfo>;
+    /**
+     * The state of the sequence of `queue` and `key`: the tasks submitted to
+     * the queue with `sequence_key: key` run one at a time in submit order. A
+     * sequence nobody used reads as empty.
+     */
+    sequence(queue: string, key: string, opts?: CallOptions): Promise<SequenceInfo>;
     stats(opts?: CallOptions): Promise<Stats>;
     /**
      * The server's per-minute counts of submitted, completed and failed tasks

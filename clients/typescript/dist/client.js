@@ -351,6 +351,19 @@ export class Client {
         const path = `/v1/queues/${encodeURIComponent(name)}`;
         return (await this.#call("PATCH", path, { body, signal: opts.signal })).queue;
     }
+    /**
+     * The state of the sequence of `queue` and `key`: the tasks submitted to
+     * the queue with `sequence_key: key` run one at a time in submit order. A
+     * sequence nobody used reads as empty.
+     */
+    async sequence(queue, key, opts = {}) {
+        if (!queue)
+            throw new InvalidArgument("queue is required", { field: "queue" });
+        if (!key)
+            throw new InvalidArgument("key is required", { field: "key" });
+        const path = `/v1/queues/${encodeURIComponent(queue)}/sequences/${encodeURIComponent(key)}`;
+        return (await this.#call("GET", path, opts)).sequence;
+    }
     async stats(opts = {}) {
         return this.#call("GET", "/v1/stats", opts);
     }

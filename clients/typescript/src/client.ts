@@ -39,6 +39,14 @@ export type Signal = Schemas["Signal"];
  * `received` (false on a task running again: the wait timed out).
  */
 export type SignalWait = Schemas["SignalWait"];
+/**
+ * The state of one sequence (see {@link Client.sequence}): `head` (the one
+ * member that may run now; absent when there is none), `head_status`,
+ * `halted` (the head ended aborted and the queue's `sequence_on_failure` is
+ * halt: retry or delete the head to go on) and `waiting` (members waiting
+ * their turn).
+ */
+export type SequenceInfo = Schemas["SequenceInfo"];
 
 /** A submitted task; `duplicate` is true when a task with its id existed. */
 export type SubmittedTask = Task & { duplicate?: boolean };
@@ -583,6 +591,18 @@ export class Client {
     }
     const path = `/v1/queues/${encodeURIComponent(name)}`;
     return (await this.#call<Schemas["QueueResponse"]>("PATCH", path, { body, signal: opts.signal })).queue;
+  }
+
+  /**
+   * The state of the sequence of `queue` and `key`: the tasks submitted to
+   * the queue with `sequence_key: key` run one at a time in submit order. A
+   * sequence nobody used reads as empty.
+   */
+  async sequence(queue: string, key: string, opts: CallOptions = {}): Promise<SequenceInfo> {
+    if (!queue) throw new InvalidArgument("queue is required", { field: "queue" });
+    if (!key) throw new InvalidArgument("key is required", { field: "key" });
+    const path = `/v1/queues/${encodeURIComponent(queue)}/sequences/${encodeURIComponent(key)}`;
+    return (await this.#call<Schemas["SequenceResponse"]>("GET", path, opts)).sequence;
   }
 
   async stats(opts: CallOptions = {}): Promise<Stats> {

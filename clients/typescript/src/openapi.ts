@@ -872,6 +872,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/queues/{queue}/sequences/{key}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get one sequence's head, whether it is halted, and how many members wait
+         * @description Roles: client, admin
+         */
+        get: operations["getSequence"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -993,6 +1013,8 @@ export interface components {
             signal_wait?: components["schemas"]["SignalWait"];
             /** @description Signals received, in order (absent in the summary view). */
             signals?: components["schemas"]["Signal"][];
+            /** @description The sequence the task joined at submit. */
+            sequence_key?: string;
         };
         NewTask: {
             /** @description Optional; makes the submission idempotent. */
@@ -1035,6 +1057,8 @@ export interface components {
              * @enum {string}
              */
             on_dependency_failure?: "abort" | "run";
+            /** @description Puts the task in the sequence of its queue and this key: the members run one at a time, in submit order whatever their priority. A task in a sequence cannot have depends_on (400 naming sequence_key). */
+            sequence_key?: string;
         };
         /**
          * @description W3C traceparent (https://www.w3.org/TR/trace-context/): the trace context the task was submitted in. A worker's span for an attempt is its child. On submit, when absent, the server takes the request's traceparent header (or its own span for the call when tracing is on). Trace and parent ids must not be all zeros; version ff is invalid.
@@ -1205,6 +1229,11 @@ export interface components {
             max_runtime: components["schemas"]["Duration"];
             /** @description The expire_in of the queue's tasks that give no expiry of their own, counted from when each may first run; 0s (or absent) for none. */
             expire_in?: components["schemas"]["Duration"];
+            /**
+             * @description What an aborted head does to its sequence: halt (the default) keeps it as the head, the sequence halted, until it is retried or deleted; continue moves on to the next member.
+             * @enum {string}
+             */
+            sequence_on_failure?: "halt" | "continue";
         };
         QueueInfo: {
             name: string;
@@ -1255,6 +1284,11 @@ export interface components {
             };
             /** @description The expire_in of the queue's tasks that give no expiry of their own, counted from when each may first run; 0s (or absent) for none. */
             expire_in?: components["schemas"]["Duration"];
+            /**
+             * @description What an aborted head does to its sequence: halt (the default) keeps it as the head, the sequence halted, until it is retried or deleted; continue moves on to the next member.
+             * @enum {string}
+             */
+            sequence_on_failure?: "halt" | "continue";
         };
         GroupCount: {
             queue: string;
@@ -1738,6 +1772,20 @@ export interface components {
         };
         SignalsResponse: {
             signals: components["schemas"]["Signal"][];
+        };
+        SequenceInfo: {
+            queue: string;
+            key: string;
+            /** @description The task that may run now; absent when the sequence has none (the next member submitted becomes the head at once). */
+            head?: string;
+            head_status?: components["schemas"]["Status"];
+            /** @description The head ended aborted and the queue's sequence_on_failure is halt: retry the head, or delete it, to go on. */
+            halted: boolean;
+            /** @description Members waiting for their turn. */
+            waiting: number;
+        };
+        SequenceResponse: {
+            sequence: components["schemas"]["SequenceInfo"];
         };
     };
     responses: {
@@ -3909,6 +3957,38 @@ export interface operations {
             500: components["responses"]["E500"];
             503: components["responses"]["E503"];
             507: components["responses"]["E507"];
+        };
+    };
+    getSequence: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Queue name. */
+                queue: string;
+                /** @description Sequence key (URL-escaped). */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sequence's state (a sequence nobody used reads as empty). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SequenceResponse"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
         };
     };
 }

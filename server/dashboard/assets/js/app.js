@@ -9,6 +9,7 @@ import * as queueView from "./queue.js";
 import * as taskView from "./task.js";
 import * as schedulesView from "./schedules.js";
 import * as batchesView from "./batches.js";
+import * as sequenceView from "./sequence.js";
 
 const main = document.getElementById("main");
 const crumbs = document.getElementById("crumbs");
@@ -78,6 +79,7 @@ function route() {
   let cleanup;
   main.replaceChildren(h("p", { class: "muted" }, "Loading…"));
   if (parts.length === 0) cleanup = overview.render(ctx);
+  else if (parts[0] === "queues" && parts[1] && parts[2] === "sequences" && parts[3]) cleanup = sequenceView.render(ctx, parts[1], parts.slice(3).join("/"));
   else if (parts[0] === "queues" && parts[1]) cleanup = queueView.render(ctx, parts[1]);
   else if (parts[0] === "schedules") cleanup = schedulesView.render(ctx);
   else if (parts[0] === "batches" && parts[1]) cleanup = batchesView.renderBatch(ctx, parts.slice(1).join("/"));

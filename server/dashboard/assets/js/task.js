@@ -132,6 +132,8 @@ export function render(ctx, id) {
       // Fields of newer features, shown only when the task has them.
       t.max_runtime ? row("Max runtime", t.max_runtime, "max-runtime") : null,
       t.batch ? row("Batch", h("a", { href: "#/batches/" + enc(t.batch) }, t.batch), "batch") : null,
+      t.sequence_key ? row("Sequence key", h("a", { href: "#/queues/" + enc(t.queue) + "/sequences/" + enc(t.sequence_key), title: "This task's sequence" },
+        h("code", {}, t.sequence_key)), "sequence-key") : null,
       t.unique_key ? row("Unique key", h("code", {}, t.unique_key), "unique-key") : null,
       t.concurrency_key ? row("Concurrency key", h("code", {}, t.concurrency_key), "concurrency-key") : null,
       isZeroTime(t.started) ? null : row("Started", h("span", {}, timeEl(t.started), " · " + absTime(t.started)), "started"),
