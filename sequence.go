@@ -104,6 +104,6 @@ func CheckSequenceRetry(t *Task, q SequenceInfo) error {
 	if q.Head == "" || q.Head == t.ID {
 		return nil
 	}
-	return Errorf(CodeConflict, "task %q is in sequence %q, whose head %q has not ended; retry it when the sequence has no head",
+	return Errorf(CodeConflict, "task %q is in sequence %q, whose head is %q: retry that one (or delete it) first",
 		t.ID, t.SequenceKey, q.Head)
 }
