@@ -195,6 +195,12 @@ type submitPlan struct {
 	holders  map[norn.UniqueRef][]norn.UniqueHolder
 	// seqs are the batch's sequences, locked (nil: none).
 	seqs map[norn.UniqueRef]*seqState
+	// held are the live holders of replacing tasks' keys, locked;
+	// replaced the in-place replaces by task index, and giveUp the
+	// holders whose successors take their keys (debounce.go).
+	held     map[string]*rec
+	replaced map[int]*rec
+	giveUp   []string
 
 	// dup marks tasks not inserted (id or unique-key duplicates); uniq
 	// maps those duplicating by key to the task they duplicate.
@@ -220,6 +226,11 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 	if err := s.readForSubmit(ctx, q, p); err != nil {
 		return nil, err
 	}
+	if p.keys && p.replaces() {
+		if err := s.readReplaced(ctx, q, p); err != nil {
+			return nil, err
+		}
+	}
 	if err := p.decide(); err != nil {
 		return nil, err
 	}
@@ -234,8 +245,14 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 		}
 		return out, nil
 	}
+	if err := s.giveUpKeys(ctx, q, p); err != nil {
+		return nil, err
+	}
 	inserted, err := s.insertRecs(ctx, q, p)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.writeReplaced(ctx, q, p); err != nil {
 		return nil, err
 	}
 	if p.seqs != nil {
@@ -243,7 +260,12 @@ func (s *Store) submitIn(ctx context.Context, q querier, prefix string, in []nor
 			return nil, err
 		}
 	}
-	return s.answerSubmit(ctx, q, p, inserted)
+	out, err := s.answerSubmit(ctx, q, p, inserted)
+	if err != nil {
+		return nil, err
+	}
+	p.markReplaced(out)
+	return out, nil
 }
 
 // newSubmitPlan fills in generated ids and lists what must be read.
@@ -491,6 +513,7 @@ func (p *submitPlan) decide() error {
 	}
 	if p.keys {
 		p.uniq = norn.PlanUnique(p.tasks, ids, p.dup, p.now, func(r norn.UniqueRef) []norn.UniqueHolder { return p.holders[r] })
+		p.planReplaces()
 		for i := range p.uniq {
 			p.markDup(i)
 		}
