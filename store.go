@@ -417,6 +417,15 @@ type ClaimRequest struct {
 	Timeout Duration `json:"timeout,omitzero"`
 	// Wait long-polls up to this long when nothing is ready (max 5m).
 	Wait Duration `json:"wait,omitzero"`
+	// Min makes a batch claim: it answers only once at least Min tasks
+	// are ready in its queues, or once the one ready longest has waited
+	// Linger, and then takes up to N; until then it waits (within Wait)
+	// and, when Wait ends first, answers none. 0 or 1: answer as soon as
+	// one is ready. At most N.
+	Min int `json:"min,omitempty"`
+	// Linger bounds how long a ready task waits for a batch of Min to
+	// gather (0: until Min are ready). Needs Min.
+	Linger Duration `json:"linger,omitzero"`
 }
 
 // LeaseRef names a lease: every worker call must present the current one.

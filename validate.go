@@ -402,6 +402,15 @@ func (r *ClaimRequest) Validate() error {
 	if r.Wait < 0 || r.Wait.D() > MaxClaimWait {
 		return Invalid("wait", "must be between 0 and %s", MaxClaimWait)
 	}
+	if r.Min < 0 || r.Min > r.N {
+		return Invalid("min", "must be between 0 and n (%d), got %d", r.N, r.Min)
+	}
+	if err := ValidateDuration("linger", r.Linger); err != nil {
+		return err
+	}
+	if r.Linger > 0 && r.Min < 2 {
+		return Invalid("linger", "needs a min of 2 or more")
+	}
 	return nil
 }
 

@@ -96,7 +96,8 @@ func (s *Server) handleClaimQueue(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	return s.claim(w, r, norn.ClaimRequest{Worker: b.Worker, Queues: []string{q}, N: b.N, Timeout: b.Timeout, Wait: b.Wait})
+	return s.claim(w, r, norn.ClaimRequest{Worker: b.Worker, Queues: []string{q}, N: b.N, Timeout: b.Timeout, Wait: b.Wait,
+		Min: b.Min, Linger: b.Linger})
 }
 
 func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) error {

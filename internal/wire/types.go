@@ -244,6 +244,9 @@ type QueueClaimRequest struct {
 	N       int           `json:"n"`
 	Timeout norn.Duration `json:"timeout"`
 	Wait    norn.Duration `json:"wait"`
+	// Min and Linger make a batch claim (norn.ClaimRequest).
+	Min    int           `json:"min,omitempty"`
+	Linger norn.Duration `json:"linger,omitzero"`
 }
 
 // LeaseBatchRequest is the body of POST /v1/leases/batch. The server

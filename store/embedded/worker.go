@@ -75,12 +75,15 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 		var as []claimedAs
 		var w *waiter
 		var r *reader
-		var tokenIn time.Duration
+		var tokenIn, gatherIn time.Duration
 		// Weighted queues: a fresh order for every attempt.
 		attempt := req
 		attempt.Queues = req.ClaimOrder(rand.Float64)
 		err := s.run(func(tx *txn) error {
-			claimed = tx.claim(&attempt)
+			var take bool
+			if take, gatherIn = tx.gathered(&req); take {
+				claimed = tx.claim(&attempt)
+			}
 			tokenIn = tx.tokenIn
 			if len(claimed) > 0 {
 				// A view of the database before this claim's batch is
@@ -127,6 +130,7 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 		select {
 		case <-w.ch:
 		case <-tokenWait(tokenIn): // a rate limit held tasks back: look again when a token comes
+		case <-tokenWait(gatherIn): // a batch claim's linger ends
 		case <-deadline:
 			timedOut = true
 		case <-ctx.Done():

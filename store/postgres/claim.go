@@ -44,13 +44,25 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 	for {
 		wake := s.wake.wait() // before claiming, so a notification in between is not missed
 		started := time.Now()
-		got, err := s.claimOnce(ctx, req)
-		if err != nil || len(got) > 0 || req.Wait <= 0 {
-			return got, err
+		take, retry, err := s.gathered(ctx, &req)
+		if err != nil {
+			return nil, err
+		}
+		got := []*norn.Task{}
+		if take {
+			if got, err = s.claimOnce(ctx, req); err != nil || len(got) > 0 {
+				return got, err
+			}
+		}
+		if req.Wait <= 0 {
+			return got, nil
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
 			return got, nil
+		}
+		if !retry.IsZero() {
+			left = min(left, max(time.Until(retry), time.Millisecond))
 		}
 		tokens := s.tokenWait(req.Queues, started) // rate limits wake their own waiters (ratelimit.go)
 		timer := time.NewTimer(min(left, s.cfg.PollInterval))

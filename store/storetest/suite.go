@@ -42,7 +42,7 @@ func RunWith(t *testing.T, f Factory, o Options) {
 		exerciseMaxRuntime, exerciseExpiry,
 		exerciseQueues, exerciseSubscribe, exerciseInvalidInput, exerciseClose,
 		exerciseSchedules, exerciseReadLog, exerciseFlow, exerciseTrace,
-		exerciseRanges, exerciseThroughput, exerciseImport, exerciseBatches, exerciseSequences, exerciseDebounce,
+		exerciseRanges, exerciseThroughput, exerciseImport, exerciseBatches, exerciseSequences, exerciseDebounce, exerciseBatchClaims,
 	} {
 		exercise(t, setup)
 	}
