@@ -133,4 +133,3 @@ func (p *submitPlan) markReplaced(out []norn.Submitted) {
 		out[i].Replaced = true
 	}
 }
-
