@@ -462,8 +462,14 @@ func settle(ctx context.Context, d time.Duration) error {
 // and completes them all with one LeaseBatch. It returns how many it
 // completed; an error names the step that failed.
 func ClaimRound(ctx context.Context, st norn.Store, worker, queue string, batch int, seen func([]*norn.Task)) (int, error) {
-	tasks, err := st.Claim(ctx, norn.ClaimRequest{Worker: worker, Queues: []string{queue}, N: batch,
-		Wait: norn.Duration(50 * time.Millisecond)})
+	return claimRoundWith(ctx, st, norn.ClaimRequest{Worker: worker, Queues: []string{queue}, N: batch,
+		Wait: norn.Duration(50 * time.Millisecond)}, seen)
+}
+
+// claimRoundWith is ClaimRound with the claim req.
+func claimRoundWith(ctx context.Context, st norn.Store, req norn.ClaimRequest, seen func([]*norn.Task)) (int, error) {
+	worker := req.Worker
+	tasks, err := st.Claim(ctx, req)
 	if err != nil {
 		return 0, fmt.Errorf("claim: %w", err)
 	}
@@ -493,6 +499,12 @@ func ClaimRound(ctx context.Context, st norn.Store, worker, queue string, batch 
 // The clock stops when the n-th completion is acknowledged, not when the
 // last worker's (empty) long poll returns, so short runs are not inflated.
 func burnDown(ctx context.Context, st norn.Store, q string, n int, cfg Config, r *Result) error {
+	return burnDownWith(ctx, st, q, n, cfg, r, norn.ClaimRequest{N: cfg.ClaimBatch, Wait: norn.Duration(50 * time.Millisecond)})
+}
+
+// burnDownWith is burnDown with each claim made as req (its worker and
+// queue filled in).
+func burnDownWith(ctx context.Context, st norn.Store, q string, n int, cfg Config, r *Result, req norn.ClaimRequest) error {
 	var done atomic.Int64
 	var firstErr error
 	var once sync.Once
@@ -509,9 +521,10 @@ func burnDown(ctx context.Context, st norn.Store, q string, n int, cfg Config, r
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			worker := "bench-" + strconv.Itoa(w)
+			req := req
+			req.Worker, req.Queues = "bench-"+strconv.Itoa(w), []string{q}
 			for done.Load() < int64(n) && ctx.Err() == nil {
-				k, err := ClaimRound(ctx, st, worker, q, cfg.ClaimBatch, nil)
+				k, err := claimRoundWith(ctx, st, req, nil)
 				if err != nil {
 					if ctx.Err() == nil {
 						fail(err)

@@ -17,7 +17,7 @@ var Workloads = []string{"submit", "work", "latency", "delay", "scale", "memory"
 // Extra lists workloads Run accepts that "all" leaves out: kafka measures
 // the Kafka bridge, not the store; fairness queues a backlog of a million
 // tasks twice.
-var Extra = []string{"kafka", "fairness"}
+var Extra = []string{"kafka", "fairness", "shaping"}
 
 // Run runs one workload by name and returns its results (submit and scale
 // return one result per batch size or backlog, the others one).
@@ -45,6 +45,8 @@ func Run(ctx context.Context, name string, st norn.Store, env Env, cfg Config) (
 		return one(Kafka(ctx, st, env, cfg))
 	case "fairness":
 		return Fairness(ctx, st, env, cfg)
+	case "shaping":
+		return Shaping(ctx, st, env, cfg)
 	}
 	return nil, norn.Invalid("workload", "unknown workload %q (want one of %v or all)", name, Workloads)
 }

@@ -324,6 +324,25 @@ func TestWorkloads(t *testing.T) {
 				}
 				checkEmpty(t, base)
 			})
+			t.Run("shaping", func(t *testing.T) {
+				st := &counting{Store: base}
+				c := cfg
+				c.Tasks, c.Keys, c.ClaimBatch = 600, 7, 50
+				rs, err := Shaping(ctx, st, env, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(rs) != 3 || rs[0].Workload != "shaping-plain" || rs[1].Workload != "shaping-sequences" || rs[2].Workload != "shaping-batch" {
+					t.Fatalf("results %+v, want shaping-plain, -sequences and -batch", rs)
+				}
+				for _, r := range rs {
+					checkCommon(t, r, r.Workload, env, 600)
+				}
+				if rs[1].Queued != 7 || st.completed.Load() != 1800 {
+					t.Errorf("sequences over %d keys, completed %d; want 7 keys and 1800", rs[1].Queued, st.completed.Load())
+				}
+				checkEmpty(t, base)
+			})
 			t.Run("fairness with a key limit", func(t *testing.T) {
 				st := &counting{Store: base}
 				c := cfg
