@@ -27,6 +27,7 @@ func TestCopyPostgresToEmbedded(t *testing.T) {
 	if b, err := dst.GetBatch(ctx, "wf"); err != nil || b.State != norn.BatchOpen || b.Total != 2 || b.Counts[norn.StatusRunning] != 1 {
 		t.Fatalf("batch in the copy: %+v %v", b, err)
 	}
+	checkSequence(t, dst)
 	got, err := dst.Get(ctx, "parent")
 	if err != nil || got.Status != norn.StatusRunning || got.Progress != 0.5 || len(got.Signals) != 1 || string(got.Signals[0].Data) != `{"a":1}` {
 		t.Fatalf("parent %+v %v", got, err)

@@ -58,8 +58,12 @@ func seed(t *testing.T, src norn.Store) {
 	must(err)
 	var nts []norn.NewTask
 	for i := range 40 {
-		nts = append(nts, norn.NewTask{ID: fmt.Sprintf("bulk-%03d", i), Queue: "bulk", Spec: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)),
-			Labels: map[string]string{"batch": "1"}, Priority: uint32(i % 3)})
+		nt := norn.NewTask{ID: fmt.Sprintf("bulk-%03d", i), Queue: "bulk", Spec: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)),
+			Labels: map[string]string{"batch": "1"}, Priority: uint32(i % 3)}
+		if i < 3 {
+			nt.SequenceKey = "s" // bulk-000 the head, the two others waiting
+		}
+		nts = append(nts, nt)
 	}
 	nts = append(nts,
 		norn.NewTask{ID: "later", Queue: "mail", Delay: norn.Duration(time.Hour), UniqueKey: "welcome-7"},
@@ -134,6 +138,7 @@ func TestCopyEmbeddedToPostgres(t *testing.T) {
 	if len(progress) != 7 || progress[len(progress)-1] != 46 {
 		t.Fatalf("progress %v, want 7 batches up to 46", progress)
 	}
+	checkSequence(t, dst)
 	// The copy is a working store: the lease held goes on, the child is
 	// still blocked on its parent, settings and the unique key hold.
 	got, err := dst.Get(ctx, "parent")
@@ -240,5 +245,25 @@ func TestVerifyFindsADifference(t *testing.T) {
 	c, _ = Verify(ctx, src, dst)
 	if c.Same || !strings.Contains(c.Differences[0], "counts") {
 		t.Fatalf("verify after a deletion: %+v", c)
+	}
+}
+
+// checkSequence checks that the seeded sequence works in the copy: the
+// head and its waiting members, handed over in order.
+func checkSequence(t *testing.T, dst norn.Store) {
+	t.Helper()
+	ctx := context.Background()
+	want := norn.SequenceInfo{Queue: "bulk", Key: "s", Head: "bulk-000", HeadStatus: norn.StatusReady, Waiting: 2}
+	if got, err := dst.Sequence(ctx, "bulk", "s"); err != nil || got != want {
+		t.Fatalf("sequence in the copy: %+v %v; want %+v", got, err, want)
+	}
+	if _, err := dst.Cancel(ctx, "bulk-000"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := dst.Get(ctx, "bulk-001"); err != nil || got.Status != norn.StatusReady || got.SequenceKey != "s" {
+		t.Fatalf("next member in the copy: %+v %v", got, err)
+	}
+	if got, err := dst.Get(ctx, "bulk-002"); err != nil || got.Status != norn.StatusBlocked {
+		t.Fatalf("last member in the copy: %+v %v", got, err)
 	}
 }
