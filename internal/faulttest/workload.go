@@ -29,12 +29,17 @@ type Workload struct {
 	Lease time.Duration
 	// CallTimeout bounds every HTTP call: a stopped node answers nothing.
 	CallTimeout time.Duration
+	// MayLose says the database may lose acknowledged writes (a failover
+	// to an asynchronous standby): a completion answered not_found is then
+	// the mark of a lost submit, not a finding.
+	MayLose bool
 
 	mu        sync.Mutex
 	attempted map[string]bool     // ids some producer sent
 	acked     map[string]bool     // ids whose submit was acknowledged
 	claims    map[string][]uint64 // leases workers were given, per task
 	completed map[string][]uint64 // leases whose completion was acknowledged, per task
+	ranAgain  map[string][]uint64 // leases handed out after a completion was acknowledged, per task
 	errs      []string            // answers no fault explains (capped)
 
 	Ops struct {
@@ -43,6 +48,7 @@ type Workload struct {
 		Completes, CompleteErrs       atomic.Int64 // acknowledged completions, failed calls
 		LeaseLost, RetriedLeaseLost   atomic.Int64 // first-try lease_lost, lease_lost on a retry (outcome unknown)
 		Unavailable, Timeouts, Resets atomic.Int64 // 503s, calls that timed out, other transport errors
+		Gone                          atomic.Int64 // completions answered not_found (MayLose)
 	}
 	lastAck atomic.Int64 // unix nanos of the last acknowledged completion
 	gapMu   sync.Mutex
@@ -55,7 +61,7 @@ func NewWorkload(nodes []*client.Client, lease time.Duration) *Workload {
 	return &Workload{
 		Nodes: nodes, Lease: lease, CallTimeout: 3 * time.Second,
 		attempted: map[string]bool{}, acked: map[string]bool{},
-		claims: map[string][]uint64{}, completed: map[string][]uint64{},
+		claims: map[string][]uint64{}, completed: map[string][]uint64{}, ranAgain: map[string][]uint64{},
 	}
 }
 
@@ -179,6 +185,9 @@ func (w *Workload) Work(ctx context.Context, i, n int) {
 		w.mu.Lock()
 		for _, t := range ts {
 			w.claims[t.ID] = append(w.claims[t.ID], t.Lease)
+			if len(w.completed[t.ID]) > 0 {
+				w.ranAgain[t.ID] = append(w.ranAgain[t.ID], t.Lease)
+			}
 		}
 		w.mu.Unlock()
 		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond) // the work
@@ -234,6 +243,7 @@ func (w *Workload) complete(ctx context.Context, at int, claimed time.Time, refs
 					w.Ops.LeaseLost.Add(1)
 				case e.Code == norn.CodeLeaseLost:
 					w.Ops.RetriedLeaseLost.Add(1) // an earlier try may have taken effect
+				case w.gone(e):
 				default:
 					w.Ops.CompleteErrs.Add(1)
 					w.unexplained("complete %s lease %d: %v", refs[k].TaskID, refs[k].Lease, e)
@@ -242,6 +252,9 @@ func (w *Workload) complete(ctx context.Context, at int, claimed time.Time, refs
 			return at
 		}
 		w.Ops.CompleteErrs.Add(1)
+		if w.gone(err) {
+			return at
+		}
 		if !w.classify(err) {
 			w.unexplained("complete on node %d: %v", at, err)
 			return at
@@ -249,6 +262,16 @@ func (w *Workload) complete(ctx context.Context, at int, claimed time.Time, refs
 		at = (at + 1) % len(w.Nodes)
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// gone reports (and counts) a task the store no longer has, when the
+// database may lose acknowledged writes.
+func (w *Workload) gone(err error) bool {
+	if !w.MayLose || norn.CodeOf(err) != norn.CodeNotFound {
+		return false
+	}
+	w.Ops.Gone.Add(1)
+	return true
 }
 
 func (w *Workload) ack(ref norn.LeaseRef) {
