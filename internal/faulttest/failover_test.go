@@ -30,9 +30,10 @@ const servesWithin = 15 * time.Second
 type failover struct {
 	schema string
 	ports  []int // the database servers, in the order of the nodes' multi-host URL
-	// fail makes the primary's machine die; promote returns once a standby
-	// accepts writes, with the interval in which it began to.
-	fail    func() error
+	// fail makes the primary's machine die and returns when it did; promote
+	// returns once a standby accepts writes, with the interval in which it
+	// began to.
+	fail    func() (time.Time, error)
 	promote func() (from, to time.Time, err error)
 	// async: the standby replicates asynchronously, so acknowledged work
 	// may be lost (measured, not failed) and the nodes must warn of it.
@@ -81,11 +82,10 @@ func runFailover(t testing.TB, fo failover) {
 
 	var failed, from, writable time.Time
 	faults := []Fault{{Name: "failover", Inject: func(context.Context) (func() error, string, error) {
-		failed = time.Now()
-		if err := fo.fail(); err != nil {
+		var err error
+		if failed, err = fo.fail(); err != nil {
 			return nil, "", err
 		}
-		var err error
 		if from, writable, err = fo.promote(); err != nil {
 			return nil, "", err
 		}
@@ -206,7 +206,10 @@ func streaming(t testing.TB, schema string, sync bool) (*pgtest.Cluster, *pgtest
 	return primary, standby, failover{
 		schema: schema,
 		ports:  []int{primary.Port(), standby.Port()},
-		fail:   func() error { return primary.Stop("immediate") },
+		fail: func() (time.Time, error) {
+			at := time.Now()
+			return at, primary.Stop("immediate")
+		},
 		promote: func() (time.Time, time.Time, error) {
 			at := time.Now()
 			err := standby.Promote()
@@ -251,30 +254,31 @@ func TestFailoverAsync(tt *testing.T) {
 	}
 	primary, standby, fo := streaming(t, "foa", false)
 	stop := fo.fail
-	fo.fail = func() error {
+	fo.fail = func() (time.Time, error) {
 		ctx := context.Background()
 		var sender int
 		if lag > 0 {
 			var err error
 			if sender, err = queryInt(ctx, primary.URL(), "SELECT pid FROM pg_stat_replication WHERE application_name = 'standby'"); err != nil {
-				return fmt.Errorf("the primary's WAL sender: %w", err)
+				return time.Time{}, fmt.Errorf("the primary's WAL sender: %w", err)
 			}
 			if err := syscall.Kill(sender, syscall.SIGSTOP); err != nil {
-				return err
+				return time.Time{}, err
 			}
 			time.Sleep(lag) // the standby falls behind by lag's worth of work
 		}
 		head, err := queryText(ctx, primary.URL(), "SELECT pg_current_wal_lsn()::text")
 		if err != nil {
-			return err
+			return time.Time{}, err
 		}
 		if sender > 0 {
 			// Killed before it can send what it holds; the primary's
 			// immediate stop follows at once.
 			_ = syscall.Kill(sender, syscall.SIGKILL)
 		}
-		if err := stop(); err != nil {
-			return err
+		died, err := stop()
+		if err != nil {
+			return died, err
 		}
 		// What the standby had when its WAL receiver ended (it reads what
 		// the network still held first).
@@ -284,15 +288,15 @@ func TestFailoverAsync(tt *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("the standby's WAL receiver still runs 30 s after the primary died (%d, %v)", n, err)
+				return died, fmt.Errorf("the standby's WAL receiver still runs 30 s after the primary died (%d, %v)", n, err)
 			}
 		}
 		behind, err := queryInt(ctx, standby.URL(), "SELECT pg_wal_lsn_diff('"+head+"', pg_last_wal_receive_lsn())::bigint")
 		if err != nil {
-			return err
+			return died, err
 		}
 		t.Logf("the standby was %d bytes of WAL behind the primary when it died (WAL sender frozen %v)", behind, lag)
-		return nil
+		return died, nil
 	}
 	runFailover(t, fo)
 }
@@ -330,7 +334,10 @@ func TestAutoFailover(tt *testing.T) {
 	runFailover(t, failover{
 		schema: "paf",
 		ports:  f.Ports(),
-		fail:   func() error { return f.Kill(0) },
+		fail: func() (time.Time, error) {
+			at := time.Now()
+			return at, f.Kill(0)
+		},
 		promote: func() (time.Time, time.Time, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()

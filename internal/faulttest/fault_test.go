@@ -140,6 +140,9 @@ func run(t testing.TB, nodes []*Node, lease time.Duration, faults []Fault, nm *N
 		w.Ops.Submits.Load(), w.Ops.SubmitErrs.Load(), w.Ops.Claims.Load(), w.Ops.ClaimErrs.Load(),
 		w.Ops.Completes.Load(), w.Ops.CompleteErrs.Load(), w.Ops.LeaseLost.Load(), w.Ops.RetriedLeaseLost.Load(),
 		w.Ops.Unavailable.Load(), w.Ops.Timeouts.Load(), w.Ops.Resets.Load(), w.Ops.Gone.Load())
+	if c := w.Causes(); c != "" {
+		t.Logf("503 answers by cause: %s", c)
+	}
 	t.Logf("faults:\n%s", nm.Summary())
 	for _, e := range nm.Events() {
 		t.Logf("  %s %s on %s: healed after %v, recovered %v later; err %v", e.Start.Format("15:04:05.000"), e.Fault, e.Target,

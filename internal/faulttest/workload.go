@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +43,7 @@ type Workload struct {
 	completed map[string][]uint64 // leases whose completion was acknowledged, per task
 	ranAgain  map[string][]uint64 // leases handed out after a completion was acknowledged, per task
 	errs      []string            // answers no fault explains (capped)
+	causes    map[string]int      // 503 answers by cause
 
 	Ops struct {
 		Submits, SubmitErrs           atomic.Int64 // acknowledged submit calls, failed ones
@@ -62,6 +65,7 @@ func NewWorkload(nodes []*client.Client, lease time.Duration) *Workload {
 		Nodes: nodes, Lease: lease, CallTimeout: 3 * time.Second,
 		attempted: map[string]bool{}, acked: map[string]bool{},
 		claims: map[string][]uint64{}, completed: map[string][]uint64{}, ranAgain: map[string][]uint64{},
+		causes: map[string]int{},
 	}
 }
 
@@ -84,6 +88,13 @@ func (w *Workload) classify(err error) bool {
 	case errors.As(err, &ne) && ne.Code == norn.CodeUnavailable:
 		if ne.Err == nil {
 			w.Ops.Unavailable.Add(1) // the node answered 503
+			c := ne.Cause
+			if c == "" { // say what it was instead
+				c = "no cause: " + ne.Message
+			}
+			w.mu.Lock()
+			w.causes[c]++
+			w.mu.Unlock()
 		} else {
 			w.Ops.Resets.Add(1) // the client could not reach it
 		}
@@ -306,6 +317,18 @@ func (w *Workload) MaxGap() (time.Duration, time.Time) {
 	w.gapMu.Lock()
 	defer w.gapMu.Unlock()
 	return w.maxGap, w.gapAt
+}
+
+// Causes returns the 503 answers by cause, as "cause ×n" sorted by cause.
+func (w *Workload) Causes() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]string, 0, len(w.causes))
+	for c, n := range w.causes {
+		out = append(out, fmt.Sprintf("%s ×%d", c, n))
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
 }
 
 // Acked returns the number of acknowledged submits.
