@@ -268,14 +268,19 @@ func (f *AutoFailover) tuneMonitor(ctx context.Context, settings map[string]int)
 	return err
 }
 
-// State is the monitor's view of the formation (`pg_autoctl show state`),
+// State is the monitor's view of the formation and the connection
+// strings it gives applications (`pg_autoctl show state`, `show uri`),
 // for a test's log.
 func (f *AutoFailover) State() string {
-	out, err := f.autoctlCmd(f.monitor, "show", "state", "--pgdata", f.monitor.pgdata).CombinedOutput()
-	if err != nil {
-		return fmt.Sprintf("pg_autoctl show state: %v\n%s", err, out)
+	var b strings.Builder
+	for _, what := range []string{"state", "uri"} {
+		out, err := f.autoctlCmd(f.monitor, "show", what, "--pgdata", f.monitor.pgdata).CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(&b, "pg_autoctl show %s: %v\n", what, err)
+		}
+		b.Write(out)
 	}
-	return string(out)
+	return b.String()
 }
 
 // Logs returns every keeper's output, for a failing test.
