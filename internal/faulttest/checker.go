@@ -106,6 +106,16 @@ func (r *Report) String() string {
 //     acknowledged;
 //   - listed twice: the store returned a task more than once.
 func Check(ctx context.Context, c *client.Client, w *Workload) (*Report, error) {
+	it, err := c.Stream(ctx, norn.Query{Filter: norn.Filter{Queues: []string{queue}}})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	return check(it, w)
+}
+
+// check is Check on the store's listing it.
+func check(it norn.TaskIterator, w *Workload) (*Report, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r := &Report{Attempted: len(w.attempted), Acked: len(w.acked)}
@@ -119,11 +129,6 @@ func Check(ctx context.Context, c *client.Client, w *Workload) (*Report, error) 
 	for id, leases := range w.ranAgain {
 		r.RanAgain.add("%s handed out again under lease(s) %v after a completion under lease(s) %v was acknowledged", id, leases, w.completed[id])
 	}
-	it, err := c.Stream(ctx, norn.Query{Filter: norn.Filter{Queues: []string{queue}}})
-	if err != nil {
-		return nil, err
-	}
-	defer it.Close()
 	seen := map[string]bool{}
 	for it.Next() {
 		t := it.Item()
