@@ -43,8 +43,9 @@ type failover struct {
 // runFailover runs two `norn server` nodes on a multi-host URL that
 // targets the writable server (target_session_attrs=read-write) under the
 // workload, fails the primary over once, and checks what must hold
-// whatever replication loses: the nodes serve again without a restart
-// within servesWithin of the promotion; no task is in two states and no
+// whatever replication loses: every call is answered (no hangs); the
+// nodes serve again without a restart within servesWithin of the
+// promotion; no task is in two states and no
 // lease overlaps another; the monitor lead, LISTEN wake-ups, delayed
 // tasks and schedules work on the new primary; the nodes warned of
 // asynchronous replication exactly when it was. With synchronous
@@ -112,6 +113,10 @@ func runFailover(t testing.TB, fo failover) {
 	t.Logf("lost in the failover: acknowledged submits %d of %d, acknowledged completions (the task ran again) %d, "+
 		"double completions %d, completions answered not_found %d",
 		rep.Missing, rep.Acked, rep.RanAgain.N, rep.DoubleCompletion.N, w.Ops.Gone.Load())
+	// Clients get answers (503s to retry) during a failover, not hangs.
+	if n := w.Ops.Timeouts.Load(); n > 0 {
+		t.Errorf("%d calls got no answer within %v during the failover", n, w.CallTimeout)
+	}
 	if back > servesWithin {
 		t.Errorf("the nodes served again %v after the promotion, more than %v", back, servesWithin)
 	}
