@@ -198,7 +198,9 @@ func (f *AutoFailover) start(name string, args ...string) (*keeper, error) {
 		"--hostname", "127.0.0.1", "--auth", "trust", "--no-ssl", "--run")
 	cmd := f.autoctlCmd(k, args...)
 	cmd.SysProcAttr.Setpgid = true
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	// SIGQUIT is pg_autoctl's immediate stop: the keeper stops its
+	// PostgreSQL too (and frees its shared memory) if the test binary dies.
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT
 	logf, err := os.OpenFile(k.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, err
