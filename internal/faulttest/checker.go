@@ -15,7 +15,9 @@ import (
 // at a few examples each; the counts are exact).
 type Report struct {
 	Attempted, Acked, Stored, Completed int
-	AckedCompletions                    int
+	// Missing: acknowledged submits the store does not hold.
+	Missing          int
+	AckedCompletions int
 	// Executions: leases handed to workers; DuplicatesExecuted: the ones
 	// beyond the first per task (at-least-once delivery re-running a task
 	// whose lease ran out, or whose completion was lost with a node).
@@ -25,6 +27,10 @@ type Report struct {
 	Reassignments int
 
 	Lost, Unexpected, DoubleCompletion, Fencing, LeaseOverlap violations
+	// RanAgain: tasks handed to a worker after a completion of theirs was
+	// acknowledged (the completion was lost); TwoStates: tasks the store
+	// listed more than once.
+	RanAgain, TwoStates violations
 }
 
 type violations struct {
@@ -47,17 +53,27 @@ func (v violations) String() string {
 }
 
 // Problems lists every violated property, empty when the run was correct.
-func (r *Report) Problems() []string {
+func (r *Report) Problems() []string { return r.problems(true) }
+
+// Invariants lists the violated properties that hold even when the
+// database loses acknowledged writes (a failover to an asynchronous
+// standby): what the store holds is consistent, whatever it lost.
+func (r *Report) Invariants() []string { return r.problems(false) }
+
+func (r *Report) problems(losses bool) []string {
 	var out []string
 	for _, p := range []struct {
 		name string
 		v    violations
+		loss bool // a consequence of acknowledged writes lost by the database
 	}{
-		{"lost", r.Lost}, {"unexpected", r.Unexpected}, {"two accepted completions", r.DoubleCompletion},
-		{"fencing (an acknowledged completion under a lease that did not complete the task)", r.Fencing},
-		{"overlapping leases", r.LeaseOverlap},
+		{"lost", r.Lost, true}, {"unexpected", r.Unexpected, false}, {"two accepted completions", r.DoubleCompletion, true},
+		{"fencing (an acknowledged completion under a lease that did not complete the task)", r.Fencing, true},
+		{"overlapping leases", r.LeaseOverlap, false},
+		{"ran again after an acknowledged completion", r.RanAgain, true},
+		{"listed twice (a task in two states)", r.TwoStates, false},
 	} {
-		if p.v.N > 0 {
+		if p.v.N > 0 && (losses || !p.loss) {
 			out = append(out, p.name+": "+p.v.String())
 		}
 	}
@@ -67,9 +83,9 @@ func (r *Report) Problems() []string {
 func (r *Report) String() string {
 	return fmt.Sprintf("attempted %d, acknowledged %d, stored %d, completed %d, acknowledged completions %d, "+
 		"executions %d (duplicates %d), reassignments in histories %d; lost %s, unexpected %s, double completions %s, "+
-		"fencing %s, lease overlaps %s",
+		"fencing %s, lease overlaps %s, ran again after an acknowledged completion %s, listed twice %s",
 		r.Attempted, r.Acked, r.Stored, r.Completed, r.AckedCompletions, r.Executions, r.DuplicatesExecuted,
-		r.Reassignments, r.Lost, r.Unexpected, r.DoubleCompletion, r.Fencing, r.LeaseOverlap)
+		r.Reassignments, r.Lost, r.Unexpected, r.DoubleCompletion, r.Fencing, r.LeaseOverlap, r.RanAgain, r.TwoStates)
 }
 
 // Check reads every task of the workload's queue, with its history,
@@ -79,13 +95,27 @@ func (r *Report) String() string {
 //     completed (Check runs after the queue drained);
 //   - unexpected: a task no producer sent;
 //   - two accepted completions: more than one TaskComplete in a history,
-//     or completions acknowledged under two leases;
+//     or more than one acknowledged completion (each from its own claim:
+//     two under one lease number mean the number was handed out twice);
 //   - fencing: a completion acknowledged under a lease other than the one
 //     the history completed;
 //   - overlapping leases: from the history, an assignment while the
 //     previous lease was live, leases not increasing, or a lease ended by
-//     timeout before its length had passed.
+//     timeout before its length had passed;
+//   - ran again: a worker was handed a task after a completion of it was
+//     acknowledged;
+//   - listed twice: the store returned a task more than once.
 func Check(ctx context.Context, c *client.Client, w *Workload) (*Report, error) {
+	it, err := c.Stream(ctx, norn.Query{Filter: norn.Filter{Queues: []string{queue}}})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	return check(it, w)
+}
+
+// check is Check on the store's listing it.
+func check(it norn.TaskIterator, w *Workload) (*Report, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r := &Report{Attempted: len(w.attempted), Acked: len(w.acked)}
@@ -96,14 +126,16 @@ func Check(ctx context.Context, c *client.Client, w *Workload) (*Report, error) 
 	for _, ls := range w.completed {
 		r.AckedCompletions += len(ls)
 	}
-	it, err := c.Stream(ctx, norn.Query{Filter: norn.Filter{Queues: []string{queue}}})
-	if err != nil {
-		return nil, err
+	for id, leases := range w.ranAgain {
+		r.RanAgain.add("%s handed out again under lease(s) %v after a completion under lease(s) %v was acknowledged", id, leases, w.completed[id])
 	}
-	defer it.Close()
 	seen := map[string]bool{}
 	for it.Next() {
 		t := it.Item()
+		if seen[t.ID] {
+			r.TwoStates.add("%s listed again, %s", t.ID, t.Status)
+			continue
+		}
 		seen[t.ID] = true
 		r.Stored++
 		if !w.attempted[t.ID] {
@@ -121,6 +153,7 @@ func Check(ctx context.Context, c *client.Client, w *Workload) (*Report, error) 
 	}
 	for id := range w.acked {
 		if !seen[id] {
+			r.Missing++
 			r.Lost.add("%s acknowledged but not in the store", id)
 		}
 	}
@@ -179,7 +212,7 @@ func (r *Report) checkHistory(t *norn.Task, leaseLen time.Duration, acked []uint
 	for _, l := range acked {
 		distinct[l] = true
 	}
-	if len(distinct) > 1 {
+	if len(acked) > 1 {
 		r.DoubleCompletion.add("%s: completions acknowledged under leases %v", t.ID, acked)
 	}
 	if t.HistoryDropped > 0 {

@@ -163,3 +163,87 @@ func TestCheckLockTakeovers(t *testing.T) {
 		})
 	}
 }
+
+// tasks is a store listing for check.
+type tasks struct {
+	ts  []*norn.Task
+	cur *norn.Task
+}
+
+func (l *tasks) Next() bool {
+	if len(l.ts) == 0 {
+		return false
+	}
+	l.cur, l.ts = l.ts[0], l.ts[1:]
+	return true
+}
+func (l *tasks) Item() *norn.Task { return l.cur }
+func (l *tasks) Err() error       { return nil }
+func (l *tasks) Close() error     { return nil }
+
+// What a failover to an asynchronous standby can do is each detected,
+// counted as a loss (Problems) and not as a broken invariant
+// (Invariants); a task listed twice is broken whatever was lost.
+func TestCheckLosses(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	done := func(id string, lease uint64) *norn.Task {
+		return &norn.Task{ID: id, Status: norn.StatusCompleted, History: []norn.HistoryEntry{
+			{Type: norn.TaskAssignment, Time: t0, Lease: lease}, {Type: norn.TaskComplete, Time: t0.Add(time.Millisecond), Lease: lease}}}
+	}
+	for _, tc := range []struct {
+		name    string
+		listed  []*norn.Task
+		acked   []string // acknowledged submits ("a" is always sent and acknowledged)
+		claims  [][2]any // (id, lease) handed out, in order, each followed by its completion
+		problem string   // the one problem Problems reports ("" clean)
+		broken  bool     // Invariants reports it too
+		missing int
+	}{
+		{"clean", []*norn.Task{done("a", 1)}, nil, [][2]any{{"a", uint64(1)}}, "", false, 0},
+		{"submit lost", []*norn.Task{done("a", 1)}, []string{"b"}, [][2]any{{"a", uint64(1)}}, "lost", false, 1},
+		{"completion lost, ran again", []*norn.Task{done("a", 2)}, nil, [][2]any{{"a", uint64(1)}, {"a", uint64(2)}}, "ran again after an acknowledged completion", false, 0},
+		// The store lost the lease with the completion and handed its number out again.
+		{"lease number reissued", []*norn.Task{done("a", 1)}, nil, [][2]any{{"a", uint64(1)}, {"a", uint64(1)}}, "two accepted completions", false, 0},
+		{"listed twice", []*norn.Task{done("a", 1), done("a", 1)}, nil, [][2]any{{"a", uint64(1)}}, "listed twice", true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := NewWorkload(nil, 2*time.Second)
+			for _, id := range append([]string{"a"}, tc.acked...) {
+				w.attempted[id], w.acked[id] = true, true
+			}
+			for _, c := range tc.claims {
+				id, lease := c[0].(string), c[1].(uint64)
+				// As Work records a claim, then its acknowledged completion.
+				if len(w.completed[id]) > 0 {
+					w.ranAgain[id] = append(w.ranAgain[id], lease)
+				}
+				w.claims[id] = append(w.claims[id], lease)
+				w.completed[id] = append(w.completed[id], lease)
+			}
+			r, err := check(&tasks{ts: tc.listed}, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Missing != tc.missing {
+				t.Errorf("missing %d, want %d", r.Missing, tc.missing)
+			}
+			ps, inv := r.Problems(), r.Invariants()
+			if tc.problem == "" {
+				if len(ps) > 0 {
+					t.Fatalf("clean run reported %v", ps)
+				}
+				return
+			}
+			found := false
+			for _, p := range ps {
+				found = found || strings.HasPrefix(p, tc.problem)
+			}
+			if !found {
+				t.Fatalf("want %q, got %v", tc.problem, ps)
+			}
+			if (len(inv) > 0) != tc.broken {
+				t.Fatalf("invariants broken: %v, want %v", inv, tc.broken)
+			}
+		})
+	}
+}

@@ -209,6 +209,13 @@ func (n *Node) Alive() bool {
 	}
 }
 
+// Runs is how many times the process was started.
+func (n *Node) Runs() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.runs
+}
+
 // Output is everything the node printed, over all its runs.
 func (n *Node) Output() string {
 	n.mu.Lock()

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,13 +31,19 @@ type Workload struct {
 	Lease time.Duration
 	// CallTimeout bounds every HTTP call: a stopped node answers nothing.
 	CallTimeout time.Duration
+	// MayLose says the database may lose acknowledged writes (a failover
+	// to an asynchronous standby): a completion answered not_found is then
+	// the mark of a lost submit, not a finding.
+	MayLose bool
 
 	mu        sync.Mutex
 	attempted map[string]bool     // ids some producer sent
 	acked     map[string]bool     // ids whose submit was acknowledged
 	claims    map[string][]uint64 // leases workers were given, per task
 	completed map[string][]uint64 // leases whose completion was acknowledged, per task
+	ranAgain  map[string][]uint64 // leases handed out after a completion was acknowledged, per task
 	errs      []string            // answers no fault explains (capped)
+	causes    map[string]int      // 503 answers by cause
 
 	Ops struct {
 		Submits, SubmitErrs           atomic.Int64 // acknowledged submit calls, failed ones
@@ -43,6 +51,7 @@ type Workload struct {
 		Completes, CompleteErrs       atomic.Int64 // acknowledged completions, failed calls
 		LeaseLost, RetriedLeaseLost   atomic.Int64 // first-try lease_lost, lease_lost on a retry (outcome unknown)
 		Unavailable, Timeouts, Resets atomic.Int64 // 503s, calls that timed out, other transport errors
+		Gone                          atomic.Int64 // completions answered not_found (MayLose)
 	}
 	lastAck atomic.Int64 // unix nanos of the last acknowledged completion
 	gapMu   sync.Mutex
@@ -55,7 +64,8 @@ func NewWorkload(nodes []*client.Client, lease time.Duration) *Workload {
 	return &Workload{
 		Nodes: nodes, Lease: lease, CallTimeout: 3 * time.Second,
 		attempted: map[string]bool{}, acked: map[string]bool{},
-		claims: map[string][]uint64{}, completed: map[string][]uint64{},
+		claims: map[string][]uint64{}, completed: map[string][]uint64{}, ranAgain: map[string][]uint64{},
+		causes: map[string]int{},
 	}
 }
 
@@ -78,6 +88,13 @@ func (w *Workload) classify(err error) bool {
 	case errors.As(err, &ne) && ne.Code == norn.CodeUnavailable:
 		if ne.Err == nil {
 			w.Ops.Unavailable.Add(1) // the node answered 503
+			c := ne.Cause
+			if c == "" { // say what it was instead
+				c = "no cause: " + ne.Message
+			}
+			w.mu.Lock()
+			w.causes[c]++
+			w.mu.Unlock()
 		} else {
 			w.Ops.Resets.Add(1) // the client could not reach it
 		}
@@ -179,6 +196,9 @@ func (w *Workload) Work(ctx context.Context, i, n int) {
 		w.mu.Lock()
 		for _, t := range ts {
 			w.claims[t.ID] = append(w.claims[t.ID], t.Lease)
+			if len(w.completed[t.ID]) > 0 {
+				w.ranAgain[t.ID] = append(w.ranAgain[t.ID], t.Lease)
+			}
 		}
 		w.mu.Unlock()
 		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond) // the work
@@ -234,6 +254,7 @@ func (w *Workload) complete(ctx context.Context, at int, claimed time.Time, refs
 					w.Ops.LeaseLost.Add(1)
 				case e.Code == norn.CodeLeaseLost:
 					w.Ops.RetriedLeaseLost.Add(1) // an earlier try may have taken effect
+				case w.gone(e):
 				default:
 					w.Ops.CompleteErrs.Add(1)
 					w.unexplained("complete %s lease %d: %v", refs[k].TaskID, refs[k].Lease, e)
@@ -242,6 +263,9 @@ func (w *Workload) complete(ctx context.Context, at int, claimed time.Time, refs
 			return at
 		}
 		w.Ops.CompleteErrs.Add(1)
+		if w.gone(err) {
+			return at
+		}
 		if !w.classify(err) {
 			w.unexplained("complete on node %d: %v", at, err)
 			return at
@@ -249,6 +273,16 @@ func (w *Workload) complete(ctx context.Context, at int, claimed time.Time, refs
 		at = (at + 1) % len(w.Nodes)
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// gone reports (and counts) a task the store no longer has, when the
+// database may lose acknowledged writes.
+func (w *Workload) gone(err error) bool {
+	if !w.MayLose || norn.CodeOf(err) != norn.CodeNotFound {
+		return false
+	}
+	w.Ops.Gone.Add(1)
+	return true
 }
 
 func (w *Workload) ack(ref norn.LeaseRef) {
@@ -283,6 +317,18 @@ func (w *Workload) MaxGap() (time.Duration, time.Time) {
 	w.gapMu.Lock()
 	defer w.gapMu.Unlock()
 	return w.maxGap, w.gapAt
+}
+
+// Causes returns the 503 answers by cause, as "cause ×n" sorted by cause.
+func (w *Workload) Causes() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]string, 0, len(w.causes))
+	for c, n := range w.causes {
+		out = append(out, fmt.Sprintf("%s ×%d", c, n))
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
 }
 
 // Acked returns the number of acknowledged submits.
