@@ -67,35 +67,67 @@ func (h *health) run(ctx context.Context) {
 			conn.Close(context.Background())
 		}
 	}()
+	wait := h.p.every
 	for round := 0; ; round++ {
+		var err error
+		conn, err = h.probeOnce(ctx, conn, round%replCheckEvery == 0)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			// While down, look again soon, backing off to every: a node
+			// should serve within moments of the database coming back,
+			// not a whole interval later.
+			if h.failing() == nil {
+				wait = min(downProbeMin, h.p.every)
+			} else {
+				wait = min(2*wait, h.p.every)
+			}
+			h.setDown(classify(err))
+		} else {
+			h.setUp()
+			wait = h.p.every
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// downProbeMin is how soon a probe follows one that failed.
+const downProbeMin = 100 * time.Millisecond
+
+// probeOnce probes on conn (opening one when it has none) and returns the
+// session to keep (nil after a failure). A probe that fails on a session
+// opened earlier is tried once more at once on a fresh one: a failover or
+// a restart kills the idle probe session, while the pool's sessions are
+// already reconnected, and taking that dead session for a dead database
+// would refuse every call until the next probe.
+func (h *health) probeOnce(ctx context.Context, conn *pgx.Conn, repl bool) (*pgx.Conn, error) {
+	for fresh := conn == nil || conn.IsClosed(); ; fresh = true {
 		pctx, cancel := context.WithTimeout(ctx, h.p.timeout)
 		var err error
 		if conn == nil || conn.IsClosed() {
 			conn, err = pgx.ConnectConfig(pctx, h.p.connCfg)
 		}
 		if err == nil {
-			err = h.probe(pctx, conn, round%replCheckEvery == 0)
+			err = h.probe(pctx, conn, repl)
 		}
 		cancel()
-		if ctx.Err() != nil {
-			return
+		if err == nil {
+			return conn, nil
 		}
-		if err != nil {
-			if conn != nil {
-				conn.Close(context.Background())
-				conn = nil
-			}
+		if conn != nil {
+			conn.Close(context.Background())
+			conn = nil
+		}
+		if fresh || ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
 			if errors.Is(err, context.DeadlineExceeded) {
 				err = fmt.Errorf("no answer within %s: %w", h.p.timeout, err)
 			}
-			h.setDown(classify(err))
-		} else {
-			h.setUp()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(h.p.every):
+			return nil, err
 		}
 	}
 }
@@ -220,8 +252,13 @@ func classify(err error) *norn.Error {
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return norn.UnavailableBecause(norn.CauseUnreachable, err)
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF),
-		errors.Is(err, io.ErrUnexpectedEOF), strings.Contains(err.Error(), "connection refused"):
+		errors.Is(err, io.ErrUnexpectedEOF), strings.Contains(err.Error(), "connection refused"),
+		strings.Contains(err.Error(), "conn closed"):
 		return norn.UnavailableBecause(norn.CauseRefused, err)
+	case strings.Contains(err.Error(), "read only connection"):
+		// target_session_attrs=read-write found only standbys (a failover
+		// not yet promoted).
+		return norn.UnavailableBecause(norn.CauseReadOnly, err)
 	}
 	return norn.Unavailable(err)
 }
