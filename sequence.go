@@ -37,6 +37,34 @@ type Sequencer interface {
 	// Sequence reads the state of the sequence of queue and key. A
 	// sequence nobody used reads as empty.
 	Sequence(ctx context.Context, queue, key string) (SequenceInfo, error)
+	// Sequences lists queue's sequences that have a head (those with
+	// members not yet run, and halted ones), by key.
+	Sequences(ctx context.Context, queue string, q SequenceQuery) ([]SequenceInfo, error)
+}
+
+// SequenceQuery selects and pages Sequences.
+type SequenceQuery struct {
+	// Halted: only halted sequences.
+	Halted bool `json:"halted,omitempty"`
+	// After: only keys that sort after this one (the previous page's
+	// last key).
+	After string `json:"after,omitempty"`
+	// Limit: page size (default 100, max 1000).
+	Limit int `json:"limit,omitempty"`
+}
+
+// Validate checks the query and fills in the default limit.
+func (q *SequenceQuery) Validate() error {
+	if q.Limit == 0 {
+		q.Limit = DefaultListLimit
+	}
+	if q.Limit < 1 || q.Limit > MaxListLimit {
+		return Invalid("limit", "must be between 1 and %d", MaxListLimit)
+	}
+	if q.After != "" {
+		return ValidateSequenceKey("after", q.After)
+	}
+	return nil
 }
 
 // MaxSequenceKeyLength bounds NewTask.SequenceKey.

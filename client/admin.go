@@ -59,6 +59,26 @@ func (c *Client) Sequence(ctx context.Context, queue, key string) (norn.Sequence
 	return out.Sequence, nil
 }
 
+// Sequences lists a queue's sequences with a head (GET
+// /v1/queues/{queue}/sequences).
+func (c *Client) Sequences(ctx context.Context, queue string, q norn.SequenceQuery) ([]norn.SequenceInfo, error) {
+	p, err := queuePath(queue)
+	if err != nil {
+		return nil, err
+	}
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	var out wire.SequencesResponse
+	if err := c.do(ctx, request{method: http.MethodGet, path: p + "/sequences", query: wire.SequenceQueryValues(q)}, &out); err != nil {
+		return nil, err
+	}
+	if out.Sequences == nil {
+		out.Sequences = []norn.SequenceInfo{}
+	}
+	return out.Sequences, nil
+}
+
 // UpdateQueue pauses/resumes a queue or changes its defaults
 // (PATCH /v1/queues/{queue}; admin role).
 func (c *Client) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate) (norn.QueueInfo, error) {

@@ -98,6 +98,7 @@ func TestAuthMatrix(t *testing.T) {
 		"PATCH /v1/queues/{queue}":               {"PATCH", "/v1/queues/q", `{"max_attempts":3}`, true},
 		"GET /v1/queues/{queue}/keys/{key}":      {"GET", "/v1/queues/q/keys/k", "", true},
 		"GET /v1/queues/{queue}/sequences/{key}": {"GET", "/v1/queues/q/sequences/k", "", true},
+		"GET /v1/queues/{queue}/sequences":       {"GET", "/v1/queues/q/sequences?halted=true", "", true},
 		"PUT /v1/queues/{queue}/keys/{key}":      {"PUT", "/v1/queues/q/keys/k", `{"limit":2}`, true},
 		"DELETE /v1/queues/{queue}/keys/{key}":   {"DELETE", "/v1/queues/q/keys/k", "", true},
 		"GET /v1/stats":                          {"GET", "/v1/stats", "", false},

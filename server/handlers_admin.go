@@ -343,6 +343,21 @@ func (s *Server) handleSequence(w http.ResponseWriter, r *http.Request) error {
 	return reply(w, wire.SequenceResponse{Sequence: info}, err)
 }
 
+// handleSequences lists a queue's sequences (GET
+// /v1/queues/{queue}/sequences).
+func (s *Server) handleSequences(w http.ResponseWriter, r *http.Request) error {
+	q, err := wire.ParseSequenceQuery(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	name, err := pathQueue(r)
+	if err != nil {
+		return err
+	}
+	list, err := s.store.Sequences(r.Context(), name, q)
+	return reply(w, wire.SequencesResponse{Sequences: list}, err)
+}
+
 func (s *Server) handlePutQueueKey(w http.ResponseWriter, r *http.Request) error {
 	var ks norn.KeySettings
 	return s.updateQueueKey(w, r, &ks)

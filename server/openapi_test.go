@@ -225,6 +225,8 @@ func TestOpenAPIResponses(t *testing.T) {
 	call(200, "GET", "/v1/queues/q/keys/acme", "")
 	call(201, "POST", "/v1/tasks", `{"queue":"q","sequence_key":"s1"}`)
 	call(200, "GET", "/v1/queues/q/sequences/s1", "")
+	call(200, "GET", "/v1/queues/q/sequences?halted=false&limit=10", "")
+	call(400, "GET", "/v1/queues/q/sequences?halted=maybe", "")
 	call(400, "GET", "/v1/queues/q/sequences/%20bad%0A", "")
 	call(200, "GET", "/v1/queues/q", "")
 	call(200, "DELETE", "/v1/queues/q/keys/acme", "")

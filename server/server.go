@@ -297,6 +297,7 @@ func (s *Server) apiRoutes() []route {
 		{pattern: "GET /v1/queues/{queue}", roles: clientOnly, h: s.handleQueue},
 		{pattern: "PATCH /v1/queues/{queue}", roles: adminOnly, h: s.handleUpdateQueue},
 		{pattern: "GET /v1/queues/{queue}/keys/{key}", roles: clientOnly, h: s.handleQueueKey},
+		{pattern: "GET /v1/queues/{queue}/sequences", roles: clientOnly, h: s.handleSequences},
 		{pattern: "GET /v1/queues/{queue}/sequences/{key}", roles: clientOnly, h: s.handleSequence},
 		{pattern: "PUT /v1/queues/{queue}/keys/{key}", roles: adminOnly, h: s.handlePutQueueKey},
 		{pattern: "DELETE /v1/queues/{queue}/keys/{key}", roles: adminOnly, h: s.handleDeleteQueueKey},

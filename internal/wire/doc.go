@@ -46,6 +46,7 @@ var Routes = []string{
 	"GET /v1/queues/{queue}",
 	"PATCH /v1/queues/{queue}",
 	"GET /v1/queues/{queue}/keys/{key}",
+	"GET /v1/queues/{queue}/sequences",
 	"GET /v1/queues/{queue}/sequences/{key}",
 	"PUT /v1/queues/{queue}/keys/{key}",
 	"DELETE /v1/queues/{queue}/keys/{key}",

@@ -598,3 +598,47 @@ func ParseAfter(v url.Values) (uint64, error) {
 	}
 	return after, norn.ValidateSeq("after", after)
 }
+
+// SequenceParams are the query parameters of GET /v1/queues/{queue}/sequences.
+var SequenceParams = []string{"halted", "after", "limit"}
+
+// ParseSequenceQuery reads the query of GET /v1/queues/{queue}/sequences.
+func ParseSequenceQuery(v url.Values) (norn.SequenceQuery, error) {
+	var q norn.SequenceQuery
+	if err := CheckParams(v, SequenceParams); err != nil {
+		return q, err
+	}
+	h, err := single(v, "halted")
+	if err != nil {
+		return q, err
+	}
+	switch h {
+	case "", "false":
+	case "true":
+		q.Halted = true
+	default:
+		return q, norn.Invalid("halted", "must be true or false, got %q", Trunc(h))
+	}
+	if q.After, err = single(v, "after"); err != nil {
+		return q, err
+	}
+	if q.Limit, err = parseInt(v, "limit", 0, norn.MaxListLimit); err != nil {
+		return q, err
+	}
+	return q, q.Validate()
+}
+
+// SequenceQueryValues is ParseSequenceQuery's inverse.
+func SequenceQueryValues(q norn.SequenceQuery) url.Values {
+	v := url.Values{}
+	if q.Halted {
+		v.Set("halted", "true")
+	}
+	if q.After != "" {
+		v.Set("after", q.After)
+	}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	return v
+}

@@ -349,6 +349,9 @@ func TestRoundTrip(t *testing.T) {
 		"GET /v1/queues/{queue}/keys/{key}": func(t *testing.T) {
 			plainResponse(t, KeyResponse{Key: filled[norn.KeyInfo](t)})
 		},
+		"GET /v1/queues/{queue}/sequences": func(t *testing.T) {
+			plainResponse(t, SequencesResponse{Sequences: []norn.SequenceInfo{filled[norn.SequenceInfo](t)}})
+		},
 		"GET /v1/queues/{queue}/sequences/{key}": func(t *testing.T) {
 			plainResponse(t, SequenceResponse{Sequence: filled[norn.SequenceInfo](t)})
 		},

@@ -297,6 +297,11 @@ type SequenceResponse struct {
 	Sequence norn.SequenceInfo `json:"sequence"`
 }
 
+// SequencesResponse is the body of GET /v1/queues/{queue}/sequences.
+type SequencesResponse struct {
+	Sequences []norn.SequenceInfo `json:"sequences"`
+}
+
 // SchedulesResponse is the body of GET /v1/schedules.
 type SchedulesResponse struct {
 	Schedules []*norn.Schedule `json:"schedules"`

@@ -209,10 +209,15 @@ func (s *Store) Sequence(ctx context.Context, queue, key string) (norn.SequenceI
 	defer s.exit()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.seqInfo(queue, key), nil
+}
+
+// seqInfo is a sequence's state. Callers hold s.mu.
+func (s *Store) seqInfo(queue, key string) norn.SequenceInfo {
 	info := norn.SequenceInfo{Queue: queue, Key: key}
 	m := s.seqs[seqRef{queue, key}]
 	if m == nil {
-		return info, nil
+		return info
 	}
 	if m.head != nil {
 		info.Head, info.HeadStatus = m.head.id, statusOf(m.head.st.status)
@@ -223,7 +228,7 @@ func (s *Store) Sequence(ctx context.Context, queue, key string) (norn.SequenceI
 			info.Waiting++
 		}
 	}
-	return info, nil
+	return info
 }
 
 // loadSequences rebuilds s.seqs at open from the sequence records and the
@@ -302,4 +307,33 @@ func (s *Store) checkSequenceRetry(t *task, nt *norn.Task) error {
 		info.Head = m.head.id
 	}
 	return norn.CheckSequenceRetry(nt, info)
+}
+
+// Sequences lists a queue's sequences with a head; see norn.Sequencer.
+func (s *Store) Sequences(ctx context.Context, queue string, q norn.SequenceQuery) ([]norn.SequenceInfo, error) {
+	if err := norn.ValidateQueue("queue", queue); err != nil {
+		return nil, err
+	}
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keys []string
+	for r, m := range s.seqs {
+		if r.queue == queue && m.head != nil && (!q.Halted || m.halted) && r.key > q.After {
+			keys = append(keys, r.key)
+		}
+	}
+	slices.Sort(keys)
+	keys = keys[:min(len(keys), q.Limit)]
+	out := make([]norn.SequenceInfo, len(keys))
+	for i, k := range keys {
+		out[i] = s.seqInfo(queue, k)
+	}
+	return out, nil
 }

@@ -100,36 +100,66 @@ WHERE s.queue = x.queue AND s.key = x.key`), qs, ks, heads, next)
 	return err
 }
 
-// Sequence reads a sequence's state; see norn.Sequencer.
-func (s *Store) Sequence(ctx context.Context, queue, key string) (norn.SequenceInfo, error) {
-	info := norn.SequenceInfo{Queue: queue, Key: key}
-	if err := norn.ValidateQueue("queue", queue); err != nil {
-		return info, err
-	}
-	if err := norn.ValidateSequenceKey("key", key); err != nil {
-		return info, err
-	}
-	var head, status *string
-	err := s.withConn(ctx, func(conn *pgx.Conn) error {
-		return conn.QueryRow(ctx, s.q(`SELECT s.head, t.status, s.halted,
+// seqInfoSQL reads sequences' states ({where}: which).
+const seqInfoSQL = `SELECT s.key, s.head, t.status, s.halted,
 	(SELECT count(*) FROM {s}.tasks w WHERE w.queue = s.queue AND w.sequence_key = s.key AND w.status = 'blocked'
 		AND w.id IS DISTINCT FROM s.head)
-FROM {s}.sequences s LEFT JOIN {s}.tasks t ON t.id = s.head WHERE s.queue = $1 AND s.key = $2`), queue, key).
-			Scan(&head, &status, &info.Halted, &info.Waiting)
+FROM {s}.sequences s LEFT JOIN {s}.tasks t ON t.id = s.head WHERE `
+
+// Sequence reads a sequence's state; see norn.Sequencer.
+func (s *Store) Sequence(ctx context.Context, queue, key string) (norn.SequenceInfo, error) {
+	if err := norn.ValidateQueue("queue", queue); err != nil {
+		return norn.SequenceInfo{}, err
+	}
+	if err := norn.ValidateSequenceKey("key", key); err != nil {
+		return norn.SequenceInfo{}, err
+	}
+	got, err := s.readSequences(ctx, queue, `s.queue = $1 AND s.key = $2`, queue, key)
+	if err != nil || len(got) == 0 {
+		return norn.SequenceInfo{Queue: queue, Key: key}, err
+	}
+	return got[0], nil
+}
+
+// Sequences lists a queue's sequences with a head; see norn.Sequencer.
+func (s *Store) Sequences(ctx context.Context, queue string, q norn.SequenceQuery) ([]norn.SequenceInfo, error) {
+	if err := norn.ValidateQueue("queue", queue); err != nil {
+		return nil, err
+	}
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	return s.readSequences(ctx, queue, `s.queue = $1 AND s.head IS NOT NULL AND (s.halted OR NOT $2) AND s.key > $3
+ORDER BY s.key LIMIT $4`, queue, q.Halted, q.After, q.Limit)
+}
+
+func (s *Store) readSequences(ctx context.Context, queue, where string, args ...any) ([]norn.SequenceInfo, error) {
+	var out []norn.SequenceInfo
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		out = out[:0]
+		rows, err := conn.Query(ctx, s.q(seqInfoSQL+where), args...)
+		if err != nil {
+			return err
+		}
+		info := norn.SequenceInfo{Queue: queue}
+		var head, status *string
+		_, err = pgx.ForEachRow(rows, []any{&info.Key, &head, &status, &info.Halted, &info.Waiting}, func() error {
+			i := info
+			if head != nil {
+				i.Head = *head
+			}
+			if status != nil {
+				i.HeadStatus = norn.Status(*status)
+			}
+			out = append(out, i)
+			return nil
+		})
+		return err
 	})
-	if err == pgx.ErrNoRows {
-		return norn.SequenceInfo{Queue: queue, Key: key}, nil
+	if out == nil {
+		out = []norn.SequenceInfo{}
 	}
-	if err != nil {
-		return info, mapErr(err)
-	}
-	if head != nil {
-		info.Head = *head
-	}
-	if status != nil {
-		info.HeadStatus = norn.Status(*status)
-	}
-	return info, nil
+	return out, mapErr(err)
 }
 
 // checkSequenceRetry locks t's sequence and refuses to bring t back

@@ -189,6 +189,35 @@ func exerciseSequences(t *testing.T, setup setupFunc) {
 			}
 		})
 
+		t.Run("ListsSequencesWithAHead", func(t *testing.T) {
+			t.Parallel()
+			s, b := setup(t)
+			b.submit(
+				norn.NewTask{ID: "b1", Queue: "q", SequenceKey: "b"}, norn.NewTask{ID: "b2", Queue: "q", SequenceKey: "b"},
+				norn.NewTask{ID: "a1", Queue: "q", SequenceKey: "a"},
+				norn.NewTask{ID: "c1", Queue: "q", SequenceKey: "c", Priority: 5}, norn.NewTask{ID: "c2", Queue: "q", SequenceKey: "c"},
+				norn.NewTask{ID: "done", Queue: "q", SequenceKey: "d", Priority: 9},
+				norn.NewTask{ID: "other", Queue: "o", SequenceKey: "a"},
+			)
+			b.complete(b.claimID("w", "done", "q"), "") // its sequence is left without a head
+			list := func(q norn.SequenceQuery) []string {
+				t.Helper()
+				got, err := s.Sequences(b.ctx, "q", q)
+				b.must(err, "Sequences(%+v)", q)
+				var keys []string
+				for _, g := range got {
+					keys = append(keys, g.Key+":"+g.Head)
+				}
+				return keys
+			}
+			eqStrings(t, "every sequence with a head", list(norn.SequenceQuery{}), []string{"a:a1", "b:b1", "c:c1"})
+			eqStrings(t, "a page", list(norn.SequenceQuery{After: "a", Limit: 1}), []string{"b:b1"})
+			b.abort(b.claimID("w", "c1", "q"), "bad")
+			eqStrings(t, "halted only", list(norn.SequenceQuery{Halted: true}), []string{"c:c1"})
+			_, err := s.Sequences(b.ctx, "q", norn.SequenceQuery{Limit: 5000})
+			wantField(t, "a limit too large", err, norn.ErrInvalidArgument, "limit")
+		})
+
 		t.Run("BadInput", func(t *testing.T) {
 			t.Parallel()
 			s, b := setup(t)

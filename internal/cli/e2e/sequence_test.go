@@ -52,7 +52,8 @@ func TestSequenceCommands(t *testing.T) {
 		t.Fatalf("sequence -o json = %+v, want %+v", got, want)
 	}
 	// A retry of another member would let it run beside the head.
-	s.fails(t, 1, `whose head "h" has not ended`, "retry", "x")
+	s.fails(t, 1, `whose head is "h"`, "retry", "x")
+	mustContain(t, "halted list", s.ok(t, "sequence", "ledger", "--halted"), "KEY", "acct 7", "h", "aborted", "yes")
 	s.ok(t, "retry", "h")
 	if err := c.Complete(ctx, claim("ledger"), nil); err != nil {
 		t.Fatal(err)
@@ -63,7 +64,8 @@ func TestSequenceCommands(t *testing.T) {
 	s.fails(t, 2, "do not go together", "submit", "ledger", "--sequence-key", "k", "--depends-on", "h")
 	s.fails(t, 2, "--sequence-key", "submit", "ledger", "--sequence-key", "bad\x01key")
 	s.fails(t, 2, "--batch cannot be combined with --sequence-key", "submit", "--batch", "-", "--sequence-key", "k")
-	s.fails(t, 2, "sequence takes 2 arguments", "sequence", "ledger")
+	s.fails(t, 2, "give QUEUE alone", "sequence", "ledger", "k", "--halted")
+	mustContain(t, "nothing halted", s.ok(t, "sequence", "ledger", "--halted"), "no sequence with a head")
 
 	mustContain(t, "queues set", s.ok(t, "queues", "set", "cq", "--sequence-on-failure", "continue"), "sequence_on_failure:", "continue")
 	s.fails(t, 2, "--sequence-on-failure must be halt or continue", "queues", "set", "cq", "--sequence-on-failure", "skip")
