@@ -100,6 +100,11 @@ func ValidateID(field, id string) error {
 // tags). An id holding one can look exactly like another id in a listing,
 // a log line or the dashboard, or reorder what is shown around it.
 func invisible(r rune) bool {
+	if r < 0x80 {
+		// ASCII: only the controls and the space (the range tables below
+		// cost a search per character, on every id of every call).
+		return r <= ' ' || r == 0x7f
+	}
 	return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Z, r) ||
 		(r >= 0xfe00 && r <= 0xfe0f) // variation selectors
 }
