@@ -358,19 +358,6 @@ func BatchStatuses(counts map[Status]int) map[Status]int {
 	return out
 }
 
-// SortBatches orders batches by id (the list order).
-func SortBatches(bs []*Batch) {
-	slices.SortFunc(bs, func(a, b *Batch) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
-}
-
 // CloneBatch returns a deep copy of b.
 func CloneBatch(b *Batch) *Batch {
 	c := *b

@@ -304,14 +304,6 @@ func (w *Workload) noteGap(d time.Duration, at time.Time) {
 	w.gapMu.Unlock()
 }
 
-// LastAck is when a completion was last acknowledged (zero: never).
-func (w *Workload) LastAck() time.Time {
-	if n := w.lastAck.Load(); n != 0 {
-		return time.Unix(0, n)
-	}
-	return time.Time{}
-}
-
 // MaxGap is the longest time without an acknowledged completion and when it ended.
 func (w *Workload) MaxGap() (time.Duration, time.Time) {
 	w.gapMu.Lock()
@@ -329,11 +321,4 @@ func (w *Workload) Causes() string {
 	}
 	sort.Strings(out)
 	return strings.Join(out, ", ")
-}
-
-// Acked returns the number of acknowledged submits.
-func (w *Workload) Acked() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.acked)
 }
