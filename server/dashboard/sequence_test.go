@@ -63,6 +63,18 @@ func TestSequencePage(t *testing.T) {
 	}
 	e.shots("sequence", `!document.querySelector("#sequence-halted").hidden`)
 
+	// The queue's page lists it among its halted sequences.
+	e.open("#/queues/ledger")
+	e.wait(`!(document.querySelector("#halted-sequences") || { hidden: true }).hidden`)
+	if got := e.text("#halted-sequences li"); !strings.Contains(got, key) || !strings.Contains(got, "open-7") || !strings.Contains(got, "2 waiting") {
+		t.Errorf("halted sequences card %q, want the key, its head and 2 waiting", got)
+	}
+	if got := evalAs[bool](e, `!!document.querySelector("#halted-sequences b")`); got {
+		t.Error("the key's markup became an element on the queue page")
+	}
+	e.click("#halted-sequences li a")
+	e.wait(`(document.querySelector("#sequence-head a") || {}).textContent === "open-7"`)
+
 	// Deleting the head moves the sequence on; the page follows.
 	if err := e.st.Delete(ctx, "open-7"); err != nil {
 		t.Fatal(err)

@@ -53,10 +53,16 @@ export function render(ctx, name) {
   const pageEl = h("span", { id: "page-no", class: "muted" });
   const err = h("p", { class: "error", id: "queue-error", hidden: true });
   const chart = chartView(ctx, name);
+  // Halted sequences wait for an operator: listed here only when there are any.
+  const haltedList = h("ul", { class: "halted-sequences" });
+  const haltedCard = h("section", { class: "card", id: "halted-sequences", hidden: true },
+    h("h2", {}, "Halted sequences"),
+    h("p", { class: "note" }, "Each head ended aborted and holds its sequence: retry it, or delete it to move on."),
+    haltedList);
 
   fill(main,
     h("div", { class: "page-head" }, h("div", { class: "title-row" }, title, pausedBadge), h("div", { class: "actions" }, pauseBtn)),
-    roleNote, err, chips,
+    roleNote, err, haltedCard, chips,
     h("section", { class: "card" },
       h("div", { class: "filters" },
         search,
@@ -116,7 +122,16 @@ export function render(ctx, name) {
       onclick: () => { f.labels = f.labels.filter((x) => x !== l); filtersChanged(); } }, l + " ×")));
   }
 
+  async function loadHalted() {
+    const { sequences } = await get("v1/queues/" + enc(name) + "/sequences" + query({ halted: "true", limit: 20 }), { signal });
+    haltedCard.hidden = sequences.length === 0;
+    fill(haltedList, sequences.map((q) => h("li", {},
+      h("a", { href: href + "/sequences/" + enc(q.key) }, q.key), " — head ",
+      h("a", { href: "#/tasks/" + enc(q.head) }, q.head), " ", statusBadge(q.head_status),
+      h("span", { class: "muted" }, ", " + num(q.waiting) + " waiting"))));
+  }
   async function loadQueue() {
+    loadHalted().catch(show);
     info = (await get("v1/queues/" + enc(name), { signal })).queue;
     pausedBadge.hidden = !info.paused;
     pauseBtn.textContent = info.paused ? "Resume" : "Pause";
