@@ -942,7 +942,7 @@ export interface components {
         };
         HistoryEntry: {
             /** @enum {string} */
-            type: "TaskAssignment" | "TaskTimeout" | "TaskYield" | "TaskRetry" | "TaskCancel" | "TaskComplete" | "TaskAbort" | "TaskRelease" | "TaskSnooze" | "TaskRedrive" | "TaskAwait";
+            type: "TaskAssignment" | "TaskTimeout" | "TaskYield" | "TaskRetry" | "TaskCancel" | "TaskComplete" | "TaskAbort" | "TaskRelease" | "TaskSnooze" | "TaskRedrive" | "TaskAwait" | "TaskReplace";
             /** Format: date-time */
             time: string;
             worker?: string;
@@ -1059,6 +1059,13 @@ export interface components {
             on_dependency_failure?: "abort" | "run";
             /** @description Puts the task in the sequence of its queue and this key: the members run one at a time, in submit order whatever their priority. A task in a sequence cannot have depends_on (400 naming sequence_key). */
             sequence_key?: string;
+            /**
+             * @description What a submission whose unique_key is held does: keep (the default) answers the holder unchanged; replace replaces a holder that has not started (its spec, labels, priority and run time; the answer says replaced), or makes this task the successor of one that has (it waits for the holder to end, whatever the outcome, and takes the key). Needs unique_key; not with sequence_key.
+             * @enum {string}
+             */
+            on_duplicate?: "keep" | "replace";
+            /** @description With on_duplicate replace: replacements push the holder's run time at most this long after it was first submitted (a Go duration). */
+            debounce_max?: string;
         };
         /**
          * @description W3C traceparent (https://www.w3.org/TR/trace-context/): the trace context the task was submitted in. A worker's span for an attempt is its child. On submit, when absent, the server takes the request's traceparent header (or its own span for the call when tracing is on). Trace and parent ids must not be all zeros; version ff is invalid.
@@ -1331,6 +1338,8 @@ export interface components {
         };
         TaskResponse: {
             task: components["schemas"]["Task"];
+            /** @description The submission replaced the holder of its unique key in place (on_duplicate replace); task is the holder. */
+            replaced?: boolean;
         };
         SubmitResponse: {
             task: components["schemas"]["Task"];
@@ -1342,6 +1351,8 @@ export interface components {
         BatchResponse: {
             tasks: components["schemas"]["Task"][];
             duplicates: string[];
+            /** @description Positions in tasks of the results that replaced the holder of their unique key in place (on_duplicate replace); each is listed in duplicates too. */
+            replaced?: number[];
         };
         ManyResponse: {
             tasks: components["schemas"]["Task"][];
