@@ -1144,12 +1144,20 @@ export interface components {
             weights?: {
                 [key: string]: number;
             };
+            /** @description A batch claim: answer only once at least min tasks are ready in the claim's queues (or the one ready longest has waited linger), then take up to n; until then wait within wait, and answer none when it ends first. 0 or 1: answer as soon as one is ready. At most n (400 naming min). */
+            min?: number;
+            /** @description With min: how long a ready task waits for a batch of min to gather before the claim takes what there is (a Go duration; 0 = until min are ready). Needs min >= 2 (400 naming linger). */
+            linger?: string;
         };
         QueueClaimRequest: {
             worker: string;
             n?: number;
             timeout?: components["schemas"]["Duration"];
             wait?: components["schemas"]["Duration"];
+            /** @description A batch claim: answer only once at least min tasks are ready in the claim's queues (or the one ready longest has waited linger), then take up to n; until then wait within wait, and answer none when it ends first. 0 or 1: answer as soon as one is ready. At most n (400 naming min). */
+            min?: number;
+            /** @description With min: how long a ready task waits for a batch of min to gather before the claim takes what there is (a Go duration; 0 = until min are ready). Needs min >= 2 (400 naming linger). */
+            linger?: string;
         };
         LeaseRequest: {
             worker: string;
@@ -1337,12 +1345,12 @@ export interface components {
         };
         TaskResponse: {
             task: components["schemas"]["Task"];
-            /** @description The submission replaced the holder of its unique key in place (on_duplicate replace); task is the holder. */
-            replaced?: boolean;
         };
         SubmitResponse: {
             task: components["schemas"]["Task"];
             duplicate?: boolean;
+            /** @description The submission replaced the holder of its unique key in place (on_duplicate replace); task is the holder (and duplicate is true). */
+            replaced?: boolean;
         };
         BatchRequest: {
             tasks: components["schemas"]["NewTask"][];

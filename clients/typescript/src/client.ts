@@ -412,7 +412,7 @@ export class Client {
   async submit(queue: string, spec?: unknown, options: TaskOptions & CallOptions = {}): Promise<SubmittedTask> {
     const { signal, ...rest } = options;
     const body = newTask({ ...rest, queue, spec }, "");
-    return submitted(await this.#call<SubmitAnswer>("POST", "/v1/tasks", { body, signal }));
+    return submitted(await this.#call<Schemas["SubmitResponse"]>("POST", "/v1/tasks", { body, signal }));
   }
 
   /** Submits tasks all or nothing, in order; a task may depend on an earlier one of the batch. `duplicate` and `replaced` are set as for {@link Client.submit}. */
