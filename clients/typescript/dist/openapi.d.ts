@@ -891,6 +891,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/queues/{queue}/sequences": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a queue's sequences that have a head, by key (halted=true: only halted ones)
+         * @description Roles: client, admin
+         */
+        get: operations["listSequences"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1804,6 +1824,9 @@ export interface components {
         };
         SequenceResponse: {
             sequence: components["schemas"]["SequenceInfo"];
+        };
+        SequencesResponse: {
+            sequences: components["schemas"]["SequenceInfo"][];
         };
     };
     responses: {
@@ -3998,6 +4021,43 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SequenceResponse"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+        };
+    };
+    listSequences: {
+        parameters: {
+            query?: {
+                /** @description true: only halted sequences. */
+                halted?: "true" | "false";
+                /** @description Only keys that sort after this one (the previous page's last key). */
+                after?: string;
+                /** @description Page size (default 100). */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @description Queue name. */
+                queue: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sequences, by key. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SequencesResponse"];
                 };
             };
             400: components["responses"]["E400"];
