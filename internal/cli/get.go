@@ -27,7 +27,9 @@ A task with dependencies shows the outcome recorded for each one that ended
 (completed, aborted, cancelled or deleted, with its result or error), and
 any task shows how many tasks depend on it. History entries TaskAwait mark
 the task waiting for children it submitted while running; the children are
-appended to its depends_on.`,
+appended to its depends_on. TaskReplace marks a submit with on_duplicate
+replace that gave the task, before it started, a new spec, labels, priority
+and run time.`,
 			Example: `  norn get 0193b2f4-7c1e-7cc3-9a57-5d2b0c1f2e3a
   norn get job-1 job-2 -o json`,
 			Args: cobra.MinimumNArgs(1),
@@ -195,8 +197,11 @@ func describeTask(w io.Writer, t *norn.Task, deps dependents, now time.Time) {
 		if h.Error != nil {
 			line += ": " + errorText(*h.Error)
 		}
-		if h.Type == norn.TaskAwait {
+		switch h.Type {
+		case norn.TaskAwait:
 			line += " (waits for the children it submitted)"
+		case norn.TaskReplace:
+			line += " (a submit with on_duplicate replace gave it a new spec, labels, priority and run time)"
 		}
 		kv("  "+h.Time.UTC().Format(time.RFC3339), line)
 	}

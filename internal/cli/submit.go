@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -92,6 +93,8 @@ type submitFlags struct {
 	expireIn    time.Duration
 	expiresAt   string
 	sequenceKey string
+	onDuplicate string
+	debounceMax time.Duration
 	batch       string
 	inBatch     string
 	chunk       int
@@ -128,12 +131,21 @@ exist and not be sealed; with --batch FILE it fills in lines without a batch.
 Submitting an id that already exists changes nothing and reports the
 existing task as a duplicate (exit code 0). So does --unique-key while a task
 of the queue with that key is not terminal (or, with --unique-for, ended less
-than that long ago): the task holding the key is reported instead.`,
+than that long ago): the task holding the key is reported instead.
+
+With --on-duplicate replace (debounce), a held --unique-key replaces instead:
+a holder that has not started takes this submit's spec, labels, priority and
+run time (--delay or --run-at, at most --debounce-max after the holder was
+first submitted); its id stays and it is reported as replaced. A holder that
+is already running, or waiting for a retry, is left alone: the task is
+submitted as its successor, which waits for the holder to end (whatever the
+outcome) and takes the key, so a later replace replaces the successor.`,
 			Example: `  norn submit emails '{"to":"a@example.com"}'
   norn submit emails --file mail.json --priority 10 --label tenant=acme
   echo '{"n":1}' | norn submit numbers --delay 5m --retry 3
   norn submit reports '{"month":"2026-10"}' --timeout 30s --max-runtime 10m
   norn submit reports '{"user":42}' --unique-key report-user-42 --unique-for 1h
+  norn submit reindex '{"doc":7}' --unique-key doc-7 --on-duplicate replace --delay 2s --debounce-max 1m
   norn submit otp '{"to":"+4512345678"}' --expire-in 5m --retry 3 --retry-jitter full
   norn submit report '{}' --depends-on fetch-a,fetch-b --on-dependency-failure run
   norn submit ledger '{"op":"deposit","amount":10}' --sequence-key account-7
@@ -174,6 +186,8 @@ than that long ago): the task holding the key is reported instead.`,
 		fs.DurationVar(&sf.uniqueFor, "unique-for", 0, "with --unique-key: also while one ended less than this long ago")
 		fs.DurationVar(&sf.expireIn, "expire-in", 0, "abort the task (expired) if it has not started this long after it may first run (e.g. 5m)")
 		fs.StringVar(&sf.expiresAt, "expires-at", "", "abort the task (expired) if it has not started by this time (RFC 3339)")
+		fs.StringVar(&sf.onDuplicate, "on-duplicate", "", "when --unique-key is held: keep (the default: submit nothing) or replace (debounce: update a holder that has not started, else queue this task after it)")
+		fs.DurationVar(&sf.debounceMax, "debounce-max", 0, "with --on-duplicate replace: move the holder's run time at most this long after it was first submitted")
 		fs.StringVar(&sf.sequenceKey, "sequence-key", "", "run one at a time, in submit order, with the queue's other tasks of this key")
 		fs.StringVar(&sf.batch, "batch", "", "submit every task of this NDJSON file (- for stdin)")
 		fs.StringVar(&sf.inBatch, "in-batch", "", "join this batch (norn batch create); with --batch, for lines without one")
@@ -187,7 +201,8 @@ func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reade
 	nt := norn.NewTask{ID: sf.id, Queue: args[0], Priority: sf.priority, DependsOn: sf.dependsOn,
 		Delay: norn.Duration(sf.delay), Timeout: norn.Duration(sf.timeout), MaxRuntime: norn.Duration(sf.maxRuntime),
 		UniqueKey: sf.uniqueKey, UniqueFor: norn.Duration(sf.uniqueFor), ExpireIn: norn.Duration(sf.expireIn),
-		Batch: sf.inBatch, OnDependencyFailure: sf.onDepFail, SequenceKey: sf.sequenceKey}
+		Batch: sf.inBatch, OnDependencyFailure: sf.onDepFail, SequenceKey: sf.sequenceKey,
+		OnDuplicate: sf.onDuplicate, DebounceMax: norn.Duration(sf.debounceMax)}
 	if err := sf.checkInBatch(); err != nil {
 		return nt, err
 	}
@@ -232,12 +247,15 @@ func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reade
 			return nt, err
 		}
 	}
-	if sf.delay < 0 || sf.timeout < 0 || sf.maxRuntime < 0 || sf.retry.base < 0 || sf.retry.max < 0 || sf.uniqueFor < 0 || sf.expireIn < 0 {
+	if sf.delay < 0 || sf.timeout < 0 || sf.maxRuntime < 0 || sf.retry.base < 0 || sf.retry.max < 0 || sf.uniqueFor < 0 || sf.expireIn < 0 || sf.debounceMax < 0 {
 		return nt, usagef("durations must not be negative")
 	}
 	if err := checkDurations(durationFlag{"delay", sf.delay}, durationFlag{"timeout", sf.timeout}, durationFlag{"max-runtime", sf.maxRuntime},
 		durationFlag{"retry-base", sf.retry.base}, durationFlag{"retry-max", sf.retry.max}, durationFlag{"unique-for", sf.uniqueFor},
-		durationFlag{"expire-in", sf.expireIn}); err != nil {
+		durationFlag{"expire-in", sf.expireIn}, durationFlag{"debounce-max", sf.debounceMax}); err != nil {
+		return nt, err
+	}
+	if err := sf.checkDebounce(); err != nil {
 		return nt, err
 	}
 	if sf.uniqueFor > 0 && sf.uniqueKey == "" {
@@ -263,6 +281,40 @@ func (sf *submitFlags) newTask(cmd *cobra.Command, args []string, stdin io.Reade
 		return nt, err
 	}
 	return nt, nil
+}
+
+// checkDebounce refuses --on-duplicate and --debounce-max that the server
+// would refuse, naming the flags.
+func (sf *submitFlags) checkDebounce() error {
+	switch sf.onDuplicate {
+	case "", norn.DuplicateKeep:
+	case norn.DuplicateReplace:
+		if sf.uniqueKey == "" {
+			return usagef("--on-duplicate replace needs --unique-key: the key says which task to replace")
+		}
+		if sf.sequenceKey != "" {
+			return usagef("--on-duplicate replace and --sequence-key do not go together")
+		}
+	default:
+		return usagef("--on-duplicate must be keep or replace, not %q", sf.onDuplicate)
+	}
+	if sf.debounceMax > 0 && sf.onDuplicate != norn.DuplicateReplace {
+		return usagef("--debounce-max needs --on-duplicate replace")
+	}
+	return nil
+}
+
+// successorOf is the holder a replacing submit s became the successor of
+// (the dependency the server added), or "" when s is not one.
+func successorOf(nt norn.NewTask, s norn.Submitted) string {
+	if nt.OnDuplicate != norn.DuplicateReplace || s.Duplicate || len(s.Task.DependsOn) == 0 {
+		return ""
+	}
+	holder := s.Task.DependsOn[len(s.Task.DependsOn)-1]
+	if slices.Contains(nt.DependsOn, holder) {
+		return ""
+	}
+	return holder
 }
 
 // readSpec reads a single submit's spec: the argument, --file (- for
@@ -383,6 +435,11 @@ func runSubmit(cmd *cobra.Command, g *Globals, sf *submitFlags, args []string) e
 		if format != outTable {
 			return emit(cmd.OutOrStdout(), format, s)
 		}
+		if s.Replaced {
+			fmt.Fprintf(cmd.OutOrStdout(), "%s replaced: it holds unique key %q and had not started; it now runs this spec at %s (queue %s, status %s, version %d)\n",
+				s.Task.ID, nt.UniqueKey, s.Task.RunAt.UTC().Format(time.RFC3339Nano), s.Task.Queue, s.Task.Status, s.Task.Version)
+			return nil
+		}
 		if s.Duplicate && (nt.ID == "" || s.Task.ID != nt.ID) {
 			fmt.Fprintf(cmd.OutOrStdout(), "%s holds unique key %q (queue %s, status %s); nothing submitted\n", s.Task.ID, nt.UniqueKey, s.Task.Queue, s.Task.Status)
 			return nil
@@ -392,6 +449,9 @@ func runSubmit(cmd *cobra.Command, g *Globals, sf *submitFlags, args []string) e
 			return nil
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "%s submitted to %s (%s)\n", s.Task.ID, s.Task.Queue, s.Task.Status)
+		if h := successorOf(nt, s); h != "" {
+			fmt.Fprintf(cmd.OutOrStdout(), "  the successor of %s, which holds unique key %q and has started: it runs once %s ends (whatever the outcome) and now holds the key\n", h, nt.UniqueKey, h)
+		}
 		// A paused queue takes tasks but hands none out: say so, once, at
 		// the cost of one read (a single submit is interactive).
 		if q, err := c.Queue(cmd.Context(), s.Task.Queue); err == nil && q.Paused {
@@ -421,9 +481,12 @@ func singleSubmitError(err error) error {
 
 // batchResult summarises a batch submit.
 type batchResult struct {
-	Submitted  int     `json:"submitted"`
-	Duplicates int     `json:"duplicates"`
-	Seconds    float64 `json:"seconds"`
+	Submitted  int `json:"submitted"`
+	Duplicates int `json:"duplicates"`
+	// Replaced counts the duplicates (on_duplicate replace) that
+	// replaced the task holding their unique key.
+	Replaced int     `json:"replaced"`
+	Seconds  float64 `json:"seconds"`
 }
 
 func runSubmitBatch(cmd *cobra.Command, g *Globals, sf *submitFlags, defaultQueue string) error {
@@ -434,8 +497,8 @@ func runSubmitBatch(cmd *cobra.Command, g *Globals, sf *submitFlags, defaultQueu
 	if sf.chunk < 1 || sf.chunk > norn.MaxBatch {
 		return usagef("--chunk must be between 1 and %d", norn.MaxBatch)
 	}
-	if sf.file != "" || sf.id != "" || sf.uniqueKey != "" || sf.uniqueFor != 0 {
-		return usagef("--batch cannot be combined with --file, --id or --unique-key/--unique-for (give unique_key per line)")
+	if sf.file != "" || sf.id != "" || sf.uniqueKey != "" || sf.uniqueFor != 0 || sf.onDuplicate != "" || sf.debounceMax != 0 {
+		return usagef("--batch cannot be combined with --file, --id or --unique-key/--unique-for/--on-duplicate/--debounce-max (give them per line)")
 	}
 	if len(sf.dependsOn) > 0 || sf.onDepFail != "" {
 		// Silently dropping them would submit tasks that run too early.
@@ -475,6 +538,10 @@ func runSubmitBatch(cmd *cobra.Command, g *Globals, sf *submitFlags, defaultQueu
 		if format != outTable {
 			return emit(cmd.OutOrStdout(), format, res)
 		}
+		if res.Replaced > 0 {
+			fmt.Fprintf(cmd.OutOrStdout(), "submitted %d tasks (%d duplicates, %d of them replaced) in %.1fs\n", res.Submitted, res.Duplicates, res.Replaced, res.Seconds)
+			return nil
+		}
 		fmt.Fprintf(cmd.OutOrStdout(), "submitted %d tasks (%d duplicates) in %.1fs\n", res.Submitted, res.Duplicates, res.Seconds)
 		return nil
 	})
@@ -513,6 +580,9 @@ func submitBatch(ctx context.Context, c *client.Client, in io.Reader, defaultQue
 		for _, s := range subs {
 			if s.Duplicate {
 				res.Duplicates++
+			}
+			if s.Replaced {
+				res.Replaced++
 			}
 		}
 		res.Submitted += len(subs)

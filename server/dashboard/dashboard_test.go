@@ -739,6 +739,16 @@ func TestTaskPageNewerFields(t *testing.T) {
 	if got := e.text("#expires-at"); !strings.Contains(got, "in ") && !strings.Contains(got, "from now") {
 		t.Errorf("expires shown as %q, want a time ahead", got)
 	}
+
+	// A debounce replace has its own label too, not the raw type.
+	if _, err := e.st.Submit(ctx, norn.NewTask{ID: "digest", Queue: "bills", UniqueKey: "digest-1", Delay: norn.Duration(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.st.Submit(ctx, norn.NewTask{Queue: "bills", UniqueKey: "digest-1", OnDuplicate: norn.DuplicateReplace}); err != nil || !res[0].Replaced {
+		t.Fatalf("replace: %+v, %v", res, err)
+	}
+	e.goHash("#/tasks/digest")
+	e.wait(`/Replaced by a later submit/.test((document.querySelector('li[data-type="TaskReplace"]') || {}).textContent)`)
 }
 
 func TestAuthRoles(t *testing.T) {

@@ -198,10 +198,16 @@ def _csv(value: Optional[_StrList]) -> Optional[str]:
     return ",".join(value)
 
 
-def _task(obj: Any, duplicate: bool = False) -> Task:
+def _task(obj: Any, duplicate: bool = False, replaced: bool = False) -> Task:
     if not isinstance(obj, dict):
         raise errors.Internal("cannot decode server response: expected a task object")
-    return Task(obj, duplicate=duplicate)
+    return Task(obj, duplicate=duplicate, replaced=replaced)
+
+
+def _submitted(s: Any) -> Task:
+    """A task of a submit answer ``{"task", "duplicate", "replaced"}``."""
+    s = s or {}
+    return _task(s.get("task"), bool(s.get("duplicate")), bool(s.get("replaced")))
 
 
 class Client:
@@ -360,7 +366,7 @@ class Client:
         for key, value in options.items():
             if value is None:
                 continue
-            if key in ("delay", "timeout", "max_runtime", "unique_for", "expire_in"):
+            if key in ("delay", "timeout", "max_runtime", "unique_for", "expire_in", "debounce_max"):
                 value = format_duration(value, prefix + key)
             elif key in ("run_at", "expires_at"):
                 value = format_time(value, prefix + key)
@@ -388,7 +394,9 @@ class Client:
 
     def submit(self, queue: str, spec: Any = None, **options: Any) -> Task:
         """Submits one task and returns it (``task.duplicate`` is True when
-        ``id`` existed: the existing task is returned).
+        nothing was created: ``id`` existed, or ``unique_key`` is held; the
+        existing task is returned; ``task.replaced`` is True when that task
+        was replaced, see ``on_duplicate``).
 
         ``spec`` is any JSON-encodable value. Options: ``id`` (makes the
         submit idempotent), ``priority``, ``labels`` (dict of strings),
@@ -408,23 +416,36 @@ class Client:
         the queue and this key: its members run one at a time in submit
         order whatever their priority, later ones wait ``blocked``; it
         cannot be combined with ``depends_on``, see :meth:`sequence`),
+        ``unique_key`` (while a task of the queue with this key has not
+        ended, submit nothing and return that task; ``unique_for`` extends
+        this to tasks that ended less than that long ago),
+        ``on_duplicate`` (``"keep"``, the default: return the holder of
+        the key unchanged; ``"replace"``: debounce, a holder that has not
+        started takes this task's spec, labels, priority and run time, its
+        id stays and ``replaced`` is True; a holder already running or
+        waiting for a retry gets this task as its successor, a new task
+        that waits for it to end whatever the outcome and takes the key),
+        ``debounce_max`` (with ``"replace"``: replacements move the
+        holder's run time at most this long after it was first submitted),
         ``timeout`` (lease length), ``traceparent`` and
         ``tracestate`` (the W3C trace context to store with the task, see
         :mod:`norn.tracing`). Durations are seconds, timedeltas or Go
         duration strings (``"1h30m"``).
         """
         out = self._call("POST", "/v1/tasks", body=self._new_task(queue, spec, options))
-        return _task(out.get("task"), bool(out.get("duplicate")))
+        return _submitted(out)
 
     def submit_batch(self, tasks: Iterable[Mapping[str, Any]]) -> List[Task]:
         """Submits tasks atomically (all or none) and returns them in order.
         Each is a dict with ``queue``, ``spec`` and the options of
         :meth:`submit`; tasks may depend on earlier ones of the batch by id.
         An invalid task refuses the batch with ``field`` naming it
-        (``tasks[3].queue``)."""
+        (``tasks[3].queue``). ``duplicate`` and ``replaced`` are set on
+        each returned task as for :meth:`submit`."""
         out = self._call("POST", "/v1/tasks/batch", body={"tasks": self._new_tasks(tasks, "tasks")})
         dups = set(out.get("duplicates") or ())
-        return [_task(t, t.get("id") in dups) for t in out.get("tasks") or ()]
+        replaced = set(out.get("replaced") or ())
+        return [_task(t, t.get("id") in dups, i in replaced) for i, t in enumerate(out.get("tasks") or ())]
 
     def get(self, id: str) -> Task:
         """Returns one task; raises NotFound."""
@@ -707,7 +728,7 @@ class Client:
             body["require"] = [dict(r) for r in require]
         out = self._call("POST", "/v1/transactions", body=body)
         rec = Record(out)
-        rec["submitted"] = [_task(s.get("task"), bool(s.get("duplicate"))) for s in rec.get("submitted") or ()]
+        rec["submitted"] = [_submitted(s) for s in rec.get("submitted") or ()]
         for key in ("updated", "cancelled"):
             rec[key] = [_task(t) for t in rec.get(key) or ()]
         return rec
@@ -805,7 +826,7 @@ class Client:
         out = self._call("POST", "/v1/batches", body=body)
         return Record(
             batch=Record(out["batch"]),
-            tasks=[_task(s.get("task"), bool(s.get("duplicate"))) for s in out.get("tasks") or ()],
+            tasks=[_submitted(s) for s in out.get("tasks") or ()],
         )
 
     def get_batch(self, id: str) -> Record:
@@ -1114,7 +1135,7 @@ class Client:
         if on_child_failure is not None:
             body["on_child_failure"] = on_child_failure
         out = self._call("POST", "/v1/tasks/" + _seg(id) + "/await", body=body)
-        children = [_task((c or {}).get("task"), bool((c or {}).get("duplicate"))) for c in out.get("children") or ()]
+        children = [_submitted(c) for c in out.get("children") or ()]
         return _task(out.get("task")), children
 
     def yield_(self, id: str, worker: str, lease: int) -> None:

@@ -33,14 +33,19 @@ class Task(Record):
     durations Go duration strings on the wire; the ``*_at``/``*_seconds``
     helpers convert them.
 
-    ``duplicate`` is True on a task returned by a submit whose id existed
-    already (the existing task is returned)."""
+    ``duplicate`` is True on a task returned by a submit that created
+    nothing: its id existed already, or a task of the queue holds its
+    ``unique_key`` (that task is returned). ``replaced`` is True when such a
+    submit (``on_duplicate="replace"``) replaced the holder in place: the
+    task returned is the holder with the submission's spec, labels,
+    priority and run time."""
 
-    __slots__ = ("duplicate",)
+    __slots__ = ("duplicate", "replaced")
 
-    def __init__(self, *args: Any, duplicate: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, duplicate: bool = False, replaced: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.duplicate = duplicate
+        self.replaced = replaced
 
     def time(self, key: str) -> Optional[_dt.datetime]:
         """The time field key (``"created"``, ``"run_at"``, ``"deadline"``,

@@ -352,6 +352,59 @@ class ClientTest(unittest.TestCase):
             self.c.submit(queue, None, unique_key="x" * 300)
         self.assertEqual(cm.exception.field, "unique_key")
 
+    def test_debounce_replaces_a_waiting_holder(self) -> None:
+        queue = q("debounce")
+        first = self.c.submit(queue, {"v": 1}, unique_key="k", delay="2s", labels={"a": "1"})
+        got = self.c.submit(queue, {"v": 2}, unique_key="k", on_duplicate="replace", delay=3600,
+                            labels={"b": "2"}, priority=5, debounce_max="1m")
+        self.assertEqual((got.id, got.duplicate, got.replaced), (first.id, True, True))
+        self.assertEqual((got.spec, got.labels, got.priority, got.version), ({"v": 2}, {"b": "2"}, 5, 2))
+        # The hour of delay is capped at debounce_max after the first submit.
+        self.assertEqual(got.time("run_at") - first.time("created"), dt.timedelta(minutes=1))
+        self.assertEqual(history_types(self.c.get(first.id))[-1], "TaskReplace")
+        kept = self.c.submit(queue, {"v": 3}, unique_key="k")
+        self.assertEqual((kept.id, kept.duplicate, kept.replaced, kept.spec), (first.id, True, False, {"v": 2}))
+        self.assertFalse(first.replaced)
+
+    def test_debounce_gives_a_running_holder_one_successor(self) -> None:
+        queue = q("debounce-run")
+        holder = self.c.submit(queue, {"v": 1}, unique_key="k")
+        wid, _ = self.claim_one(queue)
+        succ = self.c.submit(queue, {"v": 2}, unique_key="k", on_duplicate="replace")
+        self.assertNotEqual(succ.id, holder.id)
+        self.assertEqual((succ.duplicate, succ.replaced, succ.status), (False, False, "blocked"))
+        self.assertEqual((succ.depends_on, succ.on_dependency_failure, succ.unique_key), ([holder.id], "run", "k"))
+        again = self.c.submit(queue, {"v": 3}, unique_key="k", on_duplicate="replace")
+        self.assertEqual((again.id, again.replaced, again.spec), (succ.id, True, {"v": 3}))
+        self.assertEqual(self.c.count(queue=queue), 2)
+
+    def test_debounce_in_a_batch(self) -> None:
+        queue = q("debounce-batch")
+        holder = self.c.submit(queue, 1, unique_key="k", delay="1h")
+        tasks = self.c.submit_batch([
+            {"queue": queue, "spec": 0},
+            {"queue": queue, "spec": 2, "unique_key": "k", "on_duplicate": "replace"},
+            {"queue": queue, "spec": 3, "unique_key": "other"},
+        ])
+        self.assertEqual([t.replaced for t in tasks], [False, True, False])
+        self.assertEqual([t.duplicate for t in tasks], [False, True, False])
+        self.assertEqual((tasks[1].id, tasks[1].spec, tasks[1].status), (holder.id, 2, "ready"))
+        rec = self.c.transact(submit=[{"queue": queue, "spec": 4, "unique_key": "other", "on_duplicate": "replace"}])
+        self.assertEqual([(t.id, t.replaced, t.spec) for t in rec.submitted], [(tasks[2].id, True, 4)])
+
+    def test_debounce_bad_input_names_the_field(self) -> None:
+        queue = q("debounce-bad")
+        for opts, field in (
+            ({"on_duplicate": "replace"}, "on_duplicate"),
+            ({"unique_key": "k", "on_duplicate": "merge"}, "on_duplicate"),
+            ({"unique_key": "k", "debounce_max": "1m"}, "debounce_max"),
+            ({"unique_key": "k", "on_duplicate": "replace", "debounce_max": -1}, "debounce_max"),
+        ):
+            with self.assertRaises(norn.InvalidArgument, msg=str(opts)) as cm:
+                self.c.submit(queue, None, **opts)
+            self.assertEqual(cm.exception.field, field, str(opts))
+        self.assertEqual(self.c.count(queue=queue), 0)
+
     def test_depends_on_and_unique_key_filters(self) -> None:
         queue = q("filters")
         p = self.c.submit(queue, None)

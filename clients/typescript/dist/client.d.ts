@@ -45,9 +45,16 @@ export type SignalWait = Schemas["SignalWait"];
  * their turn).
  */
 export type SequenceInfo = Schemas["SequenceInfo"];
-/** A submitted task; `duplicate` is true when a task with its id existed. */
+/**
+ * A submitted task. `duplicate` is true when nothing was created: a task
+ * with its id existed, or a task of the queue holds its `unique_key` (that
+ * task is returned). `replaced` is true when such a submit (`on_duplicate:
+ * "replace"`) replaced the holder in place: the task returned is the
+ * holder with the submission's spec, labels, priority and run time.
+ */
 export type SubmittedTask = Task & {
     duplicate?: boolean;
+    replaced?: boolean;
 };
 /** How a failed task is retried: `base·2ⁿ` backoff capped at `max`. */
 export type RetryOptions = Omit<RetryPolicy, "base" | "max"> & {
@@ -60,7 +67,7 @@ export interface CallOptions {
     signal?: AbortSignal;
 }
 /** The options of a new task, named as in the API. */
-export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" | "delay" | "timeout" | "retry" | "unique_for" | "max_runtime" | "expires_at" | "expire_in"> & {
+export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" | "delay" | "timeout" | "retry" | "unique_for" | "max_runtime" | "expires_at" | "expire_in" | "debounce_max"> & {
     /** When it becomes ready (at most one of run_at and delay). */
     run_at?: Time;
     /** How long after submission it becomes ready. */
@@ -76,6 +83,8 @@ export type TaskOptions = Omit<Schemas["NewTask"], "queue" | "spec" | "run_at" |
     expires_at?: Time;
     /** expires_at as a duration from when the task may first run. */
     expire_in?: Duration;
+    /** With on_duplicate "replace": replacements move the holder's run time at most this long after it was first submitted. */
+    debounce_max?: Duration;
 };
 /** What a failed awaited child does to the task awaiting it (see {@link Client.awaitChildren}). */
 export type OnChildFailure = NonNullable<Schemas["AwaitRequest"]["on_child_failure"]>;
@@ -254,9 +263,17 @@ export declare class Client {
     #private;
     readonly url: string;
     constructor(opts?: ClientOptions);
-    /** Submits one task. An existing id is not an error: the stored task comes back with `duplicate: true`. */
+    /**
+     * Submits one task. An existing id or a held `unique_key` is not an
+     * error: the stored task comes back with `duplicate: true`. With
+     * `on_duplicate: "replace"` (debounce), a holder that has not started
+     * takes this task's spec, labels, priority and run time and comes back
+     * with `replaced: true`; a holder already running or waiting for a retry
+     * gets this task as its successor (a new task that waits for it, whatever
+     * its outcome, and takes the key).
+     */
     submit(queue: string, spec?: unknown, options?: TaskOptions & CallOptions): Promise<SubmittedTask>;
-    /** Submits tasks all or nothing, in order; a task may depend on an earlier one of the batch. */
+    /** Submits tasks all or nothing, in order; a task may depend on an earlier one of the batch. `duplicate` and `replaced` are set as for {@link Client.submit}. */
     submitBatch(tasks: readonly NewTask[], opts?: CallOptions): Promise<SubmittedTask[]>;
     /** The task with this id; NotFound if there is none. */
     get(id: string, opts?: CallOptions): Promise<Task>;

@@ -1,5 +1,16 @@
 import { InvalidArgument, NornError, NotFound, Unavailable, errorFromWire } from "./errors.js";
 import { formatDuration, formatTime, parseDuration } from "./wire.js";
+/** The task of a submit's answer, with its duplicate and replaced flags when set. */
+function submitted(s) {
+    if (!s.duplicate && !s.replaced)
+        return s.task;
+    const t = { ...s.task };
+    if (s.duplicate)
+        t.duplicate = true;
+    if (s.replaced)
+        t.replaced = true;
+    return t;
+}
 export const DEFAULT_SERVER = "http://127.0.0.1:7070";
 const USER_AGENT = "norn-typescript-client/0.1";
 // Added to a claim's wait for its time limit, so a long poll ends on the
@@ -149,21 +160,29 @@ export class Client {
         }
     }
     // ---- tasks -----------------------------------------------------------
-    /** Submits one task. An existing id is not an error: the stored task comes back with `duplicate: true`. */
+    /**
+     * Submits one task. An existing id or a held `unique_key` is not an
+     * error: the stored task comes back with `duplicate: true`. With
+     * `on_duplicate: "replace"` (debounce), a holder that has not started
+     * takes this task's spec, labels, priority and run time and comes back
+     * with `replaced: true`; a holder already running or waiting for a retry
+     * gets this task as its successor (a new task that waits for it, whatever
+     * its outcome, and takes the key).
+     */
     async submit(queue, spec, options = {}) {
         const { signal, ...rest } = options;
         const body = newTask({ ...rest, queue, spec }, "");
-        const r = await this.#call("POST", "/v1/tasks", { body, signal });
-        return r.duplicate ? { ...r.task, duplicate: true } : r.task;
+        return submitted(await this.#call("POST", "/v1/tasks", { body, signal }));
     }
-    /** Submits tasks all or nothing, in order; a task may depend on an earlier one of the batch. */
+    /** Submits tasks all or nothing, in order; a task may depend on an earlier one of the batch. `duplicate` and `replaced` are set as for {@link Client.submit}. */
     async submitBatch(tasks, opts = {}) {
         if (!Array.isArray(tasks))
             throw new InvalidArgument("must be an array of tasks", { field: "tasks" });
         const body = { tasks: tasks.map((t, i) => newTask(t, `tasks[${i}].`)) };
         const r = await this.#call("POST", "/v1/tasks/batch", { body, signal: opts.signal });
         const dup = new Set(r.duplicates ?? []);
-        return r.tasks.map((t) => (dup.has(t.id) ? { ...t, duplicate: true } : t));
+        const replaced = new Set(r.replaced ?? []);
+        return r.tasks.map((t, i) => submitted({ task: t, duplicate: dup.has(t.id), replaced: replaced.has(i) }));
     }
     /** The task with this id; NotFound if there is none. */
     async get(id, opts = {}) {
@@ -450,7 +469,7 @@ export class Client {
                 body[k] = v;
         }
         const r = await this.#call("POST", "/v1/batches", { body, signal: opts.signal });
-        const tasks = (r.tasks ?? []).map((s) => (s.duplicate ? { ...s.task, duplicate: true } : s.task));
+        const tasks = (r.tasks ?? []).map((s) => submitted(s));
         return { batch: r.batch, tasks };
     }
     /** A batch with its members' counts; NotFound if there is none. */
@@ -638,7 +657,7 @@ export class Client {
         if (opts.on_child_failure !== undefined)
             body["on_child_failure"] = opts.on_child_failure;
         const r = await this.#call("POST", `/v1/tasks/${taskID(id)}/await`, { body, signal: opts.signal });
-        return { task: r.task, children: r.children.map((c) => (c.duplicate ? { ...c.task, duplicate: true } : c.task)) };
+        return { task: r.task, children: r.children.map((c) => submitted(c)) };
     }
     /**
      * Puts the task back until `delay` from now (or `run_at`) without spending
@@ -760,7 +779,7 @@ function newTask(t, prefix) {
             continue;
         if (k === "run_at" || k === "expires_at")
             out[k] = formatTime(v, prefix + k);
-        else if (k === "delay" || k === "timeout" || k === "unique_for" || k === "max_runtime" || k === "expire_in")
+        else if (k === "delay" || k === "timeout" || k === "unique_for" || k === "max_runtime" || k === "expire_in" || k === "debounce_max")
             out[k] = formatDuration(v, prefix + k);
         else if (k === "retry")
             out[k] = retryPolicy(v, prefix + k);

@@ -48,8 +48,26 @@ export type SignalWait = Schemas["SignalWait"];
  */
 export type SequenceInfo = Schemas["SequenceInfo"];
 
-/** A submitted task; `duplicate` is true when a task with its id existed. */
-export type SubmittedTask = Task & { duplicate?: boolean };
+/**
+ * A submitted task. `duplicate` is true when nothing was created: a task
+ * with its id existed, or a task of the queue holds its `unique_key` (that
+ * task is returned). `replaced` is true when such a submit (`on_duplicate:
+ * "replace"`) replaced the holder in place: the task returned is the
+ * holder with the submission's spec, labels, priority and run time.
+ */
+export type SubmittedTask = Task & { duplicate?: boolean; replaced?: boolean };
+
+/** One submit's answer on the wire: the task and what the submit did. */
+type SubmitAnswer = { task: Task; duplicate?: boolean; replaced?: boolean };
+
+/** The task of a submit's answer, with its duplicate and replaced flags when set. */
+function submitted(s: SubmitAnswer): SubmittedTask {
+  if (!s.duplicate && !s.replaced) return s.task;
+  const t: SubmittedTask = { ...s.task };
+  if (s.duplicate) t.duplicate = true;
+  if (s.replaced) t.replaced = true;
+  return t;
+}
 
 /** How a failed task is retried: `base·2ⁿ` backoff capped at `max`. */
 export type RetryOptions = Omit<RetryPolicy, "base" | "max"> & { base?: Duration; max?: Duration };
@@ -63,7 +81,7 @@ export interface CallOptions {
 /** The options of a new task, named as in the API. */
 export type TaskOptions = Omit<
   Schemas["NewTask"],
-  "queue" | "spec" | "run_at" | "delay" | "timeout" | "retry" | "unique_for" | "max_runtime" | "expires_at" | "expire_in"
+  "queue" | "spec" | "run_at" | "delay" | "timeout" | "retry" | "unique_for" | "max_runtime" | "expires_at" | "expire_in" | "debounce_max"
 > & {
   /** When it becomes ready (at most one of run_at and delay). */
   run_at?: Time;
@@ -80,6 +98,8 @@ export type TaskOptions = Omit<
   expires_at?: Time;
   /** expires_at as a duration from when the task may first run. */
   expire_in?: Duration;
+  /** With on_duplicate "replace": replacements move the holder's run time at most this long after it was first submitted. */
+  debounce_max?: Duration;
 };
 
 /** What a failed awaited child does to the task awaiting it (see {@link Client.awaitChildren}). */
@@ -380,21 +400,29 @@ export class Client {
 
   // ---- tasks -----------------------------------------------------------
 
-  /** Submits one task. An existing id is not an error: the stored task comes back with `duplicate: true`. */
+  /**
+   * Submits one task. An existing id or a held `unique_key` is not an
+   * error: the stored task comes back with `duplicate: true`. With
+   * `on_duplicate: "replace"` (debounce), a holder that has not started
+   * takes this task's spec, labels, priority and run time and comes back
+   * with `replaced: true`; a holder already running or waiting for a retry
+   * gets this task as its successor (a new task that waits for it, whatever
+   * its outcome, and takes the key).
+   */
   async submit(queue: string, spec?: unknown, options: TaskOptions & CallOptions = {}): Promise<SubmittedTask> {
     const { signal, ...rest } = options;
     const body = newTask({ ...rest, queue, spec }, "");
-    const r = await this.#call<Schemas["SubmitResponse"]>("POST", "/v1/tasks", { body, signal });
-    return r.duplicate ? { ...r.task, duplicate: true } : r.task;
+    return submitted(await this.#call<Schemas["SubmitResponse"]>("POST", "/v1/tasks", { body, signal }));
   }
 
-  /** Submits tasks all or nothing, in order; a task may depend on an earlier one of the batch. */
+  /** Submits tasks all or nothing, in order; a task may depend on an earlier one of the batch. `duplicate` and `replaced` are set as for {@link Client.submit}. */
   async submitBatch(tasks: readonly NewTask[], opts: CallOptions = {}): Promise<SubmittedTask[]> {
     if (!Array.isArray(tasks)) throw new InvalidArgument("must be an array of tasks", { field: "tasks" });
     const body = { tasks: tasks.map((t, i) => newTask(t, `tasks[${i}].`)) };
     const r = await this.#call<Schemas["BatchResponse"]>("POST", "/v1/tasks/batch", { body, signal: opts.signal });
     const dup = new Set(r.duplicates ?? []);
-    return r.tasks.map((t) => (dup.has(t.id) ? { ...t, duplicate: true } : t));
+    const replaced = new Set(r.replaced ?? []);
+    return r.tasks.map((t, i) => submitted({ task: t, duplicate: dup.has(t.id), replaced: replaced.has(i) }));
   }
 
   /** The task with this id; NotFound if there is none. */
@@ -696,7 +724,7 @@ export class Client {
       } else body[k] = v;
     }
     const r = await this.#call<Schemas["BatchCreated"]>("POST", "/v1/batches", { body, signal: opts.signal });
-    const tasks = (r.tasks ?? []).map((s) => (s.duplicate ? { ...s.task, duplicate: true } : s.task));
+    const tasks = (r.tasks ?? []).map((s) => submitted(s));
     return { batch: r.batch, tasks };
   }
 
@@ -899,7 +927,7 @@ export class Client {
     const body: Record<string, unknown> = { worker, lease, tasks: tasks.map((t, i) => newTask(t, `tasks[${i}].`)) };
     if (opts.on_child_failure !== undefined) body["on_child_failure"] = opts.on_child_failure;
     const r = await this.#call<Schemas["AwaitResult"]>("POST", `/v1/tasks/${taskID(id)}/await`, { body, signal: opts.signal });
-    return { task: r.task, children: r.children.map((c) => (c.duplicate ? { ...c.task, duplicate: true } : c.task)) };
+    return { task: r.task, children: r.children.map((c) => submitted(c)) };
   }
 
   /**
@@ -1017,7 +1045,7 @@ function newTask(t: NewTask, prefix: string): Record<string, unknown> {
   for (const [k, v] of Object.entries(t)) {
     if (v === undefined) continue;
     if (k === "run_at" || k === "expires_at") out[k] = formatTime(v as Time, prefix + k);
-    else if (k === "delay" || k === "timeout" || k === "unique_for" || k === "max_runtime" || k === "expire_in")
+    else if (k === "delay" || k === "timeout" || k === "unique_for" || k === "max_runtime" || k === "expire_in" || k === "debounce_max")
       out[k] = formatDuration(v as Duration, prefix + k);
     else if (k === "retry") out[k] = retryPolicy(v as RetryOptions, prefix + k);
     else out[k] = v;

@@ -892,6 +892,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/queues/{queue}/sequences": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a queue's sequences that have a head, by key (halted=true: only halted ones)
+         * @description Roles: client, admin
+         */
+        get: operations["listSequences"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -942,7 +962,7 @@ export interface components {
         };
         HistoryEntry: {
             /** @enum {string} */
-            type: "TaskAssignment" | "TaskTimeout" | "TaskYield" | "TaskRetry" | "TaskCancel" | "TaskComplete" | "TaskAbort" | "TaskRelease" | "TaskSnooze" | "TaskRedrive" | "TaskAwait";
+            type: "TaskAssignment" | "TaskTimeout" | "TaskYield" | "TaskRetry" | "TaskCancel" | "TaskComplete" | "TaskAbort" | "TaskRelease" | "TaskSnooze" | "TaskRedrive" | "TaskAwait" | "TaskReplace";
             /** Format: date-time */
             time: string;
             worker?: string;
@@ -1059,6 +1079,13 @@ export interface components {
             on_dependency_failure?: "abort" | "run";
             /** @description Puts the task in the sequence of its queue and this key: the members run one at a time, in submit order whatever their priority. A task in a sequence cannot have depends_on (400 naming sequence_key). */
             sequence_key?: string;
+            /**
+             * @description What a submission whose unique_key is held does: keep (the default) answers the holder unchanged; replace replaces a holder that has not started (its spec, labels, priority and run time; the answer says replaced), or makes this task the successor of one that has (it waits for the holder to end, whatever the outcome, and takes the key). Needs unique_key; not with sequence_key.
+             * @enum {string}
+             */
+            on_duplicate?: "keep" | "replace";
+            /** @description With on_duplicate replace: replacements push the holder's run time at most this long after it was first submitted (a Go duration). */
+            debounce_max?: string;
         };
         /**
          * @description W3C traceparent (https://www.w3.org/TR/trace-context/): the trace context the task was submitted in. A worker's span for an attempt is its child. On submit, when absent, the server takes the request's traceparent header (or its own span for the call when tracing is on). Trace and parent ids must not be all zeros; version ff is invalid.
@@ -1138,12 +1165,20 @@ export interface components {
             weights?: {
                 [key: string]: number;
             };
+            /** @description A batch claim: answer only once at least min tasks are ready in the claim's queues (or the one ready longest has waited linger), then take up to n; until then wait within wait, and answer none when it ends first. 0 or 1: answer as soon as one is ready. At most n (400 naming min). */
+            min?: number;
+            /** @description With min: how long a ready task waits for a batch of min to gather before the claim takes what there is (a Go duration; 0 = until min are ready). Needs min >= 2 (400 naming linger). */
+            linger?: string;
         };
         QueueClaimRequest: {
             worker: string;
             n?: number;
             timeout?: components["schemas"]["Duration"];
             wait?: components["schemas"]["Duration"];
+            /** @description A batch claim: answer only once at least min tasks are ready in the claim's queues (or the one ready longest has waited linger), then take up to n; until then wait within wait, and answer none when it ends first. 0 or 1: answer as soon as one is ready. At most n (400 naming min). */
+            min?: number;
+            /** @description With min: how long a ready task waits for a batch of min to gather before the claim takes what there is (a Go duration; 0 = until min are ready). Needs min >= 2 (400 naming linger). */
+            linger?: string;
         };
         LeaseRequest: {
             worker: string;
@@ -1335,6 +1370,8 @@ export interface components {
         SubmitResponse: {
             task: components["schemas"]["Task"];
             duplicate?: boolean;
+            /** @description The submission replaced the holder of its unique key in place (on_duplicate replace); task is the holder (and duplicate is true). */
+            replaced?: boolean;
         };
         BatchRequest: {
             tasks: components["schemas"]["NewTask"][];
@@ -1342,6 +1379,8 @@ export interface components {
         BatchResponse: {
             tasks: components["schemas"]["Task"][];
             duplicates: string[];
+            /** @description Positions in tasks of the results that replaced the holder of their unique key in place (on_duplicate replace); each is listed in duplicates too. */
+            replaced?: number[];
         };
         ManyResponse: {
             tasks: components["schemas"]["Task"][];
@@ -1786,6 +1825,9 @@ export interface components {
         };
         SequenceResponse: {
             sequence: components["schemas"]["SequenceInfo"];
+        };
+        SequencesResponse: {
+            sequences: components["schemas"]["SequenceInfo"][];
         };
     };
     responses: {
@@ -3980,6 +4022,43 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SequenceResponse"];
+                };
+            };
+            400: components["responses"]["E400"];
+            401: components["responses"]["E401"];
+            403: components["responses"]["E403"];
+            421: components["responses"]["E421"];
+            429: components["responses"]["E429"];
+            500: components["responses"]["E500"];
+            503: components["responses"]["E503"];
+        };
+    };
+    listSequences: {
+        parameters: {
+            query?: {
+                /** @description true: only halted sequences. */
+                halted?: "true" | "false";
+                /** @description Only keys that sort after this one (the previous page's last key). */
+                after?: string;
+                /** @description Page size (default 100). */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @description Queue name. */
+                queue: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sequences, by key. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SequencesResponse"];
                 };
             };
             400: components["responses"]["E400"];

@@ -459,5 +459,6 @@ function label(type) {
     TaskAssignment: "Assigned", TaskTimeout: "Timed out", TaskYield: "Yielded", TaskRetry: "Failed, will retry",
     TaskCancel: "Cancelled", TaskComplete: "Completed", TaskAbort: "Aborted", TaskRelease: "Released",
     TaskSnooze: "Snoozed", TaskRedrive: "Retried by hand", TaskAwait: "Awaits its children",
+    TaskReplace: "Replaced by a later submit (new spec, labels, priority, run time)",
   }[type] || type;
 }
