@@ -1101,6 +1101,8 @@ export interface components {
             task: components["schemas"]["Task"];
             /** @description True when nothing was created: the id existed already, or a task of the queue holds the unique key. task is then that task. */
             duplicate?: boolean;
+            /** @description The submission replaced the holder of its unique key in place (on_duplicate replace); task is the holder (and duplicate is true). */
+            replaced?: boolean;
         };
         Update: {
             priority?: number;
