@@ -909,6 +909,22 @@ class Client:
                 raise InvalidArgument(f"{field} is required", field=field)
         return Record(self._call("GET", "/v1/queues/" + _seg(queue) + "/sequences/" + _seg(key))["sequence"])
 
+    def sequences(self, queue: str, halted: bool = False, after: Optional[str] = None, limit: Optional[int] = None) -> List[Record]:
+        """The sequences of ``queue`` that have a head, by key, each as
+        ``sequence`` returns it; ``halted=True``: only the halted ones (the
+        ones waiting for an operator). ``after`` (a key) and ``limit``
+        (default 100, max 1000) page."""
+        if not isinstance(queue, str) or not queue:
+            raise InvalidArgument("queue is required", field="queue")
+        q: List[Tuple[str, str]] = []
+        if halted:
+            q.append(("halted", "true"))
+        if after:
+            q.append(("after", after))
+        if limit is not None:
+            q.append(("limit", str(limit)))
+        return [Record(x) for x in self._call("GET", "/v1/queues/" + _seg(queue) + "/sequences", query=q).get("sequences") or ()]
+
     def stats(self) -> Record:
         """Counts per queue and status, totals and worker numbers."""
         return Record(self._call("GET", "/v1/stats"))

@@ -599,7 +599,11 @@ class ClientTest(unittest.TestCase):
         self.assertEqual((seq.head, seq.head_status, seq.halted, seq.waiting), (a.id, "aborted", True, 1))
         with self.assertRaises(norn.Conflict):
             self.c.retry(b.id)
+        halted = self.c.sequences(queue, halted=True)
+        self.assertEqual([(x.key, x.head, x.halted, x.waiting) for x in halted], [(key, a.id, True, 1)])
         self.c.delete(a.id)
+        self.assertEqual(self.c.sequences(queue, halted=True), [])
+        self.assertEqual([x.head for x in self.c.sequences(queue, limit=10)], [b.id])
         self.assertEqual(self.status_is(b.id, "ready").sequence_key, key)
         self.assertEqual(self.c.sequence(queue, key).head, b.id)
         empty = self.c.sequence(queue, "never-used")

@@ -358,6 +358,16 @@ export declare class Client {
      * sequence nobody used reads as empty.
      */
     sequence(queue: string, key: string, opts?: CallOptions): Promise<SequenceInfo>;
+    /**
+     * The sequences of `queue` that have a head, by key, each as `sequence`
+     * returns it; `halted: true` lists only the halted ones (the ones waiting
+     * for an operator). `after` (a key) and `limit` (default 100, max 1000) page.
+     */
+    sequences(queue: string, opts?: CallOptions & {
+        halted?: boolean;
+        after?: string;
+        limit?: number;
+    }): Promise<SequenceInfo[]>;
     stats(opts?: CallOptions): Promise<Stats>;
     /**
      * The server's per-minute counts of submitted, completed and failed tasks

@@ -383,6 +383,24 @@ export class Client {
         const path = `/v1/queues/${encodeURIComponent(queue)}/sequences/${encodeURIComponent(key)}`;
         return (await this.#call("GET", path, opts)).sequence;
     }
+    /**
+     * The sequences of `queue` that have a head, by key, each as `sequence`
+     * returns it; `halted: true` lists only the halted ones (the ones waiting
+     * for an operator). `after` (a key) and `limit` (default 100, max 1000) page.
+     */
+    async sequences(queue, opts = {}) {
+        if (!queue)
+            throw new InvalidArgument("queue is required", { field: "queue" });
+        const query = new URLSearchParams();
+        if (opts.halted)
+            query.set("halted", "true");
+        if (opts.after)
+            query.set("after", opts.after);
+        if (opts.limit !== undefined)
+            query.set("limit", String(opts.limit));
+        const path = `/v1/queues/${encodeURIComponent(queue)}/sequences`;
+        return (await this.#call("GET", path, { query, signal: opts.signal })).sequences;
+    }
     async stats(opts = {}) {
         return this.#call("GET", "/v1/stats", opts);
     }

@@ -633,6 +633,21 @@ export class Client {
     return (await this.#call<Schemas["SequenceResponse"]>("GET", path, opts)).sequence;
   }
 
+  /**
+   * The sequences of `queue` that have a head, by key, each as `sequence`
+   * returns it; `halted: true` lists only the halted ones (the ones waiting
+   * for an operator). `after` (a key) and `limit` (default 100, max 1000) page.
+   */
+  async sequences(queue: string, opts: CallOptions & { halted?: boolean; after?: string; limit?: number } = {}): Promise<SequenceInfo[]> {
+    if (!queue) throw new InvalidArgument("queue is required", { field: "queue" });
+    const query = new URLSearchParams();
+    if (opts.halted) query.set("halted", "true");
+    if (opts.after) query.set("after", opts.after);
+    if (opts.limit !== undefined) query.set("limit", String(opts.limit));
+    const path = `/v1/queues/${encodeURIComponent(queue)}/sequences`;
+    return (await this.#call<Schemas["SequencesResponse"]>("GET", path, { query, signal: opts.signal })).sequences;
+  }
+
   async stats(opts: CallOptions = {}): Promise<Stats> {
     return this.#call<Stats>("GET", "/v1/stats", opts);
   }

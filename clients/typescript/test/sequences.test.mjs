@@ -34,10 +34,13 @@ describe("sequences", () => {
     await c.abort(a.id, wid, got.lease, { code: "broken" });
     assert.deepEqual(state(await c.sequence("seq", key)), [a.id, "aborted", true, 1]);
     await assert.rejects(c.retry(b.id), Conflict);
+    assert.deepEqual((await c.sequences("seq", { halted: true })).map((x) => [x.key, x.head, x.halted, x.waiting]), [[key, a.id, true, 1]]);
 
     await c.delete(a.id);
     assert.equal((await waitStatus(c, b.id, "ready")).sequence_key, key);
     assert.deepEqual(state(await c.sequence("seq", key)), [b.id, "ready", false, 0]);
+    assert.deepEqual(await c.sequences("seq", { halted: true }), []);
+    assert.deepEqual((await c.sequences("seq", { limit: 10 })).map((x) => x.head), [b.id]);
     assert.deepEqual(state(await c.sequence("seq", "never-used")), [undefined, undefined, false, 0]);
 
     await assert.rejects(c.submit("seq", null, { sequence_key: key, depends_on: [b.id] }), (e) => e instanceof InvalidArgument && e.field === "sequence_key");
