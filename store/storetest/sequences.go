@@ -218,6 +218,31 @@ func exerciseSequences(t *testing.T, setup setupFunc) {
 			wantField(t, "a limit too large", err, norn.ErrInvalidArgument, "limit")
 		})
 
+		t.Run("DeletingOrCancellingEveryMemberAtOnce", func(t *testing.T) {
+			t.Parallel()
+			s, b := setup(t)
+			var nts []norn.NewTask
+			for i := range 12 {
+				nts = append(nts, norn.NewTask{ID: fmt.Sprintf("d%02d", i), Queue: "dq", SequenceKey: "k"},
+					norn.NewTask{ID: fmt.Sprintf("c%02d", i), Queue: "cq", SequenceKey: "k"})
+			}
+			b.submit(nts...)
+			n, err := s.DeleteMatching(b.ctx, norn.Filter{Queues: []string{"dq"}})
+			b.must(err, "DeleteMatching")
+			if n != 12 {
+				t.Fatalf("DeleteMatching deleted %d, want all 12 members", n)
+			}
+			b.count(norn.Filter{Queues: []string{"dq"}}, 0)
+			wantSequence(t, b, "dq", "k", norn.SequenceInfo{})
+			n, err = s.CancelMatching(b.ctx, norn.Filter{Queues: []string{"cq"}})
+			b.must(err, "CancelMatching")
+			if n != 12 {
+				t.Fatalf("CancelMatching cancelled %d, want all 12 members", n)
+			}
+			b.count(norn.Filter{Queues: []string{"cq"}, Statuses: []norn.Status{norn.StatusCancelled}}, 12)
+			wantSequence(t, b, "cq", "k", norn.SequenceInfo{})
+		})
+
 		t.Run("BadInput", func(t *testing.T) {
 			t.Parallel()
 			s, b := setup(t)
