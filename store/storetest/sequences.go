@@ -243,6 +243,18 @@ func exerciseSequences(t *testing.T, setup setupFunc) {
 			wantSequence(t, b, "cq", "k", norn.SequenceInfo{})
 		})
 
+		t.Run("ATransactionCancelsTheHeadAndUpdatesTheNext", func(t *testing.T) {
+			t.Parallel()
+			s, b := setup(t)
+			b.submit(norn.NewTask{ID: "h", Queue: "q", SequenceKey: "k"}, norn.NewTask{ID: "n", Queue: "q", SequenceKey: "k"})
+			_, err := s.Transact(b.ctx, norn.Txn{Cancel: []string{"h"}, Update: []norn.TxnUpdate{{ID: "n", Update: norn.Update{Priority: ptr(uint32(5))}}}})
+			b.must(err, "Transact")
+			b.status("h", norn.StatusCancelled)
+			if n := b.status("n", norn.StatusReady); n.Priority != 5 {
+				t.Fatalf("next member's priority %d, want 5", n.Priority)
+			}
+		})
+
 		t.Run("BadInput", func(t *testing.T) {
 			t.Parallel()
 			s, b := setup(t)
