@@ -305,13 +305,8 @@ func (n *NewTask) Validate() error {
 			return err
 		}
 	}
-	if n.SequenceKey != "" {
-		if err := ValidateSequenceKey("sequence_key", n.SequenceKey); err != nil {
-			return err
-		}
-		if len(n.DependsOn) > 0 {
-			return Invalid("sequence_key", "a task in a sequence cannot have depends_on: the sequence orders it")
-		}
+	if err := n.validateSequence(); err != nil {
+		return err
 	}
 	if err := ValidateOnDependencyFailure("on_dependency_failure", n.OnDependencyFailure); err != nil {
 		return err
@@ -645,4 +640,18 @@ func SortGroupCounts(g []GroupCount) {
 		}
 		return StatusIndex(g[i].Status) < StatusIndex(g[j].Status)
 	})
+}
+
+// validateSequence checks sequence_key.
+func (n *NewTask) validateSequence() error {
+	if n.SequenceKey == "" {
+		return nil
+	}
+	if err := ValidateSequenceKey("sequence_key", n.SequenceKey); err != nil {
+		return err
+	}
+	if len(n.DependsOn) > 0 {
+		return Invalid("sequence_key", "a task in a sequence cannot have depends_on: the sequence orders it")
+	}
+	return nil
 }
