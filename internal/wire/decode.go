@@ -392,6 +392,7 @@ func DecodeBatch[T any](body io.Reader, key string, maxItems int, fn func(i int,
 			if err := fn(i, item); err != nil {
 				return err
 			}
+			YieldEvery(i)
 		}
 		if _, err := dec.ReadToken(); err != nil { // ']'
 			return streamErr(err, key)

@@ -54,6 +54,7 @@ func appendTasksBody(b []byte, tasks []*norn.Task, dups []string, replaced []int
 		if i > 0 {
 			b = append(b, ',')
 		}
+		YieldEvery(i)
 		if b, err = AppendTask(b, t); err != nil {
 			return nil, err
 		}
