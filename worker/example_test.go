@@ -101,3 +101,60 @@ func ExampleSnooze() {
 	// Output:
 	// scheduled for 1h0m0s attempts 0 errors 0 TaskSnooze
 }
+
+// A chunk handler gets the tasks of one claim together, for work that is
+// cheaper in bulk (one insert for many rows). With Min the worker's claims
+// are batch claims: they wait until Min tasks are ready, or until the one
+// ready longest has waited Linger. Each task still has its own lease and
+// outcome: here one row is refused and only its task fails.
+func ExampleChunk() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir, _ := os.MkdirTemp("", "norn-example-")
+	defer os.RemoveAll(dir)
+	st, err := embedded.Open(ctx, embedded.Options{Dir: dir})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close()
+
+	done := make(chan int, 1)
+	insert := worker.ChunkHandlerFunc(func(ctx context.Context, tasks []*worker.Task) []error {
+		defer func() { done <- len(tasks) }()
+		errs := make([]error, len(tasks))
+		for i, t := range tasks {
+			var row struct{ Name string }
+			if err := json.Unmarshal(t.Spec, &row); err != nil || row.Name == "" {
+				errs[i] = worker.Abort(errors.New("a row needs a name"))
+			}
+		}
+		// ... insert the good rows in one statement ...
+		return errs
+	})
+	w, err := worker.New(st, worker.Config{Queues: []string{"rows"}, Concurrency: 10, Wait: 100 * time.Millisecond,
+		Chunk: &worker.Chunk{Handler: insert, Min: 3, Linger: time.Second}})
+	if err != nil {
+		panic(err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Run(ctx) }()
+
+	_, _ = st.Submit(ctx,
+		norn.NewTask{ID: "row-ada", Queue: "rows", Spec: json.RawMessage(`{"name":"Ada"}`)},
+		norn.NewTask{ID: "row-grace", Queue: "rows", Spec: json.RawMessage(`{"name":"Grace"}`)},
+		norn.NewTask{ID: "row-empty", Queue: "rows", Spec: json.RawMessage(`{}`)},
+	)
+	fmt.Println("chunk of", <-done)
+	_ = w.Shutdown(context.Background())
+	<-stopped
+
+	for _, id := range []string{"row-ada", "row-grace", "row-empty"} {
+		t, _ := st.Get(ctx, id)
+		fmt.Println(id, t.Status)
+	}
+	// Output:
+	// chunk of 3
+	// row-ada completed
+	// row-grace completed
+	// row-empty aborted
+}

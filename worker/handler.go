@@ -16,6 +16,25 @@
 //	...
 //	err = w.Run(ctx) // returns after a graceful shutdown when ctx is cancelled
 //
+// Work that is cheaper in bulk (one insert for many rows, one API call for
+// many items) uses a ChunkHandler instead: Config.Chunk makes every claim a
+// batch claim (norn.ClaimRequest.Min and Linger), and the tasks of one
+// claim go to ServeChunk together, which returns one outcome per task.
+// Nothing else changes: every task of a chunk takes a slot of Concurrency,
+// keeps its own lease (heartbeated until its own outcome is reported), its
+// own context (Task.Context) and its own outcome, with the same meaning as
+// a Handler's; the outcomes of a chunk are reported in one store call, and
+// a shutdown waits for a running chunk as it does for a single task:
+//
+//	w, err := worker.New(store, worker.Config{
+//		Queues:      []string{"rows"},
+//		Concurrency: 100,
+//		Chunk: &worker.Chunk{Min: 50, Linger: 2 * time.Second,
+//			Handler: worker.ChunkHandlerFunc(func(ctx context.Context, tasks []*worker.Task) []error {
+//				return insertRows(ctx, tasks) // one error (or nil) per task
+//			})},
+//	})
+//
 // The same code runs on an in-process store (store/embedded) and on a remote
 // server through package client: both implement norn.Store.
 //

@@ -29,6 +29,13 @@ type Task struct {
 	r *run
 }
 
+// Context returns the context the task's attempt runs in: the one a
+// Handler receives, cancelled when the task is cancelled, its lease lost,
+// its max_runtime reached or a shutdown's grace period over (see
+// Handler). A ChunkHandler reads it to learn which of its tasks still
+// count.
+func (t *Task) Context() context.Context { return t.r.ctx }
+
 // Ref returns the lease reference every store call for this task presents.
 func (t *Task) Ref() norn.LeaseRef { return t.r.ref }
 

@@ -30,8 +30,13 @@ type API interface {
 
 // Config configures a Worker. Zero values mean the documented defaults.
 type Config struct {
-	// Handler runs every claimed task. Required. A *ServeMux routes by queue.
+	// Handler runs every claimed task. Required unless Chunk is set. A
+	// *ServeMux routes by queue.
 	Handler Handler
+	// Chunk, instead of Handler, runs the tasks of each claim together in
+	// one call (a ChunkHandler) and makes the claims batch claims: see
+	// Chunk. Queues is then required.
+	Chunk *Chunk
 	// Queues to claim from, in preference order. Default: the queues of
 	// Handler when it is a *ServeMux (in registration order); required
 	// otherwise. With a *ServeMux every queue must have a handler.
@@ -132,8 +137,11 @@ func New(api API, cfg Config) (*Worker, error) {
 	if api == nil {
 		return nil, norn.Invalid("api", "a store or client is required")
 	}
-	if cfg.Handler == nil {
+	switch {
+	case cfg.Handler == nil && cfg.Chunk == nil:
 		return nil, norn.Invalid("Handler", "a handler is required")
+	case cfg.Handler != nil && cfg.Chunk != nil:
+		return nil, norn.Invalid("Chunk", "a worker runs either Handler or Chunk, not both")
 	}
 	mux, _ := cfg.Handler.(*ServeMux)
 	if len(cfg.Queues) == 0 && mux != nil {
@@ -164,6 +172,13 @@ func New(api API, cfg Config) (*Worker, error) {
 	}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = runtime.NumCPU()
+	}
+	if cfg.Chunk != nil {
+		c, err := cfg.Chunk.check(cfg.Concurrency)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Chunk = c
 	}
 	if cfg.Lease < 0 {
 		return nil, norn.Invalid("Lease", "must not be negative")
@@ -372,9 +387,15 @@ func (w *Worker) register(ctx context.Context) error {
 // to never exceed Concurrency.
 func (w *Worker) claimLoop(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
+	// A chunk worker claims only once a whole Min fits: a batch claim's
+	// min may not exceed its n.
+	need := 1
+	if c := w.cfg.Chunk; c != nil {
+		need = max(c.Min, 1)
+	}
 	for ctx.Err() == nil {
 		free := w.cfg.Concurrency - w.Running()
-		if free <= 0 {
+		if free < need {
 			select {
 			case <-w.slotFreed:
 			case <-ctx.Done():
@@ -397,6 +418,12 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 			Timeout: norn.Duration(w.cfg.Lease),
 			Wait:    norn.Duration(w.cfg.Wait),
 		}
+		if c := w.cfg.Chunk; c != nil {
+			req.N = min(free, c.Max)
+			if c.Min >= 2 {
+				req.Min, req.Linger = c.Min, norn.Duration(c.Linger)
+			}
+		}
 		sent := time.Now()
 		tasks, err := w.api.Claim(ctx, req)
 		if err != nil {
@@ -413,8 +440,12 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 			continue
 		}
 		backoff = 100 * time.Millisecond
-		for _, t := range tasks {
-			w.start(t, sent)
+		if w.cfg.Chunk != nil {
+			w.startChunk(tasks, sent)
+		} else {
+			for _, t := range tasks {
+				w.start(t, sent)
+			}
 		}
 		if len(tasks) == 0 {
 			sleep(ctx, w.cfg.PollInterval-time.Since(sent))
@@ -440,6 +471,15 @@ func (w *Worker) extend() norn.Duration { return norn.Duration(w.cfg.Lease) }
 // start runs the handler of a freshly claimed task. sent is when the claim
 // was sent: the lease surely lasts leaseLen from then.
 func (w *Worker) start(nt *norn.Task, sent time.Time) {
+	r := w.newRun(nt, sent)
+	kick(w.hbKick)
+	w.handlers.Add(1)
+	go w.serve(r)
+}
+
+// newRun registers a freshly claimed task: from now on it takes a slot
+// and is heartbeated until its outcome is reported.
+func (w *Worker) newRun(nt *norn.Task, sent time.Time) *run {
 	r := &run{w: w, ref: norn.LeaseRef{TaskID: nt.ID, Worker: nt.Owner, Lease: nt.Lease}}
 	if r.ref.Worker == "" {
 		r.ref.Worker = w.ID()
@@ -463,9 +503,7 @@ func (w *Worker) start(nt *norn.Task, sent time.Time) {
 		r.limit = time.AfterFunc(time.Until(r.limitAt), func() { w.overRuntime(r) })
 	}
 	w.mu.Unlock()
-	kick(w.hbKick)
-	w.handlers.Add(1)
-	go w.serve(r)
+	return r
 }
 
 // serve runs the handler and reports its outcome.
@@ -491,46 +529,90 @@ func (w *Worker) call(r *run) (err error, panicInfo *norn.ErrorInfo) {
 // meanwhile, and frees its slot.
 func (w *Worker) finish(r *run, err error, panicInfo *norn.ErrorInfo) {
 	defer w.release(r)
+	if o, ok := w.outcome(r, err, panicInfo); ok {
+		w.deliver(r, o)
+	}
+}
+
+// verdict is what a handler's return asks the store to record.
+type verdict struct {
+	op     norn.LeaseOpKind
+	info   norn.ErrorInfo
+	result json.RawMessage
+}
+
+// leaseOp is o as one operation of a LeaseBatch.
+func (o verdict) leaseOp(r *run) norn.LeaseOp {
+	op := norn.LeaseOp{Op: o.op, LeaseRef: r.ref}
+	switch o.op {
+	case norn.OpComplete:
+		op.Result = o.result
+	case norn.OpSnooze:
+		op.Snooze = r.snooze
+	default:
+		info := o.info
+		op.Error = &info
+	}
+	return op
+}
+
+// outcome turns a handler's return for r into what to report, and marks r
+// finishing; false when nothing is to be reported (the task was lost,
+// yielded or awaited meanwhile).
+func (w *Worker) outcome(r *run, err error, panicInfo *norn.ErrorInfo) (verdict, bool) {
 	w.mu.Lock()
 	st := r.state
 	if st == stRunning {
 		r.state = stFinishing
 	}
-	result := r.result
+	o := verdict{result: r.result}
 	w.mu.Unlock()
 	if st != stRunning {
-		return
+		return o, false
 	}
 	log := w.log.With("worker", r.ref.Worker, "task", r.ref.TaskID, "lease", r.ref.Lease)
-	var op norn.LeaseOpKind
-	var info norn.ErrorInfo
 	sn, snooze := snoozeOf(err)
 	switch {
 	case panicInfo != nil:
-		op, info = norn.OpAbort, *panicInfo
-		log.Error("handler panicked; task aborted", "panic", firstLine(info.Description))
+		o.op, o.info = norn.OpAbort, *panicInfo
+		if o.info.Code == "panic" {
+			log.Error("handler panicked; task aborted", "panic", firstLine(o.info.Description))
+		} else {
+			log.Error("task aborted", "code", o.info.Code, "err", o.info.Description)
+		}
 	case err == nil:
-		op = norn.OpComplete
+		o.op = norn.OpComplete
 	case snooze:
-		op = norn.OpSnooze
+		o.op = norn.OpSnooze
 		r.snooze = sn
 		log.Debug("task snoozed by its handler", "delay", sn.Delay.D())
 	case IsAbort(err):
-		op, info = norn.OpAbort, errorInfo(err)
-		info.RetryIn = 0
+		o.op, o.info = norn.OpAbort, errorInfo(err)
+		o.info.RetryIn = 0
 		log.Info("task aborted by its handler", "err", err)
 	default:
-		op, info = norn.OpFail, errorInfo(err)
+		o.op, o.info = norn.OpFail, errorInfo(err)
 		log.Info("task failed", "err", err)
 	}
-	r.traceOutcome(op, info)
-	rerr := w.report(r, op, result, info)
-	if rerr != nil && op == norn.OpComplete && !gone(rerr) && !transient(rerr) {
+	r.traceOutcome(o.op, o.info)
+	return o, true
+}
+
+// deliver reports o for r, retrying transient failures, and logs how it
+// went.
+func (w *Worker) deliver(r *run, o verdict) {
+	log := w.log.With("worker", r.ref.Worker, "task", r.ref.TaskID, "lease", r.ref.Lease)
+	rerr := w.report(r, o.op, o.result, o.info)
+	if rerr != nil && o.op == norn.OpComplete && !gone(rerr) && !transient(rerr) {
 		// The store refused the result itself (too large, invalid): the
 		// handler will produce the same result again, so give up for good.
 		log.Error("result refused; aborting task", "err", rerr)
 		rerr = w.report(r, norn.OpAbort, nil, norn.ErrorInfo{Code: "invalid_result", Description: truncateUTF8(rerr.Error(), maxDescription)})
 	}
+	w.logReport(log, o.op, rerr)
+}
+
+func (w *Worker) logReport(log *slog.Logger, op norn.LeaseOpKind, rerr error) {
 	switch {
 	case rerr == nil:
 		log.Debug("task reported", "op", op)
