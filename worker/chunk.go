@@ -36,7 +36,9 @@ type ChunkHandler interface {
 type ChunkHandlerFunc func(ctx context.Context, tasks []*Task) []error
 
 // ServeChunk calls f(ctx, tasks).
-func (f ChunkHandlerFunc) ServeChunk(ctx context.Context, tasks []*Task) []error { return f(ctx, tasks) }
+func (f ChunkHandlerFunc) ServeChunk(ctx context.Context, tasks []*Task) []error {
+	return f(ctx, tasks)
+}
 
 // Chunk makes a worker run tasks in chunks (Config.Chunk): every claim is
 // a batch claim (norn.ClaimRequest.Min and Linger) for up to Max tasks,
