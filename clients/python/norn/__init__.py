@@ -33,7 +33,7 @@ from .errors import (
 )
 from . import tracing
 from .types import LogEntry, Record, Task
-from .worker import Abort, ActiveTask, Fail, Middleware, Snooze, Worker
+from .worker import Abort, ActiveTask, ChunkHandler, Fail, Middleware, Snooze, Worker
 
 __version__ = "0.1.0"
 
@@ -45,6 +45,7 @@ __all__ = [
     "Worker",
     "ActiveTask",
     "Middleware",
+    "ChunkHandler",
     "Abort",
     "Fail",
     "Snooze",

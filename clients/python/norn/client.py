@@ -994,16 +994,28 @@ class Client:
         timeout: Optional[Duration] = None,
         wait: Optional[Duration] = None,
         weights: Optional[Mapping[str, int]] = None,
+        min: Optional[int] = None,
+        linger: Optional[Duration] = None,
         _abort: Optional[_Abort] = None,
     ) -> List[Task]:
         """Leases up to ``n`` ready tasks from ``queues`` (in preference
         order) for ``worker``. ``timeout`` overrides the lease length;
         ``wait`` long-polls when nothing is ready (max 5 minutes).
         ``weights`` (``{"emails": 3, "reports": 1}``) shares claims between
-        the queues by weight instead of their order."""
+        the queues by weight instead of their order.
+
+        ``min`` makes a batch claim: it answers only once at least ``min``
+        tasks are ready in ``queues`` (at most ``n``), or once the one
+        ready longest has waited ``linger`` (which needs a ``min`` of 2 or
+        more); until then it waits within ``wait`` and answers ``[]`` when
+        the wait ends first."""
         body: Dict[str, Any] = {"worker": worker, "queues": [queues] if isinstance(queues, str) else list(queues), "n": n}
         if weights:
             body["weights"] = dict(weights)
+        if min is not None:
+            body["min"] = min
+        if linger is not None:
+            body["linger"] = format_duration(linger, "linger")
         if timeout is not None:
             body["timeout"] = format_duration(timeout, "timeout")
         sock_timeout = self._timeout

@@ -21,6 +21,18 @@ calls ``await_children``   blocked until its children ended, then
                            counted and what the handler returns ignored
 =========================  ==========================================
 
+A worker given a ``chunk_handler`` instead of ``handlers`` runs the tasks
+of each claim together, for work that is cheaper in bulk (one insert for
+many rows). Its claims are batch claims: they answer once ``chunk_min``
+tasks are ready, or once the one ready longest has waited
+``chunk_linger``. The chunk handler gets a list of :class:`ActiveTask` and
+returns one outcome per task, in order: a value completes that task (the
+value is its result), an exception *instance* (``norn.Abort(...)``,
+``norn.Fail(...)``, ``norn.Snooze(...)``, any other) is that task's outcome
+as if a handler had raised it. Returning None completes every task; raising
+gives every task that outcome. Each task keeps its own lease, heartbeats,
+``cancelled`` and outcome.
+
 Python cannot stop a thread from outside, so cancellation is cooperative:
 when the task is cancelled, its lease is lost or a shutdown's grace period
 ends, ``task.cancelled`` turns True, ``task.check()`` and ``task.sleep()``
@@ -48,9 +60,12 @@ from .client import Client, _Abort
 from .errors import Cancelled, InvalidArgument, LeaseLost, NornError, NotFound, Shutdown
 from .types import LogEntry, Record, Task
 
-__all__ = ["Worker", "ActiveTask", "Abort", "Fail", "Snooze", "Handler", "Middleware"]
+__all__ = ["Worker", "ActiveTask", "Abort", "Fail", "Snooze", "Handler", "ChunkHandler", "Middleware"]
 
 Handler = Callable[["ActiveTask"], Any]
+# A chunk handler runs the tasks of one claim together and returns one
+# outcome per task (a result, or an exception instance), or None.
+ChunkHandler = Callable[[List["ActiveTask"]], Optional[Sequence[Any]]]
 # Middleware wraps every handler call: mw(task, next) calls next(task) (or
 # not) and decides the outcome by what it returns or raises.
 Middleware = Callable[["ActiveTask", Handler], Any]
@@ -484,6 +499,18 @@ class Worker:
       outcome after, and decides the outcome by what it returns or raises
       (logging, metrics, turning a library's errors into ``norn.Abort``);
       with a ``tracer`` they run inside the attempt's span.
+    - ``chunk_handler``, instead of ``handlers``: a function taking the
+      list of tasks of one claim (see the module's doc); ``queues`` is then
+      required and ``middleware`` not allowed.
+    - ``chunk_min`` (0): the least number of tasks a chunk waits for: every
+      claim is a batch claim answering once that many are ready (0 or 1: as
+      soon as one is). At most ``chunk_max``.
+    - ``chunk_linger`` (0): how long a ready task waits for ``chunk_min`` to
+      gather before the chunk is whatever is ready (0: until ``chunk_min``
+      are ready). Needs a ``chunk_min`` of 2 or more.
+    - ``chunk_max``: most tasks in one chunk; default ``concurrency`` (at
+      most 1000). Every task of a chunk takes a slot, and the worker claims
+      only when ``chunk_min`` slots are free.
     - ``tracer``: runs every attempt in a span whose parent is the task's
       traceparent (a new trace when it has none), named ``process
       <queue>``, ended once the outcome is reported or known not to be
@@ -519,7 +546,7 @@ class Worker:
     def __init__(
         self,
         client: Client,
-        handlers: Mapping[str, Handler],
+        handlers: Optional[Mapping[str, Handler]] = None,
         *,
         concurrency: Optional[int] = None,
         queues: Optional[Sequence[str]] = None,
@@ -535,11 +562,25 @@ class Worker:
         middleware: Sequence[Middleware] = (),
         capacity: Optional[Callable[[], bool]] = None,
         tracer: Any = None,
+        chunk_handler: Optional[ChunkHandler] = None,
+        chunk_min: int = 0,
+        chunk_linger: float = 0.0,
+        chunk_max: Optional[int] = None,
     ) -> None:
         if client is None:
             raise InvalidArgument("a norn.Client is required", field="client")
-        if not isinstance(handlers, Mapping) or not handlers:
-            raise InvalidArgument("map at least one queue to a handler", field="handlers")
+        if chunk_handler is not None:
+            if handlers:
+                raise InvalidArgument("a worker runs either handlers or a chunk_handler, not both", field="chunk_handler")
+            if not callable(chunk_handler):
+                raise InvalidArgument("must be a callable taking a list of tasks", field="chunk_handler")
+            handlers = {}
+        else:
+            if not isinstance(handlers, Mapping) or not handlers:
+                raise InvalidArgument("map at least one queue to a handler", field="handlers")
+            for field, given in (("chunk_min", chunk_min), ("chunk_linger", chunk_linger), ("chunk_max", chunk_max)):
+                if given:
+                    raise InvalidArgument("needs a chunk_handler", field=field)
         for q, fn in handlers.items():
             if not isinstance(q, str) or not q:
                 raise InvalidArgument(f"queue names are non-empty strings, got {q!r}", field="handlers")
@@ -549,7 +590,9 @@ class Worker:
         if not queues:
             raise InvalidArgument("at least one queue is required", field="queues")
         for i, q in enumerate(queues):
-            if q not in handlers:
+            if not isinstance(q, str) or not q:
+                raise InvalidArgument(f"queue names are non-empty strings, got {q!r}", field=f"queues[{i}]")
+            if chunk_handler is None and q not in handlers:
                 raise InvalidArgument(f"no handler for queue {q!r}", field=f"queues[{i}]")
         weights = dict(weights or {})
         for q, w in weights.items():
@@ -562,6 +605,25 @@ class Worker:
             concurrency = os.cpu_count() or 1
         if not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidArgument("must be a positive integer", field="concurrency")
+        if chunk_handler is not None:
+            if chunk_max is None:
+                chunk_max = min(concurrency, MAX_CLAIM)
+            if not isinstance(chunk_max, int) or isinstance(chunk_max, bool) or not 1 <= chunk_max <= MAX_CLAIM:
+                raise InvalidArgument(f"must be an integer between 1 and {MAX_CLAIM}", field="chunk_max")
+            if chunk_max > concurrency:
+                raise InvalidArgument(f"must be at most concurrency ({concurrency}), got {chunk_max}", field="chunk_max")
+            if not isinstance(chunk_min, int) or isinstance(chunk_min, bool) or chunk_min < 0:
+                raise InvalidArgument("must be a non-negative integer", field="chunk_min")
+            if chunk_min > concurrency:
+                raise InvalidArgument(f"must be at most concurrency ({concurrency}), got {chunk_min}", field="chunk_min")
+            if chunk_min > chunk_max:
+                raise InvalidArgument(f"must be at most chunk_max ({chunk_max}), got {chunk_min}", field="chunk_min")
+            if not chunk_linger >= 0:
+                raise InvalidArgument("must not be negative", field="chunk_linger")
+            if chunk_linger > 0 and chunk_min < 2:
+                raise InvalidArgument("needs a chunk_min of 2 or more", field="chunk_linger")
+            if middleware:
+                raise InvalidArgument("middleware wraps single-task handlers; a chunk_handler takes none", field="middleware")
         if lease is not None and not lease >= 0.001:
             raise InvalidArgument("must be at least 0.001 (1ms)", field="lease")
         if heartbeat_interval is not None:
@@ -605,6 +667,10 @@ class Worker:
         self.log = logger or logging.getLogger("norn.worker")
         self.middleware = list(middleware)
         self.capacity = capacity
+        self.chunk_handler = chunk_handler
+        self.chunk_min = chunk_min
+        self.chunk_linger = chunk_linger
+        self.chunk_max = chunk_max
 
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)  # notified on every change of runs or state
@@ -714,9 +780,12 @@ class Worker:
 
     def _claim_loop(self) -> None:
         backoff = 0.1
+        # A chunk worker claims only once a whole chunk_min fits: a batch
+        # claim's min may not exceed its n.
+        need = max(self.chunk_min, 1) if self.chunk_handler is not None else 1
         while not self._stopping.is_set():
             with self._lock:
-                while len(self._runs) >= self.concurrency and not self._stopping.is_set():
+                while self.concurrency - len(self._runs) < need and not self._stopping.is_set():
                     self._cond.wait()
                 if self._stopping.is_set():
                     return
@@ -731,15 +800,23 @@ class Worker:
                     return
                 abort = self._claim_abort = _Abort()
             sent = time.monotonic()
+            n, batch = min(free, self.claim_batch), {}
+            if self.chunk_handler is not None:
+                n = min(free, self.chunk_max)
+                if self.chunk_min >= 2:
+                    batch["min"] = self.chunk_min
+                    if self.chunk_linger > 0:
+                        batch["linger"] = self.chunk_linger
             try:
                 tasks = self.client.claim(
                     self._id,
                     self.queues,
-                    n=min(free, self.claim_batch),
+                    n=n,
                     timeout=self._lease_wire,
                     wait=self.wait if self.wait > 0 else None,
                     weights=self.weights or None,
                     _abort=abort,
+                    **batch,
                 )
             except (errors.InvalidArgument, errors.Unauthenticated, errors.PermissionDenied):
                 raise
@@ -754,8 +831,11 @@ class Worker:
                 with self._lock:
                     self._claim_abort = None
             backoff = 0.1
-            for rec in tasks:
-                self._start(rec, sent)
+            if self.chunk_handler is not None and tasks:
+                self._start_chunk(tasks, sent)
+            else:
+                for rec in tasks:
+                    self._start(rec, sent)
             if not tasks:
                 self._stopping.wait(self.poll_interval - (time.monotonic() - sent))
 
@@ -779,12 +859,15 @@ class Worker:
                 pass
         return DEFAULT_LEASE
 
-    def _start(self, rec: Task, sent: float) -> None:
+    def _new_run(self, rec: Task, sent: float) -> _Run:
         lease_len = self._lease_len(rec)
         interval = self.heartbeat_interval
         if interval is None or interval >= lease_len:
             interval = lease_len / 3
-        run = _Run(rec, self._id, lease_len, interval, sent)
+        return _Run(rec, self._id, lease_len, interval, sent)
+
+    def _start(self, rec: Task, sent: float) -> None:
+        run = self._new_run(rec, sent)
         task = ActiveTask(self, run)
         t = threading.Thread(target=self._serve, args=(run, task), name=f"norn-task-{run.id}", daemon=True)
         with self._lock:
@@ -842,29 +925,63 @@ class Worker:
             except Exception:
                 self.log.exception("norn task %s: the tracer failed to make its span current", run.id)
                 active = contextlib.nullcontext()
-        op, result, code, desc, details = "complete", None, "", "", None
-        exc: Optional[BaseException] = None
         try:
-            result = call(task)
-            if result is not None:
-                try:
-                    json.dumps(result, allow_nan=False)
-                except (TypeError, ValueError) as e:
-                    op, code, desc = "abort", "invalid_result", f"the handler's result is not JSON: {e}"
-        except Snooze as e:
-            op, details = "snooze", e
-        except Abort as e:
-            op, code, desc, details, exc = "abort", e.code or DEFAULT_ERROR_CODE, _describe(e, False), e.details, e
-        except Fail as e:
-            op, code, desc, details, exc = "fail", e.code or DEFAULT_ERROR_CODE, _describe(e, False), e.details, e
+            outcome = _returned(call(task))
         except BaseException as e:  # noqa: B902 - every outcome must be reported
-            op, code, desc, exc = "fail", DEFAULT_ERROR_CODE, _describe(e, True), e
+            outcome = _raised(e)
         finally:
             try:
                 active.__exit__(None, None, None)
             except Exception:
                 self.log.exception("norn task %s: the tracer failed to restore the context", run.id)
-        self._finish(run, op, result, code, desc, details, exc)
+        self._finish(run, *outcome)
+
+    # ---- running a chunk -------------------------------------------------------
+
+    def _start_chunk(self, recs: List[Task], sent: float) -> None:
+        runs = [self._new_run(rec, sent) for rec in recs]
+        tasks = [ActiveTask(self, run) for run in runs]
+        t = threading.Thread(target=self._serve_chunk, args=(runs, tasks), name=f"norn-chunk-{runs[0].id}", daemon=True)
+        with self._lock:
+            for run in runs:
+                self._runs[run] = t
+            self._cond.notify_all()
+        t.start()
+
+    def _serve_chunk(self, runs: List[_Run], tasks: List[ActiveTask]) -> None:
+        try:
+            for run, task in zip(runs, tasks):
+                self._trace_start(run, task)
+            assert self.chunk_handler is not None
+            try:
+                out = self.chunk_handler(list(tasks))
+                if out is None:
+                    outcomes = [_returned(None)] * len(runs)
+                elif isinstance(out, (str, bytes, Mapping)) or not isinstance(out, Sequence) or len(out) != len(runs):
+                    n = len(out) if isinstance(out, Sequence) else type(out).__name__
+                    bad = ("abort", None, "invalid_outcomes",
+                           f"the chunk handler returned {n} outcomes for {len(runs)} tasks (a list, one per task, or None)", None, None)
+                    outcomes = [bad] * len(runs)
+                else:
+                    outcomes = [_raised(o) if isinstance(o, BaseException) else _returned(o) for o in out]
+            except BaseException as e:  # noqa: B902 - every outcome must be reported
+                outcomes = [_raised(e)] * len(runs)
+            # Each task's outcome is its own: reported one by one, each
+            # retried on its own, while heartbeats keep the others' leases.
+            for run, outcome in zip(runs, outcomes):
+                self._finish(run, *outcome)
+        finally:
+            for run in runs:
+                a = run.attempt
+                if a is not None:
+                    try:
+                        a.end()
+                    except Exception:
+                        self.log.exception("norn task %s: the tracer's span failed to end", run.id)
+            with self._lock:
+                for run in runs:
+                    self._runs.pop(run, None)
+                self._cond.notify_all()
 
     def _finish(self, run: _Run, op: str, result: Any, code: str, desc: str, details: Any,
                 exc: Optional[BaseException] = None) -> None:
@@ -1074,6 +1191,30 @@ class Worker:
             if isinstance(res, NornError) and not _gone(res):
                 self.log.warning("norn task %s: yield failed: %s", op["id"], res)
         self.log.info("norn worker %s: yielded %d unfinished task(s)", self._id, len(ops))
+
+
+_Outcome = tuple  # (op, result, code, description, details, exception)
+
+
+def _returned(result: Any) -> _Outcome:
+    """The outcome of a handler that returned result."""
+    if result is not None:
+        try:
+            json.dumps(result, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            return "abort", None, "invalid_result", f"the handler's result is not JSON: {e}", None, None
+    return "complete", result, "", "", None, None
+
+
+def _raised(e: BaseException) -> _Outcome:
+    """The outcome of a handler that raised e."""
+    if isinstance(e, Snooze):
+        return "snooze", None, "", "", e, None
+    if isinstance(e, Abort):
+        return "abort", None, e.code or DEFAULT_ERROR_CODE, _describe(e, False), e.details, e
+    if isinstance(e, Fail):
+        return "fail", None, e.code or DEFAULT_ERROR_CODE, _describe(e, False), e.details, e
+    return "fail", None, DEFAULT_ERROR_CODE, _describe(e, True), None, e
 
 
 def _no_handler(task: ActiveTask) -> Any:
