@@ -447,12 +447,19 @@ export declare class Client {
      * Claims up to `n` ready tasks of the queues, in preference order. With
      * `wait` and nothing ready it long-polls; it answers [] when the wait
      * passes or the server shuts down. `timeout` is the lease length.
+     *
+     * `min` makes a batch claim: it answers only once at least `min` tasks
+     * are ready in the queues (at most `n`), or once the one ready longest
+     * has waited `linger` (which needs a `min` of 2 or more); until then it
+     * waits within `wait`, and answers [] when the wait ends first.
      */
     claim(worker: string, queues: string | readonly string[], opts?: {
         n?: number;
         timeout?: Duration;
         wait?: Duration;
         weights?: Record<string, number>;
+        min?: number;
+        linger?: Duration;
     } & CallOptions): Promise<Task[]>;
     /** Extends the lease (by `extend`, else the task's timeout) and records progress; the new deadline. */
     heartbeat(id: string, worker: string, lease: number, opts?: {

@@ -13,6 +13,18 @@ import { type Duration } from "./wire.js";
  */
 export type Handler = (task: ActiveTask) => unknown;
 /**
+ * Runs the tasks of one claim together ({@link WorkerOptions.chunkHandler}),
+ * for work that is cheaper in bulk (one insert for many rows). It resolves
+ * with one outcome per task, in order: a value completes that task with the
+ * value as its result (undefined: no result); an Error instance
+ * ({@link Abort}, {@link Fail}, {@link Snooze} or any other) is that task's
+ * outcome as if a handler had thrown it. Resolving with undefined completes
+ * every task; throwing gives every task that outcome; an array of the wrong
+ * length aborts every task with code `invalid_outcomes`. Each task keeps
+ * its own lease, heartbeats, `signal` and outcome.
+ */
+export type ChunkHandler = (tasks: ActiveTask[]) => unknown;
+/**
  * Wraps every handler call: it sees the task before and the outcome after,
  * and decides the outcome by what it resolves with or throws. The place for
  * logging and metrics; with a {@link WorkerOptions.tracer} it runs inside
@@ -27,8 +39,32 @@ export interface Logger {
     error?(msg: string): void;
 }
 export interface WorkerOptions {
-    /** The handler of each queue served. */
-    handlers: Record<string, Handler>;
+    /** The handler of each queue served. Required unless chunkHandler is given. */
+    handlers?: Record<string, Handler>;
+    /**
+     * Instead of handlers: runs the tasks of each claim together (see
+     * {@link ChunkHandler}). `queues` is then required and `middleware` not
+     * allowed.
+     */
+    chunkHandler?: ChunkHandler;
+    /**
+     * With chunkHandler: the least number of tasks a chunk waits for. Every
+     * claim is then a batch claim, answering once that many tasks are ready
+     * (0 or 1, the default: as soon as one is). At most chunkMax.
+     */
+    chunkMin?: number;
+    /**
+     * With chunkHandler and a chunkMin of 2 or more: how long (ms) a ready
+     * task waits for chunkMin to gather before the chunk is whatever is
+     * ready; default 0, wait until chunkMin are ready.
+     */
+    chunkLinger?: number;
+    /**
+     * With chunkHandler: most tasks in one chunk; default concurrency (at
+     * most 1000). Every task of a chunk takes a slot, and the worker claims
+     * only when chunkMin slots are free.
+     */
+    chunkMax?: number;
     /** Claim preference order; default the handlers' queues in their order. */
     queues?: readonly string[];
     /**

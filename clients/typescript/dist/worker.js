@@ -361,6 +361,7 @@ export class Worker {
     #chain;
     #capacity;
     #tracer;
+    #chunk;
     #otel;
     #runs = new Map();
     #changed = new Changed();
@@ -373,9 +374,24 @@ export class Worker {
     constructor(client, opts) {
         if (!(client instanceof Client))
             throw new InvalidArgument("a Client is required", { field: "client" });
-        const handlers = opts?.handlers;
-        if (handlers === null || typeof handlers !== "object" || Object.keys(handlers).length === 0) {
-            throw new InvalidArgument("map at least one queue to a handler", { field: "handlers" });
+        const chunkHandler = opts?.chunkHandler;
+        let handlers = opts?.handlers;
+        if (chunkHandler !== undefined) {
+            if (handlers !== undefined && handlers !== null && Object.keys(handlers).length > 0) {
+                throw new InvalidArgument("a worker runs either handlers or a chunkHandler, not both", { field: "chunkHandler" });
+            }
+            if (typeof chunkHandler !== "function")
+                throw new InvalidArgument("must be a function taking an array of tasks", { field: "chunkHandler" });
+            handlers = {};
+        }
+        else {
+            if (handlers === undefined || handlers === null || typeof handlers !== "object" || Object.keys(handlers).length === 0) {
+                throw new InvalidArgument("map at least one queue to a handler", { field: "handlers" });
+            }
+            for (const f of ["chunkMin", "chunkLinger", "chunkMax"]) {
+                if (opts[f])
+                    throw new InvalidArgument("needs a chunkHandler", { field: f });
+            }
         }
         for (const [q, fn] of Object.entries(handlers)) {
             if (typeof fn !== "function")
@@ -385,12 +401,35 @@ export class Worker {
         if (queues.length === 0)
             throw new InvalidArgument("at least one queue is required", { field: "queues" });
         queues.forEach((q, i) => {
-            if (!(q in handlers))
+            if (chunkHandler === undefined && !(q in handlers))
                 throw new InvalidArgument(`no handler for queue ${JSON.stringify(q)}`, { field: `queues[${i}]` });
         });
         const concurrency = opts.concurrency ?? Math.max(1, os.cpus().length);
         if (!Number.isInteger(concurrency) || concurrency < 1)
             throw new InvalidArgument("must be a positive integer", { field: "concurrency" });
+        if (chunkHandler !== undefined) {
+            const max = opts.chunkMax ?? Math.min(concurrency, MAX_CLAIM);
+            if (!Number.isInteger(max) || max < 1 || max > MAX_CLAIM)
+                throw new InvalidArgument(`must be an integer between 1 and ${MAX_CLAIM}`, { field: "chunkMax" });
+            if (max > concurrency)
+                throw new InvalidArgument(`must be at most concurrency (${concurrency}), got ${max}`, { field: "chunkMax" });
+            const min = opts.chunkMin ?? 0;
+            if (!Number.isInteger(min) || min < 0)
+                throw new InvalidArgument("must be a non-negative integer", { field: "chunkMin" });
+            if (min > concurrency)
+                throw new InvalidArgument(`must be at most concurrency (${concurrency}), got ${min}`, { field: "chunkMin" });
+            if (min > max)
+                throw new InvalidArgument(`must be at most chunkMax (${max}), got ${min}`, { field: "chunkMin" });
+            const linger = opts.chunkLinger ?? 0;
+            if (!(linger >= 0))
+                throw new InvalidArgument("must not be negative", { field: "chunkLinger" });
+            if (linger > 0 && min < 2)
+                throw new InvalidArgument("needs a chunkMin of 2 or more", { field: "chunkLinger" });
+            if (opts.middleware !== undefined && opts.middleware.length > 0) {
+                throw new InvalidArgument("middleware wraps single-task handlers; a chunkHandler takes none", { field: "middleware" });
+            }
+            this.#chunk = { handler: chunkHandler, min, linger, max };
+        }
         if (opts.lease !== undefined && !(opts.lease >= 1))
             throw new InvalidArgument("must be at least 1 (ms)", { field: "lease" });
         if (opts.heartbeatInterval !== undefined) {
@@ -577,8 +616,12 @@ export class Worker {
     }
     async #claimLoop() {
         let backoff = 100;
+        // A chunk worker claims only once a whole chunkMin fits: a batch
+        // claim's min may not exceed its n.
+        const chunk = this.#chunk;
+        const need = chunk ? Math.max(chunk.min, 1) : 1;
         while (!this.#stopping) {
-            while (this.#runs.size >= this.concurrency && !this.#stopping)
+            while (this.concurrency - this.#runs.size < need && !this.#stopping)
                 await this.#changed.wait(Infinity);
             if (this.#stopping)
                 return;
@@ -591,7 +634,9 @@ export class Worker {
             let tasks;
             try {
                 tasks = await this.client.claim(this.#id, this.queues, {
-                    n: Math.min(free, this.#claimBatch),
+                    n: Math.min(free, chunk ? chunk.max : this.#claimBatch),
+                    ...(chunk && chunk.min >= 2 ? { min: chunk.min } : {}),
+                    ...(chunk && chunk.min >= 2 && chunk.linger > 0 ? { linger: chunk.linger } : {}),
                     ...(this.#leaseWire !== undefined ? { timeout: this.#leaseWire } : {}),
                     ...(this.#wait > 0 ? { wait: this.#wait } : {}),
                     ...(this.#weights ? { weights: this.#weights } : {}),
@@ -609,8 +654,11 @@ export class Worker {
                 continue;
             }
             backoff = 100;
-            for (const rec of tasks)
-                this.#start(rec, sent);
+            if (chunk && tasks.length > 0)
+                this.#startChunk(tasks, sent);
+            else
+                for (const rec of tasks)
+                    this.#start(rec, sent);
             if (tasks.length === 0)
                 await this.#pause(this.#poll - (now() - sent));
         }
@@ -637,12 +685,15 @@ export class Worker {
         }
         return DEFAULT_LEASE_MS;
     }
-    #start(rec, sent) {
+    #newRun(rec, sent) {
         const leaseLen = this.#leaseLen(rec);
         let interval = this.#interval;
         if (interval === undefined || interval >= leaseLen)
             interval = leaseLen / 3;
-        const run = new Run(rec, this.#id, leaseLen, interval, sent);
+        return new Run(rec, this.#id, leaseLen, interval, sent);
+    }
+    #start(rec, sent) {
+        const run = this.#newRun(rec, sent);
         const p = this.#serve(run, new ActiveTask(this, run)).finally(() => {
             this.#runs.delete(run);
             this.#changed.notify();
@@ -668,46 +719,71 @@ export class Worker {
         }
     }
     async #call(run, task, ctx) {
-        let op = "complete";
-        let result;
-        let code = "";
-        let desc = "";
-        let details;
-        let thrown;
+        let o;
         try {
-            result = await (ctx === undefined ? this.#chain(task) : this.#otel.context.with(ctx, () => this.#chain(task)));
-            if (result !== undefined) {
-                try {
-                    if (JSON.stringify(result) === undefined)
-                        throw new TypeError(`a ${typeof result} is not JSON`);
-                }
-                catch (e) {
-                    op = "abort";
-                    code = "invalid_result";
-                    desc = `the handler's result is not JSON: ${e instanceof Error ? e.message : String(e)}`;
-                }
-            }
+            o = returned(await (ctx === undefined ? this.#chain(task) : this.#otel.context.with(ctx, () => this.#chain(task))));
         }
         catch (e) {
-            thrown = e;
-            if (e instanceof Snooze) {
-                op = "snooze";
-                result = e.until;
-                desc = e.message;
+            o = raised(e);
+        }
+        await this.#finish(run, o.op, o.result, o.code, o.desc, o.details, o.thrown);
+    }
+    // ---- running a chunk ---------------------------------------------------
+    #startChunk(recs, sent) {
+        const runs = recs.map((rec) => this.#newRun(rec, sent));
+        const p = this.#serveChunk(runs).finally(() => {
+            for (const run of runs)
+                this.#runs.delete(run);
+            this.#changed.notify();
+        });
+        for (const run of runs)
+            this.#runs.set(run, p);
+        this.#changed.notify();
+    }
+    async #serveChunk(runs) {
+        const tasks = runs.map((run) => new ActiveTask(this, run));
+        for (let i = 0; i < runs.length; i++)
+            this.#traceStart(runs[i], tasks[i]);
+        try {
+            let verdicts;
+            try {
+                const out = await this.#chunk.handler([...tasks]);
+                if (out === undefined)
+                    verdicts = runs.map(() => returned(undefined));
+                else if (!Array.isArray(out) || out.length !== runs.length) {
+                    const n = Array.isArray(out) ? out.length : typeof out;
+                    const bad = {
+                        op: "abort",
+                        result: undefined,
+                        code: "invalid_outcomes",
+                        desc: `the chunk handler returned ${n} outcomes for ${runs.length} tasks (an array, one per task, or undefined)`,
+                    };
+                    verdicts = runs.map(() => bad);
+                }
+                else
+                    verdicts = out.map((o) => (o instanceof Error ? raised(o) : returned(o)));
             }
-            else if (e instanceof HandlerOutcome) {
-                op = e instanceof Abort ? "abort" : "fail";
-                code = e.code || DEFAULT_ERROR_CODE;
-                desc = describe(e, false);
-                details = e.details;
+            catch (e) {
+                const v = raised(e);
+                verdicts = runs.map(() => v);
             }
-            else {
-                op = "fail";
-                code = DEFAULT_ERROR_CODE;
-                desc = describe(e, true);
+            // Each task's outcome is its own, reported and retried on its own
+            // while heartbeats keep the others' leases.
+            await Promise.all(runs.map((run, i) => {
+                const o = verdicts[i];
+                return this.#finish(run, o.op, o.result, o.code, o.desc, o.details, o.thrown);
+            }));
+        }
+        finally {
+            for (const run of runs) {
+                try {
+                    run.span?.end();
+                }
+                catch (e) {
+                    this.#log.error?.(`norn task ${run.id}: the tracer's span failed to end: ${String(e)}`);
+                }
             }
         }
-        await this.#finish(run, op, result, code, desc, details, thrown);
     }
     /**
      * Starts the attempt's span, a consumer span whose parent is the task's
@@ -1116,6 +1192,28 @@ export class Worker {
         });
         this.#log.info?.(`norn worker ${this.#id}: yielded ${ops.length} unfinished task(s)`);
     }
+}
+/** The outcome of a handler that resolved with result. */
+function returned(result) {
+    if (result !== undefined) {
+        try {
+            if (JSON.stringify(result) === undefined)
+                throw new TypeError(`a ${typeof result} is not JSON`);
+        }
+        catch (e) {
+            return { op: "abort", result: undefined, code: "invalid_result", desc: `the handler's result is not JSON: ${e instanceof Error ? e.message : String(e)}` };
+        }
+    }
+    return { op: "complete", result, code: "", desc: "" };
+}
+/** The outcome of a handler that threw e. */
+function raised(e) {
+    if (e instanceof Snooze)
+        return { op: "snooze", result: e.until, code: "", desc: e.message, thrown: e };
+    if (e instanceof HandlerOutcome) {
+        return { op: e instanceof Abort ? "abort" : "fail", result: undefined, code: e.code || DEFAULT_ERROR_CODE, desc: describe(e, false), details: e.details, thrown: e };
+    }
+    return { op: "fail", result: undefined, code: DEFAULT_ERROR_CODE, desc: describe(e, true), thrown: e };
 }
 /** The recorded description of a handler's error: its message, and for unexpected errors the stack. */
 function describe(e, withStack) {

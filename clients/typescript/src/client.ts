@@ -838,16 +838,23 @@ export class Client {
    * Claims up to `n` ready tasks of the queues, in preference order. With
    * `wait` and nothing ready it long-polls; it answers [] when the wait
    * passes or the server shuts down. `timeout` is the lease length.
+   *
+   * `min` makes a batch claim: it answers only once at least `min` tasks
+   * are ready in the queues (at most `n`), or once the one ready longest
+   * has waited `linger` (which needs a `min` of 2 or more); until then it
+   * waits within `wait`, and answers [] when the wait ends first.
    */
   async claim(
     worker: string,
     queues: string | readonly string[],
-    opts: { n?: number; timeout?: Duration; wait?: Duration; weights?: Record<string, number> } & CallOptions = {},
+    opts: { n?: number; timeout?: Duration; wait?: Duration; weights?: Record<string, number>; min?: number; linger?: Duration } & CallOptions = {},
   ): Promise<Task[]> {
     const body: Record<string, unknown> = { worker, queues: typeof queues === "string" ? [queues] : [...queues] };
     // Shares claims between the queues by weight instead of their order.
     if (opts.weights !== undefined) body["weights"] = { ...opts.weights };
     if (opts.n !== undefined) body["n"] = opts.n;
+    if (opts.min !== undefined) body["min"] = opts.min;
+    if (opts.linger !== undefined) body["linger"] = formatDuration(opts.linger, "linger");
     if (opts.timeout !== undefined) body["timeout"] = formatDuration(opts.timeout, "timeout");
     let limit = this.#timeout;
     if (opts.wait !== undefined) {

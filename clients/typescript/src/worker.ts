@@ -41,6 +41,19 @@ import { type Duration, type Time, formatDuration, formatTime, parseDuration } f
 export type Handler = (task: ActiveTask) => unknown;
 
 /**
+ * Runs the tasks of one claim together ({@link WorkerOptions.chunkHandler}),
+ * for work that is cheaper in bulk (one insert for many rows). It resolves
+ * with one outcome per task, in order: a value completes that task with the
+ * value as its result (undefined: no result); an Error instance
+ * ({@link Abort}, {@link Fail}, {@link Snooze} or any other) is that task's
+ * outcome as if a handler had thrown it. Resolving with undefined completes
+ * every task; throwing gives every task that outcome; an array of the wrong
+ * length aborts every task with code `invalid_outcomes`. Each task keeps
+ * its own lease, heartbeats, `signal` and outcome.
+ */
+export type ChunkHandler = (tasks: ActiveTask[]) => unknown;
+
+/**
  * Wraps every handler call: it sees the task before and the outcome after,
  * and decides the outcome by what it resolves with or throws. The place for
  * logging and metrics; with a {@link WorkerOptions.tracer} it runs inside
@@ -57,8 +70,32 @@ export interface Logger {
 }
 
 export interface WorkerOptions {
-  /** The handler of each queue served. */
-  handlers: Record<string, Handler>;
+  /** The handler of each queue served. Required unless chunkHandler is given. */
+  handlers?: Record<string, Handler>;
+  /**
+   * Instead of handlers: runs the tasks of each claim together (see
+   * {@link ChunkHandler}). `queues` is then required and `middleware` not
+   * allowed.
+   */
+  chunkHandler?: ChunkHandler;
+  /**
+   * With chunkHandler: the least number of tasks a chunk waits for. Every
+   * claim is then a batch claim, answering once that many tasks are ready
+   * (0 or 1, the default: as soon as one is). At most chunkMax.
+   */
+  chunkMin?: number;
+  /**
+   * With chunkHandler and a chunkMin of 2 or more: how long (ms) a ready
+   * task waits for chunkMin to gather before the chunk is whatever is
+   * ready; default 0, wait until chunkMin are ready.
+   */
+  chunkLinger?: number;
+  /**
+   * With chunkHandler: most tasks in one chunk; default concurrency (at
+   * most 1000). Every task of a chunk takes a slot, and the worker claims
+   * only when chunkMin slots are free.
+   */
+  chunkMax?: number;
   /** Claim preference order; default the handlers' queues in their order. */
   queues?: readonly string[];
   /**
@@ -486,6 +523,7 @@ export class Worker {
   readonly #chain: (task: ActiveTask) => Promise<unknown>;
   readonly #capacity: (() => boolean | Promise<boolean>) | undefined;
   readonly #tracer: OtelTracer | undefined;
+  readonly #chunk: { handler: ChunkHandler; min: number; linger: number; max: number } | undefined;
   #otel: OtelApi | undefined;
 
   readonly #runs = new Map<Run, Promise<void>>();
@@ -499,9 +537,21 @@ export class Worker {
 
   constructor(client: Client, opts: WorkerOptions) {
     if (!(client instanceof Client)) throw new InvalidArgument("a Client is required", { field: "client" });
-    const handlers = opts?.handlers;
-    if (handlers === null || typeof handlers !== "object" || Object.keys(handlers).length === 0) {
-      throw new InvalidArgument("map at least one queue to a handler", { field: "handlers" });
+    const chunkHandler = opts?.chunkHandler;
+    let handlers = opts?.handlers;
+    if (chunkHandler !== undefined) {
+      if (handlers !== undefined && handlers !== null && Object.keys(handlers).length > 0) {
+        throw new InvalidArgument("a worker runs either handlers or a chunkHandler, not both", { field: "chunkHandler" });
+      }
+      if (typeof chunkHandler !== "function") throw new InvalidArgument("must be a function taking an array of tasks", { field: "chunkHandler" });
+      handlers = {};
+    } else {
+      if (handlers === undefined || handlers === null || typeof handlers !== "object" || Object.keys(handlers).length === 0) {
+        throw new InvalidArgument("map at least one queue to a handler", { field: "handlers" });
+      }
+      for (const f of ["chunkMin", "chunkLinger", "chunkMax"] as const) {
+        if (opts[f]) throw new InvalidArgument("needs a chunkHandler", { field: f });
+      }
     }
     for (const [q, fn] of Object.entries(handlers)) {
       if (typeof fn !== "function") throw new InvalidArgument(`the handler of queue ${JSON.stringify(q)} is not a function`, { field: `handlers.${q}` });
@@ -509,10 +559,26 @@ export class Worker {
     const queues = opts.queues ? [...opts.queues] : Object.keys(handlers);
     if (queues.length === 0) throw new InvalidArgument("at least one queue is required", { field: "queues" });
     queues.forEach((q, i) => {
-      if (!(q in handlers)) throw new InvalidArgument(`no handler for queue ${JSON.stringify(q)}`, { field: `queues[${i}]` });
+      if (chunkHandler === undefined && !(q in handlers!)) throw new InvalidArgument(`no handler for queue ${JSON.stringify(q)}`, { field: `queues[${i}]` });
     });
     const concurrency = opts.concurrency ?? Math.max(1, os.cpus().length);
     if (!Number.isInteger(concurrency) || concurrency < 1) throw new InvalidArgument("must be a positive integer", { field: "concurrency" });
+    if (chunkHandler !== undefined) {
+      const max = opts.chunkMax ?? Math.min(concurrency, MAX_CLAIM);
+      if (!Number.isInteger(max) || max < 1 || max > MAX_CLAIM) throw new InvalidArgument(`must be an integer between 1 and ${MAX_CLAIM}`, { field: "chunkMax" });
+      if (max > concurrency) throw new InvalidArgument(`must be at most concurrency (${concurrency}), got ${max}`, { field: "chunkMax" });
+      const min = opts.chunkMin ?? 0;
+      if (!Number.isInteger(min) || min < 0) throw new InvalidArgument("must be a non-negative integer", { field: "chunkMin" });
+      if (min > concurrency) throw new InvalidArgument(`must be at most concurrency (${concurrency}), got ${min}`, { field: "chunkMin" });
+      if (min > max) throw new InvalidArgument(`must be at most chunkMax (${max}), got ${min}`, { field: "chunkMin" });
+      const linger = opts.chunkLinger ?? 0;
+      if (!(linger >= 0)) throw new InvalidArgument("must not be negative", { field: "chunkLinger" });
+      if (linger > 0 && min < 2) throw new InvalidArgument("needs a chunkMin of 2 or more", { field: "chunkLinger" });
+      if (opts.middleware !== undefined && opts.middleware.length > 0) {
+        throw new InvalidArgument("middleware wraps single-task handlers; a chunkHandler takes none", { field: "middleware" });
+      }
+      this.#chunk = { handler: chunkHandler, min, linger, max };
+    }
     if (opts.lease !== undefined && !(opts.lease >= 1)) throw new InvalidArgument("must be at least 1 (ms)", { field: "lease" });
     if (opts.heartbeatInterval !== undefined) {
       if (!(opts.heartbeatInterval > 0)) throw new InvalidArgument("must be positive", { field: "heartbeatInterval" });
@@ -686,8 +752,12 @@ export class Worker {
 
   async #claimLoop(): Promise<void> {
     let backoff = 100;
+    // A chunk worker claims only once a whole chunkMin fits: a batch
+    // claim's min may not exceed its n.
+    const chunk = this.#chunk;
+    const need = chunk ? Math.max(chunk.min, 1) : 1;
     while (!this.#stopping) {
-      while (this.#runs.size >= this.concurrency && !this.#stopping) await this.#changed.wait(Infinity);
+      while (this.concurrency - this.#runs.size < need && !this.#stopping) await this.#changed.wait(Infinity);
       if (this.#stopping) return;
       if (this.#capacity && !(await this.#hasCapacity())) {
         await this.#pause(Math.max(this.#poll, 10));
@@ -698,7 +768,9 @@ export class Worker {
       let tasks: Task[];
       try {
         tasks = await this.client.claim(this.#id!, this.queues, {
-          n: Math.min(free, this.#claimBatch),
+          n: Math.min(free, chunk ? chunk.max : this.#claimBatch),
+          ...(chunk && chunk.min >= 2 ? { min: chunk.min } : {}),
+          ...(chunk && chunk.min >= 2 && chunk.linger > 0 ? { linger: chunk.linger } : {}),
           ...(this.#leaseWire !== undefined ? { timeout: this.#leaseWire } : {}),
           ...(this.#wait > 0 ? { wait: this.#wait } : {}),
           ...(this.#weights ? { weights: this.#weights } : {}),
@@ -713,7 +785,8 @@ export class Worker {
         continue;
       }
       backoff = 100;
-      for (const rec of tasks) this.#start(rec, sent);
+      if (chunk && tasks.length > 0) this.#startChunk(tasks, sent);
+      else for (const rec of tasks) this.#start(rec, sent);
       if (tasks.length === 0) await this.#pause(this.#poll - (now() - sent));
     }
   }
@@ -738,11 +811,15 @@ export class Worker {
     return DEFAULT_LEASE_MS;
   }
 
-  #start(rec: Task, sent: number): void {
+  #newRun(rec: Task, sent: number): Run {
     const leaseLen = this.#leaseLen(rec);
     let interval = this.#interval;
     if (interval === undefined || interval >= leaseLen) interval = leaseLen / 3;
-    const run = new Run(rec, this.#id!, leaseLen, interval, sent);
+    return new Run(rec, this.#id!, leaseLen, interval, sent);
+  }
+
+  #start(rec: Task, sent: number): void {
+    const run = this.#newRun(rec, sent);
     const p = this.#serve(run, new ActiveTask(this, run)).finally(() => {
       this.#runs.delete(run);
       this.#changed.notify();
@@ -769,41 +846,64 @@ export class Worker {
   }
 
   async #call(run: Run, task: ActiveTask, ctx: unknown): Promise<void> {
-    let op: Outcome = "complete";
-    let result: unknown;
-    let code = "";
-    let desc = "";
-    let details: Record<string, unknown> | undefined;
-    let thrown: unknown;
+    let o: Verdict;
     try {
-      result = await (ctx === undefined ? this.#chain(task) : this.#otel!.context.with(ctx, () => this.#chain(task)));
-      if (result !== undefined) {
+      o = returned(await (ctx === undefined ? this.#chain(task) : this.#otel!.context.with(ctx, () => this.#chain(task))));
+    } catch (e) {
+      o = raised(e);
+    }
+    await this.#finish(run, o.op, o.result, o.code, o.desc, o.details, o.thrown);
+  }
+
+  // ---- running a chunk ---------------------------------------------------
+
+  #startChunk(recs: Task[], sent: number): void {
+    const runs = recs.map((rec) => this.#newRun(rec, sent));
+    const p = this.#serveChunk(runs).finally(() => {
+      for (const run of runs) this.#runs.delete(run);
+      this.#changed.notify();
+    });
+    for (const run of runs) this.#runs.set(run, p);
+    this.#changed.notify();
+  }
+
+  async #serveChunk(runs: Run[]): Promise<void> {
+    const tasks = runs.map((run) => new ActiveTask(this, run));
+    for (let i = 0; i < runs.length; i++) this.#traceStart(runs[i]!, tasks[i]!);
+    try {
+      let verdicts: Verdict[];
+      try {
+        const out = await this.#chunk!.handler([...tasks]);
+        if (out === undefined) verdicts = runs.map(() => returned(undefined));
+        else if (!Array.isArray(out) || out.length !== runs.length) {
+          const n = Array.isArray(out) ? out.length : typeof out;
+          const bad: Verdict = {
+            op: "abort",
+            result: undefined,
+            code: "invalid_outcomes",
+            desc: `the chunk handler returned ${n} outcomes for ${runs.length} tasks (an array, one per task, or undefined)`,
+          };
+          verdicts = runs.map(() => bad);
+        } else verdicts = out.map((o: unknown) => (o instanceof Error ? raised(o) : returned(o)));
+      } catch (e) {
+        const v = raised(e);
+        verdicts = runs.map(() => v);
+      }
+      // Each task's outcome is its own, reported and retried on its own
+      // while heartbeats keep the others' leases.
+      await Promise.all(runs.map((run, i) => {
+        const o = verdicts[i]!;
+        return this.#finish(run, o.op, o.result, o.code, o.desc, o.details, o.thrown);
+      }));
+    } finally {
+      for (const run of runs) {
         try {
-          if (JSON.stringify(result) === undefined) throw new TypeError(`a ${typeof result} is not JSON`);
+          run.span?.end();
         } catch (e) {
-          op = "abort";
-          code = "invalid_result";
-          desc = `the handler's result is not JSON: ${e instanceof Error ? e.message : String(e)}`;
+          this.#log.error?.(`norn task ${run.id}: the tracer's span failed to end: ${String(e)}`);
         }
       }
-    } catch (e) {
-      thrown = e;
-      if (e instanceof Snooze) {
-        op = "snooze";
-        result = e.until;
-        desc = e.message;
-      } else if (e instanceof HandlerOutcome) {
-        op = e instanceof Abort ? "abort" : "fail";
-        code = e.code || DEFAULT_ERROR_CODE;
-        desc = describe(e, false);
-        details = e.details;
-      } else {
-        op = "fail";
-        code = DEFAULT_ERROR_CODE;
-        desc = describe(e, true);
-      }
     }
-    await this.#finish(run, op, result, code, desc, details, thrown);
   }
 
   /**
@@ -1178,6 +1278,37 @@ export class Worker {
     });
     this.#log.info?.(`norn worker ${this.#id}: yielded ${ops.length} unfinished task(s)`);
   }
+}
+
+/** What a handler's outcome asks the server to record; result is the snooze's SnoozeUntil for op "snooze". */
+interface Verdict {
+  op: Outcome;
+  result: unknown;
+  code: string;
+  desc: string;
+  details?: Record<string, unknown> | undefined;
+  thrown?: unknown;
+}
+
+/** The outcome of a handler that resolved with result. */
+function returned(result: unknown): Verdict {
+  if (result !== undefined) {
+    try {
+      if (JSON.stringify(result) === undefined) throw new TypeError(`a ${typeof result} is not JSON`);
+    } catch (e) {
+      return { op: "abort", result: undefined, code: "invalid_result", desc: `the handler's result is not JSON: ${e instanceof Error ? e.message : String(e)}` };
+    }
+  }
+  return { op: "complete", result, code: "", desc: "" };
+}
+
+/** The outcome of a handler that threw e. */
+function raised(e: unknown): Verdict {
+  if (e instanceof Snooze) return { op: "snooze", result: e.until, code: "", desc: e.message, thrown: e };
+  if (e instanceof HandlerOutcome) {
+    return { op: e instanceof Abort ? "abort" : "fail", result: undefined, code: e.code || DEFAULT_ERROR_CODE, desc: describe(e, false), details: e.details, thrown: e };
+  }
+  return { op: "fail", result: undefined, code: DEFAULT_ERROR_CODE, desc: describe(e, true), thrown: e };
 }
 
 /** The recorded description of a handler's error: its message, and for unexpected errors the stack. */
