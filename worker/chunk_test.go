@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -413,5 +415,101 @@ func TestChunkConfigErrorsNameTheField(t *testing.T) {
 	}
 	if got := w.Config().Chunk.Max; got != 6 {
 		t.Errorf("default Chunk.Max %d, want Concurrency (6)", got)
+	}
+}
+
+// chunkShWorker runs `sh -c script` once per chunk on an embedded store.
+func chunkShWorker(t *testing.T, script string, chunk worker.Chunk) norn.Store {
+	t.Helper()
+	st := openStore(t)
+	chunk.Handler = &worker.ChunkCommand{Path: "sh", Args: []string{"-c", script}}
+	runWorker(t, newWorker(t, st, worker.Config{Queues: []string{"sh"}, Concurrency: 5, Chunk: &chunk}))
+	return st
+}
+
+func TestChunkCommandOutcomeLines(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// Input and environment are kept for the test; one outcome line per
+	// task but c-none, whose outcome is the exit status's.
+	script := `
+in=$(cat)
+printf '%s\n' "$in" > "` + dir + `/in.$NORN_CHUNK"
+echo "progress: 50%" >&2
+echo '{"id":"c-ok","result":{"n":1}}'
+echo 'not an outcome, ignored'
+if printf '%s\n' "$in" | grep -q '"id":"c-fail".*"attempt":1'; then
+  echo '{"id":"c-fail","error":"busy","code":"busy","retry_in":"10ms"}'
+else
+  echo '{"id":"c-fail","result":"second"}'
+fi
+echo '{"id":"c-abort","error":"bad row","abort":true}'
+echo '{"id":"c-snooze","snooze":"1h"}'
+echo '{"id":"elsewhere","result":1}'
+exit 0`
+	st := chunkShWorker(t, script, worker.Chunk{Min: 5, Linger: 100 * time.Millisecond})
+	retry := &norn.RetryPolicy{MaxRetries: 2}
+	_, err := st.Submit(context.Background(),
+		norn.NewTask{ID: "c-ok", Queue: "sh", Spec: json.RawMessage(`{"row":1}`), Retry: retry},
+		norn.NewTask{ID: "c-fail", Queue: "sh", Retry: retry},
+		norn.NewTask{ID: "c-abort", Queue: "sh", Retry: retry},
+		norn.NewTask{ID: "c-snooze", Queue: "sh", Retry: retry},
+		norn.NewTask{ID: "c-none", Queue: "sh", Retry: retry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := waitStatus(t, st, "c-ok", 10*time.Second, norn.StatusCompleted)
+	if string(tk.Result) != `{"n":1}` {
+		t.Errorf("c-ok result %s", tk.Result)
+	}
+	tk = waitStatus(t, st, "c-fail", 10*time.Second, norn.StatusCompleted)
+	if tk.Attempts != 2 || string(tk.Result) != `"second"` || len(tk.Errors) != 1 || tk.Errors[0].Code != "busy" || tk.Errors[0].Description != "busy" {
+		t.Errorf("c-fail: attempts %d result %s errors %+v", tk.Attempts, tk.Result, tk.Errors)
+	}
+	tk = waitStatus(t, st, "c-abort", 10*time.Second, norn.StatusAborted)
+	if tk.Attempts != 1 || len(tk.Errors) != 1 || tk.Errors[0].Description != "bad row" {
+		t.Errorf("c-abort: attempts %d errors %+v", tk.Attempts, tk.Errors)
+	}
+	waitStatus(t, st, "c-snooze", 10*time.Second, norn.StatusScheduled)
+	tk = waitStatus(t, st, "c-none", 10*time.Second, norn.StatusCompleted)
+	if len(tk.Result) != 0 || tk.Progress != 1 {
+		t.Errorf("c-none: result %s progress %v", tk.Result, tk.Progress)
+	}
+	in, err := os.ReadFile(filepath.Join(dir, "in.5"))
+	if err != nil {
+		t.Fatalf("no input of a chunk of 5: %v", err)
+	}
+	var first struct {
+		ID      string          `json:"id"`
+		Queue   string          `json:"queue"`
+		Lease   uint64          `json:"lease"`
+		Attempt int             `json:"attempt"`
+		Spec    json.RawMessage `json:"spec"`
+	}
+	lines := strings.Split(strings.TrimSpace(string(in)), "\n")
+	if len(lines) != 5 {
+		t.Fatalf("stdin of the chunk:\n%s", in)
+	}
+	i := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, `"c-ok"`) })
+	if i < 0 || json.Unmarshal([]byte(lines[i]), &first) != nil ||
+		first.ID != "c-ok" || first.Queue != "sh" || first.Lease != 1 || first.Attempt != 1 || string(first.Spec) != `{"row":1}` {
+		t.Errorf("stdin of the chunk:\n%s\nwant a line for c-ok with its queue, lease, attempt and spec", in)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "in.1")); err != nil {
+		t.Errorf("the retry did not run as a chunk of 1 after the linger: %v", err)
+	}
+}
+
+func TestChunkCommandExitStatusDecidesTheRest(t *testing.T) {
+	t.Parallel()
+	st := chunkShWorker(t, `cat >/dev/null; echo '{"id":"d-ok"}'; echo "disk full" >&2; exit 3`, worker.Chunk{Min: 2})
+	_, err := st.Submit(context.Background(), norn.NewTask{ID: "d-ok", Queue: "sh"}, norn.NewTask{ID: "d-rest", Queue: "sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, st, "d-ok", 10*time.Second, norn.StatusCompleted)
+	tk := waitStatus(t, st, "d-rest", 10*time.Second, norn.StatusAborted)
+	if len(tk.Errors) != 1 || tk.Errors[0].Code != "exit_3" || !strings.Contains(tk.Errors[0].Description, "disk full") {
+		t.Errorf("d-rest: errors %+v, want exit_3 with the stderr tail", tk.Errors)
 	}
 }

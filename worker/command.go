@@ -84,50 +84,74 @@ type Command struct {
 
 // ServeTask runs the program for t.
 func (c *Command) ServeTask(ctx context.Context, t *Task) error {
+	traceparent, tracestate := norn.TraceFromContext(ctx)
+	env := []string{
+		"NORN_TASK_ID=" + t.ID,
+		"NORN_QUEUE=" + t.Queue,
+		"NORN_LEASE=" + strconv.FormatUint(t.Lease, 10),
+		"NORN_ATTEMPT=" + strconv.Itoa(t.Attempts),
+		"NORN_WORKER=" + t.Ref().Worker,
+		// Set even when empty: a TRACEPARENT the worker inherited is not
+		// the task's parent.
+		"TRACEPARENT=" + traceparent,
+		"TRACESTATE=" + tracestate,
+	}
+	p, err := c.run(ctx, env, t.Spec, t.SetProgress, norn.MaxResultBytes)
+	if err != nil {
+		return err
+	}
+	if p.killed {
+		return context.Cause(ctx)
+	}
+	return outcome(t, p.werr, p.stdout, p.tail)
+}
+
+// ran is how a program run ended.
+type ran struct {
+	werr   error
+	killed bool // ctx ended first and the program was stopped
+	stdout *capped
+	tail   *tailBuffer
+}
+
+// run runs the program with env added to the worker's environment and
+// Env, stdin as its input and progress told of its progress lines, until
+// it exits or ctx ends (then its process group is stopped). An error means
+// it could not start.
+func (c *Command) run(ctx context.Context, env []string, stdin []byte, progress func(float64), stdoutMax int) (*ran, error) {
 	path := c.Path
 	if !strings.Contains(path, "/") {
 		p, err := exec.LookPath(path)
 		if err != nil {
-			return WithCode("exec_failed", Abort(err))
+			return nil, WithCode("exec_failed", Abort(err))
 		}
 		path = p
 	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		closeAll(inR, inW)
-		return err
+		return nil, err
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		closeAll(inR, inW, outR, outW)
-		return err
+		return nil, err
 	}
-	traceparent, tracestate := norn.TraceFromContext(ctx)
 	cmd := exec.Command(path, c.Args...)
 	cmd.Dir = c.Dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	cmd.Env = append(append(os.Environ(), c.Env...),
-		"NORN_TASK_ID="+t.ID,
-		"NORN_QUEUE="+t.Queue,
-		"NORN_LEASE="+strconv.FormatUint(t.Lease, 10),
-		"NORN_ATTEMPT="+strconv.Itoa(t.Attempts),
-		"NORN_WORKER="+t.Ref().Worker,
-		// Set even when empty: a TRACEPARENT the worker inherited is not
-		// the task's parent.
-		"TRACEPARENT="+traceparent,
-		"TRACESTATE="+tracestate,
-	)
+	cmd.Env = append(append(os.Environ(), c.Env...), env...)
 	setProcessGroup(cmd)
 	err = cmd.Start()
 	// The child has its own copies; ours must close so EOFs arrive.
 	closeAll(inR, outW, errW)
 	if err != nil {
 		closeAll(inW, outR, errR)
-		return WithCode("exec_failed", Abort(err))
+		return nil, WithCode("exec_failed", Abort(err))
 	}
 
 	var wg sync.WaitGroup
@@ -136,10 +160,10 @@ func (c *Command) ServeTask(ctx context.Context, t *Task) error {
 		defer wg.Done()
 		// A program that does not read its stdin gets EPIPE here; that is
 		// its business.
-		_, _ = inW.Write(t.Spec)
+		_, _ = inW.Write(stdin)
 		_ = inW.Close()
 	}()
-	stdout := &capped{max: norn.MaxResultBytes}
+	stdout := &capped{max: stdoutMax}
 	go func() {
 		defer wg.Done()
 		_, _ = io.Copy(stdout, outR)
@@ -151,7 +175,7 @@ func (c *Command) ServeTask(ctx context.Context, t *Task) error {
 	tail := &tailBuffer{max: tailMax}
 	go func() {
 		defer wg.Done()
-		scanStderr(errR, c.Stderr, tail, t.SetProgress)
+		scanStderr(errR, c.Stderr, tail, progress)
 	}()
 
 	werr, killed := c.wait(ctx, cmd)
@@ -168,11 +192,7 @@ func (c *Command) ServeTask(ctx context.Context, t *Task) error {
 		<-drained
 	}
 	closeAll(outR, errR)
-
-	if killed {
-		return context.Cause(ctx)
-	}
-	return outcome(t, werr, stdout, tail)
+	return &ran{werr: werr, killed: killed, stdout: stdout, tail: tail}, nil
 }
 
 // ParseResult turns a command's stdout into a task result: JSON as is

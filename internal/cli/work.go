@@ -21,6 +21,8 @@ type workOptions struct {
 	timeout     time.Duration
 	heartbeat   time.Duration
 	batch       int
+	min         int
+	linger      time.Duration
 	wait        time.Duration
 	grace       time.Duration
 	killGrace   time.Duration
@@ -58,10 +60,26 @@ group gets SIGTERM, then SIGKILL after --kill-grace. On SIGTERM or Ctrl-C,
 norn stops claiming, lets running commands finish for up to --grace, then
 kills them and yields their tasks back to the queue for another worker.
 
+With --min N, COMMAND runs once per chunk of tasks instead, for work that is
+cheaper in bulk: every claim waits until N tasks are ready (or, with
+--linger, until the one ready longest has waited that long) and takes up to
+-c. The command gets one JSON line per task on stdin ({"id", "queue",
+"lease", "attempt", "spec", "traceparent"}) and NORN_WORKER and NORN_CHUNK
+(the number of tasks) in its environment, and prints one JSON line per task
+it decides:
+  {"id":"…","result":…}                  completes it (result optional)
+  {"id":"…","error":"why","code":"…"}    fails it for retry ("retry_in":"30s")
+  {"id":"…","error":"why","abort":true}  aborts it for good
+  {"id":"…","snooze":"30s"}              snoozes it (or an RFC 3339 time)
+Other lines are ignored. A task without a line gets the exit status's
+outcome, as above. Each task keeps its own lease, heartbeated until the
+command ends.
+
 Flags after the first argument of COMMAND belong to COMMAND; "--" before
 it is optional but clearer.`,
 			Example: `  norn work -q thumbnails -c 4 -- ./make-thumbnail.sh
-  norn work -q emails -q emails-low --timeout 30s -- python3 send.py`,
+  norn work -q emails -q emails-low --timeout 30s -- python3 send.py
+  norn work -q rows -c 500 --min 100 --linger 2s -- ./insert-rows.py`,
 			Args: cobra.MinimumNArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				if len(o.queues) == 0 {
@@ -72,6 +90,18 @@ it is optional but clearer.`,
 				}
 				if o.maxLoad < 0 {
 					return usagef("--max-load must not be negative")
+				}
+				switch {
+				case o.min < 0:
+					return usagef("--min must not be negative")
+				case o.min > o.concurrency:
+					return usagef("--min %d is more than -c %d: a chunk takes at most -c tasks", o.min, o.concurrency)
+				case o.linger < 0:
+					return usagef("--linger must not be negative")
+				case o.linger > 0 && o.min < 2:
+					return usagef("--linger needs --min 2 or more: it bounds how long a chunk waits to gather --min tasks")
+				case o.min > 0 && o.batch != 0:
+					return usagef("--batch does not apply with --min: a chunk takes up to -c tasks")
 				}
 				return withClient(g, func(c *client.Client) error { return runWork(cmd, c, &o, args) })
 			},
@@ -111,6 +141,8 @@ func (o *workOptions) add(f *pflag.FlagSet) {
 	f.DurationVar(&o.timeout, "timeout", 0, "lease length requested per claim and heartbeat (0 = each task's own timeout)")
 	f.DurationVar(&o.heartbeat, "heartbeat", 0, "heartbeat interval (0 = a third of the lease)")
 	f.IntVar(&o.batch, "batch", 0, fmt.Sprintf("most tasks per claim (0 = %d, never more than free slots)", worker.DefaultClaimBatch))
+	f.IntVar(&o.min, "min", 0, "run COMMAND once per chunk of tasks, claimed once this many are ready (see above; 0 = once per task)")
+	f.DurationVar(&o.linger, "linger", 0, "with --min: how long a ready task waits for --min to gather before a smaller chunk runs (0 = until --min are ready)")
 	f.DurationVar(&o.wait, "wait", 0, fmt.Sprintf("long-poll wait per claim (0 = %s)", worker.DefaultWait))
 	f.DurationVar(&o.grace, "grace", worker.DefaultShutdownGrace, "on SIGTERM/Ctrl-C, how long running commands may finish before they are killed and their tasks yielded")
 	f.DurationVar(&o.killGrace, "kill-grace", 5*time.Second, "after SIGTERM to a cancelled command's process group, wait this long before SIGKILL (0 = SIGKILL at once)")
@@ -158,6 +190,10 @@ func runWork(cmd *cobra.Command, c *client.Client, o *workOptions, args []string
 	}
 	if o.grace == 0 {
 		cfg.ShutdownGrace = -1 // --grace 0 means yield at once
+	}
+	if o.min > 0 {
+		cfg.Chunk = &worker.Chunk{Handler: (*worker.ChunkCommand)(cfg.Handler.(*worker.Command)), Min: o.min, Linger: o.linger}
+		cfg.Handler = nil
 	}
 	if o.maxLoad > 0 {
 		cfg.Capacity = worker.LoadBelow(o.maxLoad)
