@@ -23,6 +23,29 @@ type claimSpy struct {
 	*spy
 	cmu    sync.Mutex
 	claims []claimRec
+	// failBatches: see failOutcomeBatches.
+	failBatches int
+}
+
+// failOutcomeBatches makes the next n lease batches that carry outcomes
+// fail as if the store were unavailable.
+func (s *claimSpy) failOutcomeBatches(n int) {
+	s.cmu.Lock()
+	s.failBatches = n
+	s.cmu.Unlock()
+}
+
+func (s *claimSpy) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.LeaseOpResult, error) {
+	s.cmu.Lock()
+	fail := s.failBatches > 0 && slices.ContainsFunc(ops, func(op norn.LeaseOp) bool { return op.Op != norn.OpHeartbeat && op.Op != norn.OpYield })
+	if fail {
+		s.failBatches--
+	}
+	s.cmu.Unlock()
+	if fail {
+		return nil, norn.Unavailable(nil)
+	}
+	return s.spy.LeaseBatch(ctx, ops)
 }
 
 type claimRec struct {
@@ -180,7 +203,8 @@ func TestChunkOutcomesPerTask(t *testing.T) {
 			return errs
 		})}})
 	runWorker(t, w)
-	retry := &norn.RetryPolicy{MaxRetries: 3}
+	// A base of an hour: only the handler's RetryIn brings flaky back soon.
+	retry := &norn.RetryPolicy{MaxRetries: 3, Base: norn.Duration(time.Hour)}
 	_, err := st.Submit(context.Background(), norn.NewTask{ID: "ok", Queue: "q", Retry: retry}, norn.NewTask{ID: "flaky", Queue: "q", Retry: retry},
 		norn.NewTask{ID: "bad", Queue: "q", Retry: retry}, norn.NewTask{ID: "later", Queue: "q", Retry: retry})
 	if err != nil {
@@ -210,6 +234,37 @@ func TestChunkOutcomesPerTask(t *testing.T) {
 		if ops := sp.ops(id); !slices.Equal(ops, want) {
 			t.Errorf("%s: outcome calls %v, want %v", id, ops, want)
 		}
+	}
+}
+
+// When the one call reporting a chunk's outcomes fails for a reason worth
+// another try, each outcome is reported on its own.
+func TestChunkOutcomesReportedOneByOneWhenTheBatchFails(t *testing.T) {
+	t.Parallel()
+	st, sp := chunkServer(t)
+	sp.failOutcomeBatches(1)
+	w := newWorker(t, sp, worker.Config{Queues: []string{"q"}, Concurrency: 2,
+		Chunk: &worker.Chunk{Min: 2, Handler: worker.ChunkHandlerFunc(func(ctx context.Context, tasks []*worker.Task) []error {
+			errs := make([]error, len(tasks))
+			for i, tk := range tasks {
+				if tk.ID == "b" {
+					errs[i] = worker.Abort(errors.New("bad"))
+				}
+			}
+			return errs
+		})}})
+	runWorker(t, w)
+	_, err := st.Submit(context.Background(), norn.NewTask{ID: "a", Queue: "q"}, norn.NewTask{ID: "b", Queue: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, st, "a", 10*time.Second, norn.StatusCompleted)
+	waitStatus(t, st, "b", 10*time.Second, norn.StatusAborted)
+	if ops := sp.ops("a"); !slices.Equal(ops, []string{"complete"}) {
+		t.Errorf("a: outcome calls %v, want one complete of its own", ops)
+	}
+	if ops := sp.ops("b"); !slices.Equal(ops, []string{"abort"}) {
+		t.Errorf("b: outcome calls %v, want one abort of its own", ops)
 	}
 }
 
