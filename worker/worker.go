@@ -143,29 +143,8 @@ func New(api API, cfg Config) (*Worker, error) {
 	case cfg.Handler != nil && cfg.Chunk != nil:
 		return nil, norn.Invalid("Chunk", "a worker runs either Handler or Chunk, not both")
 	}
-	mux, _ := cfg.Handler.(*ServeMux)
-	if len(cfg.Queues) == 0 && mux != nil {
-		cfg.Queues = mux.Queues()
-	}
-	if len(cfg.Queues) == 0 {
-		return nil, norn.Invalid("Queues", "at least one queue is required")
-	}
-	for i, q := range cfg.Queues {
-		field := fmt.Sprintf("Queues[%d]", i)
-		if err := norn.ValidateQueue(field, q); err != nil {
-			return nil, err
-		}
-		if mux != nil && mux.Handler(q) == nil {
-			return nil, norn.Invalid(field, "no handler registered for queue %q", q)
-		}
-	}
-	for q, wt := range cfg.Weights {
-		if !slices.Contains(cfg.Queues, q) {
-			return nil, norn.Invalid(fmt.Sprintf("Weights[%q]", q), "names a queue the worker does not claim from")
-		}
-		if wt < 1 || wt > norn.MaxWeight {
-			return nil, norn.Invalid(fmt.Sprintf("Weights[%q]", q), "must be between 1 and %d", norn.MaxWeight)
-		}
+	if err := cfg.checkQueues(); err != nil {
+		return nil, err
 	}
 	if cfg.Concurrency < 0 {
 		return nil, norn.Invalid("Concurrency", "must not be negative")
@@ -236,6 +215,36 @@ func New(api API, cfg Config) (*Worker, error) {
 		slotFreed: make(chan struct{}, 1),
 		hbKick:    make(chan struct{}, 1),
 	}, nil
+}
+
+// checkQueues checks Queues and Weights, taking the queues from a
+// ServeMux handler when none are given.
+func (cfg *Config) checkQueues() error {
+	mux, _ := cfg.Handler.(*ServeMux)
+	if len(cfg.Queues) == 0 && mux != nil {
+		cfg.Queues = mux.Queues()
+	}
+	if len(cfg.Queues) == 0 {
+		return norn.Invalid("Queues", "at least one queue is required")
+	}
+	for i, q := range cfg.Queues {
+		field := fmt.Sprintf("Queues[%d]", i)
+		if err := norn.ValidateQueue(field, q); err != nil {
+			return err
+		}
+		if mux != nil && mux.Handler(q) == nil {
+			return norn.Invalid(field, "no handler registered for queue %q", q)
+		}
+	}
+	for q, wt := range cfg.Weights {
+		if !slices.Contains(cfg.Queues, q) {
+			return norn.Invalid(fmt.Sprintf("Weights[%q]", q), "names a queue the worker does not claim from")
+		}
+		if wt < 1 || wt > norn.MaxWeight {
+			return norn.Invalid(fmt.Sprintf("Weights[%q]", q), "must be between 1 and %d", norn.MaxWeight)
+		}
+	}
+	return nil
 }
 
 // Config returns the configuration with defaults filled in.
