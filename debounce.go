@@ -70,13 +70,7 @@ func (n *NewTask) Replace(h *Task, now time.Time) Replacement {
 	switch h.Status {
 	case StatusScheduled, StatusBlocked, StatusReady:
 		if h.Attempts == 0 {
-			at := now
-			switch {
-			case !n.RunAt.IsZero():
-				at = n.RunAt
-			case n.Delay > 0:
-				at = now.Add(n.Delay.D())
-			}
+			at := n.firstRun(now)
 			if n.DebounceMax > 0 {
 				if limit := h.Created.Add(n.DebounceMax.D()); at.After(limit) {
 					at = limit

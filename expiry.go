@@ -19,14 +19,19 @@ func (n *NewTask) expiry(now time.Time) time.Time {
 	if n.ExpireIn <= 0 {
 		return time.Time{}
 	}
-	start := now
+	return n.firstRun(now).Add(n.ExpireIn.D()).UTC()
+}
+
+// firstRun is when n, submitted at now, may first run: RunAt, else now
+// plus Delay, else now.
+func (n *NewTask) firstRun(now time.Time) time.Time {
 	switch {
 	case !n.RunAt.IsZero():
-		start = n.RunAt
+		return n.RunAt
 	case n.Delay > 0:
-		start = now.Add(n.Delay.D())
+		return now.Add(n.Delay.D())
 	}
-	return start.Add(n.ExpireIn.D()).UTC()
+	return now
 }
 
 // CheckExpiries refuses, before a store writes anything, a batch in which

@@ -63,14 +63,7 @@ func (n *NewTask) Initial(now time.Time, qd *QueueDefaults, dep func(id string) 
 		c := *r
 		in.Retry = &c
 	}
-	switch {
-	case !n.RunAt.IsZero():
-		in.RunAt = n.RunAt
-	case n.Delay > 0:
-		in.RunAt = now.Add(n.Delay.D())
-	default:
-		in.RunAt = now
-	}
+	in.RunAt = n.firstRun(now)
 	in.ExpiresAt = n.expiry(now)
 	if in.ExpiresAt.IsZero() && qd.ExpireIn > 0 {
 		in.ExpiresAt = in.RunAt.Add(qd.ExpireIn.D()).UTC()
