@@ -118,8 +118,45 @@ func (w *Worker) beat(ctx context.Context, due []*run) {
 		}
 	}
 	w.mu.Unlock()
+	w.watchSignals(ctx, due, err)
 	for i, r := range lost {
 		w.lose(r, lostErr[i])
+	}
+}
+
+// watchSignals reads, after a heartbeat round that did not fail as a
+// whole (err), the new signals of the runs in due whose handlers asked for
+// them (Task.SignalC), and sends them on. It reads no more than the
+// channel has room for, so a handler that stops reading holds the rest in
+// the store, not in memory.
+func (w *Worker) watchSignals(ctx context.Context, due []*run, err error) {
+	sig, ok := w.api.(norn.Signaler)
+	if !ok || err != nil {
+		return
+	}
+	for _, r := range due {
+		w.mu.Lock()
+		ch, after, watching := r.sigs, r.sigAfter, r.sigs != nil && r.state == stRunning
+		w.mu.Unlock()
+		if !watching || len(ch) == cap(ch) {
+			continue
+		}
+		got, err := sig.Signals(ctx, r.ref.TaskID, after)
+		if err != nil {
+			continue // the next heartbeat tries again
+		}
+	send:
+		for _, s := range got {
+			select {
+			case ch <- s:
+				after = s.Seq
+			default:
+				break send // full: the rest is read again next time
+			}
+		}
+		w.mu.Lock()
+		r.sigAfter = max(r.sigAfter, after)
+		w.mu.Unlock()
 	}
 }
 

@@ -44,3 +44,47 @@ func TestSnoozeUntilSignal(t *testing.T) {
 		t.Fatalf("result %s after %d runs, attempts %d", tk.Result, runs.Load(), tk.Attempts)
 	}
 }
+
+// TestSignalChannel: a running handler receives, on SignalC, the signals
+// its task gets while it runs, in order, by the worker's heartbeats alone;
+// one received before the claim is in Task.Signals and not sent again.
+func TestSignalChannel(t *testing.T) {
+	t.Parallel()
+	st := openStore(t)
+	ctx := context.Background()
+	id := submit(t, st, norn.NewTask{Queue: "listen"})
+	if _, err := st.Signal(ctx, id, norn.NewSignal{Name: "early"}); err != nil {
+		t.Fatal(err)
+	}
+	listening := make(chan struct{})
+	mux := worker.NewServeMux()
+	mux.HandleFunc("listen", func(ctx context.Context, tk *worker.Task) error {
+		ch := tk.SignalC()
+		close(listening)
+		var names []string
+		for len(names) < 3 {
+			select {
+			case s := <-ch:
+				names = append(names, s.Name)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if len(tk.Signals) != 1 || tk.Signals[0].Name != "early" {
+			return worker.Abort(context.Canceled)
+		}
+		return tk.SetResult(names)
+	})
+	w := newWorker(t, st, worker.Config{Handler: mux, Lease: time.Second, HeartbeatInterval: 50 * time.Millisecond})
+	runWorker(t, w)
+	<-listening
+	for _, name := range []string{"a", "b", "c"} {
+		if _, err := st.Signal(ctx, id, norn.NewSignal{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tk := waitStatus(t, st, id, 5*time.Second, norn.StatusCompleted)
+	if string(tk.Result) != `["a","b","c"]` {
+		t.Fatalf("result %s, want the three signals in order", tk.Result)
+	}
+}

@@ -278,6 +278,11 @@ type run struct {
 	// progress goes out at most ProgressEvery after it.
 	progressSent time.Time
 	result       json.RawMessage
+	// sigs, once the handler asked for it (Task.SignalC), receives the
+	// task's signals with sequence numbers after sigAfter, read after
+	// each successful heartbeat (watchSignals).
+	sigs     chan norn.Signal
+	sigAfter uint64
 
 	logMu      sync.Mutex
 	nextSeq    uint64
@@ -330,9 +335,38 @@ func (t *Task) AwaitRequest(ctx context.Context, req norn.AwaitRequest) (*norn.A
 	return out, nil
 }
 
+// SignalC returns a channel that receives the signals the task gets
+// while it runs, in order, from the first call on: after every heartbeat
+// the worker reads the task's new signals and sends them (up to
+// SignalBuffer may wait unread; the worker reads more once there is room).
+// Signals received before the claim are in Task.Signals, not sent again.
+// The channel is never closed: select on it with the task's Context.
+func (t *Task) SignalC() <-chan norn.Signal {
+	w, r := t.r.w, t.r
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r.sigs == nil {
+		r.sigs = make(chan norn.Signal, SignalBuffer)
+		for _, s := range t.Task.Signals {
+			r.sigAfter = max(r.sigAfter, s.Seq)
+		}
+		// Read soon, not a whole interval later.
+		r.nextBeat = time.Time{}
+		select {
+		case w.hbKick <- struct{}{}:
+		default:
+		}
+	}
+	return r.sigs
+}
+
+// SignalBuffer is how many signals SignalC holds unread.
+const SignalBuffer = 64
+
 // NewSignals returns the signals the task received after seq (0: all), in
 // order: a long handler waiting on a person or another system can poll
-// for them (Task.Signals holds those received before the claim).
+// for them (Task.Signals holds those received before the claim; SignalC
+// delivers them as they come).
 func (t *Task) NewSignals(ctx context.Context, after uint64) ([]norn.Signal, error) {
 	sig, ok := t.r.w.api.(norn.Signaler)
 	if !ok {
