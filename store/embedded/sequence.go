@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"slices"
+	"strings"
 
 	"github.com/nornq/norn"
 )
@@ -253,7 +254,12 @@ func (s *Store) loadSequences(members []seqMember) error {
 	if err != nil {
 		return err
 	}
-	slices.SortFunc(members, func(a, b seqMember) int { return cmpU64(a.no, b.no) })
+	slices.SortFunc(members, func(a, b seqMember) int {
+		if c := cmpU64(a.no, b.no); c != 0 {
+			return c
+		}
+		return strings.Compare(a.t.id, b.t.id) // imported members created together
+	})
 	for _, sm := range members {
 		s.seqOf[sm.t] = sm.key
 		sm.t.inSeq = true

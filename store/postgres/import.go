@@ -251,7 +251,15 @@ WHERE status = 'blocked' AND pending_deps = 0 AND (sequence_key IS NULL OR depen
 		}
 		// Sequences: rebuilt from their members, the live member that is
 		// not waiting (a head awaiting children waits on dependencies) as
-		// the head.
+		// the head. Members are numbered again, the head first and then by
+		// creation (ties by id), so every waiting member is numbered after
+		// the head, as the hand-over expects.
+		_, err = tx.Exec(ctx, s.q(`UPDATE {s}.tasks t SET sequence_no = r.n FROM (SELECT id, row_number() OVER (
+	PARTITION BY queue, sequence_key ORDER BY status IN ('scheduled', 'ready', 'running') OR (status = 'blocked' AND depends_on IS NOT NULL) DESC,
+	sequence_no, id) AS n FROM {s}.tasks WHERE sequence_key IS NOT NULL) r WHERE t.id = r.id AND t.sequence_no IS DISTINCT FROM r.n`))
+		if err != nil {
+			return err
+		}
 		_, err = tx.Exec(ctx, s.q(`INSERT INTO {s}.sequences (queue, key, head, next_no)
 SELECT queue, sequence_key, (array_agg(id ORDER BY sequence_no) FILTER (WHERE status IN ('scheduled', 'ready', 'running')
 	OR (status = 'blocked' AND depends_on IS NOT NULL)))[1], max(sequence_no) + 1

@@ -32,8 +32,6 @@ DECLARE
     nid      text;
     nst      text;
     nver     bigint;
-    nhc      integer;
-    chan     text := 'norn:' || TG_TABLE_SCHEMA;
 BEGIN
     IF TG_OP = 'DELETE' THEN
         t := OLD;
@@ -47,14 +45,11 @@ BEGIN
         back := OLD.status IN ('completed', 'aborted', 'cancelled') AND NEW.status NOT IN ('completed', 'aborted', 'cancelled');
         at := NEW.updated;
     END IF;
-    IF NOT ended AND NOT back THEN
-        RETURN NULL;
-    END IF;
-    -- A waiting member that leaves changes nothing: it is told from the
-    -- head without locking the sequence, which a hand-over holds while it
-    -- waits for that member's row (locking it here could deadlock).
-    IF NOT back AND NOT EXISTS (SELECT 1 FROM {{schema}}.sequences s
-            WHERE s.queue = t.queue AND s.key = t.sequence_key AND s.head = t.id) THEN
+    -- A waiting member (blocked without dependencies: a head blocked on
+    -- children it awaits has some) that leaves changes nothing. It is told
+    -- from the head without reading, let alone locking, the sequence: a
+    -- hand-over holds that row while it waits for this member's row lock.
+    IF NOT (ended OR back) OR (ended AND OLD.status = 'blocked' AND OLD.depends_on IS NULL) THEN
         RETURN NULL;
     END IF;
     SELECT * INTO seq FROM {{schema}}.sequences s WHERE s.queue = t.queue AND s.key = t.sequence_key FOR UPDATE;
@@ -65,46 +60,55 @@ BEGIN
         -- A halted head retried goes on as the head; a member retried while
         -- the sequence has none becomes it (a retry beside a live head is
         -- refused before it gets here).
-        IF seq.head = t.id THEN
-            UPDATE {{schema}}.sequences s SET halted = false WHERE s.queue = seq.queue AND s.key = seq.key;
-        ELSIF seq.head IS NULL THEN
-            UPDATE {{schema}}.sequences s SET head = t.id WHERE s.queue = seq.queue AND s.key = seq.key;
+        IF seq.head = t.id OR seq.head IS NULL THEN
+            UPDATE {{schema}}.sequences s SET head = t.id, halted = false WHERE s.queue = seq.queue AND s.key = seq.key;
         END IF;
         RETURN NULL;
     END IF;
     IF seq.head IS DISTINCT FROM t.id THEN
-        RETURN NULL; -- a waiting member left: the head stays
+        RETURN NULL;
     END IF;
     IF TG_OP = 'UPDATE' AND t.status = 'aborted' AND coalesce((SELECT q.sequence_on_failure FROM {{schema}}.queues q
             WHERE q.name = t.queue), '') <> 'continue' THEN
         UPDATE {{schema}}.sequences s SET halted = true WHERE s.queue = seq.queue AND s.key = seq.key;
         RETURN NULL;
     END IF;
-    -- The first waiting member, locked. A member that ended while this
-    -- waited for its lock is skipped by FOR UPDATE without a row taking its
-    -- place (LIMIT was applied first): look again until one is found or
-    -- none waits.
+    -- The first waiting member, locked. Every waiting member was numbered
+    -- after the head (a member waits only behind a head, and a head is the
+    -- lowest waiting member, a new one, or one retried when none waited),
+    -- so the index scan starts past the head's number: the entries of the
+    -- members already handed over, dead until a vacuum, are not walked
+    -- again at every hand-over. A member that ended while this waited for
+    -- its lock is skipped by FOR UPDATE without a row taking its place
+    -- (LIMIT was applied first): look again until one is found or none
+    -- waits.
     LOOP
         SELECT w.id INTO nid FROM {{schema}}.tasks w
             WHERE w.queue = t.queue AND w.sequence_key = t.sequence_key AND w.status = 'blocked'
+            AND w.sequence_no > t.sequence_no
             ORDER BY w.sequence_no LIMIT 1 FOR UPDATE;
         EXIT WHEN nid IS NOT NULL OR NOT EXISTS (SELECT 1 FROM {{schema}}.tasks w
-            WHERE w.queue = t.queue AND w.sequence_key = t.sequence_key AND w.status = 'blocked');
+            WHERE w.queue = t.queue AND w.sequence_key = t.sequence_key AND w.status = 'blocked'
+            AND w.sequence_no > t.sequence_no);
     END LOOP;
-    UPDATE {{schema}}.sequences s SET head = nid, halted = false WHERE s.queue = seq.queue AND s.key = seq.key;
     IF nid IS NULL THEN
+        UPDATE {{schema}}.sequences s SET head = NULL, halted = false WHERE s.queue = seq.queue AND s.key = seq.key;
         RETURN NULL;
     END IF;
-    UPDATE {{schema}}.tasks w SET status = CASE WHEN w.run_at > at THEN 'scheduled' ELSE 'ready' END,
-        ready_at = at, updated = at, version = w.version + 1, history_count = w.history_count + 1
-        WHERE w.id = nid RETURNING w.status, w.version, w.history_count INTO nst, nver, nhc;
-    INSERT INTO {{schema}}.task_history_rows (task_id, seq, type, time) VALUES (nid, nhc, 'TaskRelease', at);
-    IF EXISTS (SELECT 1 FROM {{schema}}.event_subscribers e WHERE e.until > clock_timestamp()) THEN
-        PERFORM pg_notify(chan, 'TaskRelease' || chr(9) || nid || chr(9) || t.queue || chr(9) || nst || chr(9) || nver::text
-            || chr(9) || (extract(epoch FROM at) * 1000000)::bigint::text);
-    ELSE
-        PERFORM pg_notify(chan, CASE WHEN nst = 'ready' THEN 'wake' ELSE 'sched' END);
-    END IF;
+    -- The member released, its history entry and the new head in one
+    -- statement, then one notification (a line while someone subscribes,
+    -- else the wake-up claimers and the monitor listen for).
+    WITH u AS (UPDATE {{schema}}.tasks w SET status = CASE WHEN w.run_at > at THEN 'scheduled' ELSE 'ready' END,
+            ready_at = at, updated = at, version = w.version + 1, history_count = w.history_count + 1
+            WHERE w.id = nid RETURNING w.status, w.version, w.history_count),
+        h AS (INSERT INTO {{schema}}.task_history_rows (task_id, seq, type, time) SELECT nid, u.history_count, 'TaskRelease', at FROM u),
+        s AS (UPDATE {{schema}}.sequences s SET head = nid, halted = false WHERE s.queue = seq.queue AND s.key = seq.key)
+    SELECT u.status, u.version INTO nst, nver FROM u;
+    PERFORM pg_notify('norn:' || TG_TABLE_SCHEMA, CASE
+        WHEN EXISTS (SELECT 1 FROM {{schema}}.event_subscribers e WHERE e.until > clock_timestamp())
+        THEN 'TaskRelease' || chr(9) || nid || chr(9) || t.queue || chr(9) || nst || chr(9) || nver::text
+            || chr(9) || (extract(epoch FROM at) * 1000000)::bigint::text
+        WHEN nst = 'ready' THEN 'wake' ELSE 'sched' END);
     RETURN NULL;
 END
 $$;
