@@ -7,16 +7,27 @@ import (
 	"testing"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/pgtest"
 )
 
-// TestSequencesUnderConcurrency: submitters, claimers on several
-// connections and cancels of waiting members run at once; per key, no two
-// members ever run together and the members that ran did so in submit
-// order (the hand-over in the trigger, and its re-read when a waiting
-// member ends while it waits for that member's lock).
+// TestSequencesUnderConcurrency: submitters, claimers and cancels of
+// waiting members run at once on two nodes (two stores on one schema);
+// per key, no two members ever run together and the members that ran did
+// so in submit order (the hand-over in the trigger, and its re-read when a
+// waiting member ends while it waits for that member's lock).
 func TestSequencesUnderConcurrency(t *testing.T) {
 	ctx := context.Background()
-	s := openTest(t, nil, func(c *Config) { c.DisableMonitor = true })
+	url, schema := pgtest.Schema(t)
+	open := func() *Store {
+		s, err := Open(ctx, Config{URL: url, Schema: schema, Migrate: true, DisableMonitor: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	nodes := []*Store{open(), open()}
+	s := nodes[0]
 	const keys, per, workers = 6, 40, 4
 	w, err := s.RegisterWorker(ctx, norn.WorkerInfo{Name: "w"})
 	if err != nil {
@@ -28,6 +39,7 @@ func TestSequencesUnderConcurrency(t *testing.T) {
 	cancelled := map[string]bool{}
 	var g group
 	for k := range keys {
+		s := nodes[k%2]
 		g.Go(func() error {
 			for i := range per {
 				id := fmt.Sprintf("k%d-%03d", k, i)
@@ -48,7 +60,8 @@ func TestSequencesUnderConcurrency(t *testing.T) {
 	}
 	done := make(chan struct{})
 	var wg group
-	for range workers {
+	for n := range workers {
+		s := nodes[n%2]
 		wg.Go(func() error {
 			for {
 				got, err := s.Claim(ctx, norn.ClaimRequest{Worker: w, Queues: []string{"sq"}, N: 3})
