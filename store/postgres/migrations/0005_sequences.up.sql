@@ -113,9 +113,14 @@ BEGIN
 END
 $$;
 
+-- The WHEN clauses let only a member that ends (other than a waiting one,
+-- which changes nothing) or comes back call the function: a claim, a
+-- release or a heartbeat of a member costs the tests, not a call.
 CREATE TRIGGER tasks_sequence_update AFTER UPDATE OF status ON {{schema}}.tasks
-    FOR EACH ROW WHEN (OLD.sequence_key IS NOT NULL AND OLD.status IS DISTINCT FROM NEW.status)
+    FOR EACH ROW WHEN (OLD.sequence_key IS NOT NULL AND OLD.status IS DISTINCT FROM NEW.status
+        AND ((NEW.status IN ('completed', 'aborted', 'cancelled') AND NOT (OLD.status = 'blocked' AND OLD.depends_on IS NULL))
+            OR OLD.status IN ('completed', 'aborted', 'cancelled')))
     EXECUTE FUNCTION {{schema}}.sequence_moved();
 CREATE TRIGGER tasks_sequence_delete AFTER DELETE ON {{schema}}.tasks
-    FOR EACH ROW WHEN (OLD.sequence_key IS NOT NULL)
+    FOR EACH ROW WHEN (OLD.sequence_key IS NOT NULL AND NOT (OLD.status = 'blocked' AND OLD.depends_on IS NULL))
     EXECUTE FUNCTION {{schema}}.sequence_moved();
