@@ -6,3 +6,5 @@ ALTER TABLE {{schema}}.queues DROP COLUMN IF EXISTS sequence_on_failure;
 DROP INDEX IF EXISTS {{schema}}.tasks_sequence_waiting;
 ALTER TABLE {{schema}}.tasks DROP COLUMN IF EXISTS sequence_no;
 ALTER TABLE {{schema}}.tasks DROP COLUMN IF EXISTS sequence_key;
+ALTER INDEX {{schema}}.tasks_depends_on RESET (fastupdate);
+ALTER INDEX {{schema}}.tasks_blocked_deps RESET (fastupdate);

@@ -6,6 +6,15 @@ CREATE INDEX tasks_sequence_waiting ON {{schema}}.tasks (queue, sequence_key, se
     WHERE status = 'blocked' AND sequence_key IS NOT NULL;
 ALTER TABLE {{schema}}.queues ADD COLUMN sequence_on_failure text NOT NULL DEFAULT '';
 
+-- The dependency indexes write straight into the index, without GIN's
+-- pending list: every completion's release probe (depends_on && the
+-- completed ids) would otherwise read the whole list, once per id, and
+-- waiting sequence members and dependents fill it (19,000 blocked tasks
+-- made a probe of 1,000 ids take 250 ms instead of a millisecond).
+ALTER INDEX {{schema}}.tasks_blocked_deps SET (fastupdate = off);
+ALTER INDEX {{schema}}.tasks_depends_on SET (fastupdate = off);
+SELECT gin_clean_pending_list('{{schema}}.tasks_blocked_deps'::regclass), gin_clean_pending_list('{{schema}}.tasks_depends_on'::regclass);
+
 -- One row per sequence: the head (the one member that may be scheduled,
 -- ready or running; an aborted one while halted), and the next number.
 -- Submits lock the row, so members are numbered in the order they commit.
