@@ -100,11 +100,11 @@ func (h *health) run(ctx context.Context) {
 const downProbeMin = 100 * time.Millisecond
 
 // probeOnce probes on conn (opening one when it has none) and returns the
-// session to keep (nil after a failure). A probe that fails on a session
-// opened earlier is tried once more at once on a fresh one: a failover or
-// a restart kills the idle probe session, while the pool's sessions are
-// already reconnected, and taking that dead session for a dead database
-// would refuse every call until the next probe.
+// connection to keep (nil after a failure). A probe that fails on a
+// connection opened earlier is tried once more at once on a fresh one: a
+// failover or a restart kills the idle probe connection, while the pool's
+// connections are already reconnected, and taking that dead connection for
+// a dead database would refuse every call until the next probe.
 func (h *health) probeOnce(ctx context.Context, conn *pgx.Conn, repl bool) (*pgx.Conn, error) {
 	for fresh := conn == nil || conn.IsClosed(); ; fresh = true {
 		pctx, cancel := context.WithTimeout(ctx, h.p.timeout)

@@ -57,7 +57,7 @@ func TestClassifyCauses(t *testing.T) {
 		{"refused", fmt.Errorf("dial: %w", syscall.ECONNREFUSED), norn.CauseRefused},
 		{"reset", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), norn.CauseRefused},
 		{"timeout", fmt.Errorf("probe: %w", context.DeadlineExceeded), norn.CauseUnreachable},
-		{"a session closed under the probe", errors.New("conn closed"), norn.CauseRefused},
+		{"a connection closed under the probe", errors.New("conn closed"), norn.CauseRefused},
 		{"only standbys for read-write", errors.New("failed to connect to `host=db1`: ValidateConnect failed: read only connection"), norn.CauseReadOnly},
 		{"other", errors.New("something else"), ""},
 	} {
