@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/nornq/norn"
@@ -24,7 +25,7 @@ type replacement struct {
 func (tx *txn) planReplaces(tasks []norn.NewTask, uniq map[int]string) ([]norn.NewTask, map[int]*replacement, error) {
 	var replaced map[int]*replacement
 	copied := false
-	for _, i := range slices.Sorted(mapKeys(uniq)) {
+	for _, i := range slices.Sorted(maps.Keys(uniq)) {
 		n := &tasks[i]
 		h := tx.s.tasks.get(uniq[i])
 		if n.OnDuplicate != norn.DuplicateReplace || h == nil {
@@ -49,16 +50,6 @@ func (tx *txn) planReplaces(tasks []norn.NewTask, uniq map[int]string) ([]norn.N
 		}
 	}
 	return tasks, replaced, nil
-}
-
-func mapKeys(m map[int]string) func(func(int) bool) {
-	return func(yield func(int) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // giveUpKey takes h's unique key away (its successor is about to take it):

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"slices"
@@ -255,7 +256,7 @@ func (s *Store) loadSequences(members []seqMember) error {
 		return err
 	}
 	slices.SortFunc(members, func(a, b seqMember) int {
-		if c := cmpU64(a.no, b.no); c != 0 {
+		if c := cmp.Compare(a.no, b.no); c != 0 {
 			return c
 		}
 		return strings.Compare(a.t.id, b.t.id) // imported members created together
@@ -289,16 +290,6 @@ type seqMember struct {
 	t   *task
 	key string
 	no  uint64
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // checkSequenceRetry refuses to bring back t (nt its task) beside the
