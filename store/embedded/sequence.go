@@ -40,7 +40,7 @@ func seqRecKey(r seqRef) []byte {
 	return append(k, r.key...)
 }
 
-// seqRecord is the persisted part of a sequence.
+// record encodes the persisted part of a sequence.
 func (m *seqMem) record() []byte {
 	var b []byte
 	head := ""
@@ -68,13 +68,14 @@ func decodeSeqRecord(v []byte) (head string, halted bool, next uint64, err error
 	return head, halted, next, d.err
 }
 
-// saveSeq writes m's record and makes the undo log able to restore m.
+// seqChanging lets the undo log restore m as it is now, before a change.
 func (tx *txn) seqChanging(r seqRef, m *seqMem) {
 	old := *m
 	old.waiting = slices.Clone(m.waiting)
 	tx.onUndo(func() { *m = old })
 }
 
+// saveSeq writes m's record into the transaction's batch.
 func (tx *txn) saveSeq(r seqRef, m *seqMem) {
 	tx.b.Set(seqRecKey(r), m.record(), nil)
 }
@@ -234,7 +235,7 @@ func (s *Store) seqInfo(queue, key string) norn.SequenceInfo {
 }
 
 // loadSequences rebuilds s.seqs at open from the sequence records and the
-// members loadTasks found (members[i] with its number nos[i]).
+// members loadTasks found, each with its number.
 func (s *Store) loadSequences(members []seqMember) error {
 	err := s.scanKind(pfxSequence, func(k, v []byte) error {
 		i := slices.Index(k, 0)

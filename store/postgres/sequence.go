@@ -87,7 +87,7 @@ func (p *submitPlan) joinSequence(nt *norn.NewTask, in *norn.Initial) int64 {
 	return no
 }
 
-// seqSaveSQL writes the heads and next numbers a submit decided.
+// saveSequences writes the heads and next numbers a submit decided.
 func (s *Store) saveSequences(ctx context.Context, q querier, p *submitPlan) error {
 	var qs, ks, heads []string
 	var next []int64
