@@ -188,6 +188,18 @@ func (e *env) text(sel string) string {
 
 func (e *env) click(sel string) {
 	e.t.Helper()
+	// A live update may render the element again between finding it and
+	// clicking it; the click then names a node that is gone, and finds
+	// the new one when tried again.
+	for range 5 {
+		err := chromedp.Do(e.ctx, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible))
+		if err == nil {
+			return
+		}
+		if !strings.Contains(err.Error(), "Could not find node") {
+			e.t.Fatalf("browser: %v\npage: %s", err, e.pageText())
+		}
+	}
 	e.do(chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible))
 }
 
