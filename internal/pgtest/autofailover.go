@@ -169,7 +169,12 @@ func (f *AutoFailover) autoctlCmd(k *keeper, args ...string) *exec.Cmd {
 	// set per node, so keepers on one machine do not share files.
 	cmd.Env = append(os.Environ(), "HOME="+k.home, "XDG_CONFIG_HOME="+filepath.Join(k.home, "config"),
 		"XDG_DATA_HOME="+filepath.Join(k.home, "data"), "XDG_RUNTIME_DIR="+filepath.Join(k.home, "run"),
-		"PATH="+f.bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		"PATH="+f.bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		// A keeper service that pg_autoctl restarts after a configuration
+		// reload (config set sends SIGHUP) has been seen to connect with
+		// libpq's defaults (/var/run/postgresql, port 5432) instead of its
+		// node's: these make the defaults the node's own.
+		"PGHOST=127.0.0.1", "PGPORT="+strconv.Itoa(k.port))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: f.cred}
 	return cmd
 }
