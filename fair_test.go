@@ -41,18 +41,27 @@ func TestCheckFlowRefusesKeyLimitsOnLabelFairness(t *testing.T) {
 		u         QueueUpdate
 		after     QueueFlow
 		keyLimits bool
+		keyRates  bool
 		field     string
 	}{
-		{"label alone", QueueUpdate{FairBy: str("label:tenant")}, label, false, ""},
+		{"label alone", QueueUpdate{FairBy: str("label:tenant")}, label, false, false, ""},
 		{"concurrency key with limits", QueueUpdate{FairBy: str("concurrency_key")},
-			QueueFlow{FairBy: "concurrency_key", KeyLimit: 1}, true, ""},
-		{"label onto key_limit", QueueUpdate{FairBy: str("label:tenant")}, QueueFlow{FairBy: "label:tenant", KeyLimit: 1}, false, "fair_by"},
-		{"key_limit onto label", QueueUpdate{KeyLimit: &one}, QueueFlow{FairBy: "label:tenant", KeyLimit: 1}, false, "key_limit"},
-		{"key's limit onto label", QueueUpdate{Keys: map[string]*KeySettings{"a": {Limit: 2}}}, label, true, `keys["a"].limit`},
-		{"label onto a key's limit", QueueUpdate{FairBy: str("label:tenant")}, label, true, "fair_by"},
-		{"max_running with label", QueueUpdate{FairBy: str("label:tenant")}, QueueFlow{FairBy: "label:tenant", MaxRunning: 3}, false, ""},
+			QueueFlow{FairBy: "concurrency_key", KeyLimit: 1}, true, false, ""},
+		{"label onto key_limit", QueueUpdate{FairBy: str("label:tenant")}, QueueFlow{FairBy: "label:tenant", KeyLimit: 1}, false, false, "fair_by"},
+		{"key_limit onto label", QueueUpdate{KeyLimit: &one}, QueueFlow{FairBy: "label:tenant", KeyLimit: 1}, false, false, "key_limit"},
+		{"key's limit onto label", QueueUpdate{Keys: map[string]*KeySettings{"a": {Limit: 2}}}, label, true, false, `keys["a"].limit`},
+		{"label onto a key's limit", QueueUpdate{FairBy: str("label:tenant")}, label, true, false, "fair_by"},
+		{"max_running with label", QueueUpdate{FairBy: str("label:tenant")}, QueueFlow{FairBy: "label:tenant", MaxRunning: 3}, false, false, ""},
+		{"key_rate_limit onto label", QueueUpdate{KeyRateLimit: &RateLimit{PerSecond: 1}},
+			QueueFlow{FairBy: "label:tenant", KeyRateLimit: RateLimit{PerSecond: 1}}, false, false, "key_rate_limit"},
+		{"label onto key_rate_limit", QueueUpdate{FairBy: str("label:tenant")},
+			QueueFlow{FairBy: "label:tenant", KeyRateLimit: RateLimit{PerSecond: 1}}, false, false, "fair_by"},
+		{"key's rate onto label", QueueUpdate{Keys: map[string]*KeySettings{"a": {RateLimit: RateLimit{PerSecond: 2}}}}, label, false, true,
+			`keys["a"].rate_limit`},
+		{"key rates with concurrency_key", QueueUpdate{FairBy: str("concurrency_key")},
+			QueueFlow{FairBy: "concurrency_key", KeyRateLimit: RateLimit{PerSecond: 1}}, false, true, ""},
 	} {
-		err := c.u.CheckFlow(c.after, c.keyLimits)
+		err := c.u.CheckFlow(c.after, c.keyLimits, c.keyRates)
 		var ne *Error
 		if c.field == "" && err != nil || c.field != "" && (!errors.As(err, &ne) || ne.Field != c.field) {
 			t.Errorf("%s: %v, want field %q", c.name, err, c.field)

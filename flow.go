@@ -33,6 +33,10 @@ type QueueFlow struct {
 	// RateLimit caps how fast claims hand out the queue's tasks (zero:
 	// none); see ratelimit.go.
 	RateLimit RateLimit `json:"rate_limit,omitzero"`
+	// KeyRateLimit gives every concurrency key its own token bucket of
+	// this rate (zero: none); a key's own KeySettings.RateLimit overrides
+	// it. See keyrate.go.
+	KeyRateLimit RateLimit `json:"key_rate_limit,omitzero"`
 }
 
 // Limited reports whether a running limit applies to claims (a task that
@@ -126,15 +130,19 @@ func ValidateKeySettings(field string, ks KeySettings) error {
 	if ks.Weight < 0 || ks.Weight > MaxKeyWeight {
 		return Invalid(field+"weight", "must be 0..%d (0 means 1)", MaxKeyWeight)
 	}
-	return nil
+	return ks.RateLimit.validate(field + "rate_limit")
 }
 
 // CheckFlow checks the flow settings a queue would have after u, given
-// whether any of its keys would then have its own limit: a queue fair by
-// a label has the label's values as keys, so key limits (which count
-// concurrency keys) cannot apply to it. The error names the field u set.
+// whether any of its keys would then have its own limit (keyLimits) or
+// rate limit (keyRates): a queue fair by a label has the label's values
+// as keys, so key limits and key rate limits (which are per concurrency
+// key) cannot apply to it. The error names the field u set.
 // Stores call it before they commit an update.
-func (u *QueueUpdate) CheckFlow(after QueueFlow, keyLimits bool) error {
+func (u *QueueUpdate) CheckFlow(after QueueFlow, keyLimits, keyRates bool) error {
+	if err := u.checkKeyRates(after, keyRates); err != nil {
+		return err
+	}
 	if !after.GroupsByLabel() || (after.KeyLimit == 0 && !keyLimits) {
 		return nil
 	}
@@ -166,6 +174,16 @@ type KeySettings struct {
 	// of weight 3 gets three claims for every one of a key of weight 1
 	// while both have ready tasks (0 = 1, at most MaxKeyWeight).
 	Weight int `json:"weight,omitempty"`
+	// RateLimit is the key's own rate limit, overriding the queue's
+	// KeyRateLimit (zero: the queue's applies).
+	RateLimit RateLimit `json:"rate_limit,omitzero"`
+}
+
+// Normalized returns the settings as stored: the rate limit's default
+// burst filled in.
+func (ks KeySettings) Normalized() KeySettings {
+	ks.RateLimit = ks.RateLimit.Normalized()
+	return ks
 }
 
 // KeyInfo is one concurrency key of a queue: its settings and how many of
@@ -231,6 +249,11 @@ func (u *QueueUpdate) validateFlow() error {
 			return err
 		}
 	}
+	if u.KeyRateLimit != nil {
+		if err := u.KeyRateLimit.validate("key_rate_limit"); err != nil {
+			return err
+		}
+	}
 	if len(u.Keys) > MaxKeySettings {
 		return Invalid("keys", "sets %d keys, more than the limit of %d", len(u.Keys), MaxKeySettings)
 	}
@@ -264,5 +287,8 @@ func (u *QueueUpdate) ApplyFlow(f *QueueFlow) {
 	}
 	if u.RateLimit != nil {
 		f.RateLimit = u.RateLimit.Normalized()
+	}
+	if u.KeyRateLimit != nil {
+		f.KeyRateLimit = u.KeyRateLimit.Normalized()
 	}
 }

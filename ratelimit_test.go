@@ -103,3 +103,49 @@ func TestHeldBack(t *testing.T) {
 		}
 	}
 }
+
+func TestKeyBackoffGivesTheFirstTokenWhenTheSnoozeEnds(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name  string
+		rl    RateLimit
+		until time.Duration // after now
+		first time.Duration // the first whole token, after now
+	}{
+		{"ten seconds at 2/s", RateLimit{PerSecond: 2}, 10 * time.Second, 10 * time.Second},
+		{"shorter than a token period", RateLimit{PerSecond: 0.5}, time.Second, 2 * time.Second},
+		{"already over", RateLimit{PerSecond: 4}, -time.Minute, 250 * time.Millisecond},
+	} {
+		b := KeyBackoff(c.rl, now.Add(c.until), now)
+		before := c.rl.Refill(b, now.Add(c.first-time.Millisecond))
+		at := c.rl.Refill(b, now.Add(c.first))
+		if before.Whole() != 0 || at.Whole() != 1 {
+			t.Errorf("%s: %v before the first token, %v at it; want 0 then 1", c.name, before.Tokens, at.Tokens)
+		}
+	}
+}
+
+func TestKeyRateFor(t *testing.T) {
+	t.Parallel()
+	f := QueueFlow{KeyRateLimit: RateLimit{PerSecond: 2}}
+	own := &KeySettings{RateLimit: RateLimit{PerSecond: 10, Burst: 3}}
+	for _, c := range []struct {
+		name string
+		key  string
+		ks   *KeySettings
+		want RateLimit
+	}{
+		{"no key", "", own, RateLimit{}},
+		{"queue default, burst filled in", "a", nil, RateLimit{PerSecond: 2, Burst: 2}},
+		{"own overrides", "a", own, RateLimit{PerSecond: 10, Burst: 3}},
+		{"own without rate", "a", &KeySettings{Limit: 1}, RateLimit{PerSecond: 2, Burst: 2}},
+	} {
+		if got := f.KeyRateFor(c.key, c.ks); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+	if (QueueFlow{}).KeyRated(false) || !(QueueFlow{}).KeyRated(true) || !f.KeyRated(false) {
+		t.Error("KeyRated")
+	}
+}

@@ -11,13 +11,27 @@ type Snooze struct {
 	// name (see Signal), at most Timeout (default DefaultSignalTimeout).
 	UntilSignal string   `json:"until_signal,omitempty"`
 	Timeout     Duration `json:"timeout,omitzero"`
+	// Scope "key" (SnoozeScopeKey) also holds back the task's concurrency
+	// key: its rate-limit bucket is emptied until the snooze ends, so no
+	// task of the key is claimed before then (back-pressure from a
+	// worker, a 429 from the key's API). The key needs a rate limit (the
+	// queue's key_rate_limit or its own). Empty: the task alone.
+	Scope string `json:"scope,omitempty"`
 }
 
 // Validate checks that exactly one of Delay, RunAt and UntilSignal is set
 // and that Delay is positive; errors name "delay", "run_at",
-// "until_signal" or "timeout".
+// "until_signal", "timeout" or "scope".
 func (s Snooze) Validate() error {
+	switch s.Scope {
+	case "", SnoozeScopeKey:
+	default:
+		return Invalid("scope", "must be %q or empty, not %q", SnoozeScopeKey, truncate(s.Scope, 40))
+	}
 	if s.UntilSignal != "" {
+		if s.Scope != "" {
+			return Invalid("scope", "holds a key back until a time: give delay or run_at, not until_signal")
+		}
 		switch {
 		case s.Delay != 0 || !s.RunAt.IsZero():
 			return Invalid("until_signal", "give until_signal, or delay or run_at, not both")

@@ -580,6 +580,8 @@ type QueueUpdate struct {
 	FairBy *string `json:"fair_by,omitempty"`
 	// RateLimit sets the queue's rate limit; per_second 0 removes it.
 	RateLimit *RateLimit `json:"rate_limit,omitempty"`
+	// KeyRateLimit sets QueueFlow.KeyRateLimit; per_second 0 removes it.
+	KeyRateLimit *RateLimit `json:"key_rate_limit,omitempty"`
 	// Keys sets concurrency keys' own settings; a nil value removes a
 	// key's settings (the queue's apply again).
 	Keys map[string]*KeySettings `json:"keys,omitempty"`

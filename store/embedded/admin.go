@@ -87,7 +87,8 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 		}
 		tx.setRateLimit(q, old.flow.RateLimit)
 		tx.setKeys(q, u.Keys)
-		if err := u.CheckFlow(q.flow, q.keyLimits()); err != nil {
+		q.reviveAll()
+		if err := u.CheckFlow(q.flow, q.keyLimits(), q.keyRates()); err != nil {
 			return err
 		}
 		// Resumed, or limits raised: waiting claimers may find work now.
@@ -192,6 +193,7 @@ func (s *Store) sweep(ctx context.Context) (norn.SweepReport, error) {
 		more := false
 		var part norn.SweepReport
 		err := s.run(func(tx *txn) error {
+			tx.pruneKeyBuckets()
 			for n := 0; ; n++ {
 				t := s.firstTimer()
 				if t == nil || t.timerAt > tx.now {

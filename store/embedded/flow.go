@@ -51,6 +51,10 @@ type keyGroup struct {
 	topIdx      int
 	// vt is the group's virtual time in a fair queue (0 otherwise).
 	vt int64
+	// starved: the key's rate limit has no token for it until
+	// starvedUntil (keyrate.go).
+	starved      bool
+	starvedUntil int64
 }
 
 // limit is the key's running limit, 0 for none.
@@ -63,7 +67,7 @@ func (g *keyGroup) limit() int {
 }
 
 func (g *keyGroup) eligible() bool {
-	if g.ready.len() == 0 {
+	if g.ready.len() == 0 || g.starved {
 		return false
 	}
 	l := g.limit()
@@ -169,6 +173,16 @@ func (q *queue) labelGroup(imm []byte) (*keyGroup, error) {
 		return nil, err
 	}
 	return q.group(q.flow.FairKey(im.key, im.labels)), nil
+}
+
+// keyRates reports whether any key of q has its own rate limit.
+func (q *queue) keyRates() bool {
+	for _, g := range q.keys {
+		if g.hasSettings && g.settings.RateLimit.PerSecond > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // keyLimits reports whether any key of q has its own running limit.
@@ -353,8 +367,8 @@ func (tx *txn) setKeys(q *queue, keys map[string]*norn.KeySettings) {
 			g.settings, g.hasSettings = norn.KeySettings{}, false
 			tx.b.Delete(keySettingsKey(q.name, key), nil)
 		} else {
-			g.settings, g.hasSettings = *ks, true
-			j, _ := json.Marshal(ks)
+			g.settings, g.hasSettings = ks.Normalized(), true
+			j, _ := json.Marshal(g.settings)
 			tx.b.Set(keySettingsKey(q.name, key), j, nil)
 		}
 		q.fixGroup(g)

@@ -53,7 +53,7 @@ func TestFlowSurvivesReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if qi.MaxRunning != 3 || qi.KeyLimit != 1 || fmt.Sprint(qi.Keys) != "[{a {0 0} 1} {b {2 0} 2}]" {
+	if qi.MaxRunning != 3 || qi.KeyLimit != 1 || fmt.Sprint(qi.Keys) != "[{a {0 0 {0 0}} 1} {b {2 0 {0 0}} 2}]" {
 		t.Fatalf("after reopen: max_running %d key_limit %d keys %v", qi.MaxRunning, qi.KeyLimit, qi.Keys)
 	}
 	// Both keys and the queue are at their limits.

@@ -80,6 +80,10 @@ type queue struct {
 	// (ratelimit.go).
 	bucket *norn.Bucket
 	held   norn.Held
+	// keyBuckets are the keys' rate-limit buckets (absent: full), starved
+	// the groups out of the top heap until a token comes (keyrate.go).
+	keyBuckets map[string]*norn.Bucket
+	starved    []*keyGroup
 }
 
 func (q *queue) total() int64 {

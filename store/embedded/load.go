@@ -31,7 +31,8 @@ func (s *Store) load(ctx context.Context) error {
 	return s.countDependencies(waiting)
 }
 
-// loadSettings reads queues, key settings, rate buckets, workers and
+// loadSettings reads queues, key settings, rate buckets (the queues' and
+// the keys'), workers and
 // schedules.
 func (s *Store) loadSettings() error {
 	if err := s.loadQueues(); err != nil {
@@ -41,6 +42,9 @@ func (s *Store) loadSettings() error {
 		return err
 	}
 	if err := s.loadBuckets(); err != nil {
+		return err
+	}
+	if err := s.loadKeyBuckets(); err != nil {
 		return err
 	}
 	if err := s.loadWorkers(); err != nil {

@@ -49,6 +49,7 @@ type claimPlan struct {
 // plan notes, before a claim takes tasks from q, what it wants and what
 // the limits allow: tokens is -1 without a rate limit.
 func (tx *txn) plan(q *queue, want int) claimPlan {
+	tx.revive(q)
 	p := claimPlan{want: want, ready: int(q.counts[stReady]), maxRoom: -1, tokens: -1}
 	if q.flow.MaxRunning > 0 {
 		p.maxRoom = max(q.flow.MaxRunning-int(q.counts[stRunning]), 0)

@@ -33,6 +33,11 @@ func (tx *txn) snooze(op *norn.LeaseOp) error {
 	if op.Snooze.UntilSignal != "" {
 		return tx.snoozeUntilSignal(t, op)
 	}
+	if op.Snooze.Scope == norn.SnoozeScopeKey {
+		if err := tx.backOffKey(t, nanos(op.Snooze.SnoozeEnd(fromNanos(tx.now)))); err != nil {
+			return err
+		}
+	}
 	tx.giveBack(t, norn.AfterSnooze(fromNanos(tx.now), op.Snooze), op.LeaseRef)
 	return nil
 }

@@ -188,6 +188,9 @@ func (tx *txn) claim(req *norn.ClaimRequest) []*task {
 				tx.expire(t)
 				continue
 			}
+			if !tx.takeKeyToken(t.g) {
+				continue // the key has no token: the group left the top heap
+			}
 			tx.chargeFair(t.g)
 			ns := tx.touch(t)
 			ns.status = stRunning

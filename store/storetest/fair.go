@@ -68,7 +68,7 @@ func fairCasesFairWeights(t *testing.T, setup setupFunc) {
 		t.Parallel()
 		_, b := setup(t)
 		qi := fairFair(b, norn.QueueUpdate{FairBy: ptr("concurrency_key"), Keys: map[string]*norn.KeySettings{"a": {Weight: 3}}})
-		if fmt.Sprint(qi.Keys) != "[{a {0 3} 0}]" {
+		if fmt.Sprint(qi.Keys) != "[{a {0 3 {0 0}} 0}]" {
 			t.Fatalf("UpdateQueue keys %v, want a with weight 3", qi.Keys)
 		}
 		fairTasks(b, "a", 8, "a", 0)

@@ -85,7 +85,7 @@ func exerciseFlowLimits(t *testing.T, setup setupFunc) {
 		eqStrings(t, "claim after a1 completed", flowClaimN(b, 10), []string{"a2"})
 		qi, err := b.s.Queue(b.ctx, "q")
 		b.must(err, "Queue")
-		if fmt.Sprint(qi.Keys) != "[{a {0 0} 1} {b {0 0} 1}]" || qi.KeyLimit != 1 {
+		if fmt.Sprint(qi.Keys) != "[{a {0 0 {0 0}} 1} {b {0 0 {0 0}} 1}]" || qi.KeyLimit != 1 {
 			t.Fatalf("Queue keys %v key_limit %d, want a and b running 1 each", qi.Keys, qi.KeyLimit)
 		}
 	})
@@ -96,7 +96,7 @@ func exerciseFlowKeys(t *testing.T, setup setupFunc) {
 		t.Parallel()
 		_, b := setup(t)
 		qi := flowLimited(b, norn.QueueUpdate{KeyLimit: ptr(1), Keys: map[string]*norn.KeySettings{"a": {Limit: 2}}})
-		if fmt.Sprint(qi.Keys) != "[{a {2 0} 0}]" {
+		if fmt.Sprint(qi.Keys) != "[{a {2 0 {0 0}} 0}]" {
 			t.Fatalf("UpdateQueue keys %v", qi.Keys)
 		}
 		for i := range 4 {
@@ -107,7 +107,7 @@ func exerciseFlowKeys(t *testing.T, setup setupFunc) {
 		// Removing the key's own limit brings back the queue's: a is above it
 		// now, so neither key gets more.
 		qi = flowLimited(b, norn.QueueUpdate{Keys: map[string]*norn.KeySettings{"a": nil}})
-		if fmt.Sprint(qi.Keys) != "[{a {0 0} 2} {b {0 0} 1}]" {
+		if fmt.Sprint(qi.Keys) != "[{a {0 0 {0 0}} 2} {b {0 0 {0 0}} 1}]" {
 			t.Fatalf("keys after removing a's limit: %v", qi.Keys)
 		}
 		b.claimNone("q")
@@ -117,7 +117,7 @@ func exerciseFlowKeys(t *testing.T, setup setupFunc) {
 		eqStrings(t, "claim after a's tasks ended", flowClaimN(b, 10), []string{"a2"})
 		// A limit for a key with no tasks is kept and shown.
 		qi = flowLimited(b, norn.QueueUpdate{Keys: map[string]*norn.KeySettings{"idle": {Limit: 5}}})
-		if fmt.Sprint(qi.Keys) != "[{a {0 0} 1} {b {0 0} 1} {idle {5 0} 0}]" {
+		if fmt.Sprint(qi.Keys) != "[{a {0 0 {0 0}} 1} {b {0 0 {0 0}} 1} {idle {5 0 {0 0}} 0}]" {
 			t.Fatalf("keys with an idle key's limit: %v", qi.Keys)
 		}
 	})
@@ -193,6 +193,7 @@ func exerciseFlowConcurrently(t *testing.T, setup setupFunc) {
 
 	fairCases(t, setup)
 	rateLimitCases(t, setup)
+	keyRateCases(t, setup)
 }
 
 // limited configures queue q with u and fails the test on error.
