@@ -469,6 +469,10 @@ func AppendLeaseOps(b []byte, ops []norn.LeaseOp) ([]byte, error) {
 		if op.Timeout != 0 {
 			b = jsonDuration(b, `,"timeout":`, op.Timeout)
 		}
+		if op.Scope != "" {
+			b = append(b, `,"scope":`...)
+			b = jsonString(b, op.Scope)
+		}
 		if len(op.Result) > 0 {
 			b = append(b, `,"result":`...)
 			b = append(b, op.Result...)

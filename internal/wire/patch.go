@@ -38,8 +38,9 @@ type RateLimitPatch struct {
 // KeyPatch is one concurrency key's settings of which only the named
 // members change.
 type KeyPatch struct {
-	Limit  *int `json:"limit,omitempty"`
-	Weight *int `json:"weight,omitempty"`
+	Limit     *int            `json:"limit,omitempty"`
+	Weight    *int            `json:"weight,omitempty"`
+	RateLimit *RateLimitPatch `json:"rate_limit,omitempty"`
 }
 
 // QueuePatch is the body of PATCH /v1/queues/{queue}.
@@ -57,6 +58,7 @@ type QueuePatch struct {
 	KeyLimit          *int            `json:"key_limit,omitempty"`
 	FairBy            *string         `json:"fair_by,omitempty"`
 	RateLimit         *RateLimitPatch `json:"rate_limit,omitempty"`
+	KeyRateLimit      *RateLimitPatch `json:"key_rate_limit,omitempty"`
 	// Keys: a null value removes the key's own settings.
 	Keys map[string]*KeyPatch `json:"keys,omitempty"`
 }
@@ -64,7 +66,7 @@ type QueuePatch struct {
 // Nested reports whether the patch names a nested setting, whose unnamed
 // members must be read from the queue's current settings.
 func (p *QueuePatch) Nested() bool {
-	return p.Retry != nil || p.Retention != nil || p.RateLimit != nil || len(p.Keys) > 0
+	return p.Retry != nil || p.Retention != nil || p.RateLimit != nil || p.KeyRateLimit != nil || len(p.Keys) > 0
 }
 
 // Update completes the patch with cur, the queue's settings now, into the
@@ -88,13 +90,12 @@ func (p *QueuePatch) Update(cur norn.QueueInfo) norn.QueueUpdate {
 		u.Retention = &r
 	}
 	if p.RateLimit != nil {
-		r := cur.RateLimit
-		set(&r.PerSecond, p.RateLimit.PerSecond)
-		set(&r.Burst, p.RateLimit.Burst)
-		if p.RateLimit.PerSecond != nil && *p.RateLimit.PerSecond == 0 && p.RateLimit.Burst == nil {
-			r = norn.RateLimit{} // {"per_second":0} removes the limit, burst and all
-		}
+		r := p.RateLimit.merge(cur.RateLimit)
 		u.RateLimit = &r
+	}
+	if p.KeyRateLimit != nil {
+		r := p.KeyRateLimit.merge(cur.KeyRateLimit)
+		u.KeyRateLimit = &r
 	}
 	if p.Keys != nil {
 		u.Keys = make(map[string]*norn.KeySettings, len(p.Keys))
@@ -111,10 +112,25 @@ func (p *QueuePatch) Update(cur norn.QueueInfo) norn.QueueUpdate {
 			}
 			set(&ks.Limit, kp.Limit)
 			set(&ks.Weight, kp.Weight)
+			if kp.RateLimit != nil {
+				ks.RateLimit = kp.RateLimit.merge(ks.RateLimit)
+			}
 			u.Keys[k] = &ks
 		}
 	}
 	return u
+}
+
+// merge completes the patch with cur: {"per_second":0} alone removes the
+// limit, burst and all.
+func (p *RateLimitPatch) merge(cur norn.RateLimit) norn.RateLimit {
+	r := cur
+	set(&r.PerSecond, p.PerSecond)
+	set(&r.Burst, p.Burst)
+	if p.PerSecond != nil && *p.PerSecond == 0 && p.Burst == nil {
+		r = norn.RateLimit{}
+	}
+	return r
 }
 
 func (p *RetryPatch) merge(cur *norn.RetryPolicy) norn.RetryPolicy {
@@ -149,11 +165,15 @@ func FromQueueUpdate(u norn.QueueUpdate) QueuePatch {
 	if r := u.RateLimit; r != nil {
 		p.RateLimit = &RateLimitPatch{PerSecond: &r.PerSecond, Burst: &r.Burst}
 	}
+	if r := u.KeyRateLimit; r != nil {
+		p.KeyRateLimit = &RateLimitPatch{PerSecond: &r.PerSecond, Burst: &r.Burst}
+	}
 	if u.Keys != nil {
 		p.Keys = make(map[string]*KeyPatch, len(u.Keys))
 		for k, ks := range u.Keys {
 			if ks != nil {
-				p.Keys[k] = &KeyPatch{Limit: &ks.Limit, Weight: &ks.Weight}
+				p.Keys[k] = &KeyPatch{Limit: &ks.Limit, Weight: &ks.Weight,
+					RateLimit: &RateLimitPatch{PerSecond: &ks.RateLimit.PerSecond, Burst: &ks.RateLimit.Burst}}
 			} else {
 				p.Keys[k] = nil
 			}

@@ -3,8 +3,8 @@ package embedded
 import (
 	"encoding/binary"
 	"math"
-	"time"
 	"slices"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 

@@ -11,7 +11,8 @@ import (
 )
 
 const queueCols = `name, paused, timeout_ns, retry, max_attempts, retention_completed_ns, retention_aborted_ns, retention_cancelled_ns,
-max_runtime_ns, max_running, key_limit, fair_by, rate_per_second, rate_burst, expire_in_ns, sequence_on_failure`
+max_runtime_ns, max_running, key_limit, fair_by, rate_per_second, rate_burst, expire_in_ns, sequence_on_failure,
+key_rate_per_second, key_rate_burst`
 
 func emptyCounts() map[norn.Status]int64 {
 	m := make(map[norn.Status]int64, len(norn.AllStatuses))
@@ -164,20 +165,24 @@ func (s *Store) UpdateQueue(ctx context.Context, name string, u norn.QueueUpdate
 			r := string(b)
 			retry = &r
 		}
-		_, err := tx.Exec(ctx, s.q(`INSERT INTO {s}.queues (`+queueCols+`, flow_limited)
-VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11, $12, $13::double precision, $14, $15, $16,
-	$10 > 0 OR $11 > 0 OR $12 <> '' OR $13::double precision > 0
-	OR EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0))
+		_, err := tx.Exec(ctx, s.q(`WITH kr AS (SELECT $17::double precision > 0
+	OR EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.rate_per_second > 0) AS v)
+INSERT INTO {s}.queues (`+queueCols+`, key_rated, flow_limited)
+SELECT $1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11, $12, $13::double precision, $14, $15, $16, $17, $18, kr.v,
+	$10 > 0 OR $11 > 0 OR $12 <> '' OR $13::double precision > 0 OR kr.v
+	OR EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0) FROM kr
 ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, timeout_ns = EXCLUDED.timeout_ns, retry = EXCLUDED.retry,
 	max_attempts = EXCLUDED.max_attempts, retention_completed_ns = EXCLUDED.retention_completed_ns,
 	retention_aborted_ns = EXCLUDED.retention_aborted_ns, retention_cancelled_ns = EXCLUDED.retention_cancelled_ns,
 	max_runtime_ns = EXCLUDED.max_runtime_ns,
 	max_running = EXCLUDED.max_running, key_limit = EXCLUDED.key_limit, flow_limited = EXCLUDED.flow_limited,
 	fair_by = EXCLUDED.fair_by, rate_per_second = EXCLUDED.rate_per_second, rate_burst = EXCLUDED.rate_burst,
-	expire_in_ns = EXCLUDED.expire_in_ns, sequence_on_failure = EXCLUDED.sequence_on_failure`),
+	expire_in_ns = EXCLUDED.expire_in_ns, sequence_on_failure = EXCLUDED.sequence_on_failure,
+	key_rate_per_second = EXCLUDED.key_rate_per_second, key_rate_burst = EXCLUDED.key_rate_burst, key_rated = EXCLUDED.key_rated`),
 			name, d.paused, int64(d.Timeout), retry, d.MaxAttempts, int64(d.Retention.Completed),
 			int64(d.Retention.Aborted), int64(d.Retention.Cancelled), int64(d.MaxRuntime), d.flow.MaxRunning, d.flow.KeyLimit,
-			d.flow.FairBy, d.flow.RateLimit.PerSecond, d.flow.RateLimit.Burst, int64(d.ExpireIn), d.SequenceOnFailure)
+			d.flow.FairBy, d.flow.RateLimit.PerSecond, d.flow.RateLimit.Burst, int64(d.ExpireIn), d.SequenceOnFailure,
+			d.flow.KeyRateLimit.PerSecond, d.flow.KeyRateLimit.Burst)
 		if err != nil {
 			return err
 		}
@@ -218,8 +223,11 @@ func (s *Store) writeKeySettings(ctx context.Context, tx pgx.Tx, name string, ke
 			}
 			continue
 		}
-		_, err := tx.Exec(ctx, s.q(`INSERT INTO {s}.queue_keys (queue, key, lim, weight) VALUES ($1, $2, $3, $4)
-ON CONFLICT (queue, key) DO UPDATE SET lim = EXCLUDED.lim, weight = EXCLUDED.weight`), name, key, ks.Limit, ks.Weight)
+		n := ks.Normalized()
+		_, err := tx.Exec(ctx, s.q(`INSERT INTO {s}.queue_keys (queue, key, lim, weight, rate_per_second, rate_burst)
+VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (queue, key) DO UPDATE SET lim = EXCLUDED.lim, weight = EXCLUDED.weight,
+	rate_per_second = EXCLUDED.rate_per_second, rate_burst = EXCLUDED.rate_burst`),
+			name, key, n.Limit, n.Weight, n.RateLimit.PerSecond, n.RateLimit.Burst)
 		if err != nil {
 			return err
 		}
@@ -252,8 +260,13 @@ WHERE status = 'running' AND queue = $1 AND concurrency_key IS NOT NULL AND runn
 	}
 	if was.RateLimited() && !now.RateLimited() {
 		// The bucket goes with the limit: set again, it starts full.
-		_, err = tx.Exec(ctx, s.q(`DELETE FROM {s}.queue_buckets WHERE queue = $1`), name)
+		if _, err = tx.Exec(ctx, s.q(`DELETE FROM {s}.queue_buckets WHERE queue = $1`), name); err != nil {
+			return err
+		}
 	}
+	// The keys' buckets go when no key rate limit is left.
+	_, err = tx.Exec(ctx, s.q(`DELETE FROM {s}.key_buckets b WHERE b.queue = $1
+	AND NOT (SELECT q.key_rated FROM {s}.queues q WHERE q.name = $1)`), name)
 	return err
 }
 
@@ -330,8 +343,9 @@ func (s *Store) queueKeys(ctx context.Context, conn *pgx.Conn, queue string, byL
 		leased = ` UNION ALL SELECT u.k, 1 FROM {s}.leases l, unnest(l.ids, l.keys) u(id, k), {s}.tasks t
 	WHERE l.queue = $1 AND l.keys IS NOT NULL AND u.k IS NOT NULL AND t.id = u.id AND t.status = 'ready' AND t.ready_batch IS NOT NULL`
 	}
-	rows, err := conn.Query(ctx, s.q(`SELECT key, coalesce(k.lim, 0), coalesce(k.weight, 0), coalesce(r.n, 0)
-FROM (SELECT key, lim, weight FROM {s}.queue_keys WHERE queue = $1) k
+	rows, err := conn.Query(ctx, s.q(`SELECT key, coalesce(k.lim, 0), coalesce(k.weight, 0), coalesce(r.n, 0),
+	coalesce(k.rate_per_second, 0), coalesce(k.rate_burst, 0)
+FROM (SELECT key, lim, weight, rate_per_second, rate_burst FROM {s}.queue_keys WHERE queue = $1) k
 FULL JOIN (SELECT key, count(*) AS n FROM (SELECT `+col+` AS key, 1 FROM {s}.tasks
 	WHERE queue = $1 AND status = 'running' AND `+col+` IS NOT NULL`+leased+`) z GROUP BY 1) r USING (key)
 ORDER BY key`), queue)
@@ -340,9 +354,9 @@ ORDER BY key`), queue)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (norn.KeyInfo, error) {
 		var k norn.KeyInfo
-		var lim, weight int32
-		err := row.Scan(&k.Key, &lim, &weight, &k.Running)
-		k.Limit, k.Weight = int(lim), int(weight)
+		var lim, weight, burst int32
+		err := row.Scan(&k.Key, &lim, &weight, &k.Running, &k.RateLimit.PerSecond, &burst)
+		k.Limit, k.Weight, k.RateLimit.Burst = int(lim), int(weight), int(burst)
 		return k, err
 	})
 }

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -379,10 +380,12 @@ func (s *Store) claimPathOf(q *norn.QueueInfo) norn.ClaimPath {
 		}
 	}
 	switch {
-	case !q.Limited() && keyLimit == 0 && !q.RateLimited() && q.FairBy == "":
+	case !q.Limited() && keyLimit == 0 && !q.RateLimited() && q.FairBy == "" && !keyRated(q):
 		path, why = pathPlain, "no flow limits"
 	case q.Paused || q.FairBy != "":
 		path, why = pathExclusive, "paused or fair_by"
+	case keyRated(q):
+		path, why = pathExclusive, "key rate limits"
 	case keyLimit > 0 && keyLimit < margin && (q.MaxRunning == 0 || q.MaxRunning >= margin) && !q.RateLimited():
 		path, why = pathKeyed, "key limits under the shared path's margin"
 	case (q.MaxRunning > 0 && q.MaxRunning < margin) || (keyLimit > 0 && keyLimit < margin):
@@ -393,4 +396,9 @@ func (s *Store) claimPathOf(q *norn.QueueInfo) norn.ClaimPath {
 		path, why = pathShared, "limits far from binding"
 	}
 	return norn.ClaimPath{Path: path.String(), Reason: why}
+}
+
+// keyRated reports whether any key of q has a rate limit.
+func keyRated(q *norn.QueueInfo) bool {
+	return q.QueueFlow.KeyRated(slices.ContainsFunc(q.Keys, func(k norn.KeyInfo) bool { return k.RateLimit.PerSecond > 0 }))
 }

@@ -56,7 +56,7 @@ func (s *Store) claimExclusive(ctx context.Context, conn *pgx.Conn, c claimCall)
 	// The last batch: the pick's writes, the claim, what it left ready,
 	// and (without a rate limit, whose bucket is written after) COMMIT.
 	var ids picked
-	fast := pick > 0 && g.flow.FairBy == "" && cannotBind(g.flow, g.own, g.running, g.total, pick)
+	fast := pick > 0 && g.flow.FairBy == "" && !g.keyRated() && cannotBind(g.flow, g.own, g.running, g.total, pick)
 	switch {
 	case pick <= 0 || fast:
 	case g.flow.FairBy != "":
@@ -74,6 +74,7 @@ func (s *Store) claimExclusive(ctx context.Context, conn *pgx.Conn, c claimCall)
 	if len(ids.ids) > 0 && !fast {
 		// Tasks it found by key past the head may be in ready rows.
 		s.queueDetach(fb, ids.ids)
+		g.keyTokens.queueWrites(s, fb, c.queue)
 	}
 	if n := len(ids.ids); (fast || n > 0) && countLimited(g.flow, g.own) {
 		if fast {
@@ -135,6 +136,10 @@ type gateView struct {
 	running   map[string]int64
 	total     int64
 	bucket    bucketRow
+	// The keys' buckets (keyrate.go; absent: full) and the claim's view
+	// of their tokens (nil until a pick asks, and without key rates).
+	keyBuckets map[string]norn.Bucket
+	keyTokens  *keyTokens
 }
 
 // readUnderGate begins the exclusive claim's transaction, takes the gate
@@ -152,25 +157,30 @@ func (s *Store) readUnderGate(ctx context.Context, conn *pgx.Conn, c claimCall) 
 	// Each task is moved once, so this costs one more write per task at
 	// most, and nothing when the queue has neither.
 	s.queueSettleHead(b, c.queue, 4*c.want+16, &g.readyLeft)
-	b.Queue(s.q(`SELECT paused, max_running, key_limit, fair_by, fair_now, rate_per_second, rate_burst
-FROM {s}.queues WHERE name = $1`), c.queue).QueryRow(func(row pgx.Row) error {
-		var maxRunning, keyLimit, burst int32
-		err := row.Scan(&g.paused, &maxRunning, &keyLimit, &g.flow.FairBy, &g.fairNow, &g.flow.RateLimit.PerSecond, &burst)
+	b.Queue(s.q(`SELECT paused, max_running, key_limit, fair_by, fair_now, rate_per_second, rate_burst,
+	key_rate_per_second, key_rate_burst FROM {s}.queues WHERE name = $1`), c.queue).QueryRow(func(row pgx.Row) error {
+		var maxRunning, keyLimit, burst, keyBurst int32
+		err := row.Scan(&g.paused, &maxRunning, &keyLimit, &g.flow.FairBy, &g.fairNow, &g.flow.RateLimit.PerSecond, &burst,
+			&g.flow.KeyRateLimit.PerSecond, &keyBurst)
 		g.flow.MaxRunning, g.flow.KeyLimit, g.flow.RateLimit.Burst = int(maxRunning), int(keyLimit), int(burst)
+		g.flow.KeyRateLimit.Burst = int(keyBurst)
 		if err == pgx.ErrNoRows {
 			return nil
 		}
 		return err
 	})
-	b.Queue(s.q(`SELECT key, lim, weight FROM {s}.queue_keys WHERE queue = $1 AND (lim > 0 OR weight > 0)`), c.queue).Query(func(rows pgx.Rows) error {
+	b.Queue(s.q(`SELECT key, lim, weight, rate_per_second, rate_burst FROM {s}.queue_keys
+WHERE queue = $1 AND (lim > 0 OR weight > 0 OR rate_per_second > 0)`), c.queue).Query(func(rows pgx.Rows) error {
 		var key string
-		var lim, weight int32
-		_, err := pgx.ForEachRow(rows, []any{&key, &lim, &weight}, func() error {
-			g.own[key] = &norn.KeySettings{Limit: int(lim), Weight: int(weight)}
+		var lim, weight, burst int32
+		var rate float64
+		_, err := pgx.ForEachRow(rows, []any{&key, &lim, &weight, &rate, &burst}, func() error {
+			g.own[key] = &norn.KeySettings{Limit: int(lim), Weight: int(weight), RateLimit: norn.RateLimit{PerSecond: rate, Burst: int(burst)}}
 			return nil
 		})
 		return err
 	})
+	s.readKeyBuckets(b, c.queue, g)
 	// Counted only when a count limit needs it (a fair or rate-limited
 	// queue may have none).
 	b.Queue(s.q(runningByKeySQL), c.queue).Query(func(rows pgx.Rows) error {
@@ -276,7 +286,7 @@ func (s *Store) pickLimited(ctx context.Context, tx flowQuerier, queue string, w
 	if want <= 0 {
 		return picked{}
 	}
-	p := &limitedPick{flow: flow, own: own, running: running, total: total, want: want}
+	p := &limitedPick{flow: flow, own: own, running: running, total: total, want: want, tokens: g.tokensFor()}
 	first := 4*want + 16
 	rows, err := tx.Query(ctx, s.q(`SELECT id, coalesce(concurrency_key, ''), priority, ready_at FROM {s}.tasks
 WHERE status = 'ready' AND ready_batch IS NULL AND queue = $1 ORDER BY priority DESC, ready_at, id LIMIT $2`), queue, first)
@@ -384,11 +394,20 @@ type limitedPick struct {
 	total   int64
 	want    int
 	taken   []string
+	tokens  *keyTokens // nil: no key rate limits
 }
 
 // room is how many more tasks of key the limits admit (-1: any number).
 func (p *limitedPick) room(key string) int64 {
-	return p.flow.Admit(p.total, p.running[key], p.flow.KeyLimitFor(key, p.own[key]))
+	return minRoom(p.flow.Admit(p.total, p.running[key], p.flow.KeyLimitFor(key, p.own[key])), p.tokens.room(key))
+}
+
+// minRoom is the smaller of two rooms, -1 meaning no limit.
+func minRoom(a, b int64) int64 {
+	if a < 0 || b >= 0 && b < a {
+		return b
+	}
+	return a
 }
 
 func (p *limitedPick) full() bool { return len(p.taken) >= p.want }
@@ -402,6 +421,7 @@ func (p *limitedPick) offer(c readyCand) {
 	p.taken = append(p.taken, c.id)
 	p.running[c.key]++
 	p.total++
+	p.tokens.take(c.key)
 }
 
 // afterSQL selects, with sel (a SELECT list over tasks t) and the
@@ -426,7 +446,7 @@ func (p *limitedPick) rooms() (string, int64, error) {
 	def := left
 	// The room of a key without running tasks or settings: any non-empty
 	// key's limit without settings is the queue's key_limit.
-	if r := p.flow.Admit(p.total, 0, p.flow.KeyLimitFor("any", nil)); r >= 0 {
+	if r := minRoom(p.flow.Admit(p.total, 0, p.flow.KeyLimitFor("any", nil)), p.tokens.defaultRoom()); r >= 0 {
 		def = min(def, r)
 	}
 	note := func(k string) {
@@ -444,6 +464,11 @@ func (p *limitedPick) rooms() (string, int64, error) {
 	}
 	for k := range p.own {
 		note(k)
+	}
+	if p.tokens != nil {
+		for k := range p.tokens.buckets {
+			note(k)
+		}
 	}
 	j, err := json.Marshal(rooms)
 	return string(j), def, err

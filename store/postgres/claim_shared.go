@@ -89,7 +89,7 @@ const (
 // stores its count in its own slot row. A count made
 // under other settings (another xmin: UpdateQueue rewrote the row, say
 // when the queue became limited and plain claims had run) is not used.
-var sharedVerdictSQL = `WITH q0 AS (SELECT paused OR fair_by <> '' AS other, rate_per_second > 0 AS rated, xmin::text AS ver,
+var sharedVerdictSQL = `WITH q0 AS (SELECT paused OR fair_by <> '' OR key_rated AS other, rate_per_second > 0 AS rated, xmin::text AS ver,
 	nullif(max_running, 0) AS mlim,
 	least(nullif(key_limit, 0), (SELECT min(k.lim) FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0)) AS klim
 	FROM {s}.queues WHERE name = $1),

@@ -64,11 +64,12 @@ func readyKeysCTE(col string) string {
 func (s *Store) pickFair(ctx context.Context, tx flowQuerier, queue string, want int, g *gateView) picked {
 	flow, own, running, total := g.flow, g.own, g.running, g.total
 	byLabel := flow.GroupsByLabel()
+	tokens := g.tokensFor()
 	room := func(key string) int64 {
 		if byLabel { // no key limits: its keys are a label's values
 			return flow.Admit(total, 0, 0)
 		}
-		return flow.Admit(total, running[key], flow.KeyLimitFor(key, own[key]))
+		return minRoom(flow.Admit(total, running[key], flow.KeyLimitFor(key, own[key])), tokens.room(key))
 	}
 	if flow.MaxRunning > 0 {
 		want = int(min(int64(want), max(int64(flow.MaxRunning)-total, 0)))
@@ -80,6 +81,11 @@ func (s *Store) pickFair(ctx context.Context, tx flowQuerier, queue string, want
 	if !byLabel {
 		for k := range running {
 			if room(k) == 0 {
+				blocked = append(blocked, k)
+			}
+		}
+		for k := range g.keyBuckets {
+			if _, seen := running[k]; !seen && room(k) == 0 {
 				blocked = append(blocked, k)
 			}
 		}
@@ -130,6 +136,7 @@ func (s *Store) pickFair(ctx context.Context, tx flowQuerier, queue string, want
 		best.vt += norn.FairStride(w)
 		running[best.key]++
 		total++
+		tokens.take(best.key)
 	}
 	return picked{ids: taken, writes: s.fairWrites(queue, keys, fairNow, room)}
 }
@@ -168,17 +175,19 @@ func (s *Store) pickStale(ctx context.Context, tx flowQuerier, queue string, wan
 	return s.pickLimited(ctx, tx, queue, want, &stale)
 }
 
-// checkFair refuses key limits on a queue fair by a label and, when
+// checkFair refuses key limits and key rate limits on a queue fair by a
+// label and, when
 // fair_by changes, gives the queue's live tasks their new fair keys (one
 // pass over the queue's tasks) and restarts the virtual times.
 func (s *Store) checkFair(ctx context.Context, tx pgx.Tx, queue string, u *norn.QueueUpdate, was, now norn.QueueFlow) error {
 	if now.GroupsByLabel() {
-		var keyLimits bool
-		err := tx.QueryRow(ctx, s.q(`SELECT EXISTS (SELECT 1 FROM {s}.queue_keys WHERE queue = $1 AND lim > 0)`), queue).Scan(&keyLimits)
+		var keyLimits, keyRates bool
+		err := tx.QueryRow(ctx, s.q(`SELECT EXISTS (SELECT 1 FROM {s}.queue_keys WHERE queue = $1 AND lim > 0),
+	EXISTS (SELECT 1 FROM {s}.queue_keys WHERE queue = $1 AND rate_per_second > 0)`), queue).Scan(&keyLimits, &keyRates)
 		if err != nil {
 			return err
 		}
-		if err := u.CheckFlow(now, keyLimits); err != nil {
+		if err := u.CheckFlow(now, keyLimits, keyRates); err != nil {
 			return err
 		}
 	}

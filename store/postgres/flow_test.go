@@ -92,6 +92,23 @@ func TestRateLimitAcrossInstances(t *testing.T) {
 	storetest.ConcurrentRate(t, stores, clock, context.Background())
 }
 
+// TestKeyRateLimitAcrossInstances: per-key rate limits hold exactly with
+// claimers on three instances of one schema (three nodes of a cluster).
+func TestKeyRateLimitAcrossInstances(t *testing.T) {
+	clock := storetest.NewFakeClock()
+	first := openTest(t, clock, func(c *Config) { c.DisableMonitor = true })
+	stores := []norn.Store{first}
+	for range 2 {
+		s, err := Open(context.Background(), Config{URL: first.cfg.URL, Schema: first.cfg.Schema, Clock: clock, DisableMonitor: true})
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		t.Cleanup(func() { s.Close() })
+		stores = append(stores, s)
+	}
+	storetest.ConcurrentKeyRate(t, stores, clock, context.Background())
+}
+
 // TestRateLimitWakesOnlyForTokens has six long-polling claimers on one
 // node burn down a queue limited to 25 tasks/s with a burst of 1. Each
 // token must wake about one of them, not all six: the claims the rate

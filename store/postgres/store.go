@@ -179,6 +179,7 @@ type Store struct {
 	channel string
 
 	closed    atomic.Bool
+	keyPruned atomic.Int64    // when the sweep last pruned key buckets (unix ns; keyrate.go)
 	ctx       context.Context // cancelled by Close: ends waiting claims
 	cancel    context.CancelFunc
 	wake      *broadcaster // ready tasks: long-polling claimers

@@ -832,17 +832,18 @@ func scanQueue(row pgx.Row) (queueDefaults, error) {
 		retry                  []byte
 		maxAtt                 int32
 	)
-	var maxRunning, keyLimit, rateBurst int32
+	var maxRunning, keyLimit, rateBurst, keyBurst int32
 	var fairBy string
-	var ratePerSecond float64
+	var ratePerSecond, keyRate float64
 	if err := row.Scan(&d.name, &d.paused, &timeout, &retry, &maxAtt, &rc, &ra, &rcanc, &maxRuntime, &maxRunning, &keyLimit,
-		&fairBy, &ratePerSecond, &rateBurst, &expireIn, &d.SequenceOnFailure); err != nil {
+		&fairBy, &ratePerSecond, &rateBurst, &expireIn, &d.SequenceOnFailure, &keyRate, &keyBurst); err != nil {
 		return d, err
 	}
 	d.Timeout, d.MaxRuntime, d.ExpireIn = norn.Duration(timeout), norn.Duration(maxRuntime), norn.Duration(expireIn)
 	d.MaxAttempts = int(maxAtt)
 	d.flow = norn.QueueFlow{MaxRunning: int(maxRunning), KeyLimit: int(keyLimit), FairBy: fairBy,
-		RateLimit: norn.RateLimit{PerSecond: ratePerSecond, Burst: int(rateBurst)}}
+		RateLimit:    norn.RateLimit{PerSecond: ratePerSecond, Burst: int(rateBurst)},
+		KeyRateLimit: norn.RateLimit{PerSecond: keyRate, Burst: int(keyBurst)}}
 	d.Retention = norn.Retention{Completed: norn.Duration(rc), Aborted: norn.Duration(ra), Cancelled: norn.Duration(rcanc)}
 	if len(retry) > 0 {
 		d.Retry = new(norn.RetryPolicy)

@@ -45,7 +45,7 @@ func (s *Store) Sweep(ctx context.Context) (norn.SweepReport, error) {
 	if err := s.fireBatches(ctx, &rep); err != nil {
 		return rep, err
 	}
-	return rep, nil
+	return rep, s.pruneKeyBuckets(ctx)
 }
 
 // noSortSQL runs before the statements that take the head of a partial

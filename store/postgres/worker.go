@@ -171,12 +171,19 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 			if err != nil {
 				return err
 			}
+			holds, refused, err := s.keyHolds(ctx, conn, ops, todo, recs, results)
+			if err != nil {
+				return err
+			}
 			// Decide every operation in order on the evolving state; several
 			// operations on one task become one change.
 			changes := map[string]*change{}
 			var order []*change
 			opsOf := map[string][]int{}
 			for _, i := range todo {
+				if refused[i] {
+					continue // a snooze holding back a key without a rate limit
+				}
 				op := ops[i]
 				id := op.TaskID
 				c := changes[id]
@@ -213,6 +220,9 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 				if !res.ok[c.cur.ID] {
 					retry = append(retry, opsOf[c.cur.ID]...)
 				}
+			}
+			if err := s.holdKeys(ctx, conn, ops, holds, recs, res.ok, now); err != nil {
+				return err
 			}
 			if len(res.released) > 0 || readyAmong(order) {
 				s.wake.fire()

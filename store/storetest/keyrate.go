@@ -72,6 +72,18 @@ func keyRateCases(t *testing.T, setup setupFunc) {
 		eqSet(t, "0.1 s later", krClaim(b, 30), "vip10")
 	})
 
+	t.Run("KeyRateLimitHoldsInAFairQueue", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		krSet(b, norn.QueueUpdate{FairBy: ptr(norn.FairByConcurrencyKey), KeyRateLimit: &norn.RateLimit{PerSecond: 1, Burst: 1}})
+		krTasks(b, "a", 3)
+		krTasks(b, "b", 3)
+		eqSet(t, "first claim", krClaim(b, 10), "a0", "b0")
+		b.claimNone("q")
+		b.clock.Advance(time.Second)
+		eqSet(t, "a second later", krClaim(b, 10), "a1", "b1")
+	})
+
 	t.Run("KeyRateLimitLongPollWakesWhenAKeysTokenComes", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
