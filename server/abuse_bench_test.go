@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -36,10 +37,15 @@ import (
 // The abuse runs for half a second before the ordinary client starts.
 // Each iteration is two seconds of that client: a request every 5 ms
 // (about 400); p50-ms, p99-ms and max-ms are over all of them.
-// abuse-batches/s and scrapes/s are the abuser's rates while measured. Run it alone on a quiet machine, for example
+// abuse-batches/s and scrapes/s are the abuser's rates while measured. The
+// process runs with GOMAXPROCS raised as `norn server` raises it
+// (RaiseProcs). Run it alone on a quiet machine, for example
 //
 //	go test -run '^$' -bench NormalClientUnderAbuse -benchtime 5x ./server/
 func BenchmarkNormalClientUnderAbuse(b *testing.B) {
+	// As `norn server` runs (procs.go); GOMAXPROCS=2 in the environment
+	// measures without it.
+	defer runtime.GOMAXPROCS(RaiseProcs())
 	b.Run("queues-100k-metrics-polled", func(b *testing.B) {
 		base, client, stop := abuseServer(b, nil)
 		defer stop()

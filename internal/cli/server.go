@@ -169,6 +169,7 @@ flight (up to --shutdown-timeout) and closes the store.`,
 				if err := applyEnv(cmd.Flags(), serverEnv, os.LookupEnv); err != nil {
 					return err
 				}
+				server.RaiseProcs()
 				return runServer(cmd, sf)
 			},
 		}
