@@ -133,7 +133,7 @@ func queueUpdate(q norn.QueueInfo) norn.QueueUpdate {
 	}
 	u := norn.QueueUpdate{Paused: &q.Paused, Timeout: &d.Timeout, MaxAttempts: &d.MaxAttempts, Retention: &d.Retention,
 		MaxRuntime: &d.MaxRuntime, ExpireIn: &d.ExpireIn, MaxRunning: &q.MaxRunning, KeyLimit: &q.KeyLimit, FairBy: &q.FairBy,
-		RateLimit: &q.RateLimit}
+		RateLimit: &q.RateLimit, KeyRateLimit: &q.KeyRateLimit, SequenceOnFailure: &d.SequenceOnFailure}
 	if d.Retry != nil {
 		// A queue without a policy follows the default; a zero one never
 		// retries: only the latter is set.

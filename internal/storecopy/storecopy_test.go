@@ -50,9 +50,12 @@ func seed(t *testing.T, src norn.Store) {
 		}
 	}
 	two, ten := 2, norn.Duration(10*time.Minute)
+	cont := norn.SequenceContinue
 	_, err := src.UpdateQueue(ctx, "mail", norn.QueueUpdate{MaxAttempts: &two, ExpireIn: &ten, KeyLimit: &two,
-		Retry: &norn.RetryPolicy{MaxRetries: 3, Base: norn.Duration(time.Second), Jitter: norn.JitterFull},
-		Keys:  map[string]*norn.KeySettings{"acme": {Limit: 1}}})
+		Retry:             &norn.RetryPolicy{MaxRetries: 3, Base: norn.Duration(time.Second), Jitter: norn.JitterFull},
+		KeyRateLimit:      &norn.RateLimit{PerSecond: 5, Burst: 2},
+		SequenceOnFailure: &cont,
+		Keys:              map[string]*norn.KeySettings{"acme": {Limit: 1, RateLimit: norn.RateLimit{PerSecond: 1, Burst: 1}}}})
 	must(err)
 	_, err = src.CreateBatch(ctx, norn.NewBatch{ID: "wf", Labels: map[string]string{"k": "v"}, OnComplete: &norn.NewTask{Queue: "cbq"}})
 	must(err)
@@ -162,7 +165,8 @@ func TestCopyEmbeddedToPostgres(t *testing.T) {
 	}
 	q, err := dst.Queue(ctx, "mail")
 	if err != nil || q.Defaults.MaxAttempts != 2 || q.Defaults.Retry == nil || q.Defaults.Retry.Jitter != norn.JitterFull ||
-		q.KeyLimit != 2 || q.Defaults.ExpireIn.D() != 10*time.Minute {
+		q.KeyLimit != 2 || q.Defaults.ExpireIn.D() != 10*time.Minute || q.KeyRateLimit != (norn.RateLimit{PerSecond: 5, Burst: 2}) ||
+		q.Defaults.SequenceOnFailure != norn.SequenceContinue || len(q.Keys) != 1 || q.Keys[0].RateLimit.PerSecond != 1 {
 		t.Fatalf("queue settings in the copy: %+v %v", q, err)
 	}
 	if sc, err := dst.GetSchedule(ctx, "nightly"); err != nil || sc.Cron != "0 3 * * *" {
