@@ -175,40 +175,7 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 			if err != nil {
 				return err
 			}
-			// Decide every operation in order on the evolving state; several
-			// operations on one task become one change.
-			changes := map[string]*change{}
-			var order []*change
-			opsOf := map[string][]int{}
-			for _, i := range todo {
-				if refused[i] {
-					continue // a snooze holding back a key without a rate limit
-				}
-				op := ops[i]
-				id := op.TaskID
-				c := changes[id]
-				var r *rec
-				if c != nil {
-					r = c.cur
-				} else if o := recs[id]; o != nil {
-					r = o.clone()
-				}
-				dl, kind, hist, err := s.decide(op, r, now)
-				results[i] = norn.LeaseOpResult{Deadline: dl, Err: asNornErr(err)}
-				if err != nil {
-					continue
-				}
-				if c == nil {
-					c = &change{old: recs[id], cur: r}
-					changes[id] = c
-					order = append(order, c)
-				}
-				c.hist = append(c.hist, hist...)
-				if kind != "" || c.kind == "" {
-					c.kind = kind
-				}
-				opsOf[id] = append(opsOf[id], i)
-			}
+			changes, order, opsOf := s.decideAll(ops, todo, recs, refused, now, results)
 			if err := s.repeats(ctx, conn, ops, todo, recs, changes, results); err != nil {
 				return err
 			}
@@ -235,6 +202,45 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 		todo = retry
 	}
 	return results, nil
+}
+
+// decideAll decides every operation of ops[todo] in order on the evolving
+// state (the tasks' rows in recs); several operations on one task become
+// one change. Operations refused before (refused) are skipped. It returns
+// the changes by task, in order, and each task's operations.
+func (s *Store) decideAll(ops []norn.LeaseOp, todo []int, recs map[string]*rec, refused map[int]bool, now time.Time,
+	results []norn.LeaseOpResult) (changes map[string]*change, order []*change, opsOf map[string][]int) {
+	changes, opsOf = map[string]*change{}, map[string][]int{}
+	for _, i := range todo {
+		if refused[i] {
+			continue // a snooze holding back a key without a rate limit
+		}
+		op := ops[i]
+		id := op.TaskID
+		c := changes[id]
+		var r *rec
+		if c != nil {
+			r = c.cur
+		} else if o := recs[id]; o != nil {
+			r = o.clone()
+		}
+		dl, kind, hist, err := s.decide(op, r, now)
+		results[i] = norn.LeaseOpResult{Deadline: dl, Err: asNornErr(err)}
+		if err != nil {
+			continue
+		}
+		if c == nil {
+			c = &change{old: recs[id], cur: r}
+			changes[id] = c
+			order = append(order, c)
+		}
+		c.hist = append(c.hist, hist...)
+		if kind != "" || c.kind == "" {
+			c.kind = kind
+		}
+		opsOf[id] = append(opsOf[id], i)
+	}
+	return changes, order, opsOf
 }
 
 // repeats turns into successes the finishing operations refused as

@@ -17,6 +17,18 @@ import (
 // by a key's token, a worker's back-pressure (snooze with scope "key"),
 // and bad input.
 func keyRateCases(t *testing.T, setup setupFunc) {
+	keyRateCasesKeyRateLimitGivesEachKeyItsOwnBucket(t, setup)
+	keyRateCasesKeyRateLimitSkipsAKeyWithoutTokens(t, setup)
+	keyRateCasesKeyRateLimitOfTheKeyOverridesTheQueue(t, setup)
+	keyRateCasesKeyRateLimitHoldsInAFairQueue(t, setup)
+	keyRateCasesKeyRateLimitLongPollWakesWhenAKeysTokenComes(t, setup)
+	keyRateCasesKeyRateLimitRemovedReleasesEveryKey(t, setup)
+	keyRateCasesSnoozeWithKeyScopeHoldsTheKeyBack(t, setup)
+	keyRateCasesKeyRateLimitBadInputChangesNothing(t, setup)
+	keyRateCasesKeyRateLimitHoldsUnderConcurrentClaimers(t, setup)
+}
+
+func keyRateCasesKeyRateLimitGivesEachKeyItsOwnBucket(t *testing.T, setup setupFunc) {
 	t.Run("KeyRateLimitGivesEachKeyItsOwnBucket", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -39,7 +51,9 @@ func keyRateCases(t *testing.T, setup setupFunc) {
 			t.Fatalf("Queue: key_rate_limit %+v, %v", got.KeyRateLimit, err)
 		}
 	})
+}
 
+func keyRateCasesKeyRateLimitSkipsAKeyWithoutTokens(t *testing.T, setup setupFunc) {
 	t.Run("KeyRateLimitSkipsAKeyWithoutTokens", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -51,7 +65,9 @@ func keyRateCases(t *testing.T, setup setupFunc) {
 		b.submit(norn.NewTask{ID: "free", Queue: "q"})
 		eqSet(t, "second claim", krClaim(b, 10), "free")
 	})
+}
 
+func keyRateCasesKeyRateLimitOfTheKeyOverridesTheQueue(t *testing.T, setup setupFunc) {
 	t.Run("KeyRateLimitOfTheKeyOverridesTheQueue", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -71,7 +87,9 @@ func keyRateCases(t *testing.T, setup setupFunc) {
 		b.clock.Advance(100 * time.Millisecond)
 		eqSet(t, "0.1 s later", krClaim(b, 30), "vip10")
 	})
+}
 
+func keyRateCasesKeyRateLimitHoldsInAFairQueue(t *testing.T, setup setupFunc) {
 	t.Run("KeyRateLimitHoldsInAFairQueue", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -83,7 +101,9 @@ func keyRateCases(t *testing.T, setup setupFunc) {
 		b.clock.Advance(time.Second)
 		eqSet(t, "a second later", krClaim(b, 10), "a1", "b1")
 	})
+}
 
+func keyRateCasesKeyRateLimitLongPollWakesWhenAKeysTokenComes(t *testing.T, setup setupFunc) {
 	t.Run("KeyRateLimitLongPollWakesWhenAKeysTokenComes", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -95,7 +115,9 @@ func keyRateCases(t *testing.T, setup setupFunc) {
 		b.clock.Advance(100 * time.Millisecond)
 		eqStrings(t, "long poll", ids(woken(t, got, "a token of the key came")), []string{"a1"})
 	})
+}
 
+func keyRateCasesKeyRateLimitRemovedReleasesEveryKey(t *testing.T, setup setupFunc) {
 	t.Run("KeyRateLimitRemovedReleasesEveryKey", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -105,7 +127,9 @@ func keyRateCases(t *testing.T, setup setupFunc) {
 		krSet(b, norn.QueueUpdate{KeyRateLimit: &norn.RateLimit{}})
 		eqSet(t, "after removal", krClaim(b, 5), "a1", "a2")
 	})
+}
 
+func keyRateCasesSnoozeWithKeyScopeHoldsTheKeyBack(t *testing.T, setup setupFunc) {
 	t.Run("SnoozeWithKeyScopeHoldsTheKeyBack", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -127,7 +151,9 @@ func keyRateCases(t *testing.T, setup setupFunc) {
 			t.Fatalf("when the snooze ended: claimed %v, want one task of key a", got)
 		}
 	})
+}
 
+func keyRateCasesKeyRateLimitBadInputChangesNothing(t *testing.T, setup setupFunc) {
 	t.Run("KeyRateLimitBadInputChangesNothing", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
@@ -175,7 +201,9 @@ func keyRateCases(t *testing.T, setup setupFunc) {
 			t.Fatalf("a0 after refused snoozes: %s", canonTask(g))
 		}
 	})
+}
 
+func keyRateCasesKeyRateLimitHoldsUnderConcurrentClaimers(t *testing.T, setup setupFunc) {
 	t.Run("KeyRateLimitHoldsUnderConcurrentClaimers", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)
