@@ -16,7 +16,10 @@ import (
 //     key's tasks run one at a time, in submit order: a claim takes at
 //     most one task per key, and each completion hands its key on);
 //   - shaping-batch: plain tasks claimed with min (half the claim size)
-//     and a 10 ms linger, the cost of counting before each claim.
+//     and a 10 ms linger, the cost of counting before each claim;
+//   - shaping-keyrate: the tasks spread over cfg.Keys concurrency keys in
+//     a queue whose key_rate_limit cannot bind (each key's bucket holds a
+//     million tokens), the cost of keeping a bucket per key.
 func Shaping(ctx context.Context, st norn.Store, env Env, cfg Config) ([]Result, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 2
@@ -30,7 +33,7 @@ func Shaping(ctx context.Context, st norn.Store, env Env, cfg Config) ([]Result,
 		n = 100_000
 	}
 	var out []Result
-	for _, pass := range []string{"plain", "sequences", "batch"} {
+	for _, pass := range []string{"plain", "sequences", "batch", "keyrate"} {
 		r, err := shaping(ctx, st, env, cfg, pass, n)
 		if err != nil {
 			return out, err
@@ -45,9 +48,18 @@ func shaping(ctx context.Context, st norn.Store, env Env, cfg Config, pass strin
 	defer cleanup(ctx, cfg, st, q)
 	body := spec(cfg.SpecBytes)
 	mk := func(int) norn.NewTask { return norn.NewTask{Queue: q, Spec: body} }
-	if pass == "sequences" {
+	switch pass {
+	case "sequences":
 		mk = func(i int) norn.NewTask {
 			return norn.NewTask{Queue: q, Spec: body, SequenceKey: "s" + strconv.Itoa(i%cfg.Keys)}
+		}
+	case "keyrate":
+		rl := norn.RateLimit{PerSecond: norn.MaxRatePerSecond, Burst: norn.MaxRateBurst}
+		if _, err := st.UpdateQueue(ctx, q, norn.QueueUpdate{KeyRateLimit: &rl}); err != nil {
+			return Result{}, err
+		}
+		mk = func(i int) norn.NewTask {
+			return norn.NewTask{Queue: q, Spec: body, ConcurrencyKey: "k" + strconv.Itoa(i%cfg.Keys)}
 		}
 	}
 	workload := "shaping-" + pass
@@ -66,7 +78,7 @@ func shaping(ctx context.Context, st norn.Store, env Env, cfg Config, pass strin
 		return Result{}, err
 	}
 	r.Workers, r.Batch = cfg.Workers, cfg.ClaimBatch
-	if pass == "sequences" {
+	if pass == "sequences" || pass == "keyrate" {
 		r.Queued = cfg.Keys
 	}
 	return r, nil

@@ -332,14 +332,15 @@ func TestWorkloads(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(rs) != 3 || rs[0].Workload != "shaping-plain" || rs[1].Workload != "shaping-sequences" || rs[2].Workload != "shaping-batch" {
-					t.Fatalf("results %+v, want shaping-plain, -sequences and -batch", rs)
+				if len(rs) != 4 || rs[0].Workload != "shaping-plain" || rs[1].Workload != "shaping-sequences" || rs[2].Workload != "shaping-batch" ||
+					rs[3].Workload != "shaping-keyrate" {
+					t.Fatalf("results %+v, want shaping-plain, -sequences, -batch and -keyrate", rs)
 				}
 				for _, r := range rs {
 					checkCommon(t, r, r.Workload, env, 600)
 				}
-				if rs[1].Queued != 7 || st.completed.Load() != 1800 {
-					t.Errorf("sequences over %d keys, completed %d; want 7 keys and 1800", rs[1].Queued, st.completed.Load())
+				if rs[1].Queued != 7 || rs[3].Queued != 7 || st.completed.Load() != 2400 {
+					t.Errorf("sequences over %d keys, keys rated %d, completed %d; want 7, 7 and 2400", rs[1].Queued, rs[3].Queued, st.completed.Load())
 				}
 				checkEmpty(t, base)
 			})

@@ -106,11 +106,13 @@ Not part of "all":
            small keys' submit → claim latency (tasks unclaimed at the end
            count with the time they waited), TASKS/S the total claim
            throughput.
-  shaping  the work burn-down three times: plain, the tasks spread over
+  shaping  the work burn-down four times: plain, the tasks spread over
            --keys sequences (one task per key at a time, in submit
-           order), and plain tasks claimed with min half the claim size
-           and a 10 ms linger (batch claims); what ordering and batching
-           cost against a plain queue.
+           order), plain tasks claimed with min half the claim size
+           and a 10 ms linger (batch claims), and the tasks spread over
+           --keys concurrency keys under a key rate limit that cannot
+           bind; what ordering, batching and per-key buckets cost
+           against a plain queue.
 
 Where it runs:
   default                  in-process against --store (default: an embedded
@@ -164,7 +166,7 @@ func (o *benchOptions) add(f *pflag.FlagSet) {
 	f.DurationVar(&o.window, "window", 0, "fairness workload: how long to measure (default 10s)")
 	f.BoolVar(&o.limits, "limits", false, "work workload: configure flow limits that cannot bind (measures the limited claim path)")
 	f.IntVar(&o.keyLimit, "key-limit", 0, "work workload: set key_limit to N over --keys concurrency keys (a small limit that rarely binds); fairness: add a pass with key_limit N and no fair_by")
-	f.IntVar(&o.keys, "keys", 0, "work workload with --limits or --key-limit: how many concurrency keys the tasks take in turn; shaping: how many sequences (default 1000)")
+	f.IntVar(&o.keys, "keys", 0, "work workload with --limits or --key-limit: how many concurrency keys the tasks take in turn; shaping: how many sequences and rate-limited keys (default 1000)")
 	f.BoolVar(&o.rateLimit, "rate-limit", false, "work workload: configure a rate limit that cannot bind (measures the rate-limited claim path)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	f.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end of the run to this file")
