@@ -146,17 +146,26 @@ type gateView struct {
 // exclusively, settles the queue's head and reads its gateView, in one
 // round trip.
 func (s *Store) readUnderGate(ctx context.Context, conn *pgx.Conn, c claimCall) (*gateView, error) {
-	g := &gateView{own: map[string]*norn.KeySettings{}, running: map[string]int64{}}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, s.channel+"/flow/"+c.queue)
 	b.Queue(noSeqScanSQL)
+	g := s.queueGateReads(b, c.queue, 4*c.want+16)
+	return g, conn.SendBatch(ctx, b).Close()
+}
+
+// queueGateReads queues on b, inside a transaction holding queue's gate
+// exclusively, the settle of its head (up to n tasks) and the reads of
+// its gateView, which the batch's results fill in.
+func (s *Store) queueGateReads(b *pgx.Batch, queue string, n int) *gateView {
+	g := &gateView{own: map[string]*norn.KeySettings{}, running: map[string]int64{}}
+	c := claimCall{queue: queue}
 	// The queue's leases and first ready rows (shared and keyed claims
 	// take tasks through them) become ordinary rows: the counts below
 	// count running rows, and the pick reads ordinary ones at the head.
 	// Each task is moved once, so this costs one more write per task at
 	// most, and nothing when the queue has neither.
-	s.queueSettleHead(b, c.queue, 4*c.want+16, &g.readyLeft)
+	s.queueSettleHead(b, c.queue, n, &g.readyLeft)
 	b.Queue(s.q(`SELECT paused, max_running, key_limit, fair_by, fair_now, rate_per_second, rate_burst,
 	key_rate_per_second, key_rate_burst FROM {s}.queues WHERE name = $1`), c.queue).QueryRow(func(row pgx.Row) error {
 		var maxRunning, keyLimit, burst, keyBurst int32
@@ -197,7 +206,7 @@ WHERE queue = $1 AND (lim > 0 OR weight > 0 OR rate_per_second > 0)`), c.queue).
 	b.Queue(s.q(bucketSQL), c.queue, s.clockNow()).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&g.bucket.now, &g.bucket.tokens, &g.bucket.at)
 	})
-	return g, conn.SendBatch(ctx, b).Close()
+	return g
 }
 
 // leftSQL counts, up to $2, the ready tasks a claim left (its own are
