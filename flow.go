@@ -101,13 +101,20 @@ const MaxKeyWeight = 1000
 
 // ValidateFairBy checks a FairBy value.
 func ValidateFairBy(field, v string) error {
+	return validateKeyChoice(field, v, "fair claiming off")
+}
+
+// validateKeyChoice checks a value naming what tasks are grouped by
+// (fair_by, a claim's group_by): "", "concurrency_key" or "label:NAME";
+// empty says what "" turns off.
+func validateKeyChoice(field, v, empty string) error {
 	if v == "" || v == FairByConcurrencyKey {
 		return nil
 	}
 	l, ok := QueueFlow{FairBy: v}.FairLabel()
 	if !ok {
-		return Invalid(field, "must be %q or %q followed by a label name (\"\" turns fair claiming off), not %q",
-			FairByConcurrencyKey, FairByLabelPrefix, truncate(v, 40))
+		return Invalid(field, "must be %q or %q followed by a label name (\"\" turns %s), not %q",
+			FairByConcurrencyKey, FairByLabelPrefix, empty, truncate(v, 40))
 	}
 	if len(l) > MaxLabelKeyLength || strings.ContainsAny(l, ":,") {
 		return Invalid(field, "label name %q must be 1..%d bytes without ':' or ','", truncate(l, 40), MaxLabelKeyLength)

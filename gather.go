@@ -25,3 +25,49 @@ func (r *ClaimRequest) Gathered(ready int, oldest, now time.Time) (take bool, re
 	}
 	return false, due
 }
+
+// Group claims (ClaimRequest.GroupBy) gather per group: a store lists the
+// groups that can give a task now, in claim order of each group's first
+// such task, with each group's counts over the claim's queues, and
+// ChooseGroup picks the group the answer is made of.
+
+// GroupStats is what a store counts of one group of a group_by claim.
+type GroupStats struct {
+	// Ready counts the group's ready tasks in the claim's open queues
+	// (at least up to Min: beyond it the count changes nothing).
+	Ready int
+	// Oldest is when the group's task ready longest became ready (needed
+	// only while Ready is below Min).
+	Oldest time.Time
+}
+
+// ChooseGroup decides which group a group_by claim takes, given the
+// groups in claim order: the first one Gathered takes, as i (-1: none).
+// When it takes none, retry is when one of them would be taken by itself
+// (its linger ends; zero when only new tasks can change the answer).
+// Without Min (or Min 1) the first group is taken: the answer is the
+// ordinary claim's, kept to one group.
+func (r *ClaimRequest) ChooseGroup(groups []GroupStats, now time.Time) (i int, retry time.Time) {
+	for i, g := range groups {
+		take, due := r.Gathered(g.Ready, g.Oldest, now)
+		if take {
+			return i, time.Time{}
+		}
+		if !due.IsZero() && (retry.IsZero() || due.Before(retry)) {
+			retry = due
+		}
+	}
+	return -1, retry
+}
+
+// ValidateGroupBy checks a GroupBy value: the values of FairBy.
+func ValidateGroupBy(field, v string) error {
+	return validateKeyChoice(field, v, "grouping off")
+}
+
+// GroupOf returns the value a task with the given concurrency key and
+// labels (as submitted) has under r.GroupBy: "" when the claim does not
+// group or the task has no such value.
+func (r *ClaimRequest) GroupOf(concurrencyKey string, labels map[string]string) string {
+	return QueueFlow{FairBy: r.GroupBy}.FairKey(concurrencyKey, labels)
+}

@@ -426,6 +426,17 @@ type ClaimRequest struct {
 	// Linger bounds how long a ready task waits for a batch of Min to
 	// gather (0: until Min are ready). Needs Min.
 	Linger Duration `json:"linger,omitzero"`
+	// GroupBy makes every task of one answer share a value:
+	// "concurrency_key", or "label:NAME" for the task's label NAME as
+	// submitted; tasks without it share the value "". The answer holds
+	// the tasks of one group only: the group of the first task in claim
+	// order whose group has Min ready tasks in the claim's queues, or
+	// whose task ready longest has waited Linger (without Min: the group
+	// of the first task in claim order). Flow limits still apply to the
+	// group's tasks, so an answer may hold fewer than Min, never more
+	// than the limits allow. Each task keeps its own lease and outcome.
+	// See ChooseGroup.
+	GroupBy string `json:"group_by,omitempty"`
 }
 
 // LeaseRef names a lease: every worker call must present the current one.

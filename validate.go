@@ -411,7 +411,7 @@ func (r *ClaimRequest) Validate() error {
 	if r.Linger > 0 && r.Min < 2 {
 		return Invalid("linger", "needs a min of 2 or more")
 	}
-	return nil
+	return ValidateGroupBy("group_by", r.GroupBy)
 }
 
 // Validate checks a lease reference.

@@ -97,7 +97,7 @@ func (s *Server) handleClaimQueue(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	return s.claim(w, r, norn.ClaimRequest{Worker: b.Worker, Queues: []string{q}, N: b.N, Timeout: b.Timeout, Wait: b.Wait,
-		Min: b.Min, Linger: b.Linger})
+		Min: b.Min, Linger: b.Linger, GroupBy: b.GroupBy})
 }
 
 func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) error {

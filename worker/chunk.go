@@ -61,6 +61,12 @@ type Chunk struct {
 	// Max is the most tasks in one chunk. Default Concurrency (capped at
 	// norn.MaxClaim); at most Concurrency.
 	Max int
+	// GroupBy makes every task of a chunk share a value (a group claim,
+	// norn.ClaimRequest.GroupBy): "concurrency_key", or "label:NAME" for
+	// the task's label NAME. Min and Linger then count per group: a chunk
+	// is the first group in claim order that has Min ready tasks, or
+	// whose task ready longest has waited Linger. "": no grouping.
+	GroupBy string
 }
 
 // check validates c against the worker's concurrency and returns a copy
@@ -93,6 +99,9 @@ func (c *Chunk) check(concurrency int) (*Chunk, error) {
 	}
 	if cc.Linger > 0 && cc.Min < 2 {
 		return nil, norn.Invalid("Chunk.Linger", "needs a Chunk.Min of 2 or more")
+	}
+	if err := norn.ValidateGroupBy("Chunk.GroupBy", cc.GroupBy); err != nil {
+		return nil, err
 	}
 	return &cc, nil
 }

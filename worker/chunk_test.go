@@ -150,6 +150,45 @@ func TestChunkOfMinArrivesInOneCall(t *testing.T) {
 	sp.cmu.Unlock()
 }
 
+// With GroupBy every chunk holds the tasks of one concurrency key, and
+// the claims say so.
+func TestChunkGroupBy(t *testing.T) {
+	t.Parallel()
+	st, sp := chunkServer(t)
+	var seen chunks
+	w := newWorker(t, sp, worker.Config{Queues: []string{"q"}, Concurrency: 4, Wait: 100 * time.Millisecond,
+		Chunk: &worker.Chunk{Min: 2, GroupBy: norn.FairByConcurrencyKey,
+			Handler: worker.ChunkHandlerFunc(func(ctx context.Context, tasks []*worker.Task) []error {
+				seen.add(tasks)
+				return nil
+			})}})
+	runWorker(t, w)
+	var all []string
+	for _, id := range []string{"x1", "y1", "x2", "y2"} {
+		all = append(all, submit(t, st, norn.NewTask{ID: id, Queue: "q", ConcurrencyKey: id[:1]}))
+	}
+	for _, id := range all {
+		waitStatus(t, st, id, 5*time.Second, norn.StatusCompleted)
+	}
+	got := seen.list()
+	if len(got) != 2 {
+		t.Fatalf("chunks %v, want two: x's and y's", got)
+	}
+	for _, c := range got {
+		if len(c) != 2 || c[0][:1] != c[1][:1] {
+			t.Errorf("chunk %v mixes keys (chunks %v)", c, got)
+		}
+	}
+	sp.cmu.Lock()
+	for _, cl := range sp.claims {
+		if cl.req.GroupBy != norn.FairByConcurrencyKey {
+			t.Errorf("claim group_by %q, want concurrency_key", cl.req.GroupBy)
+			break
+		}
+	}
+	sp.cmu.Unlock()
+}
+
 func TestChunkLingerHandsOutFewer(t *testing.T) {
 	t.Parallel()
 	st, sp := chunkServer(t)
@@ -457,6 +496,7 @@ func TestChunkConfigErrorsNameTheField(t *testing.T) {
 		{"linger without min", worker.Config{Queues: []string{"q"}, Chunk: &worker.Chunk{Handler: h, Linger: time.Second}}, "Chunk.Linger"},
 		{"negative linger", worker.Config{Queues: []string{"q"}, Chunk: &worker.Chunk{Handler: h, Min: 2, Linger: -time.Second}}, "Chunk.Linger"},
 		{"no queues", worker.Config{Chunk: &worker.Chunk{Handler: h}}, "Queues"},
+		{"unknown group_by", worker.Config{Queues: []string{"q"}, Chunk: &worker.Chunk{Handler: h, GroupBy: "tenant"}}, "Chunk.GroupBy"},
 	} {
 		_, err := worker.New(st, c.cfg)
 		var ne *norn.Error

@@ -158,3 +158,45 @@ func ExampleChunk() {
 	// row-grace completed
 	// row-empty aborted
 }
+
+// With GroupBy every chunk holds tasks that share a value: here the
+// label "table", so each chunk is one bulk insert into one table. Min and
+// Linger count per table: the two "users" rows make a chunk at once,
+// while the one "orders" row waits for a second, or for the linger.
+func ExampleChunk_groupBy() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir, _ := os.MkdirTemp("", "norn-example-")
+	defer os.RemoveAll(dir)
+	st, err := embedded.Open(ctx, embedded.Options{Dir: dir})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close()
+
+	chunks := make(chan string, 2)
+	insert := worker.ChunkHandlerFunc(func(ctx context.Context, tasks []*worker.Task) []error {
+		// Every task of the chunk has the same table.
+		chunks <- fmt.Sprintf("%d rows into %s", len(tasks), tasks[0].Labels["table"])
+		return nil
+	})
+	w, err := worker.New(st, worker.Config{Queues: []string{"rows"}, Concurrency: 10, Wait: 100 * time.Millisecond,
+		Chunk: &worker.Chunk{Handler: insert, Min: 2, Linger: 300 * time.Millisecond, GroupBy: "label:table"}})
+	if err != nil {
+		panic(err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Run(ctx) }()
+
+	row := func(id, table string) norn.NewTask {
+		return norn.NewTask{ID: id, Queue: "rows", Labels: map[string]string{"table": table}}
+	}
+	_, _ = st.Submit(ctx, row("u1", "users"), row("o1", "orders"), row("u2", "users"))
+	fmt.Println(<-chunks)
+	fmt.Println(<-chunks)
+	_ = w.Shutdown(context.Background())
+	<-stopped
+	// Output:
+	// 2 rows into users
+	// 1 rows into orders
+}

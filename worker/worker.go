@@ -429,6 +429,7 @@ func (w *Worker) claimLoop(ctx context.Context) error {
 		}
 		if c := w.cfg.Chunk; c != nil {
 			req.N = min(free, c.Max)
+			req.GroupBy = c.GroupBy
 			if c.Min >= 2 {
 				req.Min, req.Linger = c.Min, norn.Duration(c.Linger)
 			}

@@ -23,6 +23,7 @@ type workOptions struct {
 	batch       int
 	min         int
 	linger      time.Duration
+	groupBy     string
 	wait        time.Duration
 	grace       time.Duration
 	killGrace   time.Duration
@@ -63,7 +64,9 @@ kills them and yields their tasks back to the queue for another worker.
 With --min N, COMMAND runs once per chunk of tasks instead, for work that is
 cheaper in bulk: every claim waits until N tasks are ready (or, with
 --linger, until the one ready longest has waited that long) and takes up to
--c. The command gets one JSON line per task on stdin ({"id", "queue",
+-c. With --group-by concurrency_key (or label:NAME) every chunk holds tasks
+of one key (or one value of the label NAME) only, and --min and --linger
+count per key. The command gets one JSON line per task on stdin ({"id", "queue",
 "lease", "attempt", "spec", "traceparent"}) and NORN_WORKER and NORN_CHUNK
 (the number of tasks) in its environment, and prints one JSON line per task
 it decides:
@@ -79,7 +82,8 @@ Flags after the first argument of COMMAND belong to COMMAND; "--" before
 it is optional but clearer.`,
 			Example: `  norn work -q thumbnails -c 4 -- ./make-thumbnail.sh
   norn work -q emails -q emails-low --timeout 30s -- python3 send.py
-  norn work -q rows -c 500 --min 100 --linger 2s -- ./insert-rows.py`,
+  norn work -q rows -c 500 --min 100 --linger 2s -- ./insert-rows.py
+  norn work -q rows -c 500 --min 100 --linger 2s --group-by label:table -- ./insert-rows.py`,
 			Args: cobra.MinimumNArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				if len(o.queues) == 0 {
@@ -102,6 +106,11 @@ it is optional but clearer.`,
 					return usagef("--linger needs --min 2 or more: it bounds how long a chunk waits to gather --min tasks")
 				case o.min > 0 && o.batch != 0:
 					return usagef("--batch does not apply with --min: a chunk takes up to -c tasks")
+				case o.groupBy != "" && o.min < 1:
+					return usagef("--group-by needs --min 1 or more: it groups the tasks of a chunk")
+				}
+				if err := norn.ValidateGroupBy("--group-by", o.groupBy); err != nil {
+					return usagef("%v", err)
 				}
 				return withClient(g, func(c *client.Client) error { return runWork(cmd, c, &o, args) })
 			},
@@ -143,6 +152,7 @@ func (o *workOptions) add(f *pflag.FlagSet) {
 	f.IntVar(&o.batch, "batch", 0, fmt.Sprintf("most tasks per claim (0 = %d, never more than free slots)", worker.DefaultClaimBatch))
 	f.IntVar(&o.min, "min", 0, "run COMMAND once per chunk of tasks, claimed once this many are ready (see above; 0 = once per task)")
 	f.DurationVar(&o.linger, "linger", 0, "with --min: how long a ready task waits for --min to gather before a smaller chunk runs (0 = until --min are ready)")
+	f.StringVar(&o.groupBy, "group-by", "", "with --min: every chunk holds tasks of one concurrency_key, or of one value of label:NAME")
 	f.DurationVar(&o.wait, "wait", 0, fmt.Sprintf("long-poll wait per claim (0 = %s)", worker.DefaultWait))
 	f.DurationVar(&o.grace, "grace", worker.DefaultShutdownGrace, "on SIGTERM/Ctrl-C, how long running commands may finish before they are killed and their tasks yielded")
 	f.DurationVar(&o.killGrace, "kill-grace", 5*time.Second, "after SIGTERM to a cancelled command's process group, wait this long before SIGKILL (0 = SIGKILL at once)")
@@ -192,7 +202,8 @@ func runWork(cmd *cobra.Command, c *client.Client, o *workOptions, args []string
 		cfg.ShutdownGrace = -1 // --grace 0 means yield at once
 	}
 	if o.min > 0 {
-		cfg.Chunk = &worker.Chunk{Handler: (*worker.ChunkCommand)(cfg.Handler.(*worker.Command)), Min: o.min, Linger: o.linger}
+		cfg.Chunk = &worker.Chunk{Handler: (*worker.ChunkCommand)(cfg.Handler.(*worker.Command)), Min: o.min, Linger: o.linger,
+			GroupBy: o.groupBy}
 		cfg.Handler = nil
 	}
 	if o.maxLoad > 0 {

@@ -118,11 +118,71 @@ func TestWorkMinFlagsChecked(t *testing.T) {
 		{[]string{"--min", "1", "--linger", "1s", "-c", "4"}, "--linger needs --min 2"},
 		{[]string{"--min", "2", "-c", "4", "--linger=-1s"}, "--linger must not be negative"},
 		{[]string{"--min", "2", "-c", "4", "--batch", "3"}, "--batch does not apply with --min"},
+		{[]string{"--group-by", "concurrency_key", "-c", "4"}, "--group-by needs --min"},
+		{[]string{"--min", "2", "-c", "4", "--group-by", "tenant"}, "--group-by"},
 	} {
 		args := append(append([]string{"--server", "http://127.0.0.1:1", "work", "-q", "rows"}, c.args...), "true")
 		_, _, err := runNorn(t, args...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want %q", c.args, err, c.want)
 		}
+	}
+}
+
+// norn work --min --group-by runs one chunk per key: two tasks of x run
+// together, y's one task waits for a second.
+func TestWorkGroupByRunsOneKeyPerChunk(t *testing.T) {
+	t.Parallel()
+	st, err := embedded.Open(context.Background(), embedded.Options{Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	spy := &emptyClaims{Store: st}
+	srv := servertest.Start(t, server.Config{Store: spy})
+	runs := filepath.Join(t.TempDir(), "runs")
+	script := `cat >> "` + runs + `"; echo "chunk of $NORN_CHUNK" >> "` + runs + `"`
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	root := NewRoot()
+	var out, errb bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	root.SetArgs([]string{"--server", srv.URL(), "work", "-q", "rows", "-c", "5", "--min", "2", "--group-by", "concurrency_key",
+		"--wait", "200ms", "--", "sh", "-c", script})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+
+	_, err = st.Submit(context.Background(), norn.NewTask{ID: "x1", Queue: "rows", ConcurrencyKey: "x"},
+		norn.NewTask{ID: "y1", Queue: "rows", ConcurrencyKey: "y"}, norn.NewTask{ID: "x2", Queue: "rows", ConcurrencyKey: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	await.Until(t, 10*time.Second, "x1 and x2 completed", func() bool {
+		for _, id := range []string{"x1", "x2"} {
+			if tk, err := st.Get(context.Background(), id); err != nil || tk.Status != norn.StatusCompleted {
+				return false
+			}
+		}
+		return true
+	})
+	spy.mu.Lock()
+	spy.mark = time.Now()
+	spy.mu.Unlock()
+	await.Until(t, 10*time.Second, "an empty claim with y's one task ready", func() bool {
+		spy.mu.Lock()
+		defer spy.mu.Unlock()
+		return spy.empty > 0
+	})
+	if tk, _ := st.Get(context.Background(), "y1"); tk.Status != norn.StatusReady {
+		t.Errorf("y1 %s, want ready: its key has one task of --min 2", tk.Status)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("norn work: %v\nstderr: %s", err, errb.String())
+	}
+	b, _ := os.ReadFile(runs)
+	if strings.Count(string(b), "chunk of") != 1 || !strings.Contains(string(b), "chunk of 2") || strings.Contains(string(b), "y1") {
+		t.Errorf("command runs:\n%s\nwant one chunk of x1 and x2", b)
 	}
 }

@@ -244,9 +244,10 @@ type QueueClaimRequest struct {
 	N       int           `json:"n"`
 	Timeout norn.Duration `json:"timeout"`
 	Wait    norn.Duration `json:"wait"`
-	// Min and Linger make a batch claim (norn.ClaimRequest).
-	Min    int           `json:"min,omitempty"`
-	Linger norn.Duration `json:"linger,omitzero"`
+	// Min, Linger and GroupBy make a batch claim (norn.ClaimRequest).
+	Min     int           `json:"min,omitempty"`
+	Linger  norn.Duration `json:"linger,omitzero"`
+	GroupBy string        `json:"group_by,omitempty"`
 }
 
 // LeaseBatchRequest is the body of POST /v1/leases/batch. The server

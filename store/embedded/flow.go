@@ -78,9 +78,12 @@ func (g *keyGroup) eligible() bool {
 // task, as readyHeap orders tasks.
 type groupHeap []*keyGroup
 
-func (h groupHeap) Len() int { return len(h) }
-func (h groupHeap) Less(i, j int) bool {
-	a, b := h[i], h[j]
+func (h groupHeap) Len() int           { return len(h) }
+func (h groupHeap) Less(i, j int) bool { return topLess(h[i], h[j]) }
+
+// topLess orders two groups of a queue's top heap: a before b when a
+// claim takes from a first.
+func topLess(a, b *keyGroup) bool {
 	if c := norn.FairFirst(int64(a.head.priority), a.vt, int64(b.head.priority), b.vt); c != 0 {
 		return c < 0
 	}

@@ -80,9 +80,15 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 		attempt := req
 		attempt.Queues = req.ClaimOrder(rand.Float64)
 		err := s.run(func(tx *txn) error {
-			var take bool
-			if take, gatherIn = tx.gathered(&req); take {
+			if req.GroupBy != "" {
+				var err error
+				if claimed, gatherIn, err = tx.claimGroup(&attempt); err != nil {
+					return err
+				}
+			} else if take, in := tx.gathered(&req); take {
 				claimed = tx.claim(&attempt)
+			} else {
+				gatherIn = in
 			}
 			tokenIn = tx.tokenIn
 			if len(claimed) > 0 {
@@ -182,34 +188,9 @@ func (tx *txn) claim(req *norn.ClaimRequest) []*task {
 		p := tx.plan(q, req.N-len(out))
 		n0 := len(out)
 		for len(out) < req.N && q.claimable() && (p.tokens < 0 || len(out)-n0 < p.tokens) {
-			t := q.top[0].ready.first().t
-			if t.expires != 0 && t.expires <= tx.now {
-				// Expired before the monitor came by: never handed out.
-				tx.expire(t)
-				continue
+			if t := tx.take(q.top[0].ready.first().t, req); t != nil {
+				out = append(out, t)
 			}
-			if !tx.takeKeyToken(t.g) {
-				continue // the key has no token: the group left the top heap
-			}
-			tx.chargeFair(t.g)
-			ns := tx.touch(t)
-			ns.status = stRunning
-			ns.lease++
-			ns.attempts++
-			ns.owner = req.Worker
-			lease := t.timeout
-			if req.Timeout > 0 {
-				lease = int64(req.Timeout)
-			}
-			ns.started = tx.now
-			ns.deadline = nanos(norn.ClaimDeadline(fromNanos(tx.now), time.Duration(lease), norn.Duration(t.maxRuntime)))
-			ns.progress = 0
-			seq := nextHistory(&ns)
-			tx.set(t, ns) // removes it from the ready queue
-			tx.writeHistory(t, seq, norn.HistoryEntry{Type: norn.TaskAssignment, Worker: req.Worker, Lease: ns.lease})
-			tx.event(norn.EventKind(norn.TaskAssignment), t)
-			s.tasks.noteClaimed(t)
-			out = append(out, t)
 		}
 		tx.claimed(q, p, len(out)-n0)
 		if len(out) == req.N {
@@ -220,6 +201,39 @@ func (tx *txn) claim(req *norn.ClaimRequest) []*task {
 	// is alive and must stay among the active workers.
 	tx.seen(req.Worker)
 	return out
+}
+
+// take leases t, a ready task, to req.Worker, or returns nil when t has
+// expired (expiring it: never handed out, even before the monitor came
+// by).
+func (tx *txn) take(t *task, req *norn.ClaimRequest) *task {
+	if t.expires != 0 && t.expires <= tx.now {
+		// Expired before the monitor came by: never handed out.
+		tx.expire(t)
+		return nil
+	}
+	if !tx.takeKeyToken(t.g) {
+		return nil // the key has no token: the group left the top heap
+	}
+	tx.chargeFair(t.g)
+	ns := tx.touch(t)
+	ns.status = stRunning
+	ns.lease++
+	ns.attempts++
+	ns.owner = req.Worker
+	lease := t.timeout
+	if req.Timeout > 0 {
+		lease = int64(req.Timeout)
+	}
+	ns.started = tx.now
+	ns.deadline = nanos(norn.ClaimDeadline(fromNanos(tx.now), time.Duration(lease), norn.Duration(t.maxRuntime)))
+	ns.progress = 0
+	seq := nextHistory(&ns)
+	tx.set(t, ns) // removes it from the ready queue
+	tx.writeHistory(t, seq, norn.HistoryEntry{Type: norn.TaskAssignment, Worker: req.Worker, Lease: ns.lease})
+	tx.event(norn.EventKind(norn.TaskAssignment), t)
+	tx.s.tasks.noteClaimed(t)
+	return t
 }
 
 // leased returns the task ref names if ref holds its current lease.

@@ -93,5 +93,7 @@ func exerciseBatchClaims(t *testing.T, setup setupFunc) {
 			}
 			b.unchanged("after refused batch claims", before)
 		})
+
+		exerciseGroupClaims(t, setup)
 	})
 }

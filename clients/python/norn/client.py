@@ -996,6 +996,7 @@ class Client:
         weights: Optional[Mapping[str, int]] = None,
         min: Optional[int] = None,
         linger: Optional[Duration] = None,
+        group_by: Optional[str] = None,
         _abort: Optional[_Abort] = None,
     ) -> List[Task]:
         """Leases up to ``n`` ready tasks from ``queues`` (in preference
@@ -1008,7 +1009,12 @@ class Client:
         tasks are ready in ``queues`` (at most ``n``), or once the one
         ready longest has waited ``linger`` (which needs a ``min`` of 2 or
         more); until then it waits within ``wait`` and answers ``[]`` when
-        the wait ends first."""
+        the wait ends first.
+
+        ``group_by`` (``"concurrency_key"`` or ``"label:NAME"``) makes every
+        task of the answer share that value: the answer is the group of the
+        first task in claim order that has ``min`` ready tasks, or whose task
+        ready longest has waited ``linger``."""
         body: Dict[str, Any] = {"worker": worker, "queues": [queues] if isinstance(queues, str) else list(queues), "n": n}
         if weights:
             body["weights"] = dict(weights)
@@ -1016,6 +1022,8 @@ class Client:
             body["min"] = min
         if linger is not None:
             body["linger"] = format_duration(linger, "linger")
+        if group_by:
+            body["group_by"] = group_by
         if timeout is not None:
             body["timeout"] = format_duration(timeout, "timeout")
         sock_timeout = self._timeout

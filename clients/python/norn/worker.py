@@ -25,7 +25,8 @@ A worker given a ``chunk_handler`` instead of ``handlers`` runs the tasks
 of each claim together, for work that is cheaper in bulk (one insert for
 many rows). Its claims are batch claims: they answer once ``chunk_min``
 tasks are ready, or once the one ready longest has waited
-``chunk_linger``. The chunk handler gets a list of :class:`ActiveTask` and
+``chunk_linger``; with ``chunk_group_by`` (``"concurrency_key"`` or
+``"label:NAME"``) every chunk holds tasks sharing that value. The chunk handler gets a list of :class:`ActiveTask` and
 returns one outcome per task, in order: a value completes that task (the
 value is its result), an exception *instance* (``norn.Abort(...)``,
 ``norn.Fail(...)``, ``norn.Snooze(...)``, any other) is that task's outcome
@@ -47,6 +48,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import threading
@@ -74,6 +76,8 @@ DEFAULT_LEASE = 10.0  # seconds: a task's lease when neither it nor its queue se
 DEFAULT_ERROR_CODE = "handler_error"
 MAX_CLAIM = 1000
 MAX_WAIT = 300.0
+# chunk_group_by: the values the server takes for a claim's group_by.
+_GROUP_BY = re.compile(r"concurrency_key|label:[^:,]{1,128}")
 # How long run() waits for handlers that ignore a cancellation after their
 # tasks were yielded; their outcomes are discarded anyway.
 ABANDON_AFTER = 5.0
@@ -511,6 +515,9 @@ class Worker:
     - ``chunk_max``: most tasks in one chunk; default ``concurrency`` (at
       most 1000). Every task of a chunk takes a slot, and the worker claims
       only when ``chunk_min`` slots are free.
+    - ``chunk_group_by`` (None): ``"concurrency_key"`` or ``"label:NAME"``:
+      every task of a chunk shares that value, and ``chunk_min`` and
+      ``chunk_linger`` count per value (a group claim).
     - ``tracer``: runs every attempt in a span whose parent is the task's
       traceparent (a new trace when it has none), named ``process
       <queue>``, ended once the outcome is reported or known not to be
@@ -566,6 +573,7 @@ class Worker:
         chunk_min: int = 0,
         chunk_linger: float = 0.0,
         chunk_max: Optional[int] = None,
+        chunk_group_by: Optional[str] = None,
     ) -> None:
         if client is None:
             raise InvalidArgument("a norn.Client is required", field="client")
@@ -578,7 +586,8 @@ class Worker:
         else:
             if not isinstance(handlers, Mapping) or not handlers:
                 raise InvalidArgument("map at least one queue to a handler", field="handlers")
-            for field, given in (("chunk_min", chunk_min), ("chunk_linger", chunk_linger), ("chunk_max", chunk_max)):
+            for field, given in (("chunk_min", chunk_min), ("chunk_linger", chunk_linger), ("chunk_max", chunk_max),
+                                 ("chunk_group_by", chunk_group_by)):
                 if given:
                     raise InvalidArgument("needs a chunk_handler", field=field)
         for q, fn in handlers.items():
@@ -622,6 +631,8 @@ class Worker:
                 raise InvalidArgument("must not be negative", field="chunk_linger")
             if chunk_linger > 0 and chunk_min < 2:
                 raise InvalidArgument("needs a chunk_min of 2 or more", field="chunk_linger")
+            if chunk_group_by is not None and not _GROUP_BY.fullmatch(str(chunk_group_by)):
+                raise InvalidArgument('must be "concurrency_key" or "label:" followed by a label name', field="chunk_group_by")
             if middleware:
                 raise InvalidArgument("middleware wraps single-task handlers; a chunk_handler takes none", field="middleware")
         if lease is not None and not lease >= 0.001:
@@ -671,6 +682,7 @@ class Worker:
         self.chunk_min = chunk_min
         self.chunk_linger = chunk_linger
         self.chunk_max = chunk_max
+        self.chunk_group_by = chunk_group_by or None
 
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)  # notified on every change of runs or state
@@ -803,6 +815,8 @@ class Worker:
             n, batch = min(free, self.claim_batch), {}
             if self.chunk_handler is not None:
                 n = min(free, self.chunk_max)
+                if self.chunk_group_by:
+                    batch["group_by"] = self.chunk_group_by
                 if self.chunk_min >= 2:
                     batch["min"] = self.chunk_min
                     if self.chunk_linger > 0:

@@ -78,6 +78,35 @@ class ChunkTest(unittest.TestCase):
                 self.c.claim(wid, queue, **kwargs)
             self.assertEqual(cm.exception.field, field)
 
+    def test_claim_group_by(self) -> None:
+        queue = q("claimgroup")
+        wid = self.c.register_worker("chunks", [queue])
+        for spec, tenant in ((1, "acme"), (2, "bolt"), (3, "acme"), (4, "bolt"), (5, "bolt")):
+            self.c.submit(queue, spec, labels={"tenant": tenant})
+        # acme comes first but has two of three: bolt's three answer.
+        got = self.c.claim(wid, queue, n=10, min=3, group_by="label:tenant")
+        self.assertEqual(sorted(t.spec for t in got), [2, 4, 5])
+        got = self.c.claim(wid, queue, n=10, group_by="label:tenant")
+        self.assertEqual(sorted(t.spec for t in got), [1, 3])
+        with self.assertRaises(norn.InvalidArgument) as cm:
+            self.c.claim(wid, queue, n=2, group_by="tenant")
+        self.assertEqual(cm.exception.field, "group_by")
+
+    def test_chunk_group_by(self) -> None:
+        queue = q("chunkgroup")
+        seen: List[List[str]] = []
+
+        def handle(tasks: List[norn.ActiveTask]):
+            seen.append(sorted(t.spec for t in tasks))
+
+        w = norn.Worker(self.c, queues=[queue], chunk_handler=handle, chunk_min=2, chunk_group_by="concurrency_key",
+                        concurrency=4, wait=0.2, poll_interval=0.05)
+        with running(w):
+            tasks = [self.c.submit(queue, spec, concurrency_key=spec[0]) for spec in ("x1", "y1", "x2", "y2")]
+            for t in tasks:
+                self.status_is(t.id, "completed")
+        self.assertEqual(sorted(seen), [["x1", "x2"], ["y1", "y2"]])
+
     def test_chunk_of_min_arrives_in_one_call(self) -> None:
         queue = q("chunkmin")
         seen: List[List[int]] = []
@@ -212,6 +241,8 @@ class ChunkTest(unittest.TestCase):
             ({"chunk_handler": h, "chunk_min": 2, "chunk_linger": -1}, "chunk_linger"),
             ({"chunk_handler": h, "middleware": [lambda t, n: n(t)]}, "middleware"),
             ({"handlers": {"q": h}, "chunk_min": 2}, "chunk_min"),
+            ({"chunk_handler": h, "chunk_group_by": "tenant"}, "chunk_group_by"),
+            ({"handlers": {"q": h}, "chunk_group_by": "concurrency_key"}, "chunk_group_by"),
         ]:
             args = {"queues": ["q"], **kwargs}
             with self.assertRaises(norn.InvalidArgument, msg=kwargs) as cm:

@@ -843,11 +843,16 @@ export class Client {
    * are ready in the queues (at most `n`), or once the one ready longest
    * has waited `linger` (which needs a `min` of 2 or more); until then it
    * waits within `wait`, and answers [] when the wait ends first.
+   *
+   * `groupBy` (`"concurrency_key"` or `"label:NAME"`) makes every task of
+   * the answer share that value: the answer is the group of the first
+   * task in claim order that has `min` ready tasks, or whose task ready
+   * longest has waited `linger`.
    */
   async claim(
     worker: string,
     queues: string | readonly string[],
-    opts: { n?: number; timeout?: Duration; wait?: Duration; weights?: Record<string, number>; min?: number; linger?: Duration } & CallOptions = {},
+    opts: { n?: number; timeout?: Duration; wait?: Duration; weights?: Record<string, number>; min?: number; linger?: Duration; groupBy?: string } & CallOptions = {},
   ): Promise<Task[]> {
     const body: Record<string, unknown> = { worker, queues: typeof queues === "string" ? [queues] : [...queues] };
     // Shares claims between the queues by weight instead of their order.
@@ -855,6 +860,7 @@ export class Client {
     if (opts.n !== undefined) body["n"] = opts.n;
     if (opts.min !== undefined) body["min"] = opts.min;
     if (opts.linger !== undefined) body["linger"] = formatDuration(opts.linger, "linger");
+    if (opts.groupBy) body["group_by"] = opts.groupBy;
     if (opts.timeout !== undefined) body["timeout"] = formatDuration(opts.timeout, "timeout");
     let limit = this.#timeout;
     if (opts.wait !== undefined) {

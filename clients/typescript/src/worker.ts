@@ -96,6 +96,12 @@ export interface WorkerOptions {
    * only when chunkMin slots are free.
    */
   chunkMax?: number;
+  /**
+   * With chunkHandler: `"concurrency_key"` or `"label:NAME"`. Every task of
+   * a chunk shares that value, and chunkMin and chunkLinger count per
+   * value (a group claim); default none.
+   */
+  chunkGroupBy?: string;
   /** Claim preference order; default the handlers' queues in their order. */
   queues?: readonly string[];
   /**
@@ -523,7 +529,7 @@ export class Worker {
   readonly #chain: (task: ActiveTask) => Promise<unknown>;
   readonly #capacity: (() => boolean | Promise<boolean>) | undefined;
   readonly #tracer: OtelTracer | undefined;
-  readonly #chunk: { handler: ChunkHandler; min: number; linger: number; max: number } | undefined;
+  readonly #chunk: { handler: ChunkHandler; min: number; linger: number; max: number; groupBy: string | undefined } | undefined;
   #otel: OtelApi | undefined;
 
   readonly #runs = new Map<Run, Promise<void>>();
@@ -549,7 +555,7 @@ export class Worker {
       if (handlers === undefined || handlers === null || typeof handlers !== "object" || Object.keys(handlers).length === 0) {
         throw new InvalidArgument("map at least one queue to a handler", { field: "handlers" });
       }
-      for (const f of ["chunkMin", "chunkLinger", "chunkMax"] as const) {
+      for (const f of ["chunkMin", "chunkLinger", "chunkMax", "chunkGroupBy"] as const) {
         if (opts[f]) throw new InvalidArgument("needs a chunkHandler", { field: f });
       }
     }
@@ -577,7 +583,11 @@ export class Worker {
       if (opts.middleware !== undefined && opts.middleware.length > 0) {
         throw new InvalidArgument("middleware wraps single-task handlers; a chunkHandler takes none", { field: "middleware" });
       }
-      this.#chunk = { handler: chunkHandler, min, linger, max };
+      const groupBy = opts.chunkGroupBy || undefined;
+      if (groupBy !== undefined && !/^(concurrency_key|label:[^:,]{1,128})$/.test(groupBy)) {
+        throw new InvalidArgument('must be "concurrency_key" or "label:" followed by a label name', { field: "chunkGroupBy" });
+      }
+      this.#chunk = { handler: chunkHandler, min, linger, max, groupBy };
     }
     if (opts.lease !== undefined && !(opts.lease >= 1)) throw new InvalidArgument("must be at least 1 (ms)", { field: "lease" });
     if (opts.heartbeatInterval !== undefined) {
@@ -771,6 +781,7 @@ export class Worker {
           n: Math.min(free, chunk ? chunk.max : this.#claimBatch),
           ...(chunk && chunk.min >= 2 ? { min: chunk.min } : {}),
           ...(chunk && chunk.min >= 2 && chunk.linger > 0 ? { linger: chunk.linger } : {}),
+          ...(chunk?.groupBy ? { groupBy: chunk.groupBy } : {}),
           ...(this.#leaseWire !== undefined ? { timeout: this.#leaseWire } : {}),
           ...(this.#wait > 0 ? { wait: this.#wait } : {}),
           ...(this.#weights ? { weights: this.#weights } : {}),

@@ -23,7 +23,7 @@ class RecordingClient extends Client {
   async claim(worker, queues, opts = {}) {
     const sent = Date.now();
     const out = await super.claim(worker, queues, opts);
-    this.claims.push({ sent, min: opts.min, linger: opts.linger, n: opts.n, got: out.length });
+    this.claims.push({ sent, min: opts.min, linger: opts.linger, n: opts.n, groupBy: opts.groupBy, got: out.length });
     return out;
   }
 }
@@ -60,6 +60,41 @@ describe("batch claims", () => {
       [{ n: 2, linger: 1000 }, "linger"],
     ]) {
       await assert.rejects(c.claim(wid, "cl-min", opts), (e) => e instanceof InvalidArgument && e.field === field, field);
+    }
+  });
+
+  test("claim with groupBy answers one group; a bad groupBy names the field", async () => {
+    const wid = await c.registerWorker("chunks", ["cl-group"]);
+    for (const [spec, tenant] of [[1, "acme"], [2, "bolt"], [3, "acme"], [4, "bolt"], [5, "bolt"]]) {
+      await c.submit("cl-group", spec, { labels: { tenant } });
+    }
+    // acme comes first but has two of three: bolt's three answer.
+    const bolt = await c.claim(wid, "cl-group", { n: 10, min: 3, groupBy: "label:tenant" });
+    assert.deepEqual(bolt.map((t) => t.spec).sort(), [2, 4, 5]);
+    const acme = await c.claim(wid, "cl-group", { n: 10, groupBy: "label:tenant" });
+    assert.deepEqual(acme.map((t) => t.spec).sort(), [1, 3]);
+    await assert.rejects(c.claim(wid, "cl-group", { groupBy: "tenant" }), (e) => e instanceof InvalidArgument && e.field === "group_by");
+  });
+
+  test("chunkGroupBy: every chunk holds one key", async () => {
+    const rc = new RecordingClient({ url: srv.url });
+    const seen = [];
+    const { w, done } = startChunkWorker(rc, (tasks) => void seen.push(tasks.map((t) => t.spec).sort()), {
+      queues: ["ch-group"],
+      chunkMin: 2,
+      chunkGroupBy: "concurrency_key",
+      concurrency: 4,
+      wait: 200,
+    });
+    try {
+      const tasks = [];
+      for (const spec of ["x1", "y1", "x2", "y2"]) tasks.push(await c.submit("ch-group", spec, { concurrency_key: spec[0] }));
+      for (const t of tasks) await status(t.id, "completed");
+      assert.deepEqual(seen.sort(), [["x1", "x2"], ["y1", "y2"]]);
+      for (const cl of rc.claims) assert.equal(cl.groupBy, "concurrency_key");
+    } finally {
+      await w.stop();
+      await done;
     }
   });
 
@@ -219,6 +254,8 @@ describe("batch claims", () => {
       [{ chunkHandler: h, chunkMin: 2, chunkLinger: -1 }, "chunkLinger"],
       [{ chunkHandler: h, middleware: [(t, next) => next(t)] }, "middleware"],
       [{ handlers: { q: h }, chunkMin: 2 }, "chunkMin"],
+      [{ chunkHandler: h, chunkGroupBy: "tenant" }, "chunkGroupBy"],
+      [{ handlers: { q: h }, chunkGroupBy: "concurrency_key" }, "chunkGroupBy"],
     ]) {
       assert.throws(() => new Worker(c, { queues: ["q"], ...opts }), (e) => e instanceof InvalidArgument && e.field === field, field);
     }
