@@ -45,15 +45,9 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 	for {
 		wake := s.wake.wait() // before claiming, so a notification in between is not missed
 		started := time.Now()
-		take, retry, err := s.gathered(ctx, &req)
-		if err != nil {
-			return nil, err
-		}
-		got := []*norn.Task{}
-		if take {
-			if got, err = s.claimOnce(ctx, req); err != nil || len(got) > 0 {
-				return got, err
-			}
+		got, retry, err := s.claimOrGather(ctx, req)
+		if err != nil || len(got) > 0 {
+			return got, err
 		}
 		if req.Wait <= 0 {
 			return got, nil
@@ -83,6 +77,25 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 		timer.Stop()
 		s.endTokenWait(tokens)
 	}
+}
+
+// claimOrGather claims once: a group claim (claim_group.go), or a claim
+// that first gathers (a batch claim's min, gather.go). Without tasks,
+// retry is when the answer may change by itself.
+func (s *Store) claimOrGather(ctx context.Context, req norn.ClaimRequest) (got []*norn.Task, retry time.Time, err error) {
+	if req.GroupBy != "" {
+		got, retry, err = s.claimGrouped(ctx, req)
+		if got == nil {
+			got = []*norn.Task{}
+		}
+		return got, retry, err
+	}
+	take, retry, err := s.gathered(ctx, &req)
+	if err != nil || !take {
+		return []*norn.Task{}, retry, err
+	}
+	got, err = s.claimOnce(ctx, req)
+	return got, time.Time{}, err
 }
 
 func (s *Store) claimOnce(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task, error) {
