@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/nornq/norn"
-	"github.com/nornq/norn/internal/pgtest"
 )
 
 // TestGroupClaimsOnTwoNodes: group claims of one queue from two nodes,
@@ -16,16 +15,7 @@ import (
 // limit, and every task is claimed.
 func TestGroupClaimsOnTwoNodes(t *testing.T) {
 	ctx := context.Background()
-	url, schema := pgtest.Schema(t)
-	open := func() *Store {
-		s, err := Open(ctx, Config{URL: url, Schema: schema, Migrate: true, DisableMonitor: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	nodes := []*Store{open(), open()}
+	nodes := twoNodes(t)
 	const keys, per, limit = 8, 30, 3
 	if _, err := nodes[0].UpdateQueue(ctx, "g", norn.QueueUpdate{KeyLimit: ptr(limit)}); err != nil {
 		t.Fatal(err)

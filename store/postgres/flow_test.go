@@ -79,6 +79,12 @@ func claimPaths(all []*Store) (shared, exclusive, keyed int64) {
 // them.
 func TestRateLimitAcrossInstances(t *testing.T) {
 	clock := storetest.NewFakeClock()
+	storetest.ConcurrentRate(t, threeInstances(t, clock), clock, context.Background())
+}
+
+// threeInstances opens three stores on one schema (three nodes of a
+// cluster) with clock, their monitors off.
+func threeInstances(t *testing.T, clock *storetest.FakeClock) []norn.Store {
 	first := openTest(t, clock, func(c *Config) { c.DisableMonitor = true })
 	stores := []norn.Store{first}
 	for range 2 {
@@ -89,24 +95,14 @@ func TestRateLimitAcrossInstances(t *testing.T) {
 		t.Cleanup(func() { s.Close() })
 		stores = append(stores, s)
 	}
-	storetest.ConcurrentRate(t, stores, clock, context.Background())
+	return stores
 }
 
 // TestKeyRateLimitAcrossInstances: per-key rate limits hold exactly with
 // claimers on three instances of one schema (three nodes of a cluster).
 func TestKeyRateLimitAcrossInstances(t *testing.T) {
 	clock := storetest.NewFakeClock()
-	first := openTest(t, clock, func(c *Config) { c.DisableMonitor = true })
-	stores := []norn.Store{first}
-	for range 2 {
-		s, err := Open(context.Background(), Config{URL: first.cfg.URL, Schema: first.cfg.Schema, Clock: clock, DisableMonitor: true})
-		if err != nil {
-			t.Fatalf("Open: %v", err)
-		}
-		t.Cleanup(func() { s.Close() })
-		stores = append(stores, s)
-	}
-	storetest.ConcurrentKeyRate(t, stores, clock, context.Background())
+	storetest.ConcurrentKeyRate(t, threeInstances(t, clock), clock, context.Background())
 }
 
 // TestRateLimitWakesOnlyForTokens has six long-polling claimers on one

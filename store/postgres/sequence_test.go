@@ -19,16 +19,7 @@ import (
 // waiting member ends while it waits for that member's lock).
 func TestSequencesUnderConcurrency(t *testing.T) {
 	ctx := context.Background()
-	url, schema := pgtest.Schema(t)
-	open := func() *Store {
-		s, err := Open(ctx, Config{URL: url, Schema: schema, Migrate: true, DisableMonitor: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	nodes := []*Store{open(), open()}
+	nodes := twoNodes(t)
 	s := nodes[0]
 	const keys, per, workers = 6, 40, 4
 	w, err := s.RegisterWorker(ctx, norn.WorkerInfo{Name: "w"})
@@ -151,6 +142,21 @@ func TestSequencesUnderConcurrency(t *testing.T) {
 			}
 		}
 	}
+}
+
+// twoNodes opens two stores on one fresh schema (two nodes of a
+// cluster), their monitors off.
+func twoNodes(t *testing.T) []*Store {
+	url, schema := pgtest.Schema(t)
+	open := func() *Store {
+		s, err := Open(context.Background(), Config{URL: url, Schema: schema, Migrate: true, DisableMonitor: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	return []*Store{open(), open()}
 }
 
 // group runs goroutines and keeps the first error, as errgroup would.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -264,12 +263,10 @@ func eqSet(t *testing.T, what string, got []string, want ...string) {
 // stores' (injected) clock.
 func ConcurrentKeyRate(t *testing.T, stores []norn.Store, clock *FakeClock, ctx context.Context) {
 	const (
-		rate    = 100.0
-		burst   = 3
-		keys    = 3
-		per     = 40
-		workers = 6
-		step    = 5 * time.Millisecond
+		rate  = 100.0
+		burst = 3
+		keys  = 3
+		per   = 40
 	)
 	s0 := stores[0]
 	if _, err := s0.UpdateQueue(ctx, "keyrated", norn.QueueUpdate{KeyRateLimit: &norn.RateLimit{PerSecond: rate, Burst: burst}}); err != nil {
@@ -284,62 +281,12 @@ func ConcurrentKeyRate(t *testing.T, stores []norn.Store, clock *FakeClock, ctx 
 	if _, err := s0.Submit(ctx, nts...); err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu      sync.Mutex
-		claimed = map[string]time.Time{}
-		byKey   = map[string][]time.Time{}
-		failure error
-	)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			s := stores[w%len(stores)]
-			for ctx.Err() == nil {
-				ts, err := s.Claim(ctx, norn.ClaimRequest{Worker: fmt.Sprintf("w%d", w), Queues: []string{"keyrated"}, N: 4,
-					Wait: dur(20 * time.Millisecond), Timeout: dur(time.Hour)})
-				mu.Lock()
-				if err != nil && ctx.Err() == nil && failure == nil {
-					failure = fmt.Errorf("Claim: %w", err)
-				}
-				for _, tk := range ts {
-					if _, dup := claimed[tk.ID]; dup && failure == nil {
-						failure = fmt.Errorf("task %s claimed twice", tk.ID)
-					}
-					at := tk.History[len(tk.History)-1].Time
-					claimed[tk.ID] = at
-					byKey[tk.ConcurrencyKey] = append(byKey[tk.ConcurrencyKey], at)
-				}
-				done := len(claimed) == keys*per || failure != nil
-				mu.Unlock()
-				if done {
-					cancel()
-				}
-			}
-		})
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for ctx.Err() == nil && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond) // lets claims run between the clock's steps
-		clock.Advance(step)
-	}
-	cancel()
-	wg.Wait()
-	if failure != nil {
-		t.Fatal(failure)
-	}
-	if len(claimed) != keys*per {
-		t.Fatalf("%d of %d tasks claimed before the deadline", len(claimed), keys*per)
+	byKey := map[string][]time.Time{}
+	for _, c := range claimWhileTheClockRuns(t, stores, clock, ctx, "keyrated", keys*per, 6) {
+		byKey[c.key] = append(byKey[c.key], c.at)
 	}
 	for key, at := range byKey {
 		slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
-		for i := range at {
-			for j := i; j < len(at); j++ {
-				if allowed := burst + rate*at[j].Sub(at[i]).Seconds(); float64(j-i+1) > allowed+1e-6 {
-					t.Fatalf("key %s: %d claims in %v: more than burst %d + %v/s allows (%.2f)", key, j-i+1, at[j].Sub(at[i]), burst, rate, allowed)
-				}
-			}
-		}
+		withinRate(t, "key "+key, at, burst, rate)
 	}
 }

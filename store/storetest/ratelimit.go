@@ -258,11 +258,9 @@ func rlTokens(t *testing.T, what string, qi norn.QueueInfo, want float64) {
 // clock must be the stores' (injected) clock.
 func ConcurrentRate(t *testing.T, stores []norn.Store, clock *FakeClock, ctx context.Context) {
 	const (
-		rate    = 200.0
-		burst   = 5
-		n       = 150
-		workers = 8
-		step    = 5 * time.Millisecond
+		rate  = 200.0
+		burst = 5
+		n     = 150
 	)
 	s0 := stores[0]
 	if _, err := s0.UpdateQueue(ctx, "rated", norn.QueueUpdate{RateLimit: &norn.RateLimit{PerSecond: rate, Burst: burst}}); err != nil {
@@ -276,21 +274,44 @@ func ConcurrentRate(t *testing.T, stores []norn.Store, clock *FakeClock, ctx con
 		t.Fatal(err)
 	}
 	start := clock.Now()
+	claimed := claimWhileTheClockRuns(t, stores, clock, ctx, "rated", n, 8)
+	var at []time.Time
+	for _, c := range claimed {
+		at = append(at, c.at)
+	}
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	withinRate(t, "the queue", at, burst, rate)
+	// The window check above implies this; it says it in one line.
+	if took := at[len(at)-1].Sub(start); took.Seconds() < (n-burst)/rate-1e-6 {
+		t.Fatalf("%d claims in %v of clock time: faster than %v/s with burst %d", n, took, rate, burst)
+	}
+}
+
+// claimedAt is a task a concurrent claimer got: its key and when.
+type claimedAt struct {
+	key string
+	at  time.Time
+}
+
+// claimWhileTheClockRuns has workers claimers spread over stores claim
+// queue's n tasks while the clock moves on in 5 ms steps, and returns
+// each task's key and assignment time. It fails on an error, a task
+// claimed twice, or tasks left after two minutes.
+func claimWhileTheClockRuns(t *testing.T, stores []norn.Store, clock *FakeClock, ctx context.Context, queue string,
+	n, workers int) map[string]claimedAt {
 	var (
 		mu      sync.Mutex
-		claimed = map[string]time.Time{}
+		claimed = map[string]claimedAt{}
 		failure error
 	)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			s := stores[w%len(stores)]
 			for ctx.Err() == nil {
-				ts, err := s.Claim(ctx, norn.ClaimRequest{Worker: fmt.Sprintf("w%d", w), Queues: []string{"rated"}, N: 4,
+				ts, err := s.Claim(ctx, norn.ClaimRequest{Worker: fmt.Sprintf("w%d", w), Queues: []string{queue}, N: 4,
 					Wait: dur(20 * time.Millisecond), Timeout: dur(time.Hour)})
 				mu.Lock()
 				if err != nil && ctx.Err() == nil && failure == nil {
@@ -300,7 +321,7 @@ func ConcurrentRate(t *testing.T, stores []norn.Store, clock *FakeClock, ctx con
 					if _, dup := claimed[tk.ID]; dup && failure == nil {
 						failure = fmt.Errorf("task %s claimed twice", tk.ID)
 					}
-					claimed[tk.ID] = tk.History[len(tk.History)-1].Time
+					claimed[tk.ID] = claimedAt{tk.ConcurrencyKey, tk.History[len(tk.History)-1].Time}
 				}
 				done := len(claimed) == n || failure != nil
 				mu.Unlock()
@@ -308,13 +329,12 @@ func ConcurrentRate(t *testing.T, stores []norn.Store, clock *FakeClock, ctx con
 					cancel()
 				}
 			}
-		}()
+		})
 	}
-	// The clock moves on a step at a time; claims happen in between.
 	deadline := time.Now().Add(2 * time.Minute)
 	for ctx.Err() == nil && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-		clock.Advance(step)
+		time.Sleep(time.Millisecond) // lets claims run between the clock's steps
+		clock.Advance(5 * time.Millisecond)
 	}
 	cancel()
 	wg.Wait()
@@ -324,23 +344,19 @@ func ConcurrentRate(t *testing.T, stores []norn.Store, clock *FakeClock, ctx con
 	if len(claimed) != n {
 		t.Fatalf("%d of %d tasks claimed before the deadline", len(claimed), n)
 	}
-	var at []time.Time
-	for _, ts := range claimed {
-		at = append(at, ts)
-	}
-	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	return claimed
+}
+
+// withinRate fails if in the sorted assignment times at some interval
+// [a, b] saw more than burst + rate × (b − a) claims.
+func withinRate(t *testing.T, what string, at []time.Time, burst int, rate float64) {
+	t.Helper()
 	for i := range at {
 		for j := i; j < len(at); j++ {
-			allowed := burst + rate*at[j].Sub(at[i]).Seconds()
-			if float64(j-i+1) > allowed+1e-6 {
-				t.Fatalf("%d claims between %v and %v (%v apart): more than burst %d + %v/s allows (%.2f)",
-					j-i+1, at[i].Sub(start), at[j].Sub(start), at[j].Sub(at[i]), burst, rate, allowed)
+			if allowed := float64(burst) + rate*at[j].Sub(at[i]).Seconds(); float64(j-i+1) > allowed+1e-6 {
+				t.Fatalf("%s: %d claims in %v: more than burst %d + %v/s allows (%.2f)", what, j-i+1, at[j].Sub(at[i]), burst, rate, allowed)
 			}
 		}
-	}
-	// The window check above implies this; it says it in one line.
-	if took := at[len(at)-1].Sub(start); took.Seconds() < (n-burst)/rate-1e-6 {
-		t.Fatalf("%d claims in %v of clock time: faster than %v/s with burst %d", n, took, rate, burst)
 	}
 }
 
