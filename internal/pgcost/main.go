@@ -1,25 +1,40 @@
 // Command pgcost measures what each task costs Norn's Postgres store: it
-// submits -n tasks (4 goroutines, batches of 1,000, as `norn bench submit`)
-// and burns them down (4 workers claiming 100 and completing them with one
-// LeaseBatch, as `norn bench work`), and prints per phase the database's
-// and its own CPU time per task (from /proc: the postmaster -pm and all its
-// children, exited ones included), WAL records and bytes, commits,
-// statements, plans and shared buffers read per task. CPU time depends far
-// less on the machine's load than throughput does; the counts not at all.
+// submits -n tasks (-submitters goroutines, batches of -batch, as `norn
+// bench submit`), then claims them all (-workers workers claiming -claim at
+// a time, as `norn bench work`) and then completes them (one LeaseBatch per
+// claim, as `norn bench work` sends it right after the claim), and prints
+// per phase the database's and its own CPU time per task (from /proc: the
+// postmaster -pm and all its children, exited ones included), WAL records
+// and bytes, commits, statements, plans and shared buffers read per task.
+// CPU time depends far less on the machine's load than throughput does;
+// the counts not at all.
 //
-// The database needs pg_stat_statements (shared_preload_libraries, CREATE
-// EXTENSION, pg_stat_statements.track_planning = on for the plan counts)
-// and no other activity: WAL and commits are counted cluster-wide. Each
-// phase waits 11 s for the backends' lazily reported statistics.
+// Then the cost table (costs.go): per task of each phase, the execution
+// time of its statements (pg_stat_statements) and, read record by record
+// from the phase's WAL (pg_walinspect, walcost.go), its WAL bytes, row
+// versions (inserted, updated, HOT-updated) and index entries. -interleave
+// burns down as `norn bench work` does, in one phase, whose statements are
+// told apart by kind (kinds.go) and whose WAL is not. -observe measures
+// another program, River's benchmark, on the same counters (observe.go).
+//
+// The database needs pg_stat_statements (shared_preload_libraries;
+// pg_stat_statements.track_planning = on for the plan counts) and
+// PostgreSQL 15 or later for pg_walinspect (pgcost creates both
+// extensions), wal_keep_size large enough to keep a phase's WAL, a
+// superuser, and no other activity: WAL and commits are counted
+// cluster-wide. Each phase waits 11 s for the backends' lazily reported
+// statistics.
 //
 //	go run ./internal/pgcost -url postgres://… -pm $(head -1 $PGDATA/postmaster.pid)
 //
-// STMTS=1 also prints the costliest statements; CPUPROF=file writes a Go
-// CPU profile of the submit phase. -writes rows,ready,lease,side-spec,hot-done measures other
-// per-task write patterns on a copy of the task table instead (writes.go).
+// STMTS=1 also prints each phase's costliest statements; CPUPROF=file
+// writes a Go CPU profile of the submit phase. -writes
+// rows,ready,lease,side-spec,hot-done measures other per-task write
+// patterns on a copy of the task table instead (writes.go).
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -102,6 +117,7 @@ type snap struct {
 	walRec, walBytes, walFPI float64
 	commits, calls           float64
 	blks, plans              float64
+	tab                      tableWrites
 	t                        time.Time
 }
 
@@ -118,6 +134,9 @@ func stats(ctx context.Context, c *pgx.Conn, s *snap) {
 	time.Sleep(11 * time.Second)
 	must(c.QueryRow(ctx, `SELECT wal_records, wal_bytes, wal_fpi FROM pg_stat_wal`).Scan(&s.walRec, &s.walBytes, &s.walFPI))
 	must(c.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&s.commits))
+	var err error
+	s.tab, err = readTableWrites(ctx, c)
+	must(err)
 	must(c.QueryRow(ctx, `SELECT coalesce(sum(calls),0), coalesce(sum(shared_blks_hit+shared_blks_read),0), coalesce(sum(plans),0) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&s.calls, &s.blks, &s.plans))
 }
 
@@ -147,10 +166,13 @@ func must(err error) {
 type flags struct {
 	url                    string
 	n, pm, workers, claim  int
+	submitters             int
 	batch, specB           int
 	limits, rate, fair     bool
 	writes                 string
 	fillfactor, writesSpec int
+	interleave, observe    bool
+	system, endIndex       string
 }
 
 func parseFlags() flags {
@@ -160,6 +182,7 @@ func parseFlags() flags {
 	flag.IntVar(&f.pm, "pm", 0, "postmaster pid")
 	flag.IntVar(&f.workers, "workers", 4, "")
 	flag.IntVar(&f.claim, "claim", 100, "")
+	flag.IntVar(&f.submitters, "submitters", 0, "submitting goroutines (0: -workers)")
 	flag.IntVar(&f.batch, "batch", 1000, "")
 	flag.IntVar(&f.specB, "spec", 200, "")
 	flag.BoolVar(&f.limits, "limits", false, "max_running and key_limit that cannot bind, tasks over 1,000 concurrency keys (as bench work --limits)")
@@ -168,6 +191,10 @@ func parseFlags() flags {
 	flag.StringVar(&f.writes, "writes", "", "instead of the store's burn-down, one by SQL on a copy of its task table for each write pattern listed (rows, ready, lease, side-spec, hot-done; comma-separated, or all): see writes.go")
 	flag.IntVar(&f.fillfactor, "fillfactor", 100, "the task table's fillfactor in -writes")
 	flag.IntVar(&f.writesSpec, "writes-spec", 2, "each task's spec size in bytes in -writes (2: {}; -spec is the store's burn-down's)")
+	flag.BoolVar(&f.interleave, "interleave", false, "burn down as bench work does, each claim completed at once, in one measured phase (per kind: statements only), instead of a claim phase and a completion phase")
+	flag.BoolVar(&f.observe, "observe", false, "measure the command after -- instead (its -n tasks; observe.go)")
+	flag.StringVar(&f.system, "system", "river", "the name -observe reports the command's figures under")
+	flag.StringVar(&f.endIndex, "end-index", "river_job_state_and_finalized_at_index", "-observe: the index only completed tasks are in: a transaction writing an entry into it is a completion")
 	flag.Parse()
 	return f
 }
@@ -176,6 +203,10 @@ func main() {
 	gcfloor.FromEnv() // as the norn binary runs
 	f := parseFlags()
 	ctx := context.Background()
+	if f.observe {
+		observe(ctx, f, flag.Args())
+		return
+	}
 	st, err := postgres.Open(ctx, postgres.Config{URL: f.url, Migrate: true})
 	must(err)
 	defer st.Close()
@@ -195,37 +226,108 @@ func main() {
 	}
 	c, err := pgx.Connect(ctx, f.url)
 	must(err)
-	_, err = c.Exec(ctx, `SELECT pg_stat_statements_reset(); `)
+	ensureExtensions(ctx, c)
+	// pgcost's own statements are not the store's.
+	_, err = c.Exec(ctx, `SET pg_stat_statements.track = 'none'`)
 	must(err)
 	q := fmt.Sprintf("cost-%d", time.Now().UnixNano())
 	keyed := setQueue(ctx, st, q, f)
 
-	a := begin(ctx, c, f.pm)
-	if pf := os.Getenv("CPUPROF"); pf != "" {
-		out, _ := os.Create(pf)
-		pprof.StartCPUProfile(out)
-	}
-	submitAll(ctx, st, q, keyed, f)
-	b := take(ctx, c, f.pm)
-	if os.Getenv("CPUPROF") != "" {
-		pprof.StopCPUProfile()
-	}
-	stats(ctx, c, &b)
-	report("submit", a, b, f.n, nil)
-	if os.Getenv("STMTS") != "" {
-		_, err = c.Exec(ctx, `SELECT pg_stat_statements_reset()`)
+	var costs []costRow
+	var other walCost // the phases' records of no transaction
+	phase := func(name string, run func()) (snap, snap) {
+		_, err := c.Exec(ctx, `SELECT pg_stat_statements_reset()`)
 		must(err)
+		a := begin(ctx, c, f.pm)
+		la := lsn(ctx, c)
+		if pf := os.Getenv("CPUPROF"); pf != "" && name == "submit" {
+			out, _ := os.Create(pf)
+			pprof.StartCPUProfile(out)
+			defer pprof.StopCPUProfile()
+		}
+		run()
+		b := take(ctx, c, f.pm)
+		lb := lsn(ctx, c)
+		stats(ctx, c, &b)
+		report(name, a, b, f.n, tableExtra(a, b, f.n))
+		if name == "work" {
+			// Claims and completions interleave: their statements are
+			// told apart, their WAL records are not.
+			costs = append(costs, stmtRows(ctx, c, "norn", f.n, b.db-a.db, name)...)
+		} else {
+			row, none := phaseRow(ctx, c, "norn", name, f.n, b.db-a.db, la, lb)
+			costs = append(costs, row)
+			other.add(none)
+		}
+		if os.Getenv("STMTS") != "" {
+			printStatements(ctx, c, name, f.n)
+		}
+		return a, b
 	}
-	a = begin(ctx, c, f.pm)
-	burnDown(ctx, st, q, f)
-	b = take(ctx, c, f.pm)
-	stats(ctx, c, &b)
-	report("work", a, b, f.n, nil)
-	if os.Getenv("STMTS") != "" {
-		printStatements(ctx, c, f.n)
+	phase("submit", func() { submitAll(ctx, st, q, keyed, f) })
+	if f.interleave {
+		phase("work", func() { burnDown(ctx, st, q, f) })
+	} else {
+		var held [][]norn.LeaseOp
+		phase("claim", func() { held = claimAll(ctx, st, q, f) })
+		phase("completion", func() { completeAll(ctx, st, held, f.workers) })
 	}
+	if !f.interleave {
+		costs = append(costs, newCostRow("norn", kindOther, f.n, 0, "-", stmtCost{}, other))
+	}
+	printCosts(costs)
 	_, _ = c.Exec(ctx, `DELETE FROM norn.tasks WHERE queue = $1`, q)
 	_, _ = c.Exec(ctx, `VACUUM norn.tasks`)
+}
+
+// tableExtra is the row versions pg_stat_user_tables counted between a
+// and b, per task: the check on the WAL's counts.
+func tableExtra(a, b snap, n int) map[string]any {
+	f := float64(n)
+	return map[string]any{"tab_ins": round3((b.tab.Ins - a.tab.Ins) / f), "tab_upd": round3((b.tab.Upd - a.tab.Upd) / f),
+		"tab_hot": round3((b.tab.HOT - a.tab.HOT) / f), "tab_del": round3((b.tab.Del - a.tab.Del) / f)}
+}
+
+// phaseRow is the cost row of a phase that did one kind of work: every
+// statement of the phase is the kind's, and every WAL record written by a
+// transaction; none is what the records of no transaction wrote
+// (checkpoints, vacuum, pruning), which -observe counts as other too.
+func phaseRow(ctx context.Context, c *pgx.Conn, system, kind string, n int, dbCPU float64, from, to string) (row costRow, none walCost) {
+	byKind, err := stmtsByKind(ctx, c)
+	must(err)
+	var s stmtCost
+	for _, k := range kinds {
+		v := byKind[k]
+		s.ExecMS += v.ExecMS
+		s.Calls += v.Calls
+		s.Rows += v.Rows
+		s.WALRecords += v.WALRecords
+		s.WALBytes += v.WALBytes
+		s.WALFPI += v.WALFPI
+	}
+	var w walCost
+	for _, r := range walBetween(ctx, c, from, to, "") {
+		if r.class == "none" {
+			none.add(r.cost())
+		} else {
+			w.add(r.cost())
+		}
+	}
+	return newCostRow(system, kind, n, dbCPU, kind, s, w), none
+}
+
+// stmtRows are the cost rows of a phase of several kinds by statement
+// alone (no WAL records, which are not the statements').
+func stmtRows(ctx context.Context, c *pgx.Conn, system string, n int, dbCPU float64, phase string) []costRow {
+	byKind, err := stmtsByKind(ctx, c)
+	must(err)
+	var out []costRow
+	for _, k := range kinds {
+		if v, ok := byKind[k]; ok {
+			out = append(out, newCostRow(system, k, n, dbCPU, phase, v, walCost{}))
+		}
+	}
+	return out
 }
 
 // begin takes the snapshot a phase's figures are measured from.
@@ -259,13 +361,13 @@ func setQueue(ctx context.Context, st *postgres.Store, q string, f flags) (keyed
 	return f.limits || f.fair
 }
 
-// submitAll submits f.n tasks to q in batches of f.batch from f.workers
-// goroutines.
+// submitAll submits f.n tasks to q in batches of f.batch from
+// f.submitters goroutines.
 func submitAll(ctx context.Context, st *postgres.Store, q string, keyed bool, f flags) {
 	body := json.RawMessage(`{"x":"` + strings.Repeat("a", f.specB-8) + `"}`)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for w := 0; w < f.workers; w++ {
+	for w := 0; w < cmp.Or(f.submitters, f.workers); w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -310,14 +412,14 @@ func burnDown(ctx context.Context, st *postgres.Store, q string, f flags) {
 	wg.Wait()
 }
 
-// printStatements prints the work phase's statements alone (reset before
-// it), per task: execution time, calls, rows, shared buffers touched, WAL
-// records and bytes.
-func printStatements(ctx context.Context, c *pgx.Conn, n int) {
-	fmt.Println("work statements, per task: exec µs, calls, rows, shared blks, WAL records, WAL bytes; query")
+// printStatements prints a phase's statements (reset before it), per
+// task: execution time, calls, rows, shared buffers touched, WAL records
+// and bytes, and the kind classify gives each.
+func printStatements(ctx context.Context, c *pgx.Conn, phase string, n int) {
+	fmt.Println(phase + " statements, per task: exec µs, calls, rows, shared blks, WAL records, WAL bytes; kind, query")
 	rows, err := c.Query(ctx, `SELECT total_exec_time*1000/$1, calls::float8/$1, rows::float8/$1,
 		(shared_blks_hit+shared_blks_read+shared_blks_dirtied)::float8/$1, wal_records::float8/$1, wal_bytes::float8/$1,
-		left(regexp_replace(query, '\s+', ' ', 'g'), 110)
+		regexp_replace(query, '\s+', ' ', 'g')
 		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 		ORDER BY total_exec_time DESC LIMIT 14`, float64(n))
 	must(err)
@@ -325,6 +427,69 @@ func printStatements(ctx context.Context, c *pgx.Conn, n int) {
 		var t, calls, rws, blks, wr, wb float64
 		var qq string
 		must(rows.Scan(&t, &calls, &rws, &blks, &wr, &wb, &qq))
-		fmt.Printf("%7.2f %7.4f %6.3f %6.2f %6.2f %7.1f  %s\n", t, calls, rws, blks, wr, wb, qq)
+		fmt.Printf("%7.2f %7.4f %6.3f %6.2f %6.2f %7.1f  %-10s %.110s\n", t, calls, rws, blks, wr, wb, classify(qq), qq)
 	}
+}
+
+// claimAll claims the f.n tasks of q with f.workers workers claiming
+// f.claim at a time, as burnDown does, without completing them: each
+// claim's completions, as bench.ClaimRound would send them at once. The
+// leases outlast the phases.
+func claimAll(ctx context.Context, st *postgres.Store, q string, f flags) [][]norn.LeaseOp {
+	var claimed atomic.Int64
+	var mu sync.Mutex
+	var held [][]norn.LeaseOp
+	var wg sync.WaitGroup
+	for w := 0; w < f.workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			worker := "bench-" + strconv.Itoa(w)
+			for claimed.Load() < int64(f.n) {
+				tasks, err := st.Claim(ctx, norn.ClaimRequest{Worker: worker, Queues: []string{q}, N: f.claim,
+					Wait: norn.Duration(50 * time.Millisecond), Timeout: norn.Duration(time.Hour)})
+				must(err)
+				if len(tasks) == 0 {
+					continue
+				}
+				ops := make([]norn.LeaseOp, len(tasks))
+				for i, t := range tasks {
+					ops[i] = norn.LeaseOp{Op: norn.OpComplete, LeaseRef: norn.LeaseRef{TaskID: t.ID, Worker: worker, Lease: t.Lease}}
+				}
+				mu.Lock()
+				held = append(held, ops)
+				mu.Unlock()
+				claimed.Add(int64(len(tasks)))
+			}
+		}(w)
+	}
+	wg.Wait()
+	return held
+}
+
+// completeAll completes the claims held, one LeaseBatch per claim, from
+// as many workers as claimed.
+func completeAll(ctx context.Context, st *postgres.Store, held [][]norn.LeaseOp, workers int) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(held)) {
+					return
+				}
+				res, err := st.LeaseBatch(ctx, held[i])
+				must(err)
+				for _, r := range res {
+					if r.Err != nil {
+						panic(r.Err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
