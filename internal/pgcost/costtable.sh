@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The per-task cost table of docs/benchmarks.md: Norn's submit, claim and completion (pgcost's
-# phases) and River's benchmark (pgcost -observe), one after the other on one throwaway PostgreSQL.
+# The per-task cost table of docs/benchmarks.md: Norn's submit, claim and completion (pgcost, twice:
+# as `norn bench` runs them, then in phases of their own) and River's benchmark (pgcost -observe),
+# one after the other on one throwaway PostgreSQL.
 #
 # Usage, from the project's root:   internal/pgcost/costtable.sh [TASKS] [RIVERBENCH]
 #   (defaults: 200000 tasks; RIVERBENCH: the directory of River's benchmark program,
 #   ../shared/bench/riverbench, the one the river-vs-norn harness runs)
+#   PGCOST_ARGS adds flags to Norn's pgcost; WALTYPES=1 also prints the WAL records by type,
+#   STMTS=1 the costliest statements.
 #
 # The cluster runs at default settings but for pg_stat_statements (preloaded) and wal_keep_size
 # (so that pg_walinspect can read every measured range). It prints nproc and the load average
@@ -44,8 +47,16 @@ settle() { "$bin/psql" "$1" -qc 'VACUUM' -c 'CHECKPOINT'; }
 load() { echo "nproc $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg)"; }
 settle "$RURL"; settle "$NURL"
 load
-# Norn as the harness runs it: 4 submitters of 1,000, then 2 workers claiming 1,000.
-"$TMP/pgcost" -url "$NURL" -pm "$pm" -n "$N" -submitters 4 -batch 1000 -workers 2 -claim 1000
+# Norn as the harness runs it: 4 submitters of 1,000, then 2 workers claiming 1,000 and completing
+# each claim at once (-interleave); then again with all claims first and all completions after,
+# the check on the first run's split of the WAL by transaction.
+# shellcheck disable=SC2086
+"$TMP/pgcost" -url "$NURL" -pm "$pm" -n "$N" -submitters 4 -batch 1000 -workers 2 -claim 1000 -interleave ${PGCOST_ARGS:-}
+load
+settle "$NURL"
+load
+# shellcheck disable=SC2086
+"$TMP/pgcost" -url "$NURL" -pm "$pm" -n "$N" -submitters 4 -batch 1000 -workers 2 -claim 1000 ${PGCOST_ARGS:-}
 load
 settle "$NURL"; settle "$RURL"
 load

@@ -13,9 +13,12 @@
 // time of its statements (pg_stat_statements) and, read record by record
 // from the phase's WAL (pg_walinspect, walcost.go), its WAL bytes, row
 // versions (inserted, updated, HOT-updated) and index entries. -interleave
-// burns down as `norn bench work` does, in one phase, whose statements are
-// told apart by kind (kinds.go) and whose WAL is not. -observe measures
-// another program, River's benchmark, on the same counters (observe.go).
+// burns down as `norn bench work` does, each claim completed at once, in
+// one phase, whose statements are told apart by kind (kinds.go) and whose
+// WAL records by their transaction (walcost.go), as -observe does for
+// another program, River's benchmark (observe.go). The two phases hold
+// every lease at once, which the completion pays for in CPU (it reads its
+// worker's lease rows); their counts are what -interleave's should be.
 //
 // The database needs pg_stat_statements (shared_preload_libraries;
 // pg_stat_statements.track_planning = on for the plan counts) and
@@ -27,7 +30,8 @@
 //
 //	go run ./internal/pgcost -url postgres://… -pm $(head -1 $PGDATA/postmaster.pid)
 //
-// STMTS=1 also prints each phase's costliest statements; CPUPROF=file
+// STMTS=1 also prints each phase's costliest statements, WALTYPES=1 its
+// WAL records by type; CPUPROF=file
 // writes a Go CPU profile of the submit phase. -writes
 // rows,ready,lease,side-spec,hot-done measures other per-task write
 // patterns on a copy of the task table instead (writes.go).
@@ -251,9 +255,17 @@ func main() {
 		stats(ctx, c, &b)
 		report(name, a, b, f.n, tableExtra(a, b, f.n))
 		if name == "work" {
-			// Claims and completions interleave: their statements are
-			// told apart, their WAL records are not.
-			costs = append(costs, stmtRows(ctx, c, "norn", f.n, b.db-a.db, name)...)
+			// Claims and completions interleave: statements are told
+			// apart by their text, WAL records by their transaction, as
+			// -observe does for River (a completion writes the entry of
+			// tasks_ended, the index only ended tasks are in).
+			var endIndex string
+			must(c.QueryRow(ctx, `SELECT pg_relation_filenode('norn.tasks_ended'::regclass)::text`).Scan(&endIndex))
+			recs := walBetween(ctx, c, la, lb, endIndex)
+			if os.Getenv("WALTYPES") != "" {
+				printWALTypes("norn", "", f.n, recs)
+			}
+			costs = append(costs, kindRows(ctx, c, "norn", f.n, b.db-a.db, name, walByKind(recs))...)
 		} else {
 			row, none := phaseRow(ctx, c, "norn", name, f.n, b.db-a.db, la, lb)
 			costs = append(costs, row)
@@ -306,7 +318,11 @@ func phaseRow(ctx context.Context, c *pgx.Conn, system, kind string, n int, dbCP
 		s.WALFPI += v.WALFPI
 	}
 	var w walCost
-	for _, r := range walBetween(ctx, c, from, to, "") {
+	recs := walBetween(ctx, c, from, to, "")
+	if os.Getenv("WALTYPES") != "" {
+		printWALTypes(system, kind, n, recs)
+	}
+	for _, r := range recs {
 		if r.class == "none" {
 			none.add(r.cost())
 		} else {
@@ -316,16 +332,14 @@ func phaseRow(ctx context.Context, c *pgx.Conn, system, kind string, n int, dbCP
 	return newCostRow(system, kind, n, dbCPU, kind, s, w), none
 }
 
-// stmtRows are the cost rows of a phase of several kinds by statement
-// alone (no WAL records, which are not the statements').
-func stmtRows(ctx context.Context, c *pgx.Conn, system string, n int, dbCPU float64, phase string) []costRow {
+// kindRows are the cost rows of a phase of several kinds, wal its records
+// by kind.
+func kindRows(ctx context.Context, c *pgx.Conn, system string, n int, dbCPU float64, phase string, wal map[string]walCost) []costRow {
 	byKind, err := stmtsByKind(ctx, c)
 	must(err)
 	var out []costRow
 	for _, k := range kinds {
-		if v, ok := byKind[k]; ok {
-			out = append(out, newCostRow(system, k, n, dbCPU, phase, v, walCost{}))
-		}
+		out = append(out, newCostRow(system, k, n, dbCPU, phase, byKind[k], wal[k]))
 	}
 	return out
 }

@@ -137,7 +137,11 @@ func observe(ctx context.Context, f flags, argv []string) {
 			fmt.Fprintf(os.Stderr, "-observe: no index %s: completions are told from claims by whether they lock rows only\n", f.endIndex)
 		}
 	}
-	wal := walByKind(walBetween(ctx, c, la, lb, endIndex))
+	recs := walBetween(ctx, c, la, lb, endIndex)
+	if os.Getenv("WALTYPES") != "" {
+		printWALTypes(f.system, "", f.n, recs)
+	}
+	wal := walByKind(recs)
 	submitCPU, workCPU := bd.db-a.db, b.db-bd.db
 	var rows []costRow
 	for _, k := range kinds {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -158,11 +159,15 @@ func (w walRecord) cost() walCost {
 // classOf is the task kind of a transaction that wrote the records its
 // class names (E an entry into the index of ended tasks, L locked a row, U
 // updated one, I inserted one), for a program that submits, claims and
-// completes as River does: its completion writes the ended task's entry
-// in the index of finalized jobs (river_job_state_and_finalized_at_index,
-// WHERE finalized_at IS NOT NULL: no other write puts a job there); its
-// claim locks the rows it takes (FOR UPDATE SKIP LOCKED) and updates
-// them; its submit only inserts. (A completion may lock rows too: an
+// completes as River and Norn do: a completion writes the ended task's
+// entry in an index only ended tasks are in (River's
+// river_job_state_and_finalized_at_index, Norn's tasks_ended: WHERE
+// finalized_at, ended_at IS NOT NULL); a claim locks the rows it takes
+// (FOR UPDATE SKIP LOCKED: River's jobs, Norn's ready rows) and writes
+// (River updates the jobs, Norn inserts a lease row); a submit only
+// inserts. Norn's count of completions in lease rows (countLeaseDone, a
+// transaction of its own) locks and updates a lease row, and is counted
+// with the claims: a row version per claim, not per task. (A completion may lock rows too: an
 // UPDATE whose new row version goes to another page locks the old one
 // first.) Records of no transaction, or of one that wrote no rows, are
 // other.
@@ -190,4 +195,35 @@ func walByKind(recs []walRecord) map[string]walCost {
 		out[k] = c
 	}
 	return out
+}
+
+// printWALTypes prints, per task, the count and bytes of each record type
+// a kind wrote (WALTYPES=1): what the floor of a kind is argued from.
+func printWALTypes(system, kind string, n int, recs []walRecord) {
+	type tc struct{ count, bytes float64 }
+	by := map[string]tc{}
+	var names []string
+	for _, r := range recs {
+		k := kind
+		if k == "" {
+			k = classOf(r.class)
+		}
+		name := k + " " + r.rmgr + "/" + r.typ
+		if _, ok := by[name]; !ok {
+			names = append(names, name)
+		}
+		v := by[name]
+		v.count += r.count
+		v.bytes += r.bytes
+		by[name] = v
+	}
+	slices.Sort(names)
+	f := float64(n)
+	for _, name := range names {
+		v := by[name]
+		if v.count/f < 0.0005 {
+			continue
+		}
+		fmt.Printf("%s WAL %-40s %8.4f records %8.1f bytes per task (%.1f each)\n", system, name, v.count/f, v.bytes/f, v.bytes/v.count)
+	}
 }
