@@ -452,6 +452,11 @@ export declare class Client {
      * are ready in the queues (at most `n`), or once the one ready longest
      * has waited `linger` (which needs a `min` of 2 or more); until then it
      * waits within `wait`, and answers [] when the wait ends first.
+     *
+     * `groupBy` (`"concurrency_key"` or `"label:NAME"`) makes every task of
+     * the answer share that value: the answer is the group of the first
+     * task in claim order that has `min` ready tasks, or whose task ready
+     * longest has waited `linger`.
      */
     claim(worker: string, queues: string | readonly string[], opts?: {
         n?: number;
@@ -460,6 +465,7 @@ export declare class Client {
         weights?: Record<string, number>;
         min?: number;
         linger?: Duration;
+        groupBy?: string;
     } & CallOptions): Promise<Task[]>;
     /** Extends the lease (by `extend`, else the task's timeout) and records progress; the new deadline. */
     heartbeat(id: string, worker: string, lease: number, opts?: {

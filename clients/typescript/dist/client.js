@@ -594,6 +594,11 @@ export class Client {
      * are ready in the queues (at most `n`), or once the one ready longest
      * has waited `linger` (which needs a `min` of 2 or more); until then it
      * waits within `wait`, and answers [] when the wait ends first.
+     *
+     * `groupBy` (`"concurrency_key"` or `"label:NAME"`) makes every task of
+     * the answer share that value: the answer is the group of the first
+     * task in claim order that has `min` ready tasks, or whose task ready
+     * longest has waited `linger`.
      */
     async claim(worker, queues, opts = {}) {
         const body = { worker, queues: typeof queues === "string" ? [queues] : [...queues] };
@@ -606,6 +611,8 @@ export class Client {
             body["min"] = opts.min;
         if (opts.linger !== undefined)
             body["linger"] = formatDuration(opts.linger, "linger");
+        if (opts.groupBy)
+            body["group_by"] = opts.groupBy;
         if (opts.timeout !== undefined)
             body["timeout"] = formatDuration(opts.timeout, "timeout");
         let limit = this.#timeout;

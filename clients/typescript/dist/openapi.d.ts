@@ -1170,6 +1170,8 @@ export interface components {
             min?: number;
             /** @description With min: how long a ready task waits for a batch of min to gather before the claim takes what there is (a Go duration; 0 = until min are ready). Needs min >= 2 (400 naming linger). */
             linger?: string;
+            /** @description A group claim: every task of the answer shares this value, "concurrency_key" or "label:NAME" (the task's label NAME as submitted; tasks without it share the empty value). The answer is the group of the first task in claim order whose group has min ready tasks in the claim's queues, or whose task ready longest has waited linger (without min: the group of the first task). Flow limits still apply, so an answer may hold fewer than min. Absent: no grouping (400 naming group_by for another value). */
+            group_by?: string;
         };
         QueueClaimRequest: {
             worker: string;
@@ -1180,6 +1182,8 @@ export interface components {
             min?: number;
             /** @description With min: how long a ready task waits for a batch of min to gather before the claim takes what there is (a Go duration; 0 = until min are ready). Needs min >= 2 (400 naming linger). */
             linger?: string;
+            /** @description A group claim: every task of the answer shares this value, "concurrency_key" or "label:NAME" (the task's label NAME as submitted; tasks without it share the empty value). The answer is the group of the first task in claim order whose group has min ready tasks in the claim's queues, or whose task ready longest has waited linger (without min: the group of the first task). Flow limits still apply, so an answer may hold fewer than min. Absent: no grouping (400 naming group_by for another value). */
+            group_by?: string;
         };
         LeaseRequest: {
             worker: string;
@@ -1226,6 +1230,11 @@ export interface components {
             until_signal?: string;
             /** @description With until_signal: the longest wait (default 24h). */
             timeout?: components["schemas"]["Duration"];
+            /**
+             * @description "key": also hold back the task's concurrency key: its rate-limit bucket is emptied so that no task of the key is claimed before the snooze ends (the key needs a rate limit: the queue's key_rate_limit or its own). Needs delay or run_at.
+             * @enum {string}
+             */
+            scope?: "key";
         };
         LeaseOp: {
             worker: string;
@@ -1245,6 +1254,11 @@ export interface components {
             /** @description Any JSON value. */
             result?: unknown;
             error?: components["schemas"]["ErrorInfo"];
+            /**
+             * @description snooze: "key": also hold back the task's concurrency key: its rate-limit bucket is emptied so that no task of the key is claimed before the snooze ends (the key needs a rate limit: the queue's key_rate_limit or its own). Needs delay or run_at.
+             * @enum {string}
+             */
+            scope?: "key";
         };
         LeaseOpResult: {
             /** Format: date-time */
@@ -1297,6 +1311,8 @@ export interface components {
                 path: "plain" | "shared" | "rated" | "keyed" | "exclusive";
                 reason: string;
             };
+            /** @description Flow limit: each concurrency key's claims hand out at most burst tasks at once and per_second sustained (absent: none). */
+            key_rate_limit?: components["schemas"]["RateLimit"];
         };
         QueueUpdate: {
             paused?: boolean;
@@ -1325,6 +1341,8 @@ export interface components {
              * @enum {string}
              */
             sequence_on_failure?: "halt" | "continue";
+            /** @description A rate limit for every concurrency key of the queue, each key with its own bucket, across the cluster (a key's own rate_limit overrides it); per_second 0 removes it. Not with fair_by label:NAME. */
+            key_rate_limit?: components["schemas"]["RateLimitPatch"];
         };
         GroupCount: {
             queue: string;
@@ -1575,6 +1593,8 @@ export interface components {
             limit?: number;
             /** @description The key's share of claims in a queue with fair_by: weight 3 gets three claims for each one of a weight-1 key while both have ready tasks (0: 1). */
             weight?: number;
+            /** @description The key's own rate limit, overriding the queue's key_rate_limit (absent: the queue's applies). */
+            rate_limit?: components["schemas"]["RateLimit"];
         };
         KeyInfo: {
             key: string;
@@ -1582,6 +1602,8 @@ export interface components {
             weight?: number;
             /** @description Running tasks with this key now. */
             running: number;
+            /** @description The key's own rate limit (absent: the queue's key_rate_limit applies). */
+            rate_limit?: components["schemas"]["RateLimit"];
         };
         KeyResponse: {
             key: components["schemas"]["KeyInfo"];
@@ -1636,6 +1658,8 @@ export interface components {
             limit?: number | null;
             /** @description The key's share of claims in a queue with fair_by: weight 3 gets three claims for each one of a weight-1 key while both have ready tasks (0: 1). */
             weight?: number | null;
+            /** @description The key's own rate limit; per_second 0 removes it (the queue's key_rate_limit applies again). */
+            rate_limit?: components["schemas"]["RateLimitPatch"];
         };
         CancelledResponse: {
             cancelled: number;

@@ -65,6 +65,12 @@ export interface WorkerOptions {
      * only when chunkMin slots are free.
      */
     chunkMax?: number;
+    /**
+     * With chunkHandler: `"concurrency_key"` or `"label:NAME"`. Every task of
+     * a chunk shares that value, and chunkMin and chunkLinger count per
+     * value (a group claim); default none.
+     */
+    chunkGroupBy?: string;
     /** Claim preference order; default the handlers' queues in their order. */
     queues?: readonly string[];
     /**

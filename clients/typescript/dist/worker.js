@@ -388,7 +388,7 @@ export class Worker {
             if (handlers === undefined || handlers === null || typeof handlers !== "object" || Object.keys(handlers).length === 0) {
                 throw new InvalidArgument("map at least one queue to a handler", { field: "handlers" });
             }
-            for (const f of ["chunkMin", "chunkLinger", "chunkMax"]) {
+            for (const f of ["chunkMin", "chunkLinger", "chunkMax", "chunkGroupBy"]) {
                 if (opts[f])
                     throw new InvalidArgument("needs a chunkHandler", { field: f });
             }
@@ -428,7 +428,11 @@ export class Worker {
             if (opts.middleware !== undefined && opts.middleware.length > 0) {
                 throw new InvalidArgument("middleware wraps single-task handlers; a chunkHandler takes none", { field: "middleware" });
             }
-            this.#chunk = { handler: chunkHandler, min, linger, max };
+            const groupBy = opts.chunkGroupBy || undefined;
+            if (groupBy !== undefined && !/^(concurrency_key|label:[^:,]{1,128})$/.test(groupBy)) {
+                throw new InvalidArgument('must be "concurrency_key" or "label:" followed by a label name', { field: "chunkGroupBy" });
+            }
+            this.#chunk = { handler: chunkHandler, min, linger, max, groupBy };
         }
         if (opts.lease !== undefined && !(opts.lease >= 1))
             throw new InvalidArgument("must be at least 1 (ms)", { field: "lease" });
@@ -637,6 +641,7 @@ export class Worker {
                     n: Math.min(free, chunk ? chunk.max : this.#claimBatch),
                     ...(chunk && chunk.min >= 2 ? { min: chunk.min } : {}),
                     ...(chunk && chunk.min >= 2 && chunk.linger > 0 ? { linger: chunk.linger } : {}),
+                    ...(chunk?.groupBy ? { groupBy: chunk.groupBy } : {}),
                     ...(this.#leaseWire !== undefined ? { timeout: this.#leaseWire } : {}),
                     ...(this.#wait > 0 ? { wait: this.#wait } : {}),
                     ...(this.#weights ? { weights: this.#weights } : {}),

@@ -1171,6 +1171,8 @@ export interface components {
             min?: number;
             /** @description With min: how long a ready task waits for a batch of min to gather before the claim takes what there is (a Go duration; 0 = until min are ready). Needs min >= 2 (400 naming linger). */
             linger?: string;
+            /** @description A group claim: every task of the answer shares this value, "concurrency_key" or "label:NAME" (the task's label NAME as submitted; tasks without it share the empty value). The answer is the group of the first task in claim order whose group has min ready tasks in the claim's queues, or whose task ready longest has waited linger (without min: the group of the first task). Flow limits still apply, so an answer may hold fewer than min. Absent: no grouping (400 naming group_by for another value). */
+            group_by?: string;
         };
         QueueClaimRequest: {
             worker: string;
@@ -1181,6 +1183,8 @@ export interface components {
             min?: number;
             /** @description With min: how long a ready task waits for a batch of min to gather before the claim takes what there is (a Go duration; 0 = until min are ready). Needs min >= 2 (400 naming linger). */
             linger?: string;
+            /** @description A group claim: every task of the answer shares this value, "concurrency_key" or "label:NAME" (the task's label NAME as submitted; tasks without it share the empty value). The answer is the group of the first task in claim order whose group has min ready tasks in the claim's queues, or whose task ready longest has waited linger (without min: the group of the first task). Flow limits still apply, so an answer may hold fewer than min. Absent: no grouping (400 naming group_by for another value). */
+            group_by?: string;
         };
         LeaseRequest: {
             worker: string;
@@ -1227,6 +1231,11 @@ export interface components {
             until_signal?: string;
             /** @description With until_signal: the longest wait (default 24h). */
             timeout?: components["schemas"]["Duration"];
+            /**
+             * @description "key": also hold back the task's concurrency key: its rate-limit bucket is emptied so that no task of the key is claimed before the snooze ends (the key needs a rate limit: the queue's key_rate_limit or its own). Needs delay or run_at.
+             * @enum {string}
+             */
+            scope?: "key";
         };
         LeaseOp: {
             worker: string;
@@ -1246,6 +1255,11 @@ export interface components {
             /** @description Any JSON value. */
             result?: unknown;
             error?: components["schemas"]["ErrorInfo"];
+            /**
+             * @description snooze: "key": also hold back the task's concurrency key: its rate-limit bucket is emptied so that no task of the key is claimed before the snooze ends (the key needs a rate limit: the queue's key_rate_limit or its own). Needs delay or run_at.
+             * @enum {string}
+             */
+            scope?: "key";
         };
         LeaseOpResult: {
             /** Format: date-time */
@@ -1298,6 +1312,8 @@ export interface components {
                 path: "plain" | "shared" | "rated" | "keyed" | "exclusive";
                 reason: string;
             };
+            /** @description Flow limit: each concurrency key's claims hand out at most burst tasks at once and per_second sustained (absent: none). */
+            key_rate_limit?: components["schemas"]["RateLimit"];
         };
         QueueUpdate: {
             paused?: boolean;
@@ -1326,6 +1342,8 @@ export interface components {
              * @enum {string}
              */
             sequence_on_failure?: "halt" | "continue";
+            /** @description A rate limit for every concurrency key of the queue, each key with its own bucket, across the cluster (a key's own rate_limit overrides it); per_second 0 removes it. Not with fair_by label:NAME. */
+            key_rate_limit?: components["schemas"]["RateLimitPatch"];
         };
         GroupCount: {
             queue: string;
@@ -1576,6 +1594,8 @@ export interface components {
             limit?: number;
             /** @description The key's share of claims in a queue with fair_by: weight 3 gets three claims for each one of a weight-1 key while both have ready tasks (0: 1). */
             weight?: number;
+            /** @description The key's own rate limit, overriding the queue's key_rate_limit (absent: the queue's applies). */
+            rate_limit?: components["schemas"]["RateLimit"];
         };
         KeyInfo: {
             key: string;
@@ -1583,6 +1603,8 @@ export interface components {
             weight?: number;
             /** @description Running tasks with this key now. */
             running: number;
+            /** @description The key's own rate limit (absent: the queue's key_rate_limit applies). */
+            rate_limit?: components["schemas"]["RateLimit"];
         };
         KeyResponse: {
             key: components["schemas"]["KeyInfo"];
@@ -1637,6 +1659,8 @@ export interface components {
             limit?: number | null;
             /** @description The key's share of claims in a queue with fair_by: weight 3 gets three claims for each one of a weight-1 key while both have ready tasks (0: 1). */
             weight?: number | null;
+            /** @description The key's own rate limit; per_second 0 removes it (the queue's key_rate_limit applies again). */
+            rate_limit?: components["schemas"]["RateLimitPatch"];
         };
         CancelledResponse: {
             cancelled: number;
