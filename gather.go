@@ -66,7 +66,7 @@ func ValidateGroupBy(field, v string) error {
 }
 
 // GroupOf returns the value a task with the given concurrency key and
-// labels (as submitted) has under r.GroupBy: "" when the claim does not
+// labels has under r.GroupBy: "" when the claim does not
 // group or the task has no such value.
 func (r *ClaimRequest) GroupOf(concurrencyKey string, labels map[string]string) string {
 	return QueueFlow{FairBy: r.GroupBy}.FairKey(concurrencyKey, labels)

@@ -427,8 +427,10 @@ type ClaimRequest struct {
 	// gather (0: until Min are ready). Needs Min.
 	Linger Duration `json:"linger,omitzero"`
 	// GroupBy makes every task of one answer share a value:
-	// "concurrency_key", or "label:NAME" for the task's label NAME as
-	// submitted; tasks without it share the value "". The answer holds
+	// "concurrency_key", or "label:NAME" for the task's label NAME (its
+	// current value; in a queue fair by that label, the value the task
+	// entered the queue with, its fair group); tasks without it share the
+	// value "". The answer holds
 	// the tasks of one group only: the group of the first task in claim
 	// order whose group has Min ready tasks in the claim's queues, or
 	// whose task ready longest has waited Linger (without Min: the group

@@ -1,9 +1,12 @@
 package embedded
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/nornq/norn"
 )
@@ -102,9 +105,26 @@ func groupsAsClaim(q *queue, req *norn.ClaimRequest) bool {
 	return req.GroupBy == norn.FairByConcurrencyKey
 }
 
-// groupValue reads the value t has under req.GroupBy from its submit
-// record.
+// groupValue reads the value t has under req.GroupBy: its concurrency
+// key from its submit record, or a label's current value (labels an
+// update or a debounce replaced, else those submitted). Only a queue's
+// own groups (a label it is fair by: groupsAsClaim) keep the value the
+// task entered the queue with.
 func (tx *txn) groupValue(t *task, req *norn.ClaimRequest) (string, error) {
+	if label, ok := (norn.QueueFlow{FairBy: req.GroupBy}).FairLabel(); ok {
+		v, closer, err := tx.s.db.Get(taskKey(t.id, sufLabels))
+		if err == nil {
+			defer closer.Close()
+			labels, err := decodeLabels(v)
+			if err != nil {
+				return "", fmt.Errorf("task %q: %w", t.id, err)
+			}
+			return labels[label], nil
+		}
+		if !errors.Is(err, pebble.ErrNotFound) {
+			return "", err
+		}
+	}
 	v, closer, err := tx.s.db.Get(taskKey(t.id, sufImmutable))
 	if err != nil {
 		return "", err

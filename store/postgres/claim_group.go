@@ -89,8 +89,12 @@ func (s *Store) readGroupHeads(ctx context.Context, conn *pgx.Conn, queues []str
 	windows := make([][]groupCand, len(queues))
 	for i, q := range queues {
 		views[i] = s.queueGateReads(b, q, n)
+		// A label's value: the queue's own group (fair_key) when the queue
+		// is fair by that label, else the label's current value.
 		b.Queue(s.q(`SELECT t.id, coalesce(t.concurrency_key, ''), t.priority, t.ready_at,
-	coalesce(CASE WHEN $3::text IS NULL THEN t.concurrency_key ELSE t.labels ->> $3::text END, '')
+	coalesce(CASE WHEN $3::text IS NULL THEN t.concurrency_key
+		WHEN (SELECT q.fair_by FROM {s}.queues q WHERE q.name = $1) = 'label:' || $3::text THEN nullif(t.fair_key, '')
+		ELSE t.labels ->> $3::text END, '')
 FROM {s}.tasks t WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1
 ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2`), q, n, label).Query(func(rows pgx.Rows) error {
 			var c groupCand

@@ -53,6 +53,14 @@ func exerciseGroupClaims(t *testing.T, setup setupFunc) {
 		eqStrings(t, "third claim", ids(b.claimReq(req)), []string{"3"})
 	})
 
+	t.Run("GroupByALabelsCurrentValue", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		b.submit(tenant("1", "acme", ""), tenant("2", "bolt", ""), tenant("3", "acme", ""))
+		b.update("3", norn.Update{Labels: map[string]string{"tenant": "bolt"}})
+		eqStrings(t, "claim", ids(b.claimReq(group("label:tenant", 2, 10))), []string{"2", "3"})
+	})
+
 	t.Run("GroupByTheLabelAQueueIsFairBy", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)

@@ -1171,7 +1171,7 @@ export interface components {
             min?: number;
             /** @description With min: how long a ready task waits for a batch of min to gather before the claim takes what there is (a Go duration; 0 = until min are ready). Needs min >= 2 (400 naming linger). */
             linger?: string;
-            /** @description A group claim: every task of the answer shares this value, "concurrency_key" or "label:NAME" (the task's label NAME as submitted; tasks without it share the empty value). The answer is the group of the first task in claim order whose group has min ready tasks in the claim's queues, or whose task ready longest has waited linger (without min: the group of the first task). Flow limits still apply, so an answer may hold fewer than min. Absent: no grouping (400 naming group_by for another value). */
+            /** @description A group claim: every task of the answer shares this value, "concurrency_key" or "label:NAME" (the task's label NAME: its current value, or in a queue fair_by that label the value it entered the queue with; tasks without it share the empty value). The answer is the group of the first task in claim order whose group has min ready tasks in the claim's queues, or whose task ready longest has waited linger (without min: the group of the first task). Flow limits still apply, so an answer may hold fewer than min. Absent: no grouping (400 naming group_by for another value). */
             group_by?: string;
         };
         QueueClaimRequest: {
@@ -1183,7 +1183,7 @@ export interface components {
             min?: number;
             /** @description With min: how long a ready task waits for a batch of min to gather before the claim takes what there is (a Go duration; 0 = until min are ready). Needs min >= 2 (400 naming linger). */
             linger?: string;
-            /** @description A group claim: every task of the answer shares this value, "concurrency_key" or "label:NAME" (the task's label NAME as submitted; tasks without it share the empty value). The answer is the group of the first task in claim order whose group has min ready tasks in the claim's queues, or whose task ready longest has waited linger (without min: the group of the first task). Flow limits still apply, so an answer may hold fewer than min. Absent: no grouping (400 naming group_by for another value). */
+            /** @description A group claim: every task of the answer shares this value, "concurrency_key" or "label:NAME" (the task's label NAME: its current value, or in a queue fair_by that label the value it entered the queue with; tasks without it share the empty value). The answer is the group of the first task in claim order whose group has min ready tasks in the claim's queues, or whose task ready longest has waited linger (without min: the group of the first task). Flow limits still apply, so an answer may hold fewer than min. Absent: no grouping (400 naming group_by for another value). */
             group_by?: string;
         };
         LeaseRequest: {
