@@ -30,8 +30,8 @@ const MaxChunkOutput = 64 << 20
 //     by "id" is that task's outcome: {"id":"…","result":…} completes it
 //     (result optional); {"id":"…","error":"why","code":"…"} fails it for
 //     retry ("retry_in":"30s" asks for that wait), with "abort":true
-//     aborts it for good; {"id":"…","snooze":"30s"} (or an RFC 3339 time)
-//     snoozes it. Other lines are ignored; the last line for a task wins;
+//     aborts it for good; {"id":"…","snooze":"30s"} (or an RFC 3339 time;
+//     "30s key" also holds back its key) snoozes it. Other lines are ignored; the last line for a task wins;
 //   - a task without an outcome line gets the exit status's, as a
 //     Command's task does (0 completes it without a result, 75 fails it
 //     for retry, another status aborts it, a signal fails it);
@@ -125,13 +125,10 @@ func (c *ChunkCommand) ServeChunk(ctx context.Context, tasks []*Task) []error {
 func (o chunkOutcome) outcome(t *Task) error {
 	if o.Snooze != "" {
 		sn, _, err := ParseSnooze([]byte(SnoozePrefix + " " + o.Snooze))
-		switch {
-		case err != nil:
+		if err != nil {
 			return WithCode("invalid_outcome", fmt.Errorf("task %s: %w", t.ID, err))
-		case !sn.RunAt.IsZero():
-			return SnoozeUntil(sn.RunAt)
 		}
-		return Snooze(sn.Delay.D())
+		return snoozeFor(sn)
 	}
 	if o.Error != nil || o.Abort {
 		msg := "failed"

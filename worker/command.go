@@ -49,9 +49,10 @@ const DefaultStderrTail = 4096
 //     stdout means no result;
 //   - exit 75 (EX_TEMPFAIL) fails the task for retry; but when the last
 //     line of stdout is "norn:snooze 30s" (a positive Go duration) or
-//     "norn:snooze 2026-01-02T15:04:05Z" (an RFC 3339 time), the task is
-//     snoozed until then instead: no error recorded, the attempt given
-//     back. A malformed snooze line fails the task for retry with code
+//     "norn:snooze 2026-01-02T15:04:05Z" (an RFC 3339 time), optionally
+//     followed by " key" (also hold back the task's concurrency key, as
+//     SnoozeKey), the task is snoozed until then instead: no error
+//     recorded, the attempt given back. A malformed snooze line fails the task for retry with code
 //     "invalid_snooze" (the line is only read with exit 75);
 //   - any other exit code aborts it; death by a signal the worker did not
 //     send (e.g. the OOM killer) fails it for retry. Either way the error
@@ -214,8 +215,10 @@ func ParseResult(out []byte) json.RawMessage {
 // ParseSnooze reads the snooze request of a command's stdout: its last
 // non-empty line, "norn:snooze 30s" (a positive Go duration) or "norn:snooze
 // 2026-01-02T15:04:05Z" (an RFC 3339 time; a past one makes the task ready
-// at once). ok says whether that line is a snooze request at all; err, when
-// it is one, says what is wrong with its value.
+// at once), optionally followed by "key" to hold back the task's
+// concurrency key too (scope "key", see SnoozeKey). ok says whether that
+// line is a snooze request at all; err, when it is one, says what is wrong
+// with its value.
 func ParseSnooze(out []byte) (sn norn.Snooze, ok bool, err error) {
 	out = bytes.TrimRight(out, " \t\r\n")
 	line := out[bytes.LastIndexByte(out, '\n')+1:]
@@ -223,21 +226,36 @@ func ParseSnooze(out []byte) (sn norn.Snooze, ok bool, err error) {
 	if !found || (len(rest) > 0 && rest[0] != ' ' && rest[0] != '\t') {
 		return norn.Snooze{}, false, nil
 	}
-	v := string(bytes.TrimSpace(rest))
-	if v == "" {
+	fields := strings.Fields(string(rest))
+	if len(fields) == 0 {
 		return norn.Snooze{}, true, errors.New(`snooze line without a delay or time: want "norn:snooze 30s" or "norn:snooze 2026-01-02T15:04:05Z"`)
+	}
+	v := fields[0]
+	switch {
+	case len(fields) == 2 && fields[1] == norn.SnoozeScopeKey:
+		sn.Scope = norn.SnoozeScopeKey
+	case len(fields) > 1:
+		return norn.Snooze{}, true, fmt.Errorf(`snooze line %q: after the delay or time only "key" may follow`, truncateUTF8(strings.Join(fields, " "), 64))
 	}
 	if d, derr := time.ParseDuration(v); derr == nil {
 		if d <= 0 {
 			return norn.Snooze{}, true, fmt.Errorf("snooze delay %q is not positive", v)
 		}
-		return norn.Snooze{Delay: norn.Duration(d)}, true, nil
+		sn.Delay = norn.Duration(d)
+		return sn, true, nil
 	}
 	at, terr := time.Parse(time.RFC3339Nano, v)
 	if terr != nil || at.IsZero() {
 		return norn.Snooze{}, true, fmt.Errorf("snooze value %q is neither a Go duration nor an RFC 3339 time", truncateUTF8(v, 64))
 	}
-	return norn.Snooze{RunAt: at.UTC()}, true, nil
+	sn.RunAt = at.UTC()
+	return sn, true, nil
+}
+
+// snoozeFor is the handler error asking for sn, a snooze ParseSnooze
+// read.
+func snoozeFor(sn norn.Snooze) error {
+	return &snoozeError{d: sn.Delay.D(), at: sn.RunAt, key: sn.Scope == norn.SnoozeScopeKey}
 }
 
 // ParseProgress recognises a progress line: "progress: 0.4" or
@@ -393,10 +411,8 @@ func outcome(t *Task, werr error, stdout *capped, tail *tailBuffer) error {
 		switch sn, ok, err := ParseSnooze(stdout.buf.Bytes()); {
 		case ok && err != nil:
 			return WithCode("invalid_snooze", fmt.Errorf("exit status 75 with %w\n%s", err, desc))
-		case ok && !sn.RunAt.IsZero():
-			return SnoozeUntil(sn.RunAt)
 		case ok:
-			return Snooze(sn.Delay.D())
+			return snoozeFor(sn)
 		}
 		return WithCode("exit_75", fmt.Errorf("exit status 75 (temporary failure)\n%s", desc))
 	case code < 0:

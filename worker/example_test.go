@@ -1,11 +1,15 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/nornq/norn"
@@ -100,6 +104,80 @@ func ExampleSnooze() {
 	fmt.Println(t.Status, "for", t.RunAt.Sub(last.Time), "attempts", t.Attempts, "errors", len(t.Errors), last.Type)
 	// Output:
 	// scheduled for 1h0m0s attempts 0 errors 0 TaskSnooze
+}
+
+// Back-pressure per key: each tenant's webhooks go to the tenant's own
+// API, which may answer 429 with a Retry-After. SnoozeKey snoozes the task
+// and holds back every task of its concurrency key until then, on every
+// worker, while other tenants' tasks keep flowing. The queue needs a key
+// rate limit (or the key its own) for the store to hold the key back.
+func ExampleSnoozeKey() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir, _ := os.MkdirTemp("", "norn-example-")
+	defer os.RemoveAll(dir)
+	st, err := embedded.Open(ctx, embedded.Options{Dir: dir})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close()
+	// Every tenant may get 10 webhooks a second.
+	if _, err := st.UpdateQueue(ctx, "webhooks", norn.QueueUpdate{KeyRateLimit: &norn.RateLimit{PerSecond: 10}}); err != nil {
+		panic(err)
+	}
+	// A stand-in for the tenants' APIs: acme is over its quota for a minute.
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/acme" {
+			w.Header().Set("Retry-After", "60")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	defer api.Close()
+
+	handled := make(chan string, 4)
+	mux := worker.NewServeMux()
+	mux.HandleFunc("webhooks", func(ctx context.Context, t *worker.Task) error {
+		defer func() { handled <- t.ID }()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, api.URL+"/"+t.ConcurrencyKey, bytes.NewReader(t.Spec))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err // retried per the task's policy
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusTooManyRequests {
+			secs, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+			if err != nil {
+				secs = 30
+			}
+			return worker.SnoozeKey(time.Duration(secs) * time.Second)
+		}
+		return nil
+	})
+	w, err := worker.New(st, worker.Config{Handler: mux, Concurrency: 1, Wait: 100 * time.Millisecond})
+	if err != nil {
+		panic(err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Run(ctx) }()
+
+	_, _ = st.Submit(ctx, norn.NewTask{ID: "acme-1", Queue: "webhooks", ConcurrencyKey: "acme"})
+	<-handled // answered 429: acme is held back for 60 s
+	_, _ = st.Submit(ctx,
+		norn.NewTask{ID: "acme-2", Queue: "webhooks", ConcurrencyKey: "acme"},
+		norn.NewTask{ID: "globex-1", Queue: "webhooks", ConcurrencyKey: "globex"},
+	)
+	<-handled // globex's task, claimed past acme's
+	_ = w.Shutdown(context.Background())
+	<-stopped
+
+	for _, id := range []string{"acme-1", "acme-2", "globex-1"} {
+		t, _ := st.Get(ctx, id)
+		fmt.Println(id, t.Status)
+	}
+	// Output:
+	// acme-1 scheduled
+	// acme-2 ready
+	// globex-1 completed
 }
 
 // A chunk handler gets the tasks of one claim together, for work that is

@@ -62,7 +62,8 @@ import (
 //     aborted when no retries remain;
 //   - an error wrapped with Abort aborts it for good;
 //   - Snooze(d) puts it back for later (scheduled d from now) without
-//     counting the attempt;
+//     counting the attempt; SnoozeKey(d) also holds back every task of its
+//     concurrency key until then;
 //   - a panic aborts it with the panic message and stack, and the worker
 //     keeps running.
 //
@@ -221,16 +222,22 @@ type snoozeError struct {
 	at time.Time
 	// signal, when set, waits for that signal (at most d).
 	signal string
+	// key also holds back the task's concurrency key (norn.SnoozeScopeKey).
+	key bool
 }
 
 func (e *snoozeError) Error() string {
 	if e.signal != "" {
 		return "worker: snooze until signal " + e.signal
 	}
-	if !e.at.IsZero() {
-		return "worker: snooze until " + e.at.UTC().Format(time.RFC3339Nano)
+	what := "snooze"
+	if e.key {
+		what = "snooze with its key"
 	}
-	return "worker: snooze for " + e.d.String()
+	if !e.at.IsZero() {
+		return "worker: " + what + " until " + e.at.UTC().Format(time.RFC3339Nano)
+	}
+	return "worker: " + what + " for " + e.d.String()
 }
 
 // Snooze returns an error that, returned from a handler, puts the task back
@@ -257,6 +264,25 @@ func SnoozeUntilSignal(name string, timeout time.Duration) error {
 	return &snoozeError{signal: name, d: timeout}
 }
 
+// SnoozeKey is Snooze that also holds back the task's concurrency key:
+// the key's rate-limit bucket is emptied, so that no task of the key (on
+// any worker, any node) is claimed before d has passed, while other keys'
+// tasks keep flowing. Use it for back-pressure from whatever serves the
+// key: a tenant's API answering 429 with a Retry-After. The key needs a
+// rate limit (the queue's key_rate_limit or the key's own rate_limit);
+// when it has none, or the task has no key, the store refuses the scope
+// and the worker snoozes the task alone instead (and logs a warning).
+func SnoozeKey(d time.Duration) error { return &snoozeError{d: d, key: true} }
+
+// SnoozeKeyUntil is SnoozeKey to a point in time: the key's first task is
+// claimed again at t.
+func SnoozeKeyUntil(t time.Time) error {
+	if t.IsZero() {
+		return SnoozeKey(0)
+	}
+	return &snoozeError{at: t, key: true}
+}
+
 // snoozeOf returns the snooze a handler asked for, if it did.
 func snoozeOf(err error) (norn.Snooze, bool) {
 	var s *snoozeError
@@ -266,14 +292,20 @@ func snoozeOf(err error) (norn.Snooze, bool) {
 	if s.signal != "" {
 		return norn.Snooze{UntilSignal: s.signal, Timeout: norn.Duration(max(s.d, 0))}, true
 	}
-	if !s.at.IsZero() {
-		return norn.Snooze{RunAt: s.at.UTC()}, true
-	}
-	if s.d <= 0 {
+	var sn norn.Snooze
+	switch {
+	case !s.at.IsZero():
+		sn.RunAt = s.at.UTC()
+	case s.d <= 0:
 		// A past run_at is "ready at once", whatever the store's clock says.
-		return norn.Snooze{RunAt: time.Unix(1, 0).UTC()}, true
+		sn.RunAt = time.Unix(1, 0).UTC()
+	default:
+		sn.Delay = norn.Duration(s.d)
 	}
-	return norn.Snooze{Delay: norn.Duration(s.d)}, true
+	if s.key {
+		sn.Scope = norn.SnoozeScopeKey
+	}
+	return sn, true
 }
 
 // codedError attaches an error code.

@@ -613,6 +613,14 @@ func (w *Worker) outcome(r *run, err error, panicInfo *norn.ErrorInfo) (verdict,
 func (w *Worker) deliver(r *run, o verdict) {
 	log := w.log.With("worker", r.ref.Worker, "task", r.ref.TaskID, "lease", r.ref.Lease)
 	rerr := w.report(r, o.op, o.result, o.info)
+	if o.op == norn.OpSnooze && r.snooze.Scope != "" && scopeRefused(rerr) {
+		// The key has no rate limit to hold back (or the task no key): the
+		// task's own snooze still stands, and the lease expiring instead
+		// would run it again at once.
+		log.Warn("the key cannot be held back; snoozing the task alone", "err", rerr)
+		r.snooze.Scope = ""
+		rerr = w.report(r, o.op, o.result, o.info)
+	}
 	if rerr != nil && o.op == norn.OpComplete && !gone(rerr) && !transient(rerr) {
 		// The store refused the result itself (too large, invalid): the
 		// handler will produce the same result again, so give up for good.
@@ -798,6 +806,12 @@ func (w *Worker) beaten(r *run, sent time.Time) {
 // gone reports whether err means the task is no longer ours.
 func gone(err error) bool {
 	return errors.Is(err, norn.ErrCancelled) || errors.Is(err, norn.ErrLeaseLost) || errors.Is(err, norn.ErrNotFound)
+}
+
+// scopeRefused reports whether err refuses a snooze's scope.
+func scopeRefused(err error) bool {
+	var e *norn.Error
+	return errors.As(err, &e) && e.Code == norn.CodeInvalidArgument && e.Field == "scope"
 }
 
 // transient reports whether a call may succeed when repeated: the store
