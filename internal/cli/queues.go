@@ -114,6 +114,7 @@ func describeQueue(w io.Writer, q norn.QueueInfo) error {
 		tab.row("fair_by:", "none (claim order)")
 	}
 	tab.row("rate_limit:", rateText(q))
+	tab.row("key_rate_limit:", keyRateText(q.KeyRateLimit, "none"))
 	if d.SequenceOnFailure == norn.SequenceContinue {
 		tab.row("sequence_on_failure:", "continue (an aborted head moves its sequence on)")
 	} else {
@@ -127,6 +128,9 @@ func describeQueue(w io.Writer, q norn.QueueInfo) error {
 		w := ""
 		if k.Weight > 0 {
 			w = fmt.Sprintf(", weight %d", k.Weight)
+		}
+		if !k.RateLimit.IsZero() {
+			w += ", rate " + keyRateText(k.RateLimit, "")
 		}
 		tab.row("key "+k.Key+":", fmt.Sprintf("running %d, limit %s%s", k.Running, lim, w))
 	}
@@ -145,9 +149,20 @@ func rateText(q norn.QueueInfo) string {
 	return out
 }
 
+// keyRateText shows a key rate limit, none when it is zero.
+func keyRateText(r norn.RateLimit, none string) string {
+	if r.IsZero() {
+		return none
+	}
+	return fmt.Sprintf("%s/s, burst %d", strconv.FormatFloat(r.PerSecond, 'g', -1, 64), r.Burst)
+}
+
 // parseRate reads --rate-limit: N/s, N/m, N/h or a bare N (per second);
 // 0 and "off" remove the limit.
-func parseRate(v string) (float64, error) {
+func parseRate(v string) (float64, error) { return parseRateFlag("--rate-limit", v) }
+
+// parseRateFlag is parseRate for the flag named flag.
+func parseRateFlag(flag, v string) (float64, error) {
 	if v == "off" {
 		return 0, nil
 	}
@@ -155,7 +170,7 @@ func parseRate(v string) (float64, error) {
 	per := map[string]float64{"": 1, "s": 1, "m": 60, "h": 3600}[unit]
 	n, err := strconv.ParseFloat(num, 64)
 	if per == 0 || err != nil || n < 0 || math.IsInf(n, 0) || math.IsNaN(n) {
-		return 0, usagef("--rate-limit %q: want a rate like 100/s, 30/m or 5/h (0 or off removes the limit)", v)
+		return 0, usagef("%s %q: want a rate like 100/s, 30/m or 5/h (0 or off removes the limit)", flag, v)
 	}
 	return n / per, nil
 }
@@ -210,10 +225,10 @@ func queueExists(ctx context.Context, c *client.Client, name string) error {
 // queueSetFlags are the flags of queues set.
 type queueSetFlags struct {
 	timeout, maxRuntime, expireIn, retCompleted, retAborted, retCancelled time.Duration
-	maxAttempts, maxRunning, keyLimit, burst                              int
-	rateLimit, fairBy, sequenceOnFailure                                  string
+	maxAttempts, maxRunning, keyLimit, burst, keyBurst                    int
+	rateLimit, keyRateLimit, fairBy, sequenceOnFailure                    string
 	retry                                                                 retryFlags
-	keys, unsetKeys, keyWeights                                           []string
+	keys, unsetKeys, keyWeights, keyRates                                 []string
 }
 
 func queueSetCmd(g *Globals) *cobra.Command {
@@ -244,6 +259,13 @@ cluster (a token bucket in the store): 100/s, 30/m, 5/h, or off. --burst is how
 many may go at once after a quiet spell (default: one second's worth, at
 least 1).
 
+Per-key rate limits: --key-rate-limit gives every concurrency key of the
+queue its own token bucket of that rate (--key-burst: its burst), so one
+key's backlog waits for its own tokens while other keys' tasks keep going;
+--key-rate KEY=RATE[:BURST] gives one key its own rate instead (KEY=off
+removes it, and the queue's applies again). Tasks without a key are not key
+rate limited. A queue fair by a label cannot have key rate limits.
+
 --sequence-on-failure says what a sequence's head that ends aborted does
 (see 'norn sequence'): halt (the default) keeps it as the head and halts the
 sequence until it is retried or deleted; continue moves on to the next
@@ -255,6 +277,8 @@ member.`,
   norn queues set reports --fair-by label:tenant --key-weight acme=3
   norn queues set emails --rate-limit 100/s --burst 10
   norn queues set emails --rate-limit off
+  norn queues set webhooks --key-rate-limit 5/s --key-burst 10 --key-rate acme=50/s:100
+  norn queues set webhooks --key-rate-limit off --key-rate acme=off
   norn queues set ledger --sequence-on-failure continue`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -271,7 +295,7 @@ member.`,
 					return err
 				}
 				if reflect.ValueOf(u).IsZero() {
-					return usagef("nothing to change: give at least one of --timeout, --max-attempts, --max-runtime, --expire-in, --retry, --retention-*, --max-running, --key-limit, --key, --unset-key, --fair-by, --key-weight, --rate-limit, --sequence-on-failure")
+					return usagef("nothing to change: give at least one of --timeout, --max-attempts, --max-runtime, --expire-in, --retry, --retention-*, --max-running, --key-limit, --key, --unset-key, --fair-by, --key-weight, --rate-limit, --key-rate-limit, --key-rate, --sequence-on-failure")
 				}
 				q, err := c.UpdateQueue(cmd.Context(), args[0], u)
 				if err != nil {
@@ -293,6 +317,9 @@ func (qf *queueSetFlags) add(fs *pflag.FlagSet) {
 	fs.IntVar(&qf.keyLimit, "key-limit", 0, "at most this many running tasks per concurrency key (0 = unlimited)")
 	fs.StringVar(&qf.rateLimit, "rate-limit", "", "claims hand out at most this many tasks: 100/s, 30/m, 5/h (off = no limit)")
 	fs.IntVar(&qf.burst, "burst", 0, "with --rate-limit: how many tasks may go at once (default: one second's worth)")
+	fs.StringVar(&qf.keyRateLimit, "key-rate-limit", "", "every concurrency key's own bucket: claims hand out at most this many of a key's tasks: 100/s, 30/m, 5/h (off = none)")
+	fs.IntVar(&qf.keyBurst, "key-burst", 0, "with --key-rate-limit: how many of a key's tasks may go at once (default: one second's worth)")
+	fs.StringArrayVar(&qf.keyRates, "key-rate", nil, "KEY=RATE[:BURST]: one key's own rate limit, e.g. acme=50/s:100 (KEY=off: the queue's; repeatable)")
 	fs.StringArrayVar(&qf.keys, "key", nil, "KEY=LIMIT: one concurrency key's own running limit (repeatable)")
 	fs.StringArrayVar(&qf.unsetKeys, "unset-key", nil, "remove a key's own settings (repeatable)")
 	fs.StringVar(&qf.fairBy, "fair-by", "", `rotate claims across "concurrency_key" or "label:NAME" ("" = off)`)
@@ -305,15 +332,25 @@ func (qf *queueSetFlags) add(fs *pflag.FlagSet) {
 	fs.DurationVar(&qf.retCancelled, "retention-cancelled", 0, "keep cancelled tasks this long (0 = forever)")
 }
 
-// keyEdits are the --key and --key-weight values: a key's settings are
-// replaced as a whole, so complete starts from its current ones.
-type keyEdits struct{ limits, weights map[string]int }
+// keyEdits are the --key, --key-weight and --key-rate values: a key's
+// settings are replaced as a whole, so complete starts from its current
+// ones.
+type keyEdits struct {
+	limits, weights map[string]int
+	rates           map[string]norn.RateLimit
+}
+
+func newKeyEdits() keyEdits {
+	return keyEdits{limits: map[string]int{}, weights: map[string]int{}, rates: map[string]norn.RateLimit{}}
+}
+
+func (ke keyEdits) empty() bool { return len(ke.limits)+len(ke.weights)+len(ke.rates) == 0 }
 
 // update is the queue update the flags give without asking the server;
 // bad values are usage errors naming the flag.
 func (qf *queueSetFlags) update(fl *pflag.FlagSet) (norn.QueueUpdate, keyEdits, error) {
 	var u norn.QueueUpdate
-	ke := keyEdits{limits: map[string]int{}, weights: map[string]int{}}
+	ke := newKeyEdits()
 	if err := qf.checkValues(fl); err != nil {
 		return u, ke, err
 	}
@@ -347,6 +384,15 @@ func (qf *queueSetFlags) update(fl *pflag.FlagSet) (norn.QueueUpdate, keyEdits, 
 		u.RateLimit = &norn.RateLimit{PerSecond: r, Burst: qf.burst}
 	} else if fl.Changed("burst") {
 		return u, ke, usagef("--burst needs --rate-limit")
+	}
+	if fl.Changed("key-rate-limit") {
+		r, err := parseRateFlag("--key-rate-limit", qf.keyRateLimit)
+		if err != nil {
+			return u, ke, err
+		}
+		u.KeyRateLimit = &norn.RateLimit{PerSecond: r, Burst: qf.keyBurst}
+	} else if fl.Changed("key-burst") {
+		return u, ke, usagef("--key-burst needs --key-rate-limit")
 	}
 	if fl.Changed("fair-by") {
 		u.FairBy = &qf.fairBy
@@ -396,7 +442,32 @@ func (qf *queueSetFlags) checkValues(fl *pflag.FlagSet) error {
 	return nil
 }
 
-// keySettings reads --key, --key-weight and --unset-key into u.Keys.
+// parseKeyRate reads one --key-rate value, KEY=RATE[:BURST]; a rate of 0
+// or off (no burst) removes the key's own rate limit.
+func parseKeyRate(kv string) (string, norn.RateLimit, error) {
+	k, v, ok := strings.Cut(kv, "=")
+	bad := usagef("--key-rate %q: want KEY=RATE[:BURST], e.g. --key-rate acme=50/s or acme=50/s:100 (acme=off removes it)", kv)
+	if !ok || k == "" || v == "" {
+		return "", norn.RateLimit{}, bad
+	}
+	rate, burst, hasBurst := strings.Cut(v, ":")
+	r, err := parseRateFlag("--key-rate "+k, rate)
+	if err != nil {
+		return "", norn.RateLimit{}, err
+	}
+	rl := norn.RateLimit{PerSecond: r}
+	if hasBurst {
+		n, err := strconv.Atoi(burst)
+		if err != nil || n < 0 || r == 0 {
+			return "", norn.RateLimit{}, bad
+		}
+		rl.Burst = n
+	}
+	return k, rl, nil
+}
+
+// keySettings reads --key, --key-weight, --key-rate and --unset-key into
+// u.Keys.
 func (qf *queueSetFlags) keySettings(u *norn.QueueUpdate, ke keyEdits) error {
 	for _, kv := range qf.keys {
 		k, v, ok := strings.Cut(kv, "=")
@@ -414,19 +485,33 @@ func (qf *queueSetFlags) keySettings(u *norn.QueueUpdate, ke keyEdits) error {
 		}
 		ke.weights[k] = n
 	}
+	for _, kv := range qf.keyRates {
+		k, rl, err := parseKeyRate(kv)
+		if err != nil {
+			return err
+		}
+		ke.rates[k] = rl
+	}
 	set := func(k string, ks *norn.KeySettings) {
 		if u.Keys == nil {
 			u.Keys = map[string]*norn.KeySettings{}
 		}
 		u.Keys[k] = ks
 	}
+	edit := func(k string) *norn.KeySettings {
+		if u.Keys[k] == nil {
+			set(k, &norn.KeySettings{})
+		}
+		return u.Keys[k]
+	}
 	for k, n := range ke.limits {
-		set(k, &norn.KeySettings{Limit: n, Weight: ke.weights[k]})
+		edit(k).Limit = n
 	}
 	for k, n := range ke.weights {
-		if u.Keys[k] == nil {
-			set(k, &norn.KeySettings{Weight: n})
-		}
+		edit(k).Weight = n
+	}
+	for k, rl := range ke.rates {
+		edit(k).RateLimit = rl
 	}
 	for _, k := range qf.unsetKeys {
 		set(k, nil)
@@ -435,11 +520,11 @@ func (qf *queueSetFlags) keySettings(u *norn.QueueUpdate, ke keyEdits) error {
 }
 
 // complete fills in from the queue's current settings what the flags
-// change only in part: the other member of an edited key, and the
+// change only in part: the other members of an edited key, and the
 // retention of the statuses not named (retention is one value on the wire).
 func (qf *queueSetFlags) complete(ctx context.Context, c *client.Client, name string, fl *pflag.FlagSet, u *norn.QueueUpdate, ke keyEdits) error {
 	retention := fl.Changed("retention-completed") || fl.Changed("retention-aborted") || fl.Changed("retention-cancelled")
-	if len(ke.limits)+len(ke.weights) == 0 && !retention {
+	if ke.empty() && !retention {
 		return nil
 	}
 	cur, err := c.Queue(ctx, name)
@@ -456,6 +541,9 @@ func (qf *queueSetFlags) complete(ctx context.Context, c *client.Client, name st
 		}
 		if _, ok := ke.weights[ki.Key]; !ok {
 			ks.Weight = ki.Weight
+		}
+		if _, ok := ke.rates[ki.Key]; !ok {
+			ks.RateLimit = ki.RateLimit
 		}
 	}
 	if retention {
