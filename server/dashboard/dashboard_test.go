@@ -612,6 +612,48 @@ func TestQueuePage(t *testing.T) {
 	if got := e.text(`#flow-keys tr[data-key="acme"] td[data-label="Limit"]`); got != "queue default" {
 		t.Errorf("limit of a key without one shown as %q, want \"queue default\"", got)
 	}
+	if got := e.text("#def-key-rate-limit"); got != "no limit" {
+		t.Errorf("per-key rate limit of a queue without one shown as %q, want \"no limit\"", got)
+	}
+	if got := e.text(`#flow-keys tr[data-key="acme"] td[data-label="Rate"]`); got != "no limit" {
+		t.Errorf("rate of a key in a queue without key rates shown as %q, want \"no limit\"", got)
+	}
+
+	// Per-key rate limits: the queue's next to its rate limit, a key's own
+	// in the keys table (another key follows the queue's), and the form
+	// sets the queue's.
+	fairBy := norn.FairByConcurrencyKey
+	if _, err := e.st.UpdateQueue(ctx, "emails", norn.QueueUpdate{FairBy: &fairBy,
+		KeyRateLimit: &norn.RateLimit{PerSecond: 5, Burst: 10},
+		Keys:         map[string]*norn.KeySettings{"acme": {Weight: 3, RateLimit: norn.RateLimit{PerSecond: 50, Burst: 100}}, "globex": {Limit: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	e.goHash("#/queues/emails?k=2")
+	e.click(`#defaults-card summary`)
+	e.wait(`!!document.querySelector('#flow-keys tr[data-key="globex"]')`)
+	if got := e.text("#def-key-rate-limit"); got != "5/s, burst 10" {
+		t.Errorf("per-key rate limit shown %q, want 5/s, burst 10", got)
+	}
+	if got := e.text(`#flow-keys tr[data-key="acme"] td[data-label="Rate"]`); got != "50/s, burst 100" {
+		t.Errorf("acme's own rate shown %q, want 50/s, burst 100", got)
+	}
+	if got := e.text(`#flow-keys tr[data-key="globex"] td[data-label="Rate"]`); got != "queue default" {
+		t.Errorf("rate of a key without its own shown %q, want \"queue default\"", got)
+	}
+	e.click("#edit-defaults")
+	e.do(chromedp.SetValue(chromedp.CSS("#key_rate_per_second"), "0.5"), chromedp.SetValue(chromedp.CSS("#key_rate_burst"), "2"))
+	e.click(`#defaults-form button[type=submit]`)
+	e.wait(`document.querySelector("#def-key-rate-limit") && document.querySelector("#def-key-rate-limit").textContent === "0.5/s, burst 2"`)
+	if q, err := e.st.Queue(ctx, "emails"); err != nil || q.KeyRateLimit != (norn.RateLimit{PerSecond: 0.5, Burst: 2}) {
+		t.Errorf("key_rate_limit not saved: %+v, %v", q.KeyRateLimit, err)
+	}
+	e.click("#edit-defaults")
+	e.do(chromedp.SetValue(chromedp.CSS("#key_rate_per_second"), "0"))
+	e.click(`#defaults-form button[type=submit]`)
+	e.wait(`document.querySelector("#def-key-rate-limit") && document.querySelector("#def-key-rate-limit").textContent === "no limit"`)
+	if q, err := e.st.Queue(ctx, "emails"); err != nil || !q.KeyRateLimit.IsZero() {
+		t.Errorf("key_rate_limit not removed: %+v, %v", q.KeyRateLimit, err)
+	}
 }
 
 func TestTaskPage(t *testing.T) {

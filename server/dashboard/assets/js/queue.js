@@ -187,14 +187,17 @@ export function render(ctx, name) {
         h("dt", {}, "Max running"), h("dd", { id: "def-max-running" }, info.max_running ? String(info.max_running) : "no limit"),
         h("dt", {}, "Per-key limit"), h("dd", { id: "def-key-limit" }, info.key_limit ? String(info.key_limit) : "no limit"),
         h("dt", {}, "Fair by"), h("dd", { id: "def-fair-by" }, info.fair_by || "none (claim order)"),
-        h("dt", {}, "Rate limit"), h("dd", { id: "def-rate-limit" }, rateText(info))),
+        h("dt", {}, "Rate limit"), h("dd", { id: "def-rate-limit" }, rateText(info)),
+        h("dt", {}, "Per-key rate limit"), h("dd", { id: "def-key-rate-limit" }, keyRateText(info.key_rate_limit, "no limit"))),
       info.keys && info.keys.length ? h("table", { class: "grid keys", id: "flow-keys" },
         h("thead", {}, h("tr", {}, h("th", {}, info.fair_by && info.fair_by.startsWith("label:") ? "Label value" : "Concurrency key"),
-          h("th", { class: "num" }, "Limit"), h("th", { class: "num" }, "Weight"), h("th", { class: "num" }, "Running"))),
+          h("th", { class: "num" }, "Limit"), h("th", { class: "num" }, "Weight"), h("th", { class: "num" }, "Rate"), h("th", { class: "num" }, "Running"))),
         h("tbody", {}, info.keys.map((k) => h("tr", { "data-key": k.key },
           h("td", { "data-label": "Key" }, h("code", {}, k.key)),
           h("td", { class: "num", "data-label": "Limit" }, k.limit ? String(k.limit) : "queue default"),
           h("td", { class: "num", "data-label": "Weight" }, String(k.weight || 1)),
+          // A key without a rate of its own follows the queue's per-key rate.
+          h("td", { class: "num", "data-label": "Rate" }, keyRateText(k.rate_limit, info.key_rate_limit && info.key_rate_limit.per_second ? "queue default" : "no limit")),
           h("td", { class: "num", "data-label": "Running" }, num(k.running)))))) : null,
       admin ? h("button", { type: "button", id: "edit-defaults", onclick: editDefaults }, "Edit defaults") : null);
   }
@@ -205,6 +208,11 @@ export function render(ctx, name) {
     const tokens = typeof q.rate_tokens === "number" ? ` (${q.rate_tokens.toFixed(1)} tokens now)` : "";
     return `${rl.per_second}/s, burst ${rl.burst}${tokens}`;
   }
+  // "5/s, burst 10", or none when the key rate limit is absent.
+  function keyRateText(rl, none) {
+    if (!rl || !rl.per_second) return none;
+    return `${rl.per_second}/s, burst ${rl.burst}`;
+  }
   function editDefaults() {
     const d = info.defaults || {};
     // Without a policy the queue's tasks follow the server's default; the
@@ -212,6 +220,7 @@ export function render(ctx, name) {
     const r = d.retry || DEFAULT_RETRY;
     const ret = d.retention || {};
     const rl = info.rate_limit || {};
+    const krl = info.key_rate_limit || {};
     defaultsBox.dataset.editing = "1";
     const field = (id, label, value, hint) => h("label", { class: "field" }, h("span", {}, label),
       h("input", { id, name: id, value: value ?? "", autocomplete: "off" }), hint ? h("small", { class: "muted" }, hint) : null);
@@ -231,6 +240,8 @@ export function render(ctx, name) {
       field("fair_by", "Fair by", info.fair_by || "", "concurrency_key or label:NAME rotates claims across keys; empty = claim order"),
       field("rate_per_second", "Rate limit (tasks/s)", rl.per_second || 0, "claims hand out at most this many a second, cluster-wide; 0 = no limit"),
       field("rate_burst", "Rate burst", rl.burst || 0, "tasks at once after a quiet spell; 0 = one second's worth"),
+      field("key_rate_per_second", "Per-key rate limit (tasks/s)", krl.per_second || 0, "each concurrency key's own bucket, cluster-wide; 0 = no limit"),
+      field("key_rate_burst", "Per-key rate burst", krl.burst || 0, "a key's tasks at once after a quiet spell; 0 = one second's worth"),
       msg,
       h("div", { class: "actions" },
         h("button", { type: "button", onclick: () => { delete defaultsBox.dataset.editing; renderDefaults(); } }, "Cancel"),
@@ -238,11 +249,13 @@ export function render(ctx, name) {
     form.addEventListener("submit", async (e) => {
       e.preventDefault();
       const v = (id) => form.elements[id].value.trim();
-      const ints = ["max_attempts", "max_retries", "max_running", "key_limit", "rate_burst"];
+      const ints = ["max_attempts", "max_retries", "max_running", "key_limit", "rate_burst", "key_rate_burst"];
       for (const id of ints) {
         if (!/^\d+$/.test(v(id))) { msg.hidden = false; msg.textContent = id + ": must be a whole number ≥ 0"; return; }
       }
-      if (!/^\d+(\.\d+)?$/.test(v("rate_per_second"))) { msg.hidden = false; msg.textContent = "rate_per_second: must be a number ≥ 0"; return; }
+      for (const id of ["rate_per_second", "key_rate_per_second"]) {
+        if (!/^\d+(\.\d+)?$/.test(v(id))) { msg.hidden = false; msg.textContent = id + ": must be a number ≥ 0"; return; }
+      }
       for (const id of ["timeout", "max_runtime", "retry_base", "retry_max", "ret_completed", "ret_aborted", "ret_cancelled"]) {
         if (!validDuration(v(id))) { msg.hidden = false; msg.textContent = id + ": not a duration like 10s, 5m or 24h"; return; }
       }
@@ -262,6 +275,10 @@ export function render(ctx, name) {
       const rate = Number(v("rate_per_second")), burst = Number(v("rate_burst"));
       if (rate !== (rl.per_second || 0) || (rate > 0 && burst !== (rl.burst || 0))) {
         body.rate_limit = rate > 0 ? { per_second: rate, burst } : { per_second: 0 };
+      }
+      const keyRate = Number(v("key_rate_per_second")), keyBurst = Number(v("key_rate_burst"));
+      if (keyRate !== (krl.per_second || 0) || (keyRate > 0 && keyBurst !== (krl.burst || 0))) {
+        body.key_rate_limit = keyRate > 0 ? { per_second: keyRate, burst: keyBurst } : { per_second: 0 };
       }
       try {
         info = (await api("PATCH", "v1/queues/" + enc(name), body)).queue;
