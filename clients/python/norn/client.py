@@ -884,8 +884,15 @@ class Client:
         ``max_runtime``, ``retry``, ``max_attempts``, ``retention`` (``{"completed": "24h",
         ...}``), ``sequence_on_failure`` (``"halt"``, the default: an aborted
         head halts its sequence until it is retried or deleted;
-        ``"continue"``: the sequence moves on past it) and any setting the
-        server has added since."""
+        ``"continue"``: the sequence moves on past it), the flow limits
+        (``max_running``, ``key_limit``, ``fair_by``, ``rate_limit``,
+        ``key_rate_limit``: each as the server takes it, e.g.
+        ``key_rate_limit={"per_second": 5, "burst": 10}`` gives every
+        concurrency key its own bucket, ``{"per_second": 0}`` removes it),
+        ``keys`` (each key's own settings, only the named members change:
+        ``keys={"acme": {"limit": 2, "rate_limit": {"per_second": 50}}}``;
+        ``None`` for a key removes its settings) and any setting the server
+        has added since."""
         body: Dict[str, Any] = {}
         for key, value in settings.items():
             if key in ("timeout", "max_runtime") and value is not None:
@@ -1113,13 +1120,21 @@ class Client:
         run_at: Optional[Time] = None,
         until_signal: Optional[str] = None,
         timeout: Optional[Duration] = None,
+        scope: Optional[str] = None,
     ) -> None:
         """Puts the task back until ``delay`` from now (or ``run_at``)
         without spending an attempt. With ``until_signal`` instead it stays
         scheduled until a signal of that name arrives (then ready at once;
         one sent before this call counts) or ``timeout`` passes (default
         24h; then ready with ``signal_wait.received`` False). Give exactly
-        one of ``delay``, ``run_at`` and ``until_signal``."""
+        one of ``delay``, ``run_at`` and ``until_signal``.
+
+        ``scope="key"`` (with ``delay`` or ``run_at``) also holds back the
+        task's concurrency key: its rate-limit bucket is emptied, so no
+        task of the key is claimed before the snooze ends while other keys'
+        tasks go on. The key needs a rate limit (the queue's
+        ``key_rate_limit`` or its own ``rate_limit``); otherwise the call
+        raises InvalidArgument with field ``scope`` and changes nothing."""
         body: Dict[str, Any] = {"worker": worker, "lease": lease}
         if delay is not None:
             body["delay"] = format_duration(delay, "delay")
@@ -1129,6 +1144,8 @@ class Client:
             body["until_signal"] = until_signal
         if timeout is not None:
             body["timeout"] = format_duration(timeout, "timeout")
+        if scope is not None:
+            body["scope"] = scope
         self._call("POST", "/v1/tasks/" + _seg(id) + "/snooze", body=body)
 
     def send_signal(self, id: str, name: str, data: Any = None) -> Record:

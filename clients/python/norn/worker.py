@@ -122,10 +122,25 @@ class Snooze(Exception):
     (sent with :meth:`Client.send_signal`), at most ``timeout`` (default
     24h): it is claimed again once the signal arrives (at once if one came
     before) or the timeout passes, and ``task.signal_wait.received`` tells
-    which: ``raise norn.Snooze(until_signal="approval", timeout="24h")``."""
+    which: ``raise norn.Snooze(until_signal="approval", timeout="24h")``.
+
+    With ``scope="key"`` (and ``delay`` or ``run_at``) it also holds back the
+    task's concurrency key: the key's rate-limit bucket is emptied, so no
+    task of the key is claimed, by any worker, before the snooze ends, while
+    other keys' tasks go on. It is back-pressure from whatever serves the
+    key (a tenant's API answering 429): ``raise norn.Snooze(30, scope="key")``.
+    The key needs a rate limit (the queue's ``key_rate_limit`` or its own
+    ``rate_limit``); when the server refuses the scope (no rate limit, or a
+    task without a key), the worker snoozes the task alone and logs a
+    warning."""
 
     def __init__(self, delay: Optional[Any] = None, *, run_at: Optional[Any] = None,
-                 until_signal: Optional[str] = None, timeout: Optional[Any] = None) -> None:
+                 until_signal: Optional[str] = None, timeout: Optional[Any] = None,
+                 scope: Optional[str] = None) -> None:
+        if scope is not None and scope != "key":
+            raise InvalidArgument(f'must be "key" or None, not {scope!r}', field="scope")
+        if scope is not None and until_signal is not None:
+            raise InvalidArgument("holds a key back until a time: give delay or run_at, not until_signal", field="scope")
         if until_signal is not None and (delay is not None or run_at is not None):
             raise InvalidArgument("give until_signal, or delay or run_at, not both", field="until_signal")
         if until_signal is None and (delay is None) == (run_at is None):
@@ -145,11 +160,14 @@ class Snooze(Exception):
             msg = f"waits for signal {until_signal!r}" + (f" at most {timeout}" if timeout is not None else "")
         else:
             msg = f"snoozed until {run_at}" if run_at is not None else f"snoozed for {delay}"
+            if scope is not None:
+                msg += " with its key"
         super().__init__(msg)
         self.delay = delay
         self.run_at = run_at
         self.until_signal = until_signal
         self.timeout = timeout
+        self.scope = scope
 
 
 # Where a claimed task is in its life on this worker.
@@ -1013,6 +1031,13 @@ class Worker:
         elif op != "complete":
             self.log.info("norn task %s: %s (%s): %s", run.id, op, code, desc.splitlines()[0] if desc else "")
         err = self._report(run, op, result, code, desc, details, exc)
+        if op == "snooze" and details.scope is not None and isinstance(err, InvalidArgument) and err.field == "scope":
+            # The key has no rate limit to hold back (or the task no key):
+            # the task's own snooze still stands, where the lease expiring
+            # instead would run it again at once.
+            self.log.warning("norn task %s: the key cannot be held back, snoozing the task alone: %s", run.id, err)
+            details.scope = None
+            err = self._report(run, op, result, code, desc, details, exc)
         if err is not None and op == "complete" and not _gone(err) and not _transient(err):
             # The server refused the result itself (too large): the handler
             # would produce it again, so give up for good.
@@ -1038,7 +1063,7 @@ class Worker:
                     c.fail(run.id, run.worker, run.lease, code, desc, details, retry_in=exc.retry_in if isinstance(exc, Fail) else None)
                 elif op == "snooze":
                     c.snooze(run.id, run.worker, run.lease, delay=details.delay, run_at=details.run_at,
-                             until_signal=details.until_signal, timeout=details.timeout)
+                             until_signal=details.until_signal, timeout=details.timeout, scope=details.scope)
                 else:
                     c.abort(run.id, run.worker, run.lease, code, desc, details)
                 return None

@@ -193,17 +193,27 @@ export type ScheduleOptions = Omit<Schemas["ScheduleUpdate"], "timeout" | "retry
   max_runtime?: Duration;
 };
 
-/** When a snoozed task becomes ready again: after `delay`, or at `run_at`. */
+/**
+ * When a snoozed task becomes ready again: after `delay`, or at `run_at`.
+ * `scope: "key"` also holds back the task's concurrency key until then: the
+ * key's rate-limit bucket is emptied, so no task of the key is claimed
+ * before the snooze ends while other keys' tasks go on. The key needs a rate
+ * limit (the queue's `key_rate_limit` or its own `rate_limit`); otherwise
+ * the server refuses the snooze with `InvalidArgument` (field `scope`).
+ */
 export type SnoozeTime =
-  | { delay: Duration; run_at?: undefined; until_signal?: undefined }
-  | { run_at: Time; delay?: undefined; until_signal?: undefined };
+  | { delay: Duration; run_at?: undefined; until_signal?: undefined; scope?: SnoozeScope }
+  | { run_at: Time; delay?: undefined; until_signal?: undefined; scope?: SnoozeScope };
+
+/** `"key"`: a snooze that also holds back the task's concurrency key. */
+export type SnoozeScope = "key";
 
 /**
  * A snooze until a signal named `until_signal` arrives (ready at once; one
  * sent before counts) or `timeout` passes (default 24h; ready, with
  * `signal_wait.received` false).
  */
-export type SnoozeUntilSignal = { until_signal: string; timeout?: Duration; delay?: undefined; run_at?: undefined };
+export type SnoozeUntilSignal = { until_signal: string; timeout?: Duration; delay?: undefined; run_at?: undefined; scope?: undefined };
 
 /** When a snoozed task becomes ready again: after `delay`, at `run_at`, or once a signal arrives. */
 export type SnoozeUntil = SnoozeTime | SnoozeUntilSignal;
@@ -604,7 +614,14 @@ export class Client {
     return (await this.#call<Schemas["QueueResponse"]>("GET", `/v1/queues/${encodeURIComponent(name)}`, opts)).queue;
   }
 
-  /** Pauses or resumes a queue and sets its defaults (role admin). */
+  /**
+   * Pauses or resumes a queue and sets its defaults and flow limits (role
+   * admin). Only what `settings` names changes, nested settings included:
+   * `{ key_rate_limit: { per_second: 5, burst: 10 } }` gives every
+   * concurrency key its own bucket (`{ per_second: 0 }` removes it), and
+   * `{ keys: { acme: { rate_limit: { per_second: 50 } } } }` gives one key
+   * its own rate and keeps its other settings (`acme: null` removes them).
+   */
   async updateQueue(name: string, settings: QueueSettings, opts: CallOptions = {}): Promise<QueueInfo> {
     const body: Record<string, unknown> = { ...settings };
     if (settings.timeout !== undefined) body["timeout"] = formatDuration(settings.timeout, "timeout");
@@ -963,7 +980,8 @@ export class Client {
    * the attempt. With `until_signal` it stays scheduled until a signal of
    * that name arrives (then ready at once; one sent before counts) or
    * `timeout` passes (default 24h; then ready with `signal_wait.received`
-   * false).
+   * false). With `scope: "key"` (and `delay` or `run_at`) it also holds back
+   * the task's concurrency key until then (see {@link SnoozeTime}).
    */
   async snooze(id: string, worker: string, lease: number, until: SnoozeUntil, opts: CallOptions = {}): Promise<void> {
     const body = { worker, lease, ...snoozeBody(until, "") };
@@ -975,7 +993,7 @@ export class Client {
     const wire = ops.map((op, i) => {
       if (op.op === "heartbeat" && op.extend !== undefined) return { ...op, extend: formatDuration(op.extend, `ops[${i}].extend`) };
       if (op.op === "snooze") {
-        const { delay: _d, run_at: _r, until_signal: _s, ...rest } = op as typeof op & { until_signal?: string };
+        const { delay: _d, run_at: _r, until_signal: _s, scope: _c, ...rest } = op as typeof op & { until_signal?: string };
         return { ...rest, ...snoozeBody(op, `ops[${i}].`) };
       }
       return op;
@@ -1047,7 +1065,14 @@ function scheduleBody(s: ScheduleOptions): Record<string, unknown> {
 }
 
 function snoozeBody(u: SnoozeUntil, prefix: string): Record<string, string> {
+  const scope = u !== null && typeof u === "object" ? (u as { scope?: unknown }).scope : undefined;
+  if (scope !== undefined && scope !== "key") {
+    throw new InvalidArgument(`must be "key" or absent, not ${JSON.stringify(scope)}`, { field: prefix + "scope" });
+  }
   if (u !== null && typeof u === "object" && u.until_signal !== undefined) {
+    if (scope !== undefined) {
+      throw new InvalidArgument("holds a key back until a time: give delay or run_at, not until_signal", { field: prefix + "scope" });
+    }
     if (u.delay !== undefined || u.run_at !== undefined) {
       throw new InvalidArgument("give until_signal, or delay or run_at, not both", { field: prefix + "until_signal" });
     }
@@ -1064,7 +1089,10 @@ function snoozeBody(u: SnoozeUntil, prefix: string): Record<string, string> {
   if (u === null || typeof u !== "object" || (u.delay === undefined) === (u.run_at === undefined)) {
     throw new InvalidArgument("give exactly one of delay and run_at", { field: prefix + "delay" });
   }
-  return u.delay !== undefined ? { delay: formatDuration(u.delay, prefix + "delay") } : { run_at: formatTime(u.run_at as Time, prefix + "run_at") };
+  const out: Record<string, string> =
+    u.delay !== undefined ? { delay: formatDuration(u.delay, prefix + "delay") } : { run_at: formatTime(u.run_at as Time, prefix + "run_at") };
+  if (scope !== undefined) out["scope"] = scope;
+  return out;
 }
 
 function newTask(t: NewTask, prefix: string): Record<string, unknown> {
