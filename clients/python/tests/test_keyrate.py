@@ -40,10 +40,10 @@ class KeyRateTest(unittest.TestCase):
         info = self.c.update_queue(queue, key_rate_limit={"per_second": 0.5, "burst": 2},
                                    keys={"vip": {"rate_limit": {"per_second": 50}}})
         self.assertEqual(info.key_rate_limit, {"per_second": 0.5, "burst": 2})
-        self.assertEqual([(k["key"], k.get("rate_limit")) for k in info.keys], [("vip", {"per_second": 50, "burst": 50})])
+        self.assertEqual([(k["key"], k.get("rate_limit")) for k in info["keys"]], [("vip", {"per_second": 50, "burst": 50})])
         # Only what the patch names changes: a key's limit keeps its rate.
         info = self.c.update_queue(queue, keys={"vip": {"limit": 3}})
-        self.assertEqual([(k["key"], k.get("limit"), k.get("rate_limit")) for k in info.keys],
+        self.assertEqual([(k["key"], k.get("limit"), k.get("rate_limit")) for k in info["keys"]],
                          [("vip", 3, {"per_second": 50, "burst": 50})])
         # Each key has its own bucket of burst 2: a claim takes two of each
         # key, and the task without a key, and no more.
@@ -62,7 +62,7 @@ class KeyRateTest(unittest.TestCase):
         self.assertEqual(cm.exception.field, "key_rate_limit.per_second")
         info = self.c.update_queue(queue, key_rate_limit={"per_second": 0}, keys={"vip": {"rate_limit": {"per_second": 0}}})
         self.assertIsNone(info.get("key_rate_limit"))
-        self.assertEqual([(k["key"], k.get("rate_limit")) for k in info.keys], [("vip", None)])
+        self.assertEqual([(k["key"], k.get("rate_limit")) for k in info["keys"]], [("vip", None)])
 
     def test_snooze_with_key_scope(self) -> None:
         queue = q("krsnooze")
