@@ -174,16 +174,27 @@ export type ScheduleOptions = Omit<Schemas["ScheduleUpdate"], "timeout" | "retry
     retry?: RetryOptions;
     max_runtime?: Duration;
 };
-/** When a snoozed task becomes ready again: after `delay`, or at `run_at`. */
+/**
+ * When a snoozed task becomes ready again: after `delay`, or at `run_at`.
+ * `scope: "key"` also holds back the task's concurrency key until then: the
+ * key's rate-limit bucket is emptied, so no task of the key is claimed
+ * before the snooze ends while other keys' tasks go on. The key needs a rate
+ * limit (the queue's `key_rate_limit` or its own `rate_limit`); otherwise
+ * the server refuses the snooze with `InvalidArgument` (field `scope`).
+ */
 export type SnoozeTime = {
     delay: Duration;
     run_at?: undefined;
     until_signal?: undefined;
+    scope?: SnoozeScope;
 } | {
     run_at: Time;
     delay?: undefined;
     until_signal?: undefined;
+    scope?: SnoozeScope;
 };
+/** `"key"`: a snooze that also holds back the task's concurrency key. */
+export type SnoozeScope = "key";
 /**
  * A snooze until a signal named `until_signal` arrives (ready at once; one
  * sent before counts) or `timeout` passes (default 24h; ready, with
@@ -194,6 +205,7 @@ export type SnoozeUntilSignal = {
     timeout?: Duration;
     delay?: undefined;
     run_at?: undefined;
+    scope?: undefined;
 };
 /** When a snoozed task becomes ready again: after `delay`, at `run_at`, or once a signal arrives. */
 export type SnoozeUntil = SnoozeTime | SnoozeUntilSignal;
@@ -350,7 +362,14 @@ export declare class Client {
     queues(opts?: CallOptions): Promise<QueueInfo[]>;
     /** A queue's settings and counts (an unused queue reads as empty, with defaults). */
     queue(name: string, opts?: CallOptions): Promise<QueueInfo>;
-    /** Pauses or resumes a queue and sets its defaults (role admin). */
+    /**
+     * Pauses or resumes a queue and sets its defaults and flow limits (role
+     * admin). Only what `settings` names changes, nested settings included:
+     * `{ key_rate_limit: { per_second: 5, burst: 10 } }` gives every
+     * concurrency key its own bucket (`{ per_second: 0 }` removes it), and
+     * `{ keys: { acme: { rate_limit: { per_second: 50 } } } }` gives one key
+     * its own rate and keeps its other settings (`acme: null` removes them).
+     */
     updateQueue(name: string, settings: QueueSettings, opts?: CallOptions): Promise<QueueInfo>;
     /**
      * The state of the sequence of `queue` and `key`: the tasks submitted to
@@ -513,7 +532,8 @@ export declare class Client {
      * the attempt. With `until_signal` it stays scheduled until a signal of
      * that name arrives (then ready at once; one sent before counts) or
      * `timeout` passes (default 24h; then ready with `signal_wait.received`
-     * false).
+     * false). With `scope: "key"` (and `delay` or `run_at`) it also holds back
+     * the task's concurrency key until then (see {@link SnoozeTime}).
      */
     snooze(id: string, worker: string, lease: number, until: SnoozeUntil, opts?: CallOptions): Promise<void>;
     /** Runs lease operations in one call; each gets its own result or error, in order. */

@@ -350,7 +350,14 @@ export class Client {
     async queue(name, opts = {}) {
         return (await this.#call("GET", `/v1/queues/${encodeURIComponent(name)}`, opts)).queue;
     }
-    /** Pauses or resumes a queue and sets its defaults (role admin). */
+    /**
+     * Pauses or resumes a queue and sets its defaults and flow limits (role
+     * admin). Only what `settings` names changes, nested settings included:
+     * `{ key_rate_limit: { per_second: 5, burst: 10 } }` gives every
+     * concurrency key its own bucket (`{ per_second: 0 }` removes it), and
+     * `{ keys: { acme: { rate_limit: { per_second: 50 } } } }` gives one key
+     * its own rate and keeps its other settings (`acme: null` removes them).
+     */
     async updateQueue(name, settings, opts = {}) {
         const body = { ...settings };
         if (settings.timeout !== undefined)
@@ -698,7 +705,8 @@ export class Client {
      * the attempt. With `until_signal` it stays scheduled until a signal of
      * that name arrives (then ready at once; one sent before counts) or
      * `timeout` passes (default 24h; then ready with `signal_wait.received`
-     * false).
+     * false). With `scope: "key"` (and `delay` or `run_at`) it also holds back
+     * the task's concurrency key until then (see {@link SnoozeTime}).
      */
     async snooze(id, worker, lease, until, opts = {}) {
         const body = { worker, lease, ...snoozeBody(until, "") };
@@ -710,7 +718,7 @@ export class Client {
             if (op.op === "heartbeat" && op.extend !== undefined)
                 return { ...op, extend: formatDuration(op.extend, `ops[${i}].extend`) };
             if (op.op === "snooze") {
-                const { delay: _d, run_at: _r, until_signal: _s, ...rest } = op;
+                const { delay: _d, run_at: _r, until_signal: _s, scope: _c, ...rest } = op;
                 return { ...rest, ...snoozeBody(op, `ops[${i}].`) };
             }
             return op;
@@ -784,7 +792,14 @@ function scheduleBody(s) {
     return out;
 }
 function snoozeBody(u, prefix) {
+    const scope = u !== null && typeof u === "object" ? u.scope : undefined;
+    if (scope !== undefined && scope !== "key") {
+        throw new InvalidArgument(`must be "key" or absent, not ${JSON.stringify(scope)}`, { field: prefix + "scope" });
+    }
     if (u !== null && typeof u === "object" && u.until_signal !== undefined) {
+        if (scope !== undefined) {
+            throw new InvalidArgument("holds a key back until a time: give delay or run_at, not until_signal", { field: prefix + "scope" });
+        }
         if (u.delay !== undefined || u.run_at !== undefined) {
             throw new InvalidArgument("give until_signal, or delay or run_at, not both", { field: prefix + "until_signal" });
         }
@@ -802,7 +817,10 @@ function snoozeBody(u, prefix) {
     if (u === null || typeof u !== "object" || (u.delay === undefined) === (u.run_at === undefined)) {
         throw new InvalidArgument("give exactly one of delay and run_at", { field: prefix + "delay" });
     }
-    return u.delay !== undefined ? { delay: formatDuration(u.delay, prefix + "delay") } : { run_at: formatTime(u.run_at, prefix + "run_at") };
+    const out = u.delay !== undefined ? { delay: formatDuration(u.delay, prefix + "delay") } : { run_at: formatTime(u.run_at, prefix + "run_at") };
+    if (scope !== undefined)
+        out["scope"] = scope;
+    return out;
 }
 function newTask(t, prefix) {
     if (t === null || typeof t !== "object")

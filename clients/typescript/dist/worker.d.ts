@@ -163,6 +163,15 @@ export declare class Fail extends HandlerOutcome {
  * {@link ActiveTask.signalWait}`.received` tells which:
  * `throw new Snooze({ until_signal: "approval", timeout: "24h" })`. A bad
  * value is refused here, in the handler.
+ *
+ * With `scope: "key"` it also holds back the task's concurrency key: the
+ * key's rate-limit bucket is emptied, so no task of the key is claimed, by
+ * any worker, before the snooze ends, while other keys' tasks go on. It is
+ * back-pressure from whatever serves the key (a tenant's API answering 429):
+ * `throw new Snooze({ delay: "30s", scope: "key" })`. The key needs a rate
+ * limit (the queue's `key_rate_limit` or its own `rate_limit`); when the
+ * server refuses the scope (no rate limit, or a task without a key), the
+ * worker snoozes the task alone and logs a warning.
  */
 export declare class Snooze extends Error {
     readonly until: SnoozeUntil;

@@ -47,12 +47,28 @@ export class Fail extends HandlerOutcome {
  * {@link ActiveTask.signalWait}`.received` tells which:
  * `throw new Snooze({ until_signal: "approval", timeout: "24h" })`. A bad
  * value is refused here, in the handler.
+ *
+ * With `scope: "key"` it also holds back the task's concurrency key: the
+ * key's rate-limit bucket is emptied, so no task of the key is claimed, by
+ * any worker, before the snooze ends, while other keys' tasks go on. It is
+ * back-pressure from whatever serves the key (a tenant's API answering 429):
+ * `throw new Snooze({ delay: "30s", scope: "key" })`. The key needs a rate
+ * limit (the queue's `key_rate_limit` or its own `rate_limit`); when the
+ * server refuses the scope (no rate limit, or a task without a key), the
+ * worker snoozes the task alone and logs a warning.
  */
 export class Snooze extends Error {
     until;
     constructor(until) {
         let what;
+        const scope = until !== null && typeof until === "object" ? until.scope : undefined;
+        if (scope !== undefined && scope !== "key") {
+            throw new InvalidArgument(`must be "key" or absent, not ${JSON.stringify(scope)}`, { field: "scope" });
+        }
         if (until !== null && typeof until === "object" && until.until_signal !== undefined) {
+            if (scope !== undefined) {
+                throw new InvalidArgument("holds a key back until a time: give delay or run_at, not until_signal", { field: "scope" });
+            }
             if (until.delay !== undefined || until.run_at !== undefined) {
                 throw new InvalidArgument("give until_signal, or delay or run_at, not both", { field: "until_signal" });
             }
@@ -71,6 +87,8 @@ export class Snooze extends Error {
                 throw new InvalidArgument("is the longest wait for until_signal; it needs one", { field: "timeout" });
             }
             what = until.delay !== undefined ? `for ${formatDuration(until.delay, "delay")}` : `until ${formatTime(until.run_at, "run_at")}`;
+            if (scope !== undefined)
+                what += " with its key";
         }
         super(`snoozed ${what}`);
         this.name = "Snooze";
@@ -862,6 +880,14 @@ export class Worker {
             this.#log.info?.(`norn task ${run.id}: ${op} (${code}): ${desc.split("\n")[0]}`);
         const retryIn = thrown instanceof Fail ? thrown.retry_in : undefined;
         let err = await this.#report(run, op, result, code, desc, details, retryIn);
+        const until = result;
+        if (err && op === "snooze" && until?.scope !== undefined && err instanceof InvalidArgument && err.field === "scope") {
+            // The key has no rate limit to hold back (or the task no key): the
+            // task's own snooze still stands, where the lease expiring instead
+            // would run it again at once.
+            this.#log.warn?.(`norn task ${run.id}: the key cannot be held back, snoozing the task alone: ${String(err)}`);
+            err = await this.#report(run, op, { ...until, scope: undefined }, code, desc, details, retryIn);
+        }
         if (err && op === "complete" && !isGone(err) && !isTransient(err)) {
             // The server refused the result itself (too large): the handler would
             // produce it again, so give up for good.
