@@ -148,3 +148,28 @@ func alive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
 }
+
+// TestCommandSnoozeKey: a command that exits 75 with "norn:snooze 1h key"
+// snoozes its task and holds back its concurrency key, while another
+// key's task runs.
+func TestCommandSnoozeKey(t *testing.T) {
+	t.Parallel()
+	st, _ := shWorker(t, `[ "$(cat)" = '"hold"' ] && { echo "norn:snooze 1h key"; exit 75; }; exit 0`, worker.Config{})
+	ctx := context.Background()
+	if _, err := st.UpdateQueue(ctx, "sh", norn.QueueUpdate{KeyRateLimit: &norn.RateLimit{PerSecond: 100, Burst: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	submit(t, st, norn.NewTask{ID: "a0", Queue: "sh", ConcurrencyKey: "a", Spec: json.RawMessage(`"hold"`)})
+	if tk := waitStatus(t, st, "a0", 10*time.Second, norn.StatusScheduled); tk.Attempts != 0 || len(tk.Errors) != 0 {
+		t.Fatalf("a0 snoozed with attempts %d errors %+v", tk.Attempts, tk.Errors)
+	}
+	// One submit: the claim that takes b0 sees a1 as well.
+	if _, err := st.Submit(ctx, norn.NewTask{ID: "a1", Queue: "sh", ConcurrencyKey: "a"},
+		norn.NewTask{ID: "b0", Queue: "sh", ConcurrencyKey: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, st, "b0", 10*time.Second, norn.StatusCompleted)
+	if a1, err := st.Get(ctx, "a1"); err != nil || a1.Status != norn.StatusReady {
+		t.Fatalf("a1 of the held-back key: status %v, %v; want ready", a1.Status, err)
+	}
+}
