@@ -39,9 +39,11 @@ import (
 // (about 400); p50-ms, p99-ms and max-ms are over all of them.
 // abuse-batches/s and scrapes/s are the abuser's rates while measured. The
 // process runs with GOMAXPROCS raised as `norn server` raises it
-// (RaiseProcs). Run it alone on a quiet machine, for example
+// (RaiseProcs). Run each scenario in a process of its own, on a quiet
+// machine (after the 100,000-queue scenario the process keeps a large
+// heap, which raises the later scenarios' figures), for example
 //
-//	go test -run '^$' -bench NormalClientUnderAbuse -benchtime 5x ./server/
+//	go test -run '^$' -bench 'NormalClientUnderAbuse/batches-2000-no-streams$' -benchtime 2x ./server/
 func BenchmarkNormalClientUnderAbuse(b *testing.B) {
 	// As `norn server` runs (procs.go); GOMAXPROCS=2 in the environment
 	// measures without it.

@@ -12,11 +12,11 @@ import (
 // Ps; those are preempted only after 10 ms. With GOMAXPROCS 2 on a 2-core
 // machine, a client submitting batches of 2,000 tasks in a loop kept both
 // Ps busy with decoding, the store's write and the collector, and an
-// ordinary GET waited behind them: p99 about 9 ms
+// ordinary GET waited behind them: p99 10–13 ms
 // (BenchmarkNormalClientUnderAbuse, docs/benchmarks.md). With 4 Ps the
 // request's goroutine gets a P at once and its thread competes for a
 // core under the kernel's scheduler, whose time slices are much shorter:
-// p99 about 4–5 ms, with no measurable change in throughput. On machines
+// p99 4.0–4.8 ms, with no measurable change in throughput. On machines
 // with 4 or more cores this changes nothing.
 const MinProcs = 4
 
