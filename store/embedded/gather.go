@@ -160,25 +160,54 @@ func (tx *txn) noteNextToken(q *queue) {
 // claim order, within every limit. When it chooses none, retry is how
 // long until a group's linger ends (0: only when woken).
 func (tx *txn) claimGroup(req *norn.ClaimRequest) (out []*task, retry time.Duration, err error) {
+	cands, scanned, err := tx.groupCands(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	stats := make([]norn.GroupStats, len(cands))
+	for i, c := range cands {
+		stats[i] = c.stats
+	}
+	now := fromNanos(tx.now)
+	i, due := req.ChooseGroup(stats, now)
+	tx.seen(req.Worker)
+	if i < 0 {
+		if due.IsZero() {
+			return nil, 0, nil
+		}
+		return nil, due.Sub(now), nil
+	}
+	return tx.takeGroup(req, cands[i].value, scanned), 0, nil
+}
+
+// groupTally gathers a group claim's candidates by value.
+type groupTally struct {
+	byValue map[string]*groupCand
+}
+
+func (g *groupTally) add(v string) *groupCand {
+	c := g.byValue[v]
+	if c == nil {
+		c = &groupCand{value: v, qi: -1}
+		g.byValue[v] = c
+	}
+	return c
+}
+
+func (g *groupTally) count(c *groupCand, e *readyEnt) {
+	c.stats.Ready++
+	if c.stats.Oldest.IsZero() || e.readyAt < nanos(c.stats.Oldest) {
+		c.stats.Oldest = fromNanos(e.readyAt)
+	}
+}
+
+// groupCands lists the groups a group claim may take, in the order of
+// their first claimable task, with their counts over the claim's queues,
+// and the values of the tasks it read from records (per queue index).
+func (tx *txn) groupCands(req *norn.ClaimRequest) ([]*groupCand, map[int]map[*task]string, error) {
 	s := tx.s
-	byValue := map[string]*groupCand{}
-	var cands []*groupCand
-	// scanned: values of tasks read from submit records, per queue index.
+	tally := &groupTally{byValue: map[string]*groupCand{}}
 	scanned := map[int]map[*task]string{}
-	add := func(v string) *groupCand {
-		c := byValue[v]
-		if c == nil {
-			c = &groupCand{value: v, qi: -1}
-			byValue[v] = c
-		}
-		return c
-	}
-	count := func(c *groupCand, e *readyEnt) {
-		c.stats.Ready++
-		if c.stats.Oldest.IsZero() || e.readyAt < nanos(c.stats.Oldest) {
-			c.stats.Oldest = fromNanos(e.readyAt)
-		}
-	}
 	for qi, name := range req.Queues {
 		q := s.queues[name]
 		if q == nil || q.paused {
@@ -192,7 +221,7 @@ func (tx *txn) claimGroup(req *norn.ClaimRequest) (out []*task, retry time.Durat
 		if groupsAsClaim(q, req) {
 			if canTake {
 				for _, g := range q.top {
-					if c := add(g.key); c.qi < 0 {
+					if c := tally.add(g.key); c.qi < 0 {
 						c.qi, c.g = qi, g
 					} else if c.qi == qi && topLess(g, c.g) {
 						c.g = g
@@ -201,38 +230,15 @@ func (tx *txn) claimGroup(req *norn.ClaimRequest) (out []*task, retry time.Durat
 			}
 			continue
 		}
-		vals := map[*task]string{}
+		vals, err := tx.scanGroups(q, qi, req, canTake, tally)
+		if err != nil {
+			return nil, nil, err
+		}
 		scanned[qi] = vals
-		var scanErr error
-		each := func(g *keyGroup) {
-			claimable := canTake && g.topIdx >= 0
-			g.ready.each(func(e *readyEnt) {
-				if scanErr != nil {
-					return
-				}
-				v, err := tx.groupValue(e.t, req)
-				if err != nil {
-					scanErr = err
-					return
-				}
-				vals[e.t] = v
-				c := add(v)
-				count(c, e)
-				if claimable && (c.qi < 0 || c.qi == qi && entLess(e, &c.first)) {
-					c.qi, c.first = qi, *e
-				}
-			})
-		}
-		each(q.nokey)
-		for _, g := range q.keys {
-			each(g)
-		}
-		if scanErr != nil {
-			return nil, 0, scanErr
-		}
 	}
+	var cands []*groupCand
 	// Counts from the queues whose key groups are the claim's groups.
-	for v, c := range byValue {
+	for v, c := range tally.byValue {
 		if c.qi < 0 {
 			continue // no task of it can be taken now
 		}
@@ -253,7 +259,7 @@ func (tx *txn) claimGroup(req *norn.ClaimRequest) (out []*task, retry time.Durat
 				c.stats.Ready += n
 				continue
 			}
-			g.ready.each(func(e *readyEnt) { count(c, e) })
+			g.ready.each(func(e *readyEnt) { tally.count(c, e) })
 		}
 	}
 	slices.SortFunc(cands, func(a, b *groupCand) int {
@@ -270,25 +276,50 @@ func (tx *txn) claimGroup(req *norn.ClaimRequest) (out []*task, retry time.Durat
 		}
 		return 1
 	})
-	stats := make([]norn.GroupStats, len(cands))
-	for i, c := range cands {
-		stats[i] = c.stats
+	return cands, scanned, nil
+}
+
+// scanGroups reads the group value of every ready task of q (index qi in
+// the claim), a queue whose key groups are not the claim's, counting each
+// in tally; it returns the values read.
+func (tx *txn) scanGroups(q *queue, qi int, req *norn.ClaimRequest, canTake bool, tally *groupTally) (map[*task]string, error) {
+	vals := map[*task]string{}
+	var scanErr error
+	each := func(g *keyGroup) {
+		claimable := canTake && g.topIdx >= 0
+		g.ready.each(func(e *readyEnt) {
+			if scanErr != nil {
+				return
+			}
+			v, err := tx.groupValue(e.t, req)
+			if err != nil {
+				scanErr = err
+				return
+			}
+			vals[e.t] = v
+			c := tally.add(v)
+			tally.count(c, e)
+			if claimable && (c.qi < 0 || c.qi == qi && entLess(e, &c.first)) {
+				c.qi, c.first = qi, *e
+			}
+		})
 	}
-	now := fromNanos(tx.now)
-	i, due := req.ChooseGroup(stats, now)
-	if i < 0 {
-		tx.seen(req.Worker)
-		if due.IsZero() {
-			return nil, 0, nil
-		}
-		return nil, due.Sub(now), nil
+	each(q.nokey)
+	for _, g := range q.keys {
+		each(g)
 	}
-	v := cands[i].value
+	return vals, scanErr
+}
+
+// takeGroup takes the tasks of group v from the claim's queues in order,
+// up to req.N, within every limit.
+func (tx *txn) takeGroup(req *norn.ClaimRequest, v string, scanned map[int]map[*task]string) []*task {
+	var out []*task
 	for qi, name := range req.Queues {
 		if len(out) == req.N {
 			break
 		}
-		q := s.queues[name]
+		q := tx.s.queues[name]
 		if q == nil || q.paused || !tx.open(q) {
 			continue
 		}
@@ -313,8 +344,7 @@ func (tx *txn) claimGroup(req *norn.ClaimRequest) (out []*task, retry time.Durat
 		}
 		tx.claimed(q, p, len(out)-n0)
 	}
-	tx.seen(req.Worker)
-	return out, 0, nil
+	return out
 }
 
 // takeScanned takes the ready tasks of q whose value (vals) is v, in
