@@ -186,6 +186,22 @@ func (e *env) text(sel string) string {
 	return evalAs[string](e, fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ""`, sel))
 }
 
+// editDefaults opens the queue page's defaults form, clicking again if a
+// live update rendered the card anew before the form appeared.
+func (e *env) editDefaults() {
+	e.t.Helper()
+	for range 5 {
+		e.click("#edit-defaults")
+		ctx, cancel := context.WithTimeout(e.ctx, 3*time.Second)
+		_, err := chromedp.Run(ctx, chromedp.Poll[any](`!!document.querySelector("#defaults-form")`, chromedp.WithPollingInterval(50*time.Millisecond)))
+		cancel()
+		if err == nil {
+			return
+		}
+	}
+	e.t.Fatalf("the defaults form did not open\npage: %s", e.pageText())
+}
+
 func (e *env) click(sel string) {
 	e.t.Helper()
 	// A live update may render the element again between finding it and
@@ -520,7 +536,7 @@ func TestQueuePage(t *testing.T) {
 	if got := e.text("#def-retry"); !strings.HasPrefix(got, "default: 24× backoff 1s") {
 		t.Errorf("retry shown %q for a queue without a policy, want the default", got)
 	}
-	e.click("#edit-defaults")
+	e.editDefaults()
 	e.do(chromedp.SetValue(chromedp.CSS("#timeout"), "45s"), chromedp.SetValue(chromedp.CSS("#max_retries"), "2"), chromedp.SetValue(chromedp.CSS("#retry_base"), "5s"),
 		chromedp.SetValue(chromedp.CSS("#max_runtime"), "10m"), chromedp.SetValue(chromedp.CSS("#fair_by"), "label:tenant"),
 		chromedp.SetValue(chromedp.CSS("#rate_per_second"), "2.5"), chromedp.SetValue(chromedp.CSS("#rate_burst"), "4"))
@@ -628,9 +644,11 @@ func TestQueuePage(t *testing.T) {
 		Keys:         map[string]*norn.KeySettings{"acme": {Weight: 3, RateLimit: norn.RateLimit{PerSecond: 50, Burst: 100}}, "globex": {Limit: 2}}}); err != nil {
 		t.Fatal(err)
 	}
-	e.goHash("#/queues/emails?k=2")
-	e.click(`#defaults-card summary`)
+	// A fresh load, not a route change: a click could otherwise land on
+	// the page being replaced, and its form vanish with it.
+	e.open("#/queues/emails?k=2")
 	e.wait(`!!document.querySelector('#flow-keys tr[data-key="globex"]')`)
+	e.click(`#defaults-card summary`)
 	if got := e.text("#def-key-rate-limit"); got != "5/s, burst 10" {
 		t.Errorf("per-key rate limit shown %q, want 5/s, burst 10", got)
 	}
@@ -640,14 +658,14 @@ func TestQueuePage(t *testing.T) {
 	if got := e.text(`#flow-keys tr[data-key="globex"] td[data-label="Rate"]`); got != "queue default" {
 		t.Errorf("rate of a key without its own shown %q, want \"queue default\"", got)
 	}
-	e.click("#edit-defaults")
+	e.editDefaults()
 	e.do(chromedp.SetValue(chromedp.CSS("#key_rate_per_second"), "0.5"), chromedp.SetValue(chromedp.CSS("#key_rate_burst"), "2"))
 	e.click(`#defaults-form button[type=submit]`)
 	e.wait(`document.querySelector("#def-key-rate-limit") && document.querySelector("#def-key-rate-limit").textContent === "0.5/s, burst 2"`)
 	if q, err := e.st.Queue(ctx, "emails"); err != nil || q.KeyRateLimit != (norn.RateLimit{PerSecond: 0.5, Burst: 2}) {
 		t.Errorf("key_rate_limit not saved: %+v, %v", q.KeyRateLimit, err)
 	}
-	e.click("#edit-defaults")
+	e.editDefaults()
 	e.do(chromedp.SetValue(chromedp.CSS("#key_rate_per_second"), "0"))
 	e.click(`#defaults-form button[type=submit]`)
 	e.wait(`document.querySelector("#def-key-rate-limit") && document.querySelector("#def-key-rate-limit").textContent === "no limit"`)
