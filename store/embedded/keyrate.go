@@ -161,9 +161,19 @@ func (tx *txn) backOffKey(t *task, at int64) error {
 	return nil
 }
 
+// keyPruneEvery is how often the sweep looks for full key buckets: it
+// reads every stored bucket under the store's lock, and a full bucket
+// kept a little longer costs only its entry.
+const keyPruneEvery = int64(10 * time.Second)
+
 // pruneKeyBuckets forgets, in every queue, the key buckets that have
-// refilled to their burst (the same as none); the sweep runs it.
+// refilled to their burst (the same as none), at most every
+// keyPruneEvery; the sweep runs it.
 func (tx *txn) pruneKeyBuckets() {
+	if tx.now-tx.s.keyPruned < keyPruneEvery {
+		return
+	}
+	tx.s.keyPruned = tx.now
 	for _, q := range tx.s.queues {
 		for key, b := range q.keyBuckets {
 			g := q.keys[key]

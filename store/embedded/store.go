@@ -120,9 +120,12 @@ type Store struct {
 
 	// mu guards every in-memory index below. It is never held while user
 	// code runs or while waiting for a sync.
-	mu     sync.Mutex
-	tasks  taskIndex
-	queues map[string]*queue
+	mu sync.Mutex
+	// keyPruned is when the sweep last forgot full key buckets (ns of the
+	// store's clock; keyrate.go).
+	keyPruned int64
+	tasks     taskIndex
+	queues    map[string]*queue
 	// timers holds the tasks with a pending time-driven duty (run_at,
 	// retention expiry) by due time, leases the running tasks by lease
 	// deadline. Apart because a burn-down moves every task from one to
