@@ -1,6 +1,9 @@
 package norn
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Batch claims (ClaimRequest.Min and Linger): every store gathers the
 // same way, from what it can count cheaply: how many tasks are ready in
@@ -70,4 +73,22 @@ func ValidateGroupBy(field, v string) error {
 // group or the task has no such value.
 func (r *ClaimRequest) GroupOf(concurrencyKey string, labels map[string]string) string {
 	return QueueFlow{FairBy: r.GroupBy}.FairKey(concurrencyKey, labels)
+}
+
+// DistinctQueues returns queues without repeats, first occurrence first:
+// a group claim counts each queue's tasks once, however often the claim
+// names it.
+func DistinctQueues(queues []string) []string {
+	for i, q := range queues {
+		if slices.Contains(queues[:i], q) {
+			out := slices.Clone(queues[:i])
+			for _, q := range queues[i:] {
+				if !slices.Contains(out, q) {
+					out = append(out, q)
+				}
+			}
+			return out
+		}
+	}
+	return queues
 }

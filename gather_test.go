@@ -1,6 +1,7 @@
 package norn
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -104,6 +105,19 @@ func TestClaimRequestGroupBy(t *testing.T) {
 		}
 		if err != nil && !strings.Contains(err.Error(), "group_by") {
 			t.Errorf("group_by %q: error %q does not name group_by", c.by, err)
+		}
+	}
+}
+
+func TestDistinctQueues(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ in, want []string }{
+		{nil, nil},
+		{[]string{"a", "b"}, []string{"a", "b"}},
+		{[]string{"a", "b", "a", "c", "b"}, []string{"a", "b", "c"}},
+	} {
+		if got := DistinctQueues(c.in); !slices.Equal(got, c.want) {
+			t.Errorf("DistinctQueues(%v) = %v, want %v", c.in, got, c.want)
 		}
 	}
 }

@@ -81,6 +81,7 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 		attempt.Queues = req.ClaimOrder(rand.Float64)
 		err := s.run(func(tx *txn) error {
 			if req.GroupBy != "" {
+				attempt.Queues = norn.DistinctQueues(attempt.Queues)
 				var err error
 				if claimed, gatherIn, err = tx.claimGroup(&attempt); err != nil {
 					return err

@@ -48,7 +48,7 @@ func (s *Store) claimGrouped(ctx context.Context, req norn.ClaimRequest) (out []
 		ns := int64(req.Timeout)
 		timeout = &ns
 	}
-	queues := slices.Compact(req.ClaimOrder(rand.Float64))
+	queues := norn.DistinctQueues(req.ClaimOrder(rand.Float64))
 	err = s.withConn(ctx, func(conn *pgx.Conn) (err error) {
 		defer func() {
 			if err != nil && !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {

@@ -19,6 +19,7 @@ func exerciseGroupClaims(t *testing.T, setup setupFunc) {
 	groupClaimsGroupByTheLabelAQueueIsFairBy(t, setup)
 	groupClaimsGroupWaitsForMin(t, setup)
 	groupClaimsGroupCountsAcrossQueues(t, setup)
+	groupClaimsGroupCountsAQueueNamedTwiceOnce(t, setup)
 	groupClaimsGroupLingerAnswersAlone(t, setup)
 	groupClaimsGroupKeepsLimits(t, setup)
 	groupClaimsGroupSkipsPausedQueues(t, setup)
@@ -120,6 +121,18 @@ func groupClaimsGroupWaitsForMin(t *testing.T, setup setupFunc) {
 		}
 		b.submit(gbKeyed("6x", "x"))
 		eqStrings(t, "claim once x has 3", ids(b.claimReq(req)), []string{"1x", "3x", "6x"})
+	})
+}
+
+func groupClaimsGroupCountsAQueueNamedTwiceOnce(t *testing.T, setup setupFunc) {
+	t.Run("GroupCountsAQueueNamedTwiceOnce", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		b.submit(gbKeyed("1x", "x"))
+		req := norn.ClaimRequest{Worker: "w", Queues: []string{"q", "r", "q"}, N: 10, Min: 2, GroupBy: norn.FairByConcurrencyKey}
+		if got := b.claimReq(req); len(got) != 0 {
+			t.Fatalf("one ready task counted as two: %v", ids(got))
+		}
 	})
 }
 
