@@ -13,7 +13,7 @@ import (
 // Sequences (norn.SequenceInfo): a submit locks the sequences' rows
 // (seqLockSQL) and decides which new member is the head and which wait
 // (blocked, numbered in submit order); the hand-over when a head ends is
-// the tasks_sequence_* triggers' (migrations/0005_sequences.up.sql), so
+// the tasks_sequence_* triggers' (migrations/0001_baseline.up.sql), so
 // every path that ends or deletes a task does it in its own transaction
 // without knowing about sequences.
 

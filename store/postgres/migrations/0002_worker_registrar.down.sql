@@ -1,1 +1,0 @@
-ALTER TABLE {{schema}}.workers DROP COLUMN IF EXISTS registrar;
