@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/await"
 	"github.com/nornq/norn/internal/oacheck"
 	"github.com/nornq/norn/internal/wire"
 	"github.com/nornq/norn/store/embedded"
@@ -515,16 +516,10 @@ func TestLongPollAnswersWhenTaskArrives(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds or 10 s pass.
+// waitFor waits until cond holds, for at most 10 s.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	await.Until(t, 10*time.Second, "the condition", cond)
 }
 
 func TestNDJSONStream(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/await"
 	"github.com/nornq/norn/store/embedded"
 )
 
@@ -188,13 +189,9 @@ func TestThroughputHTTP(t *testing.T) {
 		}
 		return n
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for total("/v1/stats/throughput", "admin") != 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("history never counted 3 submits")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	await.Until(t, 10*time.Second, "the history to count 3 submits", func() bool {
+		return total("/v1/stats/throughput", "admin") == 3
+	})
 	for _, tc := range []struct {
 		path, tok string
 		want      int64

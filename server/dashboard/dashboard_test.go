@@ -30,6 +30,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/await"
 	"github.com/nornq/norn/internal/chromium"
 	"github.com/nornq/norn/internal/servertest"
 	"github.com/nornq/norn/server"
@@ -393,30 +394,26 @@ func TestThroughputHistory(t *testing.T) {
 	seed(t, e.st)
 	// The server counts the store's events in the background: wait until
 	// it has them all, so that the page's first request sees them.
-	deadline := time.Now().Add(waitTimeout)
-	for {
+	await.Check(t, waitTimeout, "the server's history to count 64 submits", func() (string, error) {
 		var h norn.Throughput
 		resp, err := http.Get(e.url + "/v1/stats/throughput")
 		if err != nil {
-			t.Fatal(err)
+			return "", err
 		}
 		err = json.NewDecoder(resp.Body).Decode(&h)
 		resp.Body.Close()
 		if err != nil {
-			t.Fatal(err)
+			return "", err
 		}
 		var n int64
 		for _, p := range h.Points {
 			n += p.Submitted
 		}
-		if n == 64 {
-			break
+		if n != 64 {
+			return fmt.Sprintf("%d submits", n), nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server history has %d submits, want 64", n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return "", nil
+	})
 	e.open("#/")
 	// Nothing happens after the page loads: these counts can only come
 	// from the history. The rate is the last whole minute's, 0 or all of

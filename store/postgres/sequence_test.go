@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/await"
 	"github.com/nornq/norn/internal/pgtest"
 )
 
@@ -102,23 +103,23 @@ func TestSequencesUnderConcurrency(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wait until every sequence drained, then stop the claimers.
-	deadline := time.Now().Add(time.Minute)
-	for k := 0; k < keys; {
-		info, err := s.Sequence(ctx, "sq", fmt.Sprintf("k%d", k))
-		if err != nil {
-			t.Fatal(err)
+	// The sequences' state has no event to await: it is polled.
+	k := 0
+	stop := sync.OnceFunc(func() { close(done) })
+	defer stop() // a failed wait stops the claimers too
+	await.Check(t, time.Minute, "every sequence to drain", func() (string, error) {
+		for ; k < keys; k++ {
+			info, err := s.Sequence(ctx, "sq", fmt.Sprintf("k%d", k))
+			if err != nil {
+				return "", err
+			}
+			if info.Head != "" || info.Waiting > 0 {
+				return fmt.Sprintf("sequence k%d: %+v", k, info), nil
+			}
 		}
-		if info.Head == "" && info.Waiting == 0 {
-			k++
-			continue
-		}
-		if time.Now().After(deadline) {
-			close(done)
-			t.Fatalf("sequence k%d did not drain: %+v (claimers: %v)", k, info, wg.Wait())
-		}
-		time.Sleep(5 * time.Millisecond) // polls the sequences' state, which has no event to await
-	}
-	close(done)
+		return "", nil
+	})
+	stop()
 	if err := wg.Wait(); err != nil {
 		t.Fatal(err)
 	}

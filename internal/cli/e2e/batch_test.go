@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nornq/norn/internal/await"
 )
 
 // TestBatchCommands: norn batch and the batch filters against a real
@@ -105,14 +107,12 @@ func TestBatchCommands(t *testing.T) {
 // awaitDone reads batch id until it is done.
 func awaitDone[B any](t *testing.T, s *server, id string) B {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		out := s.ok(t, "batch", "get", id, "-o", "json")
-		if decode[struct{ State string }](t, out).State == "done" || time.Now().After(deadline) {
-			return decode[B](t, out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var out string
+	await.Until(t, 20*time.Second, "batch "+id+" to be done", func() bool {
+		out = s.ok(t, "batch", "get", id, "-o", "json")
+		return decode[struct{ State string }](t, out).State == "done"
+	})
+	return decode[B](t, out)
 }
 
 // completeAll claims n tasks of queue over HTTP and completes each.

@@ -24,6 +24,7 @@ import (
 
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/client"
+	"github.com/nornq/norn/internal/await"
 	"github.com/nornq/norn/internal/nornbin"
 	"github.com/nornq/norn/internal/pgtest"
 )
@@ -246,23 +247,16 @@ func connect(t *testing.T, dbURL string) *pgx.Conn {
 	return conn
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor waits until cond holds (an error ends the wait at once).
 func waitFor(t *testing.T, what string, within time.Duration, cond func() (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	await.Check(t, within, what, func() (string, error) {
 		ok, err := cond()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
+		if ok || err != nil {
+			return "", err
 		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %v", what, within)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return "not reached", nil
+	})
 }
 
 func count(ctx context.Context, conn *pgx.Conn, sql string, args ...any) (int64, error) {
