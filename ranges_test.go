@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestRanges(t *testing.T) {
@@ -92,6 +93,23 @@ func TestBackoffStaysWithinMaxDuration(t *testing.T) {
 	}
 	if d := (RetryPolicy{Base: Duration(MaxDuration)}).backoff(3); d != MaxDuration {
 		t.Errorf("backoff from a MaxDuration base: %s", d)
+	}
+}
+
+// TestIDByteTable: ValidateID's table of ASCII bytes decides every
+// ASCII id as the check of each character does, and an id with a refused
+// byte anywhere gets that check's error.
+func TestIDByteTable(t *testing.T) {
+	for b := 0; b < utf8.RuneSelf; b++ {
+		for _, id := range []string{string(rune(b)) + "a", "0198c1e2-7a4b-7cde-8f01-23456789abc" + string(rune(b))} {
+			got, want := ValidateID("id", id), validateIDRunes("id", id)
+			if (got == nil) != (want == nil) || (got != nil && got.Error() != want.Error()) {
+				t.Errorf("ValidateID(%q) = %v, want %v", id, got, want)
+			}
+		}
+	}
+	if err := ValidateID("id", "0198c1e2-7a4b-7cde-8f01-23456789abcd"); err != nil {
+		t.Errorf("a UUID: %v", err)
 	}
 }
 

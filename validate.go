@@ -82,6 +82,29 @@ func ValidateID(field, id string) error {
 		// could never be read over HTTP.
 		return Invalid(field, "id %q is reserved", id)
 	}
+	for i := 0; i < len(id); i++ {
+		if b := id[i]; b >= utf8.RuneSelf || !idByteOK[b] {
+			return validateIDRunes(field, id)
+		}
+	}
+	return nil
+}
+
+// idByteOK marks the ASCII bytes an id may hold. Every claim, completion
+// and submit checks its ids: a table lookup per byte costs a fraction of
+// decoding runes, which validateIDRunes does only for ids with a byte
+// that is refused or not ASCII.
+var idByteOK = func() (ok [utf8.RuneSelf]bool) {
+	for b := range ok {
+		r := rune(b)
+		ok[b] = !(r <= ' ' || r == 0x7f || r == '/' || r == ',' || r == '?' || r == '#' || r == '%')
+	}
+	return ok
+}()
+
+// validateIDRunes is ValidateID's check of every character, with the
+// error naming the first one refused.
+func validateIDRunes(field, id string) error {
 	for _, r := range id {
 		if r <= ' ' || r == 0x7f || r == '/' || r == ',' || r == '?' || r == '#' || r == '%' || r == 0xfffd {
 			return Invalid(field, "id %q contains a character that is not allowed (space, control, '/', ',', '?', '#', '%%')", truncate(id, 40))

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/nornq/norn"
@@ -69,8 +70,7 @@ func (r *reader) task(id string, summary bool, f *norn.Filter) (*norn.Task, erro
 // times and UUIDv7 ids in order), seeking only when it is not. A seek
 // positions every level of the LSM; per task it was a third of the cost of
 // reading claimed tasks back (docs/internals/embedded-performance.md). out[i] is ids[i].
-func (r *reader) tasksForward(ids []string, cl []claimedAs) ([]*norn.Task, error) {
-	order := make([]int32, len(ids))
+func (r *reader) tasksForward(ids []string, cl []claimedAs, order []int32) ([]*norn.Task, error) {
 	for i := range order {
 		order[i] = int32(i)
 	}
@@ -111,6 +111,35 @@ func (r *reader) tasksForward(ids []string, cl []claimedAs) ([]*norn.Task, error
 type claimedAs struct {
 	st   state
 	hist norn.HistoryEntry
+}
+
+// claimScratch is what a claim needs only until its tasks are read back:
+// for claims of 1,000 these are large allocations (the claimedAs alone are
+// over 200 KB), zeroed on every claim and collected soon after, so they
+// are recycled.
+type claimScratch struct {
+	as    []claimedAs
+	ids   []string
+	order []int32
+}
+
+var claimScratchPool = sync.Pool{New: func() any { return new(claimScratch) }}
+
+// getClaimScratch returns scratch for a claim of n tasks.
+func getClaimScratch(n int) *claimScratch {
+	c := claimScratchPool.Get().(*claimScratch)
+	if cap(c.as) < n {
+		c.as, c.ids, c.order = make([]claimedAs, n), make([]string, n), make([]int32, n)
+	}
+	c.as, c.ids, c.order = c.as[:n], c.ids[:n], c.order[:n]
+	return c
+}
+
+// release returns c to the pool, holding no references.
+func (c *claimScratch) release() {
+	clear(c.as)
+	clear(c.ids)
+	claimScratchPool.Put(c)
 }
 
 // forwardTo positions r.it at the first key >= k, stepping when the

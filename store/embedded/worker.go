@@ -72,7 +72,7 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 			return nil, err
 		}
 		var claimed []*task
-		var as []claimedAs
+		var sc *claimScratch
 		var w *waiter
 		var r *reader
 		var tokenIn, gatherIn time.Duration
@@ -101,9 +101,10 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 				if r, err = s.openReader(); err != nil {
 					return err
 				}
-				as = make([]claimedAs, len(claimed))
+				sc = getClaimScratch(len(claimed))
 				for i, t := range claimed {
-					as[i] = claimedAs{st: t.st, hist: norn.HistoryEntry{Type: norn.TaskAssignment,
+					sc.ids[i] = t.id
+					sc.as[i] = claimedAs{st: t.st, hist: norn.HistoryEntry{Type: norn.TaskAssignment,
 						Time: fromNanos(tx.now), Worker: req.Worker, Lease: t.st.lease}}
 				}
 			} else if req.Wait > 0 {
@@ -119,11 +120,8 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 		}
 		if len(claimed) > 0 {
 			defer r.close()
-			ids := make([]string, len(claimed))
-			for i, t := range claimed {
-				ids[i] = t.id
-			}
-			return r.tasksForward(ids, as)
+			defer sc.release()
+			return r.tasksForward(sc.ids, sc.as, sc.order)
 		}
 		if w == nil {
 			return []*norn.Task{}, nil
@@ -237,11 +235,10 @@ func (tx *txn) take(t *task, req *norn.ClaimRequest) *task {
 	return t
 }
 
-// leased returns the task ref names if ref holds its current lease.
+// leased returns the task ref names if ref holds its current lease. Every
+// caller has validated ref (leaseOp, applyLeaseOp's callers, Await,
+// AppendLog), outside s.mu where it can.
 func (tx *txn) leased(ref norn.LeaseRef) (*task, error) {
-	if err := ref.Validate(); err != nil {
-		return nil, err
-	}
 	t := tx.s.tasks.getClaimed(ref.TaskID)
 	if t == nil {
 		return nil, norn.NotFound(ref.TaskID)
@@ -288,23 +285,33 @@ func (s *Store) single(op *norn.LeaseOp) (time.Time, error) {
 		return time.Time{}, err
 	}
 	defer s.exit()
+	// Checked before s.mu is taken: the check needs no state, and every
+	// worker's call waits for the lock.
+	if err := op.Validate(); err != nil {
+		return time.Time{}, err
+	}
 	var dl time.Time
 	err := s.run(func(tx *txn) error {
 		var err error
-		dl, err = tx.leaseOp(op)
+		dl, err = tx.applyLeaseOp(op)
 		return err
 	})
 	return dl, err
 }
 
 // leaseOp checks a lease operation the way every store does
-// (norn.LeaseOp.Validate) and applies it; the single calls and LeaseBatch
-// both come here. A failed op writes nothing: every op checks before it
-// writes.
+// (norn.LeaseOp.Validate) and applies it.
 func (tx *txn) leaseOp(op *norn.LeaseOp) (deadline time.Time, err error) {
 	if err := op.Validate(); err != nil {
 		return time.Time{}, err
 	}
+	return tx.applyLeaseOp(op)
+}
+
+// applyLeaseOp applies op, which the caller has validated; the single
+// calls and LeaseBatch come here. A failed op writes nothing: every op
+// checks before it writes.
+func (tx *txn) applyLeaseOp(op *norn.LeaseOp) (deadline time.Time, err error) {
 	switch op.Op {
 	case norn.OpHeartbeat:
 		return tx.heartbeat(op.LeaseRef, op.Heartbeat)
@@ -538,20 +545,30 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 		return nil, norn.TooLarge("ops", "batch has %d operations, more than the limit of %d", len(ops), norn.MaxBatch)
 	}
 	res := make([]norn.LeaseOpResult, len(ops))
+	// The ops are checked before s.mu is taken (the checks need no state),
+	// so the lock every claimer and completer waits for covers only what
+	// needs it.
+	for i := range ops {
+		if err := ops[i].ValidateInBatch(); err != nil {
+			if _, ok := err.(*norn.Error); !ok {
+				return nil, err
+			}
+			res[i].Err = opErr(err, i)
+		}
+	}
 	err := s.run(func(tx *txn) error {
 		for i := range ops {
-			u, e := tx.savepoint()
-			err := ops[i].ValidateInBatch()
-			if err == nil {
-				res[i].Deadline, err = tx.leaseOp(&ops[i])
+			if res[i].Err != nil {
+				continue // refused by its check
 			}
-			if err != nil {
+			u, e := tx.savepoint()
+			var err error
+			if res[i].Deadline, err = tx.applyLeaseOp(&ops[i]); err != nil {
 				tx.rollbackTo(u, e)
-				ne, ok := err.(*norn.Error)
-				if !ok {
+				if _, ok := err.(*norn.Error); !ok {
 					return err
 				}
-				res[i].Err = norn.WithFieldPrefix(ne, fmt.Sprintf("ops[%d]", i)).(*norn.Error)
+				res[i].Err = opErr(err, i)
 			}
 		}
 		return nil
@@ -560,4 +577,9 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 		return nil, err
 	}
 	return res, nil
+}
+
+// opErr is err, a *norn.Error, as the error of LeaseBatch's op i.
+func opErr(err error, i int) *norn.Error {
+	return norn.WithFieldPrefix(err.(*norn.Error), fmt.Sprintf("ops[%d]", i)).(*norn.Error)
 }
