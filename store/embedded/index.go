@@ -1,8 +1,6 @@
 package embedded
 
 import (
-	"container/heap"
-
 	"github.com/nornq/norn"
 )
 
@@ -287,29 +285,93 @@ func (h readyHeap) fix(i int) {
 }
 
 // timerHeap orders every task with a pending time-driven duty (run_at,
-// lease deadline, retention expiry) by when it is due.
-type timerHeap []*task
+// lease deadline, retention expiry) by when it is due. An entry carries
+// its due time (a copy of t.timerAt) and the operations are written for
+// it, like the ready heap's: through heap.Interface every comparison was
+// an interface call reading two tasks scattered over the heap, a cache
+// miss each, and a burn-down pushes every completed task's retention
+// timer and removes every claim's deadline (docs/internals/embedded-performance.md).
+type timerHeap []timerEnt
 
-func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return h[i].timerAt < h[j].timerAt }
-func (h timerHeap) Swap(i, j int) {
+type timerEnt struct {
+	at int64
+	t  *task
+}
+
+func (h timerHeap) less(i, j int) bool { return h[i].at < h[j].at }
+
+func (h timerHeap) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].timerIdx = int32(i)
-	h[j].timerIdx = int32(j)
+	h[i].t.timerIdx = int32(i)
+	h[j].t.timerIdx = int32(j)
 }
-func (h *timerHeap) Push(x any) {
-	t := x.(*task)
+
+func (h timerHeap) up(j int) {
+	for {
+		i := (j - 1) / 2 // parent
+		if i == j || !h.less(j, i) {
+			break
+		}
+		h.swap(i, j)
+		j = i
+	}
+}
+
+func (h timerHeap) down(i0, n int) bool {
+	i := i0
+	for {
+		j1 := 2*i + 1
+		if j1 >= n || j1 < 0 {
+			break
+		}
+		j := j1
+		if j2 := j1 + 1; j2 < n && h.less(j2, j1) {
+			j = j2
+		}
+		if !h.less(j, i) {
+			break
+		}
+		h.swap(i, j)
+		i = j
+	}
+	return i > i0
+}
+
+// push adds t, due at t.timerAt.
+func (h *timerHeap) push(t *task) {
 	t.timerIdx = int32(len(*h))
-	*h = append(*h, t)
+	*h = append(*h, timerEnt{at: t.timerAt, t: t})
+	h.up(len(*h) - 1)
 }
-func (h *timerHeap) Pop() any {
+
+// remove deletes the entry at i.
+func (h *timerHeap) remove(i int) {
 	old := *h
-	n := len(old)
-	t := old[n-1]
-	old[n-1] = nil
-	*h = old[:n-1]
-	t.timerIdx = -1
-	return t
+	n := len(old) - 1
+	if n != i {
+		old.swap(i, n)
+		if !old.down(i, n) {
+			old.up(i)
+		}
+	}
+	old[n].t.timerIdx = -1
+	old[n] = timerEnt{}
+	*h = old[:n]
+}
+
+// fix restores the order after the entry at i got a new due time at.
+func (h timerHeap) fix(i int, at int64) {
+	h[i].at = at
+	if !h.down(i, len(h)) {
+		h.up(i)
+	}
+}
+
+// init orders entries appended in any order.
+func (h timerHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i, len(h))
+	}
 }
 
 // timerFor returns when t's next time-driven duty is due, 0 for none.
@@ -415,16 +477,16 @@ func (s *Store) setTimer(t *task, at int64) {
 		}
 		switch {
 		case at == 0 || cur != want:
-			heap.Remove(cur, int(t.timerIdx))
+			cur.remove(int(t.timerIdx))
 		case t.timerAt != at:
 			t.timerAt = at
-			heap.Fix(cur, int(t.timerIdx))
+			cur.fix(int(t.timerIdx), at)
 		}
 	}
 	if at != 0 && t.timerIdx < 0 {
 		t.timerAt = at
 		t.inLeases = want == &s.leases
-		heap.Push(want, t)
+		want.push(t)
 	}
 	if at != 0 && (s.armedAt == 0 || at < s.armedAt) {
 		s.kickMonitor()
@@ -436,10 +498,10 @@ func (s *Store) setTimer(t *task, at int64) {
 func (s *Store) firstTimer() *task {
 	var first *task
 	if len(s.timers) > 0 {
-		first = s.timers[0]
+		first = s.timers[0].t
 	}
-	if len(s.leases) > 0 && (first == nil || s.leases[0].timerAt < first.timerAt) {
-		first = s.leases[0]
+	if len(s.leases) > 0 && (first == nil || s.leases[0].at < first.timerAt) {
+		first = s.leases[0].t
 	}
 	return first
 }

@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"bytes"
-	"container/heap"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -141,7 +140,7 @@ func (s *Store) loadTasks(ctx context.Context) ([]blocked, []seqMember, error) {
 				h, t.inLeases = &s.leases, true
 			}
 			t.timerIdx = int32(len(*h))
-			*h = append(*h, t)
+			*h = append(*h, timerEnt{at: at, t: t})
 		}
 		if im.seqKey != "" {
 			members = append(members, seqMember{t, im.seqKey, im.seqNo})
@@ -175,8 +174,8 @@ func (s *Store) orderIndexes() {
 		}
 		q.refixAll()
 	}
-	heap.Init(&s.timers)
-	heap.Init(&s.leases)
+	s.timers.init()
+	s.leases.init()
 }
 
 // countDependencies sets the dependency counters of the blocked tasks, and

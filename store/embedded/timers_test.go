@@ -20,14 +20,18 @@ func checkTimers(t *testing.T, s *Store, when string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for name, h := range map[string]timerHeap{"timers": s.timers, "leases": s.leases} {
-		for i, tk := range h {
+		for i, e := range h {
+			tk := e.t
+			if e.at != tk.timerAt {
+				t.Fatalf("%s: %s entry %d (%s) is due at %d, its task at %d", when, name, i, tk.id, e.at, tk.timerAt)
+			}
 			if int(tk.timerIdx) != i {
 				t.Fatalf("%s: %s entry %d (%s) has timerIdx %d", when, name, i, tk.id, tk.timerIdx)
 			}
 			if tk.inLeases != (name == "leases") {
 				t.Fatalf("%s: task %s in %s has inLeases %v", when, tk.id, name, tk.inLeases)
 			}
-			if p := (i - 1) / 2; i > 0 && h.Less(i, p) {
+			if p := (i - 1) / 2; i > 0 && h.less(i, p) {
 				t.Fatalf("%s: %s entry %d is due before its parent", when, name, i)
 			}
 		}
