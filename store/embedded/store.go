@@ -338,7 +338,7 @@ func isLockErr(err error) bool {
 // pebbleOptions are the data directory's Pebble options (the file system
 // and the event listener are set by Open).
 func pebbleOptions(opts Options, cache *pebble.Cache, memTable uint64) *pebble.Options {
-	return &pebble.Options{
+	o := &pebble.Options{
 		Cache:                       cache,
 		MemTableSize:                memTable,
 		MemTableStopWritesThreshold: 4,
@@ -361,6 +361,15 @@ func pebbleOptions(opts Options, cache *pebble.Cache, memTable uint64) *pebble.O
 		// upgrades it.
 		FormatMajorVersion: pebble.FormatWALSyncChunks,
 	}
+	// Data blocks of 16 KiB instead of Pebble's 4 KiB (the levels below
+	// L0 inherit it). A claim reads its tasks' records in key order, so a
+	// burn-down reads every block of the submitted tasks once: each block
+	// read costs a cache allocation (C calloc), a read call, a checksum and
+	// an index step, and with blocks four times larger reading the claimed
+	// tasks back took a quarter less CPU (docs/internals/embedded-performance.md).
+	// A read of one uncached task decompresses 16 KiB instead of 4.
+	o.Levels[0].BlockSize = 16 << 10
+	return o
 }
 
 // openPebble opens the data directory for writing, or, on a disk too full
