@@ -188,6 +188,12 @@ func (tx *txn) claim(req *norn.ClaimRequest) []*task {
 		n0 := len(out)
 		for len(out) < req.N && q.claimable() && (p.tokens < 0 || len(out)-n0 < p.tokens) {
 			if t := tx.take(q.top[0].ready.first().t, req); t != nil {
+				if out == nil {
+					// Sized once (growing to a claim of 1,000 copied it ten
+					// times under s.mu), not before a task is taken: an
+					// empty queue's long polls claim nothing.
+					out = make([]*task, 0, req.N)
+				}
 				out = append(out, t)
 			}
 		}
