@@ -279,3 +279,48 @@ func bufioScanner(c net.Conn) *bufio.Scanner {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	return sc
 }
+
+// marshalEvent is the server-sent event of e as encoding/json makes it,
+// which appendEvent must match byte for byte.
+func marshalEvent(e norn.Event) string {
+	data, err := json.Marshal(e)
+	if err != nil {
+		data = []byte(`{}`)
+	}
+	return "event: " + string(e.Kind) + "\ndata: " + string(data) + "\n\n"
+}
+
+// TestAppendEventMatchesJSON: the hand-made encoding of an event is what
+// encoding/json makes of it, for the events stores make and for those it
+// leaves to encoding/json (escapes, non-ASCII, years past 9999, offsets).
+func TestAppendEventMatchesJSON(t *testing.T) {
+	at := time.Date(2026, 3, 4, 5, 6, 7, 890000000, time.UTC)
+	for _, e := range []norn.Event{
+		{Kind: norn.EventSubmitted, TaskID: "019a-b", Queue: "q", Status: norn.StatusReady, Version: 1, Time: at},
+		{Kind: norn.EventLagged, Time: at},
+		{Kind: norn.EventSubmitted, Queue: "q", Status: norn.StatusReady, Time: at, Count: 2000},
+		{Kind: norn.EventSubmitted, TaskID: "a\"b\\c<d>&e", Time: at},
+		{Kind: norn.EventSubmitted, TaskID: "tâche\u2028", Queue: "\x7f", Time: at},
+		{Kind: norn.EventSubmitted, TaskID: "bad\xff", Time: at},
+		{Kind: norn.EventSubmitted, Time: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{Kind: norn.EventSubmitted, Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("x", 25*3600))},
+		{Kind: norn.EventSubmitted, Time: time.Date(2026, 1, 1, 0, 0, 0, 1, time.FixedZone("x", -5*3600))},
+		{Kind: norn.EventSubmitted, Version: 1<<64 - 1, Count: -3},
+	} {
+		if got, want := string(appendEvent([]byte("kept"), e)), "kept"+marshalEvent(e); got != want {
+			t.Errorf("%+v:\n got %q\nwant %q", e, got, want)
+		}
+	}
+}
+
+func FuzzAppendEventMatchesJSON(f *testing.F) {
+	f.Add("TaskSubmit", "id", "q", "ready", uint64(3), int64(1772600000123456789), 0, 0)
+	f.Add("Lagged", "", "", "", uint64(0), int64(-1), 5, 3600)
+	f.Fuzz(func(t *testing.T, kind, id, queue, status string, version uint64, nanos int64, count, offset int) {
+		e := norn.Event{Kind: norn.EventKind(kind), TaskID: id, Queue: queue, Status: norn.Status(status),
+			Version: version, Time: time.Unix(0, nanos).In(time.FixedZone("z", offset%(30*3600))), Count: count}
+		if got, want := string(appendEvent(nil, e)), marshalEvent(e); got != want {
+			t.Fatalf("%+v:\n got %q\nwant %q", e, got, want)
+		}
+	})
+}

@@ -160,6 +160,8 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	ping := time.NewTicker(s.cfg.PingInterval)
 	defer ping.Stop()
+	// buf is what is written; between writes, the spare buffer take
+	// swaps in for the stream's pending bytes.
 	var buf []byte
 	for {
 		var ended bool
@@ -171,7 +173,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 		case <-ping.C:
 			buf = append(buf[:0], ": ping\n\n"...)
 		case <-sub.wake:
-			buf, ended = sub.take(buf[:0], time.Now())
+			buf, ended = sub.take(buf, time.Now())
 		}
 		if len(buf) > 0 {
 			if _, err := w.Write(buf); err != nil {
