@@ -36,16 +36,26 @@ import (
 //     a loop;
 //   - sse-256-allowed-batches-2000: the same with the limit raised so all
 //     256 streams are open, which measures the event hub rather than the
-//     limit;
+//     limit (as 16 tokens holding 16 streams each would, within the
+//     server's MaxEventStreams);
+//   - sse-64-allowed-batches-2000: the same with 64 streams, between the
+//     two;
 //   - batches-2000-no-streams: the batches alone, the control that tells
 //     the streams' cost from the submissions'.
 //
+// The batch and stream abuser runs in a process of its own (runAbuser),
+// as a real client would, so that its readers and its submitting loop
+// neither take the server's Go processors nor count as the server's
+// work; it still competes with the server for the machine's cores.
 // The abuse runs for half a second before the ordinary client starts.
 // Each iteration is two seconds of that client: a request every 5 ms
 // (about 400); p50-ms, p99-ms and max-ms are over all of them.
-// abuse-batches/s and scrapes/s are the abuser's rates while measured. The
-// process runs with GOMAXPROCS raised as `norn server` raises it
-// (RaiseProcs). Run each scenario in a process of its own, on a quiet
+// abuse-batches/s and scrapes/s are the abuser's rates while measured;
+// server-cpu-ms/batch is the CPU time the server's process spent per
+// batch (the fan-out to the streams included), a figure that other load
+// on the machine changes little; streamed-MB/batch is what all the
+// streams read per batch. The process runs with GOMAXPROCS raised as
+// `norn server` raises it (RaiseProcs). Run each scenario in a process of its own, on a quiet
 // machine (after the 100,000-queue scenario the process keeps a large
 // heap, which raises the later scenarios' figures), for example
 //
@@ -96,7 +106,7 @@ func BenchmarkNormalClientUnderAbuse(b *testing.B) {
 		name    string
 		streams int // asked for
 		allowed int // MaxEventStreamsPerCaller (0: the default)
-	}{{"batches-2000-no-streams", 0, 0}, {"sse-256-batches-2000", 256, 0}, {"sse-256-allowed-batches-2000", 256, 256}} {
+	}{{"batches-2000-no-streams", 0, 0}, {"sse-256-batches-2000", 256, 0}, {"sse-256-allowed-batches-2000", 256, 256}, {"sse-64-allowed-batches-2000", 64, 64}} {
 		b.Run(c.name, func(b *testing.B) {
 			base, _, stop := abuseServer(b, func(cfg *Config) {
 				if c.allowed > 0 {
@@ -107,7 +117,7 @@ func BenchmarkNormalClientUnderAbuse(b *testing.B) {
 			ab := startAbuser(b, base, c.streams)
 			start, cpu := time.Now(), processCPU()
 			normalClient(b, base)
-			batches := ab.stop(b)
+			batches, streamed := ab.stop(b)
 			cpu = processCPU() - cpu
 			b.ReportMetric(float64(ab.accepted), "accepted-streams")
 			b.ReportMetric(float64(batches)/time.Since(start).Seconds(), "abuse-batches/s")
@@ -115,6 +125,10 @@ func BenchmarkNormalClientUnderAbuse(b *testing.B) {
 			// included (the ordinary client's share is small), whatever
 			// else runs on the machine.
 			b.ReportMetric(float64(cpu)/float64(time.Millisecond)/float64(max(batches, 1)), "server-cpu-ms/batch")
+			// What the streams carried per batch, all of them together: a
+			// batch's events are about 350 KB a stream, less when the store's
+			// subscription fell behind and the streams got Lagged instead.
+			b.ReportMetric(float64(streamed)/1e6/float64(max(batches, 1)), "streamed-MB/batch")
 		})
 	}
 }
@@ -179,29 +193,29 @@ func startAbuser(b *testing.B, base string, streams int) *abuser {
 }
 
 // stop ends the abusing client and returns how many batches it submitted
-// since it started.
-func (a *abuser) stop(b *testing.B) int {
+// and how many bytes its streams read since it started.
+func (a *abuser) stop(b *testing.B) (batches int, streamed int64) {
 	b.Helper()
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
 	line, _ := a.out.ReadString('\n')
 	_ = a.cmd.Wait()
-	var n int
-	if _, err := fmt.Sscanf(line, "batches %d", &n); err != nil {
+	if _, err := fmt.Sscanf(line, "batches %d streamed %d", &batches, &streamed); err != nil {
 		b.Fatalf("abusing client: %q: %v", line, err)
 	}
-	return n
+	return batches, streamed
 }
 
 // runAbuser is the abusing client: it asks for NORN_ABUSE_CHILD_STREAMS
 // event streams with the "abuse" token and drains those accepted, prints
 // "accepted N", then submits batches of 2,000 tasks in a loop until
-// SIGTERM, and prints "batches N".
+// SIGTERM, and prints "batches N streamed BYTES".
 func runAbuser(base string) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer cancel()
 	streams, _ := strconv.Atoi(os.Getenv(abuserEnv + "_STREAMS"))
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512}}
 	var wg sync.WaitGroup
+	var streamed atomic.Int64
 	accepted := 0
 	for range streams {
 		req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/events", nil)
@@ -218,7 +232,8 @@ func runAbuser(base string) int {
 		accepted++
 		wg.Go(func() {
 			defer resp.Body.Close()
-			_, _ = io.Copy(io.Discard, resp.Body)
+			n, _ := io.Copy(io.Discard, resp.Body)
+			streamed.Add(n)
 		})
 	}
 	var sb strings.Builder
@@ -246,7 +261,7 @@ func runAbuser(base string) int {
 		}
 	}
 	wg.Wait()
-	fmt.Printf("batches %d\n", batches)
+	fmt.Printf("batches %d streamed %d\n", batches, streamed.Load())
 	return 0
 }
 

@@ -22,9 +22,8 @@ import (
 // stream swaps two buffers between its writer and the hub. (Encoding with
 // encoding/json, one allocation per event plus a slice entry per stream
 // made the fan-out a sixth of the server's allocations under a client
-// submitting batches of 2,000 tasks with 16 streams open, and the
-// collections that came with them took the processors a normal request
-// needed.) A stream that
+// submitting batches of 2,000 tasks with 16 streams open, and the garbage
+// collections they caused took processors a normal request needed.) A stream that
 // cannot keep up never holds anything back: past its buffer, events are
 // dropped, and the stream says so with a Lagged event counting them before
 // it resumes (the client should re-read the state it follows). Without
