@@ -95,7 +95,7 @@ type Config struct {
 	MaxEventStreams int
 	// MaxEventStreamsPerCaller is MaxEventStreams for one token (or,
 	// without tokens, one client address). Default 16: one such client
-	// holding 16 streams while submitting batches adds a fifth to the
+	// holding 16 streams while submitting batches adds 10–20% to the
 	// server's CPU per batch, within what keeps a normal request's p99
 	// near that of the batches alone on 2 cores.
 	MaxEventStreamsPerCaller int
