@@ -43,21 +43,22 @@ import (
 //   - batches-2000-no-streams: the batches alone, the control that tells
 //     the streams' cost from the submissions'.
 //
-// The batch and stream abuser runs in a process of its own (runAbuser),
-// as a real client would, so that its readers and its submitting loop
-// neither take the server's Go processors nor count as the server's
-// work; it still competes with the server for the machine's cores.
-// The abuse runs for half a second before the ordinary client starts.
-// Each iteration is two seconds of that client: a request every 5 ms
-// (about 400); p50-ms, p99-ms and max-ms are over all of them.
-// abuse-batches/s and scrapes/s are the abuser's rates while measured;
-// server-cpu-ms/batch is the CPU time the server's process spent per
-// batch (the fan-out to the streams included), a figure that other load
-// on the machine changes little; streamed-MB/batch is what all the
-// streams read per batch. The process runs with GOMAXPROCS raised as
-// `norn server` raises it (RaiseProcs). Run each scenario in a process of its own, on a quiet
-// machine (after the 100,000-queue scenario the process keeps a large
-// heap, which raises the later scenarios' figures), for example
+// The batch and stream abuser runs in a process of its own (runAbuser), as
+// a real client would, so that its readers and its submitting loop neither
+// take the server's Go processors nor count as the server's work; it still
+// competes with the server for the machine's cores. The abuse runs for
+// half a second before the ordinary client starts. Each iteration is two
+// seconds of that client: a request every 5 ms (about 400); p50-ms, p99-ms
+// and max-ms are over all of them. abuse-batches/s and scrapes/s are the
+// abuser's rates while measured; server-cpu-ms/batch is the CPU time the
+// server's process spent per batch (the fan-out to the streams included),
+// a figure that other load on the machine changes little;
+// streamed-MB/batch is what all the streams read per batch, and
+// abuser-cpu-ms/batch the abuser's own CPU. The process runs with
+// GOMAXPROCS raised as `norn server` raises it (RaiseProcs). Run each
+// scenario in a process of its own, on a quiet machine (after the
+// 100,000-queue scenario the process keeps a large heap, which raises the
+// later scenarios' figures), for example
 //
 //	go test -run '^$' -bench 'NormalClientUnderAbuse/batches-2000-no-streams$' -benchtime 2x ./server/
 func BenchmarkNormalClientUnderAbuse(b *testing.B) {
@@ -117,7 +118,7 @@ func BenchmarkNormalClientUnderAbuse(b *testing.B) {
 			ab := startAbuser(b, base, c.streams)
 			start, cpu := time.Now(), processCPU()
 			normalClient(b, base)
-			batches, streamed := ab.stop(b)
+			batches, streamed, abuserCPU := ab.stop(b)
 			cpu = processCPU() - cpu
 			b.ReportMetric(float64(ab.accepted), "accepted-streams")
 			b.ReportMetric(float64(batches)/time.Since(start).Seconds(), "abuse-batches/s")
@@ -129,6 +130,9 @@ func BenchmarkNormalClientUnderAbuse(b *testing.B) {
 			// batch's events are about 350 KB a stream, less when the store's
 			// subscription fell behind and the streams got Lagged instead.
 			b.ReportMetric(float64(streamed)/1e6/float64(max(batches, 1)), "streamed-MB/batch")
+			// The abuser's own CPU per batch: on a small machine it takes
+			// cores the server would have.
+			b.ReportMetric(float64(abuserCPU)/float64(time.Millisecond)/float64(max(batches, 1)), "abuser-cpu-ms/batch")
 		})
 	}
 }
@@ -192,9 +196,10 @@ func startAbuser(b *testing.B, base string, streams int) *abuser {
 	return a
 }
 
-// stop ends the abusing client and returns how many batches it submitted
-// and how many bytes its streams read since it started.
-func (a *abuser) stop(b *testing.B) (batches int, streamed int64) {
+// stop ends the abusing client and returns how many batches it submitted,
+// how many bytes its streams read and the CPU time it used since it
+// started.
+func (a *abuser) stop(b *testing.B) (batches int, streamed int64, cpu time.Duration) {
 	b.Helper()
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
 	line, _ := a.out.ReadString('\n')
@@ -202,7 +207,10 @@ func (a *abuser) stop(b *testing.B) (batches int, streamed int64) {
 	if _, err := fmt.Sscanf(line, "batches %d streamed %d", &batches, &streamed); err != nil {
 		b.Fatalf("abusing client: %q: %v", line, err)
 	}
-	return batches, streamed
+	if st := a.cmd.ProcessState; st != nil {
+		cpu = st.UserTime() + st.SystemTime()
+	}
+	return batches, streamed, cpu
 }
 
 // runAbuser is the abusing client: it asks for NORN_ABUSE_CHILD_STREAMS
