@@ -17,18 +17,19 @@ import (
 // server-sent event, whatever the number of streams it goes to; a stream's
 // writer takes everything pending at once, so a burst of events is one
 // write and one flush per stream rather than one per event. The fan-out
-// allocates nothing per event: an event is encoded by hand into one
-// reused buffer and copied into each stream's pending bytes, and each
-// stream swaps two buffers between its writer and the hub. (Encoding with
+// allocates nothing per event: an event is encoded by hand into one reused
+// buffer and copied into each stream's pending bytes, and each stream
+// swaps two buffers between its writer and the hub. (Encoding with
 // encoding/json, one allocation per event plus a slice entry per stream
 // made the fan-out a sixth of the server's allocations under a client
 // submitting batches of 2,000 tasks with 16 streams open, and the garbage
-// collections they caused took processors a normal request needed.) A stream that
-// cannot keep up never holds anything back: past its buffer, events are
-// dropped, and the stream says so with a Lagged event counting them before
-// it resumes (the client should re-read the state it follows). Without
-// streams there is no subscription at all, which matters on PostgreSQL,
-// where one subscriber without Counts makes every node send every event.
+// collections they caused took processors a normal request needed.) A
+// stream that cannot keep up never holds anything back: past its buffer,
+// events are dropped, and the stream says so with a Lagged event counting
+// them before it resumes (the client should re-read the state it follows).
+// Without streams there is no subscription at all, which matters on
+// PostgreSQL, where one subscriber without Counts makes every node send
+// every event.
 
 // Limits of one event stream's buffer: past either, events are dropped.
 const (
