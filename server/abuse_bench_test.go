@@ -9,14 +9,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -154,18 +152,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// processCPU is the CPU time (user and system) this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // abuser is the abusing client's process.
 type abuser struct {
 	cmd      *exec.Cmd
+	in       io.Closer
 	out      *bufio.Reader
 	accepted int
 }
@@ -178,7 +168,12 @@ func startAbuser(b *testing.B, base string, streams int) *abuser {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), abuserEnv+"="+base, fmt.Sprintf("%s_STREAMS=%d", abuserEnv, streams))
 	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// The abuser stops when its standard input closes: when stop closes
+	// it, or when this process ends however it ends.
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)
@@ -186,7 +181,7 @@ func startAbuser(b *testing.B, base string, streams int) *abuser {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	a := &abuser{cmd: cmd, out: bufio.NewReader(out)}
+	a := &abuser{cmd: cmd, in: in, out: bufio.NewReader(out)}
 	line, err := a.out.ReadString('\n')
 	if _, serr := fmt.Sscanf(line, "accepted %d", &a.accepted); err != nil || serr != nil {
 		_ = cmd.Process.Kill()
@@ -201,7 +196,7 @@ func startAbuser(b *testing.B, base string, streams int) *abuser {
 // started.
 func (a *abuser) stop(b *testing.B) (batches int, streamed int64, cpu time.Duration) {
 	b.Helper()
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	_ = a.in.Close()
 	line, _ := a.out.ReadString('\n')
 	_ = a.cmd.Wait()
 	if _, err := fmt.Sscanf(line, "batches %d streamed %d", &batches, &streamed); err != nil {
@@ -215,11 +210,15 @@ func (a *abuser) stop(b *testing.B) (batches int, streamed int64, cpu time.Durat
 
 // runAbuser is the abusing client: it asks for NORN_ABUSE_CHILD_STREAMS
 // event streams with the "abuse" token and drains those accepted, prints
-// "accepted N", then submits batches of 2,000 tasks in a loop until
-// SIGTERM, and prints "batches N streamed BYTES".
+// "accepted N", then submits batches of 2,000 tasks in a loop until its
+// standard input closes, and prints "batches N streamed BYTES".
 func runAbuser(base string) int {
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
 	streams, _ := strconv.Atoi(os.Getenv(abuserEnv + "_STREAMS"))
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512}}
 	var wg sync.WaitGroup
