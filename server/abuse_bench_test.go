@@ -105,7 +105,7 @@ func BenchmarkNormalClientUnderAbuse(b *testing.B) {
 		name    string
 		streams int // asked for
 		allowed int // MaxEventStreamsPerCaller (0: the default)
-	}{{"batches-2000-no-streams", 0, 0}, {"sse-256-batches-2000", 256, 0}, {"sse-256-allowed-batches-2000", 256, 256}, {"sse-64-allowed-batches-2000", 64, 64}} {
+	}{{"batches-2000-no-streams", 0, 0}, {"sse-256-batches-2000", 256, 0}, {"sse-256-allowed-batches-2000", 256, 256}, {"sse-32-allowed-batches-2000", 32, 32}, {"sse-64-allowed-batches-2000", 64, 64}} {
 		b.Run(c.name, func(b *testing.B) {
 			base, _, stop := abuseServer(b, func(cfg *Config) {
 				if c.allowed > 0 {

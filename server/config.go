@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime"
 	"time"
 
 	"github.com/nornq/norn"
@@ -88,16 +89,16 @@ type Config struct {
 	// MaxEventStreams caps the event streams (GET /v1/events) open at
 	// once, within MaxStreams: every stream receives every event it
 	// follows, so their number multiplies the server's output. On 2
-	// cores, 64 streams open while a client submitted batches of 2,000
-	// tasks in a loop doubled the server's CPU per batch and took a normal
-	// request's p99 past 5 ms (BenchmarkNormalClientUnderAbuse); a small
-	// machine may want it lower. Default 256.
+	// cores, with a client submitting batches of 2,000 tasks in a loop, a
+	// normal request's p99 was 3–5 ms with 16 or 32 streams open, 5–8 ms
+	// with 64 and 11–23 ms with 256 (BenchmarkNormalClientUnderAbuse).
+	// Default 16 per CPU core, at least 32.
 	MaxEventStreams int
 	// MaxEventStreamsPerCaller is MaxEventStreams for one token (or,
 	// without tokens, one client address). Default 16: one such client
-	// holding 16 streams while submitting batches adds 10–20% to the
-	// server's CPU per batch, within what keeps a normal request's p99
-	// near that of the batches alone on 2 cores.
+	// holding 16 streams while submitting batches adds about a tenth to
+	// the server's CPU per batch, and a normal request's p99 stays near
+	// that of the batches alone on 2 cores.
 	MaxEventStreamsPerCaller int
 	// MaxAuthFailures is how many failed authentications one client
 	// address may make per minute; past it its requests are refused with
@@ -154,13 +155,16 @@ const (
 	DefaultMaxStreams               = 4096
 	DefaultMaxStreamsPerCaller      = 256
 	DefaultMaxAuthFailures          = 30
-	DefaultMaxEventStreams          = 256
 	DefaultMaxEventStreamsPerCaller = 16
 	DefaultMetricsMaxQueues         = 1000
 	DefaultMetricsInterval          = time.Second
 	// DefaultMaxHeaderBytes bounds request headers (Go's default is 1 MiB).
 	DefaultMaxHeaderBytes = 64 << 10
 )
+
+// DefaultMaxEventStreams is Config.MaxEventStreams's default: 16 event
+// streams per CPU core, at least 32.
+func DefaultMaxEventStreams() int { return max(32, 16*runtime.NumCPU()) }
 
 // withDefaults returns c with defaults filled in, or an error naming the
 // first invalid field.
@@ -240,7 +244,7 @@ func (c *Config) sizeDefaults() error {
 		def  int
 	}{{"MaxStreams", &c.MaxStreams, DefaultMaxStreams}, {"MaxStreamsPerCaller", &c.MaxStreamsPerCaller, DefaultMaxStreamsPerCaller},
 		{"MaxAuthFailures", &c.MaxAuthFailures, DefaultMaxAuthFailures}, {"MetricsMaxQueues", &c.MetricsMaxQueues, DefaultMetricsMaxQueues},
-		{"MaxEventStreams", &c.MaxEventStreams, DefaultMaxEventStreams},
+		{"MaxEventStreams", &c.MaxEventStreams, DefaultMaxEventStreams()},
 		{"MaxEventStreamsPerCaller", &c.MaxEventStreamsPerCaller, DefaultMaxEventStreamsPerCaller}} {
 		if *f.v == 0 {
 			*f.v = f.def

@@ -123,7 +123,7 @@ func TestSlowClientsDoNotStarveOthers(t *testing.T) {
 	t.Parallel()
 	e := startServer(t, func(c *Config) {
 		c.MaxStreamsPerCaller = 50
-		c.MaxEventStreamsPerCaller = 100 // the shared limit is the one under test
+		c.MaxEventStreams, c.MaxEventStreamsPerCaller = 100, 100 // the shared limit is the one under test
 		c.Tokens = []Token{{Token: "a", Role: RoleAdmin}, {Token: "ok", Role: RoleClient}}
 	})
 	var conns []net.Conn

@@ -49,6 +49,7 @@ var serverEnv = map[string]string{
 	"allowed-host":          "NORN_ALLOWED_HOSTS",
 	"metrics-auth":          "NORN_METRICS_AUTH",
 	"metrics-max-queues":    "NORN_METRICS_MAX_QUEUES",
+	"max-event-streams":     "NORN_MAX_EVENT_STREAMS",
 }
 
 // applyEnv sets every flag not given on the command line from its
@@ -96,6 +97,7 @@ type serverFlags struct {
 	allowedHosts            []string
 	metricsAuth             bool
 	metricsMaxQueues        int
+	maxEventStreams         int
 	schema                  string
 	migrate                 bool
 	// kafka configures the optional Kafka delay bridge run beside the API
@@ -199,6 +201,7 @@ flight (up to --shutdown-timeout) and closes the store.`,
 		fs.StringArrayVar(&sf.allowedHosts, "allowed-host", nil, "extra Host name a server without tokens answers besides localhost, IP addresses and --addr's host (repeatable)")
 		fs.BoolVar(&sf.metricsAuth, "metrics-auth", false, "require a token (any role) for /metrics")
 		fs.IntVar(&sf.metricsMaxQueues, "metrics-max-queues", server.DefaultMetricsMaxQueues, `queues with series of their own in /metrics; the others are counted under queue="(other)"`)
+		fs.IntVar(&sf.maxEventStreams, "max-event-streams", 0, "event streams (GET /v1/events) open at once on this server (0: 16 per CPU core, at least 32)")
 		fs.VisitAll(func(f *pflag.Flag) {
 			if env, ok := serverEnv[f.Name]; ok {
 				f.Usage += " (env " + env + ")" // as the bridge's and the global flags say it
@@ -260,8 +263,8 @@ func runServer(cmd *cobra.Command, sf *serverFlags) error {
 		TLSCert: sf.tlsCert, TLSKey: sf.tlsKey, MaxBodyBytes: sf.maxBody, MaxSpecBytes: sf.maxSpec,
 		MaxBatch: sf.maxBatch, MaxLabels: sf.maxLabels, ShutdownTimeout: sf.shutdownTimeout, Logger: log,
 		Registry: reg, CORSOrigins: sf.corsOrigins, AllowedHosts: sf.allowedHosts, MetricsAuth: sf.metricsAuth,
-		MetricsMaxQueues: sf.metricsMaxQueues,
-		TracerProvider:   tp.TracerProvider(),
+		MetricsMaxQueues: sf.metricsMaxQueues, MaxEventStreams: sf.maxEventStreams,
+		TracerProvider: tp.TracerProvider(),
 	}
 	if sf.dashboard {
 		cfg.Dashboard = dashboard.Handler()
