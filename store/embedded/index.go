@@ -291,6 +291,9 @@ func (h readyHeap) fix(i int) {
 // an interface call reading two tasks scattered over the heap, a cache
 // miss each, and a burn-down pushes every completed task's retention
 // timer and removes every claim's deadline (docs/internals/embedded-performance.md).
+// The two heaps' operations are not one generic function: Go calls a type
+// parameter's methods through the instantiation's dictionary, so less and
+// swap would no longer be inlined.
 type timerHeap []timerEnt
 
 type timerEnt struct {
