@@ -89,7 +89,7 @@ avoid that). See docs/moving.md.`,
 		}
 		f := cmd.Flags()
 		f.StringVar(&from, "from", "", "the store to copy from: embedded:PATH or postgres://…")
-		f.StringVar(&to, "to", "", "the store to copy into: postgres://… (migrated first)")
+		f.StringVar(&to, "to", "", "the store to copy into: postgres://… (migrated first) or embedded:PATH")
 		f.StringVar(&schema, "schema", "", "the PostgreSQL schema of both stores (default norn)")
 		f.BoolVar(&o.Resume, "resume", false, "continue an interrupted copy: skip the tasks already in the destination")
 		f.BoolVar(&o.IntoNonEmpty, "into-non-empty", false, "add to a destination that holds other tasks")
