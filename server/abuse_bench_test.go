@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nornq/norn/internal/proccpu"
 	"github.com/nornq/norn/store/embedded"
 )
 
@@ -114,10 +115,10 @@ func BenchmarkNormalClientUnderAbuse(b *testing.B) {
 			})
 			defer stop()
 			ab := startAbuser(b, base, c.streams)
-			start, cpu := time.Now(), processCPU()
+			start, cpu := time.Now(), proccpu.Used()
 			normalClient(b, base)
 			batches, streamed, abuserCPU := ab.stop(b)
-			cpu = processCPU() - cpu
+			cpu = proccpu.Used() - cpu
 			b.ReportMetric(float64(ab.accepted), "accepted-streams")
 			b.ReportMetric(float64(batches)/time.Since(start).Seconds(), "abuse-batches/s")
 			// What the server spends per batch, its streams' events

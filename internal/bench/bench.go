@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/nornq/norn"
+	"github.com/nornq/norn/internal/proccpu"
 )
 
 // Config parameterises the workloads. Zero fields take the documented defaults.
@@ -208,7 +209,7 @@ func startTiming(cfg Config) timing {
 
 // cpuNow is our CPU time plus the server's, when it runs apart.
 func (tm timing) cpuNow() time.Duration {
-	c := cpuTime()
+	c := proccpu.Used()
 	if tm.serverPid > 0 && c > 0 {
 		sc, err := ProcessCPU(tm.serverPid)
 		if err != nil {

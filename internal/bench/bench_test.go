@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/nornq/norn/internal/proccpu"
 )
 
 func TestPercentile(t *testing.T) {
@@ -57,7 +59,7 @@ func TestProcessCPU(t *testing.T) {
 		x++
 	}
 	got, err := ProcessCPU(os.Getpid())
-	want := cpuTime()
+	want := proccpu.Used()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,6 +57,7 @@ import (
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/internal/bench"
 	"github.com/nornq/norn/internal/gcfloor"
+	"github.com/nornq/norn/internal/proccpu"
 	"github.com/nornq/norn/store/postgres"
 )
 
@@ -109,11 +109,7 @@ func dbCPU(pm int) float64 {
 	return v
 }
 
-func selfCPU() float64 {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
-}
+func selfCPU() float64 { return proccpu.Used().Seconds() }
 
 type snap struct {
 	db, cl                   float64

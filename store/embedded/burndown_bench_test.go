@@ -7,12 +7,12 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nornq/norn"
 	"github.com/nornq/norn/internal/bench"
+	"github.com/nornq/norn/internal/proccpu"
 )
 
 // BenchmarkBurnDown is `norn bench work` in-process, timed over the
@@ -39,11 +39,11 @@ func BenchmarkBurnDown(b *testing.B) {
 		fillFrom(b, s, "q", n, workers)
 		runtime.GC()
 		stop := startBurnDownProfile(b, i == b.N-1)
-		c0 := cpuTime()
+		c0 := proccpu.Used()
 		b.StartTimer()
 		burnDown(b, s, "q", n, workers, claim)
 		b.StopTimer()
-		cpu += cpuTime() - c0
+		cpu += proccpu.Used() - c0
 		stop()
 		if err := s.Close(); err != nil {
 			b.Fatal(err)
@@ -119,13 +119,4 @@ func startBurnDownProfile(b *testing.B, on bool) (stop func()) {
 		b.Fatal(err)
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }
-}
-
-// cpuTime is the process's user+sys CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
