@@ -1,6 +1,9 @@
 package norn
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // The decisions below are what a client's change to an existing task does
 // (Update, Cancel, a transaction's requirements), made here so that every
@@ -80,4 +83,49 @@ func MoveRunAt(s Status, at, now time.Time) (Status, time.Time) {
 		s = StatusScheduled
 	}
 	return s, at
+}
+
+// Validate checks a transaction before a store takes any lock: every
+// submitted task, every id, every update and requirement, and the number of
+// operations, which both stores cap at MaxBatch.
+func (t *Txn) Validate() error {
+	if err := ValidateBatch("submit", t.Submit); err != nil {
+		return err
+	}
+	for i := range t.Update {
+		f := fmt.Sprintf("update[%d]", i)
+		if err := ValidateID(f+".id", t.Update[i].ID); err != nil {
+			return err
+		}
+		if err := t.Update[i].Update.Validate(); err != nil {
+			return WithFieldPrefix(err, f)
+		}
+	}
+	for _, ids := range []struct {
+		field string
+		ids   []string
+	}{{"cancel", t.Cancel}, {"delete", t.Delete}} {
+		for i, id := range ids.ids {
+			if err := ValidateID(fmt.Sprintf("%s[%d]", ids.field, i), id); err != nil {
+				return err
+			}
+		}
+	}
+	for i, r := range t.Require {
+		if err := ValidateID(fmt.Sprintf("require[%d].id", i), r.ID); err != nil {
+			return err
+		}
+		if err := r.ValidateRange(fmt.Sprintf("require[%d]", i)); err != nil {
+			return err
+		}
+	}
+	if n := t.Ops(); n > MaxBatch {
+		return TooLarge("txn", "transaction has %d operations, more than the limit of %d", n, MaxBatch)
+	}
+	return nil
+}
+
+// Ops is how many operations the transaction holds.
+func (t *Txn) Ops() int {
+	return len(t.Submit) + len(t.Update) + len(t.Cancel) + len(t.Delete) + len(t.Require)
 }

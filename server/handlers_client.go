@@ -484,8 +484,7 @@ func (s *Server) handleTransact(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	tx := wtx.Domain()
-	ops := len(tx.Submit) + len(tx.Update) + len(tx.Cancel) + len(tx.Delete) + len(tx.Require)
-	if ops > s.cfg.MaxBatch {
+	if ops := tx.Ops(); ops > s.cfg.MaxBatch {
 		return norn.TooLarge("body", "transaction has %d operations, more than the limit of %d", ops, s.cfg.MaxBatch)
 	}
 	p := principalFrom(r.Context())

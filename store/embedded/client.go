@@ -436,37 +436,11 @@ func (s *Store) Transact(ctx context.Context, t norn.Txn) (*norn.TxnResult, erro
 		return nil, err
 	}
 	defer s.exit()
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
 	if len(t.Submit) > 0 {
-		if err := norn.ValidateBatch("submit", t.Submit); err != nil {
-			return nil, err
-		}
 		t.Submit = norn.WithTrace(ctx, t.Submit)
-	}
-	for i := range t.Update {
-		if err := norn.ValidateID(fmt.Sprintf("update[%d].id", i), t.Update[i].ID); err != nil {
-			return nil, err
-		}
-		if err := t.Update[i].Update.Validate(); err != nil {
-			return nil, norn.WithFieldPrefix(err, fmt.Sprintf("update[%d]", i))
-		}
-	}
-	for i, id := range t.Cancel {
-		if err := norn.ValidateID(fmt.Sprintf("cancel[%d]", i), id); err != nil {
-			return nil, err
-		}
-	}
-	for i, id := range t.Delete {
-		if err := norn.ValidateID(fmt.Sprintf("delete[%d]", i), id); err != nil {
-			return nil, err
-		}
-	}
-	for i, r := range t.Require {
-		if err := norn.ValidateID(fmt.Sprintf("require[%d].id", i), r.ID); err != nil {
-			return nil, err
-		}
-		if err := r.ValidateRange(fmt.Sprintf("require[%d]", i)); err != nil {
-			return nil, err
-		}
 	}
 	res := &norn.TxnResult{Submitted: []norn.Submitted{}, Updated: []*norn.Task{}, Cancelled: []*norn.Task{}}
 	err := s.run(func(tx *txn) error {

@@ -520,7 +520,7 @@ SELECT d.id, d.old_status FROM d WHERE (SELECT count(*) FROM nt) >= 0`), ids, no
 // updates, cancels and deletes, all on rows locked for the transaction,
 // after every requirement held.
 func (s *Store) Transact(ctx context.Context, txn norn.Txn) (*norn.TxnResult, error) {
-	if err := validateTxn(&txn); err != nil {
+	if err := txn.Validate(); err != nil {
 		return nil, err
 	}
 	var res *norn.TxnResult
@@ -780,43 +780,6 @@ func (s *Store) readBackTxn(ctx context.Context, res *norn.TxnResult) error {
 	}
 	fill(res.Updated)
 	fill(res.Cancelled)
-	return nil
-}
-
-func validateTxn(txn *norn.Txn) error {
-	if err := norn.ValidateBatch("submit", txn.Submit); err != nil {
-		return err
-	}
-	for i := range txn.Update {
-		f := fmt.Sprintf("update[%d]", i)
-		if err := norn.ValidateID(f+".id", txn.Update[i].ID); err != nil {
-			return err
-		}
-		if err := txn.Update[i].Update.Validate(); err != nil {
-			return norn.WithFieldPrefix(err, f)
-		}
-	}
-	for i, id := range txn.Cancel {
-		if err := norn.ValidateID(fmt.Sprintf("cancel[%d]", i), id); err != nil {
-			return err
-		}
-	}
-	for i, id := range txn.Delete {
-		if err := norn.ValidateID(fmt.Sprintf("delete[%d]", i), id); err != nil {
-			return err
-		}
-	}
-	for i, r := range txn.Require {
-		if err := norn.ValidateID(fmt.Sprintf("require[%d].id", i), r.ID); err != nil {
-			return err
-		}
-		if err := r.ValidateRange(fmt.Sprintf("require[%d]", i)); err != nil {
-			return err
-		}
-	}
-	if n := len(txn.Submit) + len(txn.Update) + len(txn.Cancel) + len(txn.Delete) + len(txn.Require); n > norn.MaxBatch {
-		return norn.TooLarge("txn", "transaction has %d operations, more than the limit of %d", n, norn.MaxBatch)
-	}
 	return nil
 }
 

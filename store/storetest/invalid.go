@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -247,5 +248,10 @@ func invalidSettings(s norn.Store, b *testBundle, r norn.LeaseRef) []invalidCase
 			_, err := s.Transact(b.ctx, norn.Txn{Submit: []norn.NewTask{ok, {Queue: "q", Spec: json.RawMessage(`nope`)}}})
 			return err
 		}, inv, "submit[1].spec"},
+		{"TransactionOverMaxBatchOperations", func() error {
+			// Each cancel alone would succeed: the count refuses the whole.
+			_, err := s.Transact(b.ctx, norn.Txn{Cancel: slices.Repeat([]string{"ready"}, norn.MaxBatch+1)})
+			return err
+		}, norn.ErrTooLarge, ""},
 	}
 }
