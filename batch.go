@@ -140,6 +140,19 @@ func BatchSealedError(field, id string) *Error {
 	return &Error{Code: CodeConflict, Field: field, Message: fmt.Sprintf("batch %q is sealed: no task can join it", truncate(id, 60))}
 }
 
+// CheckNewBatch decides whether a batch may be created with id: not when
+// a batch of that id exists, nor while members tasks of a deleted batch of
+// that id remain (they would join the new one).
+func CheckNewBatch(id string, exists bool, members int) error {
+	if exists {
+		return Errorf(CodeConflict, "batch %q exists", id)
+	}
+	if members > 0 {
+		return Errorf(CodeConflict, "batch id %q is still named by %d tasks of a deleted batch; choose another id or delete them", id, members)
+	}
+	return nil
+}
+
 // BatchCallbackID is the id of a batch's callback of kind: in Norn's
 // reserved namespace, so no caller can take it first.
 func BatchCallbackID(batch, kind string) string {

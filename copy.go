@@ -1,6 +1,9 @@
 package norn
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // Moving a store's contents to another (norn copy): the source is read
 // through the Store interface; the destination takes tasks as they are
@@ -31,4 +34,28 @@ type TaskImporter interface {
 	// FinishImport settles what depends on every task being there: the
 	// dependency counts of blocked tasks whose dependencies came later.
 	FinishImport(ctx context.Context) error
+}
+
+// Validate refuses a record no store could hold, naming it as recs[i].
+func (r TaskRecord) Validate(i int) error {
+	f := fmt.Sprintf("recs[%d].task", i)
+	if r.Task == nil {
+		return Invalid(f, "a record needs its task")
+	}
+	if err := ValidateID(f+".id", r.Task.ID); err != nil {
+		return err
+	}
+	if err := ValidateQueue(f+".queue", r.Task.Queue); err != nil {
+		return err
+	}
+	if !r.Task.Status.Valid() {
+		return Invalid(f+".status", "unknown status %q", r.Task.Status)
+	}
+	return nil
+}
+
+// ImportConflict is the error of an import that finds task id stored at
+// another version than the record's: the destination holds other data.
+func ImportConflict(id string, stored, record uint64) error {
+	return Errorf(CodeConflict, "task %q is stored already at version %d, not %d: the destination holds other data", id, stored, record)
 }

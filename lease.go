@@ -84,3 +84,13 @@ func (op *LeaseOp) ValidateInBatch() error {
 	}
 	return nil
 }
+
+// ValidateBatchSize refuses a lease batch of more than MaxBatch operations;
+// each operation is then checked on its own (ValidateInBatch) and refused
+// alone.
+func ValidateBatchSize(ops []LeaseOp) error {
+	if len(ops) > MaxBatch {
+		return TooLarge("ops", "batch has %d operations, more than the limit of %d", len(ops), MaxBatch)
+	}
+	return nil
+}

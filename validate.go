@@ -678,3 +678,59 @@ func (n *NewTask) validateSequence() error {
 	}
 	return nil
 }
+
+// Validate checks a List or Stream query: its filter, its order, and a
+// limit that is not negative (a page's size for List, a total for Stream).
+func (q *Query) Validate() error {
+	if err := q.Filter.Validate(); err != nil {
+		return err
+	}
+	switch q.Order {
+	case OrderID, OrderNewest, OrderPriority:
+	default:
+		return Invalid("order", "unknown order %q (want \"\", newest or priority)", q.Order)
+	}
+	if q.Limit < 0 {
+		return Invalid("limit", "must not be negative")
+	}
+	return nil
+}
+
+// PageLimit validates a List query and returns its page size:
+// DefaultListLimit when Limit is 0; a Limit over MaxListLimit is refused, as
+// the API refuses it, rather than cut short without a word.
+func (q *Query) PageLimit() (int, error) {
+	if err := q.Validate(); err != nil {
+		return 0, err
+	}
+	switch {
+	case q.Limit == 0:
+		return DefaultListLimit, nil
+	case q.Limit > MaxListLimit:
+		return 0, Invalid("limit", "must be at most %d", MaxListLimit)
+	}
+	return q.Limit, nil
+}
+
+// ValidateDelete checks a filter for DeleteMatching, which refuses an
+// empty one: it would delete every task.
+func (f *Filter) ValidateDelete() error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	if f.Empty() {
+		return Invalid("filter", "an empty filter would delete every task; give at least one condition")
+	}
+	return nil
+}
+
+// ValidateLogRead checks ReadLog's arguments.
+func ValidateLogRead(id string, limit int) error {
+	if err := ValidateID("id", id); err != nil {
+		return err
+	}
+	if limit < 0 {
+		return Invalid("limit", "must not be negative")
+	}
+	return nil
+}

@@ -182,11 +182,8 @@ func (s *Store) CreateBatch(ctx context.Context, nb norn.NewBatch) (*norn.BatchC
 	}
 	var out norn.BatchCreated
 	err = s.run(func(tx *txn) error {
-		if s.batches[nb.ID] != nil {
-			return norn.Errorf(norn.CodeConflict, "batch %q exists", nb.ID)
-		}
-		if n := len(s.members[nb.ID]); n > 0 {
-			return norn.Errorf(norn.CodeConflict, "batch id %q is still named by %d tasks of a deleted batch; choose another id or delete them", nb.ID, n)
+		if err := norn.CheckNewBatch(nb.ID, s.batches[nb.ID] != nil, len(s.members[nb.ID])); err != nil {
+			return err
 		}
 		now := fromNanos(tx.now)
 		b := &norn.Batch{ID: nb.ID, State: norn.BatchOpen, Labels: nb.Labels, OnSuccess: nb.OnSuccess,

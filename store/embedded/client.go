@@ -391,11 +391,8 @@ func (s *Store) DeleteMatching(ctx context.Context, f norn.Filter) (int64, error
 		return 0, err
 	}
 	defer s.exit()
-	if err := f.Validate(); err != nil {
+	if err := f.ValidateDelete(); err != nil {
 		return 0, err
-	}
-	if f.Empty() {
-		return 0, norn.Invalid("filter", "an empty filter would delete every task; give at least one condition")
 	}
 	ids, err := s.matchingIDs(ctx, f)
 	if err != nil {

@@ -21,14 +21,8 @@ var _ norn.TaskImporter = (*Store)(nil)
 // ImportTasks writes recs in one batch; see norn.TaskImporter.
 func (s *Store) ImportTasks(ctx context.Context, recs []norn.TaskRecord) (int, error) {
 	for i, r := range recs {
-		if r.Task == nil {
-			return 0, norn.Invalid(fmt.Sprintf("recs[%d].task", i), "is missing")
-		}
-		if err := norn.ValidateID(fmt.Sprintf("recs[%d].task.id", i), r.Task.ID); err != nil {
+		if err := r.Validate(i); err != nil {
 			return 0, err
-		}
-		if norn.StatusIndex(r.Task.Status) < 0 {
-			return 0, norn.Invalid(fmt.Sprintf("recs[%d].task.status", i), "unknown status %q", r.Task.Status)
 		}
 	}
 	if err := s.enter(); err != nil {
@@ -70,7 +64,7 @@ func (s *Store) ImportTasks(ctx context.Context, recs []norn.TaskRecord) (int, e
 			return 0, norn.Unavailable(err)
 		}
 		if st.version != r.Task.Version {
-			return 0, norn.Errorf(norn.CodeConflict, "task %q is stored already at version %d, not %d: the destination holds other data", r.Task.ID, st.version, r.Task.Version)
+			return 0, norn.ImportConflict(r.Task.ID, st.version, r.Task.Version)
 		}
 	}
 	if err := ctx.Err(); err != nil {

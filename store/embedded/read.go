@@ -413,36 +413,15 @@ func decodeCursor(order norn.Order, c string) ([]byte, error) {
 	return pos, nil
 }
 
-func validateQuery(q *norn.Query) error {
-	if err := q.Filter.Validate(); err != nil {
-		return err
-	}
-	switch q.Order {
-	case norn.OrderID, norn.OrderNewest, norn.OrderPriority:
-	default:
-		return norn.Invalid("order", "unknown order %q (want \"\", newest or priority)", q.Order)
-	}
-	if q.Limit < 0 {
-		return norn.Invalid("limit", "must not be negative")
-	}
-	return nil
-}
-
 // List returns one page of tasks matching q.
 func (s *Store) List(ctx context.Context, q norn.Query) (norn.Page, error) {
 	if err := s.enter(); err != nil {
 		return norn.Page{}, err
 	}
 	defer s.exit()
-	if err := validateQuery(&q); err != nil {
+	limit, err := q.PageLimit()
+	if err != nil {
 		return norn.Page{}, err
-	}
-	limit := q.Limit
-	if limit == 0 {
-		limit = norn.DefaultListLimit
-	}
-	if limit > norn.MaxListLimit {
-		limit = norn.MaxListLimit
 	}
 	return s.page(ctx, q, limit)
 }
@@ -709,7 +688,7 @@ func (s *Store) Stream(ctx context.Context, q norn.Query) (norn.TaskIterator, er
 		return nil, err
 	}
 	defer s.exit()
-	if err := validateQuery(&q); err != nil {
+	if err := q.Validate(); err != nil {
 		return nil, err
 	}
 	if q.Cursor != "" {
@@ -994,11 +973,8 @@ func (s *Store) ReadLog(ctx context.Context, id string, after uint64, limit int)
 		return nil, err
 	}
 	defer s.exit()
-	if err := norn.ValidateID("id", id); err != nil {
+	if err := norn.ValidateLogRead(id, limit); err != nil {
 		return nil, err
-	}
-	if limit < 0 {
-		return nil, norn.Invalid("limit", "must not be negative")
 	}
 	snap := s.db.NewSnapshot()
 	defer snap.Close()

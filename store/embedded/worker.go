@@ -547,8 +547,8 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 		return nil, err
 	}
 	defer s.exit()
-	if len(ops) > norn.MaxBatch {
-		return nil, norn.TooLarge("ops", "batch has %d operations, more than the limit of %d", len(ops), norn.MaxBatch)
+	if err := norn.ValidateBatchSize(ops); err != nil {
+		return nil, err
 	}
 	res := make([]norn.LeaseOpResult, len(ops))
 	// The ops are checked before s.mu is taken (the checks need no state),

@@ -108,13 +108,6 @@ func (s *Store) CreateBatch(ctx context.Context, nb norn.NewBatch) (*norn.BatchC
 	var out norn.BatchCreated
 	err = s.withTx(ctx, func(tx pgx.Tx) error {
 		out = norn.BatchCreated{}
-		var left int
-		if err := tx.QueryRow(ctx, s.q(`SELECT count(*) FROM {s}.tasks WHERE batch = $1`), nb.ID).Scan(&left); err != nil {
-			return err
-		}
-		if left > 0 {
-			return norn.Errorf(norn.CodeConflict, "batch id %q is still named by %d tasks of a deleted batch; choose another id or delete them", nb.ID, left)
-		}
 		now, err := s.dbNow(ctx, tx)
 		if err != nil {
 			return err
@@ -125,8 +118,15 @@ func (s *Store) CreateBatch(ctx context.Context, nb norn.NewBatch) (*norn.BatchC
 		if err != nil {
 			return err
 		}
-		if !created {
-			return norn.Errorf(norn.CodeConflict, "batch %q exists", nb.ID)
+		var members int
+		if created {
+			// A refusal rolls the insert back with the transaction.
+			if err := tx.QueryRow(ctx, s.q(`SELECT count(*) FROM {s}.tasks WHERE batch = $1`), nb.ID).Scan(&members); err != nil {
+				return err
+			}
+		}
+		if err := norn.CheckNewBatch(nb.ID, !created, members); err != nil {
+			return err
 		}
 		if len(tasks) > 0 {
 			if out.Tasks, err = s.submitIn(ctx, tx, "tasks", tasks); err != nil {

@@ -140,14 +140,6 @@ func decodeCursor(s string, order norn.Order) (*cursor, error) {
 	return &c, nil
 }
 
-func validOrder(o norn.Order) error {
-	switch o {
-	case norn.OrderID, norn.OrderNewest, norn.OrderPriority:
-		return nil
-	}
-	return norn.Invalid("order", "unknown order %q (want \"\", newest or priority)", o)
-}
-
 // pageSQL builds the keyset query of one page after c.
 func (s *Store) pageSQL(q norn.Query, c *cursor, limit int) (string, []any) {
 	cond, args := where(q.Filter, nil)
@@ -208,30 +200,11 @@ func (s *Store) page(ctx context.Context, q norn.Query, c *cursor, limit int) ([
 	return out, err
 }
 
-func checkQuery(q *norn.Query) error {
-	if err := q.Filter.Validate(); err != nil {
-		return err
-	}
-	if err := validOrder(q.Order); err != nil {
-		return err
-	}
-	if q.Limit < 0 {
-		return norn.Invalid("limit", "must not be negative")
-	}
-	return nil
-}
-
 // List returns one page.
 func (s *Store) List(ctx context.Context, q norn.Query) (norn.Page, error) {
-	if err := checkQuery(&q); err != nil {
+	limit, err := q.PageLimit()
+	if err != nil {
 		return norn.Page{}, err
-	}
-	limit := q.Limit
-	if limit == 0 {
-		limit = norn.DefaultListLimit
-	}
-	if limit > norn.MaxListLimit {
-		return norn.Page{}, norn.Invalid("limit", "must be at most %d", norn.MaxListLimit)
 	}
 	c, err := decodeCursor(q.Cursor, q.Order)
 	if err != nil {
@@ -256,7 +229,7 @@ func (s *Store) List(ctx context.Context, q norn.Query) (norn.Page, error) {
 // Stream walks every matching task page by page (keyset pagination), so
 // memory stays constant whatever the result size.
 func (s *Store) Stream(ctx context.Context, q norn.Query) (norn.TaskIterator, error) {
-	if err := checkQuery(&q); err != nil {
+	if err := q.Validate(); err != nil {
 		return nil, err
 	}
 	c, err := decodeCursor(q.Cursor, q.Order)
@@ -432,11 +405,8 @@ func stripField(err error) error {
 // DeleteMatching removes every task matching a non-empty filter, in
 // batches, aborting blocked dependents of pending tasks it removes.
 func (s *Store) DeleteMatching(ctx context.Context, f norn.Filter) (int64, error) {
-	if err := f.Validate(); err != nil {
+	if err := f.ValidateDelete(); err != nil {
 		return 0, err
-	}
-	if f.Empty() {
-		return 0, norn.Invalid("filter", "an empty filter would delete every task; give at least one condition")
 	}
 	var total int64
 	for {

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,7 +28,7 @@ func (s *Store) ImportTasks(ctx context.Context, recs []norn.TaskRecord) (int, e
 	ids := make([]string, 0, len(recs))
 	queues := map[string]bool{}
 	for i, r := range recs {
-		if err := checkImport(i, r); err != nil {
+		if err := r.Validate(i); err != nil {
 			return 0, err
 		}
 		ids = append(ids, r.Task.ID)
@@ -83,24 +82,6 @@ func (s *Store) ImportTasks(ctx context.Context, recs []norn.TaskRecord) (int, e
 	return n, err
 }
 
-// checkImport refuses a record the store could not hold, naming it.
-func checkImport(i int, r norn.TaskRecord) error {
-	f := fmt.Sprintf("tasks[%d]", i)
-	if r.Task == nil {
-		return norn.Invalid(f, "a record needs its task")
-	}
-	if err := norn.ValidateID(f+".id", r.Task.ID); err != nil {
-		return err
-	}
-	if err := norn.ValidateQueue(f+".queue", r.Task.Queue); err != nil {
-		return err
-	}
-	if !r.Task.Status.Valid() {
-		return norn.Invalid(f+".status", "unknown status %q", r.Task.Status)
-	}
-	return nil
-}
-
 // importExisting returns the ids of recs stored already with the same
 // version (a resumed copy skips them); another version is a conflict.
 func importExisting(ctx context.Context, tx pgx.Tx, s *Store, recs []norn.TaskRecord, ids []string) (map[string]bool, error) {
@@ -121,7 +102,7 @@ func importExisting(ctx context.Context, tx pgx.Tx, s *Store, recs []norn.TaskRe
 			continue
 		}
 		if got != r.Task.Version {
-			return nil, norn.Errorf(norn.CodeConflict, "task %q is stored already at version %d, not %d: the destination holds other data", r.Task.ID, got, r.Task.Version)
+			return nil, norn.ImportConflict(r.Task.ID, got, r.Task.Version)
 		}
 		skip[r.Task.ID] = true
 	}

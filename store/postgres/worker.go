@@ -131,8 +131,8 @@ func (s *Store) single(ctx context.Context, op norn.LeaseOp) error {
 // every task involved, one pipelined compare-and-set write. Operations that
 // lose a race with a concurrent change are decided again on fresh state.
 func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.LeaseOpResult, error) {
-	if len(ops) > norn.MaxBatch {
-		return nil, norn.TooLarge("ops", "batch has %d operations, more than the limit of %d", len(ops), norn.MaxBatch)
+	if err := norn.ValidateBatchSize(ops); err != nil {
+		return nil, err
 	}
 	results := make([]norn.LeaseOpResult, len(ops))
 	todo := make([]int, 0, len(ops))
@@ -584,11 +584,8 @@ SELECT t.log_seq, n.now FROM t, n`), ref.TaskID, int64(ref.Lease), ref.Worker, i
 
 // ReadLog returns log entries after a sequence number.
 func (s *Store) ReadLog(ctx context.Context, id string, after uint64, limit int) ([]norn.LogEntry, error) {
-	if err := norn.ValidateID("id", id); err != nil {
+	if err := norn.ValidateLogRead(id, limit); err != nil {
 		return nil, err
-	}
-	if limit < 0 {
-		return nil, norn.Invalid("limit", "must not be negative")
 	}
 	var out []norn.LogEntry
 	err := s.withConn(ctx, func(conn *pgx.Conn) error {

@@ -175,9 +175,14 @@ func batchJoins(t *testing.T, setup setupFunc) {
 			}
 		}
 		b.count(norn.Filter{Queues: []string{"q"}}, 0)
-		newBatch(b, norn.NewBatch{ID: "dup"})
+		newBatch(b, norn.NewBatch{ID: "dup", Tasks: []norn.NewTask{{Queue: "m"}}})
 		_, err := b.s.CreateBatch(b.ctx, norn.NewBatch{ID: "dup"})
 		wantErr(t, "a second batch with the id", err, norn.ErrConflict)
+		// The batch with members exists: the refusal says so, not that
+		// its tasks belong to a deleted batch.
+		if want := norn.CheckNewBatch("dup", true, 1); err == nil || err.Error() != want.Error() {
+			t.Fatalf("a second batch with the id: %v, want %v", err, want)
+		}
 		_, err = b.s.SealBatch(b.ctx, "missing")
 		wantErr(t, "SealBatch of a missing batch", err, norn.ErrNotFound)
 	})

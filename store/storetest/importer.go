@@ -227,6 +227,27 @@ func importRules(t *testing.T, setup setupFunc) {
 			t.Fatalf("a refused import wrote: %d tasks, want 1", len(got))
 		}
 	})
+	t.Run("RefusesARecordNoStoreCouldHoldAndWritesNothing", func(t *testing.T) {
+		t.Parallel()
+		src, _ := setup(t)
+		dst, _ := setup(t)
+		importFill(t, src, 2)
+		recs := importRecords(t, src)
+		bad := *recs[1].Task
+		bad.Queue = "no spaces"
+		for _, tc := range []struct {
+			rec   norn.TaskRecord
+			field string
+		}{{norn.TaskRecord{}, "recs[1].task"}, {norn.TaskRecord{Task: &bad}, "recs[1].task.queue"}} {
+			_, err := dst.(norn.TaskImporter).ImportTasks(context.Background(), []norn.TaskRecord{recs[0], tc.rec})
+			if e, ok := err.(*norn.Error); !ok || e.Code != norn.CodeInvalidArgument || e.Field != tc.field {
+				t.Fatalf("import of a bad record: %v, want invalid_argument naming %s", err, tc.field)
+			}
+		}
+		if got := importRecords(t, dst); len(got) != 0 {
+			t.Fatalf("a refused import wrote %d tasks", len(got))
+		}
+	})
 	t.Run("FinishReleasesBlockedTasksWhoseDependencyCameLater", func(t *testing.T) {
 		t.Parallel()
 		src, b := setup(t)

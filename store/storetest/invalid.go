@@ -172,6 +172,9 @@ func invalidCalls(s norn.Store, b *testBundle, r norn.LeaseRef) []invalidCase {
 		}, big, "error"},
 
 		{"ListBadCursor", func() error { _, err := s.List(b.ctx, norn.Query{Cursor: "%%%"}); return err }, inv, "cursor"},
+		{"ListOverMaxLimit", func() error { _, err := s.List(b.ctx, norn.Query{Limit: norn.MaxListLimit + 1}); return err }, inv, "limit"},
+		{"ListNegativeLimit", func() error { _, err := s.List(b.ctx, norn.Query{Limit: -1}); return err }, inv, "limit"},
+		{"ListBadOrder", func() error { _, err := s.List(b.ctx, norn.Query{Order: "oldest"}); return err }, inv, "order"},
 		{"ListBadStatus", func() error {
 			_, err := s.List(b.ctx, norn.Query{Filter: norn.Filter{Statuses: []norn.Status{"done"}}})
 			return err
