@@ -11,73 +11,18 @@ import (
 	"github.com/nornq/norn"
 )
 
-// The keyed path: a flow-limited queue with key limits under the shared
-// path's margin (a key_limit, or a key's own limit, under flowSlots ×
-// MaxClaim) whose max_running, if any, is far. The shared path's margin
-// would rule such a queue out for good and send every claim to the
-// exclusive path, one at a time across the cluster, although a key limit
-// of 1 or 10 over a thousand keys binds a few keys at a time. Keyed
-// claims run concurrently instead, and admit no key past its limit:
-//
-//   - A keyed claim takes the gate in shared mode and one of keyedSlots
-//     slot locks (the first keyedSlots of the shared path's slots, so the
-//     shared path's bound on max_running holds for keyed claims too: the
-//     verdict writes their slot rows as it does for shared claims).
-//   - It then takes the lock of every one of the queue's keyedBuckets key
-//     buckets (a key's bucket is a hash of the key), in bucket order:
-//     exclusively the buckets the node marked tight (below), in shared
-//     mode the others.
-//   - One statement, whose snapshot is taken after those locks are held,
-//     reads its candidates (the first ready tasks, ordinary ones and
-//     those at the head of the queue's ready rows, in claim order, locked
-//     SKIP LOCKED), counts each limited key's running tasks — its running
-//     rows (tasks_running_key, one index probe per key) plus its tasks in
-//     lease rows (a limited claim's lease row holds its tasks' keys:
-//     batches.go) — and admits, and claims, per key:
-//     in a bucket it holds exclusively, its first L − running candidates
-//     (L the key's limit); in a bucket it holds shared, its first m
-//     candidates (m = max(1, L / (2 × keyedSlots))), and only if running +
-//     keyedSlots × m ≤ L.
-//
-// Why no key exceeds its limit L. A bucket held exclusively: the claims
-// that admit tasks of its keys while it is held are this one alone, and
-// it counts after every earlier one committed (a commit is visible before
-// the transaction's locks are released). A bucket held shared: let y be,
-// among the claims committed at some instant, the one whose snapshot was
-// taken last. Claims committed before that snapshot are in y's count. Any
-// other committed claim took its snapshot before y's and committed after
-// it, so it held its slot when y took its snapshot: at most
-// keyedSlots − 1 of them, and none held the bucket exclusively then (y held
-// it shared), so each admitted at most m tasks of the key, as did y. So
-// the key runs at most y's count + keyedSlots × m ≤ L tasks. Exclusive
-// claims of the bucket wait for the shared ones in flight and the other
-// way round, so the two cases do not mix. The exclusive path holds the
-// gate alone; plain and shared claims do not claim a queue whose verdict
-// is keyed; a change of the limits waits for every claim in flight
-// (UpdateQueue takes the gate exclusively). Completions and the other ways
-// out of running take no lock: they only lower the count.
-//
-// Which buckets are tight: a claim reports the shared buckets in which it
-// held back a candidate of a limited key (its key near its limit, or
-// more of its candidates than m), and the node holds those buckets
-// exclusively in the queue's claims for staticRecheck. While limits do
-// not bind, claims hold every bucket shared and run side by side, each
-// one statement; where keys bind, claims count them exactly and follow
-// one another.
-//
-// The leased part of a key's count is taken in two steps: every key's
-// entries in the queue's lease rows (one pass over them, no index probe),
-// which is at least the key's leased tasks, since a lease row lasts until
-// its last task completes; and, only for a key whose count on that basis
-// binds in a bucket held exclusively, the entries whose task is still
-// leased (an index probe each). So the count is exact where a limit binds
-// and cheap where none does.
-//
-// A claim whose candidates were all held back in buckets it held
-// exclusively while there may be more ready tasks past them (it read as
-// many as it wanted) claims on the exclusive path instead, whose pick
-// skips the keys at their limits: a key's backlog never stops another
-// key's tasks behind it.
+// The keyed path: a queue whose key limits are under the shared path's
+// margin but whose max_running, if any, is far. Keyed claims run side by
+// side: each takes the gate shared, one of keyedSlots slots, and every one
+// of the queue's keyedBuckets key-bucket locks, exclusively those the node
+// marked tight and shared the others; then one statement, with a snapshot
+// taken after the locks, counts each limited key's running and leased
+// tasks and admits per key: up to its limit in a bucket held exclusively,
+// at most m = max(1, L / (2 × keyedSlots)) and only if running +
+// keyedSlots × m ≤ L in a bucket held shared. Why no key exceeds its
+// limit, which buckets are tight, how the leased part is counted and when
+// a claim hands over to the exclusive path: docs/internals/postgres-claims.md,
+// "The keyed path".
 
 // keyedSlots is how many keyed claims of one queue may be in flight at
 // once. Each holds keyedBuckets bucket locks, entries in the server's lock

@@ -8,48 +8,14 @@ import (
 	"github.com/nornq/norn"
 )
 
-// Flow control. A queue with limits (queues.flow_limited) is skipped by
-// the plain claim and claimed here, on one of three paths that share one
-// per-queue advisory lock, the gate (the third, for small key limits, is
-// the keyed path: claim_keyed.go):
-//
-//   - The shared path, taken while the limits are far: a claim takes the
-//     gate in shared mode and one of flowSlots slot locks, then — in a
-//     later statement, so with a snapshot taken after both — bounds the
-//     queue's running tasks (a recent count plus what the slot rows say
-//     was admitted since, or a count: sharedVerdictSQL) and claims like an
-//     unlimited queue if the bound plus flowSlots × MaxClaim is within
-//     every count limit (the queue's max_running, key_limit and every
-//     key's own limit). Shared claims run concurrently, and none waits
-//     for another's commit.
-//     A rate-limited queue's claim takes its tokens inside the claim
-//     statement (claimRated, ratelimit.go).
-//   - The exclusive path, near a limit or for a fair or paused queue: the
-//     gate in exclusive mode (waiting for every shared
-//     claim to commit and keeping new ones out), then the running count
-//     per key and a pick that admits exactly up to the limits.
-//
-// Why the shared path never over-admits: a claim bounds with a snapshot
-// taken after it holds a slot and the gate. Let y be the claim that took
-// it last among those committed by some instant. The tasks of every claim
-// that committed before y's snapshot are within y's bound (its count, or
-// an older count plus the admissions committed since, which every claim
-// adds to its slot row in its own transaction); every other committed
-// claim took its snapshot before y and committed after, so it held its
-// slot (taken before its verdict, released after its commit is visible)
-// when y read: at most flowSlots − 1 of them, each of at most MaxClaim
-// tasks, and none an exclusive claim (the gate). So the running tasks are
-// at most y's bound plus flowSlots × MaxClaim, which y checked against the
-// smallest limit — and a key never has more running tasks than its queue.
-// An exclusive y has nothing in flight when it counts and admits exactly.
-// Completions, failures, timeouts and the rest take no lock and write no
-// slot row: a task leaving running only lowers the truth under the bound,
-// so every way out of running frees its place without bookkeeping. Costs:
-// a shared claim reads the queue's slot rows and updates its own, and
-// counts the running tasks (O(running), the (queue, status) index, dead
-// entries included) only near a limit or once per flowSlots × MaxClaim
-// admissions; exclusive claims run one at a time, plus the GROUP BY per
-// key.
+// The shared path: a flow-limited queue whose limits are far. A claim
+// takes the queue's gate in shared mode and one of flowSlots slot locks,
+// then, with a snapshot taken after both, bounds the queue's running tasks
+// (sharedVerdictSQL) and claims like an unlimited queue when the bound plus
+// flowSlots × MaxClaim is within every count limit. Shared claims run side
+// by side and none waits for another's commit; completions take no lock.
+// Why the bound never lets a queue over-admit, and what the slot rows
+// cost: docs/internals/postgres-claims.md, "The shared path".
 
 // flowSlots is how many shared claims of one queue may be in flight at
 // once (a further one waits for a slot); flowSlots × norn.MaxClaim is how

@@ -6,31 +6,13 @@ import (
 )
 
 // Claim hints: where the ready tasks of a queue start in the claim index.
-//
-// A claim changes its tasks' status, so each claimed task leaves a dead
-// entry at the head of the tasks_claim partial index until VACUUM removes
-// it, and every claim's index scan starts at the queue's head and steps
-// over all of them (killed entries are skipped, but their pages are still
-// read). A burn-down therefore pays for the dead entries of every task
-// claimed since the table was last vacuumed: at 100,000 of them a claim
-// of 100 read about 1,050 index pages (3–4 ms of the database's CPU), and
-// this scan was about a third of the database's CPU in a 200,000-task
-// burn-down.
-//
-// A hint remembers the claim-order key of the first task the latest claim
-// of a queue returned. Ahead of it there is nothing ready left but tasks
-// other claims have locked: a task that becomes ready gets a key behind
-// it (its ready time is now) unless its priority is higher or its
-// transaction started long before it committed. So the next claim scans
-// from the hint (its priority from the hint on, lower priorities after)
-// and skips the dead entries. The hint is only trusted while nothing may
-// have made tasks ready: every path that does fires s.wake, in this
-// process directly and on every node through the listener's "wake"
-// notification, and a hint taken before the latest wake-up is discarded;
-// so is every hint while the listener is disconnected, and any hint older
-// than maxHintAge (a claim that locked tasks ahead of the hint and then
-// rolled back leaves them ready ahead of it: they are claimed at the next
-// full scan). Without a hint the claim scans from the head, as before.
+// Each claimed task leaves a dead entry at the head of tasks_claim until
+// VACUUM, and a scan from the head steps over all of them; a hint (the
+// claim-order key of the first task the queue's last claim returned) lets
+// the next claim start past them. A hint is dropped at every wake-up (a
+// task became ready somewhere, possibly ahead of it), while the listener
+// is disconnected, and after maxHintAge. Why ahead of a hint nothing is
+// ready: docs/internals/postgres-claims.md, "The plain claim".
 type claimHints struct {
 	mu sync.Mutex
 	m  map[string]claimHint
