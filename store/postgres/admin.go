@@ -42,35 +42,24 @@ func (s *Store) queues(ctx context.Context, only *string) ([]norn.QueueInfo, err
 	err := s.withConn(ctx, func(conn *pgx.Conn) error {
 		byName, names = map[string]*norn.QueueInfo{}, nil
 		b := &pgx.Batch{}
-		b.Queue(s.q(`SELECT `+queueCols+` FROM {s}.queues WHERE $1::text IS NULL OR name = $1`), only)
-		b.Queue(s.q(countsSQL(`$1::text IS NULL OR t.queue = $1`)), only)
-		br := conn.SendBatch(ctx, b)
-		defer br.Close()
-		rows, err := br.Query()
-		if err != nil {
+		b.Queue(s.q(`SELECT `+queueCols+` FROM {s}.queues WHERE $1::text IS NULL OR name = $1`), only).Query(func(rows pgx.Rows) error {
+			qds, err := pgx.CollectRows(rows, queueRow)
+			for _, d := range qds {
+				q := get(d.name)
+				q.Paused, q.Defaults, q.QueueFlow = d.paused, d.QueueDefaults, d.flow
+			}
 			return err
-		}
-		qds, err := pgx.CollectRows(rows, queueRow)
-		if err != nil {
-			return err
-		}
-		for _, d := range qds {
-			q := get(d.name)
-			q.Paused, q.Defaults, q.QueueFlow = d.paused, d.QueueDefaults, d.flow
-		}
-		if rows, err = br.Query(); err != nil {
-			return err
-		}
-		var name, st string
-		var n int64
-		_, err = pgx.ForEachRow(rows, []any{&name, &st, &n}, func() error {
-			get(name).Counts[norn.Status(st)] = n
-			return nil
 		})
-		if err != nil {
+		b.Queue(s.q(countsSQL(`$1::text IS NULL OR t.queue = $1`)), only).Query(func(rows pgx.Rows) error {
+			var name, st string
+			var n int64
+			_, err := pgx.ForEachRow(rows, []any{&name, &st, &n}, func() error {
+				get(name).Counts[norn.Status(st)] = n
+				return nil
+			})
 			return err
-		}
-		if err := br.Close(); err != nil {
+		})
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		if err := s.rateTokens(ctx, conn, byName); err != nil {

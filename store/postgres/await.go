@@ -26,7 +26,7 @@ func (s *Store) Await(ctx context.Context, ref norn.LeaseRef, req norn.AwaitRequ
 		out = norn.AwaitResult{}
 		b := &pgx.Batch{}
 		s.queueDetach(b, []string{ref.TaskID})
-		recs, err := s.readAfter(ctx, tx, b, 2, s.q(`SELECT `+colsCore+` FROM {s}.tasks t WHERE t.id = ANY($1) FOR UPDATE`), []string{ref.TaskID})
+		recs, err := s.readAfter(ctx, tx, b, s.q(`SELECT `+colsCore+` FROM {s}.tasks t WHERE t.id = ANY($1) FOR UPDATE`), []string{ref.TaskID})
 		if err != nil {
 			return err
 		}

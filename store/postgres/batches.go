@@ -192,23 +192,12 @@ FROM (SELECT DISTINCT q FROM unnest($2::text[]) q ORDER BY q) d`
 func (s *Store) writeReady(ctx context.Context, tx pgx.Tx, rows *readyRows) error {
 	b := &pgx.Batch{}
 	b.Queue(flowGatesSQL, s.channel+"/flow/", rows.queue)
-	b.Queue(s.q(insertReadySQL), rows.rid, rows.queue, rows.priority, rows.readyAt, rows.ids, rows.keys)
-	br := tx.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
+	var refused []string
+	b.Queue(s.q(insertReadySQL), rows.rid, rows.queue, rows.priority, rows.readyAt, rows.ids, rows.keys).Query(func(rs pgx.Rows) (err error) {
+		refused, err = pgx.CollectRows(rs, pgx.RowTo[string])
 		return err
-	}
-	rs, err := br.Query()
-	if err != nil {
-		br.Close()
-		return err
-	}
-	refused, err := pgx.CollectRows(rs, pgx.RowTo[string])
-	if err != nil {
-		br.Close()
-		return err
-	}
-	if err := br.Close(); err != nil {
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
 	if len(refused) == 0 {
@@ -218,7 +207,7 @@ func (s *Store) writeReady(ctx context.Context, tx pgx.Tx, rows *readyRows) erro
 	for _, r := range refused {
 		ids = append(ids, strings.Split(r, ",")...)
 	}
-	_, err = tx.Exec(ctx, s.q(`UPDATE {s}.tasks SET ready_batch = NULL WHERE id = ANY($1)`), ids)
+	_, err := tx.Exec(ctx, s.q(`UPDATE {s}.tasks SET ready_batch = NULL WHERE id = ANY($1)`), ids)
 	return err
 }
 
@@ -279,7 +268,7 @@ func (s *Store) queueDetach(b *pgx.Batch, ids []string) {
 func (s *Store) readDetached(ctx context.Context, q querier, sql string, ids []string) (map[string]*rec, error) {
 	b := &pgx.Batch{}
 	s.queueDetach(b, ids)
-	return s.readAfter(ctx, q, b, 2, sql, ids)
+	return s.readAfter(ctx, q, b, sql, ids)
 }
 
 // readSettled runs sql (a read of tasks by the ids $1) after settling the
@@ -288,29 +277,19 @@ func (s *Store) readDetached(ctx context.Context, q querier, sql string, ids []s
 func (s *Store) readSettled(ctx context.Context, q querier, sql string, ids []string) (map[string]*rec, error) {
 	b := &pgx.Batch{}
 	b.Queue(s.q(detachLeasedSQL), ids)
-	return s.readAfter(ctx, q, b, 1, sql, ids)
+	return s.readAfter(ctx, q, b, sql, ids)
 }
 
-// readAfter runs b's first n statements and then sql, a read of the
-// tasks ids.
-func (s *Store) readAfter(ctx context.Context, q querier, b *pgx.Batch, n int, sql string, ids []string) (map[string]*rec, error) {
-	b.Queue(sql, ids)
-	br := q.SendBatch(ctx, b)
-	defer br.Close()
-	for range n {
-		if _, err := br.Exec(); err != nil {
-			return nil, err
-		}
-	}
-	rows, err := br.Query()
-	if err != nil {
+// readAfter runs b's statements and then sql, a read of the tasks ids.
+func (s *Store) readAfter(ctx context.Context, q querier, b *pgx.Batch, sql string, ids []string) (recs map[string]*rec, err error) {
+	b.Queue(sql, ids).Query(func(rows pgx.Rows) (err error) {
+		recs, err = recsByID(rows)
+		return err
+	})
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
-	recs, err := recsByID(rows)
-	if err != nil {
-		return nil, err
-	}
-	return recs, br.Close()
+	return recs, nil
 }
 
 // detach makes the tasks ids ordinary rows (see the top of this file).

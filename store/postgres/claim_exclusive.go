@@ -319,34 +319,22 @@ WHERE status = 'ready' AND ready_batch IS NULL AND queue = $1 ORDER BY priority 
 	if len(head) > 0 {
 		last = head[len(head)-1]
 	}
-	b := &pgx.Batch{}
-	b.Queue(s.pastSQL(), queue, last.priority, last.readyAt, last.id, pickHead)
 	rooms, def, err := p.rooms()
 	if err != nil {
 		return picked{err: err}
 	}
-	b.Queue(s.pastHeadSQL(), queue, last.priority, last.readyAt, last.id, rooms, def)
 	from := last
 	if c, ok := s.flow.chunkFrom(queue); ok && c.compare(last) > 0 {
 		from = c
 	}
-	b.Queue(s.pastSQL(), queue, from.priority, from.readyAt, from.id, s.flow.chunk())
-	br := tx.SendBatch(ctx, b)
-	var parts [3][]readyCand
-	for i := range parts {
-		rows, err := br.Query()
-		if err == nil {
-			parts[i], err = collectCands(rows)
-		}
-		if err != nil {
-			br.Close()
-			return picked{err: err}
-		}
-	}
-	if err := br.Close(); err != nil {
+	var next, keyed, chunk []readyCand
+	b := &pgx.Batch{}
+	b.Queue(s.pastSQL(), queue, last.priority, last.readyAt, last.id, pickHead).Query(candRows(&next))
+	b.Queue(s.pastHeadSQL(), queue, last.priority, last.readyAt, last.id, rooms, def).Query(candRows(&keyed))
+	b.Queue(s.pastSQL(), queue, from.priority, from.readyAt, from.id, s.flow.chunk()).Query(candRows(&chunk))
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return picked{err: err}
 	}
-	next, keyed, chunk := parts[0], parts[1], parts[2]
 	if len(chunk) < s.flow.chunk() {
 		s.flow.setChunkFrom(queue, nil) // the end: the next pick reads from the head again
 	} else {
@@ -512,6 +500,15 @@ func collectCands(rows pgx.Rows) ([]readyCand, error) {
 		return nil
 	})
 	return out, err
+}
+
+// candRows collects a statement's candidates into out, for a batch's
+// named handle.
+func candRows(out *[]readyCand) func(pgx.Rows) error {
+	return func(rows pgx.Rows) (err error) {
+		*out, err = collectCands(rows)
+		return err
+	}
 }
 
 // chunk is how many tasks a limited pick reads for tasks without a key.

@@ -222,7 +222,10 @@ func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, c claimCall, hea
 	b := &pgx.Batch{}
 	b.Queue(sharedLockSQL, s.channel+"/flow/"+c.queue, s.channel+"/flowslot/"+c.queue, kslots)
 	b.Queue(keyedBucketSQL, s.channel+"/key/"+c.queue, int64(tight))
-	b.Queue(s.q(sharedVerdictSQL), c.queue, slots*cap, false, int64(c.want))
+	b.Queue(s.q(sharedVerdictSQL), c.queue, slots*cap, false, int64(c.want)).QueryRow(func(row pgx.Row) (err error) {
+		verdict, _, err = scanVerdict(row)
+		return err
+	})
 	gen := s.wake.wait()
 	kr.limit = c.want
 	if s.flow.known(&s.flow.narrow, c.queue) {
@@ -235,35 +238,19 @@ func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, c claimCall, hea
 			sql, args, kr.hinted = s.flow.keyedFromSQL, append(args, h.priority, h.readyAt, h.id), true
 		}
 	}
-	b.Queue(sql, args...)
-	b.Queue(keyedMetaSQL)
-	br := conn.SendBatch(ctx, b)
-	defer br.Close()
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return nil, "", kr, err
-		}
-	}
-	verdict, _, err = scanVerdict(br.QueryRow())
-	if err != nil {
-		return nil, "", kr, err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, "", kr, err
-	}
-	out, err = collectRecs(rows)
-	if err != nil {
+	var meta *string
+	b.Queue(sql, args...).Query(func(rows pgx.Rows) (err error) {
+		out, err = collectRecs(rows)
+		return err
+	})
+	b.Queue(keyedMetaSQL).QueryRow(func(row pgx.Row) error { return row.Scan(&meta) })
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, "", kr, err
 	}
 	sortClaimed(out)
 	var first *rec
 	if len(out) > 0 {
 		first = out[0]
-	}
-	var meta *string
-	if err := br.QueryRow().Scan(&meta); err != nil {
-		return nil, "", kr, err
 	}
 	var firstCand string
 	if verdict == sharedKeyed && meta != nil {
@@ -304,7 +291,7 @@ func (s *Store) claimKeyed(ctx context.Context, conn *pgx.Conn, c claimCall, hea
 		}
 		s.readyRows.set(c.queue, readyRows, kr.read >= kr.limit)
 	}
-	return out, verdict, kr, br.Close()
+	return out, verdict, kr, nil
 }
 
 // claimKeyedOrExclusive claims a queue known to be on the keyed path.

@@ -75,46 +75,35 @@ func (s *Store) claimRated(ctx context.Context, conn *pgx.Conn, c claimCall) (ou
 	c.want = min(c.want, cap)
 	s.flow.sqlOnce.Do(s.buildFlowSQL)
 	readyRows := s.readyRows.get(c.queue)
+	var (
+		verdict string
+		g       int
+		rl      norn.RateLimit
+		burst   int32
+		tok     *float64
+		at      *time.Time
+	)
 	b := &pgx.Batch{}
 	b.Queue(sharedLockSQL, s.channel+"/flow/"+c.queue, s.channel+"/flowslot/"+c.queue, slots)
-	b.Queue(s.q(sharedVerdictSQL), c.queue, slots*cap, true, int64(c.want))
+	b.Queue(s.q(sharedVerdictSQL), c.queue, slots*cap, true, int64(c.want)).QueryRow(func(row pgx.Row) (err error) {
+		verdict, _, err = scanVerdict(row)
+		return err
+	})
 	b.Queue(s.q(bucketInitSQL), c.queue, s.clockNow())
-	b.Queue(s.flow.ratedLeaseSQL, c.queue, c.want, s.clockNow(), c.worker, c.timeout, s.cfg.HistoryLimit, readyRows)
-	b.Queue(s.q(ratedAfterSQL), c.queue)
-	br := conn.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, false, err
-	}
-	verdict, _, err := scanVerdict(br.QueryRow())
-	if err != nil {
-		return nil, false, err
-	}
-	if _, err := br.Exec(); err != nil {
-		return nil, false, err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, false, err
-	}
-	out, _, err = collectClaimed(rows)
-	if err != nil {
-		return nil, false, err
-	}
-	var (
-		g     int
-		rl    norn.RateLimit
-		burst int32
-		tok   *float64
-		at    *time.Time
-	)
-	if err := br.QueryRow().Scan(&g, &tok, &at, &rl.PerSecond, &burst); err != nil && err != pgx.ErrNoRows {
+	b.Queue(s.flow.ratedLeaseSQL, c.queue, c.want, s.clockNow(), c.worker, c.timeout, s.cfg.HistoryLimit, readyRows).Query(func(rows pgx.Rows) (err error) {
+		out, _, err = collectClaimed(rows)
+		return err
+	})
+	b.Queue(s.q(ratedAfterSQL), c.queue).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&g, &tok, &at, &rl.PerSecond, &burst); err != pgx.ErrNoRows {
+			return err
+		}
+		return nil
+	})
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, false, err
 	}
 	rl.Burst = int(burst)
-	if err := br.Close(); err != nil {
-		return nil, false, err
-	}
 	if rl.PerSecond <= 0 {
 		// No rate limit now: the node learns it and claims as the
 		// settings say.

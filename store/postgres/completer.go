@@ -145,37 +145,25 @@ func (s *Store) flushCompletions(batch []*completeReq) {
 		// Both are planned once per connection, not per call, and join
 		// the batch by hashing (hashJoinGUCs).
 		b.Queue("SELECT " + hashJoinGUCs)
-		b.Queue(s.completeSQL(), ids, leases, workers, results, s.clockNow(), s.cfg.HistoryLimit)
-		b.Queue(s.releaseSQL(), ids, make([]*int64, len(ids)), s.clockNow(), s.cfg.HistoryLimit)
-		br := conn.SendBatch(s.ctx, b)
-		defer br.Close()
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
 		leased := map[int64]int32{}
-		rows, err := br.Query()
-		if err != nil {
+		var rel []string
+		b.Queue(s.completeSQL(), ids, leases, workers, results, s.clockNow(), s.cfg.HistoryLimit).Query(func(rows pgx.Rows) error {
+			var id string
+			var lid *int64
+			_, err := pgx.ForEachRow(rows, []any{&id, &lid}, func() error {
+				got[id] = true
+				if lid != nil {
+					leased[*lid]++
+				}
+				return nil
+			})
 			return err
-		}
-		var id string
-		var lid *int64
-		if _, err := pgx.ForEachRow(rows, []any{&id, &lid}, func() error {
-			got[id] = true
-			if lid != nil {
-				leased[*lid]++
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		rel, err := scanReleased(br)
-		if err != nil {
+		})
+		b.Queue(s.releaseSQL(), ids, make([]*int64, len(ids)), s.clockNow(), s.cfg.HistoryLimit).Query(releasedRows(&rel))
+		if err := conn.SendBatch(s.ctx, b).Close(); err != nil {
 			return err
 		}
 		released = len(rel) > 0
-		if err := br.Close(); err != nil {
-			return err
-		}
 		// The completions are committed: a failure to count them only
 		// leaves lease rows for the monitor to drop at their deadline.
 		if err := s.countLeaseDone(s.ctx, conn, leased); err != nil && s.ctx.Err() == nil {

@@ -45,32 +45,26 @@ func (p *submitPlan) seqRefs() []norn.UniqueRef {
 }
 
 // queueSeqLock queues the upsert that creates and locks the batch's
-// sequences' rows until commit and reads their heads and next numbers.
-func (s *Store) queueSeqLock(b *pgx.Batch, refs []norn.UniqueRef) {
+// sequences' rows until commit and reads their heads and next numbers
+// into p.seqs.
+func (s *Store) queueSeqLock(b *pgx.Batch, p *submitPlan, refs []norn.UniqueRef) {
 	qs, ks := make([]string, len(refs)), make([]string, len(refs))
 	for i, r := range refs {
 		qs[i], ks[i] = r.Queue, r.Key
 	}
 	b.Queue(s.q(`INSERT INTO {s}.sequences AS s (queue, key) SELECT * FROM unnest($1::text[], $2::text[])
 ON CONFLICT (queue, key) DO UPDATE SET next_no = s.next_no
-RETURNING s.queue, s.key, coalesce(s.head, ''), s.next_no`), qs, ks)
-}
-
-// readSeqLock reads what queueSeqLock queued.
-func (p *submitPlan) readSeqLock(br pgx.BatchResults) error {
-	rows, err := br.Query()
-	if err != nil {
+RETURNING s.queue, s.key, coalesce(s.head, ''), s.next_no`), qs, ks).Query(func(rows pgx.Rows) error {
+		p.seqs = map[norn.UniqueRef]*seqState{}
+		var r norn.UniqueRef
+		var st seqState
+		_, err := pgx.ForEachRow(rows, []any{&r.Queue, &r.Key, &st.head, &st.next}, func() error {
+			c := st
+			p.seqs[r] = &c
+			return nil
+		})
 		return err
-	}
-	p.seqs = map[norn.UniqueRef]*seqState{}
-	var r norn.UniqueRef
-	var st seqState
-	_, err = pgx.ForEachRow(rows, []any{&r.Queue, &r.Key, &st.head, &st.next}, func() error {
-		c := st
-		p.seqs[r] = &c
-		return nil
 	})
-	return err
 }
 
 // joinSequence places nt, decided to start in in, in its sequence: the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -78,20 +77,18 @@ func (s *Store) Signal(ctx context.Context, id string, ns norn.NewSignal) (*norn
 		woke = false
 		b := &pgx.Batch{}
 		s.queueDetach(b, []string{id})
-		b.Queue(s.q(`SELECT status, signal_count, signal_wait FROM {s}.tasks WHERE id = $1 FOR UPDATE`), id)
-		br := tx.SendBatch(ctx, b)
 		var (
 			st   string
 			n    int
 			wait []byte
 		)
-		_, err1 := br.Exec()
-		_, err2 := br.Exec()
-		err := errors.Join(err1, err2, br.QueryRow().Scan(&st, &n, &wait), br.Close())
-		if errors.Is(err, pgx.ErrNoRows) {
+		b.Queue(s.q(`SELECT status, signal_count, signal_wait FROM {s}.tasks WHERE id = $1 FOR UPDATE`), id).QueryRow(func(row pgx.Row) error {
+			if err := row.Scan(&st, &n, &wait); err != pgx.ErrNoRows {
+				return err
+			}
 			return norn.NotFound(id)
-		}
-		if err != nil {
+		})
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		if err := norn.CheckSignal(id, norn.Status(st), uint64(n)); err != nil {
@@ -183,7 +180,7 @@ func (s *Store) snoozeUntilSignal(ctx context.Context, ref norn.LeaseRef, sn nor
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		s.queueDetach(b, []string{ref.TaskID})
-		recs, err := s.readAfter(ctx, tx, b, 2, s.q(`SELECT `+colsCore+` FROM {s}.tasks t WHERE t.id = ANY($1) FOR UPDATE`), []string{ref.TaskID})
+		recs, err := s.readAfter(ctx, tx, b, s.q(`SELECT `+colsCore+` FROM {s}.tasks t WHERE t.id = ANY($1) FOR UPDATE`), []string{ref.TaskID})
 		if err != nil {
 			return err
 		}

@@ -376,25 +376,16 @@ func (s *Store) withConn(ctx context.Context, f func(conn *pgx.Conn) error) (err
 	}
 }
 
-// batchRows sends b, skips the results of all its statements but the
-// last, and collects the last one's rows with fn.
-func batchRows[T any](ctx context.Context, conn *pgx.Conn, b *pgx.Batch, fn pgx.RowToFunc[T]) ([]T, error) {
-	br := conn.SendBatch(ctx, b)
-	defer br.Close()
-	for range b.Len() - 1 {
-		if _, err := br.Exec(); err != nil {
-			return nil, err
-		}
-	}
-	rows, err := br.Query()
-	if err != nil {
+// batchRows sends b and collects its last statement's rows with fn.
+func batchRows[T any](ctx context.Context, conn *pgx.Conn, b *pgx.Batch, fn pgx.RowToFunc[T]) (out []T, err error) {
+	b.QueuedQueries[b.Len()-1].Query(func(rows pgx.Rows) (err error) {
+		out, err = pgx.CollectRows(rows, fn)
+		return err
+	})
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
-	out, err := pgx.CollectRows(rows, fn)
-	if err != nil {
-		return nil, err
-	}
-	return out, br.Close()
+	return out, nil
 }
 
 // withTx runs f in a transaction on a pooled connection (retried as withConn).

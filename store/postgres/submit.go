@@ -335,95 +335,67 @@ func (s *Store) uniqueLockKey(ref norn.UniqueRef) int64 {
 // against every other writer.
 func (s *Store) readForSubmit(ctx context.Context, q querier, p *submitPlan) error {
 	b := &pgx.Batch{}
-	b.Queue(s.q("SELECT clock_timestamp(), (" + eventLevelSQL + ")"))
+	var level int
+	b.Queue(s.q("SELECT clock_timestamp(), (" + eventLevelSQL + ")")).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&p.now, &level)
+	})
 	lock := ""
 	if p.deps {
 		lock = " ORDER BY id FOR SHARE"
 	}
+	p.existing = map[string]stored{}
 	if len(p.lookup) > 0 {
-		b.Queue(s.q(`SELECT id, status, queue FROM {s}.tasks WHERE id = ANY($1)`+lock), p.lookup)
+		b.Queue(s.q(`SELECT id, status, queue FROM {s}.tasks WHERE id = ANY($1)`+lock), p.lookup).Query(func(rows pgx.Rows) error {
+			var id, st, queue string
+			_, err := pgx.ForEachRow(rows, []any{&id, &st, &queue}, func() error {
+				p.existing[id] = stored{status: norn.Status(st), queue: queue}
+				return nil
+			})
+			return err
+		})
 	}
-	b.Queue(s.q(`SELECT `+queueCols+` FROM {s}.queues WHERE name = ANY($1)`), p.queues)
+	b.Queue(s.q(`SELECT `+queueCols+` FROM {s}.queues WHERE name = ANY($1)`), p.queues).Query(func(rows pgx.Rows) error {
+		qds, err := pgx.CollectRows(rows, queueRow)
+		p.defaults = make(map[string]queueDefaults, len(qds))
+		for _, d := range qds {
+			p.defaults[d.name] = d
+		}
+		return err
+	})
 	if len(p.batches) > 0 {
 		// Share-locked: a seal (FOR UPDATE) waits for the joins in flight
 		// and a join after the seal reads it sealed.
-		b.Queue(s.q(`SELECT id, state FROM {s}.batches WHERE id = ANY($1) ORDER BY id FOR SHARE`), p.batches)
+		b.Queue(s.q(`SELECT id, state FROM {s}.batches WHERE id = ANY($1) ORDER BY id FOR SHARE`), p.batches).Query(p.readBatchStates)
 	}
 	if len(p.depIDs) > 0 {
 		b.Queue(s.q(`SELECT id, status, result, errors->-1 FROM {s}.tasks
-	WHERE id = ANY($1) AND status IN ('completed', 'aborted', 'cancelled')`), p.depIDs)
+	WHERE id = ANY($1) AND status IN ('completed', 'aborted', 'cancelled')`), p.depIDs).Query(func(rows pgx.Rows) (err error) {
+			p.depEnded, err = scanOutcomes(rows)
+			return err
+		})
 	}
 	if p.keys {
-		s.queueHolders(b, p.uniqueRefs())
+		s.queueHolders(b, p)
 	}
-	seqRefs := p.seqRefs()
-	if len(seqRefs) > 0 {
-		s.queueSeqLock(b, seqRefs)
+	if refs := p.seqRefs(); len(refs) > 0 {
+		s.queueSeqLock(b, p, refs)
 	}
-	br := q.SendBatch(ctx, b)
-	defer br.Close()
-	var level int
-	if err := br.QueryRow().Scan(&p.now, &level); err != nil {
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
 	p.events = eventLevel(level)
-	p.existing = map[string]stored{}
-	if len(p.lookup) > 0 {
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		var id, st, queue string
-		if _, err := pgx.ForEachRow(rows, []any{&id, &st, &queue}, func() error {
-			p.existing[id] = stored{status: norn.Status(st), queue: queue}
-			return nil
-		}); err != nil {
-			return err
-		}
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return err
-	}
-	qds, err := pgx.CollectRows(rows, queueRow)
-	if err != nil {
-		return err
-	}
-	p.defaults = make(map[string]queueDefaults, len(qds))
-	for _, d := range qds {
-		p.defaults[d.name] = d
-	}
-	if len(p.batches) > 0 {
-		if err := p.readBatchStates(br); err != nil {
-			return err
-		}
-	}
-	if len(p.depIDs) > 0 {
-		if err := p.readEndedDeps(br); err != nil {
-			return err
-		}
-	}
-	if p.keys {
-		if err := p.readHolders(br); err != nil {
-			return err
-		}
-	}
-	if len(seqRefs) > 0 {
-		if err := p.readSeqLock(br); err != nil {
-			return err
-		}
-	}
 	if c := s.clockNow(); c != nil {
 		p.now = *c
 	}
 	p.now = micro(p.now)
-	return br.Close()
+	return nil
 }
 
-// queueHolders queues, for the unique keys refs, the advisory locks
+// queueHolders queues, for the batch's unique keys, the advisory locks
 // (sorted, so submitters cannot deadlock) and the read of each key's live
-// holder and the holder that ended last.
-func (s *Store) queueHolders(b *pgx.Batch, refs []norn.UniqueRef) {
+// holder and the holder that ended last, into p.holders.
+func (s *Store) queueHolders(b *pgx.Batch, p *submitPlan) {
+	refs := p.uniqueRefs()
 	locks := make([]int64, len(refs))
 	rq, rk := make([]string, len(refs)), make([]string, len(refs))
 	for i, r := range refs {
@@ -435,42 +407,28 @@ func (s *Store) queueHolders(b *pgx.Batch, refs []norn.UniqueRef) {
 CROSS JOIN LATERAL ((SELECT t.id, t.status, t.ended_at FROM {s}.tasks t WHERE t.unique_key = u.k AND t.queue = u.q
 	AND t.status IN ('scheduled', 'blocked', 'ready', 'running') LIMIT 1)
 UNION ALL (SELECT t.id, t.status, t.ended_at FROM {s}.tasks t WHERE t.unique_key = u.k AND t.queue = u.q
-	AND t.ended_at IS NOT NULL ORDER BY t.ended_at DESC LIMIT 1)) h`), rq, rk)
-}
-
-// readHolders reads what queueHolders queued.
-func (p *submitPlan) readHolders(br pgx.BatchResults) error {
-	if _, err := br.Exec(); err != nil {
+	AND t.ended_at IS NOT NULL ORDER BY t.ended_at DESC LIMIT 1)) h`), rq, rk).Query(func(rows pgx.Rows) error {
+		p.holders = map[norn.UniqueRef][]norn.UniqueHolder{}
+		var ref norn.UniqueRef
+		var h norn.UniqueHolder
+		var ended *time.Time
+		_, err := pgx.ForEachRow(rows, []any{&ref.Queue, &ref.Key, &h.ID, &h.Status, &ended}, func() error {
+			h.Ended = time.Time{}
+			if ended != nil {
+				h.Ended = ended.UTC()
+			}
+			p.holders[ref] = append(p.holders[ref], h)
+			return nil
+		})
 		return err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return err
-	}
-	p.holders = map[norn.UniqueRef][]norn.UniqueHolder{}
-	var ref norn.UniqueRef
-	var h norn.UniqueHolder
-	var ended *time.Time
-	_, err = pgx.ForEachRow(rows, []any{&ref.Queue, &ref.Key, &h.ID, &h.Status, &ended}, func() error {
-		h.Ended = time.Time{}
-		if ended != nil {
-			h.Ended = ended.UTC()
-		}
-		p.holders[ref] = append(p.holders[ref], h)
-		return nil
 	})
-	return err
 }
 
 // readBatchStates reads the states of the batches members join.
-func (p *submitPlan) readBatchStates(br pgx.BatchResults) error {
-	rows, err := br.Query()
-	if err != nil {
-		return err
-	}
+func (p *submitPlan) readBatchStates(rows pgx.Rows) error {
 	p.batchState = map[string]norn.BatchState{}
 	var id, st string
-	_, err = pgx.ForEachRow(rows, []any{&id, &st}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&id, &st}, func() error {
 		p.batchState[id] = norn.BatchState(st)
 		return nil
 	})
@@ -555,16 +513,6 @@ func (p *submitPlan) decide() error {
 		}
 	}
 	return nil
-}
-
-// readEndedDeps reads the outcomes of the dependencies that ended.
-func (p *submitPlan) readEndedDeps(br pgx.BatchResults) error {
-	rows, err := br.Query()
-	if err != nil {
-		return err
-	}
-	p.depEnded, err = scanOutcomes(rows)
-	return err
 }
 
 // endedResults are the records of the dependencies in.EndedDeps names:

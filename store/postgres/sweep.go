@@ -100,20 +100,14 @@ func (s *Store) sweepCandidates(ctx context.Context, conn *pgx.Conn, cond, order
 		return now, nil, err
 	}
 	now = micro(now)
+	var out []*rec
 	b := &pgx.Batch{}
 	b.Queue(sweepSetupSQL)
-	b.Queue(s.sweepCandidatesSQL(cond, order), now, sweepBatch)
-	br := conn.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return now, nil, err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return now, nil, err
-	}
-	out, err := collectRecs(rows)
-	return now, out, err
+	b.Queue(s.sweepCandidatesSQL(cond, order), now, sweepBatch).Query(func(rows pgx.Rows) (err error) {
+		out, err = collectRecs(rows)
+		return err
+	})
+	return now, out, conn.SendBatch(ctx, b).Close()
 }
 
 func (s *Store) sweepTimeouts(ctx context.Context, rep *norn.SweepReport) error {
@@ -234,16 +228,10 @@ func (s *Store) sweepDelays(ctx context.Context, rep *norn.SweepReport) error {
 			var cnt int64
 			b := &pgx.Batch{}
 			b.Queue(sweepSetupSQL)
-			b.Queue(s.delaySQL(), s.clockNow(), sweepBatch, s.cfg.HistoryLimit)
-			br := conn.SendBatch(ctx, b)
-			defer br.Close()
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-			if err := br.QueryRow().Scan(&n, &cnt); err != nil {
-				return err
-			}
-			return br.Close()
+			b.Queue(s.delaySQL(), s.clockNow(), sweepBatch, s.cfg.HistoryLimit).QueryRow(func(row pgx.Row) error {
+				return row.Scan(&n, &cnt)
+			})
+			return conn.SendBatch(ctx, b).Close()
 		})
 		if err != nil {
 			return err

@@ -398,32 +398,20 @@ func readyAmong(cs []*change) bool {
 func (s *Store) readWithNow(ctx context.Context, q querier, ids []string) (time.Time, map[string]*rec, error) {
 	b := &pgx.Batch{}
 	s.queueDetach(b, ids)
-	b.Queue("SELECT clock_timestamp()")
-	b.Queue(s.q(`SELECT `+colsCore+` FROM {s}.tasks t WHERE t.id = ANY($1)`), ids)
-	br := q.SendBatch(ctx, b)
-	defer br.Close()
 	var now time.Time
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return now, nil, err
-		}
-	}
-	if err := br.QueryRow().Scan(&now); err != nil {
+	var recs map[string]*rec
+	b.Queue("SELECT clock_timestamp()").QueryRow(func(row pgx.Row) error { return row.Scan(&now) })
+	b.Queue(s.q(`SELECT `+colsCore+` FROM {s}.tasks t WHERE t.id = ANY($1)`), ids).Query(func(rows pgx.Rows) (err error) {
+		recs, err = recsByID(rows)
+		return err
+	})
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return now, nil, err
 	}
 	if c := s.clockNow(); c != nil {
 		now = *c
 	}
-	now = micro(now)
-	rows, err := br.Query()
-	if err != nil {
-		return now, nil, err
-	}
-	recs, err := recsByID(rows)
-	if err != nil {
-		return now, nil, err
-	}
-	return now, recs, br.Close()
+	return micro(now), recs, nil
 }
 
 // checkLease is the fencing rule shared by every worker call.
@@ -595,36 +583,31 @@ func (s *Store) ReadLog(ctx context.Context, id string, after uint64, limit int)
 			lim = limit
 		}
 		b := &pgx.Batch{}
-		b.Queue(s.q(`SELECT 1 FROM {s}.tasks WHERE id = $1`), id)
-		b.Queue(s.q(`SELECT seq, lease, time, data FROM {s}.task_log WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`), id, int64(after), lim)
-		br := conn.SendBatch(ctx, b)
-		defer br.Close()
-		var one int
-		if err := br.QueryRow().Scan(&one); err != nil {
-			if err == pgx.ErrNoRows {
-				return norn.NotFound(id)
+		b.Queue(s.q(`SELECT 1 FROM {s}.tasks WHERE id = $1`), id).QueryRow(func(row pgx.Row) error {
+			var one int
+			if err := row.Scan(&one); err != pgx.ErrNoRows {
+				return err
 			}
-			return err
-		}
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (norn.LogEntry, error) {
-			var e norn.LogEntry
-			var seq, lease int64
-			var data []byte
-			err := row.Scan(&seq, &lease, &e.Time, &data)
-			e.Seq, e.Lease, e.Time, e.Data = uint64(seq), uint64(lease), e.Time.UTC(), data
-			return e, err
+			return norn.NotFound(id)
 		})
-		if err != nil {
+		b.Queue(s.q(`SELECT seq, lease, time, data FROM {s}.task_log WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`), id, int64(after), lim).Query(func(rows pgx.Rows) (err error) {
+			out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (norn.LogEntry, error) {
+				var e norn.LogEntry
+				var seq, lease int64
+				var data []byte
+				err := row.Scan(&seq, &lease, &e.Time, &data)
+				e.Seq, e.Lease, e.Time, e.Data = uint64(seq), uint64(lease), e.Time.UTC(), data
+				return e, err
+			})
+			return err
+		})
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		if len(out) == 0 {
 			out = nil // as before: no entries read as null, not []
 		}
-		return br.Close()
+		return nil
 	})
 	return out, err
 }

@@ -375,41 +375,23 @@ func (s *Store) sendCas(ctx context.Context, q querier, ownTx bool, now time.Tim
 	if ownTx {
 		b.Queue("BEGIN")
 	}
+	var ok, next []string
 	b.Queue(s.casSQL(), a.ids, a.oldVersion, a.oldStatus, a.oldLease, a.status, a.prio, a.progress, a.labels, a.updated,
 		a.runAt, a.readyAt, a.ended, a.pending, a.owner, a.deadline, a.lease, a.attempts, a.result, a.errs, a.hcount,
-		a.version, a.kinds, a.hID, a.hSeq, a.hType, a.hTime, a.hWorker, a.hLease, a.hProg, a.hErr, s.cfg.HistoryLimit)
+		a.version, a.kinds, a.hID, a.hSeq, a.hType, a.hTime, a.hWorker, a.hLease, a.hProg, a.hErr, s.cfg.HistoryLimit).Query(idRows(&ok))
 	if len(a.completed) > 0 {
-		b.Queue(s.releaseSQL(), toStrings(a.completed), toInt64s(a.completedV), now, s.cfg.HistoryLimit)
+		b.Queue(s.releaseSQL(), toStrings(a.completed), toInt64s(a.completedV), now, s.cfg.HistoryLimit).Query(releasedRows(&res.released))
 	}
 	if len(a.failed) > 0 {
-		b.Queue(s.cascadeSQL(), toStrings(a.failed), toInt64s(a.failV), now, s.cfg.HistoryLimit, a.failErrs)
+		b.Queue(s.cascadeSQL(), toStrings(a.failed), toInt64s(a.failV), now, s.cfg.HistoryLimit, a.failErrs).Query(idRows(&next))
 	}
-	br := q.SendBatch(ctx, b)
-	defer br.Close()
-	if ownTx {
-		if _, err := br.Exec(); err != nil {
-			return nil, err
-		}
-	}
-	ok, err := scanIDs(br)
-	if err != nil {
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
 	for _, id := range ok {
 		res.ok[id] = true
 	}
-	if len(a.completed) > 0 {
-		if res.released, err = scanReleased(br); err != nil {
-			return nil, err
-		}
-	}
-	var next []string
-	if len(a.failed) > 0 {
-		if next, err = scanIDs(br); err != nil {
-			return nil, err
-		}
-	}
-	return next, br.Close()
+	return next, nil
 }
 
 // cascade aborts, level by level, every blocked task depending on ids
@@ -448,31 +430,28 @@ func errJSON(e norn.ErrorInfo) string {
 	return string(b)
 }
 
-// scanIDs reads the ids returned by the next statement of a batch.
-func scanIDs(br pgx.BatchResults) ([]string, error) {
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
+// idRows collects the ids a statement returns, for a batch's named
+// handle: into(out) runs as the statement's rows arrive.
+func idRows(out *[]string) func(pgx.Rows) error {
+	return func(rows pgx.Rows) (err error) {
+		*out, err = pgx.CollectRows(rows, idRow)
+		return err
 	}
-	return pgx.CollectRows(rows, idRow)
 }
 
-// scanReleased reads the result of releaseSQL, the next statement of br:
-// the dependents that are no longer blocked.
-func scanReleased(br pgx.BatchResults) ([]string, error) {
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
+// releasedRows reads releaseSQL's rows into out: the dependents that are
+// no longer blocked.
+func releasedRows(out *[]string) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		var id, st string
+		_, err := pgx.ForEachRow(rows, []any{&id, &st, nil}, func() error {
+			if st != string(norn.StatusBlocked) {
+				*out = append(*out, id)
+			}
+			return nil
+		})
+		return err
 	}
-	var out []string
-	var id, st string
-	_, err = pgx.ForEachRow(rows, []any{&id, &st, nil}, func() error {
-		if st != string(norn.StatusBlocked) {
-			out = append(out, id)
-		}
-		return nil
-	})
-	return out, err
 }
 
 func toStrings(v []any) []string {
