@@ -74,6 +74,23 @@ func AfterTimeout(t *Task, now time.Time) Outcome {
 	return expireRetry(t, now, Outcome{Status: StatusReady, RunAt: now, History: TaskTimeout, Error: e})
 }
 
+// Requeue is where an outcome that sends a running task back to the queue
+// (retry, timeout, yield, snooze) puts it at now: scheduled until RunAt
+// when that is later than now, otherwise ready with run_at at most now.
+func (o Outcome) Requeue(now time.Time) (Status, time.Time) {
+	at := o.RunAt
+	if at.IsZero() {
+		at = now
+	}
+	if o.Status == StatusScheduled && at.After(now) {
+		return StatusScheduled, at
+	}
+	if at.After(now) {
+		at = now
+	}
+	return StatusReady, at
+}
+
 // KeepsOwner says whether the task keeps its worker as its owner after the
 // outcome. A task that ends keeps its last owner, and so does a snoozed one
 // (the snooze is the worker's own plan for it); a task that goes back to the

@@ -134,3 +134,26 @@ func TestRetryJitterIsStableAndSpread(t *testing.T) {
 		t.Fatal("the next attempt of a task drew the same wait")
 	}
 }
+
+func TestOutcomeRequeue(t *testing.T) {
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, c := range []struct {
+		name   string
+		o      Outcome
+		status Status
+		at     time.Time
+	}{
+		{"scheduled later", Outcome{Status: StatusScheduled, RunAt: now.Add(time.Minute)}, StatusScheduled, now.Add(time.Minute)},
+		{"scheduled at now is ready", Outcome{Status: StatusScheduled, RunAt: now}, StatusReady, now},
+		{"scheduled in the past is ready at its time", Outcome{Status: StatusScheduled, RunAt: now.Add(-time.Second)}, StatusReady, now.Add(-time.Second)},
+		{"ready without a time is ready now", Outcome{Status: StatusReady}, StatusReady, now},
+		{"ready never later than now", Outcome{Status: StatusReady, RunAt: now.Add(time.Hour)}, StatusReady, now},
+		{"a timeout", AfterTimeout(&Task{Attempts: 1}, now), StatusReady, now},
+		{"a yield", AfterYield(now), StatusReady, now},
+	} {
+		st, at := c.o.Requeue(now)
+		if st != c.status || !at.Equal(c.at) {
+			t.Errorf("%s: %s at %v, want %s at %v", c.name, st, at, c.status, c.at)
+		}
+	}
+}

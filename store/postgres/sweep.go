@@ -128,12 +128,7 @@ func (s *Store) sweepTimeouts(ctx context.Context, rep *norn.SweepReport) error 
 				out := norn.AfterTimeout(&r.Task, now)
 				h := norn.HistoryEntry{Type: out.History, Time: now, Worker: r.Owner, Lease: r.Lease, Progress: r.Progress, Error: &out.Error}
 				r.Errors = append(r.Errors, out.Error)
-				r.Status, r.Deadline = out.Status, time.Time{}
-				if out.Status == norn.StatusReady {
-					r.Owner, r.Progress, r.readyAt = "", 0, now
-				} else {
-					r.endedAt = now
-				}
+				leaveRunning(r, out, now)
 				changes = append(changes, &change{old: o, cur: r, hist: []norn.HistoryEntry{h}, kind: norn.EventKind(out.History)})
 			}
 			res, err := s.apply(ctx, conn, false, now, changes)

@@ -459,52 +459,52 @@ func (s *Store) decide(op norn.LeaseOp, r *rec, now time.Time) (deadline time.Ti
 		r.Deadline, r.endedAt = time.Time{}, now
 		return time.Time{}, norn.EventKind(norn.TaskComplete), []norn.HistoryEntry{entry(norn.TaskComplete, nil)}, nil
 	case norn.OpFail:
-		e := *op.Error
-		o := norn.AfterFailure(&r.Task, now, e)
+		o := norn.AfterFailure(&r.Task, now, *op.Error)
 		h := entry(o.History, &o.Error)
 		r.Errors = append(r.Errors, o.Error)
-		r.Status = o.Status
-		r.Deadline = time.Time{}
-		switch o.Status {
-		case norn.StatusAborted:
-			r.endedAt = now
-		case norn.StatusReady:
-			r.Owner, r.Progress, r.readyAt = "", 0, now
-			r.RunAt = now
-		case norn.StatusScheduled:
-			r.Owner, r.Progress = "", 0
-			r.RunAt = micro(o.RunAt)
-		}
+		leaveRunning(r, o, now)
 		return time.Time{}, norn.EventKind(o.History), []norn.HistoryEntry{h}, nil
 	case norn.OpAbort:
 		e := *op.Error
 		r.Errors = append(r.Errors, e)
-		r.Status, r.Deadline, r.endedAt = norn.StatusAborted, time.Time{}, now
+		leaveRunning(r, norn.Outcome{Status: norn.StatusAborted}, now)
 		return time.Time{}, norn.EventKind(norn.TaskAbort), []norn.HistoryEntry{entry(norn.TaskAbort, &e)}, nil
-	case norn.OpYield:
+	case norn.OpYield, norn.OpSnooze:
 		o := norn.AfterYield(now)
+		if op.Op == norn.OpSnooze {
+			o = norn.AfterSnooze(now, op.Snooze)
+		}
 		h := entry(o.History, nil)
-		r.Status, r.Owner, r.Progress, r.Deadline, r.readyAt = o.Status, "", 0, time.Time{}, now
-		r.RunAt = micro(o.RunAt)
-		r.Attempts--
-		return time.Time{}, norn.EventKind(norn.TaskYield), []norn.HistoryEntry{h}, nil
-	case norn.OpSnooze:
-		// The owner stays as the last owner and the lease number is kept:
-		// the next claim increments it.
-		h := entry(norn.TaskSnooze, nil)
-		o := norn.AfterSnooze(now, op.Snooze)
-		r.Status, r.Progress, r.Deadline = o.Status, 0, time.Time{}
-		if o.Status == norn.StatusReady {
-			r.RunAt, r.readyAt = now, now
-		} else {
-			r.RunAt = micro(o.RunAt)
-		}
-		if r.Attempts > 0 {
-			r.Attempts--
-		}
-		return time.Time{}, norn.EventKind(norn.TaskSnooze), []norn.HistoryEntry{h}, nil
+		leaveRunning(r, o, now)
+		return time.Time{}, norn.EventKind(o.History), []norn.HistoryEntry{h}, nil
 	}
 	return time.Time{}, "", nil, norn.Invalid("op", "unknown operation %q", op.Op)
+}
+
+// leaveRunning writes what o does to a running task at now, by the rules
+// the embedded store applies too: it ends (aborted), or goes back to the
+// queue (norn.Outcome.Requeue) with no deadline or progress, its owner and
+// attempt as o says. The lease number stays, so the next claim still
+// fences out the last worker.
+func leaveRunning(r *rec, o norn.Outcome, now time.Time) {
+	r.Deadline = time.Time{}
+	if o.Status == norn.StatusAborted {
+		r.Status, r.endedAt = o.Status, now
+		return
+	}
+	r.Progress = 0
+	if !o.KeepsOwner() {
+		r.Owner = ""
+	}
+	if o.GivesAttemptBack() && r.Attempts > 0 {
+		r.Attempts--
+	}
+	var at time.Time
+	r.Status, at = o.Requeue(now)
+	r.RunAt = micro(at)
+	if r.Status == norn.StatusReady {
+		r.readyAt = now
+	}
 }
 
 func asNornErr(err error) *norn.Error {

@@ -539,6 +539,9 @@ func exerciseTimeout(t *testing.T, setup setupFunc) {
 			}
 			lastError(t, g, norn.CodeTimeout)
 			wantVersion(t, "timed out", g, before.Version+1)
+			// Back in the queue from the sweep's time on, as a retry or a
+			// yield is (norn.AfterTimeout), on every store.
+			eqTime(t, "timed out task's run_at", g.RunAt, b.now())
 		})
 
 		t.Run("NextClaimCountsAnotherAttempt", func(t *testing.T) {
