@@ -1,6 +1,7 @@
 package norn
 
 import (
+	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -93,4 +94,18 @@ func ValidateBatchSize(ops []LeaseOp) error {
 		return TooLarge("ops", "batch has %d operations, more than the limit of %d", len(ops), MaxBatch)
 	}
 	return nil
+}
+
+// BatchOpError is err as the error of a lease batch's op i: a norn error
+// with its field under "ops[i]", so the caller sees which op it was; any
+// other error becomes internal.
+func BatchOpError(i int, err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if !errors.As(err, &e) {
+		return &Error{Code: CodeInternal, Message: err.Error()}
+	}
+	return WithFieldPrefix(e, fmt.Sprintf("ops[%d]", i)).(*Error)
 }

@@ -47,6 +47,17 @@ func (s Status) Terminal() bool {
 	return s == StatusCompleted || s == StatusAborted || s == StatusCancelled
 }
 
+// StatusCounts is a map of every status to zero: counts by status name
+// every status, so that a reader of a queue's counts or the totals needs no
+// default for the statuses it has none of.
+func StatusCounts() map[Status]int64 {
+	m := make(map[Status]int64, len(AllStatuses))
+	for _, s := range AllStatuses {
+		m[s] = 0
+	}
+	return m
+}
+
 // Valid reports whether s is one of the seven statuses.
 func (s Status) Valid() bool { return slices.Contains(AllStatuses, s) }
 

@@ -47,7 +47,7 @@ func (s *Store) Queue(ctx context.Context, name string) (norn.QueueInfo, error) 
 	if q := s.queues[name]; q != nil {
 		return q.withRate(q.infoWithKeys(), s.now()), nil
 	}
-	return norn.QueueInfo{Name: name, Counts: map[norn.Status]int64{}, Defaults: norn.DefaultQueueDefaults()}, nil
+	return norn.QueueInfo{Name: name, Counts: norn.StatusCounts(), Defaults: norn.DefaultQueueDefaults()}, nil
 }
 
 // UpdateQueue pauses/resumes a queue and changes its defaults.
@@ -148,7 +148,7 @@ func (s *Store) Stats(ctx context.Context) (norn.Stats, error) {
 		return norn.Stats{}, err
 	}
 	defer s.exit()
-	st := norn.Stats{Counts: []norn.GroupCount{}, Totals: map[norn.Status]int64{}}
+	st := norn.Stats{Counts: []norn.GroupCount{}, Totals: norn.StatusCounts()}
 	now := s.clock.Now()
 	s.mu.Lock()
 	for _, q := range s.queues {

@@ -93,16 +93,14 @@ func (q *queue) total() int64 {
 }
 
 func (q *queue) info() norn.QueueInfo {
-	qi := norn.QueueInfo{Name: q.name, Paused: q.paused, Counts: map[norn.Status]int64{}, Defaults: q.defaults,
+	qi := norn.QueueInfo{Name: q.name, Paused: q.paused, Counts: norn.StatusCounts(), Defaults: q.defaults,
 		QueueFlow: q.flow}
 	if q.defaults.Retry != nil {
 		r := *q.defaults.Retry
 		qi.Defaults.Retry = &r
 	}
 	for i, c := range q.counts {
-		if c != 0 {
-			qi.Counts[norn.AllStatuses[i]] = c
-		}
+		qi.Counts[norn.AllStatuses[i]] = c
 	}
 	return qi
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -559,7 +558,7 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 			if _, ok := err.(*norn.Error); !ok {
 				return nil, err
 			}
-			res[i].Err = opErr(err, i)
+			res[i].Err = norn.BatchOpError(i, err)
 		}
 	}
 	err := s.run(func(tx *txn) error {
@@ -574,7 +573,7 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 				if _, ok := err.(*norn.Error); !ok {
 					return err
 				}
-				res[i].Err = opErr(err, i)
+				res[i].Err = norn.BatchOpError(i, err)
 			}
 		}
 		return nil
@@ -583,9 +582,4 @@ func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Leas
 		return nil, err
 	}
 	return res, nil
-}
-
-// opErr is err, a *norn.Error, as the error of LeaseBatch's op i.
-func opErr(err error, i int) *norn.Error {
-	return norn.WithFieldPrefix(err.(*norn.Error), fmt.Sprintf("ops[%d]", i)).(*norn.Error)
 }

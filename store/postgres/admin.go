@@ -14,14 +14,6 @@ const queueCols = `name, paused, timeout_ns, retry, max_attempts, retention_comp
 max_runtime_ns, max_running, key_limit, fair_by, rate_per_second, rate_burst, expire_in_ns, sequence_on_failure,
 key_rate_per_second, key_rate_burst`
 
-func emptyCounts() map[norn.Status]int64 {
-	m := make(map[norn.Status]int64, len(norn.AllStatuses))
-	for _, s := range norn.AllStatuses {
-		m[s] = 0
-	}
-	return m
-}
-
 // Queues lists every queue that has tasks or settings.
 func (s *Store) Queues(ctx context.Context) ([]norn.QueueInfo, error) {
 	return s.queues(ctx, nil)
@@ -33,7 +25,7 @@ func (s *Store) queues(ctx context.Context, only *string) ([]norn.QueueInfo, err
 	get := func(name string) *norn.QueueInfo {
 		q := byName[name]
 		if q == nil {
-			q = &norn.QueueInfo{Name: name, Counts: emptyCounts(), Defaults: norn.DefaultQueueDefaults()}
+			q = &norn.QueueInfo{Name: name, Counts: norn.StatusCounts(), Defaults: norn.DefaultQueueDefaults()}
 			byName[name] = q
 			names = append(names, name)
 		}
@@ -105,7 +97,7 @@ func (s *Store) Queue(ctx context.Context, name string) (norn.QueueInfo, error) 
 		return norn.QueueInfo{}, err
 	}
 	if len(qs) == 0 {
-		return norn.QueueInfo{Name: name, Counts: emptyCounts(), Defaults: norn.DefaultQueueDefaults()}, nil
+		return norn.QueueInfo{Name: name, Counts: norn.StatusCounts(), Defaults: norn.DefaultQueueDefaults()}, nil
 	}
 	q := qs[0]
 	q.ClaimPath = s.claimPathOf(&q)
@@ -285,7 +277,7 @@ func (s *Store) Stats(ctx context.Context) (norn.Stats, error) {
 	if err != nil {
 		return norn.Stats{}, err
 	}
-	st := norn.Stats{Counts: groups, Totals: emptyCounts()}
+	st := norn.Stats{Counts: groups, Totals: norn.StatusCounts()}
 	for _, g := range groups {
 		st.Totals[g.Status] += g.Count
 		st.Total += g.Count

@@ -68,7 +68,7 @@ FROM {s}.workers WHERE id = $1`), id).Scan(&w.ID, &w.Name, &w.Queues, &w.Registe
 
 // Heartbeat extends the lease.
 func (s *Store) Heartbeat(ctx context.Context, ref norn.LeaseRef, hb norn.Heartbeat) (time.Time, error) {
-	res, err := s.LeaseBatch(ctx, []norn.LeaseOp{{Op: norn.OpHeartbeat, LeaseRef: ref, Heartbeat: hb}})
+	res, err := s.leaseOps(ctx, []norn.LeaseOp{{Op: norn.OpHeartbeat, LeaseRef: ref, Heartbeat: hb}})
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -117,7 +117,7 @@ func (s *Store) Snooze(ctx context.Context, ref norn.LeaseRef, sn norn.Snooze) (
 }
 
 func (s *Store) single(ctx context.Context, op norn.LeaseOp) error {
-	res, err := s.LeaseBatch(ctx, []norn.LeaseOp{op})
+	res, err := s.leaseOps(ctx, []norn.LeaseOp{op})
 	if err != nil {
 		return err
 	}
@@ -127,10 +127,22 @@ func (s *Store) single(ctx context.Context, op norn.LeaseOp) error {
 	return nil
 }
 
-// LeaseBatch applies many lease operations in two round trips: one read of
-// every task involved, one pipelined compare-and-set write. Operations that
-// lose a race with a concurrent change are decided again on fresh state.
+// LeaseBatch applies many lease operations; each op's error names it
+// (norn.BatchOpError).
 func (s *Store) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.LeaseOpResult, error) {
+	res, err := s.leaseOps(ctx, ops)
+	for i := range res {
+		if res[i].Err != nil {
+			res[i].Err = norn.BatchOpError(i, res[i].Err)
+		}
+	}
+	return res, err
+}
+
+// leaseOps applies lease operations in two round trips: one read of every
+// task involved, one pipelined compare-and-set write. Operations that lose
+// a race with a concurrent change are decided again on fresh state.
+func (s *Store) leaseOps(ctx context.Context, ops []norn.LeaseOp) ([]norn.LeaseOpResult, error) {
 	if err := norn.ValidateBatchSize(ops); err != nil {
 		return nil, err
 	}
@@ -430,6 +442,16 @@ func checkLease(r *rec, ref norn.LeaseRef) error {
 
 // decide applies one lease operation to r in memory (the same rules the
 // embedded store follows, through the shared pure decisions of package norn).
+func asNornErr(err error) *norn.Error {
+	if err == nil {
+		return nil
+	}
+	if ne, ok := err.(*norn.Error); ok {
+		return ne
+	}
+	return &norn.Error{Code: norn.CodeInternal, Message: err.Error()}
+}
+
 func (s *Store) decide(op norn.LeaseOp, r *rec, now time.Time) (deadline time.Time, kind norn.EventKind, hist []norn.HistoryEntry, err error) {
 	if err := checkLease(r, op.LeaseRef); err != nil {
 		return time.Time{}, "", nil, err
@@ -505,16 +527,6 @@ func leaveRunning(r *rec, o norn.Outcome, now time.Time) {
 	if r.Status == norn.StatusReady {
 		r.readyAt = now
 	}
-}
-
-func asNornErr(err error) *norn.Error {
-	if err == nil {
-		return nil
-	}
-	if ne, ok := err.(*norn.Error); ok {
-		return ne
-	}
-	return &norn.Error{Code: norn.CodeInternal, Message: err.Error()}
 }
 
 // AppendLog appends a log entry under a live lease in one statement.
@@ -604,8 +616,8 @@ func (s *Store) ReadLog(ctx context.Context, id string, after uint64, limit int)
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
-		if len(out) == 0 {
-			out = nil // as before: no entries read as null, not []
+		if out == nil {
+			out = []norn.LogEntry{} // as the embedded store answers: [] over HTTP, not null
 		}
 		return nil
 	})

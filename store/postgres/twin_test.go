@@ -1,0 +1,28 @@
+package postgres
+
+import (
+	"context"
+	"testing"
+
+	"github.com/nornq/norn"
+	"github.com/nornq/norn/store/embedded"
+	"github.com/nornq/norn/store/storetest"
+)
+
+// TestTwinWithEmbedded runs one workload on this store and on the embedded
+// store side by side: every answer and every task must come out the same.
+func TestTwinWithEmbedded(t *testing.T) {
+	t.Parallel()
+	storetest.RunTwin(t,
+		func(t *testing.T, clock norn.Clock) norn.Store {
+			s, err := embedded.Open(context.Background(), embedded.Options{Dir: t.TempDir(), Clock: clock, ManualSweep: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		},
+		func(t *testing.T, clock norn.Clock) norn.Store {
+			return openTest(t, clock, func(c *Config) { c.DisableMonitor = true })
+		})
+}

@@ -1,0 +1,424 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/nornq/norn"
+)
+
+// RunTwin runs one workload on two stores side by side, their clocks moved
+// together, and fails at the first step after which a call's answer, an
+// error, a queue's counts or any task differs between them. The conformance
+// cases check what the contract says; this checks that where both stores
+// apply a rule they apply it alike, down to run_at, versions and history.
+func RunTwin(t *testing.T, a, b Factory) {
+	var twins [2]*twin
+	for i, f := range []Factory{a, b} {
+		_, tb := newSetup(f)(t)
+		twins[i] = &twin{b: tb, held: map[string]*norn.Task{}}
+	}
+	for _, st := range twinSteps() {
+		var got [2]string
+		for i, tw := range twins {
+			got[i] = canonAnswer(st.do(tw))
+		}
+		t.Logf("%s: %.300s", st.name, got[0])
+		if got[0] != got[1] {
+			t.Fatalf("step %q answers differ:\nfirst  %s\nsecond %s", st.name, got[0], got[1])
+		}
+		s0, s1 := twins[0].state(), twins[1].state()
+		for _, k := range sortedKeys(s0, s1) {
+			if s0[k] != s1[k] {
+				t.Fatalf("after step %q, %s differs:\nfirst  %s\nsecond %s", st.name, k, s0[k], s1[k])
+			}
+		}
+	}
+}
+
+// twin is one store of the pair, with the tasks its claims hold.
+type twin struct {
+	b    *testBundle
+	held map[string]*norn.Task
+}
+
+type twinStep struct {
+	name string
+	do   func(*twin) any
+}
+
+// state is every task, every queue's counts and every task's log and
+// signals, as canonical JSON keyed by what they are.
+func (tw *twin) state() map[string]string {
+	out := map[string]string{}
+	it, err := tw.b.s.Stream(tw.b.ctx, norn.Query{})
+	for _, tk := range collect(tw.b.t, it, err) {
+		id := tk.ID
+		out["task "+id] = canonAnswer(tk)
+		log, err := tw.b.s.ReadLog(tw.b.ctx, id, 0, 0)
+		out["log "+id] = canonAnswer(answer(log, err))
+		sigs, err := tw.b.s.Signals(tw.b.ctx, id, 0)
+		out["signals "+id] = canonAnswer(answer(sigs, err))
+	}
+	qs, err := tw.b.s.Queues(tw.b.ctx)
+	out["queues"] = canonAnswer(answer(qs, err))
+	return out
+}
+
+// claim claims up to n tasks of queue for worker and holds them.
+func (tw *twin) claim(worker, queue string, n int) any {
+	got, err := tw.b.s.Claim(tw.b.ctx, norn.ClaimRequest{Worker: worker, Queues: []string{queue}, N: n})
+	for _, tk := range got {
+		tw.held[tk.ID] = tk
+	}
+	return answer(got, err)
+}
+
+// ref is the lease of a held task (a zero one when none is held, which
+// both stores then refuse alike).
+func (tw *twin) ref(id string) norn.LeaseRef {
+	if tk := tw.held[id]; tk != nil {
+		return ref(tk)
+	}
+	return norn.LeaseRef{TaskID: id}
+}
+
+func (tw *twin) now() time.Time { return tw.b.now() }
+
+func (tw *twin) advance(d time.Duration) any {
+	tw.b.clock.Advance(d)
+	rep, err := tw.b.s.Sweep(tw.b.ctx)
+	return answer(rep, err)
+}
+
+// answer pairs a call's result with its error, so both are compared.
+func answer(v any, err error) any {
+	return struct {
+		V   any
+		Err error
+	}{v, err}
+}
+
+func errOnly(err error) any { return answer(nil, err) }
+
+// twinSteps is the workload: every kind of task and every way through a
+// task's life, in an order whose every step depends on the ones before.
+func twinSteps() []twinStep {
+	return slices.Concat(twinSubmits(), twinLives(), twinFlows(), twinBulk())
+}
+
+func twinSubmits() []twinStep {
+	return []twinStep{
+		{"submit", func(tw *twin) any {
+			now := tw.now()
+			got, err := tw.b.s.Submit(tw.b.ctx,
+				norn.NewTask{ID: "a", Queue: "q", Spec: json.RawMessage(`{"n": 1}`), Labels: map[string]string{"k": "v"}},
+				norn.NewTask{ID: "hi", Queue: "q", Priority: 5},
+				norn.NewTask{ID: "late", Queue: "q", RunAt: now.Add(time.Minute)},
+				norn.NewTask{ID: "dep", Queue: "d", DependsOn: []string{"a"}},
+				norn.NewTask{ID: "uniq", Queue: "u", UniqueKey: "k1"},
+				norn.NewTask{ID: "tmo", Queue: "t", Timeout: dur(10 * time.Second), MaxAttempts: ptr(2)},
+				norn.NewTask{ID: "yield", Queue: "y"},
+				norn.NewTask{ID: "snz", Queue: "s"},
+				norn.NewTask{ID: "cx", Queue: "c"},
+				norn.NewTask{ID: "upd", Queue: "c"},
+				norn.NewTask{ID: "sig", Queue: "g"},
+				norn.NewTask{ID: "ab", Queue: "x", MaxAttempts: ptr(1)},
+			)
+			return answer(got, err)
+		}},
+		{"submit a duplicate unique key", func(tw *twin) any {
+			got, err := tw.b.s.Submit(tw.b.ctx, norn.NewTask{ID: "uniq2", Queue: "u", UniqueKey: "k1"})
+			return answer(got, err)
+		}},
+		{"submit an existing id", func(tw *twin) any {
+			got, err := tw.b.s.Submit(tw.b.ctx, norn.NewTask{ID: "a", Queue: "q"})
+			return answer(got, err)
+		}},
+	}
+}
+
+func twinLives() []twinStep {
+	return []twinStep{
+		{"claim two by priority", func(tw *twin) any { return tw.claim("w1", "q", 2) }},
+		{"heartbeat with progress", func(tw *twin) any {
+			dl, err := tw.b.s.Heartbeat(tw.b.ctx, tw.ref("a"), norn.Heartbeat{Progress: ptr(0.5)})
+			return answer(dl, err)
+		}},
+		{"append to the log", func(tw *twin) any {
+			e, err := tw.b.s.AppendLog(tw.b.ctx, tw.ref("a"), norn.LogAppend{Data: json.RawMessage(`{"line": 1}`)})
+			return answer(e, err)
+		}},
+		{"complete with a result", func(tw *twin) any {
+			return errOnly(tw.b.s.Complete(tw.b.ctx, tw.ref("a"), json.RawMessage(`{"ok": true}`)))
+		}},
+		{"complete again", func(tw *twin) any {
+			return errOnly(tw.b.s.Complete(tw.b.ctx, tw.ref("a"), json.RawMessage(`{"ok": true}`)))
+		}},
+		{"claim the released dependent", func(tw *twin) any { return tw.claim("w2", "d", 5) }},
+		{"fail it into a retry", func(tw *twin) any {
+			return errOnly(tw.b.s.Fail(tw.b.ctx, tw.ref("dep"), norn.ErrorInfo{Code: "boom", Description: "it broke"}))
+		}},
+		{"claim the short lease", func(tw *twin) any { return tw.claim("w3", "t", 1) }},
+		{"its lease expires", func(tw *twin) any { return tw.advance(11 * time.Second) }},
+		{"a late heartbeat", func(tw *twin) any {
+			dl, err := tw.b.s.Heartbeat(tw.b.ctx, tw.ref("tmo"), norn.Heartbeat{})
+			return answer(dl, err)
+		}},
+		{"claim it again", func(tw *twin) any { return tw.claim("w3", "t", 1) }},
+		{"the last attempt expires", func(tw *twin) any { return tw.advance(11 * time.Second) }},
+		{"claim and yield", func(tw *twin) any {
+			tw.claim("w4", "y", 1)
+			return errOnly(tw.b.s.Yield(tw.b.ctx, tw.ref("yield")))
+		}},
+		{"claim and snooze", func(tw *twin) any {
+			tw.claim("w4", "s", 1)
+			got, err := tw.b.s.Snooze(tw.b.ctx, tw.ref("snz"), norn.Snooze{Delay: dur(30 * time.Second)})
+			return answer(got, err)
+		}},
+		{"claim and wait for a signal", func(tw *twin) any {
+			tw.claim("w5", "g", 1)
+			got, err := tw.b.s.Snooze(tw.b.ctx, tw.ref("sig"), norn.Snooze{UntilSignal: "go", Timeout: dur(time.Hour)})
+			return answer(got, err)
+		}},
+		{"signal it", func(tw *twin) any {
+			got, err := tw.b.s.Signal(tw.b.ctx, "sig", norn.NewSignal{Name: "go", Data: json.RawMessage(`{"x": 1}`)})
+			return answer(got, err)
+		}},
+		{"claim and abort", func(tw *twin) any {
+			tw.claim("w6", "x", 1)
+			return errOnly(tw.b.s.Abort(tw.b.ctx, tw.ref("ab"), norn.ErrorInfo{Code: "bad_input"}))
+		}},
+		{"cancel", func(tw *twin) any { got, err := tw.b.s.Cancel(tw.b.ctx, "cx"); return answer(got, err) }},
+		{"update", func(tw *twin) any {
+			got, err := tw.b.s.Update(tw.b.ctx, "upd", norn.Update{Priority: ptr(uint32(3)), Labels: map[string]string{"l": "m"}})
+			return answer(got, err)
+		}},
+		{"transact", func(tw *twin) any {
+			got, err := tw.b.s.Transact(tw.b.ctx, norn.Txn{
+				Submit:  []norn.NewTask{{ID: "tx1", Queue: "c"}},
+				Update:  []norn.TxnUpdate{{ID: "upd", Update: norn.Update{RunAt: ptr(tw.now().Add(time.Hour))}}},
+				Cancel:  []string{"late"},
+				Require: []norn.Requirement{{ID: "a"}}})
+			return answer(got, err)
+		}},
+		{"an hour passes", func(tw *twin) any { return tw.advance(time.Hour) }},
+		{"claim the retry", func(tw *twin) any { return tw.claim("w2", "d", 5) }},
+		{"retry an aborted task", func(tw *twin) any {
+			got, err := tw.b.s.Retry(tw.b.ctx, "ab", norn.RetryOptions{})
+			return answer(got, err)
+		}},
+		{"delete", func(tw *twin) any { return errOnly(tw.b.s.Delete(tw.b.ctx, "cx")) }},
+		{"a batch and its callback", func(tw *twin) any {
+			got, err := tw.b.s.CreateBatch(tw.b.ctx, norn.NewBatch{ID: "bt", Seal: true,
+				OnComplete: &norn.NewTask{Queue: "cb"}, Tasks: []norn.NewTask{{ID: "m1", Queue: "b"}, {ID: "m2", Queue: "b"}}})
+			return answer(got, err)
+		}},
+		{"its members end", func(tw *twin) any {
+			tw.claim("w7", "b", 2)
+			return answer(errorsOf(tw.b.s.Complete(tw.b.ctx, tw.ref("m1"), nil),
+				tw.b.s.Fail(tw.b.ctx, tw.ref("m2"), norn.ErrorInfo{Code: "no"})), nil)
+		}},
+	}
+}
+
+func errorsOf(errs ...error) []string {
+	var out []string
+	for _, err := range errs {
+		out = append(out, fmt.Sprint(err))
+	}
+	return out
+}
+
+// canonAnswer renders an answer as JSON with tasks canonical (canonTask)
+// and errors as their code, field and message.
+func canonAnswer(v any) string {
+	b, err := json.Marshal(canonValue(v))
+	if err != nil {
+		return fmt.Sprintf("unencodable %T: %v", v, err)
+	}
+	return string(b)
+}
+
+func canonValue(v any) any {
+	switch x := v.(type) {
+	case struct {
+		V   any
+		Err error
+	}:
+		return []any{canonValue(x.V), canonValue(x.Err)}
+	case *norn.Task:
+		if x == nil {
+			return nil
+		}
+		return json.RawMessage(canonTask(microTask(x)))
+	case []*norn.Task:
+		out := make([]any, len(x))
+		for i, tk := range x {
+			out[i] = canonValue(tk)
+		}
+		return out
+	case []norn.Submitted:
+		out := make([]any, len(x))
+		for i, s := range x {
+			out[i] = []any{s.Duplicate, canonValue(s.Task)}
+		}
+		return out
+	case *norn.TxnResult:
+		if x == nil {
+			return nil
+		}
+		return []any{canonValue(x.Submitted), canonValue(x.Updated), canonValue(x.Cancelled), x.Deleted}
+	case *norn.BatchCreated:
+		if x == nil {
+			return nil
+		}
+		return []any{x.Batch, canonValue(x.Tasks)}
+	case norn.QueueInfo:
+		x.ClaimPath = norn.ClaimPath{} // how one store's claims go: only it has several ways
+		return x
+	case *norn.Error:
+		if x == nil {
+			return nil
+		}
+		return []any{x.Code, x.Field, x.Message}
+	case error:
+		if e, ok := x.(*norn.Error); ok {
+			return canonValue(e)
+		}
+		return x.Error()
+	case time.Time:
+		return x.UTC().Truncate(time.Microsecond)
+	}
+	return v
+}
+
+// microTask is tk with its times cut to microseconds, which is what
+// PostgreSQL keeps of a time: a retry's backoff, say, is computed in
+// nanoseconds and stored as microseconds there.
+func microTask(tk *norn.Task) *norn.Task {
+	c := tk.Clone()
+	for _, t := range []*time.Time{&c.Created, &c.Updated, &c.RunAt, &c.Deadline, &c.Started, &c.ExpiresAt} {
+		*t = t.Truncate(time.Microsecond)
+	}
+	for i := range c.History {
+		c.History[i].Time = c.History[i].Time.Truncate(time.Microsecond)
+	}
+	return c
+}
+
+func sortedKeys(ms ...map[string]string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, m := range ms {
+		for k := range m {
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, k)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// twinFlows: the shaping and workflow features.
+func twinFlows() []twinStep {
+	return []twinStep{
+		{"submit shaped tasks", func(tw *twin) any {
+			now := tw.now()
+			got, err := tw.b.s.Submit(tw.b.ctx,
+				norn.NewTask{ID: "s1", Queue: "sq", SequenceKey: "acct"},
+				norn.NewTask{ID: "s2", Queue: "sq", SequenceKey: "acct"},
+				norn.NewTask{ID: "db1", Queue: "dq", UniqueKey: "k", OnDuplicate: norn.DuplicateReplace, Delay: dur(time.Minute), DebounceMax: dur(5 * time.Minute)},
+				norn.NewTask{ID: "ex", Queue: "eq", ExpiresAt: now.Add(30 * time.Second)},
+				norn.NewTask{ID: "rt", Queue: "rq", MaxRuntime: dur(time.Minute), Timeout: dur(time.Hour)},
+				norn.NewTask{ID: "ck", Queue: "kq", ConcurrencyKey: "tenant"},
+				norn.NewTask{ID: "par", Queue: "pq"},
+				norn.NewTask{ID: "runs", Queue: "dq2", DependsOn: []string{"ab2"}, OnDependencyFailure: norn.DependencyRun},
+				norn.NewTask{ID: "ab2", Queue: "x2", MaxAttempts: ptr(1), Retry: &norn.RetryPolicy{MaxRetries: 0}},
+			)
+			return answer(got, err)
+		}},
+		{"debounce replaces", func(tw *twin) any {
+			got, err := tw.b.s.Submit(tw.b.ctx, norn.NewTask{ID: "db2", Queue: "dq", UniqueKey: "k", OnDuplicate: norn.DuplicateReplace,
+				Delay: dur(time.Minute), DebounceMax: dur(5 * time.Minute), Spec: json.RawMessage(`{"v": 2}`)})
+			return answer(got, err)
+		}},
+		{"claim the sequence head and fail it", func(tw *twin) any {
+			tw.claim("w8", "sq", 5)
+			return errOnly(tw.b.s.Fail(tw.b.ctx, tw.ref("s1"), norn.ErrorInfo{Code: "seq", RetryIn: dur(time.Second)}))
+		}},
+		{"a parent awaits children", func(tw *twin) any {
+			tw.claim("w9", "pq", 1)
+			got, err := tw.b.s.Await(tw.b.ctx, tw.ref("par"), norn.AwaitRequest{Tasks: []norn.NewTask{{ID: "ch1", Queue: "cq"}, {ID: "ch2", Queue: "cq"}}})
+			if got != nil {
+				return answer([]any{got.Task, got.Children}, err)
+			}
+			return answer(nil, err)
+		}},
+		{"the children end", func(tw *twin) any {
+			tw.claim("w9", "cq", 2)
+			return answer(errorsOf(tw.b.s.Complete(tw.b.ctx, tw.ref("ch1"), json.RawMessage(`1`)),
+				tw.b.s.Complete(tw.b.ctx, tw.ref("ch2"), json.RawMessage(`2`))), nil)
+		}},
+		{"a lease runs to its max_runtime", func(tw *twin) any {
+			tw.claim("w10", "rq", 1)
+			return tw.advance(61 * time.Second)
+		}},
+		{"a dependency aborts and its dependent runs", func(tw *twin) any {
+			tw.claim("w11", "x2", 1)
+			return errOnly(tw.b.s.Fail(tw.b.ctx, tw.ref("ab2"), norn.ErrorInfo{Code: "gone"}))
+		}},
+		{"a lease batch of every kind", func(tw *twin) any {
+			tw.claim("w12", "kq", 1)
+			tw.claim("w12", "dq2", 1)
+			got, err := tw.b.s.LeaseBatch(tw.b.ctx, []norn.LeaseOp{
+				{Op: norn.OpHeartbeat, LeaseRef: tw.ref("ck"), Heartbeat: norn.Heartbeat{Progress: ptr(0.25)}},
+				{Op: norn.OpComplete, LeaseRef: tw.ref("runs"), Result: json.RawMessage(`"done"`)},
+				{Op: norn.OpFail, LeaseRef: tw.ref("nobody"), Error: &norn.ErrorInfo{Code: "x"}},
+			})
+			return answer(got, err)
+		}},
+		{"ten minutes pass", func(tw *twin) any { return tw.advance(10 * time.Minute) }},
+		{"queue settings", func(tw *twin) any {
+			got, err := tw.b.s.UpdateQueue(tw.b.ctx, "q", norn.QueueUpdate{Paused: ptr(true), MaxAttempts: ptr(3)})
+			return answer(got, err)
+		}},
+	}
+}
+
+// twinBulk: the calls over many tasks.
+func twinBulk() []twinStep {
+	return []twinStep{
+		{"get many", func(tw *twin) any {
+			found, missing, err := tw.b.s.GetMany(tw.b.ctx, []string{"a", "nope", "dep", "a"})
+			return answer([]any{found, missing}, err)
+		}},
+		{"count grouped", func(tw *twin) any {
+			got, err := tw.b.s.CountGrouped(tw.b.ctx, norn.Filter{})
+			return answer(got, err)
+		}},
+		{"list by priority", func(tw *twin) any {
+			got, err := tw.b.s.List(tw.b.ctx, norn.Query{Order: norn.OrderPriority, Limit: 5, Summary: true})
+			return answer(got.Tasks, err)
+		}},
+		{"retry matching", func(tw *twin) any {
+			n, err := tw.b.s.RetryMatching(tw.b.ctx, norn.Filter{Statuses: []norn.Status{norn.StatusAborted}})
+			return answer(n, err)
+		}},
+		{"cancel matching", func(tw *twin) any {
+			n, err := tw.b.s.CancelMatching(tw.b.ctx, norn.Filter{Queues: []string{"c", "x"}})
+			return answer(n, err)
+		}},
+		{"delete matching", func(tw *twin) any {
+			n, err := tw.b.s.DeleteMatching(tw.b.ctx, norn.Filter{Statuses: []norn.Status{norn.StatusCancelled}})
+			return answer(n, err)
+		}},
+		{"a week passes", func(tw *twin) any { return tw.advance(8 * 24 * time.Hour) }},
+	}
+}
