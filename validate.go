@@ -734,3 +734,24 @@ func ValidateLogRead(id string, limit int) error {
 	}
 	return nil
 }
+
+// GetManyIDs checks GetMany's ids (at most MaxBatch, each valid, named
+// ids[i]) and returns them each once, in the order first asked: a task is
+// answered once however often its id is repeated, as the API answers it.
+func GetManyIDs(ids []string) ([]string, error) {
+	if len(ids) > MaxBatch {
+		return nil, TooLarge("ids", "%d ids, more than the limit of %d", len(ids), MaxBatch)
+	}
+	seen := make(map[string]bool, len(ids))
+	out := make([]string, 0, len(ids))
+	for i, id := range ids {
+		if err := ValidateID(fmt.Sprintf("ids[%d]", i), id); err != nil {
+			return nil, err
+		}
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}

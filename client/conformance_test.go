@@ -48,3 +48,18 @@ func TestConformance(t *testing.T) {
 	}
 	storetest.RunWith(t, remoteStore, storetest.Options{StreamTasks: n})
 }
+
+// TestTwinWithEmbedded runs one workload through the client and on the
+// embedded store it serves, side by side: what crosses HTTP must come back
+// as the store gave it.
+func TestTwinWithEmbedded(t *testing.T) {
+	t.Parallel()
+	storetest.RunTwin(t, func(t *testing.T, clock norn.Clock) norn.Store {
+		st, err := embedded.Open(context.Background(), embedded.Options{Dir: t.TempDir(), Clock: clock, ManualSweep: true})
+		if err != nil {
+			t.Fatalf("embedded.Open: %v", err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}, remoteStore)
+}

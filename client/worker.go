@@ -156,26 +156,15 @@ func (c *Client) LeaseBatch(ctx context.Context, ops []norn.LeaseOp) ([]norn.Lea
 		if err := checkRaw(fmt.Sprintf("ops[%d].result", i), ops[i].Result); err != nil {
 			return nil, err
 		}
-		switch ops[i].Op {
-		case norn.OpHeartbeat, norn.OpComplete, norn.OpFail, norn.OpAbort, norn.OpYield, norn.OpSnooze:
-			if ops[i].Op == norn.OpSnooze {
-				// The server refuses a whole batch with an invalid op; the
-				// stores give the op its own error, so check it here.
-				op := norn.LeaseOp{Op: norn.OpSnooze, Snooze: ops[i].Snooze}
-				err := ops[i].Snooze.Validate()
-				if err == nil && ops[i].UntilSignal != "" {
-					err = op.ValidateInBatch()
-				}
-				if err != nil {
-					res[i].Err = norn.WithFieldPrefix(err, fmt.Sprintf("ops[%d]", i)).(*norn.Error)
-					continue
-				}
-			}
-			send = append(send, ops[i])
-			at = append(at, i)
-		default:
-			res[i].Err = norn.Invalid("op", "unknown lease operation %q", ops[i].Op)
+		// The server refuses a whole batch with an invalid op; the stores
+		// give the op its own error, and so does the client, with the same
+		// check.
+		if err := ops[i].ValidateInBatch(); err != nil {
+			res[i].Err = norn.BatchOpError(i, err)
+			continue
 		}
+		send = append(send, ops[i])
+		at = append(at, i)
 	}
 	if len(send) == 0 && len(ops) > 0 {
 		return res, nil

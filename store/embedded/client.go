@@ -252,17 +252,15 @@ func (s *Store) GetMany(ctx context.Context, ids []string) ([]*norn.Task, []stri
 		return nil, nil, err
 	}
 	defer s.exit()
-	if len(ids) > norn.MaxBatch {
-		return nil, nil, norn.TooLarge("ids", "more than %d ids", norn.MaxBatch)
+	ids, err := norn.GetManyIDs(ids)
+	if err != nil {
+		return nil, nil, err
 	}
 	r := s.newReader()
 	defer r.close()
 	var found []*norn.Task
 	var missing []string
-	for i, id := range ids {
-		if err := norn.ValidateID(fmt.Sprintf("ids[%d]", i), id); err != nil {
-			return nil, nil, err
-		}
+	for _, id := range ids {
 		t, err := r.task(id, false, nil)
 		if err != nil {
 			return nil, nil, err

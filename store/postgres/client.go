@@ -30,13 +30,12 @@ func (s *Store) Get(ctx context.Context, id string) (*norn.Task, error) {
 
 // GetMany returns the tasks that exist, in request order, and the missing ids.
 func (s *Store) GetMany(ctx context.Context, ids []string) ([]*norn.Task, []string, error) {
-	for i, id := range ids {
-		if err := norn.ValidateID(fmt.Sprintf("ids[%d]", i), id); err != nil {
-			return nil, nil, err
-		}
+	ids, err := norn.GetManyIDs(ids)
+	if err != nil {
+		return nil, nil, err
 	}
 	var recs map[string]*rec
-	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+	err = s.withConn(ctx, func(conn *pgx.Conn) error {
 		var err error
 		recs, err = s.readFull(ctx, conn, ids)
 		return err

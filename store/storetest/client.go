@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"slices"
 	"testing"
 	"time"
 
@@ -282,6 +283,25 @@ func exerciseSubmitGetMany(t *testing.T, setup setupFunc) {
 			eqStrings(t, "GetMany found", ids(found), []string{"b3", "b1", "b5"})
 			eqStrings(t, "GetMany missing", missing, []string{"nope", "nope2"})
 			sameTask(t, "GetMany b1", got[1], found[1])
+		})
+
+		t.Run("AnswersARepeatedIDOnce", func(t *testing.T) {
+			t.Parallel()
+			s, b := setup(t)
+			b.submit(batchOf("r1", "r2")...)
+			found, missing, err := s.GetMany(b.ctx, []string{"r2", "x", "r1", "r2", "x"})
+			if err != nil {
+				t.Fatalf("GetMany: %v", err)
+			}
+			eqStrings(t, "GetMany found", ids(found), []string{"r2", "r1"})
+			eqStrings(t, "GetMany missing", missing, []string{"x"})
+		})
+
+		t.Run("RefusesMoreThanMaxBatchIDs", func(t *testing.T) {
+			t.Parallel()
+			s, b := setup(t)
+			_, _, err := s.GetMany(b.ctx, slices.Repeat([]string{"a"}, norn.MaxBatch+1))
+			wantErr(t, "GetMany of too many ids", err, norn.ErrTooLarge)
 		})
 	})
 }
