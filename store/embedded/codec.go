@@ -26,7 +26,7 @@ const (
 	sufDepResult  = 'd' // + the dependency's id: an ended dependency's outcome
 	sufError      = 'e' // + be64 seq: one key per recorded error
 	sufLog        = 'g' // + be64 seq: update log
-	sufHistory    = 'h' // + be64 seq: history entries
+	sufHistory    = 'h' // + be64 seq: history entries (but those state.implied stands for)
 	sufSignal     = 'i' // + be64 seq: signals received
 	sufSignalWait = 'j' // the last wait for a signal
 	sufResult     = 'r' // result of a completed task
@@ -277,7 +277,7 @@ func storedImplied(b []byte) bool { return len(b) > 2 && b[0] >= 3 && b[2] != 0 
 
 func impliedCount(implied uint8) int { return int(implied&impAssign) + int(implied&impComplete)>>1 }
 
-// impliedEntry is the history entry bit of st's implied set stands for.
+// impliedEntry is the history entry that bit of st's implied set stands for.
 func (st *state) impliedEntry(bit uint8) norn.HistoryEntry {
 	if bit == impAssign {
 		return norn.HistoryEntry{Type: norn.TaskAssignment, Time: fromNanos(st.started), Worker: st.owner, Lease: st.lease}

@@ -353,7 +353,9 @@ func (tx *txn) history(t *task, ns *state, h norn.HistoryEntry) {
 }
 
 // nextHistory reserves the next history sequence number in ns for h and
-// reports whether ns's record stands for h (implied: no history key).
+// reports whether ns's record stands for h (implied: no history key), so
+// ns must already hold what h is read from (its owner, lease, and start
+// or terminal time).
 // With appendHistory after tx.set, the hot paths (claim, finishing a task)
 // write a task's keys in key order (state 'c', then history 'h'): Pebble's
 // memtable inserts a batch's keys with a cached skiplist position that
@@ -416,8 +418,8 @@ func settleImplied(old, ns *state) (spell uint8) {
 	return old.implied &^ carried
 }
 
-// spellOut writes the implied entries bits of old as history keys, those
-// a task whose history reached histNext keeps under the cap.
+// spellOut writes old's implied entries in bits as history keys, those
+// still under the cap once the history reaches histNext.
 func (tx *txn) spellOut(t *task, old *state, histNext uint64, bits uint8) {
 	lim := uint64(tx.s.opts.HistoryLimit)
 	for bit := uint8(impAssign); bit <= impComplete; bit <<= 1 {
