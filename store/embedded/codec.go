@@ -26,7 +26,7 @@ const (
 	sufDepResult  = 'd' // + the dependency's id: an ended dependency's outcome
 	sufError      = 'e' // + be64 seq: one key per recorded error
 	sufLog        = 'g' // + be64 seq: update log
-	sufHistory    = 'h' // + be64 seq: history entries
+	sufHistory    = 'h' // + be64 seq: history entries (but those state.implied stands for)
 	sufSignal     = 'i' // + be64 seq: signals received
 	sufSignalWait = 'j' // the last wait for a signal
 	sufResult     = 'r' // result of a completed task
@@ -170,7 +170,10 @@ func fromNanos(n int64) time.Time {
 // state is the mutable part of a task: everything a transition changes. Its
 // encoding is the 'c' record, a few tens of bytes.
 type state struct {
-	status   uint8 // index into norn.AllStatuses
+	status uint8 // index into norn.AllStatuses
+	// implied says which of the newest history entries the record stands
+	// for instead of a history key each (impAssign, impComplete).
+	implied  uint8
 	priority uint32
 	progress float64
 	updated  int64
@@ -188,13 +191,31 @@ type state struct {
 	logNext  uint64 // next log sequence number (starts at 1)
 }
 
-// recVersion 2 added started; version 1 records (written before it
-// existed) decode with started 0.
-const recVersion = 2
+// recVersion 2 added started, 3 the implied history entries; version 1
+// records (written before started existed) decode with started 0, and
+// version 1 and 2 records with no implied entries.
+const recVersion = 3
+
+// Implied history entries. A claim's assignment entry and the completion
+// that ends the same lease say nothing their task's state does not
+// (assignment: started, owner, lease; completion: endedAt, owner, lease,
+// progress 1), so the state record stands for them: a claim and its
+// completion write one key each instead of a state and a history key each
+// (docs/internals/embedded-performance.md). Implied entries are always
+// the newest, in bit order, ending at histNext-1; the transition that
+// appends any other entry, or changes what an implied one is read from,
+// writes them out as history keys first (txn.settleImplied).
+const (
+	impAssign   = 1 << iota // the assignment of the current lease
+	impComplete             // the completion of that lease
+	impAll      = impAssign | impComplete
+)
 
 func (st *state) encode(buf []byte) []byte {
 	e := enc{b: buf}
-	e.b = append(e.b, recVersion, st.status)
+	// implied at a fixed offset: a claim's reader looks at it without
+	// decoding the record (decodeTaskIn).
+	e.b = append(e.b, recVersion, st.status, st.implied)
 	e.i(st.started)
 	e.u(uint64(st.priority))
 	e.f(st.progress)
@@ -215,11 +236,18 @@ func (st *state) encode(buf []byte) []byte {
 
 func decodeState(b []byte) (state, error) {
 	var st state
-	if len(b) < 2 || (b[0] != recVersion && b[0] != 1) || int(b[1]) >= len(norn.AllStatuses) {
+	if len(b) < 2 || b[0] < 1 || b[0] > recVersion || int(b[1]) >= len(norn.AllStatuses) {
 		return st, errCorrupt
 	}
 	st.status = b[1]
 	d := dec{b: b[2:]}
+	if b[0] >= 3 {
+		if len(b) < 3 || b[2]&^impAll != 0 {
+			return st, errCorrupt
+		}
+		st.implied = b[2]
+		d.b = b[3:]
+	}
 	if b[0] >= 2 {
 		st.started = d.i()
 	}
@@ -237,7 +265,67 @@ func decodeState(b []byte) (state, error) {
 	st.histNext = d.u()
 	st.logNext = d.u()
 	st.errN = uint32(d.u())
+	if d.err == nil && uint64(impliedCount(st.implied)) > st.histNext {
+		return st, errCorrupt
+	}
 	return st, d.err
+}
+
+// storedImplied reports whether a state record has implied history
+// entries, without decoding it.
+func storedImplied(b []byte) bool { return len(b) > 2 && b[0] >= 3 && b[2] != 0 }
+
+func impliedCount(implied uint8) int { return int(implied&impAssign) + int(implied&impComplete)>>1 }
+
+// impliedEntry is the history entry that bit of st's implied set stands for.
+func (st *state) impliedEntry(bit uint8) norn.HistoryEntry {
+	if bit == impAssign {
+		return norn.HistoryEntry{Type: norn.TaskAssignment, Time: fromNanos(st.started), Worker: st.owner, Lease: st.lease}
+	}
+	return norn.HistoryEntry{Type: norn.TaskComplete, Time: fromNanos(st.endedAt), Worker: st.owner, Lease: st.lease, Progress: 1}
+}
+
+// impliedSeq is the history sequence number of bit in st's implied set.
+func (st *state) impliedSeq(bit uint8) uint64 {
+	return st.histNext - uint64(impliedCount(st.implied&^(bit-1)))
+}
+
+// sameImplied reports whether bit stands for the same entry in a and b.
+func sameImplied(bit uint8, a, b *state) bool {
+	if a.implied&bit == 0 || b.implied&bit == 0 || a.impliedSeq(bit) != b.impliedSeq(bit) ||
+		a.owner != b.owner || a.lease != b.lease {
+		return false
+	}
+	if bit == impAssign {
+		return a.started == b.started
+	}
+	return a.endedAt == b.endedAt
+}
+
+// impliedBy returns the implied bit that stands for h, the entry being
+// appended to a task whose new state is ns at time now, or 0 when h needs
+// a history key of its own.
+func impliedBy(ns *state, h *norn.HistoryEntry, now int64) uint8 {
+	if h.Error != nil || h.Worker != ns.owner || h.Lease != ns.lease {
+		return 0
+	}
+	switch {
+	case h.Type == norn.TaskAssignment && h.Progress == 0 && ns.started == now:
+		return impAssign
+	case h.Type == norn.TaskComplete && h.Progress == 1 && ns.endedAt == now:
+		return impComplete
+	}
+	return 0
+}
+
+// appendImplied appends the entries st's implied set stands for.
+func (a *taskArena) appendImplied(hs []norn.HistoryEntry, st *state) []norn.HistoryEntry {
+	for bit := uint8(impAssign); bit <= impComplete; bit <<= 1 {
+		if st.implied&bit != 0 {
+			hs = a.appendHistory(hs, st.impliedEntry(bit))
+		}
+	}
+	return hs
 }
 
 // immutable is the part of a task written once at submit (the 'a' record).

@@ -32,10 +32,20 @@ func TestTaskKeysSortByID(t *testing.T) {
 func TestRecordsRoundTrip(t *testing.T) {
 	t.Parallel()
 	st := state{status: stRunning, priority: 7, progress: 0.25, updated: 1, runAt: 2, deadline: 3, readyAt: 4,
-		endedAt: 5, started: 6, owner: "worker-1", lease: 9, attempts: 3, version: 11, histNext: 12, logNext: 13, errN: 2}
+		endedAt: 5, started: 6, owner: "worker-1", lease: 9, attempts: 3, version: 11, histNext: 12, logNext: 13, errN: 2,
+		implied: impAll}
 	got, err := decodeState(st.encode(nil))
 	if err != nil || got != st {
 		t.Fatalf("state round trip: %+v, %v", got, err)
+	}
+	if !storedImplied(st.encode(nil)) {
+		t.Fatal("storedImplied misses the implied entries")
+	}
+	// More implied entries than the history has, or unknown bits: corrupt.
+	for _, bad := range []state{{implied: impAssign}, {implied: impAll, histNext: 1}, {implied: 4, histNext: 5}} {
+		if _, err := decodeState(bad.encode(nil)); err == nil {
+			t.Fatalf("state %+v decoded", bad)
+		}
 	}
 	im := immutable{queue: "q", created: 99, maxAttempts: 3, timeout: int64(time.Second), maxRuntime: int64(time.Minute),
 		retry: &norn.RetryPolicy{MaxRetries: 2, Base: norn.Duration(time.Second), Jitter: norn.JitterFull}, expires: 1_900_000_000_123_456_789, uniqueKey: "user-42",
@@ -131,6 +141,14 @@ func TestOlderRecordsDecode(t *testing.T) {
 	if err != nil || got != st {
 		t.Fatalf("state version 1: %+v, %v", got, err)
 	}
+	// Version 2: version 3 without the implied entries' byte.
+	st2 := st
+	st2.started = 6
+	v3 := st2.encode(nil)
+	got, err = decodeState(append([]byte{2, v3[1]}, v3[3:]...))
+	if err != nil || got != st2 || storedImplied(append([]byte{2, v3[1]}, v3[3:]...)) {
+		t.Fatalf("state version 2: %+v, %v", got, err)
+	}
 	for _, c := range []struct {
 		v                  byte
 		uniqueKey, flowKey string
@@ -180,6 +198,7 @@ func FuzzDecodeRecords(f *testing.F) {
 	st := state{status: stReady, owner: "w"}
 	im := immutable{queue: "q", deps: []string{"d"}, spec: []byte(`1`), st: st}
 	f.Add(st.encode(nil))
+	f.Add((&state{status: stCompleted, owner: "w", lease: 1, histNext: 2, implied: impAll}).encode(nil))
 	f.Add(im.encode(nil))
 	im.traceparent, im.tracestate = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "a=b"
 	f.Add(im.encode(nil))

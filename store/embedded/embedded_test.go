@@ -473,6 +473,10 @@ func TestCrashSafety(t *testing.T) {
 				s.Close()
 				t.Fatalf("round %d: task %s acknowledged completed is %s", round, id, tk.Status)
 			}
+			if err := crashHistoryOK(op, tk); err != nil {
+				s.Close()
+				t.Fatalf("round %d: task %s acknowledged %s: %v", round, id, op, err)
+			}
 		}
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
@@ -482,6 +486,40 @@ func TestCrashSafety(t *testing.T) {
 	if len(acked) < rounds {
 		t.Fatalf("only %d acknowledged ops in %d rounds: the child barely ran", len(acked), rounds)
 	}
+}
+
+// crashHistoryOK checks the history of a task acknowledged claimed (an
+// assignment last, to worker w under the task's lease) or completed (that
+// assignment, then the completion).
+func crashHistoryOK(op string, tk *norn.Task) error {
+	var want []norn.HistoryType
+	switch op {
+	case "claimed":
+		if tk.Status != norn.StatusRunning && tk.Status != norn.StatusCompleted {
+			return fmt.Errorf("status %s", tk.Status)
+		}
+		if tk.Status == norn.StatusRunning {
+			want = []norn.HistoryType{norn.TaskAssignment}
+		} else {
+			want = []norn.HistoryType{norn.TaskAssignment, norn.TaskComplete}
+		}
+	case "completed":
+		want = []norn.HistoryType{norn.TaskAssignment, norn.TaskComplete}
+	default:
+		return nil
+	}
+	if len(tk.History) != len(want) {
+		return fmt.Errorf("history %+v, want %v", tk.History, want)
+	}
+	for i, h := range tk.History {
+		if h.Type != want[i] || h.Worker != "w" || h.Lease != tk.Lease || h.Lease == 0 {
+			return fmt.Errorf("history %+v, want %v by w under lease %d", tk.History, want, tk.Lease)
+		}
+	}
+	if !tk.History[0].Time.Equal(tk.Started) {
+		return fmt.Errorf("assignment at %v, started %v", tk.History[0].Time, tk.Started)
+	}
+	return nil
 }
 
 // crashChild works until killed: submits batches, claims and completes,
@@ -510,6 +548,9 @@ func crashChild(dir, round string) {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "child claim:", err)
 			os.Exit(2)
+		}
+		for _, tk := range ts {
+			fmt.Printf("claimed %s\n", tk.ID)
 		}
 		for _, tk := range ts {
 			if err := s.Complete(bg, refOf(tk), json.RawMessage(`1`)); err != nil {

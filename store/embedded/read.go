@@ -106,8 +106,8 @@ func (r *reader) tasksForward(ids []string, cl []claimedAs, order []int32) ([]*n
 // claimedAs is what a claim changed in a task: its new state and the
 // assignment entry appended to its history. Claim reads its tasks from a
 // view taken just before its batch is applied, where a task fresh from
-// submit is one key (the claim adds two, a state and a history entry,
-// which the read would have to step over and decode), and adds these.
+// submit is one key (the claim adds a state record, which the read would
+// have to step over and decode), and adds these.
 type claimedAs struct {
 	st   state
 	hist norn.HistoryEntry
@@ -265,8 +265,12 @@ func (s *Store) decodeTaskIn(it *pebble.Iterator, id string, lo []byte, summary 
 			if t == nil {
 				return nil, fmt.Errorf("embedded: task %q has a state but no record: %w", id, errCorrupt)
 			}
-			if c != nil {
-				break // superseded by c.st
+			if c != nil && !storedImplied(v) {
+				// Superseded by c.st; only implied entries (which the
+				// claim wrote out, in a batch this view does not hold)
+				// are read from the record.
+				st = state{}
+				break
 			}
 			if st, err = decodeState(v); err != nil {
 				return nil, fmt.Errorf("embedded: task %q state: %w", id, err)
@@ -283,6 +287,7 @@ func (s *Store) decodeTaskIn(it *pebble.Iterator, id string, lo []byte, summary 
 		}
 		return nil, nil
 	}
+	stored := st
 	if c != nil {
 		st = c.st
 	}
@@ -302,6 +307,7 @@ func (s *Store) decodeTaskIn(it *pebble.Iterator, id string, lo []byte, summary 
 	}
 	// Stored by position among the sorted dependencies; shown as listed.
 	t.DependencyResults = norn.SortDependencyResults(t.DependsOn, t.DependencyResults)
+	t.History = a.appendImplied(t.History, &stored)
 	if c != nil {
 		t.History = a.appendHistory(t.History, c.hist)
 	}
@@ -1020,8 +1026,20 @@ func (s *Store) ReadLog(ctx context.Context, id string, after uint64, limit int)
 
 // lastLeased returns the newest history entry of task id that carries a
 // lease (nil when none is kept): the entry that ended the latest lease, or
-// its assignment while it runs.
+// its assignment while it runs. It reads what is committed, as the task's
+// history reads.
 func (s *Store) lastLeased(id string) (*norn.HistoryEntry, error) {
+	st, err := s.storedState(id)
+	if err != nil {
+		return nil, err
+	}
+	// Implied entries are the newest; every one of them carries a lease.
+	for bit := uint8(impComplete); bit >= impAssign; bit >>= 1 {
+		if st.implied&bit != 0 {
+			h := st.impliedEntry(bit)
+			return &h, nil
+		}
+	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: taskKey(id, sufHistory), UpperBound: taskKey(id, sufHistory+1)})
 	if err != nil {
 		return nil, norn.Unavailable(err)
@@ -1041,6 +1059,32 @@ func (s *Store) lastLeased(id string) (*norn.HistoryEntry, error) {
 		}
 	}
 	return nil, it.Error()
+}
+
+// storedState reads task id's committed state: its state record, or the
+// one in its immutable record when it has none (none at all: the zero
+// state).
+func (s *Store) storedState(id string) (state, error) {
+	v, c, err := s.db.Get(taskKey(id, sufState))
+	if err == pebble.ErrNotFound {
+		if v, c, err = s.db.Get(taskKey(id, sufImmutable)); err == nil {
+			im, derr := decodeImmutable(v, false, false)
+			c.Close()
+			return im.st, derr
+		}
+	}
+	if err == pebble.ErrNotFound {
+		return state{}, nil
+	}
+	if err != nil {
+		return state{}, norn.Unavailable(err)
+	}
+	defer c.Close()
+	st, err := decodeState(v)
+	if err != nil {
+		return st, fmt.Errorf("embedded: task %q state: %w", id, err)
+	}
+	return st, nil
 }
 
 // logEntry reads entry seq of task id's log (nil when there is none).

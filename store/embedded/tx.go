@@ -263,11 +263,18 @@ func (tx *txn) release() {
 // record goes into the batch, and the undo log can restore the old state.
 func (tx *txn) set(t *task, ns state) {
 	old := t.st
+	var spell uint8
+	if old.implied|ns.implied != 0 {
+		spell = settleImplied(&old, &ns)
+	}
 	t.st = ns
 	tx.s.index(t, old, true)
 	tx.undo = append(tx.undo, undoStep{t: t, old: old})
 	tx.buf = ns.encode(tx.buf[:0])
 	tx.b.Set(tx.key(t.id, sufState), tx.buf, nil)
+	if spell != 0 {
+		tx.spellOut(t, &old, ns.histNext, spell)
+	}
 	if t.inBatch && ns.status != old.status {
 		tx.batchStatusChanged(t, old.status, ns.status)
 	}
@@ -341,31 +348,89 @@ func (tx *txn) removeTask(t *task) {
 // history appends a history entry to t (whose new state ns is about to be
 // set), dropping the oldest beyond the cap.
 func (tx *txn) history(t *task, ns *state, h norn.HistoryEntry) {
-	tx.writeHistory(t, nextHistory(ns), h)
+	seq, implied := tx.nextHistory(ns, &h)
+	tx.appendHistory(t, seq, implied, h)
 }
 
-// nextHistory reserves the next history sequence number in ns. With
-// writeHistory after tx.set, the hot paths (claim, finishing a task) write
-// a task's keys in key order (state 'c', then history 'h'): Pebble's
+// nextHistory reserves the next history sequence number in ns for h and
+// reports whether ns's record stands for h (implied: no history key), so
+// ns must already hold what h is read from (its owner, lease, and start
+// or terminal time).
+// With appendHistory after tx.set, the hot paths (claim, finishing a task)
+// write a task's keys in key order (state 'c', then history 'h'): Pebble's
 // memtable inserts a batch's keys with a cached skiplist position that
 // only helps when each key lands just after the previous one, and a key
 // before it (the state after its history entry) made every insert search
 // from the top (docs/internals/embedded-performance.md).
-func nextHistory(ns *state) uint64 {
-	seq := ns.histNext
+func (tx *txn) nextHistory(ns *state, h *norn.HistoryEntry) (seq uint64, implied bool) {
+	seq = ns.histNext
 	ns.histNext++
-	return seq
+	bit := impliedBy(ns, h, tx.now)
+	switch {
+	case bit == 0:
+		// Implied entries must be the newest: set writes them out.
+		ns.implied = 0
+	case ns.implied&^(bit-1) != 0:
+		// Only entries of an earlier bit can stay implied below it.
+		ns.implied = bit
+	default:
+		ns.implied |= bit
+	}
+	return seq, bit != 0
 }
 
-// writeHistory writes history entry seq of t (reserved by nextHistory),
-// dropping the oldest beyond the cap.
-func (tx *txn) writeHistory(t *task, seq uint64, h norn.HistoryEntry) {
-	h.Time = fromNanos(tx.now)
+// appendHistory writes history entry seq of t (reserved by nextHistory)
+// unless t's state record stands for it, dropping the oldest beyond the
+// cap.
+func (tx *txn) appendHistory(t *task, seq uint64, implied bool, h norn.HistoryEntry) {
 	if lim := uint64(tx.s.opts.HistoryLimit); seq >= lim {
 		tx.b.Delete(tx.seqKey(t.id, sufHistory, seq-lim), nil)
 	}
+	if implied {
+		return
+	}
+	h.Time = fromNanos(tx.now)
 	tx.hbuf = appendHistory(tx.hbuf[:0], h)
 	tx.b.Set(tx.seqKey(t.id, sufHistory, seq), tx.hbuf, nil)
+}
+
+// settleImplied keeps in ns the implied entries of old that ns still
+// stands for, unchanged and at the same sequence numbers, and returns the
+// others, which the transition must write as history keys (spellOut). An
+// implied entry ns carries over but no longer stands for as it was (a
+// transition changed its owner, lease or time without appending history)
+// is dropped from ns, with every other carried one, below the entries this
+// transition appended.
+func settleImplied(old, ns *state) (spell uint8) {
+	var carried uint8
+	for bit := uint8(impAssign); bit <= impComplete; bit <<= 1 {
+		if ns.implied&bit != 0 && ns.impliedSeq(bit) < old.histNext {
+			carried |= bit
+		}
+	}
+	for bit := uint8(impAssign); bit <= impComplete; bit <<= 1 {
+		if carried&bit != 0 && !sameImplied(bit, old, ns) {
+			ns.implied &^= carried
+			carried = 0
+			break
+		}
+	}
+	return old.implied &^ carried
+}
+
+// spellOut writes old's implied entries in bits as history keys, those
+// still under the cap once the history reaches histNext.
+func (tx *txn) spellOut(t *task, old *state, histNext uint64, bits uint8) {
+	lim := uint64(tx.s.opts.HistoryLimit)
+	for bit := uint8(impAssign); bit <= impComplete; bit <<= 1 {
+		if bits&bit == 0 {
+			continue
+		}
+		if seq := old.impliedSeq(bit); histNext-seq <= lim {
+			tx.hbuf = appendHistory(tx.hbuf[:0], old.impliedEntry(bit))
+			tx.b.Set(tx.seqKey(t.id, sufHistory, seq), tx.hbuf, nil)
+		}
+	}
 }
 
 // recordError appends e to t's errors.
@@ -409,9 +474,9 @@ func (tx *txn) finishTaskAs(t *task, status uint8, h norn.HistoryEntry, e *norn.
 		h.Error = e
 		tx.recordError(t, &ns, *e)
 	}
-	seq := nextHistory(&ns)
+	seq, implied := tx.nextHistory(&ns, &h)
 	tx.set(t, ns)
-	tx.writeHistory(t, seq, h)
+	tx.appendHistory(t, seq, implied, h)
 	tx.event(kind, t)
 	if status == stCompleted {
 		tx.releaseDependents(t)

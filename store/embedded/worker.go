@@ -232,9 +232,10 @@ func (tx *txn) take(t *task, req *norn.ClaimRequest) *task {
 	ns.started = tx.now
 	ns.deadline = nanos(norn.ClaimDeadline(fromNanos(tx.now), time.Duration(lease), norn.Duration(t.maxRuntime)))
 	ns.progress = 0
-	seq := nextHistory(&ns)
+	h := norn.HistoryEntry{Type: norn.TaskAssignment, Worker: req.Worker, Lease: ns.lease}
+	seq, implied := tx.nextHistory(&ns, &h)
 	tx.set(t, ns) // removes it from the ready queue
-	tx.writeHistory(t, seq, norn.HistoryEntry{Type: norn.TaskAssignment, Worker: req.Worker, Lease: ns.lease})
+	tx.appendHistory(t, seq, implied, h)
 	tx.event(norn.EventKind(norn.TaskAssignment), t)
 	tx.s.tasks.noteClaimed(t)
 	return t
