@@ -3,8 +3,8 @@ package storetest
 import (
 	"encoding/json"
 	"errors"
-	"strings"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
