@@ -537,7 +537,13 @@ func (s *Store) transactIn(ctx context.Context, tx pgx.Tx, txn norn.Txn) (*norn.
 	// requirements still hold when it commits.
 	lockIDs := txnIDs(txn)
 	if len(lockIDs) > 0 {
-		if _, err := s.readCore(ctx, tx, lockIDs, true); err != nil {
+		locked, err := s.readCore(ctx, tx, lockIDs, true)
+		if err != nil {
+			return nil, w, err
+		}
+		// Before the submits: a requirement is about the tasks as they
+		// were, not one the transaction itself adds.
+		if err := checkRequirements(txn.Require, locked); err != nil {
 			return nil, w, err
 		}
 	}
@@ -560,9 +566,6 @@ func (s *Store) transactIn(ctx context.Context, tx pgx.Tx, txn norn.Txn) (*norn.
 	now = micro(now)
 	recs, err := s.readCore(ctx, tx, lockIDs, false)
 	if err != nil {
-		return nil, w, err
-	}
-	if err := checkRequirements(txn.Require, recs); err != nil {
 		return nil, w, err
 	}
 	p := &txnPlan{recs: recs, changes: map[string]*change{}, deleted: map[string]bool{}}

@@ -115,6 +115,13 @@ func updateRules(t *testing.T, setup setupFunc) {
 // transactRules: a requirement naming a missing task does not hold, a
 // conflict like one at another version (norn.Requirement.Check).
 func transactRules(t *testing.T, setup setupFunc) {
+	t.Run("RequirementsHoldBeforeItsOwnSubmits", func(t *testing.T) {
+		t.Parallel()
+		s, b := setup(t)
+		_, err := s.Transact(b.ctx, norn.Txn{Submit: []norn.NewTask{{ID: "n", Queue: "q"}}, Require: []norn.Requirement{{ID: "n"}}})
+		wantField(t, "a requirement of a task the transaction submits", err, norn.ErrConflict, "require[0].id")
+		b.gone("n")
+	})
 	t.Run("RequirementOfAMissingTaskIsAConflictNamingItsID", func(t *testing.T) {
 		t.Parallel()
 		s, b := setup(t)

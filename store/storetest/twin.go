@@ -206,6 +206,16 @@ func twinLives() []twinStep {
 				Require: []norn.Requirement{{ID: "a"}}})
 			return answer(got, err)
 		}},
+		{"a transaction requiring what it submits", func(tw *twin) any {
+			got, err := tw.b.s.Transact(tw.b.ctx, norn.Txn{Submit: []norn.NewTask{{ID: "tx2", Queue: "c"}},
+				Require: []norn.Requirement{{ID: "tx2"}}})
+			return answer(got, err)
+		}},
+		{"a transaction whose requirement fails", func(tw *twin) any {
+			got, err := tw.b.s.Transact(tw.b.ctx, norn.Txn{Submit: []norn.NewTask{{ID: "tx3", Queue: "c"}},
+				Cancel: []string{"upd"}, Require: []norn.Requirement{{ID: "a", Version: 1}}})
+			return answer(got, err)
+		}},
 		{"an hour passes", func(tw *twin) any { return tw.advance(time.Hour) }},
 		{"claim the retry", func(tw *twin) any { return tw.claim("w2", "d", 5) }},
 		{"retry an aborted task", func(tw *twin) any {
