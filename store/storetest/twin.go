@@ -2,12 +2,14 @@ package storetest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nornq/norn"
 )
 
@@ -58,7 +60,17 @@ func (tw *twin) state() map[string]string {
 	it, err := tw.b.s.Stream(tw.b.ctx, norn.Query{})
 	for _, tk := range collect(tw.b.t, it, err) {
 		id := tk.ID
-		out["task "+id] = canonAnswer(tk)
+		key := "task " + id
+		if generated(id) {
+			// Named by what it is: the stores draw their own ids.
+			key = "generated task " + canonAnswer(tk)
+			for n := 2; out[key] != ""; n++ {
+				key = fmt.Sprintf("generated task #%d %s", n, canonAnswer(tk))
+			}
+			out[key] = canonAnswer(tk)
+			continue
+		}
+		out[key] = canonAnswer(tk)
 		log, err := tw.b.s.ReadLog(tw.b.ctx, id, 0, 0)
 		out["log "+id] = canonAnswer(answer(log, err))
 		sigs, err := tw.b.s.Signals(tw.b.ctx, id, 0)
@@ -108,7 +120,7 @@ func errOnly(err error) any { return answer(nil, err) }
 // twinSteps is the workload: every kind of task and every way through a
 // task's life, in an order whose every step depends on the ones before.
 func twinSteps() []twinStep {
-	return slices.Concat(twinSubmits(), twinLives(), twinFlows(), twinBulk())
+	return slices.Concat(twinSubmits(), twinLives(), twinFlows(), twinLimits(), twinBulk())
 }
 
 func twinSubmits() []twinStep {
@@ -288,6 +300,18 @@ func canonValue(v any) any {
 			return nil
 		}
 		return []any{x.Batch, canonValue(x.Tasks)}
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = canonValue(e)
+		}
+		return out
+	case []norn.QueueInfo:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = canonValue(e)
+		}
+		return out
 	case norn.QueueInfo:
 		x.ClaimPath = norn.ClaimPath{} // how one store's claims go: only it has several ways
 		return x
@@ -312,6 +336,9 @@ func canonValue(v any) any {
 // nanoseconds and stored as microseconds there.
 func microTask(tk *norn.Task) *norn.Task {
 	c := tk.Clone()
+	if generated(c.ID) {
+		c.ID = "generated"
+	}
 	for _, t := range []*time.Time{&c.Created, &c.Updated, &c.RunAt, &c.Deadline, &c.Started, &c.ExpiresAt} {
 		*t = t.Truncate(time.Microsecond)
 	}
@@ -431,4 +458,87 @@ func twinBulk() []twinStep {
 		}},
 		{"a week passes", func(tw *twin) any { return tw.advance(8 * 24 * time.Hour) }},
 	}
+}
+
+// twinLimits: schedules, flow limits, fair and grouped claims, batch claims
+// and redrives.
+func twinLimits() []twinStep {
+	claimReq := func(tw *twin, req norn.ClaimRequest) any {
+		got, err := tw.b.s.Claim(tw.b.ctx, req)
+		for _, tk := range got {
+			tw.held[tk.ID] = tk
+		}
+		return answer(got, err)
+	}
+	return []twinStep{
+		{"a schedule", func(tw *twin) any {
+			got, err := tw.b.s.PutSchedule(tw.b.ctx, norn.Schedule{Name: "every5", Queue: "cron", Cron: "*/5 * * * *", Labels: map[string]string{"k": "v"}})
+			return answer(got, err)
+		}},
+		{"trigger it", func(tw *twin) any {
+			got, err := tw.b.s.TriggerSchedule(tw.b.ctx, "every5")
+			if got.Task != nil {
+				got.Task.ID = "" // generated
+			}
+			return answer([]any{got.Duplicate, got.Task}, err)
+		}},
+		{"limited queues", func(tw *twin) any {
+			_, err1 := tw.b.s.UpdateQueue(tw.b.ctx, "lim", norn.QueueUpdate{MaxRunning: ptr(2), KeyLimit: ptr(1)})
+			_, err2 := tw.b.s.UpdateQueue(tw.b.ctx, "fq", norn.QueueUpdate{FairBy: ptr(norn.FairByConcurrencyKey)})
+			got, err3 := tw.b.s.UpdateQueue(tw.b.ctx, "rl", norn.QueueUpdate{RateLimit: &norn.RateLimit{PerSecond: 1, Burst: 2}})
+			return answer([]any{errorsOf(err1, err2), got}, err3)
+		}},
+		{"submit to them", func(tw *twin) any {
+			var nts []norn.NewTask
+			for i, key := range []string{"k1", "k1", "k2", "k3", "k2"} {
+				nts = append(nts, norn.NewTask{ID: fmt.Sprintf("lim%d", i), Queue: "lim", ConcurrencyKey: key},
+					norn.NewTask{ID: fmt.Sprintf("fq%d", i), Queue: "fq", ConcurrencyKey: key},
+					norn.NewTask{ID: fmt.Sprintf("rl%d", i), Queue: "rl"},
+					norn.NewTask{ID: fmt.Sprintf("gb%d", i), Queue: "gb", ConcurrencyKey: key})
+			}
+			got, err := tw.b.s.Submit(tw.b.ctx, nts...)
+			return answer(len(got), err)
+		}},
+		{"claim under the limits", func(tw *twin) any {
+			return []any{tw.claim("w13", "lim", 5), tw.claim("w13", "fq", 3), tw.claim("w13", "rl", 5)}
+		}},
+		{"a grouped claim", func(tw *twin) any {
+			return claimReq(tw, norn.ClaimRequest{Worker: "w14", Queues: []string{"gb"}, N: 5, Min: 1, GroupBy: norn.FairByConcurrencyKey})
+		}},
+		{"a batch claim short of its min", func(tw *twin) any {
+			return claimReq(tw, norn.ClaimRequest{Worker: "w14", Queues: []string{"gb"}, N: 10, Min: 10})
+		}},
+		{"complete a limited task and claim again", func(tw *twin) any {
+			err := tw.b.s.Complete(tw.b.ctx, tw.ref("lim0"), nil)
+			return []any{errOnly(err), tw.claim("w13", "lim", 5)}
+		}},
+		{"the sequences", func(tw *twin) any {
+			one, err1 := tw.b.s.Sequence(tw.b.ctx, "sq", "acct")
+			all, err2 := tw.b.s.Sequences(tw.b.ctx, "sq", norn.SequenceQuery{})
+			return answer([]any{one, all}, errors.Join(err1, err2))
+		}},
+		{"redrive with dependents", func(tw *twin) any {
+			tw.b.s.Submit(tw.b.ctx, norn.NewTask{ID: "p1", Queue: "rd", MaxAttempts: ptr(1)},
+				norn.NewTask{ID: "c1", Queue: "rd2", DependsOn: []string{"p1"}})
+			tw.claim("w15", "rd", 1)
+			tw.b.s.Fail(tw.b.ctx, tw.ref("p1"), norn.ErrorInfo{Code: "e"})
+			got, err := tw.b.s.Retry(tw.b.ctx, "p1", norn.RetryOptions{WithDependents: true})
+			return answer(got, err)
+		}},
+		{"five minutes pass", func(tw *twin) any { return tw.advance(5 * time.Minute) }},
+		{"the schedule fired", func(tw *twin) any {
+			got, err := tw.b.s.GetSchedule(tw.b.ctx, "every5")
+			if got != nil {
+				got.LastTask = ""
+			}
+			return answer(got, err)
+		}},
+	}
+}
+
+// generated says whether id is one a store drew (a UUID), not one the
+// workload chose.
+func generated(id string) bool {
+	_, err := uuid.Parse(id)
+	return err == nil
 }
