@@ -43,7 +43,8 @@ type ClientAPI interface {
 	Submit(ctx context.Context, tasks ...NewTask) ([]Submitted, error)
 	// Get returns one task, or ErrNotFound.
 	Get(ctx context.Context, id string) (*Task, error)
-	// GetMany returns the tasks that exist, in request order, and the ids that do not.
+	// GetMany returns the tasks that exist, in request order, and the ids
+	// that do not; a repeated id is answered once (GetManyIDs).
 	GetMany(ctx context.Context, ids []string) (found []*Task, missing []string, err error)
 	// List returns one page of tasks matching q and a cursor for the next
 	// page ("" when there is none).
@@ -92,7 +93,8 @@ type ClientAPI interface {
 	// with dependency_failed). An empty filter is refused, as for
 	// DeleteMatching.
 	CancelMatching(ctx context.Context, f Filter) (int64, error)
-	// ReadLog returns log entries with Seq > after, in order, at most limit (0 = all).
+	// ReadLog returns log entries with Seq > after, in order, at most limit
+	// (0 = all); none is an empty slice.
 	ReadLog(ctx context.Context, id string, after uint64, limit int) ([]LogEntry, error)
 	// Transact applies a transaction all or nothing.
 	Transact(ctx context.Context, tx Txn) (*TxnResult, error)
@@ -141,7 +143,8 @@ type WorkerAPI interface {
 	// increments it) and the owner stays as the last owner.
 	Snooze(ctx context.Context, ref LeaseRef, s Snooze) (*Task, error)
 	// LeaseBatch applies many lease operations; each has its own result and
-	// one failing does not stop the others.
+	// one failing does not stop the others. An op's error names it
+	// (BatchOpError: field "ops[i]" or "ops[i].…").
 	LeaseBatch(ctx context.Context, ops []LeaseOp) ([]LeaseOpResult, error)
 }
 
