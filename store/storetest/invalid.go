@@ -31,7 +31,7 @@ func invalidInput(t *testing.T, setup setupFunc) {
 		t.Fatal("badUTF8 must be valid JSON apart from its UTF-8")
 	}
 	var cases []invalidCase
-	for _, group := range []func(norn.Store, *testBundle, norn.LeaseRef) []invalidCase{invalidSubmits, invalidCalls, invalidSettings} {
+	for _, group := range []func(norn.Store, *testBundle, norn.LeaseRef) []invalidCase{invalidSubmits, invalidCalls, invalidReads, invalidSettings} {
 		cases = append(cases, group(s, b, r)...)
 	}
 	for _, tc := range cases {
@@ -170,7 +170,13 @@ func invalidCalls(s norn.Store, b *testBundle, r norn.LeaseRef) []invalidCase {
 		{"FailOversizeError", func() error {
 			return s.Fail(b.ctx, r, norn.ErrorInfo{Code: "x", Description: strings.Repeat("d", norn.MaxErrorBytes)})
 		}, big, "error"},
+	}
+}
 
+// invalidReads are the refused reads and filtered deletes.
+func invalidReads(s norn.Store, b *testBundle, _ norn.LeaseRef) []invalidCase {
+	inv := norn.ErrInvalidArgument
+	return []invalidCase{
 		{"ListBadCursor", func() error { _, err := s.List(b.ctx, norn.Query{Cursor: "%%%"}); return err }, inv, "cursor"},
 		{"ListOverMaxLimit", func() error { _, err := s.List(b.ctx, norn.Query{Limit: norn.MaxListLimit + 1}); return err }, inv, "limit"},
 		{"ListNegativeLimit", func() error { _, err := s.List(b.ctx, norn.Query{Limit: -1}); return err }, inv, "limit"},
