@@ -637,8 +637,12 @@ type EventKind string
 const (
 	EventSubmitted EventKind = "TaskSubmit"
 	EventUpdated   EventKind = "TaskUpdate"
-	EventDeleted   EventKind = "TaskDelete"
-	EventProgress  EventKind = "TaskProgress"
+	// EventDeleted: the task was deleted (by a call or by retention). Its
+	// Status is the one the task had, so a subscriber keeping counts knows
+	// which to lower, and its Version one past the task's last, as for
+	// every other change.
+	EventDeleted  EventKind = "TaskDelete"
+	EventProgress EventKind = "TaskProgress"
 	// EventLagged: the subscriber fell behind and events were dropped.
 	EventLagged EventKind = "Lagged"
 	// EventExpired: a task reached its expiry without running and was

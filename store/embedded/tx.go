@@ -335,7 +335,12 @@ func (tx *txn) removeTask(t *task) {
 		s.indexDeps(t, deps)
 	})
 	tx.b.DeleteRange(taskPrefix(t.id), taskEnd(t.id), nil)
-	tx.event(norn.EventDeleted, t)
+	if tx.s.hasSubs.Load() {
+		// Deleting is a change: the event's version is one past the last
+		// (norn.EventDeleted).
+		tx.events = append(tx.events, norn.Event{Kind: norn.EventDeleted, TaskID: t.id, Queue: t.q.name,
+			Status: statusOf(t.st.status), Version: t.st.version + 1, Time: fromNanos(tx.now)})
+	}
 	if _, ok := s.runOnFail[t]; ok {
 		delete(s.runOnFail, t)
 		tx.onUndo(func() { s.runOnFail[t] = struct{}{} })

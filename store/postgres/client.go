@@ -452,7 +452,7 @@ func (s *Store) deleteIDs(ctx context.Context, q querier, now time.Time, ids []s
 		return 0, nil
 	}
 	rows, err := q.Query(ctx, s.q(`WITH d AS (DELETE FROM {s}.tasks t WHERE t.id = ANY($1)
-	RETURNING t.id, t.queue, t.status AS old_status, 'deleted'::text AS status, t.version + 1 AS version,
+	RETURNING t.id, t.queue, t.status AS old_status, t.status, t.version + 1 AS version,
 	'TaskDelete'::text AS kind, $2::timestamptz AS time),
 dh AS (DELETE FROM {s}.task_history_rows h USING d WHERE h.task_id = d.id),
 dl AS (DELETE FROM {s}.task_log l USING d WHERE l.task_id = d.id),

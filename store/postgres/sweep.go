@@ -321,7 +321,7 @@ ORDER BY t.ended_at LIMIT $5`, col))
 // history and log rows, and answers the ids it deleted.
 func (s *Store) purgeSQL() string {
 	return s.q(`WITH d AS (DELETE FROM {s}.tasks t WHERE t.id = ANY($1) AND t.status = $2
-	RETURNING t.id, t.queue, 'deleted'::text AS status, t.version + 1 AS version, 'TaskDelete'::text AS kind, $3::timestamptz AS time),
+	RETURNING t.id, t.queue, t.status, t.version + 1 AS version, 'TaskDelete'::text AS kind, $3::timestamptz AS time),
 dh AS (DELETE FROM {s}.task_history_rows h USING d WHERE h.task_id = d.id),
 dl AS (DELETE FROM {s}.task_log l USING d WHERE l.task_id = d.id),
 dg AS (DELETE FROM {s}.signals g USING d WHERE g.task_id = d.id)` + s.eventsCTE("d") + `

@@ -160,6 +160,9 @@ SELECT id, status, (SELECT count(*) FROM nt) FROM upd`)
 // the last; the others are aborted with the error in $5 (JSON, decided by
 // norn: norn.DependencyFailed or norn.DependencyDeleted) of their first
 // failed dependency, and are returned so the caller can cascade further.
+// nt is referenced in the WHERE, where it is one filter evaluated once:
+// in the select list it ran only for an aborted row, so a cascade that
+// only released dependents published nothing and woke no claimer.
 // A failure already recorded (a dependency retried and failed again) is
 // not counted twice.
 func (s *Store) cascadeSQL() string { return s.sql.cascade }
@@ -195,7 +198,7 @@ upd AS (UPDATE {s}.tasks b SET
 h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time, error)
 	SELECT id, history_count, kind, time, err FROM upd WHERE kind <> '')` +
 		replaceHL(trimHistory, "$4") + s.eventsCTE("upd") + `
-SELECT id, (SELECT count(*) FROM nt) FROM upd WHERE kind = 'TaskAbort'`)
+SELECT id FROM upd WHERE (SELECT count(*) FROM nt) >= 0 AND kind = 'TaskAbort'`)
 }
 
 // applyResult says which changes took effect.

@@ -351,6 +351,22 @@ func exerciseSubscribe(t *testing.T, setup setupFunc) {
 }
 
 func exerciseSubscribeEvents(t *testing.T, setup setupFunc) {
+	t.Run("DeliversADependentReleasedByAFailureAndADelete", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		all := b.events(norn.EventFilter{Queues: []string{"d"}})
+		b.submit(norn.NewTask{ID: "p", Queue: "q", MaxAttempts: ptr(1)},
+			norn.NewTask{ID: "d", Queue: "d", DependsOn: []string{"p"}, OnDependencyFailure: norn.DependencyRun})
+		wantEvent(t, "submit", all, norn.EventSubmitted, "d", "d", norn.StatusBlocked)
+		b.fail(b.claim("w", "q"), "boom")
+		// Released by the cascade of a failure, which aborts nothing.
+		ev := wantEvent(t, "release", all, norn.EventKind(norn.TaskRelease), "d", "d", norn.StatusReady)
+		b.delete("d")
+		del := wantEvent(t, "delete", all, norn.EventDeleted, "d", "d", norn.StatusReady)
+		if del.Version != ev.Version+1 {
+			t.Fatalf("delete event version %d, want one past the task's last, %d", del.Version, ev.Version+1)
+		}
+	})
 	t.Run("DeliversSubmitClaimAndCompleteInOrder", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,15 +24,22 @@ func RunTwin(t *testing.T, a, b Factory) {
 	for i, f := range []Factory{a, b} {
 		_, tb := newSetup(f)(t)
 		twins[i] = &twin{b: tb, held: map[string]*norn.Task{}}
+		twins[i].subscribe()
 	}
-	for _, st := range twinSteps() {
-		var got [2]string
+	for n, st := range twinSteps() {
+		var got, events [2]string
 		for i, tw := range twins {
 			got[i] = canonAnswer(st.do(tw))
 		}
 		t.Logf("%s: %.300s", st.name, got[0])
 		if got[0] != got[1] {
 			t.Fatalf("step %q answers differ:\nfirst  %s\nsecond %s", st.name, got[0], got[1])
+		}
+		for i, tw := range twins {
+			events[i] = tw.stepEvents(n)
+		}
+		if events[0] != events[1] {
+			t.Fatalf("step %q events differ:\nfirst  %s\nsecond %s", st.name, events[0], events[1])
 		}
 		s0, s1 := twins[0].state(), twins[1].state()
 		for _, k := range sortedKeys(s0, s1) {
@@ -42,10 +50,56 @@ func RunTwin(t *testing.T, a, b Factory) {
 	}
 }
 
+// subscribe follows every event of the store for the rest of the test.
+func (tw *twin) subscribe() {
+	st, err := tw.b.s.Subscribe(tw.b.ctx, norn.EventFilter{})
+	tw.b.must(err, "Subscribe")
+	tw.events = make(chan norn.Event, 4096)
+	go func() {
+		defer close(tw.events)
+		for st.Next() {
+			tw.events <- st.Item()
+		}
+	}()
+	tw.b.t.Cleanup(func() { st.Close() })
+}
+
+// stepEvents submits marker task n and returns, canonical and sorted (the
+// order within one write is the store's), the events that came before the
+// marker's own: every event of the step, since a store delivers events in
+// commit order.
+func (tw *twin) stepEvents(n int) string {
+	marker := fmt.Sprintf("mark-%03d", n)
+	_, err := tw.b.s.Submit(tw.b.ctx, norn.NewTask{ID: marker, Queue: "zz-mark"})
+	tw.b.must(err, "Submit %s", marker)
+	var got []string
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case e, ok := <-tw.events:
+			if !ok {
+				tw.b.t.Fatalf("the event stream ended before marker %s", marker)
+			}
+			if e.TaskID == marker {
+				sort.Strings(got)
+				return strings.Join(got, "\n")
+			}
+			if generated(e.TaskID) {
+				e.TaskID = "generated"
+			}
+			e.Time = e.Time.UTC().Truncate(time.Microsecond)
+			got = append(got, canonAnswer(e))
+		case <-timeout:
+			tw.b.t.Fatalf("no event for marker %s in 30 s; before it: %v", marker, got)
+		}
+	}
+}
+
 // twin is one store of the pair, with the tasks its claims hold.
 type twin struct {
-	b    *testBundle
-	held map[string]*norn.Task
+	b      *testBundle
+	held   map[string]*norn.Task
+	events chan norn.Event
 }
 
 type twinStep struct {
