@@ -174,7 +174,7 @@ func errOnly(err error) any { return answer(nil, err) }
 // twinSteps is the workload: every kind of task and every way through a
 // task's life, in an order whose every step depends on the ones before.
 func twinSteps() []twinStep {
-	return slices.Concat(twinSubmits(), twinLives(), twinFlows(), twinLimits(), twinBulk())
+	return slices.Concat(twinSubmits(), twinLives(), twinFlows(), twinLimits(), twinMore(), twinBulk())
 }
 
 func twinSubmits() []twinStep {
@@ -595,4 +595,74 @@ func twinLimits() []twinStep {
 func generated(id string) bool {
 	_, err := uuid.Parse(id)
 	return err == nil
+}
+
+// twinMore: the rest of the surface — batches and schedules managed,
+// signals sent before a wait, key-scoped snoozes and key rates, queue
+// expiry, an await that continues past a failed child, updates of waiting
+// tasks, stats.
+func twinMore() []twinStep {
+	return []twinStep{
+		{"an open batch, listed, sealed and deleted", func(tw *twin) any {
+			_, err1 := tw.b.s.CreateBatch(tw.b.ctx, norn.NewBatch{ID: "ob", Labels: map[string]string{"t": "x"}})
+			_, err2 := tw.b.s.Submit(tw.b.ctx, norn.NewTask{ID: "obm", Queue: "ob", Batch: "ob"})
+			list, err3 := tw.b.s.ListBatches(tw.b.ctx, norn.BatchQuery{Labels: map[string]string{"t": "x"}})
+			sealed, err4 := tw.b.s.SealBatch(tw.b.ctx, "ob")
+			n, err5 := tw.b.s.DeleteBatch(tw.b.ctx, "ob", true)
+			got, err6 := tw.b.s.GetBatch(tw.b.ctx, "ob")
+			return answer([]any{list, sealed, n, got}, errors.Join(err1, err2, err3, err4, err5, err6))
+		}},
+		{"schedules listed, changed and deleted", func(tw *twin) any {
+			_, err1 := tw.b.s.PutSchedule(tw.b.ctx, norn.Schedule{Name: "hourly", Queue: "cron2", Cron: "0 * * * *", Timezone: "Europe/Berlin"})
+			up, err2 := tw.b.s.UpdateSchedule(tw.b.ctx, "hourly", norn.ScheduleUpdate{Cron: ptr("30 * * * *")})
+			all, err3 := tw.b.s.ListSchedules(tw.b.ctx)
+			err4 := tw.b.s.DeleteSchedule(tw.b.ctx, "hourly")
+			_, err5 := tw.b.s.GetSchedule(tw.b.ctx, "hourly")
+			return answer([]any{up, all, errorsOf(err5)}, errors.Join(err1, err2, err3, err4))
+		}},
+		{"a signal before the wait", func(tw *twin) any {
+			tw.b.s.Submit(tw.b.ctx, norn.NewTask{ID: "sig2", Queue: "g2"})
+			tw.claim("w16", "g2", 1)
+			sent, err1 := tw.b.s.Signal(tw.b.ctx, "sig2", norn.NewSignal{Name: "early"})
+			got, err2 := tw.b.s.Snooze(tw.b.ctx, tw.ref("sig2"), norn.Snooze{UntilSignal: "early", Timeout: dur(time.Minute)})
+			return answer([]any{sent, got}, errors.Join(err1, err2))
+		}},
+		{"a key-scoped snooze under a key rate", func(tw *twin) any {
+			_, err1 := tw.b.s.UpdateQueue(tw.b.ctx, "kr", norn.QueueUpdate{KeyRateLimit: &norn.RateLimit{PerSecond: 10, Burst: 10}})
+			tw.b.s.Submit(tw.b.ctx, norn.NewTask{ID: "kr1", Queue: "kr", ConcurrencyKey: "api"}, norn.NewTask{ID: "kr2", Queue: "kr", ConcurrencyKey: "api"})
+			tw.claim("w17", "kr", 1)
+			got, err2 := tw.b.s.Snooze(tw.b.ctx, tw.ref("kr1"), norn.Snooze{Delay: dur(time.Minute), Scope: norn.SnoozeScopeKey})
+			return []any{answer(got, errors.Join(err1, err2)), tw.claim("w17", "kr", 5)}
+		}},
+		{"a queue that expires its tasks", func(tw *twin) any {
+			_, err := tw.b.s.UpdateQueue(tw.b.ctx, "xq", norn.QueueUpdate{ExpireIn: ptr(dur(time.Minute))})
+			got, err2 := tw.b.s.Submit(tw.b.ctx, norn.NewTask{ID: "xq1", Queue: "xq"}, norn.NewTask{ID: "xq2", Queue: "xq", Delay: dur(2 * time.Minute)})
+			return answer(got, errors.Join(err, err2))
+		}},
+		{"an await that continues past a failed child", func(tw *twin) any {
+			tw.b.s.Submit(tw.b.ctx, norn.NewTask{ID: "par2", Queue: "pq2"})
+			tw.claim("w18", "pq2", 1)
+			got, err := tw.b.s.Await(tw.b.ctx, tw.ref("par2"), norn.AwaitRequest{OnChildFailure: norn.ChildFailureContinue,
+				Tasks: []norn.NewTask{{ID: "ch3", Queue: "cq2", MaxAttempts: ptr(1)}}})
+			tw.claim("w18", "cq2", 1)
+			err2 := tw.b.s.Fail(tw.b.ctx, tw.ref("ch3"), norn.ErrorInfo{Code: "child"})
+			if got != nil {
+				return answer([]any{got.Task, got.Children}, errors.Join(err, err2))
+			}
+			return answer(nil, errors.Join(err, err2))
+		}},
+		{"updates of waiting tasks", func(tw *twin) any {
+			tw.b.s.Submit(tw.b.ctx, norn.NewTask{ID: "w1t", Queue: "wq", Delay: dur(time.Hour)}, norn.NewTask{ID: "w2t", Queue: "wq", DependsOn: []string{"w1t"}})
+			a, err1 := tw.b.s.Update(tw.b.ctx, "w1t", norn.Update{RunAt: ptr(tw.now().Add(-time.Minute))})
+			c, err2 := tw.b.s.Update(tw.b.ctx, "w2t", norn.Update{Priority: ptr(uint32(9)), IfVersion: 1})
+			d, err3 := tw.b.s.Update(tw.b.ctx, "w2t", norn.Update{Priority: ptr(uint32(1)), IfVersion: 1})
+			return []any{answer(a, err1), answer(c, err2), answer(d, err3)}
+		}},
+		{"two minutes pass", func(tw *twin) any { return tw.advance(2 * time.Minute) }},
+		{"stats", func(tw *twin) any {
+			st, err := tw.b.s.Stats(tw.b.ctx)
+			st.Workers, st.ActiveWorkers = 0, 0 // who registered is the store's own book
+			return answer(st, err)
+		}},
+	}
 }
