@@ -174,7 +174,7 @@ func errOnly(err error) any { return answer(nil, err) }
 // twinSteps is the workload: every kind of task and every way through a
 // task's life, in an order whose every step depends on the ones before.
 func twinSteps() []twinStep {
-	return slices.Concat(twinSubmits(), twinLives(), twinFlows(), twinLimits(), twinMore(), twinBulk())
+	return slices.Concat(twinSubmits(), twinLives(), twinFlows(), twinLimits(), twinMore(), twinEdges(), twinBulk())
 }
 
 func twinSubmits() []twinStep {
@@ -664,5 +664,56 @@ func twinMore() []twinStep {
 			st.Workers, st.ActiveWorkers = 0, 0 // who registered is the store's own book
 			return answer(st, err)
 		}},
+	}
+}
+
+// twinEdges: unique keys across their window, claims over several queues,
+// failures cascading through dependencies, retries at a time.
+func twinEdges() []twinStep {
+	return []twinStep{
+		{"a unique key held within its window, then free", func(tw *twin) any {
+			a, err1 := tw.b.s.Submit(tw.b.ctx, norn.NewTask{ID: "uf1", Queue: "uq", UniqueKey: "w", UniqueFor: dur(time.Minute)})
+			tw.claim("w19", "uq", 1)
+			err2 := tw.b.s.Complete(tw.b.ctx, tw.ref("uf1"), nil)
+			b, err3 := tw.b.s.Submit(tw.b.ctx, norn.NewTask{ID: "uf2", Queue: "uq", UniqueKey: "w", UniqueFor: dur(time.Minute)})
+			tw.advance(2 * time.Minute)
+			c, err4 := tw.b.s.Submit(tw.b.ctx, norn.NewTask{ID: "uf3", Queue: "uq", UniqueKey: "w", UniqueFor: dur(time.Minute)})
+			return answer([]any{a, b, c}, errors.Join(err1, err2, err3, err4))
+		}},
+		{"keep or replace a duplicate", func(tw *twin) any {
+			a, err1 := tw.b.s.Submit(tw.b.ctx, norn.NewTask{ID: "dk1", Queue: "dkq", UniqueKey: "z", Spec: json.RawMessage(`1`)},
+				norn.NewTask{ID: "dk2", Queue: "dkq", UniqueKey: "z", OnDuplicate: norn.DuplicateKeep, Spec: json.RawMessage(`2`)})
+			b, err2 := tw.b.s.Submit(tw.b.ctx, norn.NewTask{ID: "dk3", Queue: "dkq", UniqueKey: "z", OnDuplicate: norn.DuplicateReplace, Spec: json.RawMessage(`3`)})
+			return answer([]any{a, b}, errors.Join(err1, err2))
+		}},
+		{"claims over two queues in order with a lease length", func(tw *twin) any {
+			var nts []norn.NewTask
+			for i := range 4 {
+				nts = append(nts, norn.NewTask{ID: fmt.Sprintf("wa%d", i), Queue: "wa"}, norn.NewTask{ID: fmt.Sprintf("wb%d", i), Queue: "wb"})
+			}
+			tw.b.s.Submit(tw.b.ctx, nts...)
+			// Weights would draw the queue order at random: not the same on
+			// both stores, so not here.
+			got, err := tw.b.s.Claim(tw.b.ctx, norn.ClaimRequest{Worker: "w20", Queues: []string{"wb", "wa"}, N: 6, Timeout: dur(time.Minute)})
+			for _, tk := range got {
+				tw.held[tk.ID] = tk
+			}
+			return answer(got, err)
+		}},
+		{"a chain aborted by a failure, redriven at a time", func(tw *twin) any {
+			tw.b.s.Submit(tw.b.ctx, norn.NewTask{ID: "ch-a", Queue: "chq", MaxAttempts: ptr(1)},
+				norn.NewTask{ID: "ch-b", Queue: "chq2", DependsOn: []string{"ch-a"}},
+				norn.NewTask{ID: "ch-c", Queue: "chq2", DependsOn: []string{"ch-b"}})
+			tw.claim("w21", "chq", 1)
+			err1 := tw.b.s.Abort(tw.b.ctx, tw.ref("ch-a"), norn.ErrorInfo{Code: "bad"})
+			got, err2 := tw.b.s.Retry(tw.b.ctx, "ch-a", norn.RetryOptions{RunAt: tw.now().Add(time.Hour), WithDependents: true})
+			return answer(got, errors.Join(err1, err2))
+		}},
+		{"a dependency deleted", func(tw *twin) any {
+			tw.b.s.Submit(tw.b.ctx, norn.NewTask{ID: "dd-a", Queue: "ddq", Delay: dur(time.Hour)},
+				norn.NewTask{ID: "dd-b", Queue: "ddq", DependsOn: []string{"dd-a"}})
+			return errOnly(tw.b.s.Delete(tw.b.ctx, "dd-a"))
+		}},
+		{"an hour and a minute pass", func(tw *twin) any { return tw.advance(61 * time.Minute) }},
 	}
 }
