@@ -141,8 +141,8 @@ func BatchSealedError(field, id string) *Error {
 }
 
 // CheckNewBatch decides whether a batch may be created with id: not when
-// a batch of that id exists, nor while members tasks of a deleted batch of
-// that id remain (they would join the new one).
+// a batch of that id exists, nor while tasks of a deleted batch of that id
+// remain (members of them: they would join the new one).
 func CheckNewBatch(id string, exists bool, members int) error {
 	if exists {
 		return Errorf(CodeConflict, "batch %q exists", id)
