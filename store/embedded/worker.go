@@ -472,9 +472,10 @@ func (tx *txn) requeue(t *task, o norn.Outcome, h norn.HistoryEntry) {
 
 // leaveRunning starts the state of a running task that an outcome sends
 // back to the queue (retry, timeout, yield, snooze): no deadline or
-// progress, the owner and attempt as the outcome says, and ready now or
-// scheduled until the outcome's run_at. The lease number stays, so the
-// next claim still fences out the last worker.
+// progress, the owner and attempt as the outcome says, and ready or
+// scheduled as norn.Outcome.Requeue decides (PostgreSQL applies the same).
+// The lease number stays, so the next claim still fences out the last
+// worker.
 func (tx *txn) leaveRunning(t *task, o norn.Outcome) state {
 	ns := tx.touch(t)
 	ns.deadline = 0
@@ -485,16 +486,12 @@ func (tx *txn) leaveRunning(t *task, o norn.Outcome) state {
 	if o.GivesAttemptBack() && ns.attempts > 0 {
 		ns.attempts--
 	}
-	at := tx.now
-	if !o.RunAt.IsZero() {
-		at = nanos(o.RunAt)
-	}
-	if o.Status == norn.StatusScheduled && at > tx.now {
+	st, at := o.Requeue(fromNanos(tx.now))
+	ns.runAt = nanos(at)
+	if st == norn.StatusScheduled {
 		ns.status = stScheduled
-		ns.runAt = at
 	} else {
 		ns.status = stReady
-		ns.runAt = min(at, tx.now)
 		ns.readyAt = tx.now
 	}
 	return ns
