@@ -149,6 +149,16 @@ func (s *Store) readUnderGate(ctx context.Context, conn *pgx.Conn, c claimCall) 
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, s.channel+"/flow/"+c.queue)
+	if s.cfg.Clock != nil {
+		// An injected clock is read when the batch is built: once the gate
+		// is held, as clock_timestamp() is, or a claim that waited for it
+		// would record its tasks' assignment before the claims it waited
+		// for (the tokens stay right; their times would not).
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			return nil, err
+		}
+		b = &pgx.Batch{}
+	}
 	b.Queue(noSeqScanSQL)
 	g := s.queueGateReads(b, c.queue, 4*c.want+16)
 	return g, conn.SendBatch(ctx, b).Close()
