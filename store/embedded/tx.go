@@ -216,6 +216,15 @@ func (s *Store) run(fn func(tx *txn) error) error {
 
 // runSized is run with a hint of the batch size in bytes.
 func (s *Store) runSized(sizeHint int, fn func(tx *txn) error) error {
+	return s.runOverlap(sizeHint, fn, nil)
+}
+
+// runOverlap is runSized that, once the transaction has committed, calls
+// overlap after s.mu is released and before the sync is awaited: work that
+// does not need the change on disk (a claim reading its tasks back) then
+// runs while the WAL syncs instead of after it. Nothing the caller returns
+// may depend on overlap alone: when the sync fails, so does the call.
+func (s *Store) runOverlap(sizeHint int, fn func(tx *txn) error, overlap func()) error {
 	s.mu.Lock()
 	if s.failed != nil {
 		err := s.failedErr()
@@ -233,6 +242,9 @@ func (s *Store) runSized(sizeHint int, fn func(tx *txn) error) error {
 	s.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if overlap != nil {
+		overlap()
 	}
 	if err := tx.finish(); err != nil {
 		return err
