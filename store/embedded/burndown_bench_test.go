@@ -31,7 +31,7 @@ import (
 // alone, the time per task spent waiting for the store's own mutexes
 // (mu-wait, mutex profile: contention delay; lock-wait, block profile:
 // time blocked in Lock) and for WAL syncs (sync-wait), summed over both
-// claimers.
+// claimers; claim-sync-wait is the part of sync-wait spent in Claim.
 func BenchmarkBurnDown(b *testing.B) {
 	n := 200_000
 	if os.Getenv("NORN_BENCH_BIG") == "1" {
@@ -70,6 +70,7 @@ func BenchmarkBurnDown(b *testing.B) {
 	if waits.blocked {
 		b.ReportMetric(waits.lock/1e3/float64(b.N*n), "lock-wait-µs/task")
 		b.ReportMetric(waits.sync/1e3/float64(b.N*n), "sync-wait-µs/task")
+		b.ReportMetric(waits.claimSync/1e3/float64(b.N*n), "claim-sync-wait-µs/task")
 	}
 }
 
@@ -77,14 +78,15 @@ func BenchmarkBurnDown(b *testing.B) {
 // profiles, which count from the start of the process: a burn-down's are
 // the difference of two takes.
 type burnDownWaits struct {
-	mu, lock, sync float64
-	blocked        bool
+	mu, lock, sync, claimSync float64
+	blocked                   bool
 }
 
 func (w *burnDownWaits) add(after, before burnDownWaits) {
 	w.mu += after.mu - before.mu
 	w.lock += after.lock - before.lock
 	w.sync += after.sync - before.sync
+	w.claimSync += after.claimSync - before.claimSync
 	w.blocked = w.blocked || after.blocked
 }
 
@@ -92,7 +94,7 @@ func (w *burnDownWaits) add(after, before burnDownWaits) {
 // (which names each stack's functions): mu is the mutex delay of stacks
 // through this package (s.mu and the package's other locks, not Pebble's),
 // lock the time blocked in a Lock called from this package, sync the time
-// blocked in Pebble's SyncWait.
+// blocked in Pebble's SyncWait (claimSync: within a Claim).
 func takeBurnDownWaits() burnDownWaits {
 	var w burnDownWaits
 	w.mu = profileDelay("mutex", func(stack string) bool {
@@ -106,6 +108,9 @@ func takeBurnDownWaits() burnDownWaits {
 		})
 		w.sync = profileDelay("block", func(stack string) bool {
 			return strings.Contains(stack, "(*Batch).SyncWait")
+		})
+		w.claimSync = profileDelay("block", func(stack string) bool {
+			return strings.Contains(stack, "(*Batch).SyncWait") && strings.Contains(stack, "(*Store).Claim\n")
 		})
 	}
 	return w
