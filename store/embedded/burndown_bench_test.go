@@ -110,7 +110,7 @@ func takeBurnDownWaits() burnDownWaits {
 			return strings.Contains(stack, "(*Batch).SyncWait")
 		})
 		w.claimSync = profileDelay("block", func(stack string) bool {
-			return strings.Contains(stack, "(*Batch).SyncWait") && strings.Contains(stack, "(*Store).Claim\n")
+			return strings.Contains(stack, "(*Batch).SyncWait") && strings.Contains(stack, "(*Store).Claim+")
 		})
 	}
 	return w
