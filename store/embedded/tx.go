@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"runtime"
 	"time"
 
 	"encoding/binary"
@@ -244,6 +245,12 @@ func (s *Store) runOverlap(sizeHint int, fn func(tx *txn) error, overlap func())
 		return err
 	}
 	if overlap != nil {
+		if tx.b != nil && s.opts.Durability == Strict {
+			// The commit woke Pebble's WAL flusher onto this goroutine's
+			// P, where it would wait for the overlapping work to end (or
+			// be preempted): let it start the write and sync first.
+			runtime.Gosched()
+		}
 		overlap()
 	}
 	if err := tx.finish(); err != nil {
