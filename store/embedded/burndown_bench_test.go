@@ -1,10 +1,13 @@
 package embedded
 
 import (
+	"bufio"
+	"bytes"
 	"os"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,6 +27,11 @@ import (
 // (docs/internals/embedded-performance.md). 200,000 tasks; 1,000,000 with
 // NORN_BENCH_BIG=1. NORN_BENCH_CPUPROFILE=FILE writes a CPU profile of the
 // last burn-down alone (go test's -cpuprofile includes the submits).
+// With -mutexprofile and -blockprofile it also reports, over the burn-downs
+// alone, the time per task spent waiting for the store's own mutexes
+// (mu-wait, mutex profile: contention delay; lock-wait, block profile:
+// time blocked in Lock) and for WAL syncs (sync-wait), summed over both
+// claimers; claim-sync-wait is the part of sync-wait spent in Claim.
 func BenchmarkBurnDown(b *testing.B) {
 	n := 200_000
 	if os.Getenv("NORN_BENCH_BIG") == "1" {
@@ -32,6 +40,7 @@ func BenchmarkBurnDown(b *testing.B) {
 	workers := runtime.GOMAXPROCS(0)
 	claim := min(norn.MaxClaim, max(100, bench.RiverSlots/workers))
 	var cpu time.Duration
+	var waits burnDownWaits
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
@@ -39,11 +48,13 @@ func BenchmarkBurnDown(b *testing.B) {
 		fillFrom(b, s, "q", n, workers)
 		runtime.GC()
 		stop := startBurnDownProfile(b, i == b.N-1)
+		w0 := takeBurnDownWaits()
 		c0 := proccpu.Used()
 		b.StartTimer()
 		burnDown(b, s, "q", n, workers, claim)
 		b.StopTimer()
 		cpu += proccpu.Used() - c0
+		waits.add(takeBurnDownWaits(), w0)
 		stop()
 		if err := s.Close(); err != nil {
 			b.Fatal(err)
@@ -53,6 +64,99 @@ func BenchmarkBurnDown(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "tasks/s")
 	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(b.N*n), "cpu-µs/task")
+	if runtime.SetMutexProfileFraction(-1) > 0 {
+		b.ReportMetric(waits.mu/1e3/float64(b.N*n), "mu-wait-µs/task")
+	}
+	if waits.blocked {
+		b.ReportMetric(waits.lock/1e3/float64(b.N*n), "lock-wait-µs/task")
+		b.ReportMetric(waits.sync/1e3/float64(b.N*n), "sync-wait-µs/task")
+		b.ReportMetric(waits.claimSync/1e3/float64(b.N*n), "claim-sync-wait-µs/task")
+	}
+}
+
+// burnDownWaits are nanoseconds summed from the runtime's mutex and block
+// profiles, which count from the start of the process: a burn-down's are
+// the difference of two takes.
+type burnDownWaits struct {
+	mu, lock, sync, claimSync float64
+	blocked                   bool
+}
+
+func (w *burnDownWaits) add(after, before burnDownWaits) {
+	w.mu += after.mu - before.mu
+	w.lock += after.lock - before.lock
+	w.sync += after.sync - before.sync
+	w.claimSync += after.claimSync - before.claimSync
+	w.blocked = w.blocked || after.blocked
+}
+
+// takeBurnDownWaits reads the mutex and block profiles in their text form
+// (which names each stack's functions): mu is the mutex delay of stacks
+// through this package (s.mu and the package's other locks, not Pebble's),
+// lock the time blocked in a Lock called from this package, sync the time
+// blocked in Pebble's SyncWait (claimSync: within a Claim).
+func takeBurnDownWaits() burnDownWaits {
+	var w burnDownWaits
+	w.mu = profileDelay("mutex", func(stack string) bool {
+		return strings.Contains(stack, "store/embedded.")
+	})
+	if p := pprof.Lookup("block"); p != nil && p.Count() > 0 {
+		w.blocked = true
+		w.lock = profileDelay("block", func(stack string) bool {
+			i := strings.Index(stack, "sync.(*Mutex).Lock")
+			return i >= 0 && strings.Contains(stack[i:], "store/embedded.")
+		})
+		w.sync = profileDelay("block", func(stack string) bool {
+			return strings.Contains(stack, "(*Batch).SyncWait")
+		})
+		w.claimSync = profileDelay("block", func(stack string) bool {
+			return strings.Contains(stack, "(*Batch).SyncWait") && strings.Contains(stack, "(*Store).Claim+")
+		})
+	}
+	return w
+}
+
+// profileDelay sums, in nanoseconds, the delay of the records of the named
+// contention profile whose stack (function names, innermost first) keep
+// accepts.
+func profileDelay(name string, keep func(stack string) bool) float64 {
+	var buf bytes.Buffer
+	if err := pprof.Lookup(name).WriteTo(&buf, 1); err != nil {
+		return 0
+	}
+	perSec := 0.0
+	var total, cycles float64
+	var stack strings.Builder
+	flush := func() {
+		if cycles > 0 && keep(stack.String()) {
+			total += cycles
+		}
+		cycles = 0
+		stack.Reset()
+	}
+	sc := bufio.NewScanner(&buf)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "cycles/second="):
+			perSec, _ = strconv.ParseFloat(strings.TrimPrefix(line, "cycles/second="), 64)
+		case strings.Contains(line, " @ "):
+			flush()
+			f := strings.Fields(line)
+			cycles, _ = strconv.ParseFloat(f[0], 64)
+		case strings.HasPrefix(line, "#\t0x"):
+			if f := strings.Fields(line); len(f) >= 3 {
+				stack.WriteString(f[2])
+				stack.WriteByte('\n')
+			}
+		}
+	}
+	flush()
+	if perSec == 0 {
+		return 0
+	}
+	return total / perSec * 1e9
 }
 
 // fillFrom submits n tasks of 200-byte specs and one priority (as `norn

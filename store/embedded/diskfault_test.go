@@ -123,3 +123,31 @@ func TestSyncErrorStopsWrites(t *testing.T) {
 		})
 	}
 }
+
+// A claim reads its tasks back while its WAL sync is in flight; when that
+// sync fails, the claim must fail and hand out none of them.
+func TestClaimWhoseSyncFailsReturnsNoTasks(t *testing.T) {
+	ctx := context.Background()
+	fs, tog := faultFS(func(op errorfs.Op) error {
+		switch op.Kind {
+		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+			return syscall.EIO
+		}
+		return nil
+	})
+	s, err := Open(ctx, Options{Dir: t.TempDir(), Durability: Strict, fs: fs, ManualSweep: true,
+		Logger: slog.New(slog.NewTextHandler(&syncedLog{}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Submit(ctx, norn.NewTask{Queue: "q"}, norn.NewTask{Queue: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	tog.On()
+	got, err := s.Claim(ctx, norn.ClaimRequest{Worker: "w", Queues: []string{"q"}, N: 2})
+	if !errors.Is(err, norn.ErrUnavailable) || len(got) != 0 {
+		t.Fatalf("claim whose sync failed: %d tasks, %v; want none, unavailable", len(got), err)
+	}
+	tog.Off()
+}

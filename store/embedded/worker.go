@@ -78,7 +78,9 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 		// Weighted queues: a fresh order for every attempt.
 		attempt := req
 		attempt.Queues = req.ClaimOrder(rand.Float64)
-		err := s.run(func(tx *txn) error {
+		var out []*norn.Task
+		var readErr error
+		err := s.runOverlap(0, func(tx *txn) error {
 			if req.GroupBy != "" {
 				attempt.Queues = norn.DistinctQueues(attempt.Queues)
 				var err error
@@ -92,35 +94,32 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 			}
 			tokenIn = tx.tokenIn
 			if len(claimed) > 0 {
-				// A view of the database before this claim's batch is
-				// applied (s.mu keeps every other write out until then):
-				// the tasks are decoded after s.mu is released, as they
-				// were, plus what the claim changed (claimedAs).
 				var err error
-				if r, err = s.openReader(); err != nil {
-					return err
-				}
-				sc = getClaimScratch(len(claimed))
-				for i, t := range claimed {
-					sc.ids[i] = t.id
-					sc.as[i] = claimedAs{st: t.st, hist: norn.HistoryEntry{Type: norn.TaskAssignment,
-						Time: fromNanos(tx.now), Worker: req.Worker, Lease: t.st.lease}}
-				}
+				r, sc, err = tx.claimedView(claimed, req.Worker)
+				return err
 			} else if req.Wait > 0 {
 				w = tx.wait(req.Queues)
 			}
 			return nil
-		})
-		if err != nil {
-			if r != nil {
-				r.close()
+		}, func() {
+			// Read while the claim's WAL sync is in flight (the view
+			// does not depend on it): a claimer's reading no longer
+			// waits for its sync, and only the acknowledgement does.
+			if len(claimed) > 0 {
+				out, readErr = r.tasksForward(sc.ids, sc.as, sc.order)
 			}
+		})
+		if r != nil {
+			r.close()
+		}
+		if sc != nil {
+			sc.release()
+		}
+		if err != nil {
 			return nil, err
 		}
 		if len(claimed) > 0 {
-			defer r.close()
-			defer sc.release()
-			return r.tasksForward(sc.ids, sc.as, sc.order)
+			return out, readErr
 		}
 		if w == nil {
 			return []*norn.Task{}, nil
@@ -153,6 +152,24 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 			req.Wait = 0
 		}
 	}
+}
+
+// claimedView returns a view of the database before this claim's batch is
+// applied (s.mu keeps every other write out until then), and what the claim
+// changed (claimedAs): the tasks are decoded from both after s.mu is
+// released, as they were plus the claim.
+func (tx *txn) claimedView(claimed []*task, worker string) (*reader, *claimScratch, error) {
+	r, err := tx.s.openReader()
+	if err != nil {
+		return nil, nil, err
+	}
+	sc := getClaimScratch(len(claimed))
+	for i, t := range claimed {
+		sc.ids[i] = t.id
+		sc.as[i] = claimedAs{st: t.st, hist: norn.HistoryEntry{Type: norn.TaskAssignment,
+			Time: fromNanos(tx.now), Worker: worker, Lease: t.st.lease}}
+	}
+	return r, sc, nil
 }
 
 // wait registers a long-polling claimer on queues; it is woken when one of
