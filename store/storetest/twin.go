@@ -174,7 +174,7 @@ func errOnly(err error) any { return answer(nil, err) }
 // twinSteps is the workload: every kind of task and every way through a
 // task's life, in an order whose every step depends on the ones before.
 func twinSteps() []twinStep {
-	return slices.Concat(twinSubmits(), twinLives(), twinFlows(), twinLimits(), twinMore(), twinEdges(), twinBulk())
+	return slices.Concat(twinSubmits(), twinLives(), twinFlows(), twinLimits(), twinMore(), twinEdges(), twinSettings(), twinBulk())
 }
 
 func twinSubmits() []twinStep {
@@ -715,5 +715,42 @@ func twinEdges() []twinStep {
 			return errOnly(tw.b.s.Delete(tw.b.ctx, "dd-a"))
 		}},
 		{"an hour and a minute pass", func(tw *twin) any { return tw.advance(61 * time.Minute) }},
+	}
+}
+
+// twinSettings: per-key settings, a halting sequence, schedules that
+// skip overlaps and catch up on every missed tick.
+func twinSettings() []twinStep {
+	return []twinStep{
+		{"per-key settings", func(tw *twin) any {
+			_, err := tw.b.s.UpdateQueue(tw.b.ctx, "ks", norn.QueueUpdate{KeyLimit: ptr(5), FairBy: ptr(norn.FairByConcurrencyKey),
+				Keys: map[string]*norn.KeySettings{"vip": {Limit: 2, Weight: 3}, "slow": {Limit: 1}}})
+			got, err2 := tw.b.s.Queue(tw.b.ctx, "ks")
+			return answer(got, errors.Join(err, err2))
+		}},
+		{"a sequence halts on its failed head", func(tw *twin) any {
+			tw.b.s.Submit(tw.b.ctx, norn.NewTask{ID: "hs1", Queue: "hq", SequenceKey: "acc", MaxAttempts: ptr(1)},
+				norn.NewTask{ID: "hs2", Queue: "hq", SequenceKey: "acc"})
+			tw.claim("w22", "hq", 5)
+			err := tw.b.s.Fail(tw.b.ctx, tw.ref("hs1"), norn.ErrorInfo{Code: "x"})
+			seq, err2 := tw.b.s.Sequence(tw.b.ctx, "hq", "acc")
+			return []any{answer(seq, errors.Join(err, err2)), tw.claim("w22", "hq", 5)}
+		}},
+		{"schedules that skip overlaps and catch up", func(tw *twin) any {
+			a, err1 := tw.b.s.PutSchedule(tw.b.ctx, norn.Schedule{Name: "skip", Queue: "sk", Cron: "* * * * *", Overlap: norn.OverlapSkip})
+			b, err2 := tw.b.s.PutSchedule(tw.b.ctx, norn.Schedule{Name: "all", Queue: "ca", Cron: "* * * * *", CatchUp: norn.CatchUpAll})
+			return answer([]any{a, b}, errors.Join(err1, err2))
+		}},
+		{"five minutes pass for them", func(tw *twin) any { return tw.advance(5 * time.Minute) }},
+		{"the schedules after", func(tw *twin) any {
+			a, err1 := tw.b.s.GetSchedule(tw.b.ctx, "skip")
+			b, err2 := tw.b.s.GetSchedule(tw.b.ctx, "all")
+			for _, sc := range []*norn.Schedule{a, b} {
+				if sc != nil {
+					sc.LastTask = ""
+				}
+			}
+			return answer([]any{a, b}, errors.Join(err1, err2))
+		}},
 	}
 }
