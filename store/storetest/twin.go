@@ -16,7 +16,8 @@ import (
 
 // RunTwin runs one workload on two stores side by side, their clocks moved
 // together, and fails at the first step after which a call's answer, an
-// error, a queue's counts or any task differs between them. The conformance
+// error, the events a subscriber saw, a queue's counts or any task (with
+// its log and signals) differs between them. The conformance
 // cases check what the contract says; this checks that where both stores
 // apply a rule they apply it alike, down to run_at, versions and history.
 func RunTwin(t *testing.T, a, b Factory) {
