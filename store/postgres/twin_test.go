@@ -17,14 +17,7 @@ import (
 func TestTwinWithEmbedded(t *testing.T) {
 	t.Parallel()
 	storetest.RunTwin(t,
-		func(t *testing.T, clock norn.Clock) norn.Store {
-			s, err := embedded.Open(context.Background(), embedded.Options{Dir: t.TempDir(), Clock: clock, ManualSweep: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		},
+		openEmbedded,
 		func(t *testing.T, clock norn.Clock) norn.Store {
 			return openTest(t, clock, func(c *Config) { c.DisableMonitor = true })
 		})
@@ -36,14 +29,7 @@ func TestTwinWithEmbedded(t *testing.T) {
 func TestTwinOverHTTP(t *testing.T) {
 	t.Parallel()
 	storetest.RunTwin(t,
-		func(t *testing.T, clock norn.Clock) norn.Store {
-			s, err := embedded.Open(context.Background(), embedded.Options{Dir: t.TempDir(), Clock: clock, ManualSweep: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		},
+		openEmbedded,
 		func(t *testing.T, clock norn.Clock) norn.Store {
 			st := openTest(t, clock, func(c *Config) { c.DisableMonitor = true })
 			srv := servertest.Start(t, server.Config{Store: st})
@@ -54,4 +40,15 @@ func TestTwinOverHTTP(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 			return c
 		})
+}
+
+// openEmbedded is the embedded store the twins run beside, its duties run
+// only by Sweep under the fake clock.
+func openEmbedded(t *testing.T, clock norn.Clock) norn.Store {
+	s, err := embedded.Open(context.Background(), embedded.Options{Dir: t.TempDir(), Clock: clock, ManualSweep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

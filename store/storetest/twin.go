@@ -334,11 +334,7 @@ func canonValue(v any) any {
 		}
 		return json.RawMessage(canonTask(microTask(x)))
 	case []*norn.Task:
-		out := make([]any, len(x))
-		for i, tk := range x {
-			out[i] = canonValue(tk)
-		}
-		return out
+		return canonEach(x)
 	case []norn.Submitted:
 		out := make([]any, len(x))
 		for i, s := range x {
@@ -356,17 +352,9 @@ func canonValue(v any) any {
 		}
 		return []any{x.Batch, canonValue(x.Tasks)}
 	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = canonValue(e)
-		}
-		return out
+		return canonEach(x)
 	case []norn.QueueInfo:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = canonValue(e)
-		}
-		return out
+		return canonEach(x)
 	case norn.QueueInfo:
 		x.ClaimPath = norn.ClaimPath{} // how one store's claims go: only it has several ways
 		return x
@@ -401,6 +389,14 @@ func microTask(tk *norn.Task) *norn.Task {
 		c.History[i].Time = c.History[i].Time.Truncate(time.Microsecond)
 	}
 	return c
+}
+
+func canonEach[T any](xs []T) []any {
+	out := make([]any, len(xs))
+	for i, x := range xs {
+		out[i] = canonValue(x)
+	}
+	return out
 }
 
 func sortedKeys(ms ...map[string]string) []string {
