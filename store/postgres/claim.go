@@ -61,6 +61,9 @@ func (s *Store) Claim(ctx context.Context, req norn.ClaimRequest) ([]*norn.Task,
 		}
 		tokens := s.tokenWait(req.Queues, started) // rate limits wake their own waiters (ratelimit.go)
 		timer := time.NewTimer(min(left, s.cfg.PollInterval))
+		if s.cfg.claimWaits != nil {
+			s.cfg.claimWaits()
+		}
 		select {
 		case <-wake:
 		case <-tokens.c:

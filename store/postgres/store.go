@@ -94,6 +94,9 @@ type Config struct {
 	// submitPause, when set (tests), runs before each merged submit with
 	// the number of callers it answers.
 	submitPause func(callers int)
+	// claimWaits, when set (tests), runs when a long-polling claim found
+	// nothing and is about to wait, so a test can act at that moment.
+	claimWaits func()
 	// completionFlushes, when set (tests), replaces the number of merged
 	// completion statements run at once (completer.go).
 	completionFlushes int

@@ -245,11 +245,21 @@ func TestMonitorLeaderFailover(t *testing.T) {
 // no monitor, and claims that wait only for notifications (PollInterval
 // an hour). It returns the database's URL too.
 func openNodes(t *testing.T, n int) (string, []*Store) {
+	return openNodesWith(t, n, nil)
+}
+
+// openNodesWith is openNodes with each node's Config changed by set (nil:
+// none) before it opens.
+func openNodesWith(t *testing.T, n int, set func(i int, c *Config)) (string, []*Store) {
 	t.Helper()
 	url, schema := pgtest.Schema(t)
 	nodes := make([]*Store, n)
 	for i := range nodes {
-		s, err := Open(context.Background(), Config{URL: url, Schema: schema, Migrate: true, PollInterval: time.Hour, DisableMonitor: true})
+		cfg := Config{URL: url, Schema: schema, Migrate: true, PollInterval: time.Hour, DisableMonitor: true}
+		if set != nil {
+			set(i, &cfg)
+		}
+		s, err := Open(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,7 +272,20 @@ func openNodes(t *testing.T, n int) (string, []*Store) {
 func TestListenerReconnects(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url, nodes := openNodes(t, 2)
+	// The first node tells when its claim waits: the submit must find it
+	// waiting, or a lost wake-up would go unnoticed (the claim would find
+	// the task at its first look).
+	waiting := make(chan struct{}, 1)
+	url, nodes := openNodesWith(t, 2, func(i int, c *Config) {
+		if i == 0 {
+			c.claimWaits = func() {
+				select {
+				case waiting <- struct{}{}:
+				default:
+				}
+			}
+		}
+	})
 	waiter, submitter := nodes[0], nodes[1]
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -299,7 +322,11 @@ func TestListenerReconnects(t *testing.T) {
 		}
 		done <- got
 	}()
-	time.Sleep(100 * time.Millisecond) // let the claim start waiting
+	select {
+	case <-waiting:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the claim did not start waiting")
+	}
 	if _, err := submitter.Submit(ctx, norn.NewTask{ID: "x", Queue: "lp"}); err != nil {
 		t.Fatal(err)
 	}
