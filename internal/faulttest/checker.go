@@ -385,9 +385,17 @@ func CheckMonitor(nodes []*Node, events []Event, until time.Time) *MonitorReport
 		for _, e := range events {
 			name, _ := strings.CutSuffix(e.Target, " (leader)")
 			// Under way when frozen: begun before the SIGSTOP, ended after
-			// it. (Not "ended after Healed": the resumed node can log the
-			// end before the nemesis records that SIGCONT returned.)
-			if e.Fault == "pause" && name == s.node && !s.start.After(e.Start) && s.end.After(e.Start) {
+			// it. The signal is sent at some point between Start and
+			// Injected (the nemesis first finds the leader), so a sweep the
+			// node began in between was frozen too (a soak saw one begin 2
+			// ms after Start). (Not "ended after Healed": the resumed node
+			// can log the end before the nemesis records that SIGCONT
+			// returned.)
+			stop := e.Injected
+			if stop.IsZero() {
+				stop = e.Start
+			}
+			if e.Fault == "pause" && name == s.node && !s.start.After(stop) && s.end.After(stop) {
 				return true
 			}
 		}

@@ -89,6 +89,16 @@ func TestCheckMonitor(t *testing.T) {
 		{"frozen sweep ends just before the heal is recorded", []logLine{line(s(0), msgLeads, zero), line(s(5.49), msgSwept, s(0.99)), line(s(5.6), msgLost, zero)},
 			[]logLine{line(s(3), msgLeads, zero), line(s(4), msgSwept, s(3.5))},
 			[]Event{{Fault: "pause", Target: "a (leader)", Start: s(1), Healed: s(5.5)}}, ""},
+		// The soak's case: the nemesis records Start, finds the leader and
+		// only then sends SIGSTOP (Injected); the node began a sweep in
+		// between (2 ms after Start) and was frozen in it.
+		{"frozen sweep begun after the fault's start, before the signal", []logLine{line(s(0), msgLeads, zero), line(s(6), msgSwept, s(1.002)), line(s(6.1), msgLost, zero)},
+			[]logLine{line(s(3), msgLeads, zero), line(s(4), msgSwept, s(3.5))},
+			[]Event{{Fault: "pause", Target: "a (leader)", Start: s(1), Injected: s(1.01), Healed: s(5.5)}}, ""},
+		// A sweep begun after the signal was sent is not the frozen one.
+		{"sweep begun after the signal", []logLine{line(s(0), msgLeads, zero), line(s(6), msgSwept, s(1.02))},
+			[]logLine{line(s(3), msgLeads, zero), line(s(4), msgSwept, s(3.5))},
+			[]Event{{Fault: "pause", Target: "a (leader)", Start: s(1), Injected: s(1.01), Healed: s(5.5)}}, "b swept"},
 		// The same overlap without a pause is two sweepers.
 		{"overlap without a pause", []logLine{line(s(0), msgLeads, zero), line(s(6), msgSwept, s(0.9))},
 			[]logLine{line(s(3), msgLeads, zero), line(s(4), msgSwept, s(3.5))}, nil, "b swept"},

@@ -22,7 +22,8 @@ type Fault struct {
 type Event struct {
 	Fault    string
 	Target   string
-	Start    time.Time // injected
+	Start    time.Time // injection began (before its target was chosen)
+	Injected time.Time // injection returned: a SIGSTOP had been sent
 	Healed   time.Time // heal returned
 	Recovery time.Duration
 	Err      error
@@ -52,6 +53,7 @@ func (nm *Nemesis) Run(ctx context.Context, faults []Fault, loop bool) {
 		f := faults[i]
 		ev := Event{Fault: f.Name, Start: time.Now()}
 		heal, target, err := f.Inject(ctx)
+		ev.Injected = time.Now()
 		ev.Target = target
 		if err != nil {
 			ev.Err = err
