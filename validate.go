@@ -1,6 +1,7 @@
 package norn
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -710,6 +711,28 @@ func (q *Query) PageLimit() (int, error) {
 		return 0, Invalid("limit", "must be at most %d", MaxListLimit)
 	}
 	return q.Limit, nil
+}
+
+// CursorString wraps a store's position after a page (bytes only the store
+// reads) as the opaque cursor clients pass back: unpadded base64url.
+func CursorString(pos []byte) string { return base64.RawURLEncoding.EncodeToString(pos) }
+
+// CursorBytes unwraps a cursor made by CursorString. Only that exact
+// spelling is accepted: Go's decoder skips line breaks, so without the
+// check many strings would name one position. A store that cannot read
+// the bytes answers BadCursor as well.
+func CursorBytes(c string) ([]byte, error) {
+	b, err := base64.RawURLEncoding.Strict().DecodeString(c)
+	if err != nil || len(b) == 0 || CursorString(b) != c {
+		return nil, BadCursor()
+	}
+	return b, nil
+}
+
+// BadCursor is the error for a cursor no page of this store and order
+// returned.
+func BadCursor() error {
+	return Invalid("cursor", "malformed cursor; pass next_cursor from the previous page unchanged")
 }
 
 // ValidateDelete checks a filter for DeleteMatching, which refuses an

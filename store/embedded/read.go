@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"container/heap"
 	"context"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -394,7 +393,7 @@ func (s *Store) readTask(id string, summary bool) (*norn.Task, error) {
 
 // Cursors: base64url of an order tag and the last key position returned.
 func encodeCursor(order norn.Order, pos []byte) string {
-	return base64.RawURLEncoding.EncodeToString(append([]byte{orderTag(order)}, pos...))
+	return norn.CursorString(append([]byte{orderTag(order)}, pos...))
 }
 
 func orderTag(o norn.Order) byte {
@@ -408,15 +407,14 @@ func orderTag(o norn.Order) byte {
 }
 
 func decodeCursor(order norn.Order, c string) ([]byte, error) {
-	b, err := base64.RawURLEncoding.Strict().DecodeString(c)
-	if err != nil || len(b) < 2 || b[0] != orderTag(order) {
-		return nil, norn.Invalid("cursor", "malformed cursor")
+	b, err := norn.CursorBytes(c)
+	if err != nil {
+		return nil, err
 	}
-	pos := b[1:]
-	if order == norn.OrderPriority && len(pos) < 5 {
-		return nil, norn.Invalid("cursor", "malformed cursor")
+	if len(b) < 2 || b[0] != orderTag(order) || order == norn.OrderPriority && len(b) < 6 {
+		return nil, norn.BadCursor()
 	}
-	return pos, nil
+	return b[1:], nil
 }
 
 // List returns one page of tasks matching q.

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -120,21 +119,20 @@ type cursor struct {
 
 func encodeCursor(c cursor) string {
 	b, _ := json.Marshal(c)
-	return base64.RawURLEncoding.EncodeToString(b)
+	return norn.CursorString(b)
 }
 
 func decodeCursor(s string, order norn.Order) (*cursor, error) {
 	if s == "" {
 		return nil, nil
 	}
-	bad := norn.Invalid("cursor", "malformed cursor; pass next_cursor from the previous page unchanged")
-	b, err := base64.RawURLEncoding.DecodeString(s)
+	b, err := norn.CursorBytes(s)
 	if err != nil {
-		return nil, bad
+		return nil, err
 	}
 	var c cursor
 	if err := json.Unmarshal(b, &c); err != nil || c.ID == "" || c.Order != order {
-		return nil, bad
+		return nil, norn.BadCursor()
 	}
 	return &c, nil
 }
