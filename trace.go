@@ -54,6 +54,11 @@ func ValidateTraceparent(field, s string) error {
 		return bad("version ff is invalid")
 	case version == "00" && len(s) != 55:
 		return bad("version 00 has exactly four fields")
+	case version == "00" && flags > "03":
+		// Version 00 defines two flags, sampled (01) and random (02);
+		// OpenTelemetry's propagator drops a traceparent with any other
+		// bit set, and a worker's span would lose its parent.
+		return bad("version 00 defines flags 00 to 03 only")
 	case len(s) > 55 && s[55] != '-':
 		return bad("wrong layout")
 	case strings.Count(traceID, "0") == len(traceID):
