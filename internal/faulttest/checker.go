@@ -387,10 +387,10 @@ func CheckMonitor(nodes []*Node, events []Event, until time.Time) *MonitorReport
 			// Under way when frozen: begun before the SIGSTOP, ended after
 			// it. The signal is sent at some point between Start and
 			// Injected (the nemesis first finds the leader), so a sweep the
-			// node began in between was frozen too (a soak saw one begin 2
-			// ms after Start). (Not "ended after Healed": the resumed node
-			// can log the end before the nemesis records that SIGCONT
-			// returned.)
+			// node began in between was frozen too (on a loaded machine one
+			// can begin milliseconds after Start). (Not "ended after
+			// Healed": the resumed node can log the end before the nemesis
+			// records that SIGCONT returned.)
 			stop := e.Injected
 			if stop.IsZero() {
 				stop = e.Start

@@ -411,7 +411,7 @@ func decodeCursor(order norn.Order, c string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(b) < 2 || b[0] != orderTag(order) || order == norn.OrderPriority && len(b) < 6 {
+	if len(b) < 2 || b[0] != orderTag(order) || (order == norn.OrderPriority && len(b) < 6) {
 		return nil, norn.BadCursor()
 	}
 	return b[1:], nil
