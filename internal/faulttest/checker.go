@@ -355,6 +355,33 @@ type MonitorReport struct {
 // CheckMonitor checks from the nodes' logs that the monitor's duties were
 // done by one node at a time: no two nodes' sweeps overlap in time, every
 // sweep ran while its node led, and when the leader was stopped or killed
+// frozenInPause tells whether sweep s was under way when its node was
+// frozen (SIGSTOP). Such a sweep spans the whole pause: it is the frozen
+// leader's, it resumes after another node took over, and its late writes
+// are compare-and-sets that cannot overwrite the new leader's
+// (docs/reliability.md). It is not a second sweeper; every other overlap
+// is.
+func frozenInPause(s interval, events []Event) bool {
+	for _, e := range events {
+		name, _ := strings.CutSuffix(e.Target, " (leader)")
+		// Under way when frozen: begun before the SIGSTOP, ended after
+		// it. The signal is sent at some point between Start and Injected
+		// (the nemesis first finds the leader), so a sweep the node began
+		// in between was frozen too (on a loaded machine one can begin
+		// milliseconds after Start). (Not "ended after Healed": the
+		// resumed node can log the end before the nemesis records that
+		// SIGCONT returned.)
+		stop := e.Injected
+		if stop.IsZero() {
+			stop = e.Start
+		}
+		if e.Fault == "pause" && name == s.node && !s.start.After(stop) && s.end.After(stop) {
+			return true
+		}
+	}
+	return false
+}
+
 // (by events) another node took the lead while it was away.
 func CheckMonitor(nodes []*Node, events []Event, until time.Time) *MonitorReport {
 	mr := &MonitorReport{}
@@ -376,35 +403,10 @@ func CheckMonitor(nodes []*Node, events []Event, until time.Time) *MonitorReport
 	}
 	mr.Sweeps = len(all)
 	ts := func(t time.Time) string { return t.Format("15:04:05.000") }
-	// A sweep that was under way when its node was frozen (SIGSTOP) spans
-	// the whole pause: it is the frozen leader's, it resumes after another
-	// node took over, and its late writes are compare-and-sets that cannot
-	// overwrite the new leader's (docs/reliability.md). It is not a second
-	// sweeper; every other overlap is.
-	frozen := func(s interval) bool {
-		for _, e := range events {
-			name, _ := strings.CutSuffix(e.Target, " (leader)")
-			// Under way when frozen: begun before the SIGSTOP, ended after
-			// it. The signal is sent at some point between Start and
-			// Injected (the nemesis first finds the leader), so a sweep the
-			// node began in between was frozen too (on a loaded machine one
-			// can begin milliseconds after Start). (Not "ended after
-			// Healed": the resumed node can log the end before the nemesis
-			// records that SIGCONT returned.)
-			stop := e.Injected
-			if stop.IsZero() {
-				stop = e.Start
-			}
-			if e.Fault == "pause" && name == s.node && !s.start.After(stop) && s.end.After(stop) {
-				return true
-			}
-		}
-		return false
-	}
 	sort.Slice(all, func(i, j int) bool { return all[i].start.Before(all[j].start) })
 	var active []interval
 	for _, s := range all {
-		if frozen(s) {
+		if frozenInPause(s, events) {
 			mr.FrozenSweeps++
 			continue
 		}
