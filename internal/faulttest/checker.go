@@ -352,9 +352,6 @@ type MonitorReport struct {
 	Problems     []string
 }
 
-// CheckMonitor checks from the nodes' logs that the monitor's duties were
-// done by one node at a time: no two nodes' sweeps overlap in time, every
-// sweep ran while its node led, and when the leader was stopped or killed
 // frozenInPause tells whether sweep s was under way when its node was
 // frozen (SIGSTOP). Such a sweep spans the whole pause: it is the frozen
 // leader's, it resumes after another node took over, and its late writes
@@ -382,6 +379,9 @@ func frozenInPause(s interval, events []Event) bool {
 	return false
 }
 
+// CheckMonitor checks from the nodes' logs that the monitor's duties were
+// done by one node at a time: no two nodes' sweeps overlap in time, every
+// sweep ran while its node led, and when the leader was stopped or killed
 // (by events) another node took the lead while it was away.
 func CheckMonitor(nodes []*Node, events []Event, until time.Time) *MonitorReport {
 	mr := &MonitorReport{}
