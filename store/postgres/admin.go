@@ -234,7 +234,7 @@ func (s *Store) settleForFlow(ctx context.Context, tx pgx.Tx, name string, was, 
 	// so after this every running task of the queue with a key is
 	// counted (O(running tasks), in this transaction).
 	_, err := tx.Exec(ctx, s.q(`UPDATE {s}.tasks SET running_key = concurrency_key
-WHERE status = 'running' AND queue = $1 AND concurrency_key IS NOT NULL AND running_key IS NULL
+WHERE ist = 'running' AND queue = $1 AND concurrency_key IS NOT NULL AND running_key IS NULL
 	AND ($2 > 0 OR EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0))`), name, now.KeyLimit)
 	if err != nil {
 		return err
@@ -328,7 +328,7 @@ func (s *Store) queueKeys(ctx context.Context, conn *pgx.Conn, queue string, byL
 	coalesce(k.rate_per_second, 0), coalesce(k.rate_burst, 0)
 FROM (SELECT key, lim, weight, rate_per_second, rate_burst FROM {s}.queue_keys WHERE queue = $1) k
 FULL JOIN (SELECT key, count(*) AS n FROM (SELECT `+col+` AS key, 1 FROM {s}.tasks
-	WHERE queue = $1 AND status = 'running' AND `+col+` IS NOT NULL`+leased+`) z GROUP BY 1) r USING (key)
+	WHERE queue = $1 AND ist = 'running' AND `+col+` IS NOT NULL`+leased+`) z GROUP BY 1) r USING (key)
 ORDER BY key`), queue)
 	if err != nil {
 		return nil, err

@@ -64,7 +64,7 @@ ON CONFLICT (id) DO NOTHING`), b.ID, string(b.State), waiting(b), b.Created, jso
 
 // batchCounts counts the members of the batches ids by status.
 func (s *Store) batchCounts(ctx context.Context, q querier, ids []string) (map[string]map[norn.Status]int, error) {
-	rows, err := q.Query(ctx, s.q(`SELECT batch, status, count(*) FROM {s}.tasks WHERE batch = ANY($1) GROUP BY batch, status`), ids)
+	rows, err := q.Query(ctx, s.q(`SELECT batch, CASE ist WHEN 'batched' THEN 'ready' ELSE ist END, count(*) FROM {s}.tasks WHERE batch = ANY($1) GROUP BY 1, 2`), ids)
 	if err != nil {
 		return nil, err
 	}
@@ -254,8 +254,8 @@ func (s *Store) DeleteBatch(ctx context.Context, id string, members bool) (int, 
 // fire on_complete (and on_success if all completed), done ones only
 // on_success, once no member failed any more.
 const dueBatchesSQL = `SELECT b.id FROM {s}.batches b WHERE b.waiting AND b.id > $1
-	AND NOT EXISTS (SELECT 1 FROM {s}.tasks t WHERE t.batch = b.id AND t.status IN ('scheduled', 'blocked', 'ready', 'running'))
-	AND (b.state = 'sealed' OR NOT EXISTS (SELECT 1 FROM {s}.tasks t WHERE t.batch = b.id AND t.status <> 'completed'))
+	AND NOT EXISTS (SELECT 1 FROM {s}.tasks t WHERE t.batch = b.id AND t.ist IN ('scheduled', 'blocked', 'ready', 'batched', 'running'))
+	AND (b.state = 'sealed' OR NOT EXISTS (SELECT 1 FROM {s}.tasks t WHERE t.batch = b.id AND t.ist <> 'completed'))
 	ORDER BY b.id LIMIT 100`
 
 // fireBatches fires every due batch, one transaction each.

@@ -472,7 +472,7 @@ func (r *readyRowLimits) set(queue string, rows int, sufficed bool) {
 // them (claim_keyed.go), whatever limits the queue gets later.
 func (s *Store) buildLeaseClaimSQL(gate string) string {
 	c := `c AS (SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t
-	WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1 AND ` + gate + `
+	WHERE t.ist = 'ready' AND t.queue = $1 AND ` + gate + `
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED),
 r AS (SELECT b.rid, b.priority, b.ready_at, b.first_id, b.ids, b.keys FROM {s}.ready b WHERE b.queue = $1 AND ` + gate + `
 	ORDER BY b.priority DESC, b.ready_at, b.first_id LIMIT $7 FOR UPDATE SKIP LOCKED),

@@ -20,7 +20,7 @@ import (
 // runningByKeySQL counts a queue's running tasks by concurrency key (the
 // empty string for none), only when a count limit needs it.
 const runningByKeySQL = `SELECT coalesce(concurrency_key, ''), count(*) FROM {s}.tasks
-WHERE queue = $1 AND status = 'running' AND (SELECT q.max_running > 0 OR q.key_limit > 0
+WHERE queue = $1 AND ist = 'running' AND (SELECT q.max_running > 0 OR q.key_limit > 0
 	OR EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0) FROM {s}.queues q WHERE q.name = $1)
 GROUP BY 1`
 
@@ -308,7 +308,7 @@ func (s *Store) pickLimited(ctx context.Context, tx flowQuerier, queue string, w
 	p := &limitedPick{flow: flow, own: own, running: running, total: total, want: want, tokens: g.tokensFor()}
 	first := 4*want + 16
 	rows, err := tx.Query(ctx, s.q(`SELECT id, coalesce(concurrency_key, ''), priority, ready_at FROM {s}.tasks
-WHERE status = 'ready' AND ready_batch IS NULL AND queue = $1 ORDER BY priority DESC, ready_at, id LIMIT $2`), queue, first)
+WHERE ist = 'ready' AND queue = $1 ORDER BY priority DESC, ready_at, id LIMIT $2`), queue, first)
 	if err != nil {
 		return picked{err: err}
 	}
@@ -490,7 +490,7 @@ func (s *Store) pastHeadSQL() string {
 	return s.q(`WITH RECURSIVE ` + readyKeysCTE("concurrency_key") + `,
 kr AS MATERIALIZED (SELECT k.key, coalesce(($5::jsonb ->> k.key)::bigint, $6::bigint) AS room FROM k WHERE k.key IS NOT NULL)
 SELECT c.id, kr.key, c.priority, c.ready_at FROM kr CROSS JOIN LATERAL (` + afterSQL(`SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t`,
-		`t.queue = $1 AND t.status = 'ready' AND t.concurrency_key IS NOT NULL AND t.concurrency_key = kr.key`, `kr.room`) + `) c
+		`t.queue = $1 AND t.ist IN ('ready', 'batched') AND t.concurrency_key IS NOT NULL AND t.concurrency_key = kr.key`, `kr.room`) + `) c
 WHERE kr.room > 0`)
 }
 
@@ -498,7 +498,7 @@ WHERE kr.room > 0`)
 // claim order, $5 of them at most (pickLimited).
 func (s *Store) pastSQL() string {
 	return s.q(afterSQL(`SELECT t.id, coalesce(t.concurrency_key, ''), t.priority, t.ready_at FROM {s}.tasks t`,
-		`t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1`, `$5`))
+		`t.ist = 'ready' AND t.queue = $1`, `$5`))
 }
 
 // collectCands reads rows of (id, key, priority, ready_at).

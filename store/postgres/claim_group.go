@@ -95,7 +95,7 @@ func (s *Store) readGroupHeads(ctx context.Context, conn *pgx.Conn, queues []str
 	coalesce(CASE WHEN $3::text IS NULL THEN t.concurrency_key
 		WHEN (SELECT q.fair_by FROM {s}.queues q WHERE q.name = $1) = 'label:' || $3::text THEN nullif(t.fair_key, '')
 		ELSE t.labels ->> $3::text END, '')
-FROM {s}.tasks t WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1
+FROM {s}.tasks t WHERE t.ist = 'ready' AND t.queue = $1
 ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2`), q, n, label).Query(func(rows pgx.Rows) error {
 			var c groupCand
 			_, err := pgx.ForEachRow(rows, []any{&c.id, &c.key, &c.priority, &c.readyAt, &c.value}, func() error {

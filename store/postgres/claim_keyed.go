@@ -57,7 +57,7 @@ var keyedBucketSQL = `SELECT count(CASE WHEN ($2::bigint >> b) & 1 = 1 THEN pg_a
 // the first ready tasks of the queue not in ready rows, locked, if the
 // verdict said keyed. They go round a condition on the claim order.
 const keyedHead = `SELECT t.id, t.concurrency_key AS key, t.priority, t.ready_at FROM {s}.tasks t
-	WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1 AND `
+	WHERE t.ist = 'ready' AND t.queue = $1 AND `
 
 const keyedTail = `
 	AND current_setting('norn.flow_shared', true) = 'keyed'
@@ -113,7 +113,7 @@ r2 AS (SELECT r1.*, CASE WHEN r1.key IS NOT NULL AND r1.rn = 1 THEN coalesce(
 lo AS MATERIALIZED (SELECT coalesce(jsonb_object_agg(z.k, z.n), '{}'::jsonb) AS o FROM (SELECT u.k, count(*) AS n
 	FROM {s}.leases l, unnest(l.keys) u(k) WHERE l.queue = $1 AND l.keys IS NOT NULL AND u.k IS NOT NULL GROUP BY u.k) z),
 r AS MATERIALIZED (SELECT r2.*, CASE WHEN r2.lim0 IS NOT NULL THEN (SELECT count(*) FROM {s}.tasks t
-	WHERE t.queue = $1 AND t.status = 'running' AND t.running_key = r2.key) END AS run0,
+	WHERE t.queue = $1 AND t.ist = 'running' AND t.running_key = r2.key) END AS run0,
 	CASE WHEN r2.lim0 IS NOT NULL THEN coalesce(((SELECT lo.o FROM lo) ->> r2.key)::bigint, 0) END AS ent0 FROM r2),
 kw AS MATERIALIZED (SELECT r.id, r.key, r.rn, r.rid,
 	$8::bigint <> 0 AND ($8::bigint >> (hashtextextended(r.key, 0) & {bm})::int) & 1 = 1 AS ex,
@@ -126,7 +126,7 @@ lt AS MATERIALIZED (SELECT coalesce(jsonb_object_agg(z.k, z.n), '{}'::jsonb) AS 
 	AND t.id = u.id AND t.status = 'ready' AND t.ready_batch IS NOT NULL GROUP BY u.k) z),
 qf AS MATERIALIZED (SELECT $8::bigint = 0 AND q.key_limit > 0
 	AND NOT EXISTS (SELECT 1 FROM {s}.queue_keys k WHERE k.queue = $1 AND k.lim > 0)
-	AND (SELECT count(*) FROM (SELECT 1 FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'running'
+	AND (SELECT count(*) FROM (SELECT 1 FROM {s}.tasks t WHERE t.queue = $1 AND t.ist = 'running'
 		AND t.running_key IS NOT NULL LIMIT q.key_limit) x)
 	+ (SELECT coalesce(sum(coalesce(l.kmax, cardinality(l.ids))), 0) FROM {s}.leases l WHERE l.queue = $1 AND l.keys IS NOT NULL)
 	+ $9 * greatest(1, q.key_limit / (2 * $9)) <= q.key_limit AS fast,

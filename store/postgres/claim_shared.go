@@ -68,7 +68,7 @@ sl AS (SELECT coalesce(sum(admitted), 0)::bigint AS adm,
 	FROM {s}.queue_flow_slots WHERE queue = $1),
 c AS (SELECT q.*, sl.adm, CASE WHEN q.other OR q.blim IS NULL OR (NOT q.keyed AND q.lim < $2) OR (q.rated AND NOT $3)
 		OR (sl.base + sl.adm <= q.blim - $2 AND (sl.adm - sl.fresh <= $2 OR sl.base + sl.adm <= q.blim / 2)) THEN NULL
-	ELSE (SELECT count(*) FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'running')
+	ELSE (SELECT count(*) FROM {s}.tasks t WHERE t.queue = $1 AND t.ist = 'running')
 		+ (SELECT coalesce(sum(greatest(cardinality(l.ids) - l.done, 0)), 0) FROM {s}.leases l WHERE l.queue = $1) END AS counted
 	FROM q, sl),
 v AS (SELECT CASE WHEN other OR (NOT keyed AND lim < $2) THEN 'static' WHEN rated AND NOT $3 THEN 'rated'
@@ -152,7 +152,7 @@ func (s *Store) buildFlowSQL() {
 	s.flow.leaseSQL = s.buildLeaseClaimSQL(`current_setting('norn.flow_shared', true) = 'ok'`)
 	s.flow.ratedLeaseSQL = s.buildRatedLeaseSQL()
 	s.flow.claimFirstSQL = s.buildAssignKeyedSQL(`c AS (SELECT t.id FROM {s}.tasks t
-	WHERE t.status = 'ready' AND t.ready_batch IS NULL AND t.queue = $1
+	WHERE t.ist = 'ready' AND t.queue = $1
 	ORDER BY t.priority DESC, t.ready_at, t.id LIMIT $2 FOR UPDATE SKIP LOCKED)`) + claimOrder
 	s.buildKeyedSQL()
 }

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -47,15 +46,15 @@ type fairKey struct {
 func readyKeysCTE(col string) string {
 	// tasks_key_ready holds the tasks of ready batches too,
 	// tasks_fair does not (a fair queue has none).
-	batch := " AND ready_batch IS NULL"
+	st := "ist = 'ready'"
 	if col == "concurrency_key" {
-		batch = ""
+		st = "ist IN ('ready', 'batched')"
 	}
 	return `k(key) AS (
-	(SELECT ` + col + ` FROM {s}.tasks WHERE queue = $1 AND status = 'ready'` + batch + ` AND ` + col + ` IS NOT NULL
+	(SELECT ` + col + ` FROM {s}.tasks WHERE queue = $1 AND ` + st + ` AND ` + col + ` IS NOT NULL
 		ORDER BY ` + col + ` LIMIT 1)
 	UNION ALL
-	SELECT (SELECT t.` + col + ` FROM {s}.tasks t WHERE t.queue = $1 AND t.status = 'ready'` + strings.ReplaceAll(batch, " ready_batch", " t.ready_batch") + `
+	SELECT (SELECT t.` + col + ` FROM {s}.tasks t WHERE t.queue = $1 AND t.` + st + `
 		AND t.` + col + ` IS NOT NULL
 		AND t.` + col + ` > k.key ORDER BY t.` + col + ` LIMIT 1) FROM k WHERE k.key IS NOT NULL)`
 }
@@ -146,7 +145,7 @@ func (s *Store) pickFair(ctx context.Context, tx flowQuerier, queue string, want
 func (s *Store) readMoreFair(ctx context.Context, tx flowQuerier, queue string, fk *fairKey, n int) error {
 	last := fk.tasks[len(fk.tasks)-1]
 	rows, err := tx.Query(ctx, s.q(afterSQL(`SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t`,
-		`t.queue = $1 AND t.status = 'ready' AND t.ready_batch IS NULL AND t.fair_key = $5`, `$6`)), queue, last.priority, last.readyAt, last.id, fk.key, n)
+		`t.queue = $1 AND t.ist = 'ready' AND t.fair_key = $5`, `$6`)), queue, last.priority, last.readyAt, last.id, fk.key, n)
 	if err != nil {
 		return err
 	}
@@ -230,7 +229,7 @@ ks AS MATERIALIZED (SELECT k.key, f.vt FROM k LEFT JOIN {s}.queue_fair f ON f.qu
 per AS (SELECT CASE WHEN count(*) * $3 <= 4096 THEN $3 ELSE $3 / count(*) + 2 END AS n FROM ks)
 SELECT ks.key, ks.vt, c.id, c.priority, c.ready_at, (SELECT n FROM per) FROM ks CROSS JOIN LATERAL (
 	SELECT t.id, t.priority, t.ready_at FROM {s}.tasks t WHERE (t.queue, t.fair_key) >= ($1, ks.key) AND (t.queue, t.fair_key) <= ($1, ks.key)
-		AND t.status = 'ready' AND t.ready_batch IS NULL AND t.fair_key IS NOT NULL
+		AND t.ist = 'ready' AND t.fair_key IS NOT NULL
 	ORDER BY t.queue, t.fair_key, t.priority DESC, t.ready_at, t.id LIMIT (SELECT n FROM per)) c`), queue, blocked, want)
 	if err != nil {
 		return nil, err

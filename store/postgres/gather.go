@@ -25,8 +25,7 @@ func (s *Store) gathered(ctx context.Context, req *norn.ClaimRequest) (take bool
 	err = s.withConn(ctx, func(conn *pgx.Conn) error {
 		return conn.QueryRow(ctx, s.q(`WITH open AS (SELECT q FROM unnest($1::text[]) q
 	WHERE NOT EXISTS (SELECT 1 FROM {s}.queues WHERE name = q AND paused)),
-x AS ((SELECT t.ready_at, 1 AS n FROM {s}.tasks t WHERE t.queue IN (SELECT q FROM open) AND t.status = 'ready'
-		AND t.ready_batch IS NULL LIMIT $2)
+x AS ((SELECT t.ready_at, 1 AS n FROM {s}.tasks t WHERE t.queue IN (SELECT q FROM open) AND t.ist = 'ready' LIMIT $2)
 	UNION ALL (SELECT r.ready_at, cardinality(r.ids) FROM {s}.ready r WHERE r.queue IN (SELECT q FROM open) LIMIT $2))
 SELECT clock_timestamp(), coalesce(sum(n), 0)::int, min(ready_at) FROM x`), req.Queues, req.Min).Scan(&now, &ready, &oldest)
 	})

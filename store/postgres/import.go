@@ -77,7 +77,12 @@ func (s *Store) ImportTasks(ctx context.Context, recs []norn.TaskRecord) (int, e
 				return err
 			}
 		}
-		return nil
+		// The plain completed tasks among them, where retention finds
+		// them (endedLogCTE).
+		_, err = tx.Exec(ctx, s.q(`INSERT INTO {s}.ended_log (queue, ended_at, ids)
+SELECT queue, max(ended_at), array_agg(id) FROM {s}.tasks WHERE id = ANY($1) AND status = 'completed' AND ist IS NULL
+GROUP BY queue, date_trunc('minute', ended_at)`), ids)
+		return err
 	})
 	return n, err
 }

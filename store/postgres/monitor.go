@@ -297,10 +297,10 @@ func (m *monitor) ping(ctx context.Context) error {
 // It runs after sweepSetupSQL: a plan made while the table was empty would
 // otherwise read the whole table once a backlog arrived.
 const nextDueSQL = `SELECT extract(epoch FROM least(
-	(SELECT min(run_at) FROM {s}.tasks WHERE status = 'scheduled' AND run_at < ` + dueBound + `),
-	(SELECT min(deadline) FROM {s}.tasks WHERE status = 'running' AND deadline < ` + dueBound + `),
+	(SELECT min(run_at) FROM {s}.tasks WHERE ist = 'scheduled' AND run_at < ` + dueBound + `),
+	(SELECT min(deadline) FROM {s}.tasks WHERE ist = 'running' AND deadline < ` + dueBound + `),
 	(SELECT min(deadline) FROM {s}.leases WHERE deadline < ` + dueBound + `),
-	(SELECT min(expires_at) FROM {s}.tasks WHERE expires_at IS NOT NULL AND status IN ('scheduled', 'blocked', 'ready')
+	(SELECT min(expires_at) FROM {s}.tasks WHERE expires_at IS NOT NULL AND ist IN ('scheduled', 'blocked', 'ready', 'batched')
 		AND expires_at < ` + dueBound + `),
 	(SELECT min(next_fire) FROM {s}.schedules WHERE NOT paused)) - clock_timestamp())`
 

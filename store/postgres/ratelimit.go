@@ -231,7 +231,7 @@ func (s *Store) endTokenWait(w *tokenWaiter) {
 
 // flowStatsSQL counts the running tasks of each flow-limited queue.
 const flowStatsSQL = `SELECT q.name,
-	(SELECT count(*) FROM {s}.tasks t WHERE t.queue = q.name AND t.status = 'running')
+	(SELECT count(*) FROM {s}.tasks t WHERE t.queue = q.name AND t.ist = 'running')
 FROM {s}.queues q WHERE q.flow_limited`
 
 // FlowStats reports the queues with limits, with their running tasks, and

@@ -258,7 +258,7 @@ func (s *Store) keyHolders(ctx context.Context, tx pgx.Tx, t *norn.Task) ([]norn
 		return nil, err
 	}
 	rows, err := tx.Query(ctx, s.q(`SELECT id, status FROM {s}.tasks WHERE queue = $1 AND unique_key = $2
-	AND status IN ('scheduled', 'blocked', 'ready', 'running')`), ref.Queue, ref.Key)
+	AND ist IN ('scheduled', 'blocked', 'ready', 'batched', 'running')`), ref.Queue, ref.Key)
 	if err != nil {
 		return nil, err
 	}

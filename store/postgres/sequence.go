@@ -96,7 +96,7 @@ WHERE s.queue = x.queue AND s.key = x.key`), qs, ks, heads, next)
 
 // seqInfoSQL reads sequences' states ({where}: which).
 const seqInfoSQL = `SELECT s.key, s.head, t.status, s.halted,
-	(SELECT count(*) FROM {s}.tasks w WHERE w.queue = s.queue AND w.sequence_key = s.key AND w.status = 'blocked'
+	(SELECT count(*) FROM {s}.tasks w WHERE w.queue = s.queue AND w.sequence_key = s.key AND w.ist = 'blocked'
 		AND w.id IS DISTINCT FROM s.head)
 FROM {s}.sequences s LEFT JOIN {s}.tasks t ON t.id = s.head WHERE `
 

@@ -405,9 +405,9 @@ func (s *Store) queueHolders(b *pgx.Batch, p *submitPlan) {
 	b.Queue("SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k", locks)
 	b.Queue(s.q(`SELECT u.q, u.k, h.id, h.status, h.ended_at FROM unnest($1::text[], $2::text[]) AS u(q, k)
 CROSS JOIN LATERAL ((SELECT t.id, t.status, t.ended_at FROM {s}.tasks t WHERE t.unique_key = u.k AND t.queue = u.q
-	AND t.status IN ('scheduled', 'blocked', 'ready', 'running') LIMIT 1)
+	AND t.ist IN ('scheduled', 'blocked', 'ready', 'batched', 'running') LIMIT 1)
 UNION ALL (SELECT t.id, t.status, t.ended_at FROM {s}.tasks t WHERE t.unique_key = u.k AND t.queue = u.q
-	AND t.ended_at IS NOT NULL ORDER BY t.ended_at DESC LIMIT 1)) h`), rq, rk).Query(func(rows pgx.Rows) error {
+	AND t.unique_ended IS NOT NULL ORDER BY t.unique_ended DESC LIMIT 1)) h`), rq, rk).Query(func(rows pgx.Rows) error {
 		p.holders = map[norn.UniqueRef][]norn.UniqueHolder{}
 		var ref norn.UniqueRef
 		var h norn.UniqueHolder
@@ -758,7 +758,7 @@ func (s *Store) answerSubmit(ctx context.Context, q querier, p *submitPlan, inse
 // terminal (nil when none does).
 func (s *Store) liveHolder(ctx context.Context, q querier, ref norn.UniqueRef) (*rec, error) {
 	rows, err := q.Query(ctx, s.q(`SELECT `+colsFull+` FROM {s}.tasks t WHERE t.queue = $1 AND t.unique_key = $2
-	AND t.status IN ('scheduled', 'blocked', 'ready', 'running')`), ref.Queue, ref.Key)
+	AND t.ist IN ('scheduled', 'blocked', 'ready', 'batched', 'running')`), ref.Queue, ref.Key)
 	if err != nil {
 		return nil, err
 	}

@@ -90,7 +90,7 @@ func (s *Store) sweepCandidatesSQL(cond, order string) string {
 }
 
 // timeoutCond and timeoutOrder select expired leases, oldest first.
-const timeoutCond, timeoutOrder = `t.status = 'running' AND t.deadline < $1`, `t.deadline`
+const timeoutCond, timeoutOrder = `t.ist = 'running' AND t.deadline < $1`, `t.deadline`
 
 // sweepCandidates reads tasks matching cond (a condition on t and $1 =
 // now) without locking them.
@@ -155,7 +155,7 @@ func (s *Store) sweepTimeouts(ctx context.Context, rep *norn.SweepReport) error 
 
 // expiryCond and expiryOrder select waiting tasks past their expiry
 // (tasks_expiry), oldest first.
-const expiryCond, expiryOrder = `t.expires_at <= $1 AND t.expires_at IS NOT NULL AND t.status IN ('scheduled', 'blocked', 'ready')`, `t.expires_at`
+const expiryCond, expiryOrder = `t.expires_at <= $1 AND t.expires_at IS NOT NULL AND t.ist IN ('scheduled', 'blocked', 'ready', 'batched')`, `t.expires_at`
 
 // sweepExpiries aborts the waiting tasks past their expiry (norn.Expire),
 // with compare-and-set like the timeouts: a claim or a cancel that got
@@ -205,7 +205,7 @@ func (s *Store) delaySQL() string { return s.sql.delay }
 
 func (s *Store) buildDelaySQL() string {
 	return s.q(`WITH n AS (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now),
-c AS (SELECT t.id FROM {s}.tasks t WHERE t.status = 'scheduled' AND t.run_at <= (SELECT now FROM n)
+c AS (SELECT t.id FROM {s}.tasks t WHERE t.ist = 'scheduled' AND t.run_at <= (SELECT now FROM n)
 	ORDER BY t.run_at LIMIT $2 FOR UPDATE SKIP LOCKED),
 upd AS (UPDATE {s}.tasks t SET status = 'ready', ready_at = n.now, updated = n.now, version = t.version + 1,
 	history_count = t.history_count + 1
@@ -241,67 +241,111 @@ func (s *Store) sweepDelays(ctx context.Context, rep *norn.SweepReport) error {
 	}
 }
 
+// retained is what retention deletes: terminal tasks by status, each with
+// its queue column and default.
+var retained = []struct {
+	status norn.Status
+	col    string
+	def    time.Duration
+}{
+	{norn.StatusCompleted, "retention_completed_ns", norn.DefaultRetention.Completed.D()},
+	{norn.StatusAborted, "retention_aborted_ns", norn.DefaultRetention.Aborted.D()},
+	{norn.StatusCancelled, "retention_cancelled_ns", norn.DefaultRetention.Cancelled.D()},
+}
+
 // sweepRetention deletes terminal tasks whose queue's retention for their
-// status has passed since they ended. The index on (status, ended_at)
-// bounds the scan to tasks older than the shortest retention in force.
+// status has passed since they ended: those tasks_ended holds (the index
+// bounds the scan to tasks older than the shortest retention in force),
+// then the plain completed tasks that ended_log holds.
 func (s *Store) sweepRetention(ctx context.Context, rep *norn.SweepReport) error {
-	for _, st := range []struct {
-		status norn.Status
-		col    string
-		def    time.Duration
-	}{
-		{norn.StatusCompleted, "retention_completed_ns", norn.DefaultRetention.Completed.D()},
-		{norn.StatusAborted, "retention_aborted_ns", norn.DefaultRetention.Aborted.D()},
-		{norn.StatusCancelled, "retention_cancelled_ns", norn.DefaultRetention.Cancelled.D()},
-	} {
-		for {
-			var n int
-			err := s.withConn(ctx, func(conn *pgx.Conn) error {
-				now, err := s.dbNow(ctx, conn)
-				if err != nil {
-					return err
-				}
-				now = micro(now)
-				var minNS *int64
-				if err := conn.QueryRow(ctx, s.q(`SELECT min(`+st.col+`) FROM {s}.queues WHERE `+st.col+` > 0`)).Scan(&minNS); err != nil {
-					return err
-				}
-				minRet := st.def
-				if minNS != nil && time.Duration(*minNS) < minRet {
-					minRet = time.Duration(*minNS)
-				}
-				b := &pgx.Batch{}
-				b.Queue(sweepSetupSQL)
-				b.Queue(s.retentionSQL(st.col), string(st.status), now.Add(-minRet), int64(st.def), now, sweepBatch)
-				ids, err := batchRows(ctx, conn, b, pgx.RowTo[string])
-				if err != nil {
-					return err
-				}
-				n = len(ids)
-				if n == 0 {
-					return nil
-				}
-				// Only tasks still terminal in that status go: one that was
-				// deleted or replaced meanwhile is left alone.
-				b = &pgx.Batch{}
-				b.Queue(sweepSetupSQL)
-				b.Queue(s.purgeSQL(), ids, string(st.status), now)
-				purged, err := batchRows(ctx, conn, b, pgx.RowTo[string])
-				if err != nil {
-					return err
-				}
-				rep.Purged += len(purged)
-				return nil
-			})
-			if err != nil {
-				return err
+	for i, st := range retained {
+		for _, logged := range []bool{false, true} {
+			if logged && i > 0 {
+				continue
 			}
-			if n < sweepBatch {
-				break
+			for {
+				more, err := s.retainOnce(ctx, st.status, st.col, st.def, logged, rep)
+				if err != nil {
+					return err
+				}
+				if !more {
+					break
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// retainOnce deletes one batch of the tasks of status whose retention has
+// passed, found in tasks_ended or (logged) in ended_log, whose rows it
+// drops in the same transaction. It says whether there may be more.
+func (s *Store) retainOnce(ctx context.Context, status norn.Status, col string, def time.Duration, logged bool,
+	rep *norn.SweepReport) (more bool, err error) {
+	err = s.withTx(ctx, func(tx pgx.Tx) error {
+		now, err := s.dbNow(ctx, tx)
+		if err != nil {
+			return err
+		}
+		now = micro(now)
+		var minNS *int64
+		if err := tx.QueryRow(ctx, s.q(`SELECT min(`+col+`) FROM {s}.queues WHERE `+col+` > 0`)).Scan(&minNS); err != nil {
+			return err
+		}
+		minRet := def
+		if minNS != nil && time.Duration(*minNS) < minRet {
+			minRet = time.Duration(*minNS)
+		}
+		if _, err := tx.Exec(ctx, sweepSetupSQL); err != nil {
+			return err
+		}
+		var ids []string
+		if logged {
+			var entries int
+			err = tx.QueryRow(ctx, s.endedLogSQL(col), now.Add(-minRet), int64(def), now, sweepBatch).Scan(&entries, &ids)
+			more = entries > 0
+		} else {
+			rows, qerr := tx.Query(ctx, s.retentionSQL(col), string(status), now.Add(-minRet), int64(def), now, sweepBatch)
+			if qerr != nil {
+				return qerr
+			}
+			ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			more = len(ids) == sweepBatch
+		}
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		// Only tasks still terminal in that status go: one that was
+		// deleted or replaced meanwhile is left alone.
+		rows, err := tx.Query(ctx, s.purgeSQL(), ids, string(status), now)
+		if err != nil {
+			return err
+		}
+		purged, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		rep.Purged += len(purged)
+		return err
+	})
+	return more, err
+}
+
+// endedLogSQL takes the oldest rows of ended_log ended by $1 (now less the
+// shortest retention in force) whose queue's retention (col, or the
+// default $2 in nanoseconds) has passed at $3, up to about $4 tasks (at
+// least one row), and deletes them. It answers how many rows it took and
+// the ids among their tasks still completed whose own retention has
+// passed: a task completed again since counts from its last end, and a
+// later row holds it.
+func (s *Store) endedLogSQL(col string) string {
+	return s.q(fmt.Sprintf(`WITH e AS (SELECT x.id, x.ids, x.ret FROM (
+	SELECT l.id, l.ids, coalesce(q.%[1]s, $2) AS ret,
+		coalesce(sum(cardinality(l.ids)) OVER (ORDER BY l.ended_at, l.id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
+	FROM {s}.ended_log l LEFT JOIN {s}.queues q ON q.name = l.queue COLLATE "default"
+	WHERE l.ended_at <= $1 AND coalesce(q.%[1]s, $2) > 0
+		AND l.ended_at + (coalesce(q.%[1]s, $2) / 1000) * interval '1 microsecond' <= $3
+	ORDER BY l.ended_at, l.id LIMIT 256) x WHERE x.before < $4),
+d AS (DELETE FROM {s}.ended_log l USING e WHERE l.id = e.id)
+SELECT (SELECT count(*) FROM e)::int, coalesce((SELECT array_agg(t.id) FROM e, unnest(e.ids) u(id) JOIN {s}.tasks t ON t.id = u.id
+	WHERE t.status = 'completed' AND t.ended_at + (e.ret / 1000) * interval '1 microsecond' <= $3), '{}')`, col))
 }
 
 // retentionSQL reads the ids of the first $5 tasks of status $1 that ended
@@ -312,9 +356,9 @@ func (s *Store) sweepRetention(ctx context.Context, rep *norn.SweepReport) error
 // latter so that queues_pkey can find each task's queue.
 func (s *Store) retentionSQL(col string) string {
 	return s.q(fmt.Sprintf(`SELECT t.id FROM {s}.tasks t LEFT JOIN {s}.queues q ON q.name = t.queue COLLATE "default"
-WHERE t.status = $1 AND t.ended_at IS NOT NULL AND t.ended_at <= $2
-	AND coalesce(q.%[1]s, $3) > 0 AND t.ended_at + (coalesce(q.%[1]s, $3) / 1000) * interval '1 microsecond' <= $4
-ORDER BY t.ended_at LIMIT $5`, col))
+WHERE t.ist = $1 AND t.ended_idx IS NOT NULL AND t.ended_idx <= $2
+	AND coalesce(q.%[1]s, $3) > 0 AND t.ended_idx + (coalesce(q.%[1]s, $3) / 1000) * interval '1 microsecond' <= $4
+ORDER BY t.ended_idx LIMIT $5`, col))
 }
 
 // purgeSQL deletes the tasks of ids ($1) still in status $2, with their

@@ -363,8 +363,9 @@ upd AS (UPDATE {s}.tasks t SET status = 'completed', progress = 1, result = x.re
 	WHERE t.id = x.id AND t.id = ANY ($1::text[]) AND (
 		(t.status = n.running AND t.lease = x.lease AND t.owner = x.worker)
 		OR (t.status = n.ready AND t.ready_batch IS NOT NULL AND x.lid IS NOT NULL AND x.lease = t.lease + 1))
-	RETURNING t.id, t.queue, t.status, t.version, t.history_count, 'TaskComplete'::text AS kind, t.updated AS time, x.lid)` +
-		replaceHL(trimHistory, "$6") + s.eventsCTE("upd") + `
+	RETURNING t.id, t.queue, t.status, t.version, t.history_count, 'TaskComplete'::text AS kind, t.updated AS time, x.lid,
+		t.ended_at, t.ist IS NULL AS logged)` +
+		replaceHL(trimHistory, "$6") + s.eventsCTE("upd") + endedLog("upd") + `
 SELECT id, lid FROM upd WHERE (SELECT count(*) FROM nt) >= 0`)
 }
 

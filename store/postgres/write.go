@@ -61,6 +61,16 @@ nt AS (SELECT pg_notify(` + s.chanLit + `, string_agg(line, chr(10))) FROM
 const eventLineSQL = `kind || chr(9) || id || chr(9) || queue || chr(9) || status || chr(9) || version::text
 	|| chr(9) || (extract(epoch FROM time) * 1000000)::bigint::text`
 
+// endedLogCTE logs the plain tasks a statement completed (src's rows with
+// logged true; queue, id and ended_at) in ended_log, one row a queue: no
+// index holds them (ist), and retention finds them there. Every statement
+// that completes a task appends it (the complete fast path and the
+// compare-and-set), and an import of completed tasks.
+const endedLogCTE = `, el AS (INSERT INTO {s}.ended_log (queue, ended_at, ids)
+	SELECT queue, max(ended_at), array_agg(id) FROM %s WHERE logged GROUP BY queue)`
+
+func endedLog(src string) string { return fmt.Sprintf(endedLogCTE, src) }
+
 // trimHistory drops the oldest history rows of the tasks in upd beyond the
 // cap. The tasks over the cap are collected into an array first (an
 // InitPlan, usually empty), so the rows are found with the primary key: as
@@ -85,12 +95,13 @@ upd AS (UPDATE {s}.tasks t SET status = u.status, priority = u.priority, progres
 	lease = u.lease, attempts = u.attempts, result = u.result, errors = u.errors::jsonb,
 	history_count = u.history_count, version = u.version, assign_seq = 0, done_seq = 0
 	FROM u WHERE t.id = u.id AND t.id = ANY ($1::text[]) AND t.version = u.old_version AND t.status = u.old_status AND t.lease = u.old_lease
-	RETURNING t.id, t.queue, t.status, t.version, t.history_count, u.kind, t.updated AS time),
+	RETURNING t.id, t.queue, t.status, t.version, t.history_count, u.kind, t.updated AS time, t.ended_at,
+		t.status = 'completed' AND t.ist IS NULL AND u.old_status <> 'completed' AS logged),
 h AS (INSERT INTO {s}.task_history_rows (task_id, seq, type, time, worker, lease, progress, error)
 	SELECT x.task_id, x.seq, x.type, x.time, x.worker, x.lease, x.progress, x.error::jsonb
 	FROM unnest($23::text[], $24::int[], $25::text[], $26::timestamptz[], $27::text[], $28::bigint[],
 	$29::float8[], $30::text[]) AS x(task_id, seq, type, time, worker, lease, progress, error)
-	WHERE x.task_id IN (SELECT id FROM upd))` + replaceHL(trimHistory, "$31") + s.eventsCTE("upd") + `
+	WHERE x.task_id IN (SELECT id FROM upd))` + replaceHL(trimHistory, "$31") + s.eventsCTE("upd") + endedLog("upd") + `
 SELECT id, (SELECT count(*) FROM nt) FROM upd`)
 }
 
@@ -124,7 +135,7 @@ func (s *Store) releaseSQL() string { return s.sql.release }
 
 func (s *Store) buildReleaseSQL() string {
 	return s.q(`WITH n AS (SELECT coalesce($3::timestamptz, clock_timestamp()) AS now),
-cand AS MATERIALIZED (SELECT b.id FROM {s}.tasks b WHERE b.status = 'blocked' AND b.depends_on && $1::text[]),
+cand AS MATERIALIZED (SELECT b.id FROM {s}.tasks b WHERE b.ist = 'blocked' AND b.depends_on && $1::text[]),
 c AS (SELECT t.id FROM {s}.tasks t JOIN unnest($1::text[], $2::bigint[]) x(id, v)
 	ON t.id = x.id AND (t.version = x.v OR (x.v IS NULL AND t.xmin = pg_current_xact_id()::xid))
 	WHERE t.id = ANY ($1::text[]) AND t.status = 'completed' AND EXISTS (SELECT 1 FROM cand)),
@@ -134,7 +145,7 @@ d AS (SELECT b.id, (SELECT count(*) FROM unnest(b.depends_on) dep WHERE dep = AN
 	(SELECT jsonb_object_agg(dep.id, (SELECT ` + depResultSQL + ` FROM {s}.tasks t WHERE t.id = dep.id))
 		FROM unnest(b.depends_on) dep(id) WHERE dep.id = ANY(ca.ids) AND NOT coalesce(b.dep_results ? dep.id, false)) AS res
 	FROM {s}.tasks b, ca WHERE ca.ids IS NOT NULL AND b.id = ANY (ARRAY(SELECT cand.id FROM cand))
-	AND b.status = 'blocked' AND b.depends_on && ca.ids
+	AND b.ist = 'blocked' AND b.depends_on && ca.ids
 	ORDER BY b.id FOR UPDATE OF b),
 upd AS (UPDATE {s}.tasks b SET pending_deps = b.pending_deps - d.n,
 	dep_results = coalesce(b.dep_results, '{}'::jsonb) || d.res,
@@ -178,7 +189,7 @@ d AS (SELECT b.id, b.dep_run, (SELECT f.err::jsonb FROM unnest(b.depends_on) WIT
 	(SELECT count(*) FROM f WHERE f.id = ANY(b.depends_on) AND NOT coalesce(b.dep_results ? f.id, false))::int AS n,
 	(SELECT jsonb_object_agg(f.id, jsonb_strip_nulls(jsonb_build_object('status', f.st, 'error', f.last)))
 		FROM f WHERE f.id = ANY(b.depends_on) AND NOT coalesce(b.dep_results ? f.id, false)) AS res
-	FROM {s}.tasks b, fa WHERE fa.ids IS NOT NULL AND b.status = 'blocked' AND b.depends_on && fa.ids
+	FROM {s}.tasks b, fa WHERE fa.ids IS NOT NULL AND b.ist = 'blocked' AND b.depends_on && fa.ids
 	ORDER BY b.id FOR UPDATE OF b),
 upd AS (UPDATE {s}.tasks b SET
 	status = CASE WHEN NOT d.dep_run THEN 'aborted' WHEN b.pending_deps - d.n > 0 THEN 'blocked'
