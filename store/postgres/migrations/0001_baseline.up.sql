@@ -98,39 +98,68 @@ CREATE TABLE {{schema}}.tasks (
     signal_wait     jsonb,
     -- the sequence the task belongs to and its number in it (submit order)
     sequence_key    text COLLATE "C",
-    sequence_no     bigint
+    sequence_no     bigint,
+    -- The status as the indexes see it. No index names a column that a
+    -- completion from a ready row changes (status, ready_batch, ended_at),
+    -- so that completion is a HOT update: the new version on the task's
+    -- page (the fillfactor leaves the room) and no index entry. ist is the
+    -- status, but 'batched' for a task in a ready row or a lease, and NULL
+    -- for a plain task (none of the four columns below set) there or
+    -- completed, which no status index holds either way. Retention finds a
+    -- plain completed task through ended_log (ended_idx is NULL for it).
+    ist             text GENERATED ALWAYS AS (CASE
+        WHEN (status = 'completed' OR (status = 'ready' AND ready_batch IS NOT NULL)) AND concurrency_key IS NULL
+            AND expires_at IS NULL AND unique_key IS NULL AND batch IS NULL THEN NULL
+        WHEN status = 'ready' AND ready_batch IS NOT NULL THEN 'batched'
+        ELSE status END) STORED,
+    ended_idx       timestamptz GENERATED ALWAYS AS (CASE
+        WHEN status = 'completed' AND concurrency_key IS NULL AND expires_at IS NULL AND unique_key IS NULL
+            AND batch IS NULL THEN NULL
+        ELSE ended_at END) STORED,
+    unique_ended    timestamptz GENERATED ALWAYS AS (CASE WHEN unique_key IS NOT NULL THEN ended_at END) STORED
 ) WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02,
-        autovacuum_vacuum_insert_scale_factor = 0.05);
+        autovacuum_vacuum_insert_scale_factor = 0.05, fillfactor = 50);
 
 -- The dependency indexes write straight into the index, without GIN's
 -- pending list: every completion's release probe (depends_on && the
 -- completed ids) would otherwise read the whole list, once per id, and
 -- waiting sequence members and dependents fill it (19,000 blocked tasks
 -- made a probe of 1,000 ids take 250 ms instead of a millisecond).
-CREATE INDEX tasks_blocked_deps ON {{schema}}.tasks USING gin (depends_on) WITH (fastupdate = off) WHERE status = 'blocked';
-CREATE INDEX tasks_claim ON {{schema}}.tasks (queue, priority DESC, ready_at, id) WHERE status = 'ready' AND ready_batch IS NULL;
+CREATE INDEX tasks_blocked_deps ON {{schema}}.tasks USING gin (depends_on) WITH (fastupdate = off) WHERE ist = 'blocked';
+CREATE INDEX tasks_claim ON {{schema}}.tasks (queue, priority DESC, ready_at, id) WHERE ist = 'ready';
 CREATE INDEX tasks_depends_on ON {{schema}}.tasks USING gin (depends_on) WITH (fastupdate = off) WHERE depends_on IS NOT NULL;
-CREATE INDEX tasks_ended ON {{schema}}.tasks (status, ended_at) WHERE ended_at IS NOT NULL;
+CREATE INDEX tasks_ended ON {{schema}}.tasks (ist, ended_idx) WHERE ended_idx IS NOT NULL;
 CREATE INDEX tasks_fair ON {{schema}}.tasks (queue, fair_key, priority DESC, ready_at, id)
-    WHERE status = 'ready' AND ready_batch IS NULL AND fair_key IS NOT NULL;
+    WHERE ist = 'ready' AND fair_key IS NOT NULL;
 CREATE INDEX tasks_key_ready ON {{schema}}.tasks (queue, concurrency_key, priority DESC, ready_at, id)
-    WHERE status = 'ready' AND concurrency_key IS NOT NULL;
-CREATE INDEX tasks_running ON {{schema}}.tasks (deadline) WHERE status = 'running';
-CREATE INDEX tasks_running_key ON {{schema}}.tasks (queue, running_key) WHERE status = 'running' AND running_key IS NOT NULL;
-CREATE INDEX tasks_scheduled ON {{schema}}.tasks (run_at) WHERE status = 'scheduled';
-CREATE INDEX tasks_unique_key ON {{schema}}.tasks (unique_key, queue, ended_at) WHERE unique_key IS NOT NULL;
+    WHERE ist IN ('ready', 'batched') AND concurrency_key IS NOT NULL;
+CREATE INDEX tasks_running ON {{schema}}.tasks (deadline) WHERE ist = 'running';
+CREATE INDEX tasks_running_key ON {{schema}}.tasks (queue, running_key) WHERE ist = 'running' AND running_key IS NOT NULL;
+CREATE INDEX tasks_scheduled ON {{schema}}.tasks (run_at) WHERE ist = 'scheduled';
+CREATE INDEX tasks_unique_key ON {{schema}}.tasks (unique_key, queue, unique_ended) WHERE unique_key IS NOT NULL;
 -- Only the waiting tasks that have an expiry: the monitor finds the next
 -- due without reading anything else.
 CREATE INDEX tasks_expiry ON {{schema}}.tasks (expires_at)
-    WHERE expires_at IS NOT NULL AND status IN ('scheduled', 'blocked', 'ready');
--- Only batch members, by status: a batch's counts and its "any member
--- pending?" probe read only its own.
-CREATE INDEX tasks_batch ON {{schema}}.tasks (batch, status) WHERE batch IS NOT NULL;
+    WHERE expires_at IS NOT NULL AND ist IN ('scheduled', 'blocked', 'ready', 'batched');
+-- Only batch members, by status ('batched' counts as ready): a batch's
+-- counts and its "any member pending?" probe read only its own.
+CREATE INDEX tasks_batch ON {{schema}}.tasks (batch, ist) WHERE batch IS NOT NULL;
 -- A sequence's waiting members in order.
 CREATE INDEX tasks_sequence_waiting ON {{schema}}.tasks (queue, sequence_key, sequence_no)
-    WHERE status = 'blocked' AND sequence_key IS NOT NULL;
+    WHERE ist = 'blocked' AND sequence_key IS NOT NULL;
 CREATE UNIQUE INDEX tasks_unique_live ON {{schema}}.tasks (queue, unique_key)
-    WHERE unique_key IS NOT NULL AND status IN ('scheduled','blocked','ready','running');
+    WHERE unique_key IS NOT NULL AND ist IN ('scheduled', 'blocked', 'ready', 'batched', 'running');
+
+-- Plain tasks completed together, one row a queue for each statement that
+-- completes some (the complete fast path, the compare-and-set, an import):
+-- where retention finds them, as no index on tasks holds them.
+CREATE TABLE {{schema}}.ended_log (
+    id       bigserial PRIMARY KEY,
+    queue    text COLLATE "C" NOT NULL,
+    ended_at timestamptz NOT NULL,
+    ids      text[] NOT NULL
+);
+CREATE INDEX ended_log_ended ON {{schema}}.ended_log (ended_at);
 
 -- History entries other than the ones kept in the task's row.
 CREATE TABLE {{schema}}.task_history_rows (
@@ -391,11 +420,11 @@ BEGIN
     -- waits.
     LOOP
         SELECT w.id INTO nid FROM {{schema}}.tasks w
-            WHERE w.queue = t.queue AND w.sequence_key = t.sequence_key AND w.status = 'blocked'
+            WHERE w.queue = t.queue AND w.sequence_key = t.sequence_key AND w.ist = 'blocked'
             AND w.sequence_no > t.sequence_no
             ORDER BY w.sequence_no LIMIT 1 FOR UPDATE;
         EXIT WHEN nid IS NOT NULL OR NOT EXISTS (SELECT 1 FROM {{schema}}.tasks w
-            WHERE w.queue = t.queue AND w.sequence_key = t.sequence_key AND w.status = 'blocked'
+            WHERE w.queue = t.queue AND w.sequence_key = t.sequence_key AND w.ist = 'blocked'
             AND w.sequence_no > t.sequence_no);
     END LOOP;
     IF nid IS NULL THEN
