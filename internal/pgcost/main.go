@@ -253,10 +253,11 @@ func main() {
 		if name == "work" {
 			// Claims and completions interleave: statements are told
 			// apart by their text, WAL records by their transaction, as
-			// -observe does for River (a completion writes the entry of
-			// tasks_ended, the index only ended tasks are in).
+			// -observe does for River. A completion of plain tasks is in
+			// no index of tasks (a HOT update); it writes an entry of
+			// ended_log_ended, the index only completions write.
 			var endIndex string
-			must(c.QueryRow(ctx, `SELECT pg_relation_filenode('norn.tasks_ended'::regclass)::text`).Scan(&endIndex))
+			must(c.QueryRow(ctx, `SELECT pg_relation_filenode('norn.ended_log_ended'::regclass)::text`).Scan(&endIndex))
 			recs := walBetween(ctx, c, la, lb, endIndex)
 			if os.Getenv("WALTYPES") != "" {
 				printWALTypes("norn", "", f.n, recs)

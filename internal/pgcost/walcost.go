@@ -159,10 +159,11 @@ func (w walRecord) cost() walCost {
 // classOf is the task kind of a transaction that wrote the records its
 // class names (E an entry into the index of ended tasks, L locked a row, U
 // updated one, I inserted one), for a program that submits, claims and
-// completes as River and Norn do: a completion writes the ended task's
-// entry in an index only ended tasks are in (River's
-// river_job_state_and_finalized_at_index, Norn's tasks_ended: WHERE
-// finalized_at, ended_at IS NOT NULL); a claim locks the rows it takes
+// completes as River and Norn do: a completion writes an entry in an
+// index only completions write (River's
+// river_job_state_and_finalized_at_index, WHERE finalized_at IS NOT NULL;
+// Norn's ended_log_ended, where its plain completions are logged, as they
+// are in no index of tasks); a claim locks the rows it takes
 // (FOR UPDATE SKIP LOCKED: River's jobs, Norn's ready rows) and writes
 // (River updates the jobs, Norn inserts a lease row); a submit only
 // inserts. Norn's count of completions in lease rows (countLeaseDone, a
