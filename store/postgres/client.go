@@ -67,10 +67,17 @@ func where(f norn.Filter, args []any) (string, []any) {
 	}
 	if len(f.Statuses) > 0 {
 		st := make([]string, len(f.Statuses))
+		indexed := true
 		for i, s := range f.Statuses {
 			st[i] = string(s)
+			indexed = indexed && (s == norn.StatusScheduled || s == norn.StatusRunning || s == norn.StatusBlocked)
 		}
 		add("t.status = ANY($?)", st)
+		if indexed {
+			// For these statuses ist is the status: said so, the
+			// planner can read their partial indexes.
+			add("t.ist = ANY($?)", st)
+		}
 	}
 	if len(f.Labels) > 0 {
 		b, _ := json.Marshal(f.Labels)
