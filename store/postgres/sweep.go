@@ -258,23 +258,22 @@ var retained = []struct {
 // bounds the scan to tasks older than the shortest retention in force),
 // then the plain completed tasks that ended_log holds.
 func (s *Store) sweepRetention(ctx context.Context, rep *norn.SweepReport) error {
-	for i, st := range retained {
-		for _, logged := range []bool{false, true} {
-			if logged && i > 0 {
-				continue
-			}
-			for {
-				more, err := s.retainOnce(ctx, st.status, st.col, st.def, logged, rep)
-				if err != nil {
-					return err
-				}
-				if !more {
-					break
-				}
+	drain := func(status norn.Status, col string, def time.Duration, logged bool) error {
+		for more := true; more; {
+			var err error
+			if more, err = s.retainOnce(ctx, status, col, def, logged, rep); err != nil {
+				return err
 			}
 		}
+		return nil
 	}
-	return nil
+	for _, st := range retained {
+		if err := drain(st.status, st.col, st.def, false); err != nil {
+			return err
+		}
+	}
+	c := retained[0] // completed: the only status ended_log holds
+	return drain(c.status, c.col, c.def, true)
 }
 
 // retainOnce deletes one batch of the tasks of status whose retention has
