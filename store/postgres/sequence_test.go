@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -29,7 +30,15 @@ func TestSequencesUnderConcurrency(t *testing.T) {
 	}
 	var mu sync.Mutex
 	last := map[string]string{}
-	ran := map[string][]int{}
+	// ran holds each key's claimed members with their claim time (the
+	// database's): the order in which claimers record them is not the
+	// claim order, since a member cancelled while running hands its key
+	// on at once, and its successor's claimer can record it first.
+	type claimed struct {
+		at time.Time
+		n  int
+	}
+	ran := map[string][]claimed{}
 	cancelled := map[string]bool{}
 	var g group
 	for k := range keys {
@@ -78,7 +87,7 @@ func TestSequencesUnderConcurrency(t *testing.T) {
 					last[tk.SequenceKey] = tk.ID
 					var n int
 					fmt.Sscanf(tk.ID[len(tk.ID)-3:], "%d", &n)
-					ran[tk.SequenceKey] = append(ran[tk.SequenceKey], n)
+					ran[tk.SequenceKey] = append(ran[tk.SequenceKey], claimed{tk.Started, n})
 					mu.Unlock()
 					if prev != "" {
 						p, err := s.Get(ctx, prev)
@@ -125,7 +134,11 @@ func TestSequencesUnderConcurrency(t *testing.T) {
 	}
 	for k := range keys {
 		key := fmt.Sprintf("k%d", k)
-		seq := ran[key]
+		slices.SortStableFunc(ran[key], func(a, b claimed) int { return a.at.Compare(b.at) })
+		var seq []int
+		for _, c := range ran[key] {
+			seq = append(seq, c.n)
+		}
 		for i := 1; i < len(seq); i++ {
 			if seq[i] <= seq[i-1] {
 				t.Fatalf("%s ran out of order: %v", key, seq)
